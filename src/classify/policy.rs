@@ -1,0 +1,309 @@
+//! Drift resolution policy read from a parent's annotations (DESIGN §1.7):
+//! `kausality.io/approvals`, `kausality.io/rejections`, `kausality.io/freeze`,
+//! `kausality.io/snooze`, plus the `kausality.io/trace-*` labels and `kausality.io/phase`.
+
+use serde::Deserialize;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::decode::time::parse_rfc3339_micros;
+use crate::write::Annotations;
+
+pub const APPROVALS: &str = "kausality.io/approvals";
+pub const REJECTIONS: &str = "kausality.io/rejections";
+pub const FREEZE: &str = "kausality.io/freeze";
+pub const SNOOZE: &str = "kausality.io/snooze";
+pub const PHASE: &str = "kausality.io/phase";
+pub const TRACE_LABEL_PREFIX: &str = "kausality.io/trace-";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalMode {
+    /// Valid at its generation, used up by the first drift it approves (the default).
+    #[default]
+    Once,
+    /// Valid while the parent is at its generation.
+    Generation,
+    /// Always valid.
+    Always,
+}
+
+/// Pre-approval of drift on matching children. `*` matches any value.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Approval {
+    #[serde(default = "star")]
+    pub api_version: String,
+    #[serde(default = "star")]
+    pub kind: String,
+    #[serde(default = "star")]
+    pub name: String,
+    #[serde(default)]
+    pub generation: i64,
+    #[serde(default)]
+    pub mode: ApprovalMode,
+}
+
+/// Rejection of drift on matching children; wins over any approval.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rejection {
+    #[serde(default = "star")]
+    pub api_version: String,
+    #[serde(default = "star")]
+    pub kind: String,
+    #[serde(default = "star")]
+    pub name: String,
+    /// 0: active at every generation; else only at that one.
+    #[serde(default)]
+    pub generation: i64,
+    #[serde(default)]
+    pub reason: String,
+}
+
+fn star() -> String {
+    "*".to_string()
+}
+
+/// The child a rule is matched against.
+#[derive(Clone, Copy, Debug)]
+pub struct ChildRef<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub name: &'a str,
+}
+
+fn field_matches(pattern: &str, value: &str) -> bool {
+    pattern == "*" || pattern == value
+}
+
+impl Approval {
+    pub fn matches(&self, c: ChildRef<'_>) -> bool {
+        field_matches(&self.api_version, c.api_version) && field_matches(&self.kind, c.kind) && field_matches(&self.name, c.name)
+    }
+
+    pub fn valid_at(&self, parent_generation: i64) -> bool {
+        match self.mode {
+            ApprovalMode::Always => true,
+            ApprovalMode::Once | ApprovalMode::Generation => self.generation == parent_generation,
+        }
+    }
+
+    /// Identity of this approval for "used up" bookkeeping.
+    pub fn key(&self) -> u64 {
+        xxh3_64(format!("{}\0{}\0{}\0{}", self.api_version, self.kind, self.name, self.generation).as_bytes())
+    }
+}
+
+impl Rejection {
+    pub fn matches(&self, c: ChildRef<'_>) -> bool {
+        field_matches(&self.api_version, c.api_version) && field_matches(&self.kind, c.kind) && field_matches(&self.name, c.name)
+    }
+
+    pub fn active_at(&self, parent_generation: i64) -> bool {
+        self.generation == 0 || self.generation == parent_generation
+    }
+}
+
+/// How a drift was resolved by the parent's policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolution {
+    Approved,
+    Rejected,
+    Unresolved,
+}
+
+impl Resolution {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resolution::Approved => "approved",
+            Resolution::Rejected => "rejected",
+            Resolution::Unresolved => "unresolved",
+        }
+    }
+}
+
+/// A freeze on a parent: every child mutation is a violation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Freeze {
+    pub user: Option<String>,
+    pub message: Option<String>,
+}
+
+/// Everything read from an object's `kausality.io/` annotations.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Policy {
+    pub approvals: Vec<Approval>,
+    pub rejections: Vec<Rejection>,
+    pub freeze: Option<Freeze>,
+    /// Drift reports are silenced until this event time (µs).
+    pub snooze_until_us: Option<i64>,
+    /// `kausality.io/phase: initialized`.
+    pub phase_initialized: bool,
+    /// `kausality.io/trace-<key>: <value>`, as (key, value).
+    pub trace_labels: Vec<(Box<str>, Box<str>)>,
+    /// Annotations that could not be read, with the reason (reported, never fatal).
+    pub problems: Vec<String>,
+    /// Hash of the annotations this was parsed from.
+    pub source_hash: u64,
+}
+
+impl Policy {
+    pub fn parse(a: &Annotations) -> Policy {
+        let mut p = Policy { source_hash: a.hash, ..Policy::default() };
+        for (k, v) in &a.entries {
+            let (k, v) = (&**k, &**v);
+            match k {
+                APPROVALS => match serde_json::from_str::<Vec<Approval>>(v) {
+                    Ok(list) => p.approvals = list,
+                    Err(e) => p.problems.push(format!("{APPROVALS}: not a JSON list of approvals: {e}")),
+                },
+                REJECTIONS => match serde_json::from_str::<Vec<Rejection>>(v) {
+                    Ok(list) => p.rejections = list,
+                    Err(e) => p.problems.push(format!("{REJECTIONS}: not a JSON list of rejections: {e}")),
+                },
+                FREEZE => p.freeze = parse_freeze(v),
+                SNOOZE => match parse_snooze(v) {
+                    Some(t) => p.snooze_until_us = Some(t),
+                    None if v.trim().is_empty() => {}
+                    None => p.problems.push(format!("{SNOOZE}: expected an RFC 3339 time or {{\"expiry\": time}}, got {v:?}")),
+                },
+                PHASE => p.phase_initialized = v.trim() == "initialized",
+                _ => {
+                    if let Some(label) = k.strip_prefix(TRACE_LABEL_PREFIX) {
+                        if !label.is_empty() {
+                            p.trace_labels.push((Box::from(label), Box::from(v)));
+                        }
+                    }
+                }
+            }
+        }
+        p
+    }
+
+    /// Resolves a drift on `child` at the parent's `generation`; returns the resolution and,
+    /// for a `once` approval, the key that is now used up.
+    pub fn resolve(&self, child: ChildRef<'_>, generation: i64, used: &[u64]) -> (Resolution, Option<u64>) {
+        if self.rejections.iter().any(|r| r.matches(child) && r.active_at(generation)) {
+            return (Resolution::Rejected, None);
+        }
+        for a in &self.approvals {
+            if !a.matches(child) || !a.valid_at(generation) {
+                continue;
+            }
+            if a.mode == ApprovalMode::Once {
+                let key = a.key();
+                if used.contains(&key) {
+                    continue;
+                }
+                return (Resolution::Approved, Some(key));
+            }
+            return (Resolution::Approved, None);
+        }
+        (Resolution::Unresolved, None)
+    }
+
+    pub fn snoozed_at(&self, time_us: i64) -> bool {
+        self.snooze_until_us.is_some_and(|until| time_us < until)
+    }
+}
+
+/// `"true"`, or a JSON object (`{"user": ..., "message": ...}`); `"false"` or empty is no freeze.
+fn parse_freeze(v: &str) -> Option<Freeze> {
+    let t = v.trim();
+    if t.is_empty() || t.eq_ignore_ascii_case("false") {
+        return None;
+    }
+    #[derive(Deserialize)]
+    struct F {
+        #[serde(default)]
+        user: Option<String>,
+        #[serde(default, alias = "reason")]
+        message: Option<String>,
+    }
+    match serde_json::from_str::<F>(t) {
+        Ok(f) => Some(Freeze { user: f.user, message: f.message }),
+        Err(_) => Some(Freeze::default()),
+    }
+}
+
+/// An RFC 3339 time, or a JSON object with `expiry` (or `until`, `expiresAt`).
+fn parse_snooze(v: &str) -> Option<i64> {
+    let t = v.trim();
+    if let Some(us) = parse_rfc3339_micros(t) {
+        return Some(us);
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct S {
+        #[serde(default, alias = "until", alias = "expiresAt", alias = "expires")]
+        expiry: Option<String>,
+    }
+    serde_json::from_str::<S>(t).ok()?.expiry.and_then(|e| parse_rfc3339_micros(e.trim()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(pairs: &[(&str, &str)]) -> Policy {
+        let a = Annotations { entries: pairs.iter().map(|(k, v)| (Box::from(*k), Box::from(*v))).collect(), hash: 1 };
+        Policy::parse(&a)
+    }
+
+    const RS: ChildRef<'static> = ChildRef { api_version: "apps/v1", kind: "ReplicaSet", name: "web-1" };
+
+    #[test]
+    fn approval_modes() {
+        let p = policy(&[(APPROVALS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3,"mode":"once"}]"#)]);
+        let (r, used) = p.resolve(RS, 3, &[]);
+        assert_eq!(r, Resolution::Approved);
+        let used = used.expect("a once approval is used up");
+        assert_eq!(p.resolve(RS, 3, &[used]).0, Resolution::Unresolved, "used up by the first drift");
+        assert_eq!(p.resolve(RS, 4, &[]).0, Resolution::Unresolved, "only at its generation");
+
+        let p = policy(&[(APPROVALS, r#"[{"apiVersion":"*","kind":"ReplicaSet","name":"*","generation":3,"mode":"generation"}]"#)]);
+        assert_eq!(p.resolve(RS, 3, &[]), (Resolution::Approved, None));
+        assert_eq!(p.resolve(RS, 3, &[]), (Resolution::Approved, None), "not used up");
+        assert_eq!(p.resolve(RS, 2, &[]).0, Resolution::Unresolved);
+
+        let p = policy(&[(APPROVALS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]"#)]);
+        assert_eq!(p.resolve(RS, 99, &[]), (Resolution::Approved, None));
+        assert_eq!(p.resolve(ChildRef { name: "web-2", ..RS }, 99, &[]).0, Resolution::Unresolved, "name must match");
+
+        let p = policy(&[(APPROVALS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3}]"#)]);
+        assert!(p.resolve(RS, 3, &[]).1.is_some(), "mode defaults to once");
+    }
+
+    #[test]
+    fn rejection_wins_and_respects_generation() {
+        let both = [
+            (APPROVALS, r#"[{"apiVersion":"*","kind":"*","name":"*","mode":"always"}]"#),
+            (REJECTIONS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","reason":"no"}]"#),
+        ];
+        assert_eq!(policy(&both).resolve(RS, 1, &[]).0, Resolution::Rejected);
+        let at5 = [(REJECTIONS, r#"[{"apiVersion":"*","kind":"*","name":"*","generation":5}]"#)];
+        assert_eq!(policy(&at5).resolve(RS, 5, &[]).0, Resolution::Rejected);
+        assert_eq!(policy(&at5).resolve(RS, 6, &[]).0, Resolution::Unresolved);
+    }
+
+    #[test]
+    fn freeze_snooze_phase_labels_and_problems() {
+        let p = policy(&[
+            (FREEZE, r#"{"user":"alice","message":"incident 42"}"#),
+            (SNOOZE, r#"{"expiry":"2030-01-01T00:00:00Z"}"#),
+            (PHASE, "initialized"),
+            ("kausality.io/trace-ticket", "OPS-1"),
+            (APPROVALS, "not json"),
+        ]);
+        assert_eq!(p.freeze.as_ref().unwrap().user.as_deref(), Some("alice"));
+        assert!(p.snoozed_at(parse_rfc3339_micros("2029-12-31T00:00:00Z").unwrap()));
+        assert!(!p.snoozed_at(parse_rfc3339_micros("2030-01-02T00:00:00Z").unwrap()));
+        assert!(p.phase_initialized);
+        assert_eq!(p.trace_labels, vec![(Box::from("ticket"), Box::from("OPS-1"))]);
+        assert_eq!(p.problems.len(), 1);
+        assert!(policy(&[(FREEZE, "true")]).freeze.is_some());
+        assert!(policy(&[(FREEZE, "false")]).freeze.is_none());
+        assert!(policy(&[(SNOOZE, "2030-01-01T00:00:00Z")]).snooze_until_us.is_some());
+    }
+}

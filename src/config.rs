@@ -1,0 +1,82 @@
+//! Options of the model: which fields do not count as a spec change, and how each kind of
+//! parent shows that it has finished initializing. Pipelines set these; the defaults here are
+//! what `replay` and the embedded pipeline use.
+
+use std::collections::HashMap;
+
+use serde::Deserialize;
+
+/// How a kind of parent shows it has initialized (DESIGN §1.4). Any signal that holds marks
+/// the parent initialized for good (a high-water mark).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum LifecycleSignal {
+    /// Condition `Initialized=True`.
+    InitializedCondition,
+    /// Condition `Ready=True`.
+    ReadyCondition,
+    /// An observed generation exists and `Available=True` (Deployments).
+    AvailableCondition,
+    /// Annotation `kausality.io/phase: initialized`.
+    PhaseAnnotation,
+    /// The controller reported observing the current generation: for kinds without a
+    /// ready-like condition (ReplicaSet, StatefulSet, DaemonSet, ReplicationController).
+    ObservedGeneration,
+}
+
+/// The signals of DESIGN §1.4, for every kind without its own rule.
+pub const DEFAULT_LIFECYCLE: &[LifecycleSignal] = &[
+    LifecycleSignal::InitializedCondition,
+    LifecycleSignal::ReadyCondition,
+    LifecycleSignal::AvailableCondition,
+    LifecycleSignal::PhaseAnnotation,
+];
+
+/// Kinds that have no ready-like condition: their controller's first report of the current
+/// generation ends initialization.
+const OBSERVED_GENERATION_KINDS: &[&str] =
+    &["ReplicaSet.apps", "StatefulSet.apps", "DaemonSet.apps", "ReplicationController"];
+
+#[derive(Clone, Debug)]
+pub struct ModelConfig {
+    /// Field paths left out of the spec hash, by kind key (`Kind.group`, or `Kind` for the
+    /// core group): e.g. `spec.replicas` of Deployments that an HPA scales.
+    pub ignored_fields: HashMap<String, Vec<Vec<String>>>,
+    /// Lifecycle signals by kind key; kinds not listed use [`DEFAULT_LIFECYCLE`].
+    pub lifecycle: HashMap<String, Vec<LifecycleSignal>>,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        let mut lifecycle = HashMap::new();
+        for kind in OBSERVED_GENERATION_KINDS {
+            let mut signals = DEFAULT_LIFECYCLE.to_vec();
+            signals.push(LifecycleSignal::ObservedGeneration);
+            lifecycle.insert((*kind).to_string(), signals);
+        }
+        ModelConfig { ignored_fields: HashMap::new(), lifecycle }
+    }
+}
+
+impl ModelConfig {
+    /// Leaves `path` (dotted, e.g. `spec.replicas`) out of the spec hash of `kind_key`.
+    pub fn ignore_field(&mut self, kind_key: &str, path: &str) {
+        self.ignored_fields.entry(kind_key.to_string()).or_default().push(path.split('.').map(str::to_string).collect());
+    }
+
+    pub fn ignored(&self, kind_key: &str) -> Option<&[Vec<String>]> {
+        self.ignored_fields.get(kind_key).map(Vec::as_slice)
+    }
+
+    pub fn lifecycle_signals(&self, kind_key: &str) -> &[LifecycleSignal] {
+        self.lifecycle.get(kind_key).map_or(DEFAULT_LIFECYCLE, Vec::as_slice)
+    }
+}
+
+/// The key a kind is configured under: `Kind.group`, or `Kind` for the core group.
+pub fn kind_key(api_version: &str, kind: &str) -> String {
+    match api_version.split_once('/') {
+        Some((group, _)) if !group.is_empty() => format!("{kind}.{group}"),
+        _ => kind.to_string(),
+    }
+}

@@ -1,0 +1,108 @@
+//! The fields of an `audit.k8s.io` `Event` that classification needs, borrowed from the input
+//! bytes. Everything is optional at this level so that a missing field becomes a precise,
+//! counted error in [`super::validate`] rather than an opaque serde message.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+
+use super::object::ObjectView;
+
+/// One audit event (`audit.k8s.io/v1` or `v1beta1`), as far as classification is concerned.
+/// Unknown fields are ignored: the API server adds fields over time.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEvent<'a> {
+    #[serde(borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub api_version: Option<Cow<'a, str>>,
+    /// Unique per request; the same ID at several stages, or twice after a retried delivery.
+    #[serde(borrow, default, rename = "auditID")]
+    pub audit_id: Option<Cow<'a, str>>,
+    /// `RequestReceived`, `ResponseStarted`, `ResponseComplete` or `Panic`.
+    #[serde(borrow, default)]
+    pub stage: Option<Cow<'a, str>>,
+    /// Carries `dryRun=All` for dry runs, which persist nothing.
+    #[serde(borrow, default, rename = "requestURI")]
+    pub request_uri: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub verb: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub user: Option<UserInfo<'a>>,
+    /// When set, the request was made on behalf of this user: the effective actor.
+    #[serde(borrow, default)]
+    pub impersonated_user: Option<UserInfo<'a>>,
+    #[serde(borrow, default)]
+    pub object_ref: Option<ObjectRef<'a>>,
+    #[serde(default)]
+    pub response_status: Option<ResponseStatus>,
+    /// The persisted object as the API server returned it (RequestResponse level only).
+    #[serde(borrow, default)]
+    pub response_object: Option<ObjectView<'a>>,
+    #[serde(borrow, default)]
+    pub stage_timestamp: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub request_received_timestamp: Option<Cow<'a, str>>,
+    /// Legacy (`v1beta1`) event time.
+    #[serde(borrow, default)]
+    pub timestamp: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct UserInfo<'a> {
+    #[serde(borrow, default)]
+    pub username: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub uid: Option<Cow<'a, str>>,
+}
+
+impl UserInfo<'_> {
+    /// The name that identifies the actor: the username, else the UID.
+    pub fn identity(&self) -> Option<&str> {
+        self.username.as_deref().filter(|s| !s.is_empty()).or(self.uid.as_deref().filter(|s| !s.is_empty()))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef<'a> {
+    #[serde(borrow, default)]
+    pub resource: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub namespace: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub uid: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub api_group: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub api_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub subresource: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct ResponseStatus {
+    #[serde(default)]
+    pub code: Option<i64>,
+}
+
+impl AuditEvent<'_> {
+    /// The effective actor: the impersonated user when present, else the authenticated user.
+    pub fn effective_user(&self) -> Option<&str> {
+        self.impersonated_user
+            .as_ref()
+            .and_then(UserInfo::identity)
+            .or_else(|| self.user.as_ref().and_then(UserInfo::identity))
+    }
+
+    /// The event time used for ordering windows: `stageTimestamp`, else the legacy fields.
+    pub fn event_time(&self) -> Option<&str> {
+        self.stage_timestamp
+            .as_deref()
+            .or(self.timestamp.as_deref())
+            .or(self.request_received_timestamp.as_deref())
+    }
+}

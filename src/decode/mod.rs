@@ -1,0 +1,154 @@
+//! Decoding: bytes in, borrowed [`AuditEvent`]s or explained [`Invalid`] records out.
+//!
+//! Accepts what the API server and the usual shippers write: one event per line (log backend),
+//! one object per file, an `EventList` (webhook backend body), a UTF-8 BOM, `audit.k8s.io/v1`
+//! and `v1beta1`, events without `apiVersion`. Wrappers (the AKS diagnostic `records` envelope,
+//! the GKE Cloud Logging `protoPayload`) are rejected with an explanation, or unwrapped where
+//! the source says so. A bad line or item is reported and the good ones around it still come
+//! out; nothing here panics on input.
+
+mod body;
+mod event;
+mod object;
+pub mod time;
+
+use std::fmt;
+
+pub use body::{decode_body, decode_document, DecodeOptions, Unwrap};
+pub use event::{AuditEvent, ObjectRef, ResponseStatus, UserInfo};
+pub use object::{Condition, Metadata, ObjectView, OwnerRef, StatusView, ANNOTATION_PREFIX};
+
+/// Why a record was rejected; the label of `kausality_events_invalid_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InvalidReason {
+    /// Not JSON at all, or broken JSON.
+    Json,
+    /// JSON that ends in the middle of a value: a cut-off line or body.
+    Truncated,
+    /// A field of the wrong type (e.g. `"verb": 5`).
+    InvalidField,
+    /// Valid JSON that is not an audit event (another kind or apiVersion).
+    NotAuditEvent,
+    /// An audit event without a field the pipeline needs (auditID, stage, verb).
+    MissingField,
+    /// A stage this service does not know.
+    UnknownStage,
+    /// Larger than the configured limit.
+    TooLarge,
+    /// A shipper's envelope around the events, not unwrapped by this source.
+    Wrapper,
+    /// Not UTF-8 (e.g. UTF-16 with a BOM).
+    Encoding,
+}
+
+impl InvalidReason {
+    pub const ALL: [InvalidReason; 9] = [
+        InvalidReason::Json,
+        InvalidReason::Truncated,
+        InvalidReason::InvalidField,
+        InvalidReason::NotAuditEvent,
+        InvalidReason::MissingField,
+        InvalidReason::UnknownStage,
+        InvalidReason::TooLarge,
+        InvalidReason::Wrapper,
+        InvalidReason::Encoding,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvalidReason::Json => "json",
+            InvalidReason::Truncated => "truncated",
+            InvalidReason::InvalidField => "invalid_field",
+            InvalidReason::NotAuditEvent => "not_audit_event",
+            InvalidReason::MissingField => "missing_field",
+            InvalidReason::UnknownStage => "unknown_stage",
+            InvalidReason::TooLarge => "too_large",
+            InvalidReason::Wrapper => "wrapper",
+            InvalidReason::Encoding => "encoding",
+        }
+    }
+}
+
+/// Where in the input a rejected record was.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// The whole body or document.
+    Body,
+    /// 1-based line of a JSON-lines stream.
+    Line(usize),
+    /// 0-based index in an `EventList`'s `items` (or a JSON array).
+    Item(usize),
+    /// An item inside an item: line, then index in that line's EventList.
+    LineItem(usize, usize),
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Body => f.write_str("body"),
+            Location::Line(l) => write!(f, "line {l}"),
+            Location::Item(i) => write!(f, "item {i}"),
+            Location::LineItem(l, i) => write!(f, "line {l} item {i}"),
+        }
+    }
+}
+
+/// A rejected record: where, why, and a message a person can act on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{location}: {message}")]
+pub struct Invalid {
+    pub location: Location,
+    pub reason: InvalidReason,
+    pub message: String,
+}
+
+impl Invalid {
+    pub fn new(location: Location, reason: InvalidReason, message: impl Into<String>) -> Self {
+        Invalid { location, reason, message: message.into() }
+    }
+
+    pub(crate) fn from_json(location: Location, e: &serde_json::Error) -> Self {
+        use serde_json::error::Category;
+        let (reason, what) = match e.classify() {
+            Category::Eof => (InvalidReason::Truncated, "truncated JSON"),
+            Category::Data => (InvalidReason::InvalidField, "a field has the wrong type"),
+            Category::Syntax | Category::Io => (InvalidReason::Json, "not valid JSON"),
+        };
+        Invalid::new(location, reason, format!("{what}: {e}"))
+    }
+}
+
+/// The stages an audit event can have. Only `ResponseComplete` is classified.
+pub const KNOWN_STAGES: [&str; 4] = ["RequestReceived", "ResponseStarted", "ResponseComplete", "Panic"];
+
+/// Checks that a parsed object is an audit event with the fields the pipeline needs.
+pub fn validate(ev: &AuditEvent<'_>, location: Location) -> Result<(), Invalid> {
+    if let Some(kind) = ev.kind.as_deref() {
+        if kind != "Event" {
+            return Err(Invalid::new(location, InvalidReason::NotAuditEvent, format!("kind {kind:?} is not an audit Event")));
+        }
+    }
+    if let Some(v) = ev.api_version.as_deref() {
+        if !v.starts_with("audit.k8s.io/") {
+            return Err(Invalid::new(
+                location,
+                InvalidReason::NotAuditEvent,
+                format!("apiVersion {v:?} is not audit.k8s.io/v1 or v1beta1"),
+            ));
+        }
+    }
+    let missing = |field: &str| {
+        Invalid::new(location, InvalidReason::MissingField, format!("audit event without {field}; is this an audit log?"))
+    };
+    if ev.audit_id.as_deref().is_none_or(str::is_empty) {
+        return Err(missing("auditID"));
+    }
+    let stage = ev.stage.as_deref().ok_or_else(|| missing("stage"))?;
+    if !KNOWN_STAGES.contains(&stage) {
+        return Err(Invalid::new(location, InvalidReason::UnknownStage, format!("unknown stage {stage:?} (known: {})", KNOWN_STAGES.join(", "))));
+    }
+    if ev.verb.as_deref().is_none_or(str::is_empty) {
+        return Err(missing("verb"));
+    }
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! A view of a Kubernetes object (the audit event's `responseObject`) that reads what the model
+//! needs in one pass: metadata as typed fields, `spec` and `status` as raw slices (hashed, not
+//! parsed), every other top-level field folded into a hash for kinds without a spec.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Annotation prefix of everything this service reads from objects.
+pub const ANNOTATION_PREFIX: &str = "kausality.io/";
+
+#[derive(Debug, Default)]
+pub struct ObjectView<'a> {
+    pub api_version: Option<Cow<'a, str>>,
+    pub kind: Option<Cow<'a, str>>,
+    pub metadata: Metadata<'a>,
+    pub spec: Option<&'a RawValue>,
+    pub status: Option<&'a RawValue>,
+    /// Top-level fields other than apiVersion/kind/metadata/spec/status, in document order:
+    /// the content of spec-less kinds (ConfigMap `data`, RBAC `rules`, ...), a List's `items`,
+    /// a Status' `details`.
+    pub other: Vec<(Cow<'a, str>, &'a RawValue)>,
+}
+
+impl<'a> ObjectView<'a> {
+    pub fn field(&self, name: &str) -> Option<&'a RawValue> {
+        self.other.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
+    }
+
+    /// True for the `Status` object the API server returns for some deletes.
+    pub fn is_status(&self) -> bool {
+        self.kind.as_deref() == Some("Status")
+    }
+
+    /// True for a `...List` response (a deletecollection's deleted items).
+    pub fn is_list(&self) -> bool {
+        self.kind.as_deref().is_some_and(|k| k.ends_with("List")) && self.field("items").is_some()
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Metadata<'a> {
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub namespace: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub uid: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub resource_version: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub generation: Option<i64>,
+    #[serde(borrow, default)]
+    pub deletion_timestamp: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "lenient_owner_refs")]
+    pub owner_references: Vec<OwnerRef<'a>>,
+    #[serde(borrow, default, deserialize_with = "kausality_annotations")]
+    pub annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    #[serde(borrow, default, deserialize_with = "string_map")]
+    pub labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerRef<'a> {
+    #[serde(borrow, default)]
+    pub api_version: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub kind: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub uid: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub controller: Option<bool>,
+}
+
+impl<'a> Metadata<'a> {
+    /// The ownerReference with `controller: true`, if any.
+    pub fn controller_ref(&self) -> Option<&OwnerRef<'a>> {
+        self.owner_references.iter().find(|r| r.controller == Some(true) && r.uid.as_deref().is_some_and(|u| !u.is_empty()))
+    }
+
+    pub fn annotation(&self, key: &str) -> Option<&str> {
+        self.annotations.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_ref())
+    }
+}
+
+/// The parts of `status` that tell whether the controller has caught up and is ready.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusView<'a> {
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub observed_generation: Option<i64>,
+    #[serde(borrow, default, deserialize_with = "lenient_conditions")]
+    pub conditions: Vec<Condition<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition<'a> {
+    #[serde(borrow, default, rename = "type")]
+    pub type_: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub status: Option<Cow<'a, str>>,
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub observed_generation: Option<i64>,
+}
+
+impl<'a> StatusView<'a> {
+    /// Parses a raw `status`; a status of an unexpected shape reads as empty (never an error:
+    /// custom resources put anything there).
+    pub fn parse(raw: Option<&'a RawValue>) -> StatusView<'a> {
+        raw.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default()
+    }
+
+    pub fn condition(&self, type_: &str) -> Option<&Condition<'a>> {
+        self.conditions.iter().find(|c| c.type_.as_deref() == Some(type_))
+    }
+
+    pub fn condition_true(&self, type_: &str) -> bool {
+        self.condition(type_).is_some_and(|c| c.status.as_deref() == Some("True"))
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for ObjectView<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = ObjectView<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a Kubernetes object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+                let mut o = ObjectView::default();
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    match key.as_ref() {
+                        "apiVersion" => o.api_version = map.next_value()?,
+                        "kind" => o.kind = map.next_value()?,
+                        "metadata" => o.metadata = map.next_value::<Option<Metadata>>()?.unwrap_or_default(),
+                        "spec" => o.spec = Some(map.next_value()?),
+                        "status" => o.status = Some(map.next_value()?),
+                        _ => {
+                            let v: &'de RawValue = map.next_value()?;
+                            o.other.push((key, v));
+                        }
+                    }
+                }
+                Ok(o)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// An integer that tolerates strings, floats and other shapes (read as absent).
+fn lenient_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<i64>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("an integer")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(v))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            Ok(i64::try_from(v).ok())
+        }
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+            Ok((v.fract() == 0.0 && v.abs() < 9.0e15).then_some(v as i64))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(v.trim().parse().ok())
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+            while s.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// A list whose elements of the wrong shape are skipped, and which reads as empty when it is
+/// not a list at all, instead of failing the whole event.
+fn lenient_list<'de, D, T>(d: D) -> Result<Vec<T>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    struct V<T>(std::marker::PhantomData<T>);
+    impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+        type Value = Vec<T>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a list")
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+            #[derive(Deserialize)]
+            #[serde(untagged)]
+            enum Item<T> {
+                Good(T),
+                Bad(IgnoredAny),
+            }
+            let mut out = Vec::new();
+            while let Some(item) = s.next_element::<Item<T>>()? {
+                if let Item::Good(t) = item {
+                    out.push(t);
+                }
+            }
+            Ok(out)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(Vec::new())
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+    }
+    d.deserialize_any(V(std::marker::PhantomData))
+}
+
+fn lenient_owner_refs<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<OwnerRef<'a>>, D::Error> {
+    lenient_list(d)
+}
+
+fn lenient_conditions<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<Condition<'a>>, D::Error> {
+    lenient_list(d)
+}
+
+/// Keeps only the `kausality.io/` annotations; the others are skipped without copying.
+fn kausality_annotations<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+    filtered_string_map(d, |k| k.starts_with(ANNOTATION_PREFIX))
+}
+
+fn string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+    filtered_string_map(d, |_| true)
+}
+
+fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(
+    d: D,
+    keep: fn(&str) -> bool,
+) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+    struct V<'a> {
+        keep: fn(&str) -> bool,
+        _p: std::marker::PhantomData<&'a ()>,
+    }
+    impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+        type Value = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a map of strings")
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(Vec::new())
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(k) = map.next_key::<Cow<'de, str>>()? {
+                if (self.keep)(&k) {
+                    // A non-string value (invalid in Kubernetes) is skipped, not fatal.
+                    #[derive(Deserialize)]
+                    #[serde(untagged)]
+                    enum Val<'a> {
+                        S(#[serde(borrow)] Cow<'a, str>),
+                        Other(IgnoredAny),
+                    }
+                    if let Val::S(v) = map.next_value::<Val<'de>>()? {
+                        out.push((k, v));
+                    }
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_any(V { keep, _p: std::marker::PhantomData })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_metadata_spec_status_and_other_fields() {
+        let json = r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm","namespace":"ns","uid":"u1",
+            "resourceVersion":"42","generation":"3","annotations":{"a":"b","kausality.io/trace-ticket":"T-1","kausality.io/x":5},
+            "ownerReferences":[{"apiVersion":"apps/v1","kind":"Deployment","name":"d","uid":"p1","controller":true}, 7]},
+            "data":{"k":"v"},"status":{"observedGeneration":2,"conditions":[{"type":"Ready","status":"True"},"junk"]}}"#;
+        let o: ObjectView = serde_json::from_str(json).unwrap();
+        assert_eq!(o.kind.as_deref(), Some("ConfigMap"));
+        assert_eq!(o.metadata.generation, Some(3));
+        assert_eq!(o.metadata.annotations.len(), 1, "only kausality.io/ string annotations are kept");
+        assert_eq!(o.metadata.annotation("kausality.io/trace-ticket"), Some("T-1"));
+        assert_eq!(o.metadata.controller_ref().unwrap().uid.as_deref(), Some("p1"));
+        assert_eq!(o.field("data").unwrap().get(), r#"{"k":"v"}"#);
+        let st = StatusView::parse(o.status);
+        assert_eq!(st.observed_generation, Some(2));
+        assert!(st.condition_true("Ready"));
+        assert_eq!(st.conditions.len(), 1);
+    }
+
+    #[test]
+    fn odd_shapes_do_not_fail_the_object() {
+        let json = r#"{"metadata":{"ownerReferences":null,"annotations":null,"generation":1.5},"status":"weird"}"#;
+        let o: ObjectView = serde_json::from_str(json).unwrap();
+        assert!(o.metadata.owner_references.is_empty());
+        assert_eq!(o.metadata.generation, None);
+        assert_eq!(StatusView::parse(o.status).observed_generation, None);
+    }
+}

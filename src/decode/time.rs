@@ -1,0 +1,115 @@
+//! RFC 3339 timestamps as the API server writes them (`2024-05-01T10:00:00.123456Z`), parsed
+//! without allocation into microseconds since the Unix epoch.
+
+/// Parses an RFC 3339 timestamp into microseconds since the epoch. Accepts `Z` or a numeric
+/// offset and 0–9 fraction digits. Returns `None` for anything else.
+pub fn parse_rfc3339_micros(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ') || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |from: usize, to: usize| -> Option<i64> {
+        let mut v = 0i64;
+        for &c in &b[from..to] {
+            if !c.is_ascii_digit() {
+                return None;
+            }
+            v = v * 10 + (c - b'0') as i64;
+        }
+        Some(v)
+    };
+    let (year, month, day) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (hour, min, sec) = (num(11, 13)?, num(14, 16)?, num(17, 19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut micros = 0i64;
+    if i < b.len() && b[i] == b'.' {
+        i += 1;
+        let start = i;
+        while i < b.len() && b[i].is_ascii_digit() {
+            if i - start < 6 {
+                micros = micros * 10 + (b[i] - b'0') as i64;
+            }
+            i += 1;
+        }
+        let digits = i - start;
+        if digits == 0 {
+            return None;
+        }
+        for _ in digits.min(6)..6 {
+            micros *= 10;
+        }
+    }
+    let offset_secs = match b.get(i) {
+        Some(b'Z') | Some(b'z') if i + 1 == b.len() => 0,
+        Some(&sign @ (b'+' | b'-')) if i + 6 == b.len() && b[i + 3] == b':' => {
+            let off = num(i + 1, i + 3)? * 3600 + num(i + 4, i + 6)? * 60;
+            if sign == b'+' { off } else { -off }
+        }
+        _ => return None,
+    };
+    let days = days_from_civil(year, month, day);
+    let secs = days * 86_400 + hour * 3600 + min * 60 + sec - offset_secs;
+    Some(secs * 1_000_000 + micros)
+}
+
+/// Formats microseconds since the epoch as RFC 3339 UTC with microsecond precision.
+pub fn format_rfc3339_micros(us: i64) -> String {
+    let secs = us.div_euclid(1_000_000);
+    let frac = us.rem_euclid(1_000_000);
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{frac:06}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+// Howard Hinnant's days-from-civil algorithm (proleptic Gregorian calendar).
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_apiserver_timestamps() {
+        assert_eq!(parse_rfc3339_micros("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_rfc3339_micros("1970-01-01T00:00:01.5Z"), Some(1_500_000));
+        assert_eq!(parse_rfc3339_micros("2018-10-26T13:07:36.911442Z"), Some(1_540_559_256_911_442));
+        assert_eq!(parse_rfc3339_micros("2018-10-26T15:07:36.911442+02:00"), Some(1_540_559_256_911_442));
+        assert_eq!(parse_rfc3339_micros("2018-10-26T13:07:36.911442123Z"), Some(1_540_559_256_911_442));
+        assert_eq!(parse_rfc3339_micros("2018-10-26 13:07:36"), None);
+        assert_eq!(parse_rfc3339_micros("not a time at all!!"), None);
+        assert_eq!(parse_rfc3339_micros("2018-13-26T13:07:36Z"), None);
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        for s in ["2018-10-26T13:07:36.911442Z", "2000-02-29T23:59:59.000001Z", "1969-12-31T23:59:59.999999Z"] {
+            let us = parse_rfc3339_micros(s).unwrap();
+            assert_eq!(format_rfc3339_micros(us), s);
+        }
+    }
+}

@@ -1,0 +1,27 @@
+//! kausality-stream: for every change a Kubernetes controller makes, whether anyone asked for it.
+//!
+//! The data path, in the order an audit event travels:
+//!
+//! - [`decode`]: bytes (JSON lines, an `EventList`, a single event) to borrowed audit events,
+//!   or explained, counted rejections.
+//! - [`filter`]: only completed, successful, persisted writes go on.
+//! - [`write`]: the owned, compact record of one write that the rest of the chain carries.
+//! - [`order`]: duplicates out by auditID; writes back into resourceVersion order.
+//! - [`classify`]: the model (DESIGN §1): applies writes to [`state`] and judges each mutation
+//!   as drift, expected, origin, ... with a causal trace. Pure: no I/O, no async.
+//! - [`enriched`]: the output record of a classified mutation.
+//! - [`process`]: the chain above, shared by every front end.
+//! - [`metrics`]: what is counted, in the Prometheus format.
+//! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
+
+pub mod classify;
+pub mod config;
+pub mod decode;
+pub mod enriched;
+pub mod filter;
+pub mod metrics;
+pub mod order;
+pub mod process;
+pub mod replay;
+pub mod state;
+pub mod write;

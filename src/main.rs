@@ -1,0 +1,152 @@
+//! The `kausality-stream` command line.
+
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+
+use kausality_stream::classify::Class;
+use kausality_stream::decode::Unwrap;
+use kausality_stream::replay::{self, ReplayOptions};
+
+/// For every change a Kubernetes controller makes, whether anyone asked for it.
+#[derive(Parser)]
+#[command(name = "kausality-stream", version, about, long_about = None)]
+struct Cli {
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "KAUSALITY_LOG_FORMAT")]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Classify a recorded audit log: enriched events to stdout (JSON lines), a summary to stderr.
+    Replay(ReplayArgs),
+}
+
+#[derive(clap::Args)]
+struct ReplayArgs {
+    /// Audit log files (JSON lines, an EventList or a single event per file); `-` reads stdin.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Cluster name written into every event.
+    #[arg(long, default_value = "default")]
+    cluster: String,
+    /// How long (in event time) writes are held to be put in resourceVersion order, e.g. 500ms, 2s, 0.
+    #[arg(long, default_value = "500ms", value_parser = parse_duration_us)]
+    reorder_window: i64,
+    /// Only write enriched events of these classes (repeat or comma-separate); all by default.
+    #[arg(long = "class", value_delimiter = ',', value_parser = parse_class)]
+    classes: Vec<Class>,
+    /// Unwrap a shipper's envelope around the events.
+    #[arg(long, value_enum, default_value_t = UnwrapArg::None)]
+    unwrap: UnwrapArg,
+    /// Leave a field out of the spec comparison for a kind, as KIND=PATH (e.g. Deployment.apps=spec.replicas).
+    #[arg(long = "ignore-field", value_parser = parse_ignore_field)]
+    ignore_fields: Vec<(String, String)>,
+    /// Most objects kept in state; the coldest are evicted past it.
+    #[arg(long, default_value_t = 2_000_000)]
+    max_objects: usize,
+    /// Longest line read, in bytes; longer lines are counted as invalid (too_large).
+    #[arg(long, default_value_t = 16 << 20)]
+    max_line_bytes: usize,
+    /// Do not show a progress bar (it only shows on a terminal anyway).
+    #[arg(long)]
+    no_progress: bool,
+    /// Do not print the summary on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum UnwrapArg {
+    None,
+    Aks,
+}
+
+fn parse_duration_us(s: &str) -> Result<i64, String> {
+    let s = s.trim();
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, ""), |i| s.split_at(i));
+    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 2s, 1m"))?;
+    let mult = match unit {
+        "" if v == 0.0 => 0.0,
+        "us" | "µs" => 1.0,
+        "ms" => 1e3,
+        "s" => 1e6,
+        "m" => 60e6,
+        _ => return Err(format!("{s:?}: unit must be one of us, ms, s, m")),
+    };
+    Ok((v * mult) as i64)
+}
+
+fn parse_class(s: &str) -> Result<Class, String> {
+    Class::ALL
+        .into_iter()
+        .find(|c| c.as_str() == s)
+        .ok_or_else(|| format!("unknown class {s:?}; one of {}", Class::ALL.map(Class::as_str).join(", ")))
+}
+
+fn parse_ignore_field(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, p)) if !k.is_empty() && !p.is_empty() => Ok((k.to_string(), p.to_string())),
+        _ => Err(format!("{s:?}: expected KIND=PATH, e.g. Deployment.apps=spec.replicas")),
+    }
+}
+
+fn init_logs(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn replay(args: ReplayArgs) -> Result<ExitCode> {
+    let mut opts = ReplayOptions { inputs: args.files, classes: args.classes, progress: !args.no_progress, max_line_bytes: args.max_line_bytes, ..ReplayOptions::default() };
+    opts.processor.default_cluster = args.cluster;
+    opts.processor.reorder_window_us = args.reorder_window;
+    opts.processor.decode.unwrap = match args.unwrap {
+        UnwrapArg::None => Unwrap::None,
+        UnwrapArg::Aks => Unwrap::Aks,
+    };
+    opts.processor.decode.max_record_bytes = args.max_line_bytes;
+    opts.engine.max_objects = args.max_objects;
+    for (kind, path) in args.ignore_fields {
+        opts.model.ignore_field(&kind, &path);
+    }
+    let stdout = io::stdout();
+    let outcome = replay::run(&opts, &mut stdout.lock()).context("writing enriched events")?;
+    if !args.quiet {
+        eprint!("{}", outcome.render());
+    }
+    if outcome.nothing_read() {
+        bail!("nothing could be read from the input (see the summary above)");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logs(cli.log_format);
+    let result = match cli.command {
+        Command::Replay(args) => replay(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! The service's metrics: one struct that owns the Prometheus registry and has a method for
+//! each thing it records. Labels are bounded: reasons, classes, kinds, sinks; never a user or
+//! a UID. The names are listed in `deploy/metrics.txt` and checked against the exporter.
+
+use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+
+use crate::classify::policy::Resolution;
+use crate::classify::Class;
+use crate::decode::InvalidReason;
+use crate::filter::Ignored;
+
+pub struct Metrics {
+    registry: Registry,
+    pub events_received: IntCounterVec,
+    pub events_ignored: IntCounterVec,
+    pub events_invalid: IntCounterVec,
+    pub mutations: IntCounterVec,
+    pub drift: IntCounterVec,
+    pub freeze_violations: IntCounterVec,
+    pub late_events: IntCounter,
+    pub dedup_hits: IntCounter,
+    pub reorder_buffer_events: IntGauge,
+    pub tracked_objects: IntGauge,
+    pub state_evictions: IntCounter,
+    pub processing_lag: Histogram,
+    pub sink_events: IntCounterVec,
+    pub sink_errors: IntCounterVec,
+    pub kafka_consumer_lag: IntGaugeVec,
+    pub webhook_requests: IntCounterVec,
+    pub drift_reports: IntCounterVec,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("valid metric");
+    r.register(Box::new(c.clone())).expect("unique metric");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("valid metric");
+    r.register(Box::new(g.clone())).expect("unique metric");
+    g
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let r = Registry::new();
+        let processing_lag = Histogram::with_opts(
+            HistogramOpts::new("kausality_processing_lag_seconds", "Time from the audit event's stageTimestamp to its classification.")
+                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]),
+        )
+        .expect("valid metric");
+        r.register(Box::new(processing_lag.clone())).expect("unique metric");
+        let kafka_consumer_lag = IntGaugeVec::new(
+            Opts::new("kausality_kafka_consumer_lag_messages", "Messages between the consumer's position and the partition's high watermark."),
+            &["topic", "partition"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(kafka_consumer_lag.clone())).expect("unique metric");
+        let m = Metrics {
+            events_received: counter_vec(&r, "kausality_events_received_total", "Audit events received, by source.", &["source"]),
+            events_ignored: counter_vec(&r, "kausality_events_ignored_total", "Audit events not classified, by reason.", &["reason"]),
+            events_invalid: counter_vec(&r, "kausality_events_invalid_total", "Records rejected as not decodable audit events, by reason.", &["reason"]),
+            mutations: counter_vec(&r, "kausality_mutations_total", "Classified mutations, by class, parent kind and kind.", &["class", "parent_kind", "kind"]),
+            drift: counter_vec(&r, "kausality_drift_total", "Drift, by parent kind, kind and resolution.", &["parent_kind", "kind", "resolution"]),
+            freeze_violations: counter_vec(&r, "kausality_freeze_violations_total", "Child mutations under a parent's freeze.", &["parent_kind"]),
+            late_events: counter(&r, "kausality_late_events_total", "Writes applied after writes with a higher resourceVersion."),
+            dedup_hits: counter(&r, "kausality_dedup_hits_total", "Audit events dropped as duplicates by auditID."),
+            reorder_buffer_events: gauge(&r, "kausality_reorder_buffer_events", "Writes held in the reorder buffer."),
+            tracked_objects: gauge(&r, "kausality_tracked_objects", "Objects in the state store."),
+            state_evictions: counter(&r, "kausality_state_evictions_total", "Objects evicted from the state store (cap or tombstone expiry)."),
+            processing_lag,
+            sink_events: counter_vec(&r, "kausality_sink_events_total", "Enriched events delivered, by sink.", &["sink"]),
+            sink_errors: counter_vec(&r, "kausality_sink_errors_total", "Sink delivery errors, by sink.", &["sink"]),
+            kafka_consumer_lag,
+            webhook_requests: counter_vec(&r, "kausality_webhook_requests_total", "Webhook requests, by HTTP status code.", &["code"]),
+            drift_reports: counter_vec(&r, "kausality_drift_reports_total", "Drift reports sent, by phase.", &["phase"]),
+            registry: r,
+        };
+        // Pre-create the bounded label values so dashboards show zeros instead of gaps.
+        for reason in Ignored::ALL {
+            m.events_ignored.with_label_values(&[reason.as_str()]);
+        }
+        for reason in InvalidReason::ALL {
+            m.events_invalid.with_label_values(&[reason.as_str()]);
+        }
+        m
+    }
+
+    pub fn received(&self, source: &str, n: u64) {
+        self.events_received.with_label_values(&[source]).inc_by(n);
+    }
+
+    pub fn ignored(&self, reason: Ignored) {
+        self.events_ignored.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    pub fn invalid(&self, reason: InvalidReason) {
+        self.events_invalid.with_label_values(&[reason.as_str()]).inc();
+    }
+
+    pub fn classified(&self, class: Class, parent_kind: &str, kind: &str) {
+        self.mutations.with_label_values(&[class.as_str(), parent_kind, kind]).inc();
+    }
+
+    pub fn drifted(&self, parent_kind: &str, kind: &str, resolution: Resolution) {
+        self.drift.with_label_values(&[parent_kind, kind, resolution.as_str()]).inc();
+    }
+
+    pub fn ignored_count(&self, reason: Ignored) -> u64 {
+        self.events_ignored.with_label_values(&[reason.as_str()]).get()
+    }
+
+    pub fn invalid_count(&self, reason: InvalidReason) -> u64 {
+        self.events_invalid.with_label_values(&[reason.as_str()]).get()
+    }
+
+    /// The metrics in the Prometheus text exposition format.
+    pub fn render(&self) -> String {
+        let mut buf = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buf).expect("text encoding cannot fail");
+        String::from_utf8(buf).expect("metrics are UTF-8")
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+}

@@ -1,0 +1,169 @@
+//! The reorder buffer (DESIGN §2): batches from several API servers interleave and arrive late;
+//! within a cluster the resourceVersion of the written object is the etcd revision, a total
+//! order of writes. Writes are held for a window and released in resourceVersion order. A write
+//! that arrives after a higher resourceVersion was released is still released, marked late.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// A write ready to apply, and whether it came too late to be put in order.
+#[derive(Debug)]
+pub struct Released<T> {
+    pub item: T,
+    pub late: bool,
+}
+
+struct Held<T> {
+    rv: u64,
+    seq: u64,
+    time_us: i64,
+    item: T,
+}
+
+impl<T> PartialEq for Held<T> {
+    fn eq(&self, o: &Self) -> bool {
+        (self.rv, self.seq) == (o.rv, o.seq)
+    }
+}
+impl<T> Eq for Held<T> {}
+impl<T> PartialOrd for Held<T> {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl<T> Ord for Held<T> {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (self.rv, self.seq).cmp(&(o.rv, o.seq))
+    }
+}
+
+/// Holds writes of one cluster for `window_us` of the buffer's clock (event time in replay,
+/// arrival time in the service) and releases them by (resourceVersion, arrival).
+pub struct ReorderBuffer<T> {
+    window_us: i64,
+    /// More than this many held writes are released early (memory bound).
+    max_held: usize,
+    heap: BinaryHeap<Reverse<Held<T>>>,
+    /// The latest time seen: the buffer's clock.
+    now_us: i64,
+    /// Highest resourceVersion released so far.
+    released_rv: u64,
+    /// Highest resourceVersion seen; writes without one sort right after it.
+    seen_rv: u64,
+    seq: u64,
+}
+
+impl<T> ReorderBuffer<T> {
+    pub fn new(window_us: i64, max_held: usize) -> Self {
+        ReorderBuffer { window_us, max_held: max_held.max(1), heap: BinaryHeap::new(), now_us: i64::MIN, released_rv: 0, seen_rv: 0, seq: 0 }
+    }
+
+    pub fn len(&self) -> usize {
+        self.heap.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
+    /// Adds a write; releases into `out` whatever is due.
+    pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, out: &mut Vec<Released<T>>) {
+        self.seq += 1;
+        let rv = match rv {
+            Some(rv) => {
+                self.seen_rv = self.seen_rv.max(rv);
+                rv
+            }
+            None => self.seen_rv,
+        };
+        if rv < self.released_rv {
+            // Later writes were applied already: apply now, flagged.
+            out.push(Released { item, late: true });
+            return;
+        }
+        self.heap.push(Reverse(Held { rv, seq: self.seq, time_us, item }));
+        self.advance(time_us, out);
+    }
+
+    /// Moves the clock to `now_us` (never backwards) and releases what is due.
+    pub fn advance(&mut self, now_us: i64, out: &mut Vec<Released<T>>) {
+        self.now_us = self.now_us.max(now_us);
+        let due = self.now_us.saturating_sub(self.window_us);
+        while let Some(Reverse(top)) = self.heap.peek() {
+            if top.time_us > due && self.heap.len() <= self.max_held {
+                break;
+            }
+            let Reverse(h) = self.heap.pop().expect("peeked");
+            self.release(h, out);
+        }
+    }
+
+    /// Releases everything (end of input, shutdown).
+    pub fn flush(&mut self, out: &mut Vec<Released<T>>) {
+        while let Some(Reverse(h)) = self.heap.pop() {
+            self.release(h, out);
+        }
+    }
+
+    fn release(&mut self, h: Held<T>, out: &mut Vec<Released<T>>) {
+        self.released_rv = self.released_rv.max(h.rv);
+        out.push(Released { item: h.item, late: false });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn items(out: Vec<Released<u32>>) -> Vec<(u32, bool)> {
+        out.into_iter().map(|r| (r.item, r.late)).collect()
+    }
+
+    #[test]
+    fn releases_in_resource_version_order_after_the_window() {
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push(3, Some(30), 0, &mut out);
+        b.push(1, Some(10), 10, &mut out);
+        b.push(2, Some(20), 20, &mut out);
+        assert!(out.is_empty(), "held within the window");
+        b.advance(110, &mut out);
+        assert_eq!(items(std::mem::take(&mut out)), vec![(1, false)], "rv 30 arrived first but waits behind rv 20");
+        b.advance(120, &mut out);
+        assert_eq!(items(std::mem::take(&mut out)), vec![(2, false), (3, false)]);
+    }
+
+    #[test]
+    fn a_write_older_than_what_was_released_is_late() {
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push(5, Some(50), 0, &mut out);
+        b.advance(200, &mut out);
+        b.push(4, Some(40), 210, &mut out);
+        assert_eq!(items(out), vec![(5, false), (4, true)]);
+    }
+
+    #[test]
+    fn bounded_by_count_and_flushes() {
+        let mut b = ReorderBuffer::new(1_000_000, 2);
+        let mut out = Vec::new();
+        for (i, rv) in [(1, 30), (2, 10), (3, 20)] {
+            b.push(i, Some(rv), 0, &mut out);
+        }
+        assert_eq!(items(std::mem::take(&mut out)), vec![(2, false)], "over the cap releases the lowest");
+        b.flush(&mut out);
+        assert_eq!(items(out), vec![(3, false), (1, false)]);
+        assert!(b.is_empty());
+    }
+
+    #[test]
+    fn writes_without_resource_version_sort_after_the_latest_seen() {
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push(1, Some(10), 0, &mut out);
+        b.push(2, None, 1, &mut out);
+        b.push(3, Some(5), 2, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items(out), vec![(3, false), (1, false), (2, false)]);
+    }
+}

@@ -1,0 +1,247 @@
+//! The processing chain, synchronous and shared by every front end (replay, webhook, Kafka):
+//! decode → filter → dedupe → reorder → classify, counting everything on the way.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::classify::{Applied, Class, Engine};
+use crate::decode::{self, AuditEvent, DecodeOptions, Invalid, Location};
+use crate::enriched::Enriched;
+use crate::filter::{admit, Ignored};
+use crate::metrics::Metrics;
+use crate::order::{Dedupe, Released, ReorderBuffer};
+use crate::state::Sym;
+use crate::write::{Extractor, Rejected, Write};
+
+/// Which clock the reorder window runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// The events' own `stageTimestamp` (replay of a recorded log).
+    EventTime,
+    /// Arrival time (a live stream).
+    Arrival,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProcessorOptions {
+    /// Cluster name for events whose source names none.
+    pub default_cluster: String,
+    /// How long writes are held to be put in resourceVersion order.
+    pub reorder_window_us: i64,
+    /// Most writes held per cluster before the oldest are released early.
+    pub reorder_max_held: usize,
+    /// How many recent auditIDs are remembered to drop duplicates.
+    pub dedupe_capacity: usize,
+    pub decode: DecodeOptions,
+    pub clock: Clock,
+}
+
+impl Default for ProcessorOptions {
+    fn default() -> Self {
+        ProcessorOptions {
+            default_cluster: "default".to_string(),
+            reorder_window_us: 500_000,
+            reorder_max_held: 100_000,
+            dedupe_capacity: 200_000,
+            decode: DecodeOptions::default(),
+            clock: Clock::EventTime,
+        }
+    }
+}
+
+/// What one body or document brought.
+#[derive(Debug, Default)]
+pub struct IngestReport {
+    /// Audit events decoded (before filtering and dedupe).
+    pub events: usize,
+    /// Records rejected; the first few are kept in `errors`.
+    pub invalid: usize,
+    pub errors: Vec<Invalid>,
+}
+
+const KEPT_ERRORS: usize = 10;
+const MAINTAIN_EVERY: u64 = 4096;
+
+pub struct Processor {
+    engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    opts: ProcessorOptions,
+    dedupe: Dedupe,
+    buffers: HashMap<Sym, ReorderBuffer<Write>>,
+    default_cluster: Sym,
+    seq: u64,
+    released: Vec<Released<Write>>,
+}
+
+impl Processor {
+    pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, opts: ProcessorOptions) -> Self {
+        let default_cluster = engine.interner.intern(&opts.default_cluster);
+        Processor {
+            dedupe: Dedupe::new(opts.dedupe_capacity),
+            engine,
+            metrics,
+            opts,
+            buffers: HashMap::new(),
+            default_cluster,
+            seq: 0,
+            released: Vec::new(),
+        }
+    }
+
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub fn dedupe(&self) -> &Dedupe {
+        &self.dedupe
+    }
+
+    pub fn dedupe_mut(&mut self) -> &mut Dedupe {
+        &mut self.dedupe
+    }
+
+    /// Writes held in the reorder buffers.
+    pub fn held(&self) -> usize {
+        self.buffers.values().map(ReorderBuffer::len).sum()
+    }
+
+    fn cluster_sym(&self, cluster: Option<&str>) -> Sym {
+        match cluster {
+            Some(c) if !c.is_empty() => self.engine.interner.intern(c),
+            _ => self.default_cluster,
+        }
+    }
+
+    /// Decodes a body of any supported shape (EventList, Event, JSON lines) and takes its events in.
+    pub fn ingest_body(&mut self, cluster: Option<&str>, body: &[u8], source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        let cluster = self.cluster_sym(cluster);
+        let mut report = IngestReport::default();
+        let decode_opts = self.opts.decode.clone();
+        decode::decode_body(body, &decode_opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, now_us, &mut report, out));
+        self.after_batch(now_us, out);
+        report
+    }
+
+    /// Takes in one JSON document (one line of a log file).
+    pub fn ingest_document(&mut self, cluster: Option<&str>, doc: &[u8], location: Location, source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        let cluster = self.cluster_sym(cluster);
+        let mut report = IngestReport::default();
+        let decode_opts = self.opts.decode.clone();
+        decode::decode_document(doc, location, &decode_opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, now_us, &mut report, out));
+        report
+    }
+
+    /// Counts a record rejected before decoding (e.g. an over-long line).
+    pub fn reject(&mut self, invalid: Invalid, report: &mut IngestReport) {
+        self.metrics.invalid(invalid.reason);
+        report.invalid += 1;
+        if report.errors.len() < KEPT_ERRORS {
+            report.errors.push(invalid);
+        }
+    }
+
+    fn take(&mut self, cluster: Sym, r: Result<AuditEvent<'_>, Invalid>, source: &str, now_us: i64, report: &mut IngestReport, out: &mut Vec<Enriched>) {
+        let ev = match r {
+            Ok(ev) => ev,
+            Err(invalid) => return self.reject(invalid, report),
+        };
+        report.events += 1;
+        self.metrics.received(source, 1);
+        let adm = match admit(&ev) {
+            Ok(a) => a,
+            Err(reason) => return self.metrics.ignored(reason),
+        };
+        if !self.dedupe.first_sight(ev.audit_id.as_deref().unwrap_or("")) {
+            self.metrics.dedup_hits.inc();
+            return;
+        }
+        self.seq += 1;
+        let extractor = Extractor { interner: &self.engine.interner, config: &self.engine.config };
+        let write = match extractor.extract(&ev, adm, cluster, self.seq, Location::Body) {
+            Ok(w) => w,
+            Err(Rejected::Ignored(reason)) => return self.metrics.ignored(reason),
+            Err(Rejected::Invalid(invalid)) => return self.reject(invalid, report),
+        };
+        let time = match self.opts.clock {
+            Clock::EventTime if write.time_us != 0 => write.time_us,
+            _ => now_us,
+        };
+        let buffer = self.buffers.entry(cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
+        let rv = write.resource_version;
+        buffer.push(write, rv, time, &mut self.released);
+        self.apply_released(now_us, out);
+    }
+
+    /// Releases what is due by the clock (call periodically on a live stream).
+    pub fn tick(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
+        for b in self.buffers.values_mut() {
+            b.advance(now_us, &mut self.released);
+        }
+        self.apply_released(now_us, out);
+        self.after_batch(now_us, out);
+    }
+
+    /// Releases everything held (end of input, shutdown).
+    pub fn flush(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
+        for b in self.buffers.values_mut() {
+            b.flush(&mut self.released);
+        }
+        self.apply_released(now_us, out);
+        self.after_batch(now_us, out);
+    }
+
+    fn after_batch(&mut self, _now_us: i64, _out: &mut [Enriched]) {
+        self.metrics.reorder_buffer_events.set(self.held() as i64);
+        self.metrics.tracked_objects.set(self.engine.store.len() as i64);
+    }
+
+    fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
+        let released = std::mem::take(&mut self.released);
+        for Released { item: mut write, late } in released {
+            write.late = late;
+            if late {
+                self.metrics.late_events.inc();
+            }
+            let time_us = write.time_us;
+            match self.engine.apply(&write) {
+                Applied::Ignored(reason) => self.metrics.ignored(reason),
+                Applied::Classified(events) => {
+                    for e in events {
+                        self.count(&e);
+                        out.push(e);
+                    }
+                }
+            }
+            if self.opts.clock == Clock::Arrival && time_us != 0 {
+                self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
+            }
+            if write.seq % MAINTAIN_EVERY == 0 {
+                let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };
+                let stats = self.engine.store.maintain(clock);
+                self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);
+            }
+        }
+    }
+
+    fn count(&self, e: &Enriched) {
+        let parent_kind = e.parent.as_ref().map_or("", |p| &*p.kind);
+        self.metrics.classified(e.class, parent_kind, &e.object.kind);
+        if e.class == Class::Drift {
+            if let Some(r) = e.resolution {
+                self.metrics.drifted(parent_kind, &e.object.kind, r);
+            }
+        }
+        if e.freeze_violation {
+            self.metrics.freeze_violations.with_label_values(&[parent_kind]).inc();
+        }
+    }
+
+    /// Counts of ignored events, by reason (for summaries).
+    pub fn ignored_counts(&self) -> Vec<(Ignored, u64)> {
+        Ignored::ALL.iter().map(|&r| (r, self.metrics.ignored_count(r))).filter(|(_, n)| *n > 0).collect()
+    }
+}

@@ -1,0 +1,168 @@
+//! `kausality-stream replay`: recorded audit logs in, enriched events out (JSON lines), and a
+//! summary on stderr. Memory stays bounded whatever the size of the input: lines are read one at
+//! a time and enriched events are written as they come.
+
+mod reader;
+mod summary;
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::classify::{Class, Engine, EngineOptions};
+use crate::config::ModelConfig;
+use crate::decode::{Invalid, InvalidReason, Location};
+use crate::enriched::Enriched;
+use crate::metrics::Metrics;
+use crate::process::{Clock, IngestReport, Processor, ProcessorOptions};
+pub use reader::{Reader, Record};
+pub use summary::Summary;
+
+#[derive(Clone, Debug)]
+pub struct ReplayOptions {
+    pub inputs: Vec<PathBuf>,
+    pub processor: ProcessorOptions,
+    pub engine: EngineOptions,
+    pub model: ModelConfig,
+    /// Only these classes are written (all when empty).
+    pub classes: Vec<Class>,
+    pub progress: bool,
+    /// Longest line accepted (longer lines are counted as too_large).
+    pub max_line_bytes: usize,
+    /// Largest multi-line document read whole.
+    pub max_document_bytes: usize,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            inputs: Vec::new(),
+            processor: ProcessorOptions { clock: Clock::EventTime, ..ProcessorOptions::default() },
+            engine: EngineOptions::default(),
+            model: ModelConfig::default(),
+            classes: Vec::new(),
+            progress: true,
+            max_line_bytes: 16 << 20,
+            max_document_bytes: 1 << 30,
+        }
+    }
+}
+
+/// What a replay did.
+pub struct Outcome {
+    pub summary: Summary,
+    pub metrics: Arc<Metrics>,
+    pub elapsed: std::time::Duration,
+}
+
+impl Outcome {
+    /// Nothing could be read: every input unreadable, or not one audit event decoded among
+    /// rejected records.
+    pub fn nothing_read(&self) -> bool {
+        let invalid: u64 = InvalidReason::ALL.iter().map(|&r| self.metrics.invalid_count(r)).sum();
+        self.summary.events == 0 && (self.summary.unreadable.len() == self.summary.files || invalid > 0)
+    }
+
+    pub fn render(&self) -> String {
+        self.summary.render(&self.metrics, self.elapsed)
+    }
+}
+
+/// Replays `opts.inputs` into `out`.
+pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
+    let started = Instant::now();
+    let metrics = Arc::new(Metrics::new());
+    let engine = Arc::new(Engine::new(opts.model.clone(), opts.engine.clone()));
+    let mut processor = Processor::new(engine, metrics.clone(), opts.processor.clone());
+    let mut summary = Summary { files: opts.inputs.len(), ..Summary::default() };
+    let mut out = BufWriter::with_capacity(1 << 16, out);
+    let mut batch: Vec<Enriched> = Vec::new();
+    let total: u64 = opts.inputs.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
+    let bar = progress_bar(opts.progress, total);
+    let mut done_before = 0u64;
+
+    for path in &opts.inputs {
+        let name = path.display().to_string();
+        let input: Box<dyn io::Read> = if name == "-" {
+            Box::new(io::stdin().lock())
+        } else {
+            match File::open(path) {
+                Ok(f) => Box::new(f),
+                Err(e) => {
+                    summary.unreadable.push(format!("{name}: {e}"));
+                    continue;
+                }
+            }
+        };
+        let mut reader = Reader::new(BufReader::with_capacity(1 << 20, input), opts.max_line_bytes, opts.max_document_bytes);
+        let mut report = IngestReport::default();
+        loop {
+            let record = match reader.next_record() {
+                Ok(Some(r)) => r,
+                Ok(None) => break,
+                Err(e) => {
+                    summary.unreadable.push(format!("{name}: read error after {} bytes: {e}", reader.consumed));
+                    break;
+                }
+            };
+            let r = match record {
+                Record::Line(n, line) => processor.ingest_document(None, &line, Location::Line(n), "file", 0, &mut batch),
+                Record::Document(doc) => processor.ingest_body(None, &doc, "file", 0, &mut batch),
+                Record::TooLong(n, len) => {
+                    let mut r = IngestReport::default();
+                    let msg = format!("{len} bytes is over the limit of {} bytes per line", opts.max_line_bytes);
+                    processor.reject(Invalid::new(Location::Line(n), InvalidReason::TooLarge, msg), &mut r);
+                    r
+                }
+            };
+            merge(&mut report, r, &name, &mut summary);
+            write_batch(&mut batch, &mut summary, &opts.classes, &mut out)?;
+            if let Some(b) = &bar {
+                b.set_position(done_before + reader.consumed);
+            }
+        }
+        done_before += reader.consumed;
+        summary.bytes += reader.consumed;
+    }
+    processor.flush(0, &mut batch);
+    write_batch(&mut batch, &mut summary, &opts.classes, &mut out)?;
+    out.flush()?;
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    Ok(Outcome { summary, metrics, elapsed: started.elapsed() })
+}
+
+fn merge(total: &mut IngestReport, r: IngestReport, file: &str, summary: &mut Summary) {
+    total.events += r.events;
+    total.invalid += r.invalid;
+    summary.events += r.events as u64;
+    for e in &r.errors {
+        summary.record_invalid(file, e);
+    }
+}
+
+fn write_batch(batch: &mut Vec<Enriched>, summary: &mut Summary, classes: &[Class], out: &mut impl Write) -> io::Result<()> {
+    for e in batch.drain(..) {
+        summary.record(&e);
+        if classes.is_empty() || classes.contains(&e.class) {
+            serde_json::to_writer(&mut *out, &e)?;
+            out.write_all(b"\n")?;
+        }
+    }
+    Ok(())
+}
+
+fn progress_bar(wanted: bool, total: u64) -> Option<indicatif::ProgressBar> {
+    if !wanted || total == 0 || !io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    Some(bar)
+}

@@ -1,0 +1,134 @@
+//! The human summary `replay` prints on stderr.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::classify::Class;
+use crate::decode::{Invalid, InvalidReason};
+use crate::enriched::Enriched;
+use crate::filter::Ignored;
+use crate::metrics::Metrics;
+
+/// Tallies what `replay` needs beyond the metrics: classes, drifting parents and controllers,
+/// examples of rejected records.
+#[derive(Default)]
+pub struct Summary {
+    pub files: usize,
+    pub unreadable: Vec<String>,
+    pub bytes: u64,
+    pub events: u64,
+    pub classes: HashMap<Class, u64>,
+    pub late: u64,
+    pub drift_parents: HashMap<String, u64>,
+    pub drift_controllers: HashMap<String, u64>,
+    pub invalid_examples: Vec<String>,
+}
+
+const EXAMPLES: usize = 5;
+
+impl Summary {
+    pub fn record(&mut self, e: &Enriched) {
+        *self.classes.entry(e.class).or_default() += 1;
+        if e.late {
+            self.late += 1;
+        }
+        if e.class == Class::Drift {
+            let parent = e.parent.as_ref().map_or_else(String::new, |p| {
+                let ns = if e.object.namespace.is_empty() { String::new() } else { format!("{}/", e.object.namespace) };
+                format!("{} {}{}", p.kind, ns, p.name)
+            });
+            *self.drift_parents.entry(parent).or_default() += 1;
+            *self.drift_controllers.entry(e.user.to_string()).or_default() += 1;
+        }
+    }
+
+    pub fn record_invalid(&mut self, file: &str, e: &Invalid) {
+        if self.invalid_examples.len() < EXAMPLES {
+            self.invalid_examples.push(format!("{file} {e}"));
+        }
+    }
+
+    pub fn classified(&self) -> u64 {
+        self.classes.values().sum()
+    }
+
+    pub fn render(&self, metrics: &Metrics, elapsed: Duration) -> String {
+        let mut s = String::new();
+        let secs = elapsed.as_secs_f64().max(1e-9);
+        let _ = writeln!(
+            s,
+            "kausality-stream replay: {} file(s), {} in {:.2} s ({}/s, {} events/s)",
+            self.files,
+            bytes(self.bytes),
+            secs,
+            bytes((self.bytes as f64 / secs) as u64),
+            thousands((self.events as f64 / secs) as u64)
+        );
+        for f in &self.unreadable {
+            let _ = writeln!(s, "  unreadable: {f}");
+        }
+        let _ = writeln!(s, "  events read    {:>12}", thousands(self.events));
+        let ignored: Vec<(Ignored, u64)> = Ignored::ALL.iter().map(|&r| (r, metrics.ignored_count(r))).filter(|(_, n)| *n > 0).collect();
+        let _ = writeln!(
+            s,
+            "  ignored        {:>12}   {}",
+            thousands(ignored.iter().map(|(_, n)| n).sum()),
+            ignored.iter().map(|(r, n)| format!("{} {}", r.as_str(), thousands(*n))).collect::<Vec<_>>().join(" · ")
+        );
+        let invalid: Vec<(InvalidReason, u64)> =
+            InvalidReason::ALL.iter().map(|&r| (r, metrics.invalid_count(r))).filter(|(_, n)| *n > 0).collect();
+        let _ = writeln!(
+            s,
+            "  invalid        {:>12}   {}",
+            thousands(invalid.iter().map(|(_, n)| n).sum()),
+            invalid.iter().map(|(r, n)| format!("{} {}", r.as_str(), thousands(*n))).collect::<Vec<_>>().join(" · ")
+        );
+        for ex in &self.invalid_examples {
+            let _ = writeln!(s, "      e.g. {ex}");
+        }
+        let _ = writeln!(s, "  duplicates     {:>12}", thousands(metrics.dedup_hits.get()));
+        let _ = writeln!(s, "  late           {:>12}", thousands(self.late));
+        let mut classes: Vec<(Class, u64)> = self.classes.iter().map(|(c, n)| (*c, *n)).collect();
+        classes.sort();
+        let _ = writeln!(
+            s,
+            "  classified     {:>12}   {}",
+            thousands(self.classified()),
+            classes.iter().map(|(c, n)| format!("{} {}", c.as_str(), thousands(*n))).collect::<Vec<_>>().join(" · ")
+        );
+        for (title, map) in [("top drifting parents", &self.drift_parents), ("top drifting controllers", &self.drift_controllers)] {
+            if map.is_empty() {
+                continue;
+            }
+            let mut top: Vec<(&String, &u64)> = map.iter().collect();
+            top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let _ = writeln!(s, "  {title}:");
+            for (name, n) in top.into_iter().take(5) {
+                let _ = writeln!(s, "    {:>8}  {name}", thousands(*n));
+            }
+        }
+        s
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let d = n.to_string();
+    let mut out = String::new();
+    for (i, c) in d.chars().enumerate() {
+        if i > 0 && (d.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+fn bytes(n: u64) -> String {
+    match n {
+        n if n >= 1 << 30 => format!("{:.1} GiB", n as f64 / (1u64 << 30) as f64),
+        n if n >= 1 << 20 => format!("{:.1} MiB", n as f64 / (1u64 << 20) as f64),
+        n if n >= 1 << 10 => format!("{:.1} KiB", n as f64 / 1024.0),
+        n => format!("{n} B"),
+    }
+}

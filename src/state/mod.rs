@@ -1,0 +1,9 @@
+//! Per-object state, rebuilt from the stream: a sharded concurrent map keyed by (cluster, UID).
+
+mod intern;
+mod object;
+mod store;
+
+pub use intern::{Interner, Sym};
+pub use object::{ObjectState, Recent, MAX_RECENT};
+pub use store::{ObjKey, Store, StoreStats};

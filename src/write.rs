@@ -1,0 +1,406 @@
+//! A [`Write`]: one completed, persisted write to the API, owned and compact, with everything
+//! the model needs and nothing else. Built from a borrowed [`AuditEvent`] once the filter has
+//! admitted it; this is what the reorder buffer holds and the classifier consumes.
+
+use std::sync::Arc;
+
+use serde_json::value::RawValue;
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
+
+use crate::config::{kind_key, ModelConfig};
+use crate::decode::time::parse_rfc3339_micros;
+use crate::decode::{AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX};
+use crate::filter::{Admitted, Ignored, Subresource, Verb};
+use crate::state::{Interner, Sym};
+
+/// An object UID as a map key: the 128 bits of a UUID, or a 128-bit hash of any other string.
+pub type Uid = u128;
+
+pub fn uid_key(uid: &str) -> Uid {
+    parse_uuid(uid).unwrap_or_else(|| xxh3_128(uid.as_bytes()))
+}
+
+fn parse_uuid(s: &str) -> Option<u128> {
+    let b = s.as_bytes();
+    if b.len() != 36 || b[8] != b'-' || b[13] != b'-' || b[18] != b'-' || b[23] != b'-' {
+        return None;
+    }
+    let mut v: u128 = 0;
+    for &c in b {
+        let d = match c {
+            b'-' => continue,
+            b'0'..=b'9' => c - b'0',
+            b'a'..=b'f' => c - b'a' + 10,
+            // Upper case is a different string, so it must not collide with the lower-case UUID.
+            _ => return None,
+        };
+        v = (v << 4) | d as u128;
+    }
+    Some(v)
+}
+
+/// Where the observed generation came from (DESIGN §1.3), in order of precedence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ObservedSource {
+    /// `status.observedGeneration`.
+    Status,
+    /// `observedGeneration` of the `Synced` condition.
+    SyncedCondition,
+    /// `observedGeneration` of the `Ready` condition.
+    ReadyCondition,
+    /// The generation at the parent's latest status write.
+    Synthetic,
+}
+
+/// Conditions that are `True`, as bits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Conditions {
+    pub initialized: bool,
+    pub ready: bool,
+    pub available: bool,
+}
+
+/// The controller ownerReference of an object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerLink {
+    pub uid: Uid,
+    pub uid_text: Arc<str>,
+    pub api_version: Sym,
+    pub kind: Sym,
+    pub name: Arc<str>,
+}
+
+/// The `kausality.io/` annotations of an object, raw; parsed into a policy only when they change.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Annotations {
+    pub entries: Vec<(Box<str>, Box<str>)>,
+    /// Hash of all entries, to notice a change cheaply.
+    pub hash: u64,
+}
+
+impl Annotations {
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.entries.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
+    }
+}
+
+/// What the write's response says about the object.
+#[derive(Clone, Debug)]
+pub struct ObjectFacts {
+    pub uid: Uid,
+    pub uid_text: Arc<str>,
+    pub api_version: Sym,
+    pub kind: Sym,
+    pub namespace: Sym,
+    pub name: Arc<str>,
+    pub generation: Option<i64>,
+    pub resource_version: Option<u64>,
+    pub owner: Option<OwnerLink>,
+    /// Hash of `spec` (or, for kinds without one, of every top-level field but apiVersion,
+    /// kind, metadata, status), configured ignored fields left out.
+    pub content_hash: u64,
+    pub status_hash: Option<u64>,
+    pub observed: Option<(i64, ObservedSource)>,
+    pub conditions: Conditions,
+    pub deleting: bool,
+    pub annotations: Option<Box<Annotations>>,
+}
+
+/// What was written.
+#[derive(Clone, Debug)]
+pub enum Target {
+    /// A full object (create, update, patch, status write, or a delete that returned it).
+    Object(ObjectFacts),
+    /// A write through the `scale` subresource: only the UID and new resourceVersion are known.
+    Scale { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str>, resource: Sym, api_version: Sym },
+    /// A delete whose response was a `Status`: the object is gone, known by UID only.
+    Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str> },
+    /// A deletecollection: every deleted object.
+    Many(Vec<ObjectFacts>),
+}
+
+#[derive(Clone, Debug)]
+pub struct Write {
+    /// Arrival order, the tie-breaker of the reorder buffer.
+    pub seq: u64,
+    pub cluster: Sym,
+    pub audit_id: Arc<str>,
+    /// Event time (stageTimestamp) in µs since the epoch; 0 when unknown.
+    pub time_us: i64,
+    pub stage_timestamp: Arc<str>,
+    pub verb: Verb,
+    pub subresource: Subresource,
+    pub user: Sym,
+    /// The written object's resourceVersion: the order of writes within a cluster.
+    pub resource_version: Option<u64>,
+    /// `objectRef.resource` and `objectRef.namespace`, for scoping.
+    pub resource: Sym,
+    pub target: Target,
+    /// Set by the reorder buffer when the write came after later writes were applied.
+    pub late: bool,
+}
+
+/// Why an admitted event still could not become a [`Write`].
+#[derive(Debug)]
+pub enum Rejected {
+    Ignored(Ignored),
+    Invalid(Invalid),
+}
+
+/// Context for building writes: the interner and the model's configuration.
+pub struct Extractor<'c> {
+    pub interner: &'c Interner,
+    pub config: &'c ModelConfig,
+}
+
+impl Extractor<'_> {
+    pub fn extract(&self, ev: &AuditEvent<'_>, adm: Admitted, cluster: Sym, seq: u64, location: Location) -> Result<Write, Rejected> {
+        let user = ev.effective_user().ok_or_else(|| {
+            Rejected::Invalid(Invalid::new(location, InvalidReason::MissingField, "mutating event without user.username or user.uid"))
+        })?;
+        let stage_ts = ev.event_time().unwrap_or("");
+        let oref = ev.object_ref.as_ref();
+        let resource = self.interner.intern(oref.and_then(|o| o.resource.as_deref()).unwrap_or(""));
+        let target = match (adm.subresource, ev.response_object.as_ref()) {
+            (Subresource::Scale, Some(obj)) => {
+                let uid = obj.metadata.uid.as_deref().or(oref.and_then(|o| o.uid.as_deref()));
+                let uid = uid.filter(|u| !u.is_empty()).ok_or(Rejected::Ignored(Ignored::NoObject))?;
+                Target::Scale {
+                    uid: uid_key(uid),
+                    uid_text: Arc::from(uid),
+                    namespace: self.interner.intern(obj.metadata.namespace.as_deref().or(oref.and_then(|o| o.namespace.as_deref())).unwrap_or("")),
+                    name: Arc::from(obj.metadata.name.as_deref().or(oref.and_then(|o| o.name.as_deref())).unwrap_or("")),
+                    resource,
+                    api_version: self.interner.intern(&ref_api_version(oref)),
+                }
+            }
+            (_, Some(obj)) if obj.is_list() => {
+                let items = obj.field("items").map(|raw| self.list_items(raw)).unwrap_or_default();
+                Target::Many(items)
+            }
+            (_, Some(obj)) if obj.is_status() || obj.metadata.uid.is_none() => {
+                // A delete answered with a Status carries the UID in `details`.
+                let uid = status_details_uid(obj).or_else(|| oref.and_then(|o| o.uid.as_deref().map(str::to_string)));
+                match (adm.verb, uid) {
+                    (Verb::Delete, Some(uid)) if !uid.is_empty() => Target::Gone {
+                        uid: uid_key(&uid),
+                        uid_text: Arc::from(uid.as_str()),
+                        namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
+                        name: Arc::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
+                    },
+                    _ => return Err(Rejected::Ignored(Ignored::NoObject)),
+                }
+            }
+            (_, Some(obj)) => Target::Object(self.facts(obj).ok_or(Rejected::Ignored(Ignored::NoObject))?),
+            (_, None) => match (adm.verb, oref.and_then(|o| o.uid.as_deref())) {
+                (Verb::Delete, Some(uid)) if !uid.is_empty() => Target::Gone {
+                    uid: uid_key(uid),
+                    uid_text: Arc::from(uid),
+                    namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
+                    name: Arc::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
+                },
+                _ => return Err(Rejected::Ignored(Ignored::NoObject)),
+            },
+        };
+        let resource_version = match &target {
+            Target::Object(f) => f.resource_version,
+            _ => ev.response_object.as_ref().and_then(|o| parse_rv(o.metadata.resource_version.as_deref())),
+        };
+        Ok(Write {
+            seq,
+            cluster,
+            audit_id: Arc::from(ev.audit_id.as_deref().unwrap_or("")),
+            time_us: parse_rfc3339_micros(stage_ts).unwrap_or(0),
+            stage_timestamp: Arc::from(stage_ts),
+            verb: adm.verb,
+            subresource: adm.subresource,
+            user: self.interner.intern(user),
+            resource_version,
+            resource,
+            target,
+            late: false,
+        })
+    }
+
+    fn list_items(&self, raw: &RawValue) -> Vec<ObjectFacts> {
+        let items: Vec<ObjectView> = serde_json::from_str(raw.get()).unwrap_or_default();
+        items.iter().filter_map(|o| self.facts(o)).collect()
+    }
+
+    /// The facts of a full object; `None` when it has no UID (nothing to key state by).
+    pub fn facts(&self, obj: &ObjectView<'_>) -> Option<ObjectFacts> {
+        let md = &obj.metadata;
+        let uid = md.uid.as_deref().filter(|u| !u.is_empty())?;
+        let api_version = obj.api_version.as_deref().unwrap_or("");
+        let kind = obj.kind.as_deref().unwrap_or("");
+        let key = kind_key(api_version, kind);
+        let status = StatusView::parse(obj.status);
+        let observed = status
+            .observed_generation
+            .map(|g| (g, ObservedSource::Status))
+            .or_else(|| status.condition("Synced").and_then(|c| c.observed_generation).map(|g| (g, ObservedSource::SyncedCondition)))
+            .or_else(|| status.condition("Ready").and_then(|c| c.observed_generation).map(|g| (g, ObservedSource::ReadyCondition)));
+        let owner = md.controller_ref().map(|r| {
+            let uid = r.uid.as_deref().unwrap_or("");
+            OwnerLink {
+                uid: uid_key(uid),
+                uid_text: Arc::from(uid),
+                api_version: self.interner.intern(r.api_version.as_deref().unwrap_or("")),
+                kind: self.interner.intern(r.kind.as_deref().unwrap_or("")),
+                name: Arc::from(r.name.as_deref().unwrap_or("")),
+            }
+        });
+        let annotations = (!md.annotations.is_empty()).then(|| {
+            let mut h = Xxh3::new();
+            let entries: Vec<(Box<str>, Box<str>)> = md
+                .annotations
+                .iter()
+                .map(|(k, v)| {
+                    h.update(k.as_bytes());
+                    h.update(&[0]);
+                    h.update(v.as_bytes());
+                    h.update(&[0]);
+                    (Box::from(k.as_ref()), Box::from(v.as_ref()))
+                })
+                .collect();
+            Box::new(Annotations { entries, hash: h.digest() })
+        });
+        debug_assert!(annotations.as_ref().is_none_or(|a| a.entries.iter().all(|(k, _)| k.starts_with(ANNOTATION_PREFIX))));
+        Some(ObjectFacts {
+            uid: uid_key(uid),
+            uid_text: Arc::from(uid),
+            api_version: self.interner.intern(api_version),
+            kind: self.interner.intern(kind),
+            namespace: self.interner.intern(md.namespace.as_deref().unwrap_or("")),
+            name: Arc::from(md.name.as_deref().unwrap_or("")),
+            generation: md.generation,
+            resource_version: parse_rv(md.resource_version.as_deref()),
+            owner,
+            content_hash: content_hash(obj, self.config.ignored(&key)),
+            status_hash: obj.status.map(|s| xxh3_64(s.get().as_bytes())),
+            observed,
+            conditions: Conditions {
+                initialized: status.condition_true("Initialized"),
+                ready: status.condition_true("Ready"),
+                available: status.condition_true("Available"),
+            },
+            deleting: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()),
+            annotations,
+        })
+    }
+}
+
+/// `group/version` of an objectRef (`version` alone for the core group).
+fn ref_api_version(oref: Option<&crate::decode::ObjectRef<'_>>) -> String {
+    let group = oref.and_then(|o| o.api_group.as_deref()).unwrap_or("");
+    let version = oref.and_then(|o| o.api_version.as_deref()).unwrap_or("");
+    match (group, version) {
+        ("", v) => v.to_string(),
+        (g, "") => g.to_string(),
+        (g, v) => format!("{g}/{v}"),
+    }
+}
+
+fn parse_rv(rv: Option<&str>) -> Option<u64> {
+    rv.and_then(|s| s.parse().ok())
+}
+
+fn status_details_uid(obj: &ObjectView<'_>) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Details {
+        #[serde(default)]
+        uid: Option<String>,
+    }
+    obj.field("details").and_then(|d| serde_json::from_str::<Details>(d.get()).ok()).and_then(|d| d.uid)
+}
+
+/// Hash of what an object *wants*: `spec`, or for spec-less kinds every top-level field but
+/// apiVersion, kind, metadata and status. The API server encodes objects deterministically, so
+/// the raw bytes are hashed as they are unless some fields are configured to be ignored.
+fn content_hash(obj: &ObjectView<'_>, ignored: Option<&[Vec<String>]>) -> u64 {
+    let mut h = Xxh3::new();
+    let mut add = |key: &str, raw: &RawValue| {
+        h.update(key.as_bytes());
+        h.update(b"=");
+        match ignored.map(|paths| paths.iter().filter(|p| p.first().is_some_and(|f| f == key)).collect::<Vec<_>>()) {
+            Some(paths) if !paths.is_empty() => {
+                let mut v: serde_json::Value = serde_json::from_str(raw.get()).unwrap_or(serde_json::Value::Null);
+                for p in paths {
+                    remove_path(&mut v, &p[1..]);
+                }
+                h.update(v.to_string().as_bytes());
+            }
+            _ => h.update(raw.get().as_bytes()),
+        }
+        h.update(b"\n");
+    };
+    if let Some(spec) = obj.spec {
+        add("spec", spec);
+    } else {
+        for (k, v) in &obj.other {
+            add(k, v);
+        }
+    }
+    h.digest()
+}
+
+fn remove_path(v: &mut serde_json::Value, path: &[String]) {
+    match path {
+        [] => *v = serde_json::Value::Null,
+        [last] => {
+            if let Some(m) = v.as_object_mut() {
+                m.remove(last);
+            }
+        }
+        [first, rest @ ..] => {
+            if let Some(child) = v.get_mut(first.as_str()) {
+                remove_path(child, rest);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuid_keys_are_exact_and_other_uids_hash() {
+        assert_eq!(uid_key("00000000-0000-0000-0000-000000000001"), 1);
+        assert_eq!(parse_uuid("0000000A-0000-0000-0000-000000000001"), None);
+        assert_ne!(uid_key("my-uid"), uid_key("my-uid2"));
+    }
+
+    fn hash_of(json: &str, cfg: &ModelConfig) -> u64 {
+        let o: ObjectView = serde_json::from_str(json).unwrap();
+        let key = kind_key(o.api_version.as_deref().unwrap_or(""), o.kind.as_deref().unwrap_or(""));
+        content_hash(&o, cfg.ignored(&key))
+    }
+
+    #[test]
+    fn content_hash_follows_spec_or_top_level_fields() {
+        let cfg = ModelConfig::default();
+        let a = r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"a","labels":{"x":"1"}},"spec":{"replicas":1},"status":{"replicas":0}}"#;
+        let b = r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"a","labels":{"x":"2"}},"spec":{"replicas":1},"status":{"replicas":1}}"#;
+        let c = r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{"name":"a"},"spec":{"replicas":2}}"#;
+        assert_eq!(hash_of(a, &cfg), hash_of(b, &cfg), "metadata and status do not count");
+        assert_ne!(hash_of(a, &cfg), hash_of(c, &cfg));
+        let cm1 = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c"},"data":{"k":"1"}}"#;
+        let cm2 = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c","annotations":{"a":"b"}},"data":{"k":"1"}}"#;
+        let cm3 = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c"},"data":{"k":"2"}}"#;
+        assert_eq!(hash_of(cm1, &cfg), hash_of(cm2, &cfg));
+        assert_ne!(hash_of(cm1, &cfg), hash_of(cm3, &cfg));
+    }
+
+    #[test]
+    fn ignored_fields_leave_the_hash() {
+        let mut cfg = ModelConfig::default();
+        cfg.ignore_field("Deployment.apps", "spec.replicas");
+        let a = r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{},"spec":{"replicas":1,"paused":false}}"#;
+        let b = r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{},"spec":{"replicas":5,"paused":false}}"#;
+        let c = r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{},"spec":{"replicas":5,"paused":true}}"#;
+        assert_eq!(hash_of(a, &cfg), hash_of(b, &cfg));
+        assert_ne!(hash_of(b, &cfg), hash_of(c, &cfg));
+    }
+}

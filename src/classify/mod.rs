@@ -104,6 +104,31 @@ impl Engine {
         }
     }
 
+    /// Learns an object from outside the stream (a parent fetched from the API because the
+    /// stream never showed it): its state is filled in without counting any user as a writer.
+    pub fn observe(&self, cluster: Sym, f: &ObjectFacts, time_us: i64) {
+        let key = ObjKey { cluster, uid: f.uid };
+        self.store.upsert(key, || Self::new_state(f), |s| {
+            if s.last_resource_version == 0 || f.resource_version.is_some_and(|rv| rv >= s.last_resource_version) {
+                let w = Write {
+                    seq: 0,
+                    cluster,
+                    audit_id: Arc::from(""),
+                    time_us,
+                    stage_timestamp: Arc::from(""),
+                    verb: Verb::Update,
+                    subresource: Subresource::None,
+                    user: Sym::EMPTY,
+                    resource_version: f.resource_version,
+                    resource: Sym::EMPTY,
+                    target: Target::Gone { uid: f.uid, uid_text: f.uid_text.clone(), namespace: f.namespace, name: f.name.clone() },
+                    late: false,
+                };
+                self.refresh(s, f, &w);
+            }
+        });
+    }
+
     fn key(w: &Write, uid: Uid) -> ObjKey {
         ObjKey { cluster: w.cluster, uid }
     }

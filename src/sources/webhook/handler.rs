@@ -1,0 +1,196 @@
+//! `POST /audit` and `POST /audit/{cluster}`: one request, one body of audit events.
+//!
+//! Answers, and why (the API server's webhook backend retries a batch only on 429, 500, 504,
+//! a response with `Retry-After`, or a reset connection; anything else is dropped):
+//! - 200: the processor has taken the body in. Items that were not audit events are counted
+//!   (`kausality_events_invalid_total`) and listed in the answer, but the good ones are kept:
+//!   answering 400 would make the API server drop the whole batch, good events included.
+//! - 400: nothing in the body was an audit event (not JSON, another kind, an empty body);
+//!   retrying would not help.
+//! - 401: the bearer token is missing or wrong.
+//! - 413: the body or its event count is over the configured limit.
+//! - 429 + `Retry-After: 1`: the processor's queue is full. Never accept-and-drop.
+//! - 503 + `Retry-After: 1`: shutting down.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::de::IgnoredAny;
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::metrics::Metrics;
+use crate::process::IngestReport;
+use crate::sources::Batch;
+
+/// What every request of one webhook shares.
+pub struct WebhookState {
+    pub queue: mpsc::Sender<Batch>,
+    pub metrics: Arc<Metrics>,
+    pub max_body_bytes: usize,
+    pub max_events: usize,
+    /// The expected `Authorization: Bearer` token, if one is configured.
+    pub token: Option<String>,
+    /// True once shutdown has begun: new bodies are refused with 503 + Retry-After.
+    pub closing: watch::Receiver<bool>,
+}
+
+pub async fn audit_default(State(s): State<Arc<WebhookState>>, headers: HeaderMap, body: Body) -> Response {
+    s.handle(None, &headers, body).await
+}
+
+pub async fn audit_cluster(State(s): State<Arc<WebhookState>>, Path(cluster): Path<String>, headers: HeaderMap, body: Body) -> Response {
+    if !valid_cluster_name(&cluster) {
+        let msg = format!("cluster name {cluster:?} in the path must be 1-253 characters of a-z, A-Z, 0-9, '-', '_', '.'");
+        return s.answer(StatusCode::BAD_REQUEST, error_body(&msg));
+    }
+    s.handle(Some(cluster), &headers, body).await
+}
+
+pub async fn not_found(State(s): State<Arc<WebhookState>>) -> Response {
+    s.answer(StatusCode::NOT_FOUND, error_body("POST audit events to /audit or /audit/{cluster}"))
+}
+
+/// Cluster names are interned for the life of the process: keep them bounded and printable.
+fn valid_cluster_name(c: &str) -> bool {
+    (1..=253).contains(&c.len()) && c.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+impl WebhookState {
+    async fn handle(&self, cluster: Option<String>, headers: &HeaderMap, body: Body) -> Response {
+        if let Some(token) = &self.token {
+            if !bearer_matches(headers, token) {
+                let mut r = self.answer(StatusCode::UNAUTHORIZED, error_body("missing or wrong bearer token"));
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return r;
+            }
+        }
+        if *self.closing.borrow() {
+            return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance");
+        }
+        let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.max_body_bytes as u64) {
+            return self.too_large(declared.unwrap_or(0));
+        }
+        let bytes: Bytes = match Limited::new(body, self.max_body_bytes).collect().await {
+            Ok(c) => c.to_bytes(),
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return self.too_large(self.max_body_bytes as u64 + 1),
+            Err(e) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return self.answer(StatusCode::BAD_REQUEST, error_body("empty body: expected an audit.k8s.io/v1 EventList or Event"));
+        }
+        let events = count_events(&bytes);
+        if events > self.max_events {
+            let msg = format!(
+                "{events} events in one request is over the limit of {}; lower --audit-webhook-batch-max-size or raise max_events_per_request",
+                self.max_events
+            );
+            return self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg));
+        }
+        let (ack, acked) = oneshot::channel();
+        let batch = Batch { cluster, body: bytes.into(), source: "webhook", ack: Some(ack) };
+        match self.queue.try_send(batch) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(_)) => return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second"),
+            Err(mpsc::error::TrySendError::Closed(_)) => return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance"),
+        }
+        match acked.await {
+            Ok(report) => self.report(report),
+            Err(_) => self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the processor stopped before taking the batch"),
+        }
+    }
+
+    fn report(&self, r: IngestReport) -> Response {
+        let code = if r.events == 0 && r.invalid > 0 { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+        let errors: Vec<serde_json::Value> = r
+            .errors
+            .iter()
+            .map(|e| serde_json::json!({"location": e.location.to_string(), "reason": e.reason.as_str(), "message": e.message}))
+            .collect();
+        let mut body = serde_json::json!({"events": r.events, "invalid": r.invalid});
+        if !errors.is_empty() {
+            body["errors"] = serde_json::Value::Array(errors);
+        }
+        if code == StatusCode::BAD_REQUEST {
+            body["error"] = "no audit event in the body; expected an audit.k8s.io/v1 EventList or Event".into();
+        }
+        self.answer(code, body)
+    }
+
+    fn too_large(&self, size: u64) -> Response {
+        let msg = format!(
+            "body of {size} bytes is over the limit of {} bytes; lower --audit-webhook-truncate-max-batch-size or raise max_body_bytes",
+            self.max_body_bytes
+        );
+        self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg))
+    }
+
+    fn retry_later(&self, code: StatusCode, msg: &str) -> Response {
+        let mut r = self.answer(code, error_body(msg));
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        r
+    }
+
+    pub fn answer(&self, code: StatusCode, body: serde_json::Value) -> Response {
+        self.metrics.webhook_requests.with_label_values(&[code.as_str()]).inc();
+        (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    }
+}
+
+fn error_body(msg: &str) -> serde_json::Value {
+    serde_json::json!({ "error": msg })
+}
+
+/// Compares the bearer token without an early exit on the first differing byte.
+fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
+    let Some(given) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")) else {
+        return false;
+    };
+    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// How many events a body holds, without decoding them: the length of an EventList's `items`
+/// (or of a JSON array), 1 for any other object, else the number of non-empty lines. The
+/// decoder counts precisely later; this only guards the limit.
+pub fn count_events(body: &[u8]) -> usize {
+    #[derive(Deserialize)]
+    struct List {
+        #[serde(default)]
+        items: Option<Vec<IgnoredAny>>,
+    }
+    let start = body.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(body.len());
+    match body.get(start) {
+        Some(b'[') => {
+            if let Ok(v) = serde_json::from_slice::<Vec<IgnoredAny>>(body) {
+                return v.len();
+            }
+        }
+        Some(b'{') => {
+            if let Ok(l) = serde_json::from_slice::<List>(body) {
+                return l.items.map_or(1, |i| i.len());
+            }
+        }
+        _ => {}
+    }
+    body.split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_without_decoding() {
+        assert_eq!(count_events(br#"{"kind":"EventList","items":[{},{},{}]}"#), 3);
+        assert_eq!(count_events(br#"{"kind":"Event"}"#), 1);
+        assert_eq!(count_events(b"[{},{}]"), 2);
+        assert_eq!(count_events(b"{\"a\":1}\n{\"a\":2}\n\n{\"a\":3}\n"), 3);
+        assert!(valid_cluster_name("prod-eu.1") && !valid_cluster_name("a/b") && !valid_cluster_name(""));
+    }
+}

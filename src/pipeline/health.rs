@@ -1,0 +1,39 @@
+//! The metrics listener: `/metrics` (Prometheus text format), `/healthz` (the process is up)
+//! and `/readyz` (state restored and sources listening; false again once shutdown begins, so
+//! the Service stops routing audit batches here before intake closes).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+
+use crate::metrics::Metrics;
+
+pub struct Health {
+    pub metrics: Arc<Metrics>,
+    pub ready: AtomicBool,
+}
+
+pub fn router(health: Arc<Health>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(health)
+}
+
+async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], h.metrics.render())
+}
+
+async fn readyz(State(h): State<Arc<Health>>) -> impl IntoResponse {
+    if h.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    }
+}

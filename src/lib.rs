@@ -13,6 +13,7 @@
 //! - [`process`]: the chain above, shared by every front end.
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
+//! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
 
 pub mod classify;
 pub mod config;
@@ -23,5 +24,6 @@ pub mod metrics;
 pub mod order;
 pub mod process;
 pub mod replay;
+pub mod sim;
 pub mod state;
 pub mod write;

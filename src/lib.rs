@@ -14,6 +14,7 @@
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
 //! - [`scope`]: which events a pipeline looks at (groups, resources, namespaces, labels).
+//! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
 //!
 //! The live service (`serve`), around that chain:
 //!
@@ -37,6 +38,7 @@ pub mod pipeline;
 pub mod process;
 pub mod replay;
 pub mod scope;
+pub mod sim;
 pub mod sinks;
 pub mod sources;
 pub mod state;

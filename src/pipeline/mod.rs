@@ -167,8 +167,15 @@ fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
 /// Starts every part of the pipeline; returns once sources listen and state is restored.
 pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let metrics = Arc::new(Metrics::new());
+    // Series that exist from the start, at zero, so that rates work from the first scrape.
     for phase in ["detected", "resolved"] {
         metrics.drift_reports.with_label_values(&[phase]);
+    }
+    for s in &cfg.sources {
+        metrics.events_received.with_label_values(&[s.kind()]);
+        if matches!(s, SourceConfig::Webhook(_)) {
+            metrics.webhook_requests.with_label_values(&["200"]);
+        }
     }
     let o = &cfg.options;
     let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64() };

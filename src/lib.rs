@@ -13,10 +13,12 @@
 //! - [`process`]: the chain above, shared by every front end.
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
+//! - [`corpus`]: a workload generator on top of [`sim`], for benchmarks and soak tests.
 //! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
 
 pub mod classify;
 pub mod config;
+pub mod corpus;
 pub mod decode;
 pub mod enriched;
 pub mod filter;

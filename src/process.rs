@@ -10,7 +10,7 @@ use crate::enriched::Enriched;
 use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
 use crate::order::{Dedupe, Released, ReorderBuffer};
-use crate::state::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats, Sym};
+use crate::state::{read_snapshot, write_snapshot, FastBuild, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Write};
 
 /// Which clock the reorder window runs on.
@@ -67,7 +67,7 @@ pub struct Processor {
     metrics: Arc<Metrics>,
     opts: ProcessorOptions,
     dedupe: Dedupe,
-    buffers: HashMap<Sym, ReorderBuffer<Write>>,
+    buffers: HashMap<Sym, ReorderBuffer<Write>, FastBuild>,
     default_cluster: Sym,
     seq: u64,
     released: Vec<Released<Write>>,
@@ -81,7 +81,7 @@ impl Processor {
             engine,
             metrics,
             opts,
-            buffers: HashMap::new(),
+            buffers: HashMap::default(),
             default_cluster,
             seq: 0,
             released: Vec::new(),

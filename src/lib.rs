@@ -14,6 +14,7 @@
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
 //! - [`scope`]: which events a pipeline looks at (groups, resources, namespaces, labels).
+//! - [`corpus`]: a workload generator on top of [`sim`], for benchmarks and soak tests.
 //! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
 //!
 //! The live service (`serve`), around that chain:
@@ -26,6 +27,7 @@
 
 pub mod classify;
 pub mod config;
+pub mod corpus;
 pub mod decode;
 pub mod enriched;
 pub mod filter;

@@ -11,7 +11,7 @@ use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
 use crate::order::{Dedupe, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats, Sym};
+use crate::state::{read_snapshot, write_snapshot, FastBuild, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Write};
 
 /// Which clock the reorder window runs on.
@@ -71,7 +71,7 @@ pub struct Processor {
     metrics: Arc<Metrics>,
     opts: ProcessorOptions,
     dedupe: Dedupe,
-    buffers: HashMap<Sym, ReorderBuffer<Write>>,
+    buffers: HashMap<Sym, ReorderBuffer<Write>, FastBuild>,
     default_cluster: Sym,
     seq: u64,
     released: Vec<Released<Write>>,
@@ -85,7 +85,7 @@ impl Processor {
             engine,
             metrics,
             opts,
-            buffers: HashMap::new(),
+            buffers: HashMap::default(),
             default_cluster,
             seq: 0,
             released: Vec::new(),

@@ -13,10 +13,9 @@ use dashmap::DashMap;
 pub use decide::{decide, identify, Class, Identity, ParentFacts};
 
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
-use crate::decode::time::format_rfc3339_micros;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{Interner, ObjKey, ObjectState, Recent, Store, Sym};
+use crate::state::{FastBuild, Interner, ObjKey, ObjectState, Recent, Store, Sym};
 use crate::write::{kind_of_resource, ObjectFacts, OwnerLink, Target, Uid, Write};
 use policy::{ChildRef, Policy, Resolution};
 use trace::{Hop, Trace};
@@ -48,9 +47,9 @@ pub struct Engine {
     pub store: Store,
     pub config: ModelConfig,
     /// Lifecycle signals by (apiVersion, kind), as a bit set; computed once per kind.
-    lifecycle_bits: DashMap<(Sym, Sym), u8>,
+    lifecycle_bits: DashMap<(Sym, Sym), u8, FastBuild>,
     /// userHash by user.
-    user_hashes: DashMap<Sym, Arc<str>>,
+    user_hashes: DashMap<Sym, Arc<str>, FastBuild>,
 }
 
 /// What the judgement of a mutation needs to know about the mutated object.
@@ -82,8 +81,8 @@ impl Engine {
             interner: Arc::new(Interner::new()),
             store: Store::new(options.max_objects, options.tombstone_ttl_us),
             config,
-            lifecycle_bits: DashMap::new(),
-            user_hashes: DashMap::new(),
+            lifecycle_bits: DashMap::with_hasher(FastBuild::default()),
+            user_hashes: DashMap::with_hasher(FastBuild::default()),
         }
     }
 
@@ -284,7 +283,10 @@ impl Engine {
             self.refresh(s, f, w);
             // Still there (finalizers, graceful deletion) or gone: teardown either way.
             s.deleting = true;
-            s.deleted |= !f.deleting;
+            if !f.deleting && !s.deleted {
+                s.deleted = true;
+                self.store.tombstoned();
+            }
             (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()))
         });
         let child = Child {
@@ -304,7 +306,10 @@ impl Engine {
         let known = self.store.update(&key, |s| {
             s.updaters.push(w.user);
             s.deleting = true;
-            s.deleted = true;
+            if !s.deleted {
+                s.deleted = true;
+                self.store.tombstoned();
+            }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
             (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
         });
@@ -407,7 +412,7 @@ impl Engine {
             name: child.name.clone(),
             generation: child.generation,
             user: Some(w.user),
-            time_us: (w.time_us != 0).then_some(w.time_us),
+            timestamp: (!w.stage_timestamp.is_empty()).then(|| w.stage_timestamp.clone()),
             labels: child.labels.clone(),
         };
         let user = self.interner.resolve(w.user);
@@ -461,7 +466,7 @@ impl Engine {
                 name: owner.name.clone(),
                 generation: None,
                 user: None,
-                time_us: None,
+                timestamp: None,
                 labels: None,
             };
             let t = trace::extend(trace::origin(unknown_parent), hop);
@@ -502,7 +507,7 @@ impl Engine {
                     name: owner.name.clone(),
                     generation: parent_out.generation,
                     user: None,
-                    time_us: None,
+                    timestamp: None,
                     labels: p.labels.clone(),
                 })
             });
@@ -571,7 +576,7 @@ impl Engine {
                 name: h.name.clone(),
                 generation: h.generation,
                 user: h.user.map(|u| self.interner.resolve(u)),
-                timestamp: h.time_us.map(format_rfc3339_micros),
+                timestamp: h.timestamp.clone(),
                 labels: h
                     .labels
                     .iter()

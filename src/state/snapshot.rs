@@ -15,7 +15,7 @@ use crate::classify::policy::Policy;
 use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::write::{Annotations, ObservedSource, OwnerLink};
 
-const MAGIC: &[u8] = b"KAUSALITY-STATE 1\n";
+const MAGIC: &[u8] = b"KAUSALITY-STATE 2\n";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -105,7 +105,13 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         buf.str(&h.name);
         buf.opt_int(h.generation);
         buf.uint(h.user.map_or(0, |u| id(u) + 1));
-        buf.opt_int(h.time_us);
+        match &h.timestamp {
+            Some(t) => {
+                buf.uint(1);
+                buf.str(t);
+            }
+            None => buf.uint(0),
+        }
         let labels = h.labels.as_deref().unwrap_or(&[]);
         buf.uint(labels.len() as u64);
         for (k, v) in labels {
@@ -214,14 +220,17 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             0 => None,
             i => Some(sym(i - 1)?),
         };
-        let time_us = d.opt_int()?;
+        let timestamp: Option<Arc<str>> = match d.uint()? {
+            0 => None,
+            _ => Some(Arc::from(d.str()?)),
+        };
         let nl = d.len()?;
         let mut labels = Vec::with_capacity(nl);
         for _ in 0..nl {
             labels.push((Box::from(d.str()?), Box::from(d.str()?)));
         }
         let labels = (!labels.is_empty()).then(|| Arc::from(labels));
-        nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, time_us, labels }, prev }));
+        nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, timestamp, labels }, prev }));
     }
     let n = d.len()?;
     for _ in 0..n {

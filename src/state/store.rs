@@ -2,9 +2,11 @@
 //! number of objects. Past the cap the coldest objects (oldest last write) are evicted in
 //! batches; tombstones expire after a while.
 
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+
 use dashmap::DashMap;
 
-use super::{ObjectState, Sym};
+use super::{FastBuild, ObjectState, Sym};
 use crate::write::Uid;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -15,11 +17,16 @@ pub struct ObjKey {
 
 #[derive(Debug)]
 pub struct Store {
-    map: DashMap<ObjKey, ObjectState>,
+    map: DashMap<ObjKey, ObjectState, FastBuild>,
     /// Most objects kept; past it the coldest tenth is evicted.
     max_objects: usize,
     /// How long (event time) a tombstone of a deleted object is kept.
     tombstone_ttl_us: i64,
+    /// Event time of the last tombstone sweep: sweeps run every half TTL, so tombstones go
+    /// even when the store is under its cap.
+    last_sweep_us: AtomicI64,
+    /// Tombstones made since the last sweep (a sweep with none to find is skipped).
+    new_tombstones: AtomicUsize,
 }
 
 /// What an eviction sweep did.
@@ -31,7 +38,13 @@ pub struct StoreStats {
 
 impl Store {
     pub fn new(max_objects: usize, tombstone_ttl_us: i64) -> Self {
-        Store { map: DashMap::new(), max_objects: max_objects.max(16), tombstone_ttl_us }
+        Store {
+            map: DashMap::with_hasher(FastBuild::default()),
+            max_objects: max_objects.max(16),
+            tombstone_ttl_us,
+            last_sweep_us: AtomicI64::new(i64::MIN),
+            new_tombstones: AtomicUsize::new(0),
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -74,17 +87,34 @@ impl Store {
         }
     }
 
-    /// Keeps the store under its cap and drops expired tombstones. Cheap when under the cap:
-    /// call it after every batch.
+    /// Counts a new tombstone (a deleted object), to be swept after its TTL.
+    pub fn tombstoned(&self) {
+        self.new_tombstones.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Keeps the store under its cap and drops expired tombstones. Cheap between sweeps: call
+    /// it often.
     pub fn maintain(&self, now_us: i64) -> StoreStats {
         let mut stats = StoreStats::default();
-        if self.map.len() <= self.max_objects {
-            return stats;
-        }
-        let before = self.map.len();
         let ttl = self.tombstone_ttl_us;
-        self.map.retain(|_, s| !(s.deleted && now_us - s.last_seen_us > ttl));
-        stats.expired_tombstones = before - self.map.len();
+        let last = self.last_sweep_us.load(Ordering::Relaxed);
+        let sweep_due = last == i64::MIN || now_us.saturating_sub(last) >= ttl / 2;
+        if last == i64::MIN {
+            self.last_sweep_us.store(now_us, Ordering::Relaxed);
+        }
+        let over_cap = self.map.len() > self.max_objects;
+        if (sweep_due && self.new_tombstones.load(Ordering::Relaxed) > 0) || over_cap {
+            self.last_sweep_us.store(now_us, Ordering::Relaxed);
+            let before = self.map.len();
+            let mut kept = 0usize;
+            self.map.retain(|_, s| {
+                let expired = s.deleted && now_us - s.last_seen_us > ttl;
+                kept += (s.deleted && !expired) as usize;
+                !expired
+            });
+            self.new_tombstones.store(kept, Ordering::Relaxed);
+            stats.expired_tombstones = before - self.map.len();
+        }
         if self.map.len() > self.max_objects {
             // Evict down to 90% of the cap: the coldest objects by their latest write.
             let target = self.max_objects - self.max_objects / 10;
@@ -128,5 +158,22 @@ mod tests {
         assert_eq!(store.len(), 90);
         assert!(store.read(&ObjKey { cluster: Sym::EMPTY, uid: 149 }, |_| ()).is_some(), "the hottest stays");
         assert!(store.read(&ObjKey { cluster: Sym::EMPTY, uid: 10 }, |_| ()).is_none(), "a cold one went");
+    }
+
+    #[test]
+    fn tombstones_expire_under_the_cap_too() {
+        let store = Store::new(1_000, 1_000);
+        let key = |uid| ObjKey { cluster: Sym::EMPTY, uid };
+        let new = || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
+        store.maintain(0);
+        store.upsert(key(1), new, |s| s.last_seen_us = 0);
+        store.upsert(key(2), new, |s| {
+            s.deleted = true;
+            s.last_seen_us = 0;
+        });
+        store.tombstoned();
+        assert_eq!(store.maintain(400).expired_tombstones, 0, "no sweep before half the TTL");
+        assert_eq!(store.maintain(1_500).expired_tombstones, 1);
+        assert_eq!(store.len(), 1, "live objects stay");
     }
 }

@@ -1,11 +1,11 @@
 //! The processing chain, synchronous and shared by every front end (replay, webhook, Kafka):
 //! decode → filter → dedupe → reorder → classify, counting everything on the way.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::classify::{Applied, Class, Engine};
-use crate::decode::{self, AuditEvent, DecodeOptions, Invalid, Location};
+use crate::decode::{self, AuditEvent, DecodeOptions, Invalid, Location, Unwrap};
 use crate::enriched::Enriched;
 use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
@@ -75,6 +75,11 @@ pub struct Processor {
     default_cluster: Sym,
     seq: u64,
     released: Vec<Released<Write>>,
+    /// Which arrival seqs are still in a reorder buffer, from `held_base` on (`true`: held).
+    /// Sources that commit positions (Kafka) must know the oldest write not yet applied; the
+    /// front is always a held seq, so the oldest is `held_base`. Amortized O(1) per write.
+    held_seqs: VecDeque<bool>,
+    held_base: u64,
 }
 
 impl Processor {
@@ -89,6 +94,8 @@ impl Processor {
             default_cluster,
             seq: 0,
             released: Vec::new(),
+            held_seqs: VecDeque::new(),
+            held_base: 1,
         }
     }
 
@@ -113,6 +120,43 @@ impl Processor {
         self.buffers.values().map(ReorderBuffer::len).sum()
     }
 
+    /// The arrival seq of the latest write taken in (0 before the first). The writes of one
+    /// body are the seqs after the value read before [`Processor::ingest_body`] up to the value
+    /// read after it.
+    pub fn last_seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// The smallest arrival seq not yet applied: every write with a lower seq has left the
+    /// reorder buffer and been classified. `last_seq() + 1` when nothing is held.
+    pub fn low_water_seq(&self) -> u64 {
+        if self.held_seqs.is_empty() {
+            self.seq + 1
+        } else {
+            self.held_base
+        }
+    }
+
+    fn hold(&mut self, seq: u64) {
+        if self.held_seqs.is_empty() {
+            self.held_base = seq;
+        }
+        while self.held_base + (self.held_seqs.len() as u64) < seq {
+            self.held_seqs.push_back(false);
+        }
+        self.held_seqs.push_back(true);
+    }
+
+    fn unhold(&mut self, seq: u64) {
+        if let Some(h) = seq.checked_sub(self.held_base).and_then(|i| self.held_seqs.get_mut(i as usize)) {
+            *h = false;
+        }
+        while self.held_seqs.front() == Some(&false) {
+            self.held_seqs.pop_front();
+            self.held_base += 1;
+        }
+    }
+
     fn cluster_sym(&self, cluster: Option<&str>) -> Sym {
         match cluster {
             Some(c) if !c.is_empty() => self.engine.interner.intern(c),
@@ -122,9 +166,16 @@ impl Processor {
 
     /// Decodes a body of any supported shape (EventList, Event, JSON lines) and takes its events in.
     pub fn ingest_body(&mut self, cluster: Option<&str>, body: &[u8], source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        let unwrap = self.opts.decode.unwrap;
+        self.ingest_body_unwrapping(cluster, body, unwrap, source, now_us, out)
+    }
+
+    /// [`Processor::ingest_body`] with the source's own envelope setting (a Kafka topic fed by
+    /// a log shipper) instead of the pipeline's.
+    pub fn ingest_body_unwrapping(&mut self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         let cluster = self.cluster_sym(cluster);
         let mut report = IngestReport::default();
-        let decode_opts = self.opts.decode.clone();
+        let decode_opts = DecodeOptions { unwrap, ..self.opts.decode.clone() };
         decode::decode_body(body, &decode_opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, now_us, &mut report, out));
         self.after_batch(now_us, out);
         report
@@ -179,7 +230,9 @@ impl Processor {
         };
         let buffer = self.buffers.entry(cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
         let rv = write.resource_version;
+        let seq = write.seq;
         buffer.push(write, rv, time, &mut self.released);
+        self.hold(seq);
         self.apply_released(now_us, out);
     }
 
@@ -209,6 +262,7 @@ impl Processor {
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
         let released = std::mem::take(&mut self.released);
         for Released { item: mut write, late } in released {
+            self.unhold(write.seq);
             write.late = late;
             if late {
                 self.metrics.late_events.inc();

@@ -5,6 +5,9 @@
 #   scripts/kafka.sh status                       # exit 0 when running, 1 when not
 #   scripts/kafka.sh topic-create NAME [PARTITIONS] [extra kafka-topics args, e.g. --config cleanup.policy=compact]
 #   scripts/kafka.sh stop                         # SIGTERM, wait, SIGKILL; removes the data dir
+#   scripts/kafka.sh stop --keep-data             # ... keeps it (topics, offsets survive a start --keep-data)
+#   scripts/kafka.sh start --keep-data            # start on the existing data dir (a broker restart)
+#   scripts/kafka.sh restart                      # stop --keep-data, then start --keep-data
 #
 # No Kafka distribution is downloaded: the jars come from Maven Central through
 # scripts/kafka/pom.xml into ${KAUSALITY_CACHE:-$HOME/.cache/kausality-stream}/kafka/libs.
@@ -37,7 +40,7 @@ die() { log "error: $*"; exit 1; }
 
 usage() {
   cat >&2 <<EOF
-usage: $0 start|stop|status|topic-create NAME [PARTITIONS] [extra kafka-topics args...]
+usage: $0 start [--keep-data]|stop [--keep-data]|restart|status|topic-create NAME [PARTITIONS] [extra kafka-topics args...]
 env: KAFKA_PORT=$PORT KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT KAFKA_STATE_DIR=$STATE_DIR
      KAUSALITY_CACHE (jars in $LIBS_DIR) KAFKA_START_TIMEOUT=$START_TIMEOUT
      KAFKA_STOP_TIMEOUT=$STOP_TIMEOUT KAFKA_HEAP_OPTS='$HEAP_OPTS' KAFKA_LOG_LEVEL=$LOG_LEVEL
@@ -235,6 +238,8 @@ new_cluster_id() {
 # ---------------------------------------------------------------- commands
 
 cmd_start() {
+  local keep=0
+  [[ "${1:-}" == "--keep-data" ]] && keep=1
   if is_running; then
     echo "kafka already running (pid $(read_pid)) on $HOST:$PORT"
     return 0
@@ -249,15 +254,24 @@ cmd_start() {
 
   mkdir -p "$STATE_DIR"
   rm -f "$PID_FILE"
-  rm -rf "$DATA_DIR"
+  # --keep-data: a restart of the same broker (its KRaft log, topics and offsets are kept, and
+  # it is not formatted again: the stored cluster id must stay)
+  local format=1
+  if ((keep == 1)) && [[ -f "$DATA_DIR/meta.properties" ]]; then
+    format=0
+  else
+    rm -rf "$DATA_DIR"
+  fi
   write_log4j
   write_props
   : >"$LOG_FILE"
 
   # --opt=value form: a random id may start with '-'
-  run_tool kafka.tools.StorageTool format --ignore-formatted \
-    --cluster-id="$(new_cluster_id)" --config="$PROPS_FILE" >>"$LOG_FILE" 2>&1 ||
-    { tail -n 50 "$LOG_FILE" >&2; die "formatting KRaft storage failed"; }
+  if ((format == 1)); then
+    run_tool kafka.tools.StorageTool format --ignore-formatted \
+      --cluster-id="$(new_cluster_id)" --config="$PROPS_FILE" >>"$LOG_FILE" 2>&1 ||
+      { tail -n 50 "$LOG_FILE" >&2; die "formatting KRaft storage failed"; }
+  fi
 
   # own session so that the caller's Ctrl-C / process-group kill does not hit the broker;
   # the pid file holds the pid of the java process itself (bash execs java)
@@ -311,7 +325,9 @@ stop_process() {
 
 cmd_stop() {
   stop_process
-  rm -rf "$DATA_DIR"
+  if [[ "${1:-}" != "--keep-data" ]]; then
+    rm -rf "$DATA_DIR"
+  fi
 }
 
 cmd_status() {
@@ -341,8 +357,12 @@ main() {
   local cmd="$1"
   shift
   case "$cmd" in
-    start) cmd_start ;;
-    stop) cmd_stop ;;
+    start) cmd_start "$@" ;;
+    stop) cmd_stop "$@" ;;
+    restart)
+      cmd_stop --keep-data
+      cmd_start --keep-data
+      ;;
     status) cmd_status ;;
     topic-create) cmd_topic_create "$@" ;;
     -h | --help | help) usage ;;

@@ -21,8 +21,9 @@
 //!
 //! - [`pipeline`]: the pipeline file, and the runner that joins sources → processor → sinks
 //!   with bounded queues, the snapshot and the graceful shutdown.
-//! - [`sources`]: the audit webhook, recorded files.
-//! - [`sinks`]: JSON lines, HTTP, Kausality drift reports.
+//! - [`sources`]: the audit webhook, Kafka topics, recorded files.
+//! - [`sinks`]: JSON lines, HTTP, Kafka, Kausality drift reports.
+//! - [`kafka`]: what the Kafka source and sink share (client properties, transactions).
 //! - [`listen`]: serving HTTP(S) with a graceful stop.
 
 pub mod classify;
@@ -33,6 +34,7 @@ pub mod enriched;
 pub mod filter;
 #[cfg(feature = "fetch")]
 pub mod fetch;
+pub mod kafka;
 pub mod listen;
 pub mod metrics;
 pub mod order;

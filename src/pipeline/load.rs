@@ -266,7 +266,7 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
         }
     }
     if !has_sources {
-        errors.push("sources", None, "no source: add a [[sources]] table (type = \"webhook\" or \"file\")");
+        errors.push("sources", None, "no source: add a [[sources]] table (type = \"webhook\", \"kafka\" or \"file\")");
     }
     let mut listeners = vec![("metrics.listen".to_string(), cfg.metrics.listen)];
     for (&i, s) in idx.sources.iter().zip(&cfg.sources) {
@@ -278,6 +278,8 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
     for (&i, s) in idx.sinks.iter().zip(&cfg.sinks) {
         s.check(&format!("sinks[{i}]"), errors);
     }
+    let sources: Vec<_> = idx.sources.iter().copied().zip(&cfg.sources).collect();
+    crate::sources::kafka::check_pipeline(&sources, &cfg.sinks, errors);
     for (i, (key, addr)) in listeners.iter().enumerate() {
         if addr.port() == 0 {
             continue;

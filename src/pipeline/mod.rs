@@ -18,6 +18,7 @@
 //!   drained, reorder buffer flushed, sinks flushed, snapshot written, all within
 //!   `options.shutdown_timeout`.
 
+pub mod checkpoint;
 pub mod config;
 pub mod duration;
 pub mod health;
@@ -67,9 +68,16 @@ pub enum Error {
     #[cfg(feature = "fetch")]
     #[error(transparent)]
     Fetch(#[from] crate::fetch::Error),
+    #[cfg(feature = "kafka")]
+    #[error(transparent)]
+    KafkaSource(#[from] sources::kafka::consumer::Error),
     #[error("cannot start the processor thread: {0}")]
     Thread(std::io::Error),
 }
+
+/// Longest a Kafka transaction call (send offsets, commit, abort) may block.
+#[cfg(feature = "kafka")]
+const TRANSACTION_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Command-line overrides of a pipeline file.
 #[derive(Clone, Debug, Default)]
@@ -216,7 +224,21 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let timeout = cfg.options.shutdown_timeout.0;
     let grace = (timeout / 3).min(Duration::from_secs(5));
 
-    let ctx = SinkContext { metrics: metrics.clone(), engine: engine.clone(), queue_capacity: o.sink_queue_capacity };
+    // Kafka sources commit offsets only for delivered outputs (checkpoints); with
+    // `exactly_once`, the source and the Kafka sink share one transaction.
+    let track = cfg.sources.iter().any(|s| matches!(s, SourceConfig::Kafka(_)));
+    #[cfg(feature = "kafka")]
+    let transaction = cfg.sources.iter().find_map(|s| match s {
+        SourceConfig::Kafka(k) if k.exactly_once => Some((Arc::new(crate::kafka::Transaction::new(k.transactional_id(), TRANSACTION_TIMEOUT)), k.transaction_interval.0)),
+        _ => None,
+    });
+    let ctx = SinkContext {
+        metrics: metrics.clone(),
+        engine: engine.clone(),
+        queue_capacity: o.sink_queue_capacity,
+        #[cfg(feature = "kafka")]
+        transaction: transaction.as_ref().map(|(t, _)| t.clone()),
+    };
     let mut sink_handles: Vec<SinkHandle> = Vec::new();
     for s in &cfg.sinks {
         match sinks::spawn(s, &ctx) {
@@ -229,6 +251,8 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     }
 
     let (intake_tx, intake_rx) = mpsc::channel(o.queue_capacity);
+    #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
+    let (barrier_tx, barrier_rx) = mpsc::channel(4);
     let (observe_tx, observe_rx) = mpsc::channel(256);
     let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone())?;
     let task = ProcessorTask {
@@ -240,6 +264,18 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         tick: o.tick_interval.0,
         snapshot: cfg.state.snapshot.clone().map(|p| (p, cfg.state.snapshot_interval.0)),
         stop: stop_rx.clone(),
+        track,
+        checkpoints: Default::default(),
+        barriers: track.then_some(barrier_rx),
+        #[cfg(feature = "kafka")]
+        commit: transaction.as_ref().map(|(t, every)| {
+            let t = t.clone();
+            let commit: processor::Committer = Box::new(move || t.commit().map(|c| c.is_some()).map_err(|e| e.to_string()));
+            (commit, *every)
+        }),
+        #[cfg(not(feature = "kafka"))]
+        commit: None,
+        barrier_timeout: (timeout / 2).max(Duration::from_secs(1)),
     };
     let sink_tasks: Vec<(&'static str, JoinHandle<()>)> = sink_handles.into_iter().map(|h| (h.kind, h.task)).collect();
     let (processor_done_tx, processor_done) = oneshot::channel();
@@ -276,6 +312,26 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
                 webhook_addrs.push(running.local_addr);
                 source_tasks.push(running.task);
             }
+            #[cfg(feature = "kafka")]
+            SourceConfig::Kafka(k) => {
+                let wiring = sources::kafka::consumer::Wiring {
+                    intake: intake_tx.clone(),
+                    metrics: metrics.clone(),
+                    stop: stop_rx.clone(),
+                    barriers: barrier_tx.clone(),
+                    transaction: transaction.as_ref().map(|(t, _)| t.clone()),
+                    shutdown_timeout: timeout,
+                };
+                let t = sources::kafka::consumer::start(k, wiring).map_err(|e| {
+                    health_stop_tx.send_replace(true);
+                    fail(e.into())
+                })?;
+                source_tasks.push(tokio::spawn(async move {
+                    let _ = t.await;
+                }));
+            }
+            #[cfg(not(feature = "kafka"))]
+            SourceConfig::Kafka(_) => unreachable!("refused by the pipeline checks"),
             SourceConfig::File(f) => {
                 let t = sources::file::spawn(f.clone(), intake_tx.clone(), metrics.clone());
                 source_tasks.push(tokio::spawn(async move {
@@ -309,7 +365,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
             Some(r) => r.ok(),
             None => tokio::time::timeout_at(deadline, processor_done).await.ok().and_then(Result::ok),
         };
-        let mut clean = summary.is_some();
+        let mut clean = summary.as_ref().is_some_and(|s| !s.failed);
         for (kind, t) in sink_tasks {
             match tokio::time::timeout_at(deadline, t).await {
                 Ok(_) => {}

@@ -6,14 +6,23 @@
 //! sink's queue is full: that is the backpressure) and writes the state snapshot between two
 //! batches. On stop it closes the intake, drains what was queued, flushes the reorder buffer
 //! and writes the final snapshot.
+//!
+//! With a Kafka source it also keeps the [`Checkpoints`]: which messages are done, so their
+//! offsets may be committed. Then a snapshot is only written at a barrier (reorder buffer
+//! flushed, every output acknowledged), so that it never holds the dedupe entry of an event
+//! whose output could still be lost: after a crash, Kafka redelivers from the last commit and
+//! nothing is dropped as a duplicate that was never delivered. With exactly-once, the barrier
+//! also commits the Kafka transaction, every `transaction_interval`, and snapshots follow
+//! successful commits only.
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
+use super::checkpoint::{Barrier, Checkpoints};
 use super::snapshot;
 use crate::classify::Class;
 use crate::enriched::Enriched;
@@ -39,7 +48,19 @@ pub struct ProcessorTask {
     pub tick: Duration,
     pub snapshot: Option<(PathBuf, Duration)>,
     pub stop: watch::Receiver<bool>,
+    /// Sources that commit positions are fed (Kafka): batches carry receipts.
+    pub track: bool,
+    pub checkpoints: Checkpoints,
+    /// Barrier requests of the sources (a Kafka rebalance).
+    pub barriers: Option<mpsc::Receiver<Barrier>>,
+    /// Exactly-once: commits the Kafka transaction (`Ok(true)`: committed), and how often.
+    pub commit: Option<(Committer, Duration)>,
+    /// Longest wait for the sinks at a barrier before a snapshot, and at shutdown.
+    pub barrier_timeout: Duration,
 }
+
+/// Commits a transaction of the source's offsets and the sinks' output.
+pub type Committer = Box<dyn FnMut() -> Result<bool, String> + Send>;
 
 /// What the processor did, for the final log line.
 #[derive(Debug, Default)]
@@ -47,6 +68,9 @@ pub struct Summary {
     pub batches: u64,
     pub enriched: u64,
     pub snapshot: Option<snapshot::Stats>,
+    /// The processor stopped on a failure (a Kafka transaction that could not commit): its
+    /// state is ahead of what was committed, so nothing was flushed or saved.
+    pub failed: bool,
 }
 
 pub fn now_us() -> i64 {
@@ -58,7 +82,17 @@ enum Step {
     Observe(Observed),
     Tick,
     Snapshot,
+    Acked,
+    Barrier(Barrier),
+    Commit,
     Stop,
+}
+
+async fn next_barrier(barriers: &mut Option<mpsc::Receiver<Barrier>>) -> Option<Barrier> {
+    match barriers {
+        Some(b) => b.recv().await,
+        None => std::future::pending().await,
+    }
 }
 
 impl ProcessorTask {
@@ -71,15 +105,25 @@ impl ProcessorTask {
         let mut snap = tokio::time::interval_at(tokio::time::Instant::now() + snapshot_every, snapshot_every);
         snap.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let snapshots = self.snapshot.is_some();
+        let commit_every = self.commit.as_ref().map_or(Duration::from_secs(3600), |(_, d)| *d);
+        let mut commit_tick = tokio::time::interval_at(tokio::time::Instant::now() + commit_every, commit_every);
+        commit_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let transactional = self.commit.is_some();
+        // Exactly-once: a snapshot waits for the next successful commit.
+        let mut snapshot_due = false;
         loop {
             let step = tokio::select! {
                 biased;
                 _ = crate::listen::stopped(&mut self.stop) => Step::Stop,
+                Some(b) = next_barrier(&mut self.barriers) => Step::Barrier(b),
                 b = self.intake.recv() => b.map_or(Step::Stop, Step::Batch),
                 Some(o) = self.observe.recv() => Step::Observe(o),
                 _ = tick.tick() => Step::Tick,
+                _ = self.checkpoints.acked(), if self.track => Step::Acked,
+                _ = commit_tick.tick(), if transactional => Step::Commit,
                 _ = snap.tick(), if snapshots => Step::Snapshot,
             };
+            let floor = self.processor.low_water_seq();
             match step {
                 Step::Batch(b) => {
                     summary.batches += 1;
@@ -90,39 +134,141 @@ impl ProcessorTask {
                     engine.observe(engine.interner.intern(&o.cluster), &o.facts, now_us());
                 }
                 Step::Tick => self.processor.tick(now_us(), &mut out),
+                Step::Acked => {}
+                Step::Barrier(b) => {
+                    let ok = self.barrier(&mut out, &mut summary, true, self.barrier_timeout).await;
+                    // In a transaction, what was taken in must be committed before the
+                    // partitions go to another member.
+                    let ok = ok && (!transactional || self.commit_now(&mut summary, &mut snapshot_due));
+                    let _ = b.reply.send(ok);
+                    if summary.failed {
+                        return summary;
+                    }
+                }
+                Step::Commit => {
+                    if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await {
+                        self.commit_now(&mut summary, &mut snapshot_due);
+                        if summary.failed {
+                            return summary;
+                        }
+                    } else {
+                        tracing::warn!(unacknowledged = self.checkpoints.unacknowledged(), "sinks did not acknowledge in time; the transaction commit waits for the next interval");
+                    }
+                }
+                Step::Snapshot if transactional => snapshot_due = true,
+                Step::Snapshot if self.track => {
+                    if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await {
+                        summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                    } else {
+                        tracing::warn!(unacknowledged = self.checkpoints.unacknowledged(), "sinks did not acknowledge in time; snapshot postponed");
+                    }
+                }
                 Step::Snapshot => summary.snapshot = self.save_snapshot().or(summary.snapshot),
                 Step::Stop => break,
             }
-            summary.enriched += self.emit(&mut out).await;
+            summary.enriched += self.emit(&mut out, floor).await;
+            self.checkpoints.advance(self.processor.low_water_seq());
         }
         // Stop: refuse new bodies (the webhook answers 503 + Retry-After), take what is queued.
         self.intake.close();
         while let Some(b) = self.intake.recv().await {
             summary.batches += 1;
+            let floor = self.processor.low_water_seq();
             self.take(b, &mut out);
-            summary.enriched += self.emit(&mut out).await;
+            summary.enriched += self.emit(&mut out, floor).await;
         }
-        self.processor.flush(now_us(), &mut out);
-        summary.enriched += self.emit(&mut out).await;
-        summary.snapshot = self.save_snapshot().or(summary.snapshot);
-        // Dropping `self` closes the sinks' queues: they flush and end.
+        if !self.track {
+            self.processor.flush(now_us(), &mut out);
+            summary.enriched += self.emit(&mut out, 0).await;
+            summary.snapshot = self.save_snapshot().or(summary.snapshot);
+            // Dropping `self` closes the sinks' queues: they flush and end.
+            return summary;
+        }
+        // Kafka: the last offsets are committed only once the sinks have delivered the rest.
+        if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await {
+            if transactional {
+                self.commit_now(&mut summary, &mut snapshot_due);
+                if !summary.failed {
+                    summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                }
+            } else {
+                summary.snapshot = self.save_snapshot().or(summary.snapshot);
+            }
+        } else {
+            tracing::warn!(unacknowledged = self.checkpoints.unacknowledged(), "sinks did not deliver everything in time: the last offsets stay uncommitted (read again after the restart) and the previous snapshot is kept");
+        }
         summary
     }
 
+    /// Finishes everything taken in: (with `drain`) the queued bodies, then the reorder
+    /// buffer; waits for every sink to acknowledge. True when all is done within `timeout`.
+    async fn barrier(&mut self, out: &mut Vec<Enriched>, summary: &mut Summary, drain: bool, timeout: Duration) -> bool {
+        if drain {
+            while let Ok(b) = self.intake.try_recv() {
+                summary.batches += 1;
+                let floor = self.processor.low_water_seq();
+                self.take(b, out);
+                summary.enriched += self.emit(out, floor).await;
+            }
+        }
+        let floor = self.processor.low_water_seq();
+        self.processor.flush(now_us(), out);
+        summary.enriched += self.emit(out, floor).await;
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.checkpoints.advance(self.processor.low_water_seq());
+            if self.checkpoints.is_idle() {
+                return true;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            let _ = tokio::time::timeout(left.min(Duration::from_millis(100)), self.checkpoints.acked()).await;
+        }
+    }
+
+    /// Exactly-once: commits the transaction after a complete barrier; a failure stops the
+    /// processor (its state holds writes whose outputs were just aborted).
+    fn commit_now(&mut self, summary: &mut Summary, snapshot_due: &mut bool) -> bool {
+        let Some((commit, _)) = self.commit.as_mut() else { return true };
+        match commit() {
+            Ok(committed) => {
+                if committed && std::mem::take(snapshot_due) {
+                    summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                }
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "kafka transaction failed; stopping without saving state (the restart resumes from the last commit and snapshot)");
+                summary.failed = true;
+                false
+            }
+        }
+    }
+
     fn take(&mut self, b: Batch, out: &mut Vec<Enriched>) {
-        let report = self.processor.ingest_body(b.cluster.as_deref(), &b.body, b.source, now_us(), out);
+        let report = match b.unwrap {
+            Some(unwrap) => self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &b.body, unwrap, b.source, now_us(), out),
+            None => self.processor.ingest_body(b.cluster.as_deref(), &b.body, b.source, now_us(), out),
+        };
         if let Some(ack) = b.ack {
             // The source may have given up waiting (client gone): nothing to do then.
             let _ = ack.send(report);
         }
+        if let Some(done) = b.done {
+            self.checkpoints.message(self.processor.last_seq(), done);
+        }
     }
 
-    /// Sends the enriched events to every sink, waiting for room in each queue.
-    async fn emit(&mut self, out: &mut Vec<Enriched>) -> u64 {
+    /// Sends the enriched events to every sink, waiting for room in each queue. `floor` is
+    /// the processor's low-water mark before the step that produced them.
+    async fn emit(&mut self, out: &mut Vec<Enriched>, floor: u64) -> u64 {
         if out.is_empty() {
             return 0;
         }
-        let events: Events = out.drain(..).collect();
+        let receipt = self.track.then(|| self.checkpoints.batch(floor));
+        let events = Events::new(std::mem::take(out), receipt);
         if let Some(fetch) = &self.unknown_parents {
             for e in events.iter().filter(|e| e.class == Class::UnknownParent) {
                 // Full queue: the fetcher is busy or rate-limited; a later child will ask again.

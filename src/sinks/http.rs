@@ -143,6 +143,10 @@ pub fn spawn(cfg: HttpConfig, mut rx: mpsc::Receiver<Events>, metrics: Arc<Metri
                                 first_at = None;
                             }
                         }
+                        if batch.len > 0 {
+                            // Acknowledged (Kafka offsets) only once its POST is over.
+                            batch.held.push(events);
+                        }
                     }
                     None => break,
                 },
@@ -161,6 +165,7 @@ async fn send(client: &reqwest::Client, cfg: &HttpConfig, batch: &mut JsonArray,
         return;
     }
     let n = batch.len as u64;
+    let _held = std::mem::take(&mut batch.held);
     match post_json(client, &cfg.url, batch.take(), cfg.max_retries).await {
         Ok(_) => delivered.inc_by(n),
         Err(why) => {
@@ -175,6 +180,8 @@ async fn send(client: &reqwest::Client, cfg: &HttpConfig, batch: &mut JsonArray,
 struct JsonArray {
     buf: Vec<u8>,
     len: usize,
+    /// The batches whose events are in `buf`, dropped once the POST is over.
+    held: Vec<Events>,
 }
 
 impl JsonArray {

@@ -9,6 +9,7 @@
 pub mod drift_report;
 pub mod http;
 pub mod jsonl;
+pub mod kafka;
 
 use std::sync::Arc;
 
@@ -19,10 +20,42 @@ use tokio::task::JoinHandle;
 use crate::classify::Engine;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;
+use crate::pipeline::checkpoint::Receipt;
 use crate::pipeline::load::Errors;
 
-/// A batch of enriched events, shared by every sink without copying.
-pub type Events = Arc<[Enriched]>;
+/// A batch of enriched events, shared by every sink without copying. When the source must
+/// know that the batch was delivered (Kafka offsets), it carries a receipt that fires once the
+/// last sink drops its copy: a sink keeps the batch until it has delivered it (or given up).
+#[derive(Clone)]
+pub struct Events {
+    events: Arc<[Enriched]>,
+    receipt: Option<Arc<Receipt>>,
+}
+
+impl Events {
+    pub fn new(events: Vec<Enriched>, receipt: Option<Receipt>) -> Events {
+        Events { events: events.into(), receipt: receipt.map(Arc::new) }
+    }
+}
+
+impl std::ops::Deref for Events {
+    type Target = [Enriched];
+    fn deref(&self) -> &[Enriched] {
+        &self.events
+    }
+}
+
+impl FromIterator<Enriched> for Events {
+    fn from_iter<I: IntoIterator<Item = Enriched>>(iter: I) -> Events {
+        Events::new(iter.into_iter().collect(), None)
+    }
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events").field("len", &self.events.len()).field("receipt", &self.receipt.is_some()).finish()
+    }
+}
 
 /// `[[sinks]]`: one sink, chosen by `type`.
 #[derive(Clone, Debug, Deserialize)]
@@ -34,6 +67,8 @@ pub enum SinkConfig {
     Http(http::HttpConfig),
     /// Kausality `DriftReport`s POSTed for each drift, and again when it is resolved.
     DriftReport(drift_report::DriftReportConfig),
+    /// JSON messages to a Kafka topic, keyed by the parent's UID.
+    Kafka(kafka::KafkaSinkConfig),
 }
 
 impl SinkConfig {
@@ -43,6 +78,7 @@ impl SinkConfig {
             SinkConfig::Jsonl(_) => "jsonl",
             SinkConfig::Http(_) => "http",
             SinkConfig::DriftReport(_) => "drift_report",
+            SinkConfig::Kafka(_) => "kafka",
         }
     }
 
@@ -51,6 +87,7 @@ impl SinkConfig {
             SinkConfig::Jsonl(c) => c.check(key, errors),
             SinkConfig::Http(c) => c.check(key, errors),
             SinkConfig::DriftReport(c) => c.check(key, errors),
+            SinkConfig::Kafka(c) => c.check(key, errors),
         }
     }
 }
@@ -61,6 +98,8 @@ pub enum Error {
     Open { path: String, source: std::io::Error },
     #[error("{sink} sink: cannot build the HTTP client: {source}")]
     Client { sink: &'static str, source: reqwest::Error },
+    #[error("kafka sink: {0}")]
+    Kafka(String),
 }
 
 /// A running sink: its queue and its task (which ends once the queue is closed and drained).
@@ -77,6 +116,9 @@ pub struct SinkContext {
     /// Read-only: the drift report sink checks open reports against the parent's state.
     pub engine: Arc<Engine>,
     pub queue_capacity: usize,
+    /// Exactly-once (a Kafka source with `exactly_once`): the Kafka sink's producer joins it.
+    #[cfg(feature = "kafka")]
+    pub transaction: Option<Arc<crate::kafka::Transaction>>,
 }
 
 /// Starts the sink described by `cfg`.
@@ -90,6 +132,10 @@ pub fn spawn(cfg: &SinkConfig, ctx: &SinkContext) -> Result<SinkHandle, Error> {
         SinkConfig::Jsonl(c) => jsonl::spawn(c.clone(), rx, ctx.metrics.clone())?,
         SinkConfig::Http(c) => http::spawn(c.clone(), rx, ctx.metrics.clone())?,
         SinkConfig::DriftReport(c) => drift_report::spawn(c.clone(), rx, ctx.clone())?,
+        #[cfg(feature = "kafka")]
+        SinkConfig::Kafka(c) => kafka::producer::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.transaction.clone())?,
+        #[cfg(not(feature = "kafka"))]
+        SinkConfig::Kafka(_) => return Err(Error::Kafka("this binary was built without the `kafka` feature".into())),
     };
     Ok(SinkHandle { kind, queue, task })
 }

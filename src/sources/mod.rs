@@ -6,6 +6,7 @@
 //! [`SourceConfig::check`] and in `pipeline::run`'s `start_source`.
 
 pub mod file;
+pub mod kafka;
 pub mod webhook;
 
 use std::net::SocketAddr;
@@ -13,6 +14,8 @@ use std::net::SocketAddr;
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
+use crate::decode::Unwrap;
+use crate::pipeline::checkpoint::Done;
 use crate::pipeline::load::Errors;
 use crate::process::IngestReport;
 
@@ -24,6 +27,8 @@ pub enum SourceConfig {
     Webhook(webhook::WebhookConfig),
     /// A recorded audit log, replayed once into the live pipeline at start-up.
     File(file::FileConfig),
+    /// Topics of a Kafka cluster, read as a member of a consumer group.
+    Kafka(kafka::KafkaSourceConfig),
 }
 
 impl SourceConfig {
@@ -32,13 +37,14 @@ impl SourceConfig {
         match self {
             SourceConfig::Webhook(_) => "webhook",
             SourceConfig::File(_) => "file",
+            SourceConfig::Kafka(_) => "kafka",
         }
     }
 
     pub fn listen(&self) -> Option<SocketAddr> {
         match self {
             SourceConfig::Webhook(w) => Some(w.listen),
-            SourceConfig::File(_) => None,
+            SourceConfig::File(_) | SourceConfig::Kafka(_) => None,
         }
     }
 
@@ -47,6 +53,7 @@ impl SourceConfig {
         match self {
             SourceConfig::Webhook(w) => w.check(key, errors),
             SourceConfig::File(f) => f.check(key, errors),
+            SourceConfig::Kafka(k) => k.check(key, errors),
         }
     }
 }
@@ -63,4 +70,9 @@ pub struct Batch {
     /// Told what the body held once the processor has taken it in; the webhook answers only
     /// then, so a 200 means the events are in the pipeline.
     pub ack: Option<oneshot::Sender<IngestReport>>,
+    /// Called once every output of the body is acknowledged by every sink (a Kafka message's
+    /// offset may then be committed). See [`crate::pipeline::checkpoint`].
+    pub done: Option<Done>,
+    /// Envelope around the events, when the source's differs from the pipeline's.
+    pub unwrap: Option<Unwrap>,
 }

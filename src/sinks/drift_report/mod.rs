@@ -69,6 +69,7 @@ pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkCo
         let mut out = Vec::new();
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         sweep.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut held: Option<Events> = None;
         loop {
             tokio::select! {
                 m = rx.recv() => match m {
@@ -77,6 +78,8 @@ pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkCo
                         for e in events.iter() {
                             tracker.on_event(e, now, |e| parent_namespace(&ctx, e), &mut out);
                         }
+                        // Acknowledged (Kafka offsets) once its reports are delivered below.
+                        held = Some(events);
                     }
                     None => break,
                 },
@@ -85,6 +88,7 @@ pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkCo
             for r in out.drain(..) {
                 deliver(&client, &cfg, &ctx, &r).await;
             }
+            drop(held.take());
         }
     }))
 }

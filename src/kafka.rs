@@ -1,0 +1,259 @@
+//! What the Kafka source and sink share: librdkafka properties from the pipeline file, the
+//! librdkafka log routed into `tracing`, and the exactly-once transaction between them.
+//!
+//! The config half is always compiled (a pipeline file with `type = "kafka"` is read and
+//! checked by any build); the client half needs the `kafka` cargo feature (librdkafka).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+
+use crate::pipeline::load::Errors;
+
+/// A librdkafka property value as written in TOML: `"SASL_SSL"`, `5000`, `true`.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum PropertyValue {
+    Text(String),
+    Integer(i64),
+    Float(f64),
+    Bool(bool),
+}
+
+impl fmt::Display for PropertyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PropertyValue::Text(s) => f.write_str(s),
+            PropertyValue::Integer(i) => write!(f, "{i}"),
+            PropertyValue::Float(x) => write!(f, "{x}"),
+            PropertyValue::Bool(b) => write!(f, "{b}"),
+        }
+    }
+}
+
+/// `[sources.properties]` / `[sinks.properties]`: passed to librdkafka as they are (TLS,
+/// SASL, timeouts, ...; see librdkafka's CONFIGURATION.md).
+pub type Properties = BTreeMap<String, PropertyValue>;
+
+/// Checks what can be checked without a broker: required strings, properties the service
+/// manages itself, and (with the `kafka` feature) that librdkafka knows every property and
+/// accepts its value.
+pub fn check_client(key: &str, brokers: &str, properties: &Properties, managed: &[&str], errors: &mut Errors<'_>) {
+    if brokers.trim().is_empty() {
+        errors.push(format!("{key}.brokers"), None, "must list at least one broker, e.g. \"kafka:9092\"");
+    }
+    for name in properties.keys() {
+        if managed.contains(&name.as_str()) || name == "bootstrap.servers" {
+            errors.push(format!("{key}.properties.{name}"), None, "is set by kausality-stream (see docs/kafka.md); remove it");
+        }
+    }
+    if !cfg!(feature = "kafka") {
+        errors.push(format!("{key}.type"), None, "this binary was built without the `kafka` feature");
+        return;
+    }
+    #[cfg(feature = "kafka")]
+    {
+        for (name, value) in properties {
+            let mut c = rdkafka::ClientConfig::new();
+            c.set(name, value.to_string());
+            if let Err(e) = c.create_native_config() {
+                errors.push(format!("{key}.properties.{name}"), None, format!("librdkafka refuses it: {e}"));
+            }
+        }
+    }
+}
+
+#[cfg(feature = "kafka")]
+pub use client::*;
+
+#[cfg(feature = "kafka")]
+mod client {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    use std::time::Duration;
+
+    use rdkafka::client::ClientContext;
+    use rdkafka::config::RDKafkaLogLevel;
+    use rdkafka::consumer::{Consumer, ConsumerContext, ConsumerGroupMetadata};
+    use rdkafka::error::KafkaError;
+    use rdkafka::producer::{Producer, ProducerContext};
+    use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+    use rdkafka::ClientConfig;
+
+    use super::Properties;
+
+    /// The consumer's side of a transaction: its group membership, which fences a zombie.
+    pub trait GroupMember: Send + Sync {
+        fn group_metadata(&self) -> Option<ConsumerGroupMetadata>;
+    }
+
+    impl<C: ConsumerContext> GroupMember for rdkafka::consumer::BaseConsumer<C> {
+        fn group_metadata(&self) -> Option<ConsumerGroupMetadata> {
+            Consumer::group_metadata(self)
+        }
+    }
+
+    /// The producer's side of a transaction.
+    pub trait Transactional: Send + Sync {
+        fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError>;
+        fn commit(&self, timeout: Duration) -> Result<(), KafkaError>;
+        fn begin(&self) -> Result<(), KafkaError>;
+        fn abort(&self, timeout: Duration) -> Result<(), KafkaError>;
+    }
+
+    impl<C: ProducerContext + 'static> Transactional for rdkafka::producer::ThreadedProducer<C> {
+        fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError> {
+            self.send_offsets_to_transaction(offsets, group, timeout)
+        }
+        fn commit(&self, timeout: Duration) -> Result<(), KafkaError> {
+            self.commit_transaction(timeout)
+        }
+        fn begin(&self) -> Result<(), KafkaError> {
+            self.begin_transaction()
+        }
+        fn abort(&self, timeout: Duration) -> Result<(), KafkaError> {
+            self.abort_transaction(timeout)
+        }
+    }
+
+    /// Exactly-once consume → classify → produce: the Kafka source records the offsets of
+    /// done messages here, the Kafka sink produces inside the open transaction, and the
+    /// processor commits both at once at a barrier (everything taken in is classified and its
+    /// output delivered into the transaction), then opens the next transaction.
+    pub struct Transaction {
+        /// The producer's `transactional.id`.
+        pub id: String,
+        /// Next offset to read of each partition whose messages are done since the start.
+        offsets: Mutex<(HashMap<(Arc<str>, i32), i64>, bool)>,
+        member: OnceLock<Arc<dyn GroupMember>>,
+        producer: OnceLock<Arc<dyn Transactional>>,
+        timeout: Duration,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    pub enum TransactionError {
+        #[error("the consumer has no group membership (not subscribed yet, or left the group)")]
+        NoGroup,
+        #[error("kafka transaction failed (aborted): {0}")]
+        Kafka(#[from] KafkaError),
+    }
+
+    /// What a commit did.
+    #[derive(Debug, Default)]
+    pub struct Committed {
+        pub partitions: usize,
+    }
+
+    impl Transaction {
+        pub fn new(id: String, timeout: Duration) -> Transaction {
+            Transaction { id, offsets: Mutex::new((HashMap::new(), false)), member: OnceLock::new(), producer: OnceLock::new(), timeout }
+        }
+
+        pub fn set_consumer(&self, member: Arc<dyn GroupMember>) {
+            let _ = self.member.set(member);
+        }
+
+        /// Called by the sink once `init_transactions` and the first `begin_transaction` are done.
+        pub fn set_producer(&self, producer: Arc<dyn Transactional>) {
+            let _ = self.producer.set(producer);
+        }
+
+        /// A message is done (called by the processor thread).
+        pub fn done(&self, topic: &Arc<str>, partition: i32, offset: i64) {
+            let mut o = self.offsets.lock().expect("offsets lock");
+            o.0.insert((topic.clone(), partition), offset + 1);
+            o.1 = true;
+        }
+
+        /// Partitions taken away by a rebalance (after their barrier commit).
+        pub fn forget(&self, parts: &[(Arc<str>, i32)]) {
+            let mut o = self.offsets.lock().expect("offsets lock");
+            for p in parts {
+                o.0.remove(p);
+            }
+        }
+
+        /// Whether the sink has its transactional producer ready.
+        pub fn ready(&self) -> bool {
+            self.producer.get().is_some()
+        }
+
+        /// Commits the open transaction with the done offsets, and opens the next one. `Ok`
+        /// with nothing done when no message was done since the last commit. An error leaves
+        /// the transaction aborted: the outputs since the last commit are discarded, so the
+        /// processor's state is ahead of Kafka and the pipeline must restart from its last
+        /// snapshot.
+        pub fn commit(&self) -> Result<Option<Committed>, TransactionError> {
+            let Some(producer) = self.producer.get() else { return Ok(None) };
+            let tpl = {
+                let mut o = self.offsets.lock().expect("offsets lock");
+                if !std::mem::take(&mut o.1) {
+                    return Ok(None);
+                }
+                let mut tpl = TopicPartitionList::new();
+                for ((topic, partition), next) in &o.0 {
+                    let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
+                }
+                tpl
+            };
+            let group = self.member.get().and_then(|m| m.group_metadata()).ok_or(TransactionError::NoGroup)?;
+            let result = producer.send_offsets(&tpl, &group, self.timeout).and_then(|()| producer.commit(self.timeout));
+            if let Err(e) = result {
+                let _ = producer.abort(self.timeout);
+                let _ = producer.begin();
+                return Err(e.into());
+            }
+            producer.begin()?;
+            Ok(Some(Committed { partitions: tpl.count() }))
+        }
+    }
+
+    /// A client configuration: the service's defaults, then the pipeline's properties, then the
+    /// properties the service must control (which `check_client` keeps out of the file).
+    pub fn client_config(brokers: &str, defaults: &[(&str, &str)], properties: &Properties, managed: &[(&str, String)]) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", brokers);
+        for (k, v) in defaults {
+            c.set(*k, *v);
+        }
+        for (k, v) in properties {
+            c.set(k, v.to_string());
+        }
+        for (k, v) in managed {
+            c.set(*k, v);
+        }
+        c.set_log_level(RDKafkaLogLevel::Info);
+        c
+    }
+
+    /// librdkafka's log and error callbacks, into `tracing` (the `log` crate is not wired).
+    pub fn log(role: &'static str, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        match level {
+            RDKafkaLogLevel::Emerg | RDKafkaLogLevel::Alert | RDKafkaLogLevel::Critical | RDKafkaLogLevel::Error => {
+                tracing::error!(client = role, facility = fac, "librdkafka: {message}")
+            }
+            RDKafkaLogLevel::Warning => tracing::warn!(client = role, facility = fac, "librdkafka: {message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(client = role, facility = fac, "librdkafka: {message}"),
+            RDKafkaLogLevel::Debug => tracing::debug!(client = role, facility = fac, "librdkafka: {message}"),
+        }
+    }
+
+    /// A broker going away is reported here on every reconnect attempt: a warning, since
+    /// librdkafka reconnects by itself and nothing is lost meanwhile.
+    pub fn error(role: &'static str, error: KafkaError, reason: &str) {
+        tracing::warn!(client = role, error = %error, "librdkafka: {reason}");
+    }
+
+    /// The plain context of a client that only needs its logs routed.
+    pub struct Logged(pub &'static str);
+
+    impl ClientContext for Logged {
+        fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+            log(self.0, level, fac, message)
+        }
+        fn error(&self, e: KafkaError, reason: &str) {
+            error(self.0, e, reason)
+        }
+    }
+}

@@ -1,0 +1,198 @@
+//! The Kafka producer of enriched events: an idempotent librdkafka producer fed by a thread
+//! of its own (serializing JSON is CPU work). A full local queue is backpressure: the thread
+//! waits for room and the processor waits for the thread, so nothing is dropped. Each message
+//! carries a copy of its batch; the batch's receipt (the Kafka source's offsets) fires only
+//! when the last message of the batch is delivered. A failed delivery is counted, logged and
+//! sent again by a retry thread.
+
+use std::sync::mpsc as std_mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use prometheus::IntCounter;
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer, ProducerContext, ThreadedProducer};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::KafkaSinkConfig;
+use crate::kafka::{self as client, Transaction};
+use crate::metrics::Metrics;
+use crate::sinks::{Error, Events};
+
+/// The batch a message came from, and how often it was sent.
+pub struct Flight {
+    /// Holds the batch's receipt until this message is delivered (or given up).
+    _events: Events,
+    attempt: u32,
+}
+
+/// A message to send again.
+struct Retry {
+    payload: Vec<u8>,
+    key: Vec<u8>,
+    headers: Vec<(String, Vec<u8>)>,
+    flight: Box<Flight>,
+}
+
+/// Delivery reports: count, and hand failures to the retry thread.
+pub struct DeliveryContext {
+    delivered: IntCounter,
+    failed: IntCounter,
+    /// `None` in a transaction: a failed delivery fails the commit instead.
+    retries: Option<std_mpsc::Sender<Retry>>,
+    max_retries: u32,
+}
+
+impl ClientContext for DeliveryContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        client::log("producer", level, fac, message)
+    }
+    fn error(&self, e: KafkaError, reason: &str) {
+        client::error("producer", e, reason)
+    }
+}
+
+impl ProducerContext for DeliveryContext {
+    type DeliveryOpaque = Box<Flight>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, mut flight: Box<Flight>) {
+        let (e, m) = match result {
+            Ok(_) => return self.delivered.inc(),
+            Err((e, m)) => (e, m),
+        };
+        self.failed.inc();
+        flight.attempt += 1;
+        let give_up = self.max_retries > 0 && flight.attempt > self.max_retries;
+        tracing::warn!(error = %e, attempt = flight.attempt, give_up, "kafka sink: delivery failed");
+        let Some(retries) = self.retries.as_ref().filter(|_| !give_up) else { return };
+        let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect()).unwrap_or_default();
+        let retry = Retry { payload: m.payload().unwrap_or_default().to_vec(), key: m.key().unwrap_or_default().to_vec(), headers, flight };
+        let _ = retries.send(retry);
+    }
+}
+
+pub type KafkaProducer = ThreadedProducer<DeliveryContext>;
+
+/// Longest wait for the last deliveries when the pipeline stops (within its own
+/// `shutdown_timeout`, 25 s by default).
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Starts the sink. With `transaction`, the producer is transactional (exactly-once): it
+/// initializes on the sink's thread and then hands itself to the transaction.
+pub fn spawn(cfg: KafkaSinkConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>, transaction: Option<Arc<Transaction>>) -> Result<JoinHandle<()>, Error> {
+    let (retry_tx, retry_rx) = std_mpsc::channel();
+    let mut managed = vec![("enable.idempotence", "true".to_string()), ("acks", "all".to_string())];
+    if let Some(t) = &transaction {
+        managed.push(("transactional.id", t.id.clone()));
+    }
+    let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &cfg.properties, &managed);
+    let context = DeliveryContext {
+        delivered: metrics.sink_events.with_label_values(&["kafka"]),
+        failed: metrics.sink_errors.with_label_values(&["kafka"]),
+        retries: transaction.is_none().then_some(retry_tx),
+        max_retries: cfg.max_retries,
+    };
+    let producer: Arc<KafkaProducer> = Arc::new(config.create_with_context(context).map_err(|e| Error::Kafka(e.to_string()))?);
+    tracing::info!(brokers = %cfg.brokers, topic = %cfg.topic, exactly_once = transaction.is_some(), "kafka sink ready");
+    let retrier = {
+        // Weak: the thread ends once the producer is dropped (its context holds the sender).
+        let (producer, topic) = (Arc::downgrade(&producer), cfg.topic.clone());
+        std::thread::Builder::new().name("kafka-retry".into()).spawn(move || retry(&producer, &topic, retry_rx)).map_err(|e| Error::Kafka(e.to_string()))?
+    };
+    Ok(tokio::task::spawn_blocking(move || {
+        if let Some(t) = &transaction {
+            if !init_transactions(&producer, t) {
+                return;
+            }
+        }
+        send_all(&cfg, &producer, rx);
+        if let Err(e) = producer.flush(FLUSH_TIMEOUT) {
+            tracing::error!(error = %e, in_flight = producer.in_flight_count(), "kafka sink: not every message was delivered before the shutdown timeout");
+        }
+        drop(producer);
+        // The retry thread ends when the producer's context (its sender) is gone.
+        let _ = retrier.join();
+    }))
+}
+
+fn init_transactions(producer: &Arc<KafkaProducer>, t: &Transaction) -> bool {
+    // Fences an earlier incarnation with the same transactional.id and aborts its open
+    // transaction; retried while the broker is unreachable.
+    let mut last_log = None::<Instant>;
+    loop {
+        match producer.init_transactions(Duration::from_secs(30)).and_then(|()| producer.begin_transaction()) {
+            Ok(()) => {
+                t.set_producer(producer.clone());
+                tracing::info!(transactional_id = %t.id, "kafka sink: transactions initialized");
+                return true;
+            }
+            Err(e) if e.rdkafka_error_code() == Some(RDKafkaErrorCode::Fatal) => {
+                tracing::error!(error = %e, "kafka sink: cannot initialize transactions");
+                return false;
+            }
+            Err(e) => {
+                if last_log.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::warn!(error = %e, "kafka sink: initializing transactions (retrying)");
+                    last_log = Some(Instant::now());
+                }
+                std::thread::sleep(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+fn send_all(cfg: &KafkaSinkConfig, producer: &KafkaProducer, mut rx: mpsc::Receiver<Events>) {
+    let mut value = Vec::with_capacity(4096);
+    let failed = producer.context().failed.clone();
+    while let Some(events) = rx.blocking_recv() {
+        for e in events.iter().filter(|e| cfg.selects(e.class)) {
+            value.clear();
+            serde_json::to_writer(&mut value, e).expect("enriched events serialize");
+            let key: &str = e.parent.as_ref().map_or(&e.object.uid, |p| &p.uid);
+            let headers = OwnedHeaders::new_with_capacity(2)
+                .insert(Header { key: "class", value: Some(e.class.as_str()) })
+                .insert(Header { key: "cluster", value: Some(&*e.cluster) });
+            let flight = Box::new(Flight { _events: events.clone(), attempt: 0 });
+            let record = BaseRecord::with_opaque_to(&cfg.topic, flight).payload(&value).key(key).headers(headers);
+            if let Err(e) = send(producer, record) {
+                failed.inc();
+                tracing::error!(error = %e, "kafka sink: message refused by the producer (too large?); dropped");
+            }
+        }
+    }
+}
+
+/// Sends, waiting while the local queue is full (backpressure, never a drop).
+fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?Sized>(producer: &KafkaProducer, mut record: BaseRecord<'_, K, P, Box<Flight>>) -> Result<(), KafkaError> {
+    let mut wait = Duration::from_micros(200);
+    loop {
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                record = r;
+                std::thread::sleep(wait);
+                wait = (wait * 2).min(Duration::from_millis(50));
+            }
+            Err((e, _)) => return Err(e),
+        }
+    }
+}
+
+fn retry(producer: &std::sync::Weak<KafkaProducer>, topic: &str, rx: std_mpsc::Receiver<Retry>) {
+    while let Ok(r) = rx.recv() {
+        let Some(producer) = producer.upgrade() else { break };
+        // Back off: the failure was after librdkafka's own retries (broker down for longer
+        // than message.timeout.ms, or the topic gone).
+        std::thread::sleep(Duration::from_millis((100u64 << r.flight.attempt.min(6)).min(5_000)));
+        let headers = r.headers.iter().fold(OwnedHeaders::new_with_capacity(r.headers.len()), |h, (k, v)| h.insert(Header { key: k, value: Some(v) }));
+        let record = BaseRecord::with_opaque_to(topic, r.flight).payload(&r.payload).key(&r.key).headers(headers);
+        if let Err(e) = send(&producer, record) {
+            producer.context().failed.inc();
+            tracing::error!(error = %e, "kafka sink: retry refused by the producer; dropped");
+        }
+    }
+}

@@ -1,0 +1,371 @@
+//! The Kafka consumer: one thread that polls, hands each message to the processor as a
+//! [`Batch`] (waiting when the intake queue is full: that is the backpressure), and stores a
+//! partition's offset only once the message is done (every output acknowledged by every sink,
+//! see [`crate::pipeline::checkpoint`]). librdkafka's auto-commit then commits the stored
+//! offsets every second (`enable.auto.offset.store = false`, as in rust-rdkafka's
+//! `at_least_once` example). All consumer calls that change state happen on this thread;
+//! the rebalance callbacks run inside its `poll`.
+//!
+//! Rebalances: before partitions are taken away, the processor is asked for a barrier (take
+//! every queued message in, flush the reorder buffer, wait for the sinks), then what is done
+//! is committed synchronously, so the next owner starts after it. Whatever did not finish in
+//! `revoke_timeout` is read again by the next owner (at-least-once: duplicates are allowed,
+//! and dropped downstream by auditID when they meet the same dedupe window).
+//!
+//! With `exactly_once`, nothing is stored here: done offsets go to the shared
+//! [`Transaction`], which the processor commits together with the sink's output.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self as std_mpsc, TryRecvError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::{KafkaError, KafkaResult};
+use rdkafka::message::{Headers, Message};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::KafkaSourceConfig;
+use crate::kafka::{self as client, Transaction};
+use crate::metrics::Metrics;
+use crate::pipeline::checkpoint::{Barrier, Done};
+use crate::sources::Batch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("kafka source: cannot create the consumer: {0}")]
+    Create(KafkaError),
+    #[error("kafka source: cannot subscribe to {topics}: {source}")]
+    Subscribe { topics: String, source: KafkaError },
+}
+
+/// What the pipeline hands the source.
+pub struct Wiring {
+    pub intake: mpsc::Sender<Batch>,
+    pub metrics: Arc<Metrics>,
+    pub stop: watch::Receiver<bool>,
+    /// Asks the processor to finish everything taken in (before a rebalance).
+    pub barriers: mpsc::Sender<Barrier>,
+    /// Set with `exactly_once`: done offsets go into the transaction.
+    pub transaction: Option<Arc<Transaction>>,
+    /// How long, once stopping, to wait for the processor to finish the messages taken in.
+    pub shutdown_timeout: Duration,
+}
+
+type Partition = (Arc<str>, i32);
+
+/// A message that is done: its partition and offset.
+struct Position {
+    topic: Arc<str>,
+    partition: i32,
+    offset: i64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Progress {
+    /// Highest offset handed to the processor; -1 before the first.
+    consumed: i64,
+    /// Highest offset done; -1 before the first.
+    done: i64,
+    /// Highest offset stored for commit; -1 before the first.
+    stored: i64,
+}
+
+/// The offsets of the assigned partitions, and the done messages not yet accounted for.
+struct Offsets {
+    completions: std_mpsc::Receiver<Position>,
+    parts: HashMap<Partition, Progress>,
+    /// Every sender is gone: the processor has ended and dropped every message it held.
+    disconnected: bool,
+}
+
+impl Offsets {
+    /// Takes in every completion waiting; true when there was any.
+    fn collect(&mut self) -> bool {
+        let mut any = false;
+        loop {
+            match self.completions.try_recv() {
+                Ok(p) => {
+                    any = true;
+                    if let Some(pr) = self.parts.get_mut(&(p.topic, p.partition)) {
+                        pr.done = pr.done.max(p.offset);
+                    }
+                }
+                Err(TryRecvError::Empty) => return any,
+                Err(TryRecvError::Disconnected) => {
+                    self.disconnected = true;
+                    return any;
+                }
+            }
+        }
+    }
+
+    /// Stores (for the next auto-commit) the done offsets not stored yet.
+    fn store(&mut self, consumer: &BaseConsumer<SourceContext>) {
+        let mut tpl = TopicPartitionList::new();
+        for ((topic, partition), pr) in self.parts.iter_mut() {
+            if pr.done > pr.stored {
+                // The committed offset is the next one to read.
+                let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(pr.done + 1));
+                pr.stored = pr.done;
+            }
+        }
+        if tpl.count() > 0 {
+            if let Err(e) = consumer.store_offsets(&tpl) {
+                tracing::warn!(error = %e, "kafka source: storing offsets failed");
+            }
+        }
+    }
+
+    fn all_done(&self, parts: &[Partition]) -> bool {
+        parts.iter().all(|p| self.parts.get(p).is_none_or(|pr| pr.done >= pr.consumed))
+    }
+}
+
+/// The consumer's callbacks: rebalances, commits, and librdkafka's log.
+pub struct SourceContext {
+    offsets: Mutex<Offsets>,
+    barriers: mpsc::Sender<Barrier>,
+    revoke_timeout: Duration,
+    transaction: Option<Arc<Transaction>>,
+}
+
+impl ClientContext for SourceContext {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        client::log("consumer", level, fac, message)
+    }
+    fn error(&self, e: KafkaError, reason: &str) {
+        client::error("consumer", e, reason)
+    }
+}
+
+impl ConsumerContext for SourceContext {
+    fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let Rebalance::Revoke(tpl) = rebalance else { return };
+        let parts: Vec<Partition> = tpl.elements().iter().map(|e| (Arc::from(e.topic()), e.partition())).collect();
+        let pending = !self.offsets.lock().expect("offsets lock").all_done(&parts);
+        if pending {
+            // Finish what was taken in, so its offsets can be committed before another
+            // member takes the partitions over.
+            let (reply, wait) = std_mpsc::channel();
+            if self.barriers.blocking_send(Barrier { reply }).is_ok() {
+                match wait.recv_timeout(self.revoke_timeout) {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!("kafka source: the processor could not finish before the rebalance"),
+                    Err(_) => tracing::warn!(timeout = ?self.revoke_timeout, "kafka source: rebalance went ahead before every output was delivered; the next owner reads those messages again"),
+                }
+            }
+        }
+        let mut offsets = self.offsets.lock().expect("offsets lock");
+        offsets.collect();
+        if self.transaction.is_none() {
+            offsets.store(consumer);
+            commit_sync(consumer);
+        }
+        for p in &parts {
+            offsets.parts.remove(p);
+        }
+        if let Some(t) = &self.transaction {
+            t.forget(&parts);
+        }
+        tracing::info!(partitions = %names(&parts), "kafka source: partitions revoked");
+    }
+
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                let parts: Vec<Partition> = tpl.elements().iter().map(|e| (Arc::from(e.topic()), e.partition())).collect();
+                let mut offsets = self.offsets.lock().expect("offsets lock");
+                for p in &parts {
+                    offsets.parts.entry(p.clone()).or_insert(Progress { consumed: -1, done: -1, stored: -1 });
+                }
+                tracing::info!(partitions = %names(&parts), "kafka source: partitions assigned");
+            }
+            Rebalance::Revoke(_) => {}
+            Rebalance::Error(e) => tracing::warn!(error = %e, "kafka source: rebalance error"),
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, _offsets: &TopicPartitionList) {
+        match result {
+            Ok(()) | Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
+            Err(e) => tracing::warn!(error = %e, "kafka source: offset commit failed; retried with the next commit"),
+        }
+    }
+}
+
+fn commit_sync(consumer: &BaseConsumer<SourceContext>) {
+    match consumer.commit_consumer_state(CommitMode::Sync) {
+        Ok(()) | Err(KafkaError::ConsumerCommit(rdkafka::types::RDKafkaErrorCode::NoOffset)) => {}
+        Err(e) => tracing::warn!(error = %e, "kafka source: offset commit failed"),
+    }
+}
+
+fn names(parts: &[Partition]) -> String {
+    parts.iter().map(|(t, p)| format!("{t}[{p}]")).collect::<Vec<_>>().join(",")
+}
+
+/// Creates the consumer, subscribes, and starts the polling thread and the lag probe.
+pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error> {
+    let (completed, completions) = std_mpsc::channel();
+    let exactly_once = w.transaction.is_some();
+    let managed = [
+        ("group.id", cfg.group_id.clone()),
+        // Exactly-once: the offsets are committed in the producer's transaction instead.
+        ("enable.auto.commit", (!exactly_once).to_string()),
+        ("enable.auto.offset.store", "false".to_string()),
+        ("enable.partition.eof", "false".to_string()),
+        // Only committed output of transactional producers upstream (and our own).
+        ("isolation.level", "read_committed".to_string()),
+    ];
+    let config = client::client_config(&cfg.brokers, &[("auto.offset.reset", "earliest"), ("auto.commit.interval.ms", "1000")], &cfg.properties, &managed);
+    let context = SourceContext {
+        offsets: Mutex::new(Offsets { completions, parts: HashMap::new(), disconnected: false }),
+        barriers: w.barriers.clone(),
+        revoke_timeout: cfg.revoke_timeout.0,
+        transaction: w.transaction.clone(),
+    };
+    let consumer: Arc<BaseConsumer<SourceContext>> = Arc::new(config.create_with_context(context).map_err(Error::Create)?);
+    let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
+    consumer.subscribe(&topics).map_err(|source| Error::Subscribe { topics: cfg.topics.join(","), source })?;
+    if let Some(t) = &w.transaction {
+        t.set_consumer(consumer.clone());
+    }
+    tracing::info!(brokers = %cfg.brokers, topics = %cfg.topics.join(","), group = %cfg.group_id, exactly_once, "kafka source subscribed");
+
+    let ended = Arc::new(AtomicBool::new(false));
+    let lag = {
+        let (consumer, metrics, ended, every) = (consumer.clone(), w.metrics.clone(), ended.clone(), cfg.lag_interval.0);
+        std::thread::Builder::new().name("kafka-lag".into()).spawn(move || probe_lag(&consumer, &metrics, &ended, every)).ok()
+    };
+    let cfg = cfg.clone();
+    Ok(tokio::task::spawn_blocking(move || {
+        run(&cfg, &consumer, completed, &w);
+        ended.store(true, Ordering::Relaxed);
+        if let Some(t) = lag {
+            let _ = t.join();
+        }
+    }))
+}
+
+fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, completed: std_mpsc::Sender<Position>, w: &Wiring) {
+    let topics: Vec<Arc<str>> = cfg.topics.iter().map(|t| Arc::from(t.as_str())).collect();
+    let offsets = &consumer.context().offsets;
+    let mut last_store = Instant::now();
+    let mut last_error: Option<Instant> = None;
+    let mut messages = 0u64;
+    while !*w.stop.borrow() {
+        match consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Err(e)) => {
+                // Broker gone, unknown topic, ...: librdkafka reconnects and retries itself.
+                if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::warn!(error = %e, "kafka source: consumer error (retrying)");
+                    last_error = Some(Instant::now());
+                }
+            }
+            Some(Ok(m)) => {
+                let topic = topics.iter().find(|t| ***t == *m.topic()).cloned().unwrap_or_else(|| Arc::from(m.topic()));
+                let (partition, offset) = (m.partition(), m.offset());
+                let cluster = m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value)).and_then(|v| std::str::from_utf8(v).ok()).map(str::to_string);
+                let body = m.payload().unwrap_or_default().to_vec();
+                drop(m);
+                if let Some(pr) = offsets.lock().expect("offsets lock").parts.get_mut(&(topic.clone(), partition)) {
+                    pr.consumed = pr.consumed.max(offset);
+                }
+                let (tx, txn) = (completed.clone(), w.transaction.clone());
+                let done = Done::new(move || {
+                    if let Some(t) = txn {
+                        t.done(&topic, partition, offset);
+                    }
+                    let _ = tx.send(Position { topic, partition, offset });
+                });
+                let batch = Batch { cluster, body, source: "kafka", ack: None, done: Some(done), unwrap: Some(cfg.unwrap) };
+                if w.intake.blocking_send(batch).is_err() {
+                    break;
+                }
+                messages += 1;
+            }
+        }
+        if last_store.elapsed() >= Duration::from_millis(100) {
+            let mut o = offsets.lock().expect("offsets lock");
+            if o.collect() && w.transaction.is_none() {
+                o.store(consumer);
+            }
+            last_store = Instant::now();
+        }
+    }
+    // Stopping: take no more messages, wait until the processor has finished (and dropped)
+    // every message it holds, then commit what is done.
+    if let Ok(a) = consumer.assignment() {
+        let _ = consumer.pause(&a);
+    }
+    drop(completed);
+    let deadline = Instant::now() + w.shutdown_timeout;
+    loop {
+        let finished = {
+            let mut o = offsets.lock().expect("offsets lock");
+            o.collect();
+            o.disconnected
+        };
+        if finished || Instant::now() > deadline {
+            break;
+        }
+        // Serves callbacks; the partitions are paused, and a message already fetched is not
+        // taken (it is read again after the restart).
+        let _ = consumer.poll(Duration::from_millis(50));
+    }
+    let mut o = offsets.lock().expect("offsets lock");
+    o.collect();
+    if w.transaction.is_none() {
+        o.store(consumer);
+        commit_sync(consumer);
+    }
+    tracing::info!(messages, finished = o.disconnected, "kafka source stopped");
+}
+
+/// `kausality_kafka_consumer_lag_messages{topic,partition}`: high watermark − position, off
+/// the polling thread (a watermark query is a broker round trip).
+fn probe_lag(consumer: &BaseConsumer<SourceContext>, metrics: &Metrics, ended: &AtomicBool, every: Duration) {
+    let mut shown: Vec<(String, String)> = Vec::new();
+    let mut next = Instant::now() + every.min(Duration::from_secs(1));
+    while !ended.load(Ordering::Relaxed) {
+        if Instant::now() < next {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        next = Instant::now() + every;
+        let Ok(position) = consumer.position() else { continue };
+        // Nothing read since the assignment (an idle partition): measure from the committed
+        // offset instead.
+        let mut unread = TopicPartitionList::new();
+        for e in position.elements().iter().filter(|e| !matches!(e.offset(), Offset::Offset(_))) {
+            unread.add_partition(e.topic(), e.partition());
+        }
+        let committed = if unread.count() > 0 { consumer.committed_offsets(unread, Duration::from_secs(2)).ok() } else { None };
+        let mut now_shown = Vec::new();
+        for e in position.elements() {
+            let Ok((low, high)) = consumer.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(2)) else { continue };
+            let from = match e.offset() {
+                Offset::Offset(pos) => pos,
+                _ => match committed.as_ref().and_then(|c| c.find_partition(e.topic(), e.partition())).map(|c| c.offset()) {
+                    Some(Offset::Offset(c)) => c,
+                    _ => low,
+                },
+            };
+            let lag = (high - from).max(0);
+            let labels = (e.topic().to_string(), e.partition().to_string());
+            metrics.kafka_consumer_lag.with_label_values(&[&labels.0, &labels.1]).set(lag);
+            now_shown.push(labels);
+        }
+        for gone in shown.iter().filter(|l| !now_shown.contains(l)) {
+            let _ = metrics.kafka_consumer_lag.remove_label_values(&[&gone.0, &gone.1]);
+        }
+        shown = now_shown;
+    }
+}

@@ -124,9 +124,7 @@ step "audit policy"
 run "audit policy" python3 scripts/check-audit-policy.py deploy/audit-policy.yaml
 
 step "docker-compose, Dockerfile, .dockerignore"
-# pipelines/kafka.toml is written with the Kafka pipeline; until it lands its absence is a
-# warning. (The flag is a no-op once the file exists.)
-run "compose structure" python3 scripts/check-compose.py --pending pipelines/kafka.toml docker-compose.yml
+run "compose structure" python3 scripts/check-compose.py docker-compose.yml
 run "compose config" compose_config
 
 step "kustomize"

@@ -1,0 +1,263 @@
+//! Kafka in and out, against a real Apache Kafka broker (KRaft, `scripts/kafka.sh`) and the
+//! real `kausality-stream` binary: classes equal `replay`'s, nothing lost when the service is
+//! killed or the broker restarts, a malformed message skipped and committed, and exactly-once
+//! output. Skipped (with `SKIPPED: ...`) only when `KAUSALITY_KAFKA_TESTS=0`.
+#![cfg(feature = "kafka")]
+
+mod kafka_support;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use kafka_support::*;
+
+/// Messages of a corpus: one event per message, no key (one partition), no header.
+fn messages(lines: &[String]) -> Vec<(Option<String>, Vec<u8>, Option<String>)> {
+    lines.iter().map(|l| (None, l.clone().into_bytes(), None)).collect()
+}
+
+fn class_map(out: &[Out]) -> HashMap<String, String> {
+    out.iter().map(|o| (o.audit_id().to_string(), o.value["class"].as_str().unwrap().to_string())).collect()
+}
+
+#[test]
+fn classes_equal_replay_and_offsets_are_committed() {
+    if !enabled("classes_equal_replay_and_offsets_are_committed") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let dir = temp_dir("replay");
+    let (input, output, group) = (kafka.unique("audit"), kafka.unique("enriched"), kafka.unique("group"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    let lines = corpus(6000, 7);
+    let expected = replay_classes(&dir, &lines);
+    assert!(expected.len() > 1000, "the corpus classifies enough: {}", expected.len());
+    // Every message but the first carries the cluster header, to check both paths.
+    let mut msgs = messages(&lines);
+    for m in msgs.iter_mut().skip(1) {
+        m.2 = Some("test".into());
+    }
+    kafka.produce(&input, &msgs);
+
+    let serve = Serve::start(&pipeline(&dir, &kafka.brokers, &input, &output, &group, ""));
+    let out = kafka.read_until(&output, Duration::from_secs(60), |o| o.len() >= expected.len());
+    let got = class_map(&out);
+    assert_eq!(out.len(), expected.len(), "one output per classified mutation");
+    let differ: Vec<_> = expected.iter().filter(|(id, c)| got.get(*id) != Some(c)).take(5).collect();
+    assert!(differ.is_empty(), "classes differ from replay, e.g. {differ:?}");
+    // Key = parent UID, else the object's; headers class and cluster.
+    for o in &out {
+        let want_key = o.value["parent"]["uid"].as_str().or(o.value["object"]["uid"].as_str());
+        assert_eq!(o.key.as_deref(), want_key);
+        assert_eq!(o.class.as_deref(), o.value["class"].as_str());
+        assert_eq!(o.cluster.as_deref(), Some("test"));
+    }
+    wait_for("offsets committed up to the end", 30, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
+    let topic_label = format!("topic=\"{input}\"");
+    wait_for("consumer lag 0", 30, || serve.metrics().lines().any(|l| l.starts_with("kausality_kafka_consumer_lag_messages{") && l.contains(&topic_label) && l.ends_with(" 0")));
+    assert_eq!(serve.metric("kausality_events_received_total", &["source=\"kafka\""]), lines.len() as f64);
+    assert_eq!(serve.metric("kausality_sink_events_total", &["sink=\"kafka\""]), expected.len() as f64);
+    assert_eq!(serve.metric("kausality_sink_errors_total", &["sink=\"kafka\""]), 0.0);
+    let (code, _) = serve.terminate();
+    assert_eq!(code, 0, "clean shutdown");
+    kafka.delete_topics(&[&input, &output]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn only_classes_writes_drift_only() {
+    if !enabled("only_classes_writes_drift_only") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let dir = temp_dir("drift");
+    let (input, output, group) = (kafka.unique("audit"), kafka.unique("drift"), kafka.unique("group"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    let lines = corpus(3000, 11);
+    let drift: HashMap<_, _> = replay_classes(&dir, &lines).into_iter().filter(|(_, c)| c == "drift").collect();
+    assert!(!drift.is_empty(), "the corpus has drift");
+    kafka.produce(&input, &messages(&lines));
+    let path = pipeline(&dir, &kafka.brokers, &input, &output, &group, "");
+    let text = std::fs::read_to_string(&path).unwrap().replace(&format!("topic = \"{output}\""), &format!("topic = \"{output}\"\nonly_classes = [\"drift\"]"));
+    std::fs::write(&path, text).unwrap();
+    let serve = Serve::start(&path);
+    wait_for("every message committed", 60, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
+    let out = kafka.read_until(&output, Duration::from_secs(3), |o| o.len() >= drift.len());
+    assert_eq!(class_map(&out), drift);
+    drop(serve);
+    kafka.delete_topics(&[&input, &output]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_malformed_message_is_counted_skipped_and_committed() {
+    if !enabled("a_malformed_message_is_counted_skipped_and_committed") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let dir = temp_dir("malformed");
+    let (input, output, group) = (kafka.unique("audit"), kafka.unique("enriched"), kafka.unique("group"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    let lines = corpus(400, 3);
+    let expected = replay_classes(&dir, &lines);
+    let mut msgs = messages(&lines);
+    // Between good ones: not JSON at all, then JSON that is no audit event.
+    msgs.insert(150, (None, b"{not json".to_vec(), None));
+    msgs.insert(300, (None, br#"{"kind":"Pod","apiVersion":"v1"}"#.to_vec(), None));
+    kafka.produce(&input, &msgs);
+    let serve = Serve::start(&pipeline(&dir, &kafka.brokers, &input, &output, &group, ""));
+    let out = kafka.read_until(&output, Duration::from_secs(30), |o| o.len() >= expected.len());
+    assert_eq!(class_map(&out), expected, "the good messages are all classified, as by replay");
+    wait_for("the offset after the last message committed", 30, || kafka.committed(&group, &input, 1) == vec![Some(msgs.len() as i64)]);
+    let invalid = serve.metric("kausality_events_invalid_total", &[]);
+    assert!(invalid >= 2.0, "both malformed messages counted as invalid: {invalid}");
+    assert_eq!(serve.metric("kausality_events_received_total", &["source=\"kafka\""]), lines.len() as f64);
+    drop(serve);
+    kafka.delete_topics(&[&input, &output]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// SIGKILL in the middle of a stream, then a restart on the same group and snapshot.
+fn killed_midway(exactly_once: bool) {
+    let kafka = Kafka::get();
+    let dir = temp_dir(if exactly_once { "kill-eos" } else { "kill" });
+    let (input, output, group) = (kafka.unique("audit"), kafka.unique("enriched"), kafka.unique("group"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    let lines = corpus(30000, 5);
+    let expected = replay_classes(&dir, &lines);
+    kafka.produce(&input, &messages(&lines));
+    let extra = if exactly_once { format!("exactly_once = true\ntransactional_id = \"{group}-tx\"\ntransaction_interval = \"300ms\"") } else { String::new() };
+    let path = pipeline(&dir, &kafka.brokers, &input, &output, &group, &extra);
+
+    let first = Serve::start(&path);
+    wait_for("a third of the output", 120, || first.metric("kausality_sink_events_total", &["sink=\"kafka\""]) >= (expected.len() / 3) as f64);
+    first.kill();
+    let before = kafka.read_until(&output, Duration::from_secs(2), |_| false).len();
+    assert!(before < expected.len(), "killed in the middle ({before} of {})", expected.len());
+
+    let second = Serve::start(&path);
+    wait_for("every message committed after the restart", 180, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
+    let out = kafka.read_until(&output, Duration::from_secs(5), |_| false);
+    let seen = counts(&out);
+    let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
+    assert!(missing.is_empty(), "classified mutations missing downstream after the crash, e.g. {missing:?}");
+    let duplicated = seen.values().filter(|n| **n > 1).count();
+    println!("exactly_once={exactly_once}: {} outputs, {} distinct, {duplicated} duplicated; {before} written before the kill", out.len(), seen.len());
+    if exactly_once {
+        assert_eq!(duplicated, 0, "exactly-once: no auditID written twice");
+    }
+    let (code, _) = second.terminate();
+    assert_eq!(code, 0);
+    kafka.delete_topics(&[&input, &output]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn sigkill_midway_loses_nothing_at_least_once() {
+    if enabled("sigkill_midway_loses_nothing_at_least_once") {
+        killed_midway(false);
+    }
+}
+
+#[test]
+fn sigkill_midway_exactly_once_neither_loses_nor_duplicates() {
+    if enabled("sigkill_midway_exactly_once_neither_loses_nor_duplicates") {
+        killed_midway(true);
+    }
+}
+
+#[test]
+fn broker_restart_while_running_loses_nothing() {
+    if !enabled("broker_restart_while_running_loses_nothing") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let dir = temp_dir("broker-restart");
+    let (input, output, group) = (kafka.unique("audit"), kafka.unique("enriched"), kafka.unique("group"));
+    kafka.create_topic(&input, 1);
+    kafka.create_topic(&output, 1);
+    let lines = corpus(8000, 9);
+    let expected = replay_classes(&dir, &lines);
+    let (first, second) = lines.split_at(lines.len() / 2);
+    kafka.produce(&input, &messages(first));
+    let serve = Serve::start(&pipeline(&dir, &kafka.brokers, &input, &output, &group, ""));
+    wait_for("the first half committed", 60, || kafka.committed(&group, &input, 1) == vec![Some(first.len() as i64)]);
+    script(&["restart"]);
+    kafka.produce(&input, &messages(second));
+    wait_for("every message committed after the broker restart", 120, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
+    let out = kafka.read_until(&output, Duration::from_secs(5), |_| false);
+    let seen = counts(&out);
+    let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
+    assert!(missing.is_empty(), "outputs missing after the broker restart, e.g. {missing:?}");
+    assert_eq!(class_map(&out), expected, "the service went on with its state: same classes as replay");
+    let (code, _) = serve.terminate();
+    assert_eq!(code, 0);
+    kafka.delete_topics(&[&input, &output]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `validate` on the shipped pipelines/kafka.toml (its snapshot directory moved to a temporary
+/// one, since /var/lib/kausality-stream exists in the container only) and on a file with a
+/// mistake in every Kafka key. No broker needed.
+#[test]
+fn validate_kafka_pipelines() {
+    let dir = temp_dir("validate");
+    let shipped = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/pipelines/kafka.toml")).unwrap();
+    assert!(shipped.contains("/var/lib/kausality-stream/"), "the compose file mounts the state volume there");
+    let good = dir.join("kafka.toml");
+    std::fs::write(&good, shipped.replace("/var/lib/kausality-stream/", &format!("{}/", dir.display()))).unwrap();
+    let o = std::process::Command::new(BIN).arg("validate").arg(&good).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+
+    let bad = dir.join("bad.toml");
+    std::fs::write(
+        &bad,
+        r#"[[sources]]
+type = "kafka"
+brokers = ""
+topics = []
+exactly_once = true
+lag_interval = "0"
+[sources.properties]
+"group.id" = "mine"
+"no.such.property" = 1
+"session.timeout.ms" = 6000
+[[sinks]]
+type = "kafka"
+brokers = "b:9092"
+topic = "t"
+only_classes = ["drfit"]
+[sinks.properties]
+"enable.idempotence" = false
+"compression.type" = "brotli"
+[[sinks]]
+type = "kafka"
+brokers = "b:9092"
+topic = ""
+"#,
+    )
+    .unwrap();
+    let o = std::process::Command::new(BIN).arg("validate").arg(&bad).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(!o.status.success());
+    for expected in [
+        "sources[0].brokers: must list at least one broker",
+        "sources[0].topics: must name at least one topic",
+        "sources[0].lag_interval: must be more than 0",
+        "sources[0].properties.group.id: is set by kausality-stream",
+        "sources[0].properties.no.such.property: librdkafka refuses it: Client config error: No such configuration property",
+        "sources[0].exactly_once: needs exactly one [[sinks]] of type \"kafka\"",
+        "sinks[0].only_classes: unknown class \"drfit\"",
+        "sinks[0].properties.enable.idempotence: is set by kausality-stream",
+        "sinks[0].properties.compression.type: librdkafka refuses it",
+        "sinks[1].topic: must name a topic",
+    ] {
+        assert!(stdout.contains(expected), "missing {expected:?} in:\n{stdout}");
+    }
+    assert!(!stdout.contains("session.timeout.ms"), "a valid property is accepted:\n{stdout}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,0 +1,410 @@
+//! Shared by the Kafka tests: a real Apache Kafka broker (`scripts/kafka.sh`, KRaft, on its
+//! own loopback ports and state directory so it never meets a developer's broker), topics with
+//! unique names, producing and reading messages, and the `kausality-stream` binary as an
+//! operator runs it (`serve --pipeline`).
+//!
+//! The broker is started by the first test that needs it and stopped when the test process
+//! exits (an `atexit` hook), so every run leaves nothing behind. The tests take turns (one
+//! broker, two cores, and one test restarts the broker): [`Kafka::get`] holds a lock for the
+//! duration of a test.
+//!
+//! `KAUSALITY_KAFKA_TESTS=0` skips them (each prints `SKIPPED: ...`); by default they run.
+//! `KAUSALITY_TEST_KAFKA_PORT` (default 19192; the controller gets the next port) and
+//! `KAUSALITY_TEST_KAFKA_STATE` (default: `kafka` under cargo's target tmp dir) move the
+//! broker.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::ClientConfig;
+use serde_json::Value;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_kausality-stream");
+
+/// True when the Kafka tests should run; prints why not otherwise.
+pub fn enabled(test: &str) -> bool {
+    if std::env::var("KAUSALITY_KAFKA_TESTS").is_ok_and(|v| v == "0") {
+        // Straight to the terminal: the test harness captures print! and eprint!.
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: KAUSALITY_KAFKA_TESTS=0 (these tests start a local Apache Kafka broker; unset it to run them)");
+        return false;
+    }
+    true
+}
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn port() -> u16 {
+    std::env::var("KAUSALITY_TEST_KAFKA_PORT").ok().and_then(|p| p.parse().ok()).unwrap_or(19192)
+}
+
+fn state_dir() -> PathBuf {
+    std::env::var_os("KAUSALITY_TEST_KAFKA_STATE").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("kafka"))
+}
+
+/// Runs `scripts/kafka.sh ARGS` against the test broker; panics with its output on failure.
+pub fn script(args: &[&str]) {
+    let o = Command::new("bash")
+        .arg(repo().join("scripts/kafka.sh"))
+        .args(args)
+        .env("KAFKA_PORT", port().to_string())
+        .env("KAFKA_CONTROLLER_PORT", (port() + 1).to_string())
+        .env("KAFKA_STATE_DIR", state_dir())
+        .output()
+        .expect("run scripts/kafka.sh");
+    assert!(o.status.success(), "scripts/kafka.sh {args:?} failed:\n{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+}
+
+extern "C" {
+    fn atexit(cb: extern "C" fn()) -> i32;
+}
+
+extern "C" fn stop_broker() {
+    let _ = Command::new("bash")
+        .arg(repo().join("scripts/kafka.sh"))
+        .arg("stop")
+        .env("KAFKA_PORT", port().to_string())
+        .env("KAFKA_CONTROLLER_PORT", (port() + 1).to_string())
+        .env("KAFKA_STATE_DIR", state_dir())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+static TURN: Mutex<()> = Mutex::new(());
+static STARTED: OnceLock<()> = OnceLock::new();
+static TOPICS: AtomicU32 = AtomicU32::new(0);
+
+/// The test broker, for the duration of one test.
+pub struct Kafka {
+    pub brokers: String,
+    _turn: MutexGuard<'static, ()>,
+}
+
+impl Kafka {
+    pub fn get() -> Kafka {
+        let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
+        STARTED.get_or_init(|| {
+            script(&["start"]);
+            // SAFETY: registering a plain `extern "C" fn` with the C runtime.
+            unsafe { atexit(stop_broker) };
+        });
+        Kafka { brokers: format!("127.0.0.1:{}", port()), _turn: turn }
+    }
+
+    /// A topic name no other test (or earlier run) uses.
+    pub fn unique(&self, name: &str) -> String {
+        let n = TOPICS.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000;
+        format!("{name}-{}-{nanos}-{n}", std::process::id())
+    }
+
+    fn admin(&self) -> AdminClient<DefaultClientContext> {
+        ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("admin client")
+    }
+
+    pub fn create_topic(&self, name: &str, partitions: i32) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let admin = self.admin();
+        let r = rt.block_on(admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &AdminOptions::new())).expect("create topic");
+        for t in r {
+            t.unwrap_or_else(|(n, e)| panic!("create topic {n}: {e}"));
+        }
+    }
+
+    /// Deletes the test's topics (and, with them, what the test left in the broker).
+    pub fn delete_topics(&self, names: &[&str]) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let admin = self.admin();
+        let _ = rt.block_on(admin.delete_topics(names, &AdminOptions::new()));
+    }
+
+    /// Produces each (key, value, cluster header) and waits until all are delivered.
+    pub fn produce(&self, topic: &str, messages: &[(Option<String>, Vec<u8>, Option<String>)]) {
+        let p: ThreadedProducer<DefaultProducerContext> =
+            ClientConfig::new().set("bootstrap.servers", &self.brokers).set("linger.ms", "5").set("message.max.bytes", "10000000").create().expect("producer");
+        for (key, value, cluster) in messages {
+            let mut r: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value.as_slice());
+            if let Some(k) = key {
+                r = r.key(k.as_str());
+            }
+            if let Some(c) = cluster {
+                r = r.headers(OwnedHeaders::new().insert(Header { key: "cluster", value: Some(c.as_str()) }));
+            }
+            let mut r = r;
+            loop {
+                match p.send(r) {
+                    Ok(()) => break,
+                    Err((_, back)) => {
+                        r = back;
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                }
+            }
+        }
+        p.flush(Duration::from_secs(60)).expect("every test message delivered");
+    }
+
+    /// Reads `topic` from the start (committed data only) until `done` says so or nothing new
+    /// came for `idle`; returns the messages as (value JSON, class header).
+    pub fn read_until(&self, topic: &str, idle: Duration, done: impl Fn(&[Out]) -> bool) -> Vec<Out> {
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", self.unique("reader"))
+            .set("enable.auto.commit", "false")
+            .set("isolation.level", "read_committed")
+            .set("auto.offset.reset", "earliest")
+            .create()
+            .expect("reader");
+        c.subscribe(&[topic]).unwrap();
+        let mut out = Vec::new();
+        let mut last = Instant::now();
+        while last.elapsed() < idle && !done(&out) {
+            match c.poll(Duration::from_millis(100)) {
+                Some(Ok(m)) => {
+                    let header = |k: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == k).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).to_string()));
+                    out.push(Out {
+                        value: serde_json::from_slice(m.payload().unwrap_or_default()).expect("output is JSON"),
+                        key: m.key().map(|k| String::from_utf8_lossy(k).to_string()),
+                        class: header("class"),
+                        cluster: header("cluster"),
+                    });
+                    last = Instant::now();
+                }
+                Some(Err(e)) => panic!("reading {topic}: {e}"),
+                None => {}
+            }
+        }
+        out
+    }
+
+    /// The group's committed offset of each partition of `topic` (None: nothing committed).
+    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+        let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &self.brokers).set("group.id", group).create().expect("offsets reader");
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..partitions {
+            tpl.add_partition(topic, p);
+        }
+        let got = c.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
+        (0..partitions)
+            .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => Some(o),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// End offset (high watermark) of each partition.
+    pub fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("watermarks reader");
+        (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
+    }
+}
+
+/// One output message.
+#[derive(Clone, Debug)]
+pub struct Out {
+    pub value: Value,
+    pub key: Option<String>,
+    pub class: Option<String>,
+    pub cluster: Option<String>,
+}
+
+impl Out {
+    pub fn audit_id(&self) -> &str {
+        self.value["auditID"].as_str().expect("auditID")
+    }
+}
+
+/// auditID → how many times it was written.
+pub fn counts(out: &[Out]) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for o in out {
+        *m.entry(o.audit_id().to_string()).or_default() += 1;
+    }
+    m
+}
+
+/// A recorded-format audit stream from the corpus generator: one JSON event per line.
+pub fn corpus(events: usize, seed: u64) -> Vec<String> {
+    let opts = kausality_stream::corpus::CorpusOptions { seed, events, namespaces: 4, deployments_per_namespace: 6, ..Default::default() };
+    let mut buf = Vec::new();
+    kausality_stream::corpus::generate(&opts, &mut buf).unwrap();
+    String::from_utf8(buf).unwrap().lines().map(String::from).collect()
+}
+
+/// auditID → class that `kausality-stream replay` gives the stream (the binary, on a file).
+pub fn replay_classes(dir: &Path, lines: &[String]) -> HashMap<String, String> {
+    let file = dir.join("replay-input.jsonl");
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let o = Command::new(BIN).args(["replay", "--quiet", "--no-progress"]).arg(&file).output().unwrap();
+    assert!(o.status.success(), "replay failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["auditID"].as_str().unwrap().to_string(), v["class"].as_str().unwrap().to_string())
+        })
+        .collect()
+}
+
+/// A fresh directory under cargo's target tmp dir, removed by the caller.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-{name}-{}-{}", std::process::id(), TOPICS.fetch_add(1, Ordering::Relaxed)));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// `kausality-stream serve --pipeline FILE`, the real binary; killed when dropped.
+pub struct Serve {
+    child: Child,
+    pub metrics: SocketAddr,
+    log: mpsc::Receiver<Value>,
+}
+
+impl Serve {
+    pub fn start(pipeline: &Path) -> Serve {
+        let mut child = Command::new(BIN)
+            .args(["--log-format", "json", "serve", "--pipeline"])
+            .arg(pipeline)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn kausality-stream");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, log) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v) => {
+                        let _ = tx.send(v);
+                    }
+                    Err(_) => eprintln!("serve: {line}"),
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let v = log.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("serve logs its metrics address");
+            if v["fields"]["message"] == "metrics listening" {
+                let metrics = v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+                return Serve { child, metrics, log };
+            }
+        }
+    }
+
+    /// SIGKILL: no drain, no final commit, no final snapshot.
+    pub fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM; the exit code and the log lines since the last look.
+    pub fn terminate(mut self) -> (i32, Vec<Value>) {
+        assert!(Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                std::thread::sleep(Duration::from_millis(100));
+                return (st.code().unwrap_or(-1), self.log.try_iter().collect());
+            }
+            assert!(Instant::now() < deadline, "serve did not stop within 40 s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Log lines so far (each line is returned once).
+    pub fn logs(&self) -> Vec<Value> {
+        self.log.try_iter().collect()
+    }
+
+    /// `/metrics` as text.
+    pub fn metrics(&self) -> String {
+        let mut s = TcpStream::connect(self.metrics).unwrap();
+        write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    }
+
+    /// Sum of the samples of `name` whose labels contain every `k="v"` of `labels`.
+    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        metric(&self.metrics(), name, labels)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
+        .filter(|l| labels.iter().all(|kv| l.contains(kv)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Waits until `f` holds (polling), or panics with `what` after `secs`.
+pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A pipeline file: a Kafka source on `input`, a Kafka sink to `output`, metrics on an
+/// ephemeral port, a snapshot in `dir`. `extra_source` is appended to the source table.
+pub fn pipeline(dir: &Path, brokers: &str, input: &str, output: &str, group: &str, extra_source: &str) -> PathBuf {
+    let path = dir.join("pipeline.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"cluster = "test"
+[options]
+reorder_window = "200ms"
+[[sources]]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{input}"]
+group_id = "{group}"
+lag_interval = "1s"
+{extra_source}
+[[sinks]]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{output}"
+[metrics]
+listen = "127.0.0.1:0"
+[state]
+snapshot = "{}"
+snapshot_interval = "2s"
+"#,
+            dir.join("state.snapshot").display()
+        ),
+    )
+    .unwrap();
+    path
+}

@@ -10,10 +10,11 @@
 # ---------------------------------------------------------------- build
 FROM rust:1-bookworm AS builder
 # Native libraries for crates that link C code: librdkafka (built from source by the rdkafka
-# crate, which needs cmake) and its TLS, SASL and compression dependencies.
+# crate, which needs cmake, and curl's headers for its build) and its TLS, SASL and
+# compression dependencies.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      cmake pkg-config libssl-dev libsasl2-dev zlib1g-dev libzstd-dev \
+      cmake pkg-config libssl-dev libsasl2-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -107,6 +107,10 @@ impl Processor {
         &self.metrics
     }
 
+    pub fn options(&self) -> &ProcessorOptions {
+        &self.opts
+    }
+
     pub fn dedupe(&self) -> &Dedupe {
         &self.dedupe
     }

@@ -26,7 +26,7 @@ use super::checkpoint::{Barrier, Checkpoints};
 use super::snapshot;
 use crate::classify::Class;
 use crate::enriched::Enriched;
-use crate::process::Processor;
+use crate::process::{IngestReport, Processor};
 use crate::sinks::Events;
 use crate::sources::Batch;
 use crate::write::ObjectFacts;
@@ -248,9 +248,19 @@ impl ProcessorTask {
     }
 
     fn take(&mut self, b: Batch, out: &mut Vec<Enriched>) {
-        let report = match b.unwrap {
-            Some(unwrap) => self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &b.body, unwrap, b.source, now_us(), out),
-            None => self.processor.ingest_body(b.cluster.as_deref(), &b.body, b.source, now_us(), out),
+        let unwrap = b.unwrap.unwrap_or(self.processor.options().decode.unwrap);
+        let now = now_us();
+        let report = if b.parts.is_empty() {
+            self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &b.body, unwrap, b.source, now, out)
+        } else {
+            let mut total = IngestReport::default();
+            for p in &b.parts {
+                let r = self.processor.ingest_body_unwrapping(p.cluster.as_deref(), &b.body[p.range.clone()], unwrap, b.source, now, out);
+                total.events += r.events;
+                total.invalid += r.invalid;
+                total.errors.extend(r.errors.into_iter().take(10usize.saturating_sub(total.errors.len())));
+            }
+            total
         };
         if let Some(ack) = b.ack {
             // The source may have given up waiting (client gone): nothing to do then.

@@ -62,7 +62,7 @@ pub fn spawn(cfg: FileConfig, queue: mpsc::Sender<Batch>, metrics: Arc<Metrics>)
         let mut line = Vec::new();
         let send = |body: Vec<u8>, total: &mut IngestReport| -> bool {
             let (ack, acked) = oneshot::channel();
-            let batch = Batch { cluster: cfg.cluster.clone(), body, source: "file", ack: Some(ack), done: None, unwrap: None };
+            let batch = Batch { cluster: cfg.cluster.clone(), body, source: "file", ack: Some(ack), done: None, unwrap: None, parts: Vec::new() };
             if queue.blocking_send(batch).is_err() {
                 return false;
             }

@@ -10,6 +10,8 @@ pub mod kafka;
 pub mod webhook;
 
 use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tokio::sync::oneshot;
@@ -75,4 +77,15 @@ pub struct Batch {
     pub done: Option<Done>,
     /// Envelope around the events, when the source's differs from the pipeline's.
     pub unwrap: Option<Unwrap>,
+    /// Pieces of `body` decoded each on its own, with their own cluster (one Kafka message
+    /// each: a bad message does not spoil its neighbours). Empty: the body is one piece, of
+    /// `cluster`.
+    pub parts: Vec<Part>,
+}
+
+/// One piece of a [`Batch`]'s body.
+#[derive(Debug)]
+pub struct Part {
+    pub cluster: Option<Arc<str>>,
+    pub range: Range<usize>,
 }

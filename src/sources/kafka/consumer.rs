@@ -34,7 +34,7 @@ use super::KafkaSourceConfig;
 use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
 use crate::pipeline::checkpoint::{Barrier, Done};
-use crate::sources::Batch;
+use crate::sources::{Batch, Part};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -253,43 +253,97 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
     }))
 }
 
+/// Most messages, and body bytes, in one batch. Messages already fetched are gathered into one
+/// batch (one queue hop, one wake-up of the processor for many messages); a batch never waits
+/// for more messages to come.
+const BATCH_MESSAGES: usize = 2000;
+const BATCH_BYTES: usize = 1 << 20;
+
+/// The batch being gathered.
+#[derive(Default)]
+struct Gather {
+    body: Vec<u8>,
+    parts: Vec<Part>,
+    /// Highest offset per partition in this batch.
+    last: Vec<(Arc<str>, i32, i64)>,
+    /// The cluster header of the previous message, shared by the next ones with the same.
+    cluster: Option<Arc<str>>,
+}
+
+impl Gather {
+    fn add(&mut self, topic: &Arc<str>, partition: i32, offset: i64, cluster: Option<&[u8]>, payload: &[u8]) {
+        let cluster = cluster.and_then(|c| std::str::from_utf8(c).ok()).map(|c| match &self.cluster {
+            Some(prev) if &**prev == c => prev.clone(),
+            _ => {
+                let c: Arc<str> = Arc::from(c);
+                self.cluster = Some(c.clone());
+                c
+            }
+        });
+        let start = self.body.len();
+        self.body.extend_from_slice(payload);
+        self.parts.push(Part { cluster, range: start..self.body.len() });
+        match self.last.iter_mut().find(|(t, p, _)| *p == partition && t == topic) {
+            Some(l) => l.2 = offset,
+            None => self.last.push((topic.clone(), partition, offset)),
+        }
+    }
+
+    fn full(&self) -> bool {
+        self.parts.len() >= BATCH_MESSAGES || self.body.len() >= BATCH_BYTES
+    }
+}
+
 fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, completed: std_mpsc::Sender<Position>, w: &Wiring) {
     let topics: Vec<Arc<str>> = cfg.topics.iter().map(|t| Arc::from(t.as_str())).collect();
     let offsets = &consumer.context().offsets;
     let mut last_store = Instant::now();
     let mut last_error: Option<Instant> = None;
     let mut messages = 0u64;
+    let mut gather = Gather::default();
     while !*w.stop.borrow() {
-        match consumer.poll(Duration::from_millis(100)) {
-            None => {}
+        // Wait for messages only when there is nothing to hand over.
+        let wait = if gather.parts.is_empty() { Duration::from_millis(100) } else { Duration::ZERO };
+        let flush = match consumer.poll(wait) {
+            None => true,
             Some(Err(e)) => {
                 // Broker gone, unknown topic, ...: librdkafka reconnects and retries itself.
                 if last_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
                     tracing::warn!(error = %e, "kafka source: consumer error (retrying)");
                     last_error = Some(Instant::now());
                 }
+                true
             }
             Some(Ok(m)) => {
                 let topic = topics.iter().find(|t| ***t == *m.topic()).cloned().unwrap_or_else(|| Arc::from(m.topic()));
-                let (partition, offset) = (m.partition(), m.offset());
-                let cluster = m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value)).and_then(|v| std::str::from_utf8(v).ok()).map(str::to_string);
-                let body = m.payload().unwrap_or_default().to_vec();
-                drop(m);
-                if let Some(pr) = offsets.lock().expect("offsets lock").parts.get_mut(&(topic.clone(), partition)) {
-                    pr.consumed = pr.consumed.max(offset);
+                let cluster = m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value));
+                gather.add(&topic, m.partition(), m.offset(), cluster, m.payload().unwrap_or_default());
+                messages += 1;
+                gather.full()
+            }
+        };
+        if flush && !gather.parts.is_empty() {
+            let g = std::mem::take(&mut gather);
+            {
+                let mut o = offsets.lock().expect("offsets lock");
+                for (topic, partition, offset) in &g.last {
+                    if let Some(pr) = o.parts.get_mut(&(topic.clone(), *partition)) {
+                        pr.consumed = pr.consumed.max(*offset);
+                    }
                 }
-                let (tx, txn) = (completed.clone(), w.transaction.clone());
-                let done = Done::new(move || {
-                    if let Some(t) = txn {
+            }
+            let (tx, txn, last) = (completed.clone(), w.transaction.clone(), g.last);
+            let done = Done::new(move || {
+                for (topic, partition, offset) in last {
+                    if let Some(t) = &txn {
                         t.done(&topic, partition, offset);
                     }
                     let _ = tx.send(Position { topic, partition, offset });
-                });
-                let batch = Batch { cluster, body, source: "kafka", ack: None, done: Some(done), unwrap: Some(cfg.unwrap) };
-                if w.intake.blocking_send(batch).is_err() {
-                    break;
                 }
-                messages += 1;
+            });
+            let batch = Batch { cluster: None, body: g.body, source: "kafka", ack: None, done: Some(done), unwrap: Some(cfg.unwrap), parts: g.parts };
+            if w.intake.blocking_send(batch).is_err() {
+                break;
             }
         }
         if last_store.elapsed() >= Duration::from_millis(100) {

@@ -89,7 +89,7 @@ impl WebhookState {
             return self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg));
         }
         let (ack, acked) = oneshot::channel();
-        let batch = Batch { cluster, body: bytes, source: "webhook", ack: Some(ack), done: None, unwrap: None };
+        let batch = Batch { cluster, body: bytes, source: "webhook", ack: Some(ack), done: None, unwrap: None, parts: Vec::new() };
         match self.queue.try_send(batch) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second"),

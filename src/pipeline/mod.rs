@@ -230,7 +230,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
 
     let (intake_tx, intake_rx) = mpsc::channel(o.queue_capacity);
     let (observe_tx, observe_rx) = mpsc::channel(256);
-    let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone())?;
+    let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone()).await?;
     let task = ProcessorTask {
         processor,
         intake: intake_rx,
@@ -335,7 +335,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
 }
 
 #[cfg(feature = "fetch")]
-fn start_fetch(
+async fn start_fetch(
     cfg: &PipelineConfig,
     engine: &Arc<Engine>,
     metrics: &Arc<Metrics>,
@@ -346,11 +346,11 @@ fn start_fetch(
         return Ok(None);
     }
     let cluster = cfg.unknown_parents.cluster.clone().unwrap_or_else(|| cfg.cluster.clone());
-    Ok(Some(crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe, stop)?))
+    Ok(Some(crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe, stop).await?))
 }
 
 #[cfg(not(feature = "fetch"))]
-fn start_fetch(
+async fn start_fetch(
     _cfg: &PipelineConfig,
     _engine: &Arc<Engine>,
     _metrics: &Arc<Metrics>,

@@ -83,8 +83,9 @@ pub struct Overrides {
 impl Overrides {
     pub fn apply(&self, cfg: &mut PipelineConfig) {
         if let Some(addr) = self.listen {
-            if let Some(SourceConfig::Webhook(w)) = cfg.sources.iter_mut().find(|s| matches!(s, SourceConfig::Webhook(_))) {
-                w.listen = addr;
+            match cfg.sources.iter_mut().find(|s| matches!(s, SourceConfig::Webhook(_))) {
+                Some(SourceConfig::Webhook(w)) => w.listen = addr,
+                _ => tracing::warn!(%addr, "--listen ignored: the pipeline has no webhook source"),
             }
         }
         if let Some(addr) = self.metrics_listen {

@@ -13,11 +13,10 @@ use dashmap::DashMap;
 pub use decide::{decide, identify, Class, Identity, ParentFacts};
 
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
-use crate::decode::time::format_rfc3339_micros;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{Interner, ObjKey, ObjectState, Recent, Store, Sym};
-use crate::write::{ObjectFacts, OwnerLink, Target, Uid, Write};
+use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
+use crate::write::{kind_of_resource, ObjectFacts, OwnerLink, Target, Uid, Write};
 use policy::{ChildRef, Policy, Resolution};
 use trace::{Hop, Trace};
 
@@ -48,9 +47,9 @@ pub struct Engine {
     pub store: Store,
     pub config: ModelConfig,
     /// Lifecycle signals by (apiVersion, kind), as a bit set; computed once per kind.
-    lifecycle_bits: DashMap<(Sym, Sym), u8>,
+    lifecycle_bits: DashMap<(Sym, Sym), u8, FastBuild>,
     /// userHash by user.
-    user_hashes: DashMap<Sym, Arc<str>>,
+    user_hashes: DashMap<Sym, Arc<str>, FastBuild>,
 }
 
 /// What the judgement of a mutation needs to know about the mutated object.
@@ -82,8 +81,8 @@ impl Engine {
             interner: Arc::new(Interner::new()),
             store: Store::new(options.max_objects, options.tombstone_ttl_us),
             config,
-            lifecycle_bits: DashMap::new(),
-            user_hashes: DashMap::new(),
+            lifecycle_bits: DashMap::with_hasher(FastBuild::default()),
+            user_hashes: DashMap::with_hasher(FastBuild::default()),
         }
     }
 
@@ -99,7 +98,9 @@ impl Engine {
                 (_, Verb::Delete | Verb::Deletecollection) => Applied::Classified(vec![self.delete_object(w, f)]),
             },
             Target::Scale { uid, uid_text, namespace, name, resource, api_version } => self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version),
-            Target::Gone { uid, uid_text, namespace, name } => Applied::Classified(vec![self.delete_gone(w, *uid, uid_text, *namespace, name)]),
+            Target::Gone { uid, uid_text, namespace, name, api_version, kind } => {
+                Applied::Classified(vec![self.delete_gone(w, *uid, uid_text, *namespace, name, (*api_version, *kind))])
+            }
             Target::Many(items) => Applied::Classified(items.iter().map(|f| self.delete_object(w, f)).collect()),
         }
     }
@@ -107,7 +108,7 @@ impl Engine {
     /// Learns an object from outside the stream (a parent fetched from the API because the
     /// stream never showed it): its state is filled in without counting any user as a writer.
     pub fn observe(&self, cluster: Sym, f: &ObjectFacts, time_us: i64) {
-        let key = ObjKey { cluster, uid: f.uid };
+        let key = ObjKey::new(cluster, f.uid);
         self.store.upsert(key, || Self::new_state(f), |s| {
             if s.last_resource_version == 0 || f.resource_version.is_some_and(|rv| rv >= s.last_resource_version) {
                 let w = Write {
@@ -121,7 +122,14 @@ impl Engine {
                     user: Sym::EMPTY,
                     resource_version: f.resource_version,
                     resource: Sym::EMPTY,
-                    target: Target::Gone { uid: f.uid, uid_text: f.uid_text.clone(), namespace: f.namespace, name: f.name.clone() },
+                    target: Target::Gone {
+                        uid: f.uid,
+                        uid_text: f.uid_text.clone(),
+                        namespace: f.namespace,
+                        name: f.name.clone(),
+                        api_version: f.api_version,
+                        kind: f.kind,
+                    },
                     late: false,
                 };
                 self.refresh(s, f, &w);
@@ -130,7 +138,7 @@ impl Engine {
     }
 
     fn key(w: &Write, uid: Uid) -> ObjKey {
-        ObjKey { cluster: w.cluster, uid }
+        ObjKey::new(w.cluster, uid)
     }
 
     fn new_state(f: &ObjectFacts) -> ObjectState {
@@ -165,13 +173,7 @@ impl Engine {
         if let Some(rv) = f.resource_version {
             s.last_resource_version = rv;
         }
-        if let Some(o) = &f.owner {
-            if s.owner.as_deref() != Some(o) {
-                s.owner = Some(Box::new(o.clone()));
-            }
-        } else {
-            s.owner = None;
-        }
+        s.owner = f.owner.as_ref().map(|o| OwnerKey::new(o.uid, o.api_version, o.kind));
         match &f.annotations {
             None => s.policy = None,
             Some(a) if s.policy.as_ref().is_some_and(|p| p.source_hash == a.hash) => {}
@@ -249,11 +251,12 @@ impl Engine {
     /// A create, or an update that changed the spec.
     fn mutation(&self, w: &Write, f: &ObjectFacts) -> Enriched {
         let key = Self::key(w, f.uid);
-        let (updaters, owner, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
+        let (updaters, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
             s.updaters.push(w.user);
             self.refresh(s, f, w);
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()))
+            (s.updaters, trace_labels(s.policy.as_deref()))
         });
+        let owner = f.owner.as_ref();
         let child = Child {
             uid_text: &f.uid_text,
             api_version: f.api_version,
@@ -263,21 +266,25 @@ impl Engine {
             generation: f.generation,
             labels,
         };
-        let (event, trace) = self.judge(w, &child, owner.as_deref(), &updaters, None);
+        let (event, trace) = self.judge(w, &child, owner, &updaters, None);
         self.store.update(&key, |s| s.trace = Some(trace));
         event
     }
 
     fn delete_object(&self, w: &Write, f: &ObjectFacts) -> Enriched {
         let key = Self::key(w, f.uid);
-        let (updaters, owner, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
+        let (updaters, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
             s.updaters.push(w.user);
             self.refresh(s, f, w);
             // Still there (finalizers, graceful deletion) or gone: teardown either way.
             s.deleting = true;
-            s.deleted |= !f.deleting;
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()))
+            if !f.deleting && !s.deleted {
+                s.deleted = true;
+                self.store.tombstoned();
+            }
+            (s.updaters, trace_labels(s.policy.as_deref()))
         });
+        let owner = f.owner.as_ref();
         let child = Child {
             uid_text: &f.uid_text,
             api_version: f.api_version,
@@ -287,26 +294,30 @@ impl Engine {
             generation: f.generation,
             labels,
         };
-        self.judge(w, &child, owner.as_deref(), &updaters, None).0
+        self.judge(w, &child, owner, &updaters, None).0
     }
 
-    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>) -> Enriched {
+    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: (Sym, Sym)) -> Enriched {
         let key = Self::key(w, uid);
         let known = self.store.update(&key, |s| {
             s.updaters.push(w.user);
             s.deleting = true;
-            s.deleted = true;
+            if !s.deleted {
+                s.deleted = true;
+                self.store.tombstoned();
+            }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
+            (s.updaters, s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
         });
-        let (updaters, owner, labels, api_version, kind, generation) = known.unwrap_or_else(|| {
+        let (updaters, owner, labels, api_version, kind, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
             r.push(w.user);
-            (r, None, None, Sym::EMPTY, Sym::EMPTY, 0)
+            (r, None, None, by_ref.0, by_ref.1, 0)
         });
         let child = Child { uid_text, api_version, kind, namespace, name, generation: (generation != 0).then_some(generation), labels };
-        let unknown = (api_version == Sym::EMPTY).then_some("the deleted object was never seen and the response carries no owner");
-        self.judge(w, &child, owner.as_deref(), &updaters, unknown).0
+        let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
+        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        self.judge(w, &child, owner.as_ref(), &updaters, unknown).0
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -316,21 +327,33 @@ impl Engine {
         if self.store.read(&key, |s| rv.is_some_and(|rv| rv == s.last_resource_version)) == Some(true) {
             return Applied::Ignored(Ignored::NoOp);
         }
+        let prior = self.store.read(&key, |s| (s.api_version, s.kind));
+        // A scale write changes only `spec.replicas`: when that field is ignored for the kind,
+        // the known spec hash still holds and nothing is judged.
+        let replicas_ignored = prior.is_some_and(|(av, k)| {
+            let kk = kind_key(&self.interner.resolve(av), &self.interner.resolve(k));
+            self.config.ignored(&kk).is_some_and(|paths| paths.iter().any(|p| p == &["spec", "replicas"]))
+        });
         let known = self.store.update(&key, |s| {
             if s.generation > 0 {
                 s.generation += 1;
             }
-            s.content_hash = None;
+            if !replicas_ignored {
+                s.content_hash = None;
+            }
             if let Some(rv) = rv {
                 s.last_resource_version = s.last_resource_version.max(rv);
             }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
-            (s.api_version, s.kind, s.generation, s.owner.clone(), trace_labels(s.policy.as_deref()))
+            (s.api_version, s.kind, s.generation, s.owner, trace_labels(s.policy.as_deref()))
         });
+        if replicas_ignored {
+            return Applied::Ignored(Ignored::NotSpecChange);
+        }
         let (api_version, kind, generation, owner, labels, unknown) = match known {
             Some((av, k, g, o, l)) => (av, k, g, o, l, None),
             None => {
-                let (av, k) = (ref_api_version, self.interner.intern(kind_of_scaled(&self.interner.resolve(resource))));
+                let (av, k) = (ref_api_version, self.interner.intern(kind_of_resource(&self.interner.resolve(resource))));
                 self.store.upsert(key, || ObjectState::new(av, k, namespace, name.clone()), |s| {
                     s.last_resource_version = rv.unwrap_or(0);
                     s.last_seen_us = w.time_us;
@@ -338,13 +361,6 @@ impl Engine {
                 (av, k, 0, None, None, Some("scaled object never seen: its owner is unknown"))
             }
         };
-        let replicas_ignored = {
-            let key = kind_key(&self.interner.resolve(api_version), &self.interner.resolve(kind));
-            self.config.ignored(&key).is_some_and(|paths| paths.iter().any(|p| p == &["spec", "replicas"]))
-        };
-        if replicas_ignored {
-            return Applied::Ignored(Ignored::NotSpecChange);
-        }
         let updaters = self.store.update(&key, |s| {
             s.updaters.push(w.user);
             s.updaters
@@ -358,9 +374,18 @@ impl Engine {
             generation: (generation != 0).then_some(generation),
             labels,
         };
-        let (event, trace) = self.judge(w, &child, owner.as_deref(), &updaters.unwrap_or_default(), unknown);
+        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.store.update(&key, |s| s.trace = Some(trace));
         Applied::Classified(vec![event])
+    }
+
+    /// The full owner link of an owner kept as a key in state (for writes whose response has no
+    /// ownerReferences: scale, Status-answered deletes); its name from the owner's own state.
+    fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
+        let uid = o.uid();
+        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).unwrap_or_else(|| Arc::from(""));
+        OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), api_version: o.api_version, kind: o.kind, name }
     }
 
     fn parent_view(&self, key: &ObjKey) -> Option<ParentView> {
@@ -378,7 +403,7 @@ impl Engine {
                 deleted: p.deleted,
                 trace: p.trace.clone(),
                 policy: p.policy.clone(),
-                consumed: p.consumed_approvals.clone(),
+                consumed: p.consumed_approvals.as_deref().cloned().unwrap_or_default(),
                 labels: trace_labels(p.policy.as_deref()),
             }
         })
@@ -393,7 +418,7 @@ impl Engine {
             name: child.name.clone(),
             generation: child.generation,
             user: Some(w.user),
-            time_us: (w.time_us != 0).then_some(w.time_us),
+            timestamp: (!w.stage_timestamp.is_empty()).then(|| w.stage_timestamp.clone()),
             labels: child.labels.clone(),
         };
         let user = self.interner.resolve(w.user);
@@ -438,7 +463,7 @@ impl Engine {
             observed_generation_source: None,
             phase: None,
         };
-        let Some(p) = self.parent_view(&ObjKey { cluster: w.cluster, uid: owner.uid }) else {
+        let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid)) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
             let unknown_parent = Hop {
@@ -447,7 +472,7 @@ impl Engine {
                 name: owner.name.clone(),
                 generation: None,
                 user: None,
-                time_us: None,
+                timestamp: None,
                 labels: None,
             };
             let t = trace::extend(trace::origin(unknown_parent), hop);
@@ -488,7 +513,7 @@ impl Engine {
                     name: owner.name.clone(),
                     generation: parent_out.generation,
                     user: None,
-                    time_us: None,
+                    timestamp: None,
                     labels: p.labels.clone(),
                 })
             });
@@ -505,11 +530,12 @@ impl Engine {
                 event.resolution = Some(resolution);
                 event.snoozed = policy.snoozed_at(w.time_us);
                 if let Some(used) = used {
-                    self.store.update(&ObjKey { cluster: w.cluster, uid: owner.uid }, |s| {
-                        if s.consumed_approvals.len() >= 32 {
-                            s.consumed_approvals.remove(0);
+                    self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| {
+                        let used_up = s.consumed_approvals.get_or_insert_with(Default::default);
+                        if used_up.len() >= 32 {
+                            used_up.remove(0);
                         }
-                        s.consumed_approvals.push(used);
+                        used_up.push(used);
                     });
                 }
             }
@@ -557,7 +583,7 @@ impl Engine {
                 name: h.name.clone(),
                 generation: h.generation,
                 user: h.user.map(|u| self.interner.resolve(u)),
-                timestamp: h.time_us.map(format_rfc3339_micros),
+                timestamp: h.timestamp.clone(),
                 labels: h
                     .labels
                     .iter()
@@ -569,17 +595,13 @@ impl Engine {
     }
 }
 
-fn trace_labels(p: Option<&Policy>) -> Option<Arc<[(Box<str>, Box<str>)]>> {
-    p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
+/// A UID key as text: the UUID it was parsed from (UIDs that are not UUIDs were hashed, and
+/// read as the hash in UUID form).
+fn format_uid(uid: Uid) -> String {
+    let h = format!("{uid:032x}");
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
-/// The kind behind a scaled resource whose object was never seen.
-fn kind_of_scaled(resource: &str) -> &str {
-    match resource {
-        "deployments" => "Deployment",
-        "replicasets" => "ReplicaSet",
-        "statefulsets" => "StatefulSet",
-        "replicationcontrollers" => "ReplicationController",
-        other => other,
-    }
+fn trace_labels(p: Option<&Policy>) -> Option<Arc<[(Box<str>, Box<str>)]>> {
+    p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
 }

@@ -14,8 +14,9 @@ pub struct Hop {
     pub generation: Option<i64>,
     /// `None` when unknown (a parent whose producing write was never seen).
     pub user: Option<Sym>,
-    /// Event time in µs; `None` when unknown.
-    pub time_us: Option<i64>,
+    /// The write's stageTimestamp as the API server wrote it (shared, not copied); `None`
+    /// when unknown.
+    pub timestamp: Option<Arc<str>>,
     /// From the object's own `kausality.io/trace-<key>` annotations.
     pub labels: Option<Arc<[(Box<str>, Box<str>)]>>,
 }

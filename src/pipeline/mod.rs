@@ -40,7 +40,6 @@ use crate::classify::{Engine, EngineOptions};
 use crate::config::ModelConfig;
 use crate::decode::DecodeOptions;
 use crate::metrics::Metrics;
-use crate::order::Dedupe;
 use crate::process::{Clock, Processor, ProcessorOptions};
 use crate::scope::{LabelSelector, Scope};
 use crate::sinks::{self, SinkContext, SinkHandle};
@@ -180,25 +179,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     }
     let o = &cfg.options;
     let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64() };
-    let mut engine = Engine::new(model_config(&cfg), engine_options);
-    let mut restored = Dedupe::new(o.dedupe_capacity);
-    if let Some(path) = &cfg.state.snapshot {
-        let (e, stats) = snapshot::restore(path, engine, &mut restored)?;
-        engine = e;
-        match stats {
-            Some(s) => tracing::info!(
-                path = %path.display(),
-                bytes = s.bytes,
-                objects = s.objects,
-                dedupe_ids = s.dedupe_ids,
-                model_state = s.model_state,
-                millis = s.millis as u64,
-                "state restored from snapshot"
-            ),
-            None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
-        }
-    }
-    let engine = Arc::new(engine);
+    let engine = Arc::new(Engine::new(model_config(&cfg), engine_options));
     let popts = ProcessorOptions {
         default_cluster: cfg.cluster.clone(),
         reorder_window_us: o.reorder_window.as_micros_i64(),
@@ -209,8 +190,19 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         scope: scope(&cfg),
     };
     let mut processor = Processor::new(engine.clone(), metrics.clone(), popts);
-    processor.dedupe_mut().restore(&restored.hashes());
-    drop(restored);
+    if let Some(path) = &cfg.state.snapshot {
+        match snapshot::restore(path, &mut processor)? {
+            Some(s) => tracing::info!(
+                path = %path.display(),
+                bytes = s.bytes,
+                objects = s.content.objects,
+                dedupe_ids = s.content.dedupe_ids,
+                millis = s.millis as u64,
+                "state restored from snapshot"
+            ),
+            None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
+        }
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);

@@ -314,7 +314,7 @@ fn unknown_parent_when_the_parent_never_appeared() {
     let mut api = ApiServer::new();
     let ghost = ObjRef { uid: "11111111-2222-4333-8444-555555555555".into(), api_version: "apps/v1".into(), kind: "Deployment".into(), namespace: "n".into(), name: "ghost".into() };
     let (_, c) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&ghost, "h", 1, "img"));
-    let out = run(&[c.clone()]);
+    let out = run(std::slice::from_ref(&c));
     let e = find(&out, &c).unwrap();
     assert_eq!(e.class, Class::UnknownParent);
     assert_eq!(&*e.parent.as_ref().unwrap().name, "ghost");

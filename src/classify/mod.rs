@@ -170,6 +170,11 @@ impl Engine {
         s.content_hash = Some(f.content_hash);
         s.status_hash = f.status_hash;
         s.deleting |= f.deleting;
+        if f.gone && !s.deleted {
+            // The write that removed the last finalizer of an object being deleted: it is gone.
+            s.deleted = true;
+            self.store.tombstoned();
+        }
         if let Some(rv) = f.resource_version {
             s.last_resource_version = rv;
         }

@@ -59,6 +59,9 @@ pub struct Metadata<'a> {
     pub generation: Option<i64>,
     #[serde(borrow, default)]
     pub deletion_timestamp: Option<Cow<'a, str>>,
+    /// How many finalizers hold the object (an object being deleted is gone once none are left).
+    #[serde(default, deserialize_with = "count_list")]
+    pub finalizers: usize,
     #[serde(borrow, default, deserialize_with = "lenient_owner_refs")]
     pub owner_references: Vec<OwnerRef<'a>>,
     #[serde(borrow, default, deserialize_with = "kausality_annotations")]
@@ -315,6 +318,10 @@ impl<'de> Deserialize<'de> for CowStr<'de> {
         }
         d.deserialize_str(V)
     }
+}
+
+fn count_list<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    Ok(lenient_list::<D, IgnoredAny>(d)?.len())
 }
 
 fn lenient_owner_refs<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<OwnerRef<'a>>, D::Error> {

@@ -18,7 +18,7 @@ use crate::filter::{Ignored, Subresource, Verb};
 use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
 use crate::write::{kind_of_resource, ObjectFacts, OwnerLink, Target, Uid, Write};
 use policy::{ChildRef, Policy, Resolution};
-use trace::{Hop, Trace};
+use trace::{Hop, Labels, Trace};
 
 /// The result of applying one write.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ struct Child<'a> {
     namespace: Sym,
     name: &'a Arc<str>,
     generation: Option<i64>,
-    labels: Option<Arc<[(Box<str>, Box<str>)]>>,
+    labels: Option<Labels>,
 }
 
 /// A copy of the parent's state, taken so no two map entries are ever locked at once.
@@ -72,7 +72,7 @@ struct ParentView {
     trace: Option<Trace>,
     policy: Option<Arc<Policy>>,
     consumed: Vec<u64>,
-    labels: Option<Arc<[(Box<str>, Box<str>)]>>,
+    labels: Option<Labels>,
 }
 
 impl Engine {
@@ -170,6 +170,11 @@ impl Engine {
         s.content_hash = Some(f.content_hash);
         s.status_hash = f.status_hash;
         s.deleting |= f.deleting;
+        if f.gone && !s.deleted {
+            // The write that removed the last finalizer of an object being deleted: it is gone.
+            s.deleted = true;
+            self.store.tombstoned();
+        }
         if let Some(rv) = f.resource_version {
             s.last_resource_version = rv;
         }
@@ -250,41 +255,32 @@ impl Engine {
 
     /// A create, or an update that changed the spec.
     fn mutation(&self, w: &Write, f: &ObjectFacts) -> Enriched {
-        let key = Self::key(w, f.uid);
-        let (updaters, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
-            s.updaters.push(w.user);
-            self.refresh(s, f, w);
-            (s.updaters, trace_labels(s.policy.as_deref()))
-        });
-        let owner = f.owner.as_ref();
-        let child = Child {
-            uid_text: &f.uid_text,
-            api_version: f.api_version,
-            kind: f.kind,
-            namespace: f.namespace,
-            name: &f.name,
-            generation: f.generation,
-            labels,
-        };
-        let (event, trace) = self.judge(w, &child, owner, &updaters, None);
-        self.store.update(&key, |s| s.trace = Some(trace));
+        let (event, trace) = self.judge_object(w, f, |_| {});
+        self.store.update(&Self::key(w, f.uid), |s| s.trace = Some(trace));
         event
     }
 
     fn delete_object(&self, w: &Write, f: &ObjectFacts) -> Enriched {
-        let key = Self::key(w, f.uid);
-        let (updaters, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
-            s.updaters.push(w.user);
-            self.refresh(s, f, w);
+        self.judge_object(w, f, |s| {
             // Still there (finalizers, graceful deletion) or gone: teardown either way.
             s.deleting = true;
             if !f.deleting && !s.deleted {
                 s.deleted = true;
                 self.store.tombstoned();
             }
+        })
+        .0
+    }
+
+    /// Judges a mutation whose response carries the full object: the actor joins the object's
+    /// updaters, the facts (and `also`) go into its state, then the verdict.
+    fn judge_object(&self, w: &Write, f: &ObjectFacts, also: impl FnOnce(&mut ObjectState)) -> (Enriched, Trace) {
+        let (updaters, labels) = self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
+            s.updaters.push(w.user);
+            self.refresh(s, f, w);
+            also(s);
             (s.updaters, trace_labels(s.policy.as_deref()))
         });
-        let owner = f.owner.as_ref();
         let child = Child {
             uid_text: &f.uid_text,
             api_version: f.api_version,
@@ -294,7 +290,7 @@ impl Engine {
             generation: f.generation,
             labels,
         };
-        self.judge(w, &child, owner, &updaters, None).0
+        self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
     fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: (Sym, Sym)) -> Enriched {
@@ -602,6 +598,6 @@ fn format_uid(uid: Uid) -> String {
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
-fn trace_labels(p: Option<&Policy>) -> Option<Arc<[(Box<str>, Box<str>)]>> {
+fn trace_labels(p: Option<&Policy>) -> Option<Labels> {
     p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
 }

@@ -71,7 +71,7 @@ impl<'a> Errors<'a> {
         let at = at.or_else(|| {
             self.anchors
                 .iter()
-                .filter(|(k, _)| key.starts_with(k.as_str()) && key[k.len()..].chars().next().map_or(true, |c| c == '.' || c == '['))
+                .filter(|(k, _)| key.starts_with(k.as_str()) && key[k.len()..].chars().next().is_none_or(|c| c == '.' || c == '['))
                 .max_by_key(|(k, _)| k.len())
                 .map(|(_, o)| *o)
         });

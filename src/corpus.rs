@@ -20,11 +20,14 @@ pub struct CorpusOptions {
     pub managed_fields: bool,
     /// Write EventLists of this many events instead of JSON lines (0: JSON lines).
     pub event_list_size: usize,
+    /// Delete every tree at the end of each round (false: objects stay live, e.g. to measure
+    /// memory per tracked object).
+    pub teardown: bool,
 }
 
 impl Default for CorpusOptions {
     fn default() -> Self {
-        CorpusOptions { seed: 1, namespaces: 10, deployments_per_namespace: 10, events: 100_000, managed_fields: false, event_list_size: 0 }
+        CorpusOptions { seed: 1, namespaces: 10, deployments_per_namespace: 10, events: 100_000, managed_fields: false, event_list_size: 0, teardown: true }
     }
 }
 
@@ -181,6 +184,12 @@ pub fn generate(opts: &CorpusOptions, out: &mut dyn Write) -> io::Result<usize> 
                 // A no-op update (same resourceVersion).
                 _ => w.push(api.update(DEPLOYMENT_CONTROLLER, &t.rs, |_| {}))?,
             }
+        }
+        if !opts.teardown {
+            // Keep the trees: the next round builds new ones beside them.
+            trees.clear();
+            generation += 1;
+            continue;
         }
         // Tear down: background deletion, the garbage collector removes the children.
         for t in trees.drain(..) {

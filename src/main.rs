@@ -84,6 +84,9 @@ struct GenerateArgs {
     /// Write webhook-style EventLists of this many events per line instead of one event per line.
     #[arg(long, default_value_t = 0)]
     event_list_size: usize,
+    /// Keep every tree live (no deletions), e.g. to measure memory per tracked object.
+    #[arg(long)]
+    no_teardown: bool,
     /// Output file (stdout by default).
     #[arg(long, short)]
     output: Option<PathBuf>,
@@ -259,6 +262,7 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
         events: args.events,
         managed_fields: args.managed_fields,
         event_list_size: args.event_list_size,
+        teardown: !args.no_teardown,
     };
     let written = match &args.output {
         Some(path) => {

@@ -15,10 +15,10 @@ pub use decide::{decide, identify, Class, Identity, ParentFacts};
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{FastBuild, Interner, ObjKey, ObjectState, Recent, Store, Sym};
+use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
 use crate::write::{kind_of_resource, ObjectFacts, OwnerLink, Target, Uid, Write};
 use policy::{ChildRef, Policy, Resolution};
-use trace::{Hop, Trace};
+use trace::{Hop, Labels, Trace};
 
 /// The result of applying one write.
 #[derive(Debug)]
@@ -60,7 +60,7 @@ struct Child<'a> {
     namespace: Sym,
     name: &'a Arc<str>,
     generation: Option<i64>,
-    labels: Option<Arc<[(Box<str>, Box<str>)]>>,
+    labels: Option<Labels>,
 }
 
 /// A copy of the parent's state, taken so no two map entries are ever locked at once.
@@ -72,7 +72,7 @@ struct ParentView {
     trace: Option<Trace>,
     policy: Option<Arc<Policy>>,
     consumed: Vec<u64>,
-    labels: Option<Arc<[(Box<str>, Box<str>)]>>,
+    labels: Option<Labels>,
 }
 
 impl Engine {
@@ -108,7 +108,7 @@ impl Engine {
     /// Learns an object from outside the stream (a parent fetched from the API because the
     /// stream never showed it): its state is filled in without counting any user as a writer.
     pub fn observe(&self, cluster: Sym, f: &ObjectFacts, time_us: i64) {
-        let key = ObjKey { cluster, uid: f.uid };
+        let key = ObjKey::new(cluster, f.uid);
         self.store.upsert(key, || Self::new_state(f), |s| {
             if s.last_resource_version == 0 || f.resource_version.is_some_and(|rv| rv >= s.last_resource_version) {
                 let w = Write {
@@ -138,7 +138,7 @@ impl Engine {
     }
 
     fn key(w: &Write, uid: Uid) -> ObjKey {
-        ObjKey { cluster: w.cluster, uid }
+        ObjKey::new(w.cluster, uid)
     }
 
     fn new_state(f: &ObjectFacts) -> ObjectState {
@@ -170,16 +170,15 @@ impl Engine {
         s.content_hash = Some(f.content_hash);
         s.status_hash = f.status_hash;
         s.deleting |= f.deleting;
+        if f.gone && !s.deleted {
+            // The write that removed the last finalizer of an object being deleted: it is gone.
+            s.deleted = true;
+            self.store.tombstoned();
+        }
         if let Some(rv) = f.resource_version {
             s.last_resource_version = rv;
         }
-        if let Some(o) = &f.owner {
-            if s.owner.as_deref() != Some(o) {
-                s.owner = Some(Box::new(o.clone()));
-            }
-        } else {
-            s.owner = None;
-        }
+        s.owner = f.owner.as_ref().map(|o| OwnerKey::new(o.uid, o.api_version, o.kind));
         match &f.annotations {
             None => s.policy = None,
             Some(a) if s.policy.as_ref().is_some_and(|p| p.source_hash == a.hash) => {}
@@ -256,38 +255,31 @@ impl Engine {
 
     /// A create, or an update that changed the spec.
     fn mutation(&self, w: &Write, f: &ObjectFacts) -> Enriched {
-        let key = Self::key(w, f.uid);
-        let (updaters, owner, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
-            s.updaters.push(w.user);
-            self.refresh(s, f, w);
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()))
-        });
-        let child = Child {
-            uid_text: &f.uid_text,
-            api_version: f.api_version,
-            kind: f.kind,
-            namespace: f.namespace,
-            name: &f.name,
-            generation: f.generation,
-            labels,
-        };
-        let (event, trace) = self.judge(w, &child, owner.as_deref(), &updaters, None);
-        self.store.update(&key, |s| s.trace = Some(trace));
+        let (event, trace) = self.judge_object(w, f, |_| {});
+        self.store.update(&Self::key(w, f.uid), |s| s.trace = Some(trace));
         event
     }
 
     fn delete_object(&self, w: &Write, f: &ObjectFacts) -> Enriched {
-        let key = Self::key(w, f.uid);
-        let (updaters, owner, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
-            s.updaters.push(w.user);
-            self.refresh(s, f, w);
+        self.judge_object(w, f, |s| {
             // Still there (finalizers, graceful deletion) or gone: teardown either way.
             s.deleting = true;
             if !f.deleting && !s.deleted {
                 s.deleted = true;
                 self.store.tombstoned();
             }
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()))
+        })
+        .0
+    }
+
+    /// Judges a mutation whose response carries the full object: the actor joins the object's
+    /// updaters, the facts (and `also`) go into its state, then the verdict.
+    fn judge_object(&self, w: &Write, f: &ObjectFacts, also: impl FnOnce(&mut ObjectState)) -> (Enriched, Trace) {
+        let (updaters, labels) = self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
+            s.updaters.push(w.user);
+            self.refresh(s, f, w);
+            also(s);
+            (s.updaters, trace_labels(s.policy.as_deref()))
         });
         let child = Child {
             uid_text: &f.uid_text,
@@ -298,7 +290,7 @@ impl Engine {
             generation: f.generation,
             labels,
         };
-        self.judge(w, &child, owner.as_deref(), &updaters, None).0
+        self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
     fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: (Sym, Sym)) -> Enriched {
@@ -311,7 +303,7 @@ impl Engine {
                 self.store.tombstoned();
             }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
+            (s.updaters, s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
         });
         let (updaters, owner, labels, api_version, kind, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
@@ -320,7 +312,8 @@ impl Engine {
         });
         let child = Child { uid_text, api_version, kind, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
-        self.judge(w, &child, owner.as_deref(), &updaters, unknown).0
+        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        self.judge(w, &child, owner.as_ref(), &updaters, unknown).0
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -348,7 +341,7 @@ impl Engine {
                 s.last_resource_version = s.last_resource_version.max(rv);
             }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
-            (s.api_version, s.kind, s.generation, s.owner.clone(), trace_labels(s.policy.as_deref()))
+            (s.api_version, s.kind, s.generation, s.owner, trace_labels(s.policy.as_deref()))
         });
         if replicas_ignored {
             return Applied::Ignored(Ignored::NotSpecChange);
@@ -377,9 +370,18 @@ impl Engine {
             generation: (generation != 0).then_some(generation),
             labels,
         };
-        let (event, trace) = self.judge(w, &child, owner.as_deref(), &updaters.unwrap_or_default(), unknown);
+        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.store.update(&key, |s| s.trace = Some(trace));
         Applied::Classified(vec![event])
+    }
+
+    /// The full owner link of an owner kept as a key in state (for writes whose response has no
+    /// ownerReferences: scale, Status-answered deletes); its name from the owner's own state.
+    fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
+        let uid = o.uid();
+        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).unwrap_or_else(|| Arc::from(""));
+        OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), api_version: o.api_version, kind: o.kind, name }
     }
 
     fn parent_view(&self, key: &ObjKey) -> Option<ParentView> {
@@ -397,7 +399,7 @@ impl Engine {
                 deleted: p.deleted,
                 trace: p.trace.clone(),
                 policy: p.policy.clone(),
-                consumed: p.consumed_approvals.clone(),
+                consumed: p.consumed_approvals.as_deref().cloned().unwrap_or_default(),
                 labels: trace_labels(p.policy.as_deref()),
             }
         })
@@ -457,7 +459,7 @@ impl Engine {
             observed_generation_source: None,
             phase: None,
         };
-        let Some(p) = self.parent_view(&ObjKey { cluster: w.cluster, uid: owner.uid }) else {
+        let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid)) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
             let unknown_parent = Hop {
@@ -524,11 +526,12 @@ impl Engine {
                 event.resolution = Some(resolution);
                 event.snoozed = policy.snoozed_at(w.time_us);
                 if let Some(used) = used {
-                    self.store.update(&ObjKey { cluster: w.cluster, uid: owner.uid }, |s| {
-                        if s.consumed_approvals.len() >= 32 {
-                            s.consumed_approvals.remove(0);
+                    self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| {
+                        let used_up = s.consumed_approvals.get_or_insert_with(Default::default);
+                        if used_up.len() >= 32 {
+                            used_up.remove(0);
                         }
-                        s.consumed_approvals.push(used);
+                        used_up.push(used);
                     });
                 }
             }
@@ -588,6 +591,13 @@ impl Engine {
     }
 }
 
-fn trace_labels(p: Option<&Policy>) -> Option<Arc<[(Box<str>, Box<str>)]>> {
+/// A UID key as text: the UUID it was parsed from (UIDs that are not UUIDs were hashed, and
+/// read as the hash in UUID form).
+fn format_uid(uid: Uid) -> String {
+    let h = format!("{uid:032x}");
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+fn trace_labels(p: Option<&Policy>) -> Option<Labels> {
     p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
 }

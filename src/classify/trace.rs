@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use crate::state::Sym;
 
+/// `kausality.io/trace-<key>` labels of an object, as (key, value), shared between hops.
+pub type Labels = Arc<[(Box<str>, Box<str>)]>;
+
 /// One step of a trace: who changed which object to which generation, and when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hop {
@@ -18,7 +21,7 @@ pub struct Hop {
     /// when unknown.
     pub timestamp: Option<Arc<str>>,
     /// From the object's own `kausality.io/trace-<key>` annotations.
-    pub labels: Option<Arc<[(Box<str>, Box<str>)]>>,
+    pub labels: Option<Labels>,
 }
 
 #[derive(Debug, PartialEq, Eq)]

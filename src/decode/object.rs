@@ -9,6 +9,9 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+/// String pairs borrowed from the input (annotations, labels).
+pub type StrPairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+
 /// Annotation prefix of everything this service reads from objects.
 pub const ANNOTATION_PREFIX: &str = "kausality.io/";
 
@@ -56,12 +59,15 @@ pub struct Metadata<'a> {
     pub generation: Option<i64>,
     #[serde(borrow, default)]
     pub deletion_timestamp: Option<Cow<'a, str>>,
+    /// How many finalizers hold the object (an object being deleted is gone once none are left).
+    #[serde(default, deserialize_with = "count_list")]
+    pub finalizers: usize,
     #[serde(borrow, default, deserialize_with = "lenient_owner_refs")]
     pub owner_references: Vec<OwnerRef<'a>>,
     #[serde(borrow, default, deserialize_with = "kausality_annotations")]
-    pub annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    pub annotations: StrPairs<'a>,
     #[serde(borrow, default, deserialize_with = "string_map")]
-    pub labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    pub labels: StrPairs<'a>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -314,6 +320,10 @@ impl<'de> Deserialize<'de> for CowStr<'de> {
     }
 }
 
+fn count_list<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    Ok(lenient_list::<D, IgnoredAny>(d)?.len())
+}
+
 fn lenient_owner_refs<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<OwnerRef<'a>>, D::Error> {
     lenient_list(d)
 }
@@ -323,24 +333,24 @@ fn lenient_conditions<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<Con
 }
 
 /// Keeps only the `kausality.io/` annotations; the others are skipped without copying.
-fn kausality_annotations<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+fn kausality_annotations<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<StrPairs<'a>, D::Error> {
     filtered_string_map(d, |k| k.starts_with(ANNOTATION_PREFIX))
 }
 
-fn string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+fn string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<StrPairs<'a>, D::Error> {
     filtered_string_map(d, |_| true)
 }
 
 fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(
     d: D,
     keep: fn(&str) -> bool,
-) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+) -> Result<StrPairs<'a>, D::Error> {
     struct V<'a> {
         keep: fn(&str) -> bool,
         _p: std::marker::PhantomData<&'a ()>,
     }
     impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-        type Value = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+        type Value = StrPairs<'a>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a map of strings")
         }

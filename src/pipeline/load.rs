@@ -83,7 +83,7 @@ impl<'a> Errors<'a> {
         self.anchors.push((key, at));
     }
 
-    fn from_toml(&mut self, key: &str, e: toml::de::Error, fallback_at: usize) {
+    fn push_toml(&mut self, key: &str, e: toml::de::Error, fallback_at: usize) {
         // Without the input attached, the error's text is the message plus `in `a.b`` naming
         // the nested key; fold that into the key.
         let text = e.to_string();
@@ -114,7 +114,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
     let root = match DeTable::parse(text) {
         Ok(t) => t,
         Err(e) => {
-            errors.from_toml("", e, 0);
+            errors.push_toml("", e, 0);
             return Err(ConfigErrors(errors.list));
         }
     };
@@ -169,7 +169,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
 
 fn decode<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: Spanned<DeValue<'_>>) -> Option<T> {
     let at = value.span().start;
-    T::deserialize(ValueDeserializer::from(value)).map_err(|e| errors.from_toml(key, e, at)).ok()
+    T::deserialize(ValueDeserializer::from(value)).map_err(|e| errors.push_toml(key, e, at)).ok()
 }
 
 /// Decodes a table whose every key has a default (`[options]`, `[state]`, ...): when the whole
@@ -189,7 +189,7 @@ fn decode_section<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value
             Ok(_) => {
                 good.insert(k.clone(), v.clone());
             }
-            Err(e) => errors.from_toml(key, e, k.span().start),
+            Err(e) => errors.push_toml(key, e, k.span().start),
         }
     }
     T::deserialize(ValueDeserializer::from(Spanned::new(span, DeValue::Table(good)))).ok()

@@ -41,7 +41,6 @@ use crate::classify::{Engine, EngineOptions};
 use crate::config::ModelConfig;
 use crate::decode::DecodeOptions;
 use crate::metrics::Metrics;
-use crate::order::Dedupe;
 use crate::process::{Clock, Processor, ProcessorOptions};
 use crate::scope::{LabelSelector, Scope};
 use crate::sinks::{self, SinkContext, SinkHandle};
@@ -91,8 +90,9 @@ pub struct Overrides {
 impl Overrides {
     pub fn apply(&self, cfg: &mut PipelineConfig) {
         if let Some(addr) = self.listen {
-            if let Some(SourceConfig::Webhook(w)) = cfg.sources.iter_mut().find(|s| matches!(s, SourceConfig::Webhook(_))) {
-                w.listen = addr;
+            match cfg.sources.iter_mut().find(|s| matches!(s, SourceConfig::Webhook(_))) {
+                Some(SourceConfig::Webhook(w)) => w.listen = addr,
+                _ => tracing::warn!(%addr, "--listen ignored: the pipeline has no webhook source"),
             }
         }
         if let Some(addr) = self.metrics_listen {
@@ -187,25 +187,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     }
     let o = &cfg.options;
     let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64() };
-    let mut engine = Engine::new(model_config(&cfg), engine_options);
-    let mut restored = Dedupe::new(o.dedupe_capacity);
-    if let Some(path) = &cfg.state.snapshot {
-        let (e, stats) = snapshot::restore(path, engine, &mut restored)?;
-        engine = e;
-        match stats {
-            Some(s) => tracing::info!(
-                path = %path.display(),
-                bytes = s.bytes,
-                objects = s.objects,
-                dedupe_ids = s.dedupe_ids,
-                model_state = s.model_state,
-                millis = s.millis as u64,
-                "state restored from snapshot"
-            ),
-            None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
-        }
-    }
-    let engine = Arc::new(engine);
+    let engine = Arc::new(Engine::new(model_config(&cfg), engine_options));
     let popts = ProcessorOptions {
         default_cluster: cfg.cluster.clone(),
         reorder_window_us: o.reorder_window.as_micros_i64(),
@@ -216,8 +198,19 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         scope: scope(&cfg),
     };
     let mut processor = Processor::new(engine.clone(), metrics.clone(), popts);
-    processor.dedupe_mut().restore(&restored.hashes());
-    drop(restored);
+    if let Some(path) = &cfg.state.snapshot {
+        match snapshot::restore(path, &mut processor)? {
+            Some(s) => tracing::info!(
+                path = %path.display(),
+                bytes = s.bytes,
+                objects = s.content.objects,
+                dedupe_ids = s.content.dedupe_ids,
+                millis = s.millis as u64,
+                "state restored from snapshot"
+            ),
+            None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
+        }
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
@@ -254,7 +247,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
     let (barrier_tx, barrier_rx) = mpsc::channel(4);
     let (observe_tx, observe_rx) = mpsc::channel(256);
-    let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone())?;
+    let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone()).await?;
     let task = ProcessorTask {
         processor,
         intake: intake_rx,
@@ -391,7 +384,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
 }
 
 #[cfg(feature = "fetch")]
-fn start_fetch(
+async fn start_fetch(
     cfg: &PipelineConfig,
     engine: &Arc<Engine>,
     metrics: &Arc<Metrics>,
@@ -402,11 +395,11 @@ fn start_fetch(
         return Ok(None);
     }
     let cluster = cfg.unknown_parents.cluster.clone().unwrap_or_else(|| cfg.cluster.clone());
-    Ok(Some(crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe, stop)?))
+    Ok(Some(crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe, stop).await?))
 }
 
 #[cfg(not(feature = "fetch"))]
-fn start_fetch(
+async fn start_fetch(
     _cfg: &PipelineConfig,
     _engine: &Arc<Engine>,
     _metrics: &Arc<Metrics>,

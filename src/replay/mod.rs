@@ -129,6 +129,7 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
     }
     processor.flush(0, &mut batch);
     write_batch(&mut batch, &mut summary, &opts.classes, &mut out)?;
+    summary.tracked_objects = processor.engine().store.len();
     out.flush()?;
     if let Some(b) = bar {
         b.finish_and_clear();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::Sym;
 use crate::classify::policy::Policy;
 use crate::classify::trace::Trace;
-use crate::write::{ObservedSource, OwnerLink};
+use crate::write::{ObservedSource, Uid};
 
 /// How many distinct users the updater sets keep (DESIGN §1.2).
 pub const MAX_RECENT: usize = 5;
@@ -81,13 +81,33 @@ pub struct ObjectState {
     pub last_resource_version: u64,
     /// Event time of the latest write, for eviction and tombstone expiry.
     pub last_seen_us: i64,
-    pub owner: Option<Box<OwnerLink>>,
+    /// The controller owner: UID and kind only (its name and UID text come with each write
+    /// that carries the ownerReference, or from the owner's own state).
+    pub owner: Option<OwnerKey>,
     /// The trace of the mutation that produced the current generation.
     pub trace: Option<Trace>,
     /// Parsed `kausality.io/` annotations; `None` for the many objects without any.
     pub policy: Option<Arc<Policy>>,
-    /// `once` approvals already used up, by content hash.
-    pub consumed_approvals: Vec<u64>,
+    /// `once` approvals already used up, by content hash; boxed because few objects have any.
+    pub consumed_approvals: Option<Box<Vec<u64>>>,
+}
+
+/// The controller owner as state keeps it: 24 bytes inline, no heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerKey {
+    uid: [u64; 2],
+    pub api_version: Sym,
+    pub kind: Sym,
+}
+
+impl OwnerKey {
+    pub fn new(uid: Uid, api_version: Sym, kind: Sym) -> Self {
+        OwnerKey { uid: [uid as u64, (uid >> 64) as u64], api_version, kind }
+    }
+
+    pub fn uid(&self) -> Uid {
+        self.uid[0] as u128 | (self.uid[1] as u128) << 64
+    }
 }
 
 impl ObjectState {
@@ -112,7 +132,7 @@ impl ObjectState {
             owner: None,
             trace: None,
             policy: None,
-            consumed_approvals: Vec::new(),
+            consumed_approvals: None,
         }
     }
 

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{Interner, ObjKey, ObjectState, Recent, Store, Sym};
+use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
 use crate::classify::policy::Policy;
 use crate::classify::trace::{Hop, Trace, TraceNode};
-use crate::write::{Annotations, ObservedSource, OwnerLink};
+use crate::write::{Annotations, ObservedSource};
 
-const MAGIC: &[u8] = b"KAUSALITY-STATE 2\n";
+const MAGIC: &[u8] = b"KAUSALITY-STATE 3\n";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -122,7 +122,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
     buf.uint(objects.len() as u64);
     for (k, s) in &objects {
         buf.uint(id(k.cluster));
-        buf.u128(k.uid);
+        buf.u128(k.uid());
         buf.uint(id(s.api_version));
         buf.uint(id(s.kind));
         buf.uint(id(s.namespace));
@@ -150,11 +150,9 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         match &s.owner {
             Some(o) => {
                 buf.uint(1);
-                buf.u128(o.uid);
-                buf.str(&o.uid_text);
+                buf.u128(o.uid());
                 buf.uint(id(o.api_version));
                 buf.uint(id(o.kind));
-                buf.str(&o.name);
             }
             None => buf.uint(0),
         }
@@ -165,8 +163,9 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             buf.str(k);
             buf.str(v);
         }
-        buf.uint(s.consumed_approvals.len() as u64);
-        for c in &s.consumed_approvals {
+        let consumed = s.consumed_approvals.as_deref().map(Vec::as_slice).unwrap_or(&[]);
+        buf.uint(consumed.len() as u64);
+        for c in consumed {
             buf.uint(*c);
         }
     }
@@ -258,11 +257,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         s.last_seen_us = d.int()?;
         if d.uint()? == 1 {
             let uid = d.u128()?;
-            let uid_text = Arc::from(d.str()?);
-            let api_version = sym(d.uint()?)?;
-            let kind = sym(d.uint()?)?;
-            let name = Arc::from(d.str()?);
-            s.owner = Some(Box::new(OwnerLink { uid, uid_text, api_version, kind, name }));
+            s.owner = Some(OwnerKey::new(uid, sym(d.uint()?)?, sym(d.uint()?)?));
         }
         s.trace = match d.uint()? {
             0 => None,
@@ -282,8 +277,9 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             }
             s.policy = Some(Arc::new(Policy::parse(&Annotations { entries, hash: h.digest() })));
         }
-        s.consumed_approvals = (0..d.len()?).map(|_| d.uint()).collect::<Result<_, _>>()?;
-        store.insert(ObjKey { cluster, uid }, s);
+        let consumed: Vec<u64> = (0..d.len()?).map(|_| d.uint()).collect::<Result<_, _>>()?;
+        s.consumed_approvals = (!consumed.is_empty()).then(|| Box::new(consumed));
+        store.insert(ObjKey::new(cluster, uid), s);
     }
     let dedupe: Vec<u128> = (0..d.len()?).map(|_| d.u128()).collect::<Result<_, _>>()?;
     Ok((SnapshotStats { objects: n, trace_nodes: nodes.len(), strings: syms.len(), dedupe_ids: dedupe.len(), bytes: data.len() }, dedupe))

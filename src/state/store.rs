@@ -9,15 +9,28 @@ use dashmap::DashMap;
 use super::{FastBuild, ObjectState, Sym};
 use crate::write::Uid;
 
+/// (cluster, UID): 24 bytes (a `u128` field would align the key, and every entry, to 16).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct ObjKey {
+    uid: [u64; 2],
     pub cluster: Sym,
-    pub uid: Uid,
+}
+
+impl ObjKey {
+    pub fn new(cluster: Sym, uid: Uid) -> Self {
+        ObjKey { uid: [uid as u64, (uid >> 64) as u64], cluster }
+    }
+
+    pub fn uid(&self) -> Uid {
+        self.uid[0] as u128 | (self.uid[1] as u128) << 64
+    }
 }
 
 #[derive(Debug)]
 pub struct Store {
-    map: DashMap<ObjKey, ObjectState, FastBuild>,
+    /// States are boxed: the table's slots stay 32 bytes, so the empty half a hash table
+    /// keeps after growing costs 16 bytes a slot instead of the size of a state.
+    map: DashMap<ObjKey, Box<ObjectState>, FastBuild>,
     /// Most objects kept; past it the coldest tenth is evicted.
     max_objects: usize,
     /// How long (event time) a tombstone of a deleted object is kept.
@@ -62,7 +75,7 @@ impl Store {
 
     /// Changes an object's state, creating it with `init` when absent.
     pub fn upsert<R>(&self, key: ObjKey, init: impl FnOnce() -> ObjectState, f: impl FnOnce(&mut ObjectState) -> R) -> R {
-        let mut entry = self.map.entry(key).or_insert_with(init);
+        let mut entry = self.map.entry(key).or_insert_with(|| Box::new(init()));
         f(&mut entry)
     }
 
@@ -73,11 +86,11 @@ impl Store {
 
     /// Puts a whole state in place (restore).
     pub fn insert(&self, key: ObjKey, state: ObjectState) {
-        self.map.insert(key, state);
+        self.map.insert(key, Box::new(state));
     }
 
     pub fn remove(&self, key: &ObjKey) -> Option<ObjectState> {
-        self.map.remove(key).map(|(_, s)| s)
+        self.map.remove(key).map(|(_, s)| *s)
     }
 
     /// Every entry, for snapshots.
@@ -148,7 +161,7 @@ mod tests {
     fn evicts_the_coldest_past_the_cap_and_expires_tombstones() {
         let store = Store::new(100, 1_000);
         for i in 0..150u128 {
-            store.upsert(ObjKey { cluster: Sym::EMPTY, uid: i }, || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x")), |s| {
+            store.upsert(ObjKey::new(Sym::EMPTY, i), || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x")), |s| {
                 s.last_seen_us = i as i64 * 10;
                 s.deleted = i < 5;
             });
@@ -156,14 +169,14 @@ mod tests {
         let stats = store.maintain(10_000);
         assert_eq!(stats.expired_tombstones, 5);
         assert_eq!(store.len(), 90);
-        assert!(store.read(&ObjKey { cluster: Sym::EMPTY, uid: 149 }, |_| ()).is_some(), "the hottest stays");
-        assert!(store.read(&ObjKey { cluster: Sym::EMPTY, uid: 10 }, |_| ()).is_none(), "a cold one went");
+        assert!(store.read(&ObjKey::new(Sym::EMPTY, 149), |_| ()).is_some(), "the hottest stays");
+        assert!(store.read(&ObjKey::new(Sym::EMPTY, 10), |_| ()).is_none(), "a cold one went");
     }
 
     #[test]
     fn tombstones_expire_under_the_cap_too() {
         let store = Store::new(1_000, 1_000);
-        let key = |uid| ObjKey { cluster: Sym::EMPTY, uid };
+        let key = |uid| ObjKey::new(Sym::EMPTY, uid);
         let new = || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
         store.maintain(0);
         store.upsert(key(1), new, |s| s.last_seen_us = 0);

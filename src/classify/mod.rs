@@ -15,7 +15,8 @@ pub use decide::{decide, identify, Class, Identity, ParentFacts};
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
+use crate::decode::time::format_rfc3339_micros;
+use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState};
 use crate::write::{kind_of_resource, ObjectFacts, OwnerLink, Target, Uid, Write};
 use policy::{ChildRef, Policy, Resolution};
 use trace::{Hop, Labels, Trace};
@@ -256,7 +257,7 @@ impl Engine {
     /// A create, or an update that changed the spec.
     fn mutation(&self, w: &Write, f: &ObjectFacts) -> Enriched {
         let (event, trace) = self.judge_object(w, f, |_| {});
-        self.store.update(&Self::key(w, f.uid), |s| s.trace = Some(trace));
+        self.store.update(&Self::key(w, f.uid), |s| s.trace = trace);
         event
     }
 
@@ -274,7 +275,7 @@ impl Engine {
 
     /// Judges a mutation whose response carries the full object: the actor joins the object's
     /// updaters, the facts (and `also`) go into its state, then the verdict.
-    fn judge_object(&self, w: &Write, f: &ObjectFacts, also: impl FnOnce(&mut ObjectState)) -> (Enriched, Trace) {
+    fn judge_object(&self, w: &Write, f: &ObjectFacts, also: impl FnOnce(&mut ObjectState)) -> (Enriched, TraceState) {
         let (updaters, labels) = self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
             s.updaters.push(w.user);
             self.refresh(s, f, w);
@@ -372,7 +373,7 @@ impl Engine {
         };
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
-        self.store.update(&key, |s| s.trace = Some(trace));
+        self.store.update(&key, |s| s.trace = trace);
         Applied::Classified(vec![event])
     }
 
@@ -385,8 +386,31 @@ impl Engine {
     }
 
     fn parent_view(&self, key: &ObjKey) -> Option<ParentView> {
-        self.store.read(key, |p| {
+        // A write lock: the parent's trace node is built here on first use and cached.
+        self.store.update(key, |p| {
             let observed = p.observed_generation();
+            let labels = trace_labels(p.policy.as_deref());
+            let trace = match &p.trace.node {
+                Some(node) => Some(node.clone()),
+                None if !p.trace.user.is_empty() => {
+                    let hop = Hop {
+                        api_version: p.api_version,
+                        kind: p.kind,
+                        name: p.name.clone(),
+                        generation: (p.generation != 0).then_some(p.generation),
+                        user: Some(p.trace.user),
+                        timestamp: (p.trace.time_us != 0).then(|| Arc::from(format_rfc3339_micros(p.trace.time_us))),
+                        labels: labels.clone(),
+                    };
+                    let node = match &p.trace.prev {
+                        Some(prev) => trace::extend(prev.clone(), hop),
+                        None => trace::origin(hop),
+                    };
+                    p.trace.node = Some(node.clone());
+                    Some(node)
+                }
+                None => None,
+            };
             ParentView {
                 facts: ParentFacts {
                     deleting: p.deleting || p.deleted,
@@ -397,17 +421,18 @@ impl Engine {
                 observed,
                 status_updaters: p.status_updaters,
                 deleted: p.deleted,
-                trace: p.trace.clone(),
+                trace,
                 policy: p.policy.clone(),
                 consumed: p.consumed_approvals.as_deref().cloned().unwrap_or_default(),
-                labels: trace_labels(p.policy.as_deref()),
+                labels,
             }
         })
     }
 
     /// Judges one mutation of `child` by the write's user; returns the enriched event and the
     /// child's new trace.
-    fn judge(&self, w: &Write, child: &Child<'_>, owner: Option<&OwnerLink>, updaters: &Recent, unowned_reason: Option<&str>) -> (Enriched, Trace) {
+    fn judge(&self, w: &Write, child: &Child<'_>, owner: Option<&OwnerLink>, updaters: &Recent, unowned_reason: Option<&str>) -> (Enriched, TraceState) {
+        let origin_state = TraceState { prev: None, user: w.user, time_us: w.time_us, node: None };
         let hop = Hop {
             api_version: child.api_version,
             kind: child.kind,
@@ -447,7 +472,7 @@ impl Engine {
             event.reason = unowned_reason.unwrap_or("no controller ownerReference: top of a tree").to_string();
             let t = trace::origin(hop);
             event.trace = self.trace_out(&t);
-            return (event, t);
+            return (event, origin_state);
         };
         let mut parent_out = ParentOut {
             api_version: self.interner.resolve(owner.api_version),
@@ -474,7 +499,7 @@ impl Engine {
             let t = trace::extend(trace::origin(unknown_parent), hop);
             event.trace = self.trace_out(&t);
             event.parent = Some(parent_out);
-            return (event, t);
+            return (event, origin_state);
         };
         let identity = identify(w.user, updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);
@@ -501,6 +526,7 @@ impl Engine {
             Class::Initializing => !matches!(identity, Identity::NotController(_)),
             _ => false,
         };
+        let mut state = origin_state;
         let t = if extends {
             let parent_trace = p.trace.clone().unwrap_or_else(|| {
                 trace::origin(Hop {
@@ -513,6 +539,7 @@ impl Engine {
                     labels: p.labels.clone(),
                 })
             });
+            state.prev = Some(parent_trace.clone());
             trace::extend(parent_trace, hop)
         } else {
             trace::origin(hop)
@@ -541,7 +568,7 @@ impl Engine {
             event.resolution = Some(Resolution::Unresolved);
         }
         event.parent = Some(parent_out);
-        (event, t)
+        (event, state)
     }
 
     fn reason(&self, class: Class, p: &ParentView, identity: &Identity, user: &str) -> String {

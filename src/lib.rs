@@ -15,6 +15,15 @@
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
 //! - [`corpus`]: a workload generator on top of [`sim`], for benchmarks and soak tests.
 //! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
+//! - [`scope`]: which events a pipeline looks at (groups, resources, namespaces, labels).
+//!
+//! The live service (`serve`), around that chain:
+//!
+//! - [`pipeline`]: the pipeline file, and the runner that joins sources → processor → sinks
+//!   with bounded queues, the snapshot and the graceful shutdown.
+//! - [`sources`]: the audit webhook, recorded files.
+//! - [`sinks`]: JSON lines, HTTP, Kausality drift reports.
+//! - [`listen`]: serving HTTP(S) with a graceful stop.
 
 pub mod classify;
 pub mod config;
@@ -22,10 +31,17 @@ pub mod corpus;
 pub mod decode;
 pub mod enriched;
 pub mod filter;
+#[cfg(feature = "fetch")]
+pub mod fetch;
+pub mod listen;
 pub mod metrics;
 pub mod order;
+pub mod pipeline;
 pub mod process;
 pub mod replay;
+pub mod scope;
+pub mod sinks;
+pub mod sources;
 pub mod sim;
 pub mod state;
 pub mod write;

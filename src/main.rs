@@ -1,6 +1,7 @@
 //! The `kausality-stream` command line.
 
 use std::io;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -10,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kausality_stream::classify::Class;
 use kausality_stream::corpus::{self, CorpusOptions};
 use kausality_stream::decode::Unwrap;
+use kausality_stream::pipeline::{self, Overrides};
 use kausality_stream::replay::{self, ReplayOptions};
 
 /// For every change a Kubernetes controller makes, whether anyone asked for it.
@@ -33,8 +35,35 @@ enum LogFormat {
 enum Command {
     /// Classify a recorded audit log: enriched events to stdout (JSON lines), a summary to stderr.
     Replay(ReplayArgs),
+    /// Run a pipeline: receive audit events (webhook, files), classify them live, write
+    /// enriched events, metrics and drift reports. Stops gracefully on SIGTERM or Ctrl-C.
+    Serve(ServeArgs),
+    /// Check pipeline files: prints `FILE: ok`, or every problem of each file; exits non-zero
+    /// if any file has one.
+    Validate(ValidateArgs),
     /// Write a realistic synthetic audit stream (deterministic from a seed), for benchmarks and soak tests.
     Generate(GenerateArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Pipeline file (TOML); without it, the embedded default (pipelines/default.toml):
+    /// webhook on 127.0.0.1:8080 (plain HTTP), JSON lines on stdout, metrics on 127.0.0.1:9090.
+    #[arg(long, env = "KAUSALITY_PIPELINE")]
+    pipeline: Option<PathBuf>,
+    /// Listen address of the webhook source, replacing the pipeline's (the first webhook).
+    #[arg(long)]
+    listen: Option<SocketAddr>,
+    /// Listen address of /metrics, /healthz and /readyz, replacing the pipeline's.
+    #[arg(long)]
+    metrics_listen: Option<SocketAddr>,
+}
+
+#[derive(clap::Args)]
+struct ValidateArgs {
+    /// Pipeline files to check.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -165,6 +194,66 @@ fn replay(args: ReplayArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn serve(args: ServeArgs) -> Result<ExitCode> {
+    let mut cfg = match &args.pipeline {
+        Some(path) => pipeline::load_file(path)?,
+        None => pipeline::load_str("<embedded pipelines/default.toml>", pipeline::DEFAULT_PIPELINE)?,
+    };
+    Overrides { listen: args.listen, metrics_listen: args.metrics_listen }.apply(&mut cfg);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kausality-io").build().context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let running = pipeline::start(cfg).await?;
+        tokio::select! {
+            signal = shutdown_signal() => tracing::info!(signal, "signal received; shutting down"),
+            // The pipeline can also stop on its own (a failed processor).
+            _ = running_stopped(&running) => {}
+        }
+        let outcome = running.shutdown().await;
+        if !outcome.clean {
+            bail!("shutdown was not clean (see the log above)");
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn running_stopped(running: &pipeline::Running) {
+    running.stopped().await
+}
+
+/// SIGTERM (Kubernetes, docker stop) or SIGINT (Ctrl-C). A second signal exits at once.
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("installing the SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("installing the SIGINT handler");
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        eprintln!("second signal: exiting without a clean shutdown");
+        std::process::exit(130);
+    });
+    name
+}
+
+fn validate(args: ValidateArgs) -> Result<ExitCode> {
+    let mut failed = false;
+    for file in &args.files {
+        match pipeline::load_file(file) {
+            Ok(_) => println!("{}: ok", file.display()),
+            Err(errors) => {
+                failed = true;
+                println!("{errors}");
+            }
+        }
+    }
+    Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
 fn generate(args: GenerateArgs) -> Result<ExitCode> {
     let opts = CorpusOptions {
         seed: args.seed,
@@ -194,6 +283,8 @@ fn main() -> ExitCode {
     init_logs(cli.log_format);
     let result = match cli.command {
         Command::Replay(args) => replay(args),
+        Command::Serve(args) => serve(args),
+        Command::Validate(args) => validate(args),
         Command::Generate(args) => generate(args),
     };
     match result {

@@ -10,6 +10,7 @@ use crate::enriched::Enriched;
 use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
 use crate::order::{Dedupe, Released, ReorderBuffer};
+use crate::scope::Scope;
 use crate::state::{read_snapshot, write_snapshot, FastBuild, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Write};
 
@@ -34,6 +35,8 @@ pub struct ProcessorOptions {
     pub dedupe_capacity: usize,
     pub decode: DecodeOptions,
     pub clock: Clock,
+    /// Which events the pipeline looks at; `None` takes everything.
+    pub scope: Option<Arc<Scope>>,
 }
 
 impl Default for ProcessorOptions {
@@ -45,6 +48,7 @@ impl Default for ProcessorOptions {
             dedupe_capacity: 200_000,
             decode: DecodeOptions::default(),
             clock: Clock::EventTime,
+            scope: None,
         }
     }
 }
@@ -155,6 +159,9 @@ impl Processor {
             Ok(a) => a,
             Err(reason) => return self.metrics.ignored(reason),
         };
+        if self.opts.scope.as_deref().is_some_and(|s| !s.admits(&ev)) {
+            return self.metrics.ignored(Ignored::Excluded);
+        }
         if !self.dedupe.first_sight(ev.audit_id.as_deref().unwrap_or("")) {
             self.metrics.dedup_hits.inc();
             return;

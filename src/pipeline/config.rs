@@ -1,0 +1,186 @@
+//! The pipeline file (`pipelines/*.toml`): what one `serve` process reads, classifies and
+//! writes. Every struct rejects unknown keys (a typo must not silently fall back to a default),
+//! and every field says its default where it is declared. [`super::load`] turns a file into
+//! this, reporting every error at once.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::duration::Span;
+use crate::config::LifecycleSignal;
+use crate::sinks::SinkConfig;
+use crate::sources::SourceConfig;
+
+/// A whole pipeline file.
+#[derive(Clone, Debug)]
+pub struct PipelineConfig {
+    /// Cluster name for events whose source names none (`POST /audit`, file sources).
+    /// Default: `"default"`.
+    pub cluster: String,
+    pub options: Options,
+    pub scope: ScopeConfig,
+    pub ignore: Vec<IgnoreConfig>,
+    pub lifecycle: Vec<LifecycleConfig>,
+    /// Where audit events come from; at least one.
+    pub sources: Vec<SourceConfig>,
+    /// Where enriched events go; none is allowed (metrics only).
+    pub sinks: Vec<SinkConfig>,
+    pub metrics: MetricsConfig,
+    pub state: StateConfig,
+    pub unknown_parents: UnknownParentsConfig,
+}
+
+/// `[options]`: how the processing chain behaves.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Options {
+    /// How long writes are held to be applied in resourceVersion order; later writes are still
+    /// applied and counted as late. Default: `"500ms"`.
+    pub reorder_window: Span,
+    /// Most writes held per cluster before the oldest are released early. Default: 100000.
+    pub reorder_max_held: usize,
+    /// Most objects kept in state; the coldest are evicted past it. Default: 2000000.
+    pub max_objects: usize,
+    /// How many recent auditIDs are remembered to drop redelivered events. Default: 200000.
+    pub dedupe_capacity: usize,
+    /// How long a deleted object is remembered, so its children's later deletes read as
+    /// teardown. Default: `"15m"`.
+    pub tombstone_ttl: Span,
+    /// Largest single audit event accepted, in bytes. Default: 8388608 (8 MiB).
+    pub max_record_bytes: usize,
+    /// Bodies queued between the sources and the processor. When full, the webhook answers
+    /// 429 with Retry-After (the API server retries). Default: 64.
+    pub queue_capacity: usize,
+    /// Batches of enriched events queued in front of each sink. When full, the processor
+    /// waits (and the webhook's queue fills up). Default: 64.
+    pub sink_queue_capacity: usize,
+    /// How often the reorder buffer is checked for writes whose window has passed.
+    /// Default: `"50ms"`.
+    pub tick_interval: Span,
+    /// Upper bound on a graceful shutdown (drain, flush sinks, write the snapshot).
+    /// Default: `"25s"` (below Kubernetes' default 30 s grace period).
+    pub shutdown_timeout: Span,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            reorder_window: Span::ms(500),
+            reorder_max_held: 100_000,
+            max_objects: 2_000_000,
+            dedupe_capacity: 200_000,
+            tombstone_ttl: Span::secs(15 * 60),
+            max_record_bytes: 8 << 20,
+            queue_capacity: 64,
+            sink_queue_capacity: 64,
+            tick_interval: Span::ms(50),
+            shutdown_timeout: Span::secs(25),
+        }
+    }
+}
+
+/// `[scope]`: which events are looked at. Empty include lists include everything.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScopeConfig {
+    /// API groups to look at (`core` or `""` for the core group). Default: all.
+    pub include_groups: Vec<String>,
+    /// API groups to leave out. Default: none.
+    pub exclude_groups: Vec<String>,
+    /// Resources (plural, as in `objectRef.resource`: `deployments`) to look at. Default: all.
+    pub include_resources: Vec<String>,
+    /// Resources to leave out, e.g. `["leases", "events"]`. Default: none.
+    pub exclude_resources: Vec<String>,
+    /// Namespaces to look at; cluster-scoped objects are always looked at. Default: all.
+    pub include_namespaces: Vec<String>,
+    /// Namespaces to leave out. Default: none.
+    pub exclude_namespaces: Vec<String>,
+    /// Equality-based label selector on the written object: `k=v`, `k!=v`, `k`, `!k`,
+    /// comma-separated. Default: none.
+    pub label_selector: Option<String>,
+}
+
+/// `[[ignore]]`: fields of a kind that do not count as a spec change.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IgnoreConfig {
+    /// Kind key: `Kind.group`, or `Kind` for the core group (e.g. `Deployment.apps`). Required.
+    pub kind: String,
+    /// Dotted field paths, e.g. `["spec.replicas"]`. Required.
+    pub paths: Vec<String>,
+}
+
+/// `[[lifecycle]]`: how a kind of parent shows it has initialized (replaces the defaults).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LifecycleConfig {
+    /// Kind key: `Kind.group`, or `Kind` for the core group. Required.
+    pub kind: String,
+    /// Any of `initializedCondition`, `readyCondition`, `availableCondition`,
+    /// `phaseAnnotation`, `observedGeneration`. Required.
+    pub signals: Vec<LifecycleSignal>,
+}
+
+/// `[metrics]`: the listener of `/metrics`, `/healthz` and `/readyz`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MetricsConfig {
+    /// Address to listen on. Default: `"127.0.0.1:9090"`.
+    pub listen: SocketAddr,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig { listen: SocketAddr::from(([127, 0, 0, 1], 9090)) }
+    }
+}
+
+/// `[state]`: the snapshot that lets a restart keep what the stream taught.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StateConfig {
+    /// Snapshot file, written atomically (temporary file, then rename) every
+    /// `snapshot_interval` and on shutdown, and read at start-up. Default: none (state is lost
+    /// on restart).
+    pub snapshot: Option<PathBuf>,
+    /// How often the snapshot is written while running. Default: `"60s"`.
+    pub snapshot_interval: Span,
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig { snapshot: None, snapshot_interval: Span::secs(60) }
+    }
+}
+
+/// `[unknown_parents]`: fetch a parent the stream never showed, instead of reporting
+/// `unknown-parent` for its children forever.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UnknownParentsConfig {
+    /// Fetch parents from the API server (needs the `fetch` cargo feature and `get` RBAC).
+    /// Default: `false`.
+    pub fetch: bool,
+    /// Kubeconfig to reach the API server. Default: none (in-cluster service account, else
+    /// `$KUBECONFIG` / `~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
+    /// Cluster whose parents are fetched (one API server per pipeline). Default: the
+    /// pipeline's `cluster`.
+    pub cluster: Option<String>,
+    /// Most fetches per second. Default: 10.
+    pub rate: f64,
+    /// Fetch results (hits and misses) remembered, so a parent is fetched at most once per
+    /// `retry_after`. Default: 10000.
+    pub cache_size: usize,
+    /// How long a miss (not found, forbidden, unknown kind) is remembered before a new try.
+    /// Default: `"10m"`.
+    pub retry_after: Span,
+}
+
+impl Default for UnknownParentsConfig {
+    fn default() -> Self {
+        UnknownParentsConfig { fetch: false, kubeconfig: None, cluster: None, rate: 10.0, cache_size: 10_000, retry_after: Span::secs(600) }
+    }
+}

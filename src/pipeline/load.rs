@@ -1,0 +1,373 @@
+//! Reading a pipeline file. Each section (and each source and sink) is decoded on its own, so
+//! one bad key does not hide the next: every problem in the file comes back at once, each
+//! naming the file, line, key and what is wrong. Then the semantic checks (paths, listeners,
+//! TLS) run over whatever decoded.
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use toml::de::{DeTable, DeValue, ValueDeserializer};
+use toml::Spanned;
+
+use super::config::{MetricsConfig, Options, PipelineConfig, ScopeConfig, StateConfig, UnknownParentsConfig};
+use crate::scope::LabelSelector;
+
+/// One problem in a pipeline file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The file, as given.
+    pub file: String,
+    /// 1-based line, when known.
+    pub line: Option<usize>,
+    /// The key, e.g. `sources[0].tls.cert`.
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(l) => write!(f, "{}:{l}: {}: {}", self.file, self.key, self.message),
+            None => write!(f, "{}: {}: {}", self.file, self.key, self.message),
+        }
+    }
+}
+
+/// Every problem found in a pipeline file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Collects errors while a file is decoded and checked.
+pub struct Errors<'a> {
+    file: &'a str,
+    text: &'a str,
+    pub list: Vec<ConfigError>,
+    /// Where each section and array item starts, so later checks can name a line.
+    anchors: Vec<(String, usize)>,
+}
+
+impl<'a> Errors<'a> {
+    pub fn new(file: &'a str, text: &'a str) -> Self {
+        Errors { file, text, list: Vec::new(), anchors: Vec::new() }
+    }
+
+    /// Records a problem with `key`; `at` is a byte offset into the file, when known, else the
+    /// start of the section or item the key is in.
+    pub fn push(&mut self, key: impl Into<String>, at: Option<usize>, message: impl Into<String>) {
+        let key = key.into();
+        let at = at.or_else(|| {
+            self.anchors
+                .iter()
+                .filter(|(k, _)| key.starts_with(k.as_str()) && key[k.len()..].chars().next().is_none_or(|c| c == '.' || c == '['))
+                .max_by_key(|(k, _)| k.len())
+                .map(|(_, o)| *o)
+        });
+        let line = at.map(|o| self.text[..o.min(self.text.len())].matches('\n').count() + 1);
+        self.list.push(ConfigError { file: self.file.to_string(), line, key, message: message.into() });
+    }
+
+    fn anchor(&mut self, key: String, at: usize) {
+        self.anchors.push((key, at));
+    }
+
+    fn push_toml(&mut self, key: &str, e: toml::de::Error, fallback_at: usize) {
+        // Without the input attached, the error's text is the message plus `in `a.b`` naming
+        // the nested key; fold that into the key.
+        let text = e.to_string();
+        let mut lines = text.trim_end().lines();
+        let message = lines.next().unwrap_or("").to_string();
+        let nested = lines.find_map(|l| l.strip_prefix("in `").and_then(|l| l.strip_suffix('`'))).map(str::to_string);
+        let key = match nested {
+            Some(n) if !key.is_empty() => format!("{key}.{n}"),
+            Some(n) => n,
+            None => key.to_string(),
+        };
+        self.push(key, Some(e.span().map_or(fallback_at, |s| s.start)), message);
+    }
+}
+
+/// Reads and checks a pipeline file.
+pub fn load_file(path: &Path) -> Result<PipelineConfig, ConfigErrors> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError { file: name.clone(), line: None, key: String::new(), message: format!("cannot read: {e}") }])
+    })?;
+    load_str(&name, &text)
+}
+
+/// Decodes and checks pipeline text; `file` names it in errors.
+pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> {
+    let mut errors = Errors::new(file, text);
+    let root = match DeTable::parse(text) {
+        Ok(t) => t,
+        Err(e) => {
+            errors.push_toml("", e, 0);
+            return Err(ConfigErrors(errors.list));
+        }
+    };
+    let mut cfg = PipelineConfig {
+        cluster: "default".to_string(),
+        options: Options::default(),
+        scope: ScopeConfig::default(),
+        ignore: Vec::new(),
+        lifecycle: Vec::new(),
+        sources: Vec::new(),
+        sinks: Vec::new(),
+        metrics: MetricsConfig::default(),
+        state: StateConfig::default(),
+        unknown_parents: UnknownParentsConfig::default(),
+    };
+    let mut has_sources = false;
+    let mut idx = Indices::default();
+    for (key, value) in root.into_inner() {
+        let at = key.span().start;
+        let k: &str = key.get_ref();
+        errors.anchor(k.to_string(), at);
+        has_sources |= k == "sources";
+        match k {
+            "cluster" => decode(&mut errors, k, value).map(|v| cfg.cluster = v),
+            "options" => decode_section(&mut errors, k, value).map(|v| cfg.options = v),
+            "scope" => decode_section(&mut errors, k, value).map(|v| cfg.scope = v),
+            "ignore" => decode_each(&mut errors, k, value).map(|v| (idx.ignore, cfg.ignore) = v.into_iter().unzip()),
+            "lifecycle" => decode_each(&mut errors, k, value).map(|v| (idx.lifecycle, cfg.lifecycle) = v.into_iter().unzip()),
+            "sources" => decode_each(&mut errors, k, value).map(|v| (idx.sources, cfg.sources) = v.into_iter().unzip()),
+            "sinks" => decode_each(&mut errors, k, value).map(|v| (idx.sinks, cfg.sinks) = v.into_iter().unzip()),
+            "metrics" => decode_section(&mut errors, k, value).map(|v| cfg.metrics = v),
+            "state" => decode_section(&mut errors, k, value).map(|v| cfg.state = v),
+            "unknown_parents" => decode_section(&mut errors, k, value).map(|v| cfg.unknown_parents = v),
+            other => {
+                errors.push(
+                    other,
+                    Some(at),
+                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, sources, sinks, metrics, state, unknown_parents",
+                );
+                None
+            }
+        };
+    }
+    check(&cfg, has_sources, &idx, &mut errors);
+    if errors.list.is_empty() {
+        Ok(cfg)
+    } else {
+        errors.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        Err(ConfigErrors(errors.list))
+    }
+}
+
+fn decode<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: Spanned<DeValue<'_>>) -> Option<T> {
+    let at = value.span().start;
+    T::deserialize(ValueDeserializer::from(value)).map_err(|e| errors.push_toml(key, e, at)).ok()
+}
+
+/// Decodes a table whose every key has a default (`[options]`, `[state]`, ...): when the whole
+/// table does not decode, each key is tried alone so that every bad key is reported, and the
+/// good keys are kept so that the checks after decoding still see them.
+fn decode_section<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: Spanned<DeValue<'_>>) -> Option<T> {
+    let span = value.span();
+    let DeValue::Table(table) = value.get_ref() else { return decode(errors, key, value) };
+    if let Ok(v) = T::deserialize(ValueDeserializer::from(value.clone())) {
+        return Some(v);
+    }
+    let mut good = DeTable::new();
+    for (k, v) in table.iter() {
+        let mut alone = DeTable::new();
+        alone.insert(k.clone(), v.clone());
+        match T::deserialize(ValueDeserializer::from(Spanned::new(span.clone(), DeValue::Table(alone)))) {
+            Ok(_) => {
+                good.insert(k.clone(), v.clone());
+            }
+            Err(e) => errors.push_toml(key, e, k.span().start),
+        }
+    }
+    T::deserialize(ValueDeserializer::from(Spanned::new(span, DeValue::Table(good)))).ok()
+}
+
+/// Decodes an array of tables item by item, so one bad item does not hide the others; the
+/// good items are kept so that their own checks still run.
+fn decode_each<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: Spanned<DeValue<'_>>) -> Option<Vec<(usize, T)>> {
+    let at = value.span().start;
+    let DeValue::Array(items) = value.into_inner() else {
+        errors.push(key, Some(at), format!("must be an array of tables ([[{key}]])"));
+        return None;
+    };
+    let mut out = Vec::new();
+    for (i, item) in items.into_iter().enumerate() {
+        let item_key = format!("{key}[{i}]");
+        errors.anchor(item_key.clone(), item.span().start);
+        if let Some(v) = decode(errors, &item_key, item) {
+            out.push((i, v));
+        }
+    }
+    Some(out)
+}
+
+/// The position in the file of each decoded array item (a bad item leaves a gap), so that
+/// errors name the item as the file numbers it.
+#[derive(Default)]
+struct Indices {
+    ignore: Vec<usize>,
+    lifecycle: Vec<usize>,
+    sources: Vec<usize>,
+    sinks: Vec<usize>,
+}
+
+/// The checks that need more than one field, or the file system.
+fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Errors<'_>) {
+    if cfg.cluster.trim().is_empty() {
+        errors.push("cluster", None, "must not be empty");
+    }
+    let o = &cfg.options;
+    for (key, v) in [
+        ("options.max_objects", o.max_objects),
+        ("options.dedupe_capacity", o.dedupe_capacity),
+        ("options.queue_capacity", o.queue_capacity),
+        ("options.sink_queue_capacity", o.sink_queue_capacity),
+        ("options.reorder_max_held", o.reorder_max_held),
+        ("options.max_record_bytes", o.max_record_bytes),
+    ] {
+        if v == 0 {
+            errors.push(key, None, "must be at least 1");
+        }
+    }
+    if o.tick_interval.0.is_zero() {
+        errors.push("options.tick_interval", None, "must be more than 0");
+    }
+    if let Some(sel) = &cfg.scope.label_selector {
+        if let Err(e) = LabelSelector::parse(sel) {
+            errors.push("scope.label_selector", None, e);
+        }
+    }
+    for (&i, ig) in idx.ignore.iter().zip(&cfg.ignore) {
+        if ig.kind.is_empty() {
+            errors.push(format!("ignore[{i}].kind"), None, "must name a kind, e.g. Deployment.apps");
+        }
+        for p in &ig.paths {
+            if p.is_empty() || p.split('.').any(str::is_empty) {
+                errors.push(format!("ignore[{i}].paths"), None, format!("{p:?} is not a dotted field path like spec.replicas"));
+            }
+        }
+    }
+    for (&i, lc) in idx.lifecycle.iter().zip(&cfg.lifecycle) {
+        if lc.signals.is_empty() {
+            errors.push(format!("lifecycle[{i}].signals"), None, "must name at least one signal");
+        }
+    }
+    if !has_sources {
+        errors.push("sources", None, "no source: add a [[sources]] table (type = \"webhook\" or \"file\")");
+    }
+    let mut listeners = vec![("metrics.listen".to_string(), cfg.metrics.listen)];
+    for (&i, s) in idx.sources.iter().zip(&cfg.sources) {
+        s.check(&format!("sources[{i}]"), errors);
+        if let Some(addr) = s.listen() {
+            listeners.push((format!("sources[{i}].listen"), addr));
+        }
+    }
+    for (&i, s) in idx.sinks.iter().zip(&cfg.sinks) {
+        s.check(&format!("sinks[{i}]"), errors);
+    }
+    for (i, (key, addr)) in listeners.iter().enumerate() {
+        if addr.port() == 0 {
+            continue;
+        }
+        if let Some((other, _)) = listeners[..i].iter().find(|(_, a)| a == addr) {
+            errors.push(key.clone(), None, format!("{addr} is already used by {other}"));
+        }
+    }
+    if let Some(dir) = cfg.state.snapshot.as_deref().and_then(Path::parent).filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            errors.push("state.snapshot", None, format!("directory {} does not exist", dir.display()));
+        }
+    }
+    if cfg.state.snapshot_interval.0.is_zero() {
+        errors.push("state.snapshot_interval", None, "must be more than 0");
+    }
+    let up = &cfg.unknown_parents;
+    if up.fetch {
+        if !cfg!(feature = "fetch") {
+            errors.push("unknown_parents.fetch", None, "this binary was built without the `fetch` feature");
+        }
+        if !(up.rate > 0.0 && up.rate.is_finite()) {
+            errors.push("unknown_parents.rate", None, "must be a positive number of fetches per second");
+        }
+        if up.cache_size == 0 {
+            errors.push("unknown_parents.cache_size", None, "must be at least 1");
+        }
+        if let Some(k) = &up.kubeconfig {
+            if !k.is_file() {
+                errors.push("unknown_parents.kubeconfig", None, format!("{} is not a readable file", k.display()));
+            }
+        }
+    }
+}
+
+/// Checks that `path` names a readable file; `key` names it in the error.
+pub fn check_file(errors: &mut Errors<'_>, key: &str, path: &Path) {
+    if let Err(e) = std::fs::File::open(path) {
+        errors.push(key, None, format!("cannot read {}: {e}", path.display()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_shapes() {
+        let cfg = load_str("t.toml", "[[sources]]\ntype = \"webhook\"\nplain_http = true\n").unwrap();
+        assert_eq!(cfg.cluster, "default");
+        assert_eq!(cfg.options.max_objects, 2_000_000);
+        assert_eq!(cfg.sources.len(), 1);
+    }
+
+    #[test]
+    fn every_error_at_once_with_file_line_and_key() {
+        let text = r#"cluster = "c"
+colour = "blue"
+[options]
+reorder_window = "fast"
+dedupe_capacity = 0
+[[sources]]
+type = "webhook"
+listen = "127.0.0.1:8080"
+max_body_byte = 5
+[[sources]]
+type = "webhook"
+listen = "127.0.0.1:8081"
+[[sinks]]
+type = "carrier-pigeon"
+[scope]
+label_selector = "app in (a)"
+"#;
+        let errs = load_str("bad.toml", text).unwrap_err().0;
+        let shown: Vec<String> = errs.iter().map(ToString::to_string).collect();
+        let all = shown.join("\n");
+        assert!(all.contains("bad.toml:2: colour: unknown key"), "{all}");
+        assert!(all.contains("bad.toml:4: options.reorder_window"), "{all}");
+        assert!(all.contains("sources[0]") && all.contains("max_body_byte"), "{all}");
+        assert!(all.contains("sources[1]: no [sources.tls]"), "{all}");
+        assert!(all.contains("sinks[0]") && all.contains("carrier-pigeon"), "{all}");
+        assert!(all.contains("scope.label_selector"), "{all}");
+        assert!(all.contains("options.dedupe_capacity: must be at least 1"), "the rest of [options] is still checked: {all}");
+        assert!(errs.len() >= 6, "{all}");
+    }
+
+    #[test]
+    fn syntax_error_has_a_line() {
+        let e = load_str("x.toml", "cluster = \n").unwrap_err().0;
+        assert_eq!(e.len(), 1);
+        assert_eq!(e[0].line, Some(1));
+    }
+}

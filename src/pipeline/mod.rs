@@ -1,0 +1,354 @@
+//! A pipeline: sources → processor task → sinks, joined by bounded queues, plus the metrics
+//! listener, the state snapshot and a graceful, bounded shutdown.
+//!
+//! ```text
+//!  webhook ─┐                       ┌─▶ jsonl
+//!  file ────┼─▶ intake ─▶ processor ┼─▶ http          (one bounded queue per sink)
+//!           │   (bounded)  (thread) └─▶ drift_report
+//!  fetch ───┘ (fetched parents)  │
+//!      ▲                         └─ snapshot (periodic, on stop)
+//!      └──── unknown-parent events
+//! ```
+//!
+//! - [`config`]: the pipeline file's structs; [`load`]: reading it with every error at once.
+//! - [`processor`]: the task that classifies; [`snapshot`]: the state file.
+//! - [`health`]: `/metrics`, `/healthz`, `/readyz`.
+//! - [`start`] wires it all and returns a [`Running`] pipeline; [`Running::shutdown`] stops it:
+//!   readiness off, intake closed (the webhook answers 503 + Retry-After), queued bodies
+//!   drained, reorder buffer flushed, sinks flushed, snapshot written, all within
+//!   `options.shutdown_timeout`.
+
+pub mod config;
+pub mod duration;
+pub mod health;
+pub mod load;
+pub mod processor;
+pub mod snapshot;
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+
+pub use config::PipelineConfig;
+pub use load::{load_file, load_str, ConfigError, ConfigErrors};
+
+use crate::classify::{Engine, EngineOptions};
+use crate::config::ModelConfig;
+use crate::decode::DecodeOptions;
+use crate::metrics::Metrics;
+use crate::process::{Clock, Processor, ProcessorOptions};
+use crate::scope::{LabelSelector, Scope};
+use crate::sinks::{self, SinkContext, SinkHandle};
+use crate::sources::{self, SourceConfig};
+use health::Health;
+use processor::{ProcessorTask, Summary};
+
+/// The embedded default pipeline (`pipelines/default.toml`): webhook on 127.0.0.1:8080 (plain
+/// HTTP), JSON lines on stdout, metrics on 127.0.0.1:9090, a snapshot in the working directory.
+pub const DEFAULT_PIPELINE: &str = include_str!("../../pipelines/default.toml");
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{0}")]
+    Config(#[from] ConfigErrors),
+    #[error(transparent)]
+    Snapshot(#[from] snapshot::Error),
+    #[error(transparent)]
+    Listen(#[from] crate::listen::Error),
+    #[error(transparent)]
+    Webhook(#[from] sources::webhook::Error),
+    #[error(transparent)]
+    Sink(#[from] sinks::Error),
+    #[cfg(feature = "fetch")]
+    #[error(transparent)]
+    Fetch(#[from] crate::fetch::Error),
+    #[error("cannot start the processor thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// Command-line overrides of a pipeline file.
+#[derive(Clone, Debug, Default)]
+pub struct Overrides {
+    /// Replaces `listen` of the first webhook source.
+    pub listen: Option<SocketAddr>,
+    /// Replaces `metrics.listen`.
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+impl Overrides {
+    pub fn apply(&self, cfg: &mut PipelineConfig) {
+        if let Some(addr) = self.listen {
+            match cfg.sources.iter_mut().find(|s| matches!(s, SourceConfig::Webhook(_))) {
+                Some(SourceConfig::Webhook(w)) => w.listen = addr,
+                _ => tracing::warn!(%addr, "--listen ignored: the pipeline has no webhook source"),
+            }
+        }
+        if let Some(addr) = self.metrics_listen {
+            cfg.metrics.listen = addr;
+        }
+    }
+}
+
+/// A started pipeline.
+pub struct Running {
+    /// Bound addresses of the webhook sources, in configuration order.
+    pub webhook_addrs: Vec<SocketAddr>,
+    pub metrics_addr: SocketAddr,
+    pub metrics: Arc<Metrics>,
+    pub engine: Arc<Engine>,
+    stop: Arc<watch::Sender<bool>>,
+    done: JoinHandle<Outcome>,
+}
+
+/// How a pipeline ended.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Everything was drained, flushed and saved within the shutdown timeout.
+    pub clean: bool,
+    pub processor: Option<Summary>,
+}
+
+impl Running {
+    /// Begins the graceful shutdown (idempotent).
+    pub fn stop(&self) {
+        self.stop.send_replace(true);
+    }
+
+    /// Waits until the pipeline has stopped (after [`Running::stop`], or an internal failure).
+    pub async fn wait(self) -> Outcome {
+        self.done.await.unwrap_or(Outcome { clean: false, processor: None })
+    }
+
+    /// Resolves when the pipeline is stopping (asked to, or on its own after a failure).
+    pub async fn stopped(&self) {
+        let mut rx = self.stop.subscribe();
+        crate::listen::stopped(&mut rx).await
+    }
+
+    pub async fn shutdown(self) -> Outcome {
+        self.stop();
+        self.wait().await
+    }
+}
+
+fn model_config(cfg: &PipelineConfig) -> ModelConfig {
+    let mut model = ModelConfig::default();
+    for ig in &cfg.ignore {
+        for p in &ig.paths {
+            model.ignore_field(&ig.kind, p);
+        }
+    }
+    for lc in &cfg.lifecycle {
+        model.lifecycle.insert(lc.kind.clone(), lc.signals.clone());
+    }
+    model
+}
+
+fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
+    let s = &cfg.scope;
+    let set = |v: &Vec<String>| v.iter().map(|g| if g.is_empty() { "core".to_string() } else { g.clone() }).collect();
+    let scope = Scope {
+        include_groups: set(&s.include_groups),
+        exclude_groups: set(&s.exclude_groups),
+        include_resources: s.include_resources.iter().cloned().collect(),
+        exclude_resources: s.exclude_resources.iter().cloned().collect(),
+        include_namespaces: s.include_namespaces.iter().cloned().collect(),
+        exclude_namespaces: s.exclude_namespaces.iter().cloned().collect(),
+        // Checked by `load`.
+        labels: s.label_selector.as_deref().and_then(|l| LabelSelector::parse(l).ok()).unwrap_or_default(),
+    };
+    (!scope.is_everything()).then(|| Arc::new(scope))
+}
+
+/// Starts every part of the pipeline; returns once sources listen and state is restored.
+pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
+    let metrics = Arc::new(Metrics::new());
+    // Series that exist from the start, at zero, so that rates work from the first scrape.
+    for phase in ["detected", "resolved"] {
+        metrics.drift_reports.with_label_values(&[phase]);
+    }
+    for s in &cfg.sources {
+        metrics.events_received.with_label_values(&[s.kind()]);
+        if matches!(s, SourceConfig::Webhook(_)) {
+            metrics.webhook_requests.with_label_values(&["200"]);
+        }
+    }
+    let o = &cfg.options;
+    let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64() };
+    let engine = Arc::new(Engine::new(model_config(&cfg), engine_options));
+    let popts = ProcessorOptions {
+        default_cluster: cfg.cluster.clone(),
+        reorder_window_us: o.reorder_window.as_micros_i64(),
+        reorder_max_held: o.reorder_max_held,
+        dedupe_capacity: o.dedupe_capacity,
+        decode: DecodeOptions { max_record_bytes: o.max_record_bytes, ..DecodeOptions::default() },
+        clock: Clock::Arrival,
+        scope: scope(&cfg),
+    };
+    let mut processor = Processor::new(engine.clone(), metrics.clone(), popts);
+    if let Some(path) = &cfg.state.snapshot {
+        match snapshot::restore(path, &mut processor)? {
+            Some(s) => tracing::info!(
+                path = %path.display(),
+                bytes = s.bytes,
+                objects = s.content.objects,
+                dedupe_ids = s.content.dedupe_ids,
+                millis = s.millis as u64,
+                "state restored from snapshot"
+            ),
+            None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
+        }
+    }
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stop_tx = Arc::new(stop_tx);
+    let timeout = cfg.options.shutdown_timeout.0;
+    let grace = (timeout / 3).min(Duration::from_secs(5));
+
+    let ctx = SinkContext { metrics: metrics.clone(), engine: engine.clone(), queue_capacity: o.sink_queue_capacity };
+    let mut sink_handles: Vec<SinkHandle> = Vec::new();
+    for s in &cfg.sinks {
+        match sinks::spawn(s, &ctx) {
+            Ok(h) => sink_handles.push(h),
+            Err(e) => {
+                drop(sink_handles);
+                return Err(e.into());
+            }
+        }
+    }
+
+    let (intake_tx, intake_rx) = mpsc::channel(o.queue_capacity);
+    let (observe_tx, observe_rx) = mpsc::channel(256);
+    let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone()).await?;
+    let task = ProcessorTask {
+        processor,
+        intake: intake_rx,
+        observe: observe_rx,
+        sinks: sink_handles.iter().map(|h| (h.kind, h.queue.clone())).collect(),
+        unknown_parents,
+        tick: o.tick_interval.0,
+        snapshot: cfg.state.snapshot.clone().map(|p| (p, cfg.state.snapshot_interval.0)),
+        stop: stop_rx.clone(),
+    };
+    let sink_tasks: Vec<(&'static str, JoinHandle<()>)> = sink_handles.into_iter().map(|h| (h.kind, h.task)).collect();
+    let (processor_done_tx, processor_done) = oneshot::channel();
+    let rt = tokio::runtime::Handle::current();
+    std::thread::Builder::new()
+        .name("processor".into())
+        .spawn(move || {
+            let summary = rt.block_on(task.run());
+            let _ = processor_done_tx.send(summary);
+        })
+        .map_err(Error::Thread)?;
+
+    // From here on, a failure must stop what already runs.
+    let fail = |e: Error| {
+        stop_tx.send_replace(true);
+        e
+    };
+    let health = Arc::new(Health { metrics: metrics.clone(), ready: Default::default() });
+    let (health_stop_tx, health_stop_rx) = watch::channel(false);
+    let metrics_listener = crate::listen::bind(cfg.metrics.listen).await.map_err(|e| fail(e.into()))?;
+    let metrics_addr = metrics_listener.local_addr().unwrap_or(cfg.metrics.listen);
+    tracing::info!(addr = %metrics_addr, "metrics listening");
+    let health_task = tokio::spawn(crate::listen::serve(metrics_listener, health::router(health.clone()), None, health_stop_rx, grace));
+
+    let mut webhook_addrs = Vec::new();
+    let mut source_tasks: Vec<JoinHandle<()>> = Vec::new();
+    for s in &cfg.sources {
+        match s {
+            SourceConfig::Webhook(w) => {
+                let running = sources::webhook::start(w, intake_tx.clone(), metrics.clone(), stop_rx.clone(), grace).await.map_err(|e| {
+                    health_stop_tx.send_replace(true);
+                    fail(e.into())
+                })?;
+                webhook_addrs.push(running.local_addr);
+                source_tasks.push(running.task);
+            }
+            SourceConfig::File(f) => {
+                let t = sources::file::spawn(f.clone(), intake_tx.clone(), metrics.clone());
+                source_tasks.push(tokio::spawn(async move {
+                    let _ = t.await;
+                }));
+            }
+        }
+    }
+    health.ready.store(true, Ordering::Relaxed);
+    tracing::info!(sources = cfg.sources.len(), sinks = cfg.sinks.len(), cluster = %cfg.cluster, "pipeline running");
+
+    let mut stop_wait = stop_rx.clone();
+    let stop_all = stop_tx.clone();
+    let done = tokio::spawn(async move {
+        let mut processor_done = processor_done;
+        let early = tokio::select! {
+            _ = crate::listen::stopped(&mut stop_wait) => None,
+            r = &mut processor_done => Some(r),
+        };
+        if early.is_some() {
+            tracing::error!("the processor task ended on its own; stopping the pipeline");
+            stop_all.send_replace(true);
+        }
+        tracing::info!("shutting down: intake closed, draining");
+        health.ready.store(false, Ordering::Relaxed);
+        // Keep the pipeline's own intake handle only until now: the file sources may still be
+        // feeding, and the processor's queue must not close before stop.
+        drop(intake_tx);
+        let deadline = tokio::time::Instant::now() + timeout;
+        let summary = match early {
+            Some(r) => r.ok(),
+            None => tokio::time::timeout_at(deadline, processor_done).await.ok().and_then(Result::ok),
+        };
+        let mut clean = summary.is_some();
+        for (kind, t) in sink_tasks {
+            match tokio::time::timeout_at(deadline, t).await {
+                Ok(_) => {}
+                Err(_) => {
+                    clean = false;
+                    tracing::error!(sink = kind, "sink did not flush within the shutdown timeout");
+                }
+            }
+        }
+        for t in source_tasks {
+            if tokio::time::timeout_at(deadline, t).await.is_err() {
+                clean = false;
+            }
+        }
+        health_stop_tx.send_replace(true);
+        let _ = tokio::time::timeout(grace, health_task).await;
+        if let Some(s) = &summary {
+            tracing::info!(batches = s.batches, enriched = s.enriched, clean, "pipeline stopped");
+        }
+        Outcome { clean, processor: summary }
+    });
+    Ok(Running { webhook_addrs, metrics_addr, metrics, engine, stop: stop_tx, done })
+}
+
+#[cfg(feature = "fetch")]
+async fn start_fetch(
+    cfg: &PipelineConfig,
+    engine: &Arc<Engine>,
+    metrics: &Arc<Metrics>,
+    observe: mpsc::Sender<processor::Observed>,
+    stop: watch::Receiver<bool>,
+) -> Result<Option<mpsc::Sender<Arc<crate::enriched::Enriched>>>, Error> {
+    if !cfg.unknown_parents.fetch {
+        return Ok(None);
+    }
+    let cluster = cfg.unknown_parents.cluster.clone().unwrap_or_else(|| cfg.cluster.clone());
+    Ok(Some(crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe, stop).await?))
+}
+
+#[cfg(not(feature = "fetch"))]
+async fn start_fetch(
+    _cfg: &PipelineConfig,
+    _engine: &Arc<Engine>,
+    _metrics: &Arc<Metrics>,
+    _observe: mpsc::Sender<processor::Observed>,
+    _stop: watch::Receiver<bool>,
+) -> Result<Option<mpsc::Sender<Arc<crate::enriched::Enriched>>>, Error> {
+    Ok(None)
+}

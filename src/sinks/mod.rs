@@ -1,0 +1,95 @@
+//! Sinks: where enriched events go. Each sink is a task behind its own bounded queue of
+//! batches; the processor waits when a queue is full, so a slow sink slows intake (the webhook
+//! then answers 429) instead of losing events. Every sink counts what it delivered
+//! (`kausality_sink_events_total{sink}`) and what it failed to (`kausality_sink_errors_total`).
+//!
+//! Adding a sink type: a module here with its config struct, a variant in [`SinkConfig`], and
+//! arms in [`SinkConfig::check`] and [`spawn`].
+
+pub mod drift_report;
+pub mod http;
+pub mod jsonl;
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::classify::Engine;
+use crate::enriched::Enriched;
+use crate::metrics::Metrics;
+use crate::pipeline::load::Errors;
+
+/// A batch of enriched events, shared by every sink without copying.
+pub type Events = Arc<[Enriched]>;
+
+/// `[[sinks]]`: one sink, chosen by `type`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SinkConfig {
+    /// JSON lines to stdout or a file, with size-based rotation.
+    Jsonl(jsonl::JsonlConfig),
+    /// JSON arrays POSTed to an HTTP endpoint, with retries.
+    Http(http::HttpConfig),
+    /// Kausality `DriftReport`s POSTed for each drift, and again when it is resolved.
+    DriftReport(drift_report::DriftReportConfig),
+}
+
+impl SinkConfig {
+    /// The `sink` label of the sink metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SinkConfig::Jsonl(_) => "jsonl",
+            SinkConfig::Http(_) => "http",
+            SinkConfig::DriftReport(_) => "drift_report",
+        }
+    }
+
+    pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
+        match self {
+            SinkConfig::Jsonl(c) => c.check(key, errors),
+            SinkConfig::Http(c) => c.check(key, errors),
+            SinkConfig::DriftReport(c) => c.check(key, errors),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("jsonl sink: cannot open {path}: {source}")]
+    Open { path: String, source: std::io::Error },
+    #[error("{sink} sink: cannot build the HTTP client: {source}")]
+    Client { sink: &'static str, source: reqwest::Error },
+}
+
+/// A running sink: its queue and its task (which ends once the queue is closed and drained).
+pub struct SinkHandle {
+    pub kind: &'static str,
+    pub queue: mpsc::Sender<Events>,
+    pub task: JoinHandle<()>,
+}
+
+/// What sinks may use besides their queue.
+#[derive(Clone)]
+pub struct SinkContext {
+    pub metrics: Arc<Metrics>,
+    /// Read-only: the drift report sink checks open reports against the parent's state.
+    pub engine: Arc<Engine>,
+    pub queue_capacity: usize,
+}
+
+/// Starts the sink described by `cfg`.
+pub fn spawn(cfg: &SinkConfig, ctx: &SinkContext) -> Result<SinkHandle, Error> {
+    let (queue, rx) = mpsc::channel(ctx.queue_capacity);
+    let kind = cfg.kind();
+    // Show the sink in the metrics from the start, with zeros.
+    ctx.metrics.sink_events.with_label_values(&[kind]);
+    ctx.metrics.sink_errors.with_label_values(&[kind]);
+    let task = match cfg {
+        SinkConfig::Jsonl(c) => jsonl::spawn(c.clone(), rx, ctx.metrics.clone())?,
+        SinkConfig::Http(c) => http::spawn(c.clone(), rx, ctx.metrics.clone())?,
+        SinkConfig::DriftReport(c) => drift_report::spawn(c.clone(), rx, ctx.clone())?,
+    };
+    Ok(SinkHandle { kind, queue, task })
+}

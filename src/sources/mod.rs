@@ -1,0 +1,66 @@
+//! Sources: where audit events come from. Each source turns what it receives into [`Batch`]es
+//! on the processor's bounded queue, and learns from the queue when to slow down.
+//!
+//! Adding a source type: a module here with its config struct (`deny_unknown_fields`, a doc
+//! line with the default on each field), a variant in [`SourceConfig`], and an arm in
+//! [`SourceConfig::check`] and in `pipeline::run`'s `start_source`.
+
+pub mod file;
+pub mod webhook;
+
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use tokio::sync::oneshot;
+
+use crate::pipeline::load::Errors;
+use crate::process::IngestReport;
+
+/// `[[sources]]`: one source, chosen by `type`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SourceConfig {
+    /// The API server's audit webhook backend (`POST /audit`, `POST /audit/{cluster}`).
+    Webhook(webhook::WebhookConfig),
+    /// A recorded audit log, replayed once into the live pipeline at start-up.
+    File(file::FileConfig),
+}
+
+impl SourceConfig {
+    /// The name used as the `source` label of `kausality_events_received_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SourceConfig::Webhook(_) => "webhook",
+            SourceConfig::File(_) => "file",
+        }
+    }
+
+    pub fn listen(&self) -> Option<SocketAddr> {
+        match self {
+            SourceConfig::Webhook(w) => Some(w.listen),
+            SourceConfig::File(_) => None,
+        }
+    }
+
+    /// Semantic checks (files exist, TLS is complete); `key` is e.g. `sources[0]`.
+    pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
+        match self {
+            SourceConfig::Webhook(w) => w.check(key, errors),
+            SourceConfig::File(f) => f.check(key, errors),
+        }
+    }
+}
+
+/// One body of audit events for the processor.
+#[derive(Debug)]
+pub struct Batch {
+    /// Cluster named by the source (`/audit/{cluster}`); `None` for the pipeline's default.
+    pub cluster: Option<String>,
+    /// The bytes as received: an EventList, an Event, or JSON lines.
+    pub body: Vec<u8>,
+    /// Label of `kausality_events_received_total`.
+    pub source: &'static str,
+    /// Told what the body held once the processor has taken it in; the webhook answers only
+    /// then, so a 200 means the events are in the pipeline.
+    pub ack: Option<oneshot::Sender<IngestReport>>,
+}

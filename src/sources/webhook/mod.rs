@@ -1,0 +1,83 @@
+//! The audit webhook source: the API server's webhook backend POSTs EventLists; each body goes
+//! to the processor's queue as it is, and the answer waits until the processor has taken it.
+//! See [`handler`] for what each status code means to the API server.
+
+mod config;
+pub mod handler;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::routing::post;
+use axum::Router;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+pub use config::{TlsConfig, WebhookConfig};
+use handler::WebhookState;
+
+use crate::listen::{self, tls};
+use crate::metrics::Metrics;
+use crate::sources::Batch;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Listen(#[from] listen::Error),
+    #[error("bearer_token_file {path}: {source}")]
+    Token { path: String, source: std::io::Error },
+}
+
+/// A webhook that is listening.
+pub struct Running {
+    pub local_addr: SocketAddr,
+    pub task: JoinHandle<()>,
+}
+
+/// The routes, for serving and for in-process tests.
+pub fn router(state: Arc<WebhookState>) -> Router {
+    Router::new()
+        .route("/audit", post(handler::audit_default))
+        .route("/audit/{cluster}", post(handler::audit_cluster))
+        .fallback(handler::not_found)
+        .with_state(state)
+}
+
+/// Binds the listener and serves until `shutdown`; bodies go to `queue`.
+pub async fn start(
+    cfg: &WebhookConfig,
+    queue: mpsc::Sender<Batch>,
+    metrics: Arc<Metrics>,
+    shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) -> Result<Running, Error> {
+    let token = match &cfg.bearer_token_file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|source| Error::Token { path: p.display().to_string(), source })?
+                .trim()
+                .to_string(),
+        ),
+        None => None,
+    };
+    let tls = match &cfg.tls {
+        Some(t) => Some(tls::server_config(&t.cert, &t.key, t.client_ca.as_deref())?),
+        None => None,
+    };
+    let listener = listen::bind(cfg.listen).await?;
+    let local_addr = listener.local_addr().unwrap_or(cfg.listen);
+    let state = Arc::new(WebhookState {
+        queue,
+        metrics,
+        max_body_bytes: cfg.max_body_bytes,
+        max_events: cfg.max_events_per_request,
+        token,
+        closing: shutdown.clone(),
+    });
+    let https = tls.is_some();
+    let mtls = cfg.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
+    tracing::info!(addr = %local_addr, https, client_certs = mtls, bearer_token = cfg.bearer_token_file.is_some(), "webhook listening");
+    let task = tokio::spawn(listen::serve(listener, router(state), tls, shutdown, grace));
+    Ok(Running { local_addr, task })
+}

@@ -226,7 +226,7 @@ impl Processor {
             if self.opts.clock == Clock::Arrival && time_us != 0 {
                 self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
             }
-            if write.seq % MAINTAIN_EVERY == 0 {
+            if write.seq.is_multiple_of(MAINTAIN_EVERY) {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };
                 let stats = self.engine.store.maintain(clock);
                 self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);

@@ -163,7 +163,9 @@ fn parse_ignore_field(s: &str) -> Result<(String, String), String> {
 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr);
+    // Colours only on a terminal: a log file or collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -233,9 +233,8 @@ impl Processor {
             _ => now_us,
         };
         let buffer = self.buffers.entry(cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
-        let rv = write.resource_version;
-        let seq = write.seq;
-        buffer.push(write, rv, time, &mut self.released);
+        let (rv, event_us, seq) = (write.resource_version, write.time_us, write.seq);
+        buffer.push(write, rv, time, event_us, &mut self.released);
         self.hold(seq);
         self.apply_released(now_us, out);
     }
@@ -284,7 +283,7 @@ impl Processor {
             if self.opts.clock == Clock::Arrival && time_us != 0 {
                 self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
             }
-            if write.seq % MAINTAIN_EVERY == 0 {
+            if write.seq.is_multiple_of(MAINTAIN_EVERY) {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };
                 let stats = self.engine.store.maintain(clock);
                 self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);

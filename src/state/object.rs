@@ -84,12 +84,28 @@ pub struct ObjectState {
     /// The controller owner: UID and kind only (its name and UID text come with each write
     /// that carries the ownerReference, or from the owner's own state).
     pub owner: Option<OwnerKey>,
-    /// The trace of the mutation that produced the current generation.
-    pub trace: Option<Trace>,
+    /// How the current generation came about (the trace of its producing mutation).
+    pub trace: TraceState,
     /// Parsed `kausality.io/` annotations; `None` for the many objects without any.
     pub policy: Option<Arc<Policy>>,
     /// `once` approvals already used up, by content hash; boxed because few objects have any.
     pub consumed_approvals: Option<Box<Vec<u64>>>,
+}
+
+/// The trace of an object's producing mutation (DESIGN §1.6), kept compactly: the trace that
+/// write extended (its parent's, shared by all siblings) and who wrote it when. The object's own
+/// trace node is only built when one of its children extends it, and is then cached: most
+/// objects are leaves and never need one.
+#[derive(Clone, Debug, Default)]
+pub struct TraceState {
+    /// The trace the producing write extended; `None` for a new origin.
+    pub prev: Option<Trace>,
+    /// Who made the producing write; `Sym::EMPTY` when it was never seen.
+    pub user: Sym,
+    /// When, in µs since the epoch; 0 when unknown.
+    pub time_us: i64,
+    /// This object's own trace, built on first use as a parent.
+    pub node: Option<Trace>,
 }
 
 /// The controller owner as state keeps it: 24 bytes inline, no heap.
@@ -130,7 +146,7 @@ impl ObjectState {
             last_resource_version: 0,
             last_seen_us: 0,
             owner: None,
-            trace: None,
+            trace: TraceState::default(),
             policy: None,
             consumed_approvals: None,
         }

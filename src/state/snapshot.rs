@@ -15,7 +15,7 @@ use crate::classify::policy::Policy;
 use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::write::{Annotations, ObservedSource};
 
-const MAGIC: &[u8] = b"KAUSALITY-STATE 3\n";
+const MAGIC: &[u8] = b"KAUSALITY-STATE 4\n";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -66,7 +66,10 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             sym(o.api_version, &mut strings);
             sym(o.kind, &mut strings);
         }
-        if let Some(t) = &s.trace {
+        if !s.trace.user.is_empty() {
+            sym(s.trace.user, &mut strings);
+        }
+        if let Some(t) = &s.trace.prev {
             // Post-order: a node's prefix gets its id first.
             let mut chain = Vec::new();
             let mut cur = Some(t);
@@ -156,7 +159,9 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             }
             None => buf.uint(0),
         }
-        buf.uint(s.trace.as_ref().map_or(0, |t| nodes[&Arc::as_ptr(t)] as u64 + 1));
+        buf.uint(s.trace.prev.as_ref().map_or(0, |t| nodes[&Arc::as_ptr(t)] as u64 + 1));
+        buf.uint(if s.trace.user.is_empty() { 0 } else { id(s.trace.user) + 1 });
+        buf.int(s.trace.time_us);
         let annotations = s.policy.as_ref().map(|p| &p.source.entries[..]).unwrap_or(&[]);
         buf.uint(annotations.len() as u64);
         for (k, v) in annotations {
@@ -259,10 +264,15 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             let uid = d.u128()?;
             s.owner = Some(OwnerKey::new(uid, sym(d.uint()?)?, sym(d.uint()?)?));
         }
-        s.trace = match d.uint()? {
+        s.trace.prev = match d.uint()? {
             0 => None,
             i => Some(nodes.get(i as usize - 1).cloned().ok_or(SnapshotError::Corrupt("trace index"))?),
         };
+        s.trace.user = match d.uint()? {
+            0 => Sym::EMPTY,
+            i => sym(i - 1)?,
+        };
+        s.trace.time_us = d.int()?;
         let na = d.len()?;
         if na > 0 {
             let mut entries = Vec::with_capacity(na);

@@ -28,7 +28,7 @@ impl Done {
         Done(Box::new(f))
     }
 
-    fn fire(self) {
+    pub fn fire(self) {
         (self.0)()
     }
 }
@@ -92,17 +92,24 @@ impl Checkpoints {
     /// Calls `done` of every message completed under the processor's low-water mark; returns
     /// how many.
     pub fn advance(&mut self, processor_low_water: u64) -> usize {
+        let mut done = Vec::new();
+        self.completed(processor_low_water, &mut done);
+        let n = done.len();
+        done.into_iter().for_each(Done::fire);
+        n
+    }
+
+    /// Moves the `done` of every message completed under the processor's low-water mark to
+    /// `out`, in arrival order (for the caller to call now, or after the next snapshot).
+    pub fn completed(&mut self, processor_low_water: u64, out: &mut Vec<Done>) {
         while self.batches.front().is_some_and(|(_, acked)| acked.load(Ordering::Acquire)) {
             self.batches.pop_front();
         }
         let low = self.batches.front().map_or(processor_low_water, |(floor, _)| (*floor).min(processor_low_water));
-        let mut n = 0;
         while self.messages.front().is_some_and(|(last, _)| *last < low) {
             let (_, done) = self.messages.pop_front().expect("peeked");
-            done.fire();
-            n += 1;
+            out.push(done);
         }
-        n
     }
 
     /// Nothing is waiting: every message taken in is done.

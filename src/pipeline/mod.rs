@@ -269,6 +269,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         #[cfg(not(feature = "kafka"))]
         commit: None,
         barrier_timeout: (timeout / 2).max(Duration::from_secs(1)),
+        unsaved: Vec::new(),
     };
     let sink_tasks: Vec<(&'static str, JoinHandle<()>)> = sink_handles.into_iter().map(|h| (h.kind, h.task)).collect();
     let (processor_done_tx, processor_done) = oneshot::channel();

@@ -14,6 +14,11 @@
 //! nothing is dropped as a duplicate that was never delivered. With exactly-once, the barrier
 //! also commits the Kafka transaction, every `transaction_interval`, and snapshots follow
 //! successful commits only.
+//!
+//! At-least-once with a snapshot file: a message's offset is handed back to the source only
+//! once a snapshot holding its effect on the state is written. After a crash, Kafka then
+//! redelivers exactly what the restored state has not seen: the state goes on as if there had
+//! been no crash (outputs since the snapshot are written again: duplicates, never gaps).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -57,6 +62,8 @@ pub struct ProcessorTask {
     pub commit: Option<(Committer, Duration)>,
     /// Longest wait for the sinks at a barrier before a snapshot, and at shutdown.
     pub barrier_timeout: Duration,
+    /// Done messages waiting for the next snapshot (at-least-once with a snapshot file).
+    pub unsaved: Vec<crate::pipeline::checkpoint::Done>,
 }
 
 /// Commits a transaction of the source's offsets and the sinks' output.
@@ -111,17 +118,21 @@ impl ProcessorTask {
         let transactional = self.commit.is_some();
         // Exactly-once: a snapshot waits for the next successful commit.
         let mut snapshot_due = false;
+        // At-least-once with a snapshot file: offsets are committed at snapshots.
+        let commit_at_snapshots = self.track && snapshots && !transactional;
         loop {
+            // Timers before the intake: under a backlog the intake is always ready, and a
+            // biased select would never get to the reorder tick, the commit or the snapshot.
             let step = tokio::select! {
                 biased;
                 _ = crate::listen::stopped(&mut self.stop) => Step::Stop,
                 Some(b) = next_barrier(&mut self.barriers) => Step::Barrier(b),
-                b = self.intake.recv() => b.map_or(Step::Stop, Step::Batch),
-                Some(o) = self.observe.recv() => Step::Observe(o),
                 _ = tick.tick() => Step::Tick,
-                _ = self.checkpoints.acked(), if self.track => Step::Acked,
                 _ = commit_tick.tick(), if transactional => Step::Commit,
                 _ = snap.tick(), if snapshots => Step::Snapshot,
+                b = self.intake.recv() => b.map_or(Step::Stop, Step::Batch),
+                Some(o) = self.observe.recv() => Step::Observe(o),
+                _ = self.checkpoints.acked(), if self.track => Step::Acked,
             };
             let floor = self.processor.low_water_seq();
             match step {
@@ -140,6 +151,12 @@ impl ProcessorTask {
                     // In a transaction, what was taken in must be committed before the
                     // partitions go to another member.
                     let ok = ok && (!transactional || self.commit_now(&mut summary, &mut snapshot_due));
+                    if commit_at_snapshots {
+                        if ok {
+                            summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                        }
+                        self.release_unsaved();
+                    }
                     let _ = b.reply.send(ok);
                     if summary.failed {
                         return summary;
@@ -158,7 +175,10 @@ impl ProcessorTask {
                 Step::Snapshot if transactional => snapshot_due = true,
                 Step::Snapshot if self.track => {
                     if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await {
+                        // Even when the write failed (logged): holding offsets back would only
+                        // grow the redelivery after a crash, not save the state.
                         summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                        self.release_unsaved();
                     } else {
                         tracing::warn!(unacknowledged = self.checkpoints.unacknowledged(), "sinks did not acknowledge in time; snapshot postponed");
                     }
@@ -167,7 +187,7 @@ impl ProcessorTask {
                 Step::Stop => break,
             }
             summary.enriched += self.emit(&mut out, floor).await;
-            self.checkpoints.advance(self.processor.low_water_seq());
+            self.settle(commit_at_snapshots);
         }
         // Stop: refuse new bodies (the webhook answers 503 + Retry-After), take what is queued.
         self.intake.close();
@@ -193,6 +213,7 @@ impl ProcessorTask {
                 }
             } else {
                 summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                self.release_unsaved();
             }
         } else {
             tracing::warn!(unacknowledged = self.checkpoints.unacknowledged(), "sinks did not deliver everything in time: the last offsets stay uncommitted (read again after the restart) and the previous snapshot is kept");
@@ -215,8 +236,9 @@ impl ProcessorTask {
         self.processor.flush(now_us(), out);
         summary.enriched += self.emit(out, floor).await;
         let deadline = Instant::now() + timeout;
+        let hold = self.snapshot.is_some() && self.commit.is_none();
         loop {
-            self.checkpoints.advance(self.processor.low_water_seq());
+            self.settle(hold);
             if self.checkpoints.is_idle() {
                 return true;
             }
@@ -226,6 +248,22 @@ impl ProcessorTask {
             }
             let _ = tokio::time::timeout(left.min(Duration::from_millis(100)), self.checkpoints.acked()).await;
         }
+    }
+
+    /// Hands done messages back to their source now, or (`hold`) keeps them for the next
+    /// snapshot.
+    fn settle(&mut self, hold: bool) {
+        let mut done = Vec::new();
+        self.checkpoints.completed(self.processor.low_water_seq(), &mut done);
+        if hold {
+            self.unsaved.append(&mut done);
+        } else {
+            done.into_iter().for_each(|d| d.fire());
+        }
+    }
+
+    fn release_unsaved(&mut self) {
+        std::mem::take(&mut self.unsaved).into_iter().for_each(|d| d.fire());
     }
 
     /// Exactly-once: commits the transaction after a complete barrier; a failure stops the

@@ -3,6 +3,7 @@
 #
 #   scripts/kafka.sh start                        # fetch jars (once), format, start, wait until ready
 #   scripts/kafka.sh status                       # exit 0 when running, 1 when not
+#   scripts/kafka.sh prepare                      # only install Java/kcat and fetch the jars (cached)
 #   scripts/kafka.sh topic-create NAME [PARTITIONS] [extra kafka-topics args, e.g. --config cleanup.policy=compact]
 #   scripts/kafka.sh stop                         # SIGTERM, wait, SIGKILL; removes the data dir
 #   scripts/kafka.sh stop --keep-data             # ... keeps it (topics, offsets survive a start --keep-data)
@@ -40,7 +41,7 @@ die() { log "error: $*"; exit 1; }
 
 usage() {
   cat >&2 <<EOF
-usage: $0 start [--keep-data]|stop [--keep-data]|restart|status|topic-create NAME [PARTITIONS] [extra kafka-topics args...]
+usage: $0 start [--keep-data]|stop [--keep-data]|restart|status|prepare|topic-create NAME [PARTITIONS] [extra kafka-topics args...]
 env: KAFKA_PORT=$PORT KAFKA_CONTROLLER_PORT=$CONTROLLER_PORT KAFKA_STATE_DIR=$STATE_DIR
      KAUSALITY_CACHE (jars in $LIBS_DIR) KAFKA_START_TIMEOUT=$START_TIMEOUT
      KAFKA_STOP_TIMEOUT=$STOP_TIMEOUT KAFKA_HEAP_OPTS='$HEAP_OPTS' KAFKA_LOG_LEVEL=$LOG_LEVEL
@@ -364,6 +365,12 @@ main() {
       cmd_start --keep-data
       ;;
     status) cmd_status ;;
+    prepare)
+      ensure_java
+      ensure_kcat
+      ensure_libs
+      echo "kafka prerequisites ready (jars in $LIBS_DIR)"
+      ;;
     topic-create) cmd_topic_create "$@" ;;
     -h | --help | help) usage ;;
     *) usage ;;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command of kausality-stream (the README's and CI's): every test, against real parts.
 #   1. cargo test: unit tests, scenario/property tests, the shared real audit samples, and the
-#      black-box tests that start servers on 127.0.0.1;
+#      black-box tests that start servers on 127.0.0.1, among them a real Apache Kafka broker
+#      (tests/kafka.rs, scripts/kafka.sh; KAUSALITY_KAFKA_TESTS=0 skips those);
 #   2. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
 #      compose file, the kustomize tree and the audit policy.
 # Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
@@ -28,6 +29,31 @@ count_cargo() {
 command -v bc >/dev/null 2>&1 || {
   apt-get -o DPkg::Lock::Timeout=600 -qq install -y bc >/dev/null 2>&1 || { apt-get -qq update && apt-get -qq install -y bc >/dev/null; }
 }
+
+apt_ensure() {
+  # Debian packages by name, installed only when missing.
+  local missing=()
+  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  [ "${#missing[@]}" -eq 0 ] && return 0
+  apt-get -o DPkg::Lock::Timeout=600 -qq install -y "${missing[@]}" >/dev/null 2>&1 ||
+    { apt-get -qq update && apt-get -qq install -y "${missing[@]}" >/dev/null; }
+}
+
+# The `kafka` feature builds librdkafka from source: cmake, and curl's headers for its build.
+if command -v dpkg >/dev/null 2>&1; then
+  apt_ensure cmake libcurl4-openssl-dev || echo "warning: could not install cmake/libcurl4-openssl-dev" >&2
+fi
+# The Kafka tests start a broker themselves; fetch what it needs first (Java, kcat, the Kafka
+# jars from Maven Central, cached under ~/.cache/kausality-stream), so a missing piece fails
+# here, clearly, and not inside a test.
+if [ "${KAUSALITY_KAFKA_TESTS:-1}" != "0" ]; then
+  step "kafka prerequisites"
+  if ! bash scripts/kafka.sh prepare; then
+    echo "kafka prerequisites could not be installed (set KAUSALITY_KAFKA_TESTS=0 to skip the Kafka tests)" >&2
+    failed=$((failed + 1))
+    status=1
+  fi
+fi
 
 step "cargo test"
 cargo test --locked 2>&1 | tee "$log"

@@ -273,3 +273,49 @@ topic = ""
     assert!(!stdout.contains("session.timeout.ms"), "a valid property is accepted:\n{stdout}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A second member joins the group while the first is busy: the rebalance takes partitions
+/// from the first (after a barrier and a synchronous commit) and nothing is lost.
+#[test]
+fn rebalance_to_a_second_member_loses_nothing() {
+    if !enabled("rebalance_to_a_second_member_loses_nothing") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let (dir_a, dir_b) = (temp_dir("member-a"), temp_dir("member-b"));
+    let (input, output, group) = (kafka.unique("audit"), kafka.unique("enriched"), kafka.unique("group"));
+    kafka.create_topic(&input, 2);
+    kafka.create_topic(&output, 2);
+    let lines = corpus_of(16000, 13, 12);
+    let expected = replay_classes(&dir_a, &lines);
+    // Keyed by namespace: each tree stays on one partition (the corpus keeps a tree in one
+    // namespace), so either member can judge it.
+    let msgs: Vec<_> = lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v["objectRef"]["namespace"].as_str().map(String::from), l.clone().into_bytes(), None)
+        })
+        .collect();
+    kafka.produce(&input, &msgs);
+    let a = Serve::start(&pipeline(&dir_a, &kafka.brokers, &input, &output, &group, ""));
+    wait_for("the first member's first outputs", 60, || a.metric("kausality_sink_events_total", &["sink=\"kafka\""]) > 500.0);
+    let b = Serve::start(&pipeline(&dir_b, &kafka.brokers, &input, &output, &group, ""));
+    let ends = kafka.end_offsets(&input, 2);
+    assert!(ends.iter().all(|e| *e > 0), "both partitions have messages: {ends:?}");
+    wait_for("every message committed by the group", 180, || kafka.committed(&group, &input, 2).iter().zip(&ends).all(|(c, e)| *c == Some(*e)));
+    let revoked = a.logs().iter().chain(b.logs().iter()).filter(|v| v["fields"]["message"] == "kafka source: partitions revoked").count();
+    assert!(revoked >= 1, "a rebalance took place");
+    let out = kafka.read_until(&output, Duration::from_secs(5), |_| false);
+    let seen = counts(&out);
+    let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
+    assert!(missing.is_empty(), "outputs missing after the rebalance, e.g. {missing:?}");
+    println!("rebalance: {} outputs, {} distinct, {} expected", out.len(), seen.len(), expected.len());
+    for s in [a, b] {
+        let (code, _) = s.terminate();
+        assert_eq!(code, 0);
+    }
+    kafka.delete_topics(&[&input, &output]);
+    std::fs::remove_dir_all(&dir_a).unwrap();
+    std::fs::remove_dir_all(&dir_b).unwrap();
+}

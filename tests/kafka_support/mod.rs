@@ -241,7 +241,11 @@ pub fn counts(out: &[Out]) -> HashMap<String, usize> {
 
 /// A recorded-format audit stream from the corpus generator: one JSON event per line.
 pub fn corpus(events: usize, seed: u64) -> Vec<String> {
-    let opts = kausality_stream::corpus::CorpusOptions { seed, events, namespaces: 4, deployments_per_namespace: 6, ..Default::default() };
+    corpus_of(events, seed, 4)
+}
+
+pub fn corpus_of(events: usize, seed: u64, namespaces: usize) -> Vec<String> {
+    let opts = kausality_stream::corpus::CorpusOptions { seed, events, namespaces, deployments_per_namespace: 6, ..Default::default() };
     let mut buf = Vec::new();
     kausality_stream::corpus::generate(&opts, &mut buf).unwrap();
     String::from_utf8(buf).unwrap().lines().map(String::from).collect()

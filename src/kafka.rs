@@ -48,18 +48,14 @@ pub fn check_client(key: &str, brokers: &str, properties: &Properties, managed: 
             errors.push(format!("{key}.properties.{name}"), None, "is set by kausality-stream (see docs/kafka.md); remove it");
         }
     }
-    if !cfg!(feature = "kafka") {
-        errors.push(format!("{key}.type"), None, "this binary was built without the `kafka` feature");
-        return;
-    }
+    #[cfg(not(feature = "kafka"))]
+    errors.push(format!("{key}.type"), None, "this binary was built without the `kafka` feature");
     #[cfg(feature = "kafka")]
-    {
-        for (name, value) in properties {
-            let mut c = rdkafka::ClientConfig::new();
-            c.set(name, value.to_string());
-            if let Err(e) = c.create_native_config() {
-                errors.push(format!("{key}.properties.{name}"), None, format!("librdkafka refuses it: {e}"));
-            }
+    for (name, value) in properties {
+        let mut c = rdkafka::ClientConfig::new();
+        c.set(name, value.to_string());
+        if let Err(e) = c.create_native_config() {
+            errors.push(format!("{key}.properties.{name}"), None, format!("librdkafka refuses it: {e}"));
         }
     }
 }
@@ -124,8 +120,7 @@ mod client {
     pub struct Transaction {
         /// The producer's `transactional.id`.
         pub id: String,
-        /// Next offset to read of each partition whose messages are done since the start.
-        offsets: Mutex<(HashMap<(Arc<str>, i32), i64>, bool)>,
+        offsets: Mutex<DoneOffsets>,
         member: OnceLock<Arc<dyn GroupMember>>,
         producer: OnceLock<Arc<dyn Transactional>>,
         timeout: Duration,
@@ -139,6 +134,14 @@ mod client {
         Kafka(#[from] KafkaError),
     }
 
+    /// Next offset to read of each partition whose messages are done since the start, and
+    /// whether any was done since the last commit.
+    #[derive(Default)]
+    struct DoneOffsets {
+        next: HashMap<(Arc<str>, i32), i64>,
+        dirty: bool,
+    }
+
     /// What a commit did.
     #[derive(Debug, Default)]
     pub struct Committed {
@@ -147,7 +150,7 @@ mod client {
 
     impl Transaction {
         pub fn new(id: String, timeout: Duration) -> Transaction {
-            Transaction { id, offsets: Mutex::new((HashMap::new(), false)), member: OnceLock::new(), producer: OnceLock::new(), timeout }
+            Transaction { id, offsets: Mutex::new(DoneOffsets::default()), member: OnceLock::new(), producer: OnceLock::new(), timeout }
         }
 
         pub fn set_consumer(&self, member: Arc<dyn GroupMember>) {
@@ -162,15 +165,15 @@ mod client {
         /// A message is done (called by the processor thread).
         pub fn done(&self, topic: &Arc<str>, partition: i32, offset: i64) {
             let mut o = self.offsets.lock().expect("offsets lock");
-            o.0.insert((topic.clone(), partition), offset + 1);
-            o.1 = true;
+            o.next.insert((topic.clone(), partition), offset + 1);
+            o.dirty = true;
         }
 
         /// Partitions taken away by a rebalance (after their barrier commit).
         pub fn forget(&self, parts: &[(Arc<str>, i32)]) {
             let mut o = self.offsets.lock().expect("offsets lock");
             for p in parts {
-                o.0.remove(p);
+                o.next.remove(p);
             }
         }
 
@@ -188,11 +191,11 @@ mod client {
             let Some(producer) = self.producer.get() else { return Ok(None) };
             let tpl = {
                 let mut o = self.offsets.lock().expect("offsets lock");
-                if !std::mem::take(&mut o.1) {
+                if !std::mem::take(&mut o.dirty) {
                     return Ok(None);
                 }
                 let mut tpl = TopicPartitionList::new();
-                for ((topic, partition), next) in &o.0 {
+                for ((topic, partition), next) in &o.next {
                     let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(*next));
                 }
                 tpl

@@ -304,12 +304,14 @@ impl Serve {
                 }
             }
         });
+        // Built first, so that a failed start still kills the child (Drop).
+        let mut serve = Serve { child, metrics: "0.0.0.0:0".parse().unwrap(), log };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let v = log.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("serve logs its metrics address");
+            let v = serve.log.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("serve logs its metrics address");
             if v["fields"]["message"] == "metrics listening" {
-                let metrics = v["fields"]["addr"].as_str().unwrap().parse().unwrap();
-                return Serve { child, metrics, log };
+                serve.metrics = v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+                return serve;
             }
         }
     }

@@ -153,7 +153,9 @@ impl ConsumerContext for SourceContext {
             // Finish what was taken in, so its offsets can be committed before another
             // member takes the partitions over.
             let (reply, wait) = std_mpsc::channel();
-            if self.barriers.blocking_send(Barrier { reply }).is_ok() {
+            // try_send: a processor that has stopped reading (shutting down) must not hold the
+            // rebalance up; then the wait below is all there is.
+            if self.barriers.try_send(Barrier { reply }).is_ok() {
                 match wait.recv_timeout(self.revoke_timeout) {
                     Ok(true) => {}
                     Ok(false) => tracing::warn!("kafka source: the processor could not finish before the rebalance"),

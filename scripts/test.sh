@@ -4,7 +4,9 @@
 #      black-box tests that start servers on 127.0.0.1, among them a real Apache Kafka broker
 #      (tests/kafka.rs, scripts/kafka.sh; KAUSALITY_KAFKA_TESTS=0 skips those);
 #   2. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
-#      compose file, the kustomize tree and the audit policy.
+#      compose file, the kustomize tree and the audit policy;
+#   3. scripts/check-dashboard-live.sh: every dashboard panel's query against a real Prometheus
+#      scraping a running kausality-stream fed a recorded stream (needs the release build).
 # Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -68,6 +70,23 @@ step "deploy checks (promtool, dashboard, compose, kustomize, audit policy)"
 bash scripts/check-deploy.sh 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 line=$(grep -E '^check-deploy: [0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+if [ -n "$line" ]; then
+  passed=$((passed + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
+  failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+elif [ "$rc" -ne 0 ]; then
+  failed=$((failed + 1))
+fi
+[ "$rc" -ne 0 ] && status=1
+
+step "dashboard against a live Prometheus (every panel query returns data)"
+if cargo build --release --locked --quiet; then
+  bash scripts/check-dashboard-live.sh 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+else
+  rc=1 # a build failure counts as one
+  : >"$log"
+fi
+line=$(grep -E '^check-dashboard-live: [0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
 if [ -n "$line" ]; then
   passed=$((passed + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
   failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))

@@ -22,6 +22,7 @@
 //! - [`sources`]: the audit webhook, recorded files.
 //! - [`sinks`]: JSON lines, HTTP, Kausality drift reports.
 //! - [`listen`]: serving HTTP(S) with a graceful stop.
+//! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
 
 pub mod classify;
 pub mod config;
@@ -39,5 +40,6 @@ pub mod replay;
 pub mod scope;
 pub mod sinks;
 pub mod sources;
+pub mod sim;
 pub mod state;
 pub mod write;

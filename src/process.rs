@@ -11,7 +11,7 @@ use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
 use crate::order::{Dedupe, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::Sym;
+use crate::state::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Write};
 
 /// Which clock the reorder window runs on.
@@ -245,6 +245,19 @@ impl Processor {
         if e.freeze_violation {
             self.metrics.freeze_violations.with_label_values(&[parent_kind]).inc();
         }
+    }
+
+    /// Writes the state and the dedupe window. Flush first: held writes are not part of it.
+    pub fn snapshot(&self, out: &mut impl std::io::Write) -> std::io::Result<SnapshotStats> {
+        write_snapshot(&self.engine.store, &self.engine.interner, &self.dedupe.hashes(), out)
+    }
+
+    /// Restores a snapshot into this (fresh) processor.
+    pub fn restore(&mut self, input: &mut impl std::io::Read) -> Result<SnapshotStats, SnapshotError> {
+        let (stats, dedupe) = read_snapshot(&self.engine.store, &self.engine.interner, input)?;
+        self.dedupe.restore(&dedupe);
+        self.metrics.tracked_objects.set(self.engine.store.len() as i64);
+        Ok(stats)
     }
 
     /// Counts of ignored events, by reason (for summaries).

@@ -114,8 +114,8 @@ pub enum Target {
     Object(ObjectFacts),
     /// A write through the `scale` subresource: only the UID and new resourceVersion are known.
     Scale { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str>, resource: Sym, api_version: Sym },
-    /// A delete whose response was a `Status`: the object is gone, known by UID only.
-    Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str> },
+    /// A delete answered with a `Status`: the object is gone, known by UID and objectRef only.
+    Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str>, api_version: Sym, kind: Sym },
     /// A deletecollection: every deleted object.
     Many(Vec<ObjectFacts>),
 }
@@ -183,23 +183,13 @@ impl Extractor<'_> {
                 // A delete answered with a Status carries the UID in `details`.
                 let uid = status_details_uid(obj).or_else(|| oref.and_then(|o| o.uid.as_deref().map(str::to_string)));
                 match (adm.verb, uid) {
-                    (Verb::Delete, Some(uid)) if !uid.is_empty() => Target::Gone {
-                        uid: uid_key(&uid),
-                        uid_text: Arc::from(uid.as_str()),
-                        namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
-                        name: Arc::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
-                    },
+                    (Verb::Delete, Some(uid)) if !uid.is_empty() => self.gone(&uid, oref),
                     _ => return Err(Rejected::Ignored(Ignored::NoObject)),
                 }
             }
             (_, Some(obj)) => Target::Object(self.facts(obj).ok_or(Rejected::Ignored(Ignored::NoObject))?),
             (_, None) => match (adm.verb, oref.and_then(|o| o.uid.as_deref())) {
-                (Verb::Delete, Some(uid)) if !uid.is_empty() => Target::Gone {
-                    uid: uid_key(uid),
-                    uid_text: Arc::from(uid),
-                    namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
-                    name: Arc::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
-                },
+                (Verb::Delete, Some(uid)) if !uid.is_empty() => self.gone(uid, oref),
                 _ => return Err(Rejected::Ignored(Ignored::NoObject)),
             },
         };
@@ -221,6 +211,18 @@ impl Extractor<'_> {
             target,
             late: false,
         })
+    }
+
+    fn gone(&self, uid: &str, oref: Option<&crate::decode::ObjectRef<'_>>) -> Target {
+        let resource = oref.and_then(|o| o.resource.as_deref()).unwrap_or("");
+        Target::Gone {
+            uid: uid_key(uid),
+            uid_text: Arc::from(uid),
+            namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
+            name: Arc::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
+            api_version: self.interner.intern(&ref_api_version(oref)),
+            kind: self.interner.intern(kind_of_resource(resource)),
+        }
     }
 
     fn list_items(&self, raw: &RawValue) -> Vec<ObjectFacts> {
@@ -288,6 +290,37 @@ impl Extractor<'_> {
             deleting: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()),
             annotations,
         })
+    }
+}
+
+/// The kind behind a well-known resource, for objects known only by their objectRef; other
+/// resources are named by their resource name.
+pub fn kind_of_resource(resource: &str) -> &str {
+    match resource {
+        "pods" => "Pod",
+        "services" => "Service",
+        "configmaps" => "ConfigMap",
+        "secrets" => "Secret",
+        "serviceaccounts" => "ServiceAccount",
+        "namespaces" => "Namespace",
+        "persistentvolumeclaims" => "PersistentVolumeClaim",
+        "replicationcontrollers" => "ReplicationController",
+        "deployments" => "Deployment",
+        "replicasets" => "ReplicaSet",
+        "statefulsets" => "StatefulSet",
+        "daemonsets" => "DaemonSet",
+        "controllerrevisions" => "ControllerRevision",
+        "jobs" => "Job",
+        "cronjobs" => "CronJob",
+        "roles" => "Role",
+        "rolebindings" => "RoleBinding",
+        "clusterroles" => "ClusterRole",
+        "clusterrolebindings" => "ClusterRoleBinding",
+        "horizontalpodautoscalers" => "HorizontalPodAutoscaler",
+        "ingresses" => "Ingress",
+        "networkpolicies" => "NetworkPolicy",
+        "poddisruptionbudgets" => "PodDisruptionBudget",
+        other => other,
     }
 }
 

@@ -17,7 +17,7 @@ use crate::decode::time::format_rfc3339_micros;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::filter::{Ignored, Subresource, Verb};
 use crate::state::{Interner, ObjKey, ObjectState, Recent, Store, Sym};
-use crate::write::{ObjectFacts, OwnerLink, Target, Uid, Write};
+use crate::write::{kind_of_resource, ObjectFacts, OwnerLink, Target, Uid, Write};
 use policy::{ChildRef, Policy, Resolution};
 use trace::{Hop, Trace};
 
@@ -99,7 +99,9 @@ impl Engine {
                 (_, Verb::Delete | Verb::Deletecollection) => Applied::Classified(vec![self.delete_object(w, f)]),
             },
             Target::Scale { uid, uid_text, namespace, name, resource, api_version } => self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version),
-            Target::Gone { uid, uid_text, namespace, name } => Applied::Classified(vec![self.delete_gone(w, *uid, uid_text, *namespace, name)]),
+            Target::Gone { uid, uid_text, namespace, name, api_version, kind } => {
+                Applied::Classified(vec![self.delete_gone(w, *uid, uid_text, *namespace, name, (*api_version, *kind))])
+            }
             Target::Many(items) => Applied::Classified(items.iter().map(|f| self.delete_object(w, f)).collect()),
         }
     }
@@ -121,7 +123,14 @@ impl Engine {
                     user: Sym::EMPTY,
                     resource_version: f.resource_version,
                     resource: Sym::EMPTY,
-                    target: Target::Gone { uid: f.uid, uid_text: f.uid_text.clone(), namespace: f.namespace, name: f.name.clone() },
+                    target: Target::Gone {
+                        uid: f.uid,
+                        uid_text: f.uid_text.clone(),
+                        namespace: f.namespace,
+                        name: f.name.clone(),
+                        api_version: f.api_version,
+                        kind: f.kind,
+                    },
                     late: false,
                 };
                 self.refresh(s, f, &w);
@@ -290,7 +299,7 @@ impl Engine {
         self.judge(w, &child, owner.as_deref(), &updaters, None).0
     }
 
-    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>) -> Enriched {
+    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: (Sym, Sym)) -> Enriched {
         let key = Self::key(w, uid);
         let known = self.store.update(&key, |s| {
             s.updaters.push(w.user);
@@ -299,13 +308,13 @@ impl Engine {
             s.last_seen_us = s.last_seen_us.max(w.time_us);
             (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
         });
-        let (updaters, owner, labels, api_version, kind, generation) = known.unwrap_or_else(|| {
+        let (updaters, owner, labels, api_version, kind, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
             r.push(w.user);
-            (r, None, None, Sym::EMPTY, Sym::EMPTY, 0)
+            (r, None, None, by_ref.0, by_ref.1, 0)
         });
         let child = Child { uid_text, api_version, kind, namespace, name, generation: (generation != 0).then_some(generation), labels };
-        let unknown = (api_version == Sym::EMPTY).then_some("the deleted object was never seen and the response carries no owner");
+        let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
         self.judge(w, &child, owner.as_deref(), &updaters, unknown).0
     }
 
@@ -316,21 +325,33 @@ impl Engine {
         if self.store.read(&key, |s| rv.is_some_and(|rv| rv == s.last_resource_version)) == Some(true) {
             return Applied::Ignored(Ignored::NoOp);
         }
+        let prior = self.store.read(&key, |s| (s.api_version, s.kind));
+        // A scale write changes only `spec.replicas`: when that field is ignored for the kind,
+        // the known spec hash still holds and nothing is judged.
+        let replicas_ignored = prior.is_some_and(|(av, k)| {
+            let kk = kind_key(&self.interner.resolve(av), &self.interner.resolve(k));
+            self.config.ignored(&kk).is_some_and(|paths| paths.iter().any(|p| p == &["spec", "replicas"]))
+        });
         let known = self.store.update(&key, |s| {
             if s.generation > 0 {
                 s.generation += 1;
             }
-            s.content_hash = None;
+            if !replicas_ignored {
+                s.content_hash = None;
+            }
             if let Some(rv) = rv {
                 s.last_resource_version = s.last_resource_version.max(rv);
             }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
             (s.api_version, s.kind, s.generation, s.owner.clone(), trace_labels(s.policy.as_deref()))
         });
+        if replicas_ignored {
+            return Applied::Ignored(Ignored::NotSpecChange);
+        }
         let (api_version, kind, generation, owner, labels, unknown) = match known {
             Some((av, k, g, o, l)) => (av, k, g, o, l, None),
             None => {
-                let (av, k) = (ref_api_version, self.interner.intern(kind_of_scaled(&self.interner.resolve(resource))));
+                let (av, k) = (ref_api_version, self.interner.intern(kind_of_resource(&self.interner.resolve(resource))));
                 self.store.upsert(key, || ObjectState::new(av, k, namespace, name.clone()), |s| {
                     s.last_resource_version = rv.unwrap_or(0);
                     s.last_seen_us = w.time_us;
@@ -338,13 +359,6 @@ impl Engine {
                 (av, k, 0, None, None, Some("scaled object never seen: its owner is unknown"))
             }
         };
-        let replicas_ignored = {
-            let key = kind_key(&self.interner.resolve(api_version), &self.interner.resolve(kind));
-            self.config.ignored(&key).is_some_and(|paths| paths.iter().any(|p| p == &["spec", "replicas"]))
-        };
-        if replicas_ignored {
-            return Applied::Ignored(Ignored::NotSpecChange);
-        }
         let updaters = self.store.update(&key, |s| {
             s.updaters.push(w.user);
             s.updaters
@@ -571,15 +585,4 @@ impl Engine {
 
 fn trace_labels(p: Option<&Policy>) -> Option<Arc<[(Box<str>, Box<str>)]>> {
     p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
-}
-
-/// The kind behind a scaled resource whose object was never seen.
-fn kind_of_scaled(resource: &str) -> &str {
-    match resource {
-        "deployments" => "Deployment",
-        "replicasets" => "ReplicaSet",
-        "statefulsets" => "StatefulSet",
-        "replicationcontrollers" => "ReplicationController",
-        other => other,
-    }
 }

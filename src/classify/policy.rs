@@ -144,13 +144,15 @@ pub struct Policy {
     pub trace_labels: Vec<(Box<str>, Box<str>)>,
     /// Annotations that could not be read, with the reason (reported, never fatal).
     pub problems: Vec<String>,
+    /// The annotations this was parsed from (kept for snapshots; few objects carry any).
+    pub source: Annotations,
     /// Hash of the annotations this was parsed from.
     pub source_hash: u64,
 }
 
 impl Policy {
     pub fn parse(a: &Annotations) -> Policy {
-        let mut p = Policy { source_hash: a.hash, ..Policy::default() };
+        let mut p = Policy { source_hash: a.hash, source: a.clone(), ..Policy::default() };
         for (k, v) in &a.entries {
             let (k, v) = (&**k, &**v);
             match k {

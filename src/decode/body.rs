@@ -80,7 +80,6 @@ where
         if line.is_empty() {
             continue;
         }
-        let line = line.strip_prefix(UTF8_BOM).unwrap_or(line);
         decode_document(line, Location::Line(i + 1), opts, out);
     }
 }
@@ -90,6 +89,7 @@ pub fn decode_document<F>(doc: &[u8], location: Location, opts: &DecodeOptions, 
 where
     F: FnMut(Result<AuditEvent<'_>, Invalid>),
 {
+    let doc = trim_ascii(doc.strip_prefix(UTF8_BOM).unwrap_or(doc));
     if doc.len() > opts.max_record_bytes {
         out(Err(Invalid::new(
             location,
@@ -123,6 +123,9 @@ where
             }
             if head.records.is_some() {
                 return decode_aks(doc, location, opts, out);
+            }
+            if head.properties.is_some() && head.audit_id.is_none() {
+                return decode_aks_record(doc, location, opts, out);
             }
             if head.proto_payload.is_some() {
                 return out(Err(Invalid::new(
@@ -180,43 +183,64 @@ where
     }
 }
 
+const AKS_HINT: &str = "read the events inside with `--unwrap aks` (replay) or `unwrap = \"aks\"` on a pipeline source";
+
+/// The Azure diagnostic-settings envelope: `{"records": [record, ...]}`.
 fn decode_aks<F>(doc: &[u8], location: Location, opts: &DecodeOptions, out: &mut F)
 where
     F: FnMut(Result<AuditEvent<'_>, Invalid>),
 {
     if opts.unwrap != Unwrap::Aks {
-        return out(Err(Invalid::new(
-            location,
-            InvalidReason::Wrapper,
-            "an Azure diagnostic envelope ({\"records\":[...]}); read the events inside with `--unwrap aks` (replay) or `unwrap = \"aks\"` on a pipeline source",
-        )));
+        return out(Err(Invalid::new(location, InvalidReason::Wrapper, format!("an Azure diagnostic envelope ({{\"records\":[...]}}); {AKS_HINT}"))));
     }
     #[derive(Deserialize)]
     struct Envelope<'a> {
         #[serde(borrow, default)]
-        records: Vec<Record<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Record<'a> {
-        #[serde(borrow, default)]
-        properties: Option<Properties<'a>>,
-    }
-    #[derive(Deserialize)]
-    struct Properties<'a> {
-        #[serde(borrow, default)]
-        log: Option<Cow<'a, str>>,
+        records: Vec<AksRecord<'a>>,
     }
     match serde_json::from_slice::<Envelope>(doc) {
         Ok(env) => {
             for (i, rec) in env.records.into_iter().enumerate() {
-                let loc = item_location(location, i);
-                match rec.properties.and_then(|p| p.log) {
-                    Some(log) => decode_document(trim_ascii(log.as_bytes()), loc, opts, out),
-                    None => out(Err(Invalid::new(loc, InvalidReason::MissingField, "AKS record without properties.log"))),
-                }
+                unwrap_aks_record(rec, item_location(location, i), opts, out);
             }
         }
         Err(e) => out(Err(Invalid::from_json(location, &e))),
+    }
+}
+
+/// One Azure record on its own (Event Hubs delivers them so): `{"properties": {"log": "<event>"}}`.
+fn decode_aks_record<F>(doc: &[u8], location: Location, opts: &DecodeOptions, out: &mut F)
+where
+    F: FnMut(Result<AuditEvent<'_>, Invalid>),
+{
+    if opts.unwrap != Unwrap::Aks {
+        return out(Err(Invalid::new(location, InvalidReason::Wrapper, format!("an Azure diagnostic record ({{\"properties\":{{\"log\":...}}}}); {AKS_HINT}"))));
+    }
+    match serde_json::from_slice::<AksRecord>(doc) {
+        Ok(rec) => unwrap_aks_record(rec, location, opts, out),
+        Err(e) => out(Err(Invalid::from_json(location, &e))),
+    }
+}
+
+#[derive(Deserialize)]
+struct AksRecord<'a> {
+    #[serde(borrow, default)]
+    properties: Option<AksProperties<'a>>,
+}
+
+#[derive(Deserialize)]
+struct AksProperties<'a> {
+    #[serde(borrow, default)]
+    log: Option<Cow<'a, str>>,
+}
+
+fn unwrap_aks_record<F>(rec: AksRecord<'_>, location: Location, opts: &DecodeOptions, out: &mut F)
+where
+    F: FnMut(Result<AuditEvent<'_>, Invalid>),
+{
+    match rec.properties.and_then(|p| p.log) {
+        Some(log) => decode_document(trim_ascii(log.as_bytes()), location, opts, out),
+        None => out(Err(Invalid::new(location, InvalidReason::MissingField, "Azure record without properties.log"))),
     }
 }
 
@@ -253,6 +277,10 @@ struct Head<'a> {
     items: Option<Vec<AuditEvent<'a>>>,
     #[serde(default)]
     records: Option<IgnoredAny>,
+    #[serde(default)]
+    properties: Option<IgnoredAny>,
+    #[serde(default, rename = "auditID")]
+    audit_id: Option<IgnoredAny>,
     #[serde(default)]
     proto_payload: Option<IgnoredAny>,
 }

@@ -58,6 +58,11 @@ impl Store {
         self.map.get_mut(key).map(|mut s| f(&mut s))
     }
 
+    /// Puts a whole state in place (restore).
+    pub fn insert(&self, key: ObjKey, state: ObjectState) {
+        self.map.insert(key, state);
+    }
+
     pub fn remove(&self, key: &ObjKey) -> Option<ObjectState> {
         self.map.remove(key).map(|(_, s)| s)
     }

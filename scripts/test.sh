@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The test command of kausality-stream (the README's and CI's): every test, against real parts.
+#   1. cargo test: unit tests, scenario/property tests, the shared real audit samples, and the
+#      black-box tests that start servers on 127.0.0.1;
+#   2. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
+#      compose file, the kustomize tree and the audit policy.
+# Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+passed=0
+failed=0
+status=0
+
+step() { printf '\n=== %s\n' "$*"; }
+
+count_cargo() {
+  # Sum the "test result:" lines of cargo test.
+  local p f
+  p=$(grep -E '^test result:' "$log" | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\1/' | paste -sd+ - | bc 2>/dev/null || echo 0)
+  f=$(grep -E '^test result:' "$log" | sed -E 's/.* ([0-9]+) passed; ([0-9]+) failed.*/\2/' | paste -sd+ - | bc 2>/dev/null || echo 0)
+  passed=$((passed + ${p:-0}))
+  failed=$((failed + ${f:-0}))
+}
+
+command -v bc >/dev/null 2>&1 || {
+  apt-get -o DPkg::Lock::Timeout=600 -qq install -y bc >/dev/null 2>&1 || { apt-get -qq update && apt-get -qq install -y bc >/dev/null; }
+}
+
+step "cargo test"
+cargo test --locked 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+count_cargo
+if [ "$rc" -ne 0 ]; then
+  status=1
+  grep -q '^test result:' "$log" || failed=$((failed + 1)) # a build failure counts as one
+fi
+
+step "deploy checks (promtool, dashboard, compose, kustomize, audit policy)"
+bash scripts/check-deploy.sh 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+line=$(grep -E '^check-deploy: [0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+if [ -n "$line" ]; then
+  passed=$((passed + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
+  failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+elif [ "$rc" -ne 0 ]; then
+  failed=$((failed + 1))
+fi
+[ "$rc" -ne 0 ] && status=1
+
+echo
+echo "tests: $passed passed, $failed failed"
+exit "$status"

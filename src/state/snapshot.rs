@@ -1,0 +1,401 @@
+//! Snapshots of the state, so a restart does not forget who the controllers are.
+//!
+//! A compact binary format: a magic line, a string table (interned strings are written once),
+//! the trace nodes (shared prefixes stay shared), the objects, the dedupe window, and an xxh3
+//! checksum of everything before it. Integers are LEB128 varints (zigzag for signed ones).
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::sync::Arc;
+
+use xxhash_rust::xxh3::Xxh3;
+
+use super::{Interner, ObjKey, ObjectState, Recent, Store, Sym};
+use crate::classify::policy::Policy;
+use crate::classify::trace::{Hop, Trace, TraceNode};
+use crate::write::{Annotations, ObservedSource, OwnerLink};
+
+const MAGIC: &[u8] = b"KAUSALITY-STATE 1\n";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("reading the snapshot: {0}")]
+    Io(#[from] io::Error),
+    #[error("not a kausality-stream state snapshot (bad header); remove it or point [state] snapshot elsewhere")]
+    BadMagic,
+    #[error("snapshot is corrupt (checksum mismatch); it was not restored")]
+    Checksum,
+    #[error("snapshot is corrupt: {0}")]
+    Corrupt(&'static str),
+}
+
+/// What a snapshot held.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SnapshotStats {
+    pub objects: usize,
+    pub trace_nodes: usize,
+    pub strings: usize,
+    pub dedupe_ids: usize,
+    pub bytes: usize,
+}
+
+/// Writes the store (and the dedupe window) to `out`.
+pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut impl Write) -> io::Result<SnapshotStats> {
+    let mut buf = Enc::default();
+    // Collect strings and trace nodes first.
+    let mut strings: HashMap<Sym, u32> = HashMap::new();
+    let mut string_list: Vec<Sym> = Vec::new();
+    let mut sym = |s: Sym, strings: &mut HashMap<Sym, u32>| -> u32 {
+        *strings.entry(s).or_insert_with(|| {
+            string_list.push(s);
+            (string_list.len() - 1) as u32
+        })
+    };
+    let mut nodes: HashMap<*const TraceNode, u32> = HashMap::new();
+    let mut node_list: Vec<Trace> = Vec::new();
+    let mut objects: Vec<(ObjKey, ObjectState)> = Vec::with_capacity(store.len());
+    store.for_each(|k, s| objects.push((*k, s.clone())));
+    for (k, s) in &objects {
+        for x in [k.cluster, s.api_version, s.kind, s.namespace] {
+            sym(x, &mut strings);
+        }
+        for &u in s.updaters.as_slice().iter().chain(s.status_updaters.as_slice()) {
+            sym(u, &mut strings);
+        }
+        if let Some(o) = &s.owner {
+            sym(o.api_version, &mut strings);
+            sym(o.kind, &mut strings);
+        }
+        if let Some(t) = &s.trace {
+            // Post-order: a node's prefix gets its id first.
+            let mut chain = Vec::new();
+            let mut cur = Some(t);
+            while let Some(n) = cur {
+                if nodes.contains_key(&Arc::as_ptr(n)) {
+                    break;
+                }
+                chain.push(n.clone());
+                cur = n.prev.as_ref();
+            }
+            for n in chain.into_iter().rev() {
+                sym(n.hop.api_version, &mut strings);
+                sym(n.hop.kind, &mut strings);
+                if let Some(u) = n.hop.user {
+                    sym(u, &mut strings);
+                }
+                nodes.insert(Arc::as_ptr(&n), node_list.len() as u32);
+                node_list.push(n);
+            }
+        }
+    }
+    let strings_ref = &strings;
+    let id = |s: Sym| -> u64 { strings_ref[&s] as u64 };
+
+    buf.bytes(MAGIC);
+    buf.uint(string_list.len() as u64);
+    for s in &string_list {
+        buf.str(&interner.resolve(*s));
+    }
+    buf.uint(node_list.len() as u64);
+    for n in &node_list {
+        let h = &n.hop;
+        buf.uint(n.prev.as_ref().map_or(0, |p| nodes[&Arc::as_ptr(p)] as u64 + 1));
+        buf.uint(id(h.api_version));
+        buf.uint(id(h.kind));
+        buf.str(&h.name);
+        buf.opt_int(h.generation);
+        buf.uint(h.user.map_or(0, |u| id(u) + 1));
+        buf.opt_int(h.time_us);
+        let labels = h.labels.as_deref().unwrap_or(&[]);
+        buf.uint(labels.len() as u64);
+        for (k, v) in labels {
+            buf.str(k);
+            buf.str(v);
+        }
+    }
+    buf.uint(objects.len() as u64);
+    for (k, s) in &objects {
+        buf.uint(id(k.cluster));
+        buf.u128(k.uid);
+        buf.uint(id(s.api_version));
+        buf.uint(id(s.kind));
+        buf.uint(id(s.namespace));
+        buf.str(&s.name);
+        buf.int(s.generation);
+        match s.observed {
+            Some((g, src)) => {
+                buf.uint(1 + source_code(src));
+                buf.int(g);
+            }
+            None => buf.uint(0),
+        }
+        buf.opt_int(s.status_write_generation);
+        buf.opt_u64(s.content_hash);
+        buf.opt_u64(s.status_hash);
+        for r in [&s.updaters, &s.status_updaters] {
+            buf.uint(r.len() as u64);
+            for &u in r.as_slice() {
+                buf.uint(id(u));
+            }
+        }
+        buf.uint(s.initialized as u64 | (s.deleting as u64) << 1 | (s.deleted as u64) << 2);
+        buf.uint(s.last_resource_version);
+        buf.int(s.last_seen_us);
+        match &s.owner {
+            Some(o) => {
+                buf.uint(1);
+                buf.u128(o.uid);
+                buf.str(&o.uid_text);
+                buf.uint(id(o.api_version));
+                buf.uint(id(o.kind));
+                buf.str(&o.name);
+            }
+            None => buf.uint(0),
+        }
+        buf.uint(s.trace.as_ref().map_or(0, |t| nodes[&Arc::as_ptr(t)] as u64 + 1));
+        let annotations = s.policy.as_ref().map(|p| &p.source.entries[..]).unwrap_or(&[]);
+        buf.uint(annotations.len() as u64);
+        for (k, v) in annotations {
+            buf.str(k);
+            buf.str(v);
+        }
+        buf.uint(s.consumed_approvals.len() as u64);
+        for c in &s.consumed_approvals {
+            buf.uint(*c);
+        }
+    }
+    buf.uint(dedupe.len() as u64);
+    for h in dedupe {
+        buf.u128(*h);
+    }
+    let mut hasher = Xxh3::new();
+    hasher.update(&buf.0);
+    let sum = hasher.digest();
+    buf.0.extend_from_slice(&sum.to_le_bytes());
+    out.write_all(&buf.0)?;
+    Ok(SnapshotStats { objects: objects.len(), trace_nodes: node_list.len(), strings: string_list.len(), dedupe_ids: dedupe.len(), bytes: buf.0.len() })
+}
+
+/// Reads a snapshot into `store` (which should be empty); returns the dedupe window.
+pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) -> Result<(SnapshotStats, Vec<u128>), SnapshotError> {
+    let mut data = Vec::new();
+    input.read_to_end(&mut data)?;
+    if !data.starts_with(MAGIC) {
+        return Err(SnapshotError::BadMagic);
+    }
+    if data.len() < MAGIC.len() + 8 {
+        return Err(SnapshotError::Corrupt("too short"));
+    }
+    let (body, sum) = data.split_at(data.len() - 8);
+    let mut hasher = Xxh3::new();
+    hasher.update(body);
+    if hasher.digest().to_le_bytes() != sum {
+        return Err(SnapshotError::Checksum);
+    }
+    let mut d = Dec { b: &body[MAGIC.len()..] };
+    let n = d.len()?;
+    let mut syms = Vec::with_capacity(n);
+    for _ in 0..n {
+        syms.push(interner.intern(d.str()?));
+    }
+    let sym = |i: u64| syms.get(i as usize).copied().ok_or(SnapshotError::Corrupt("string index"));
+    let n = d.len()?;
+    let mut nodes: Vec<Trace> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let prev = match d.uint()? {
+            0 => None,
+            i => Some(nodes.get(i as usize - 1).cloned().ok_or(SnapshotError::Corrupt("trace index"))?),
+        };
+        let api_version = sym(d.uint()?)?;
+        let kind = sym(d.uint()?)?;
+        let name: Arc<str> = Arc::from(d.str()?);
+        let generation = d.opt_int()?;
+        let user = match d.uint()? {
+            0 => None,
+            i => Some(sym(i - 1)?),
+        };
+        let time_us = d.opt_int()?;
+        let nl = d.len()?;
+        let mut labels = Vec::with_capacity(nl);
+        for _ in 0..nl {
+            labels.push((Box::from(d.str()?), Box::from(d.str()?)));
+        }
+        let labels = (!labels.is_empty()).then(|| Arc::from(labels));
+        nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, time_us, labels }, prev }));
+    }
+    let n = d.len()?;
+    for _ in 0..n {
+        let cluster = sym(d.uint()?)?;
+        let uid = d.u128()?;
+        let mut s = ObjectState::new(sym(d.uint()?)?, sym(d.uint()?)?, sym(d.uint()?)?, Arc::from(d.str()?));
+        s.generation = d.int()?;
+        s.observed = match d.uint()? {
+            0 => None,
+            c => Some((d.int()?, source_of(c - 1)?)),
+        };
+        s.status_write_generation = d.opt_int()?;
+        s.content_hash = d.opt_u64()?;
+        s.status_hash = d.opt_u64()?;
+        for r in [&mut s.updaters, &mut s.status_updaters] {
+            let users: Vec<Sym> = (0..d.len()?).map(|_| d.uint().and_then(sym)).collect::<Result<_, _>>()?;
+            *r = Recent::default();
+            for u in users.into_iter().rev() {
+                r.push(u);
+            }
+        }
+        let flags = d.uint()?;
+        (s.initialized, s.deleting, s.deleted) = (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0);
+        s.last_resource_version = d.uint()?;
+        s.last_seen_us = d.int()?;
+        if d.uint()? == 1 {
+            let uid = d.u128()?;
+            let uid_text = Arc::from(d.str()?);
+            let api_version = sym(d.uint()?)?;
+            let kind = sym(d.uint()?)?;
+            let name = Arc::from(d.str()?);
+            s.owner = Some(Box::new(OwnerLink { uid, uid_text, api_version, kind, name }));
+        }
+        s.trace = match d.uint()? {
+            0 => None,
+            i => Some(nodes.get(i as usize - 1).cloned().ok_or(SnapshotError::Corrupt("trace index"))?),
+        };
+        let na = d.len()?;
+        if na > 0 {
+            let mut entries = Vec::with_capacity(na);
+            let mut h = Xxh3::new();
+            for _ in 0..na {
+                let (k, v) = (d.str()?, d.str()?);
+                h.update(k.as_bytes());
+                h.update(&[0]);
+                h.update(v.as_bytes());
+                h.update(&[0]);
+                entries.push((Box::from(k), Box::from(v)));
+            }
+            s.policy = Some(Arc::new(Policy::parse(&Annotations { entries, hash: h.digest() })));
+        }
+        s.consumed_approvals = (0..d.len()?).map(|_| d.uint()).collect::<Result<_, _>>()?;
+        store.insert(ObjKey { cluster, uid }, s);
+    }
+    let dedupe: Vec<u128> = (0..d.len()?).map(|_| d.u128()).collect::<Result<_, _>>()?;
+    Ok((SnapshotStats { objects: n, trace_nodes: nodes.len(), strings: syms.len(), dedupe_ids: dedupe.len(), bytes: data.len() }, dedupe))
+}
+
+fn source_code(s: ObservedSource) -> u64 {
+    match s {
+        ObservedSource::Status => 0,
+        ObservedSource::SyncedCondition => 1,
+        ObservedSource::ReadyCondition => 2,
+        ObservedSource::Synthetic => 3,
+    }
+}
+
+fn source_of(c: u64) -> Result<ObservedSource, SnapshotError> {
+    Ok(match c {
+        0 => ObservedSource::Status,
+        1 => ObservedSource::SyncedCondition,
+        2 => ObservedSource::ReadyCondition,
+        3 => ObservedSource::Synthetic,
+        _ => return Err(SnapshotError::Corrupt("observed source")),
+    })
+}
+
+#[derive(Default)]
+struct Enc(Vec<u8>);
+
+impl Enc {
+    fn bytes(&mut self, b: &[u8]) {
+        self.0.extend_from_slice(b);
+    }
+    fn uint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    fn int(&mut self, v: i64) {
+        self.uint(((v << 1) ^ (v >> 63)) as u64);
+    }
+    fn opt_int(&mut self, v: Option<i64>) {
+        match v {
+            Some(v) => {
+                self.uint(1);
+                self.int(v);
+            }
+            None => self.uint(0),
+        }
+    }
+    fn opt_u64(&mut self, v: Option<u64>) {
+        match v {
+            Some(v) => {
+                self.uint(1);
+                self.0.extend_from_slice(&v.to_le_bytes());
+            }
+            None => self.uint(0),
+        }
+    }
+    fn u128(&mut self, v: u128) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        self.uint(s.len() as u64);
+        self.0.extend_from_slice(s.as_bytes());
+    }
+}
+
+struct Dec<'a> {
+    b: &'a [u8],
+}
+
+impl<'a> Dec<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+        if self.b.len() < n {
+            return Err(SnapshotError::Corrupt("unexpected end"));
+        }
+        let (h, t) = self.b.split_at(n);
+        self.b = t;
+        Ok(h)
+    }
+    fn uint(&mut self) -> Result<u64, SnapshotError> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.take(1)?[0];
+            v |= ((b & 0x7f) as u64) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(SnapshotError::Corrupt("varint too long"))
+    }
+    /// A count, bounded by what is left (guards allocations against corrupt input).
+    fn len(&mut self) -> Result<usize, SnapshotError> {
+        let n = self.uint()?;
+        if n > self.b.len() as u64 {
+            return Err(SnapshotError::Corrupt("count larger than the data"));
+        }
+        Ok(n as usize)
+    }
+    fn int(&mut self) -> Result<i64, SnapshotError> {
+        let v = self.uint()?;
+        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+    fn opt_int(&mut self) -> Result<Option<i64>, SnapshotError> {
+        Ok(match self.uint()? {
+            0 => None,
+            _ => Some(self.int()?),
+        })
+    }
+    fn opt_u64(&mut self) -> Result<Option<u64>, SnapshotError> {
+        Ok(match self.uint()? {
+            0 => None,
+            _ => Some(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"))),
+        })
+    }
+    fn u128(&mut self) -> Result<u128, SnapshotError> {
+        Ok(u128::from_le_bytes(self.take(16)?.try_into().expect("16 bytes")))
+    }
+    fn str(&mut self) -> Result<&'a str, SnapshotError> {
+        let n = self.len()?;
+        std::str::from_utf8(self.take(n)?).map_err(|_| SnapshotError::Corrupt("string is not UTF-8"))
+    }
+}

@@ -1,0 +1,54 @@
+//! Shared helpers for the black-box tests: run audit events through the real processing chain.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use kausality_stream::classify::{Class, Engine, EngineOptions};
+use kausality_stream::config::ModelConfig;
+use kausality_stream::decode::Location;
+use kausality_stream::enriched::Enriched;
+use kausality_stream::metrics::Metrics;
+use kausality_stream::process::{Clock, Processor, ProcessorOptions};
+
+pub fn processor(config: ModelConfig, window_us: i64) -> Processor {
+    let engine = Arc::new(Engine::new(config, EngineOptions::default()));
+    let opts = ProcessorOptions { reorder_window_us: window_us, clock: Clock::EventTime, ..ProcessorOptions::default() };
+    Processor::new(engine, Arc::new(Metrics::new()), opts)
+}
+
+/// Runs JSON-line audit events through decode → filter → dedupe → reorder → classify.
+pub fn run_with(config: ModelConfig, events: &[String]) -> Vec<Enriched> {
+    let mut p = processor(config, 500_000);
+    let mut out = Vec::new();
+    for (i, ev) in events.iter().enumerate() {
+        p.ingest_document(None, ev.as_bytes(), Location::Line(i + 1), "test", 0, &mut out);
+    }
+    p.flush(0, &mut out);
+    out
+}
+
+pub fn run(events: &[String]) -> Vec<Enriched> {
+    run_with(ModelConfig::default(), events)
+}
+
+/// The class given to the event with this auditID (panics when it was not classified).
+pub fn class_of(out: &[Enriched], event: &str) -> Class {
+    find(out, event).unwrap_or_else(|| panic!("event not classified: {}", &event[..event.len().min(300)])).class
+}
+
+pub fn find<'a>(out: &'a [Enriched], event: &str) -> Option<&'a Enriched> {
+    let id = audit_id(event);
+    out.iter().find(|e| *e.audit_id == *id)
+}
+
+pub fn audit_id(event: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(event).expect("event JSON");
+    v["auditID"].as_str().expect("auditID").to_string()
+}
+
+/// (auditID, class) of every output, for comparing runs.
+pub fn classes(out: &[Enriched]) -> Vec<(String, Class)> {
+    let mut v: Vec<(String, Class)> = out.iter().map(|e| (e.audit_id.to_string(), e.class)).collect();
+    v.sort();
+    v
+}

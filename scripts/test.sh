@@ -4,6 +4,8 @@
 #      black-box tests that start servers on 127.0.0.1;
 #   2. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
 #      compose file, the kustomize tree and the audit policy.
+#   3. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
+#      (builds it first: ~15 min on a fresh machine, cached after); KAUSALITY_E2E=0 skips it.
 # Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +51,19 @@ elif [ "$rc" -ne 0 ]; then
   failed=$((failed + 1))
 fi
 [ "$rc" -ne 0 ] && status=1
+
+if [ "${KAUSALITY_E2E:-1}" != "0" ]; then
+  step "end-to-end against a real control plane (scripts/e2e.sh; KAUSALITY_E2E=0 skips it)"
+  bash scripts/e2e.sh 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  count_cargo
+  if [ "$rc" -ne 0 ]; then
+    status=1
+    grep -q '^test result:' "$log" || failed=$((failed + 1)) # a build failure counts as one
+  fi
+else
+  step "end-to-end skipped (KAUSALITY_E2E=0)"
+fi
 
 echo
 echo "tests: $passed passed, $failed failed"

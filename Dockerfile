@@ -37,6 +37,8 @@ COPY --from=builder /out/kausality-stream /usr/local/bin/kausality-stream
 # State snapshot directory, writable by the runtime user (a named volume mounted here
 # inherits this ownership).
 RUN install -d -o 65532 -g 65532 -m 0750 /var/lib/kausality-stream
+# The embedded default pipeline writes its snapshot to the working directory.
+WORKDIR /var/lib/kausality-stream
 # Non-root, numeric so that Kubernetes' runAsNonRoot can verify it without /etc/passwd.
 USER 65532:65532
 # 8080: webhook (plain HTTP, local trials); 8443: webhook (HTTPS); 9090: metrics and health.

@@ -91,7 +91,7 @@ pub struct HopOut {
     pub name: Arc<str>,
     pub generation: Option<i64>,
     pub user: Option<Arc<str>>,
-    pub timestamp: Option<String>,
+    pub timestamp: Option<Arc<str>>,
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub labels: serde_json::Map<String, serde_json::Value>,
 }

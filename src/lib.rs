@@ -13,6 +13,8 @@
 //! - [`process`]: the chain above, shared by every front end.
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
+//! - [`corpus`]: a workload generator on top of [`sim`], for benchmarks and soak tests.
+//! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
 //! - [`scope`]: which events a pipeline looks at (groups, resources, namespaces, labels).
 //!
 //! The live service (`serve`), around that chain:
@@ -22,10 +24,10 @@
 //! - [`sources`]: the audit webhook, recorded files.
 //! - [`sinks`]: JSON lines, HTTP, Kausality drift reports.
 //! - [`listen`]: serving HTTP(S) with a graceful stop.
-//! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
 
 pub mod classify;
 pub mod config;
+pub mod corpus;
 pub mod decode;
 pub mod enriched;
 pub mod filter;

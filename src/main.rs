@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use kausality_stream::classify::Class;
+use kausality_stream::corpus::{self, CorpusOptions};
 use kausality_stream::decode::Unwrap;
 use kausality_stream::pipeline::{self, Overrides};
 use kausality_stream::replay::{self, ReplayOptions};
@@ -40,6 +41,8 @@ enum Command {
     /// Check pipeline files: prints `FILE: ok`, or every problem of each file; exits non-zero
     /// if any file has one.
     Validate(ValidateArgs),
+    /// Write a realistic synthetic audit stream (deterministic from a seed), for benchmarks and soak tests.
+    Generate(GenerateArgs),
 }
 
 #[derive(clap::Args)]
@@ -61,6 +64,32 @@ struct ValidateArgs {
     /// Pipeline files to check.
     #[arg(required = true)]
     files: Vec<PathBuf>,
+}
+
+#[derive(clap::Args)]
+struct GenerateArgs {
+    /// Number of audit events.
+    #[arg(long, default_value_t = 100_000)]
+    events: usize,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[arg(long, default_value_t = 10)]
+    namespaces: usize,
+    /// Deployment trees per namespace.
+    #[arg(long, default_value_t = 10)]
+    deployments: usize,
+    /// Include managedFields in objects (as an API server without omitManagedFields writes them).
+    #[arg(long)]
+    managed_fields: bool,
+    /// Write webhook-style EventLists of this many events per line instead of one event per line.
+    #[arg(long, default_value_t = 0)]
+    event_list_size: usize,
+    /// Keep every tree live (no deletions), e.g. to measure memory per tracked object.
+    #[arg(long)]
+    no_teardown: bool,
+    /// Output file (stdout by default).
+    #[arg(long, short)]
+    output: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -134,7 +163,9 @@ fn parse_ignore_field(s: &str) -> Result<(String, String), String> {
 
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr);
+    // Colours only on a terminal: a log file or collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(ansi);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
@@ -225,6 +256,30 @@ fn validate(args: ValidateArgs) -> Result<ExitCode> {
     Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
+fn generate(args: GenerateArgs) -> Result<ExitCode> {
+    let opts = CorpusOptions {
+        seed: args.seed,
+        namespaces: args.namespaces,
+        deployments_per_namespace: args.deployments,
+        events: args.events,
+        managed_fields: args.managed_fields,
+        event_list_size: args.event_list_size,
+        teardown: !args.no_teardown,
+    };
+    let written = match &args.output {
+        Some(path) => {
+            let file = std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+            let mut out = io::BufWriter::new(file);
+            let n = corpus::generate(&opts, &mut out)?;
+            io::Write::flush(&mut out)?;
+            n
+        }
+        None => corpus::generate(&opts, &mut io::BufWriter::new(io::stdout().lock()))?,
+    };
+    eprintln!("wrote {written} audit events");
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
@@ -232,6 +287,7 @@ fn main() -> ExitCode {
         Command::Replay(args) => replay(args),
         Command::Serve(args) => serve(args),
         Command::Validate(args) => validate(args),
+        Command::Generate(args) => generate(args),
     };
     match result {
         Ok(code) => code,

@@ -11,7 +11,7 @@ use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
 use crate::order::{Dedupe, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats, Sym};
+use crate::state::{read_snapshot, write_snapshot, FastBuild, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Write};
 
 /// Which clock the reorder window runs on.
@@ -71,7 +71,7 @@ pub struct Processor {
     metrics: Arc<Metrics>,
     opts: ProcessorOptions,
     dedupe: Dedupe,
-    buffers: HashMap<Sym, ReorderBuffer<Write>>,
+    buffers: HashMap<Sym, ReorderBuffer<Write>, FastBuild>,
     default_cluster: Sym,
     seq: u64,
     released: Vec<Released<Write>>,
@@ -85,7 +85,7 @@ impl Processor {
             engine,
             metrics,
             opts,
-            buffers: HashMap::new(),
+            buffers: HashMap::default(),
             default_cluster,
             seq: 0,
             released: Vec::new(),
@@ -226,7 +226,7 @@ impl Processor {
             if self.opts.clock == Clock::Arrival && time_us != 0 {
                 self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
             }
-            if write.seq % MAINTAIN_EVERY == 0 {
+            if write.seq.is_multiple_of(MAINTAIN_EVERY) {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };
                 let stats = self.engine.store.maintain(clock);
                 self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);

@@ -104,6 +104,8 @@ pub struct ObjectFacts {
     pub observed: Option<(i64, ObservedSource)>,
     pub conditions: Conditions,
     pub deleting: bool,
+    /// Being deleted and no finalizer left: this write was the object's last.
+    pub gone: bool,
     pub annotations: Option<Box<Annotations>>,
 }
 
@@ -288,6 +290,7 @@ impl Extractor<'_> {
                 available: status.condition_true("Available"),
             },
             deleting: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()),
+            gone: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()) && md.finalizers == 0,
             annotations,
         })
     }

@@ -197,6 +197,24 @@ fn background_and_foreground_deletion_are_teardown() {
 }
 
 #[test]
+fn an_object_whose_last_finalizer_goes_becomes_a_tombstone() {
+    use kausality_stream::process::{Clock, Processor, ProcessorOptions};
+    let mut api = ApiServer::new();
+    let (d, c) = api.create(ADMIN, deployment("f", "fin", 1, "x"));
+    let del = api.delete(ADMIN, &d, &["example.com/hold"]);
+    let fin = api.finalize("system:serviceaccount:ops:holder", &d);
+    let engine = std::sync::Arc::new(kausality_stream::classify::Engine::new(Default::default(), Default::default()));
+    let mut p = Processor::new(engine.clone(), Default::default(), ProcessorOptions { clock: Clock::EventTime, ..Default::default() });
+    let mut out = Vec::new();
+    for (i, e) in [c, del, fin].iter().enumerate() {
+        p.ingest_document(None, e.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
+    }
+    p.flush(0, &mut out);
+    let key = kausality_stream::state::ObjKey::new(engine.interner.intern("default"), kausality_stream::write::uid_key(&d.uid));
+    assert_eq!(engine.store.read(&key, |s| (s.deleting, s.deleted)), Some((true, true)));
+}
+
+#[test]
 fn crossplane_style_conditions_give_the_observed_generation() {
     let mut api = ApiServer::new();
     let xr_ctrl = "system:serviceaccount:crossplane-system:crossplane";
@@ -314,7 +332,7 @@ fn unknown_parent_when_the_parent_never_appeared() {
     let mut api = ApiServer::new();
     let ghost = ObjRef { uid: "11111111-2222-4333-8444-555555555555".into(), api_version: "apps/v1".into(), kind: "Deployment".into(), namespace: "n".into(), name: "ghost".into() };
     let (_, c) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&ghost, "h", 1, "img"));
-    let out = run(&[c.clone()]);
+    let out = run(std::slice::from_ref(&c));
     let e = find(&out, &c).unwrap();
     assert_eq!(e.class, Class::UnknownParent);
     assert_eq!(&*e.parent.as_ref().unwrap().name, "ghost");

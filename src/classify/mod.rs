@@ -3,6 +3,7 @@
 //! reorder buffer's job); the engine itself is safe to share between threads.
 
 mod decide;
+mod judge;
 pub mod policy;
 pub mod trace;
 
@@ -11,15 +12,14 @@ use std::sync::Arc;
 use dashmap::DashMap;
 
 pub use decide::{decide, identify, Class, Identity, ParentFacts};
+use judge::{trace_labels, Child};
 
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
-use crate::decode::time::format_rfc3339_micros;
-use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
+use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{Interner, ObjKey, ObjectState, Recent, Store, Sym};
-use crate::write::{kind_of_resource, ObjectFacts, OwnerLink, Target, Uid, Write};
-use policy::{ChildRef, Policy, Resolution};
-use trace::{Hop, Trace};
+use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState};
+use crate::write::{kind_of_resource, ObjectFacts, Target, Uid, Write};
+use policy::Policy;
 
 /// The result of applying one write.
 #[derive(Debug)]
@@ -48,32 +48,9 @@ pub struct Engine {
     pub store: Store,
     pub config: ModelConfig,
     /// Lifecycle signals by (apiVersion, kind), as a bit set; computed once per kind.
-    lifecycle_bits: DashMap<(Sym, Sym), u8>,
+    lifecycle_bits: DashMap<(Sym, Sym), u8, FastBuild>,
     /// userHash by user.
-    user_hashes: DashMap<Sym, Arc<str>>,
-}
-
-/// What the judgement of a mutation needs to know about the mutated object.
-struct Child<'a> {
-    uid_text: &'a Arc<str>,
-    api_version: Sym,
-    kind: Sym,
-    namespace: Sym,
-    name: &'a Arc<str>,
-    generation: Option<i64>,
-    labels: Option<Arc<[(Box<str>, Box<str>)]>>,
-}
-
-/// A copy of the parent's state, taken so no two map entries are ever locked at once.
-struct ParentView {
-    facts: ParentFacts,
-    observed: Option<(i64, crate::write::ObservedSource)>,
-    status_updaters: Recent,
-    deleted: bool,
-    trace: Option<Trace>,
-    policy: Option<Arc<Policy>>,
-    consumed: Vec<u64>,
-    labels: Option<Arc<[(Box<str>, Box<str>)]>>,
+    user_hashes: DashMap<Sym, Arc<str>, FastBuild>,
 }
 
 impl Engine {
@@ -82,8 +59,8 @@ impl Engine {
             interner: Arc::new(Interner::new()),
             store: Store::new(options.max_objects, options.tombstone_ttl_us),
             config,
-            lifecycle_bits: DashMap::new(),
-            user_hashes: DashMap::new(),
+            lifecycle_bits: DashMap::with_hasher(FastBuild::default()),
+            user_hashes: DashMap::with_hasher(FastBuild::default()),
         }
     }
 
@@ -109,7 +86,7 @@ impl Engine {
     /// Learns an object from outside the stream (a parent fetched from the API because the
     /// stream never showed it): its state is filled in without counting any user as a writer.
     pub fn observe(&self, cluster: Sym, f: &ObjectFacts, time_us: i64) {
-        let key = ObjKey { cluster, uid: f.uid };
+        let key = ObjKey::new(cluster, f.uid);
         self.store.upsert(key, || Self::new_state(f), |s| {
             if s.last_resource_version == 0 || f.resource_version.is_some_and(|rv| rv >= s.last_resource_version) {
                 let w = Write {
@@ -139,7 +116,7 @@ impl Engine {
     }
 
     fn key(w: &Write, uid: Uid) -> ObjKey {
-        ObjKey { cluster: w.cluster, uid }
+        ObjKey::new(w.cluster, uid)
     }
 
     fn new_state(f: &ObjectFacts) -> ObjectState {
@@ -171,16 +148,15 @@ impl Engine {
         s.content_hash = Some(f.content_hash);
         s.status_hash = f.status_hash;
         s.deleting |= f.deleting;
+        if f.gone && !s.deleted {
+            // The write that removed the last finalizer of an object being deleted: it is gone.
+            s.deleted = true;
+            self.store.tombstoned();
+        }
         if let Some(rv) = f.resource_version {
             s.last_resource_version = rv;
         }
-        if let Some(o) = &f.owner {
-            if s.owner.as_deref() != Some(o) {
-                s.owner = Some(Box::new(o.clone()));
-            }
-        } else {
-            s.owner = None;
-        }
+        s.owner = f.owner.as_ref().map(|o| OwnerKey::new(o.uid, o.api_version, o.kind));
         match &f.annotations {
             None => s.policy = None,
             Some(a) if s.policy.as_ref().is_some_and(|p| p.source_hash == a.hash) => {}
@@ -257,35 +233,31 @@ impl Engine {
 
     /// A create, or an update that changed the spec.
     fn mutation(&self, w: &Write, f: &ObjectFacts) -> Enriched {
-        let key = Self::key(w, f.uid);
-        let (updaters, owner, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
-            s.updaters.push(w.user);
-            self.refresh(s, f, w);
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()))
-        });
-        let child = Child {
-            uid_text: &f.uid_text,
-            api_version: f.api_version,
-            kind: f.kind,
-            namespace: f.namespace,
-            name: &f.name,
-            generation: f.generation,
-            labels,
-        };
-        let (event, trace) = self.judge(w, &child, owner.as_deref(), &updaters, None);
-        self.store.update(&key, |s| s.trace = Some(trace));
+        let (event, trace) = self.judge_object(w, f, |_| {});
+        self.store.update(&Self::key(w, f.uid), |s| s.trace = trace);
         event
     }
 
     fn delete_object(&self, w: &Write, f: &ObjectFacts) -> Enriched {
-        let key = Self::key(w, f.uid);
-        let (updaters, owner, labels) = self.store.upsert(key, || Self::new_state(f), |s| {
-            s.updaters.push(w.user);
-            self.refresh(s, f, w);
+        self.judge_object(w, f, |s| {
             // Still there (finalizers, graceful deletion) or gone: teardown either way.
             s.deleting = true;
-            s.deleted |= !f.deleting;
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()))
+            if !f.deleting && !s.deleted {
+                s.deleted = true;
+                self.store.tombstoned();
+            }
+        })
+        .0
+    }
+
+    /// Judges a mutation whose response carries the full object: the actor joins the object's
+    /// updaters, the facts (and `also`) go into its state, then the verdict.
+    fn judge_object(&self, w: &Write, f: &ObjectFacts, also: impl FnOnce(&mut ObjectState)) -> (Enriched, TraceState) {
+        let (updaters, labels) = self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
+            s.updaters.push(w.user);
+            self.refresh(s, f, w);
+            also(s);
+            (s.updaters, trace_labels(s.policy.as_deref()))
         });
         let child = Child {
             uid_text: &f.uid_text,
@@ -296,7 +268,7 @@ impl Engine {
             generation: f.generation,
             labels,
         };
-        self.judge(w, &child, owner.as_deref(), &updaters, None).0
+        self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
     fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: (Sym, Sym)) -> Enriched {
@@ -304,9 +276,12 @@ impl Engine {
         let known = self.store.update(&key, |s| {
             s.updaters.push(w.user);
             s.deleting = true;
-            s.deleted = true;
+            if !s.deleted {
+                s.deleted = true;
+                self.store.tombstoned();
+            }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
-            (s.updaters, s.owner.clone(), trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
+            (s.updaters, s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
         });
         let (updaters, owner, labels, api_version, kind, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
@@ -315,7 +290,8 @@ impl Engine {
         });
         let child = Child { uid_text, api_version, kind, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
-        self.judge(w, &child, owner.as_deref(), &updaters, unknown).0
+        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        self.judge(w, &child, owner.as_ref(), &updaters, unknown).0
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -343,7 +319,7 @@ impl Engine {
                 s.last_resource_version = s.last_resource_version.max(rv);
             }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
-            (s.api_version, s.kind, s.generation, s.owner.clone(), trace_labels(s.policy.as_deref()))
+            (s.api_version, s.kind, s.generation, s.owner, trace_labels(s.policy.as_deref()))
         });
         if replicas_ignored {
             return Applied::Ignored(Ignored::NotSpecChange);
@@ -372,217 +348,9 @@ impl Engine {
             generation: (generation != 0).then_some(generation),
             labels,
         };
-        let (event, trace) = self.judge(w, &child, owner.as_deref(), &updaters.unwrap_or_default(), unknown);
-        self.store.update(&key, |s| s.trace = Some(trace));
+        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
+        self.store.update(&key, |s| s.trace = trace);
         Applied::Classified(vec![event])
     }
-
-    fn parent_view(&self, key: &ObjKey) -> Option<ParentView> {
-        self.store.read(key, |p| {
-            let observed = p.observed_generation();
-            ParentView {
-                facts: ParentFacts {
-                    deleting: p.deleting || p.deleted,
-                    initialized: p.initialized,
-                    generation: p.generation,
-                    observed: observed.map(|(g, _)| g),
-                },
-                observed,
-                status_updaters: p.status_updaters,
-                deleted: p.deleted,
-                trace: p.trace.clone(),
-                policy: p.policy.clone(),
-                consumed: p.consumed_approvals.clone(),
-                labels: trace_labels(p.policy.as_deref()),
-            }
-        })
-    }
-
-    /// Judges one mutation of `child` by the write's user; returns the enriched event and the
-    /// child's new trace.
-    fn judge(&self, w: &Write, child: &Child<'_>, owner: Option<&OwnerLink>, updaters: &Recent, unowned_reason: Option<&str>) -> (Enriched, Trace) {
-        let hop = Hop {
-            api_version: child.api_version,
-            kind: child.kind,
-            name: child.name.clone(),
-            generation: child.generation,
-            user: Some(w.user),
-            time_us: (w.time_us != 0).then_some(w.time_us),
-            labels: child.labels.clone(),
-        };
-        let user = self.interner.resolve(w.user);
-        let mut event = Enriched {
-            audit_id: w.audit_id.clone(),
-            cluster: self.interner.resolve(w.cluster),
-            stage_timestamp: w.stage_timestamp.clone(),
-            verb: w.verb,
-            user_hash: self.user_hash(w.user),
-            user: user.clone(),
-            object: ObjectOut {
-                api_version: self.interner.resolve(child.api_version),
-                kind: self.interner.resolve(child.kind),
-                namespace: self.interner.resolve(child.namespace),
-                name: child.name.clone(),
-                uid: child.uid_text.clone(),
-                generation: child.generation,
-            },
-            class: Class::Unowned,
-            reason: String::new(),
-            parent: None,
-            actor: ActorOut { is_controller: None, controllers: Vec::new() },
-            resolution: None,
-            freeze_violation: false,
-            snoozed: false,
-            trace: Vec::new(),
-            late: w.late,
-        };
-        let Some(owner) = owner else {
-            event.reason = unowned_reason.unwrap_or("no controller ownerReference: top of a tree").to_string();
-            let t = trace::origin(hop);
-            event.trace = self.trace_out(&t);
-            return (event, t);
-        };
-        let mut parent_out = ParentOut {
-            api_version: self.interner.resolve(owner.api_version),
-            kind: self.interner.resolve(owner.kind),
-            name: owner.name.clone(),
-            uid: owner.uid_text.clone(),
-            generation: None,
-            observed_generation: None,
-            observed_generation_source: None,
-            phase: None,
-        };
-        let Some(p) = self.parent_view(&ObjKey { cluster: w.cluster, uid: owner.uid }) else {
-            event.class = Class::UnknownParent;
-            event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
-            let unknown_parent = Hop {
-                api_version: owner.api_version,
-                kind: owner.kind,
-                name: owner.name.clone(),
-                generation: None,
-                user: None,
-                time_us: None,
-                labels: None,
-            };
-            let t = trace::extend(trace::origin(unknown_parent), hop);
-            event.trace = self.trace_out(&t);
-            event.parent = Some(parent_out);
-            return (event, t);
-        };
-        let identity = identify(w.user, updaters, &p.status_updaters);
-        let class = decide(&p.facts, &identity);
-        parent_out.generation = (p.facts.generation != 0).then_some(p.facts.generation);
-        parent_out.observed_generation = p.observed.map(|(g, _)| g);
-        parent_out.observed_generation_source = p.observed.map(|(_, s)| s);
-        parent_out.phase = Some(if p.facts.deleting {
-            Phase::Deleting
-        } else if p.facts.initialized {
-            Phase::Initialized
-        } else {
-            Phase::Initializing
-        });
-        event.actor = ActorOut {
-            is_controller: identity.is_controller(),
-            controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect(),
-        };
-        event.reason = self.reason(class, &p, &identity, &user);
-        event.class = class;
-
-        // The trace: a controller acting on a parent's change extends the parent's trace.
-        let extends = match class {
-            Class::Expected => true,
-            Class::Initializing => !matches!(identity, Identity::NotController(_)),
-            _ => false,
-        };
-        let t = if extends {
-            let parent_trace = p.trace.clone().unwrap_or_else(|| {
-                trace::origin(Hop {
-                    api_version: owner.api_version,
-                    kind: owner.kind,
-                    name: owner.name.clone(),
-                    generation: parent_out.generation,
-                    user: None,
-                    time_us: None,
-                    labels: p.labels.clone(),
-                })
-            });
-            trace::extend(parent_trace, hop)
-        } else {
-            trace::origin(hop)
-        };
-        event.trace = self.trace_out(&t);
-
-        if let Some(policy) = p.policy.as_deref() {
-            let child_ref = ChildRef { api_version: &event.object.api_version, kind: &event.object.kind, name: &event.object.name };
-            if class == Class::Drift {
-                let (resolution, used) = policy.resolve(child_ref, p.facts.generation, &p.consumed);
-                event.resolution = Some(resolution);
-                event.snoozed = policy.snoozed_at(w.time_us);
-                if let Some(used) = used {
-                    self.store.update(&ObjKey { cluster: w.cluster, uid: owner.uid }, |s| {
-                        if s.consumed_approvals.len() >= 32 {
-                            s.consumed_approvals.remove(0);
-                        }
-                        s.consumed_approvals.push(used);
-                    });
-                }
-            }
-            event.freeze_violation = policy.freeze.is_some()
-                && matches!(class, Class::Drift | Class::Expected | Class::Origin | Class::Undetermined);
-        } else if class == Class::Drift {
-            event.resolution = Some(Resolution::Unresolved);
-        }
-        event.parent = Some(parent_out);
-        (event, t)
-    }
-
-    fn reason(&self, class: Class, p: &ParentView, identity: &Identity, user: &str) -> String {
-        let controllers = || identity.controllers().iter().map(|&u| self.interner.resolve(u).to_string()).collect::<Vec<_>>().join(", ");
-        match class {
-            Class::Deleting if p.deleted => "parent was deleted: teardown".to_string(),
-            Class::Deleting => "parent is being deleted: teardown".to_string(),
-            Class::Initializing => "parent has not finished initializing".to_string(),
-            Class::Undetermined => "cannot tell the controller apart yet: several users changed this object and nobody is known to write the parent's status".to_string(),
-            Class::Origin => format!("{user} is not the parent's controller ({}): a new causal origin", controllers()),
-            Class::Expected => match p.observed {
-                Some((o, _)) => format!("controller is reconciling a spec change: parent generation {} != observed {o}", p.facts.generation),
-                None => "controller acting on a parent that reports no observed generation".to_string(),
-            },
-            Class::Drift => format!("controller changed a child while the parent is stable (generation {} == observed)", p.facts.generation),
-            Class::Unowned | Class::UnknownParent => String::new(),
-        }
-    }
-
-    fn user_hash(&self, user: Sym) -> Arc<str> {
-        if let Some(h) = self.user_hashes.get(&user) {
-            return h.clone();
-        }
-        let h: Arc<str> = Arc::from(user_hash(&self.interner.resolve(user)));
-        self.user_hashes.insert(user, h.clone());
-        h
-    }
-
-    fn trace_out(&self, t: &Trace) -> Vec<HopOut> {
-        trace::hops(t)
-            .into_iter()
-            .map(|h| HopOut {
-                api_version: self.interner.resolve(h.api_version),
-                kind: self.interner.resolve(h.kind),
-                name: h.name.clone(),
-                generation: h.generation,
-                user: h.user.map(|u| self.interner.resolve(u)),
-                timestamp: h.time_us.map(format_rfc3339_micros),
-                labels: h
-                    .labels
-                    .iter()
-                    .flat_map(|l| l.iter())
-                    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
-                    .collect(),
-            })
-            .collect()
-    }
-}
-
-fn trace_labels(p: Option<&Policy>) -> Option<Arc<[(Box<str>, Box<str>)]>> {
-    p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
 }

@@ -27,16 +27,23 @@ pub enum ApprovalMode {
     Always,
 }
 
-/// Pre-approval of drift on matching children. `*` matches any value.
+/// Which children a rule applies to; `*` (or an absent field) matches any value.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Approval {
+pub struct ChildPattern {
     #[serde(default = "star")]
     pub api_version: String,
     #[serde(default = "star")]
     pub kind: String,
     #[serde(default = "star")]
     pub name: String,
+}
+
+/// Pre-approval of drift on matching children.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+pub struct Approval {
+    #[serde(flatten)]
+    pub child: ChildPattern,
     #[serde(default)]
     pub generation: i64,
     #[serde(default)]
@@ -45,14 +52,9 @@ pub struct Approval {
 
 /// Rejection of drift on matching children; wins over any approval.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
 pub struct Rejection {
-    #[serde(default = "star")]
-    pub api_version: String,
-    #[serde(default = "star")]
-    pub kind: String,
-    #[serde(default = "star")]
-    pub name: String,
+    #[serde(flatten)]
+    pub child: ChildPattern,
     /// 0: active at every generation; else only at that one.
     #[serde(default)]
     pub generation: i64,
@@ -76,9 +78,15 @@ fn field_matches(pattern: &str, value: &str) -> bool {
     pattern == "*" || pattern == value
 }
 
-impl Approval {
+impl ChildPattern {
     pub fn matches(&self, c: ChildRef<'_>) -> bool {
         field_matches(&self.api_version, c.api_version) && field_matches(&self.kind, c.kind) && field_matches(&self.name, c.name)
+    }
+}
+
+impl Approval {
+    pub fn matches(&self, c: ChildRef<'_>) -> bool {
+        self.child.matches(c)
     }
 
     pub fn valid_at(&self, parent_generation: i64) -> bool {
@@ -90,13 +98,14 @@ impl Approval {
 
     /// Identity of this approval for "used up" bookkeeping.
     pub fn key(&self) -> u64 {
-        xxh3_64(format!("{}\0{}\0{}\0{}", self.api_version, self.kind, self.name, self.generation).as_bytes())
+        let c = &self.child;
+        xxh3_64(format!("{}\0{}\0{}\0{}", c.api_version, c.kind, c.name, self.generation).as_bytes())
     }
 }
 
 impl Rejection {
     pub fn matches(&self, c: ChildRef<'_>) -> bool {
-        field_matches(&self.api_version, c.api_version) && field_matches(&self.kind, c.kind) && field_matches(&self.name, c.name)
+        self.child.matches(c)
     }
 
     pub fn active_at(&self, parent_generation: i64) -> bool {

@@ -5,6 +5,9 @@ use std::sync::Arc;
 
 use crate::state::Sym;
 
+/// `kausality.io/trace-<key>` labels of an object, as (key, value), shared between hops.
+pub type Labels = Arc<[(Box<str>, Box<str>)]>;
+
 /// One step of a trace: who changed which object to which generation, and when.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hop {
@@ -14,10 +17,11 @@ pub struct Hop {
     pub generation: Option<i64>,
     /// `None` when unknown (a parent whose producing write was never seen).
     pub user: Option<Sym>,
-    /// Event time in µs; `None` when unknown.
-    pub time_us: Option<i64>,
+    /// The write's stageTimestamp as the API server wrote it (shared, not copied); `None`
+    /// when unknown.
+    pub timestamp: Option<Arc<str>>,
     /// From the object's own `kausality.io/trace-<key>` annotations.
-    pub labels: Option<Arc<[(Box<str>, Box<str>)]>>,
+    pub labels: Option<Labels>,
 }
 
 #[derive(Debug, PartialEq, Eq)]

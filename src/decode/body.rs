@@ -3,7 +3,6 @@
 
 use std::borrow::Cow;
 
-use serde::de::IgnoredAny;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
@@ -62,7 +61,7 @@ fn is_single_document(bytes: &[u8]) -> bool {
     if bytes[0] != b'{' && bytes[0] != b'[' {
         return false;
     }
-    let mut de = serde_json::Deserializer::from_slice(bytes).into_iter::<IgnoredAny>();
+    let mut de = serde_json::Deserializer::from_slice(bytes).into_iter::<serde::de::IgnoredAny>();
     match de.next() {
         Some(Ok(_)) => trim_ascii(&bytes[de.byte_offset()..]).is_empty(),
         // Broken first value: a single broken document unless a later line holds a value.
@@ -108,50 +107,51 @@ where
         }
         None => return,
     }
-    // Fast path: one pass that decodes an EventList's items in place, or learns what else this is.
-    match serde_json::from_slice::<Head>(doc) {
-        Ok(head) => {
-            if let Some(items) = head.items {
-                if let Err(e) = check_list_kind(&head.kind, &head.api_version, location) {
+    // UTF-8 is checked once for the whole document (faster than string by string).
+    let Ok(text) = std::str::from_utf8(doc) else {
+        return out(Err(Invalid::new(location, InvalidReason::Encoding, "not UTF-8; audit events are UTF-8 JSON")));
+    };
+    // One pass: an event, an EventList with its items decoded in place, or an envelope noticed.
+    match serde_json::from_str::<AuditEvent>(text) {
+        Ok(mut ev) => {
+            if let Some(items) = ev.items.take() {
+                if let Err(e) = check_list_kind(&ev.kind, &ev.api_version, location) {
                     return out(Err(e));
                 }
-                for (i, ev) in items.into_iter().enumerate() {
+                for (i, item) in items.into_iter().enumerate() {
                     let loc = item_location(location, i);
-                    out(validate(&ev, loc).map(|()| ev));
+                    out(validate(&item, loc).map(|()| item));
                 }
-                return;
-            }
-            if head.records.is_some() {
-                return decode_aks(doc, location, opts, out);
-            }
-            if head.properties.is_some() && head.audit_id.is_none() {
-                return decode_aks_record(doc, location, opts, out);
-            }
-            if head.proto_payload.is_some() {
-                return out(Err(Invalid::new(
+            } else if let Some(records) = ev.records {
+                decode_aks(records.get().as_bytes(), location, opts, out);
+            } else if ev.properties.is_some() && ev.audit_id.is_none() {
+                decode_aks_record(doc, location, opts, out);
+            } else if ev.proto_payload.is_some() && ev.audit_id.is_none() {
+                out(Err(Invalid::new(
                     location,
                     InvalidReason::Wrapper,
                     "a Cloud Logging entry (protoPayload), not an audit event; export the API server's audit log instead",
                 )));
+            } else {
+                out(validate(&ev, location).map(|()| ev));
             }
         }
         Err(e) if e.is_data() => {
             // A type error somewhere: decode item by item so the good items survive.
-            if let Ok(list) = serde_json::from_slice::<RawList>(doc) {
-                if let Some(items) = list.items {
-                    if let Err(e) = check_list_kind(&list.kind, &list.api_version, location) {
+            match serde_json::from_str::<RawList>(text) {
+                Ok(RawList { kind, api_version, items: Some(items) }) => {
+                    if let Err(e) = check_list_kind(&kind, &api_version, location) {
                         return out(Err(e));
                     }
                     for (i, raw) in items.into_iter().enumerate() {
                         decode_event(raw.get().as_bytes(), item_location(location, i), out);
                     }
-                    return;
                 }
+                _ => out(Err(Invalid::from_json(location, &e))),
             }
         }
-        Err(e) => return out(Err(Invalid::from_json(location, &e))),
+        Err(e) => out(Err(Invalid::from_json(location, &e))),
     }
-    decode_event(doc, location, out);
 }
 
 fn decode_event<F>(doc: &[u8], location: Location, out: &mut F)
@@ -185,22 +185,17 @@ where
 
 const AKS_HINT: &str = "read the events inside with `--unwrap aks` (replay) or `unwrap = \"aks\"` on a pipeline source";
 
-/// The Azure diagnostic-settings envelope: `{"records": [record, ...]}`.
-fn decode_aks<F>(doc: &[u8], location: Location, opts: &DecodeOptions, out: &mut F)
+/// The Azure diagnostic-settings envelope `{"records": [record, ...]}`; `records` is the list.
+fn decode_aks<F>(records: &[u8], location: Location, opts: &DecodeOptions, out: &mut F)
 where
     F: FnMut(Result<AuditEvent<'_>, Invalid>),
 {
     if opts.unwrap != Unwrap::Aks {
         return out(Err(Invalid::new(location, InvalidReason::Wrapper, format!("an Azure diagnostic envelope ({{\"records\":[...]}}); {AKS_HINT}"))));
     }
-    #[derive(Deserialize)]
-    struct Envelope<'a> {
-        #[serde(borrow, default)]
-        records: Vec<AksRecord<'a>>,
-    }
-    match serde_json::from_slice::<Envelope>(doc) {
-        Ok(env) => {
-            for (i, rec) in env.records.into_iter().enumerate() {
+    match serde_json::from_slice::<Vec<AksRecord>>(records) {
+        Ok(records) => {
+            for (i, rec) in records.into_iter().enumerate() {
                 unwrap_aks_record(rec, item_location(location, i), opts, out);
             }
         }
@@ -263,26 +258,6 @@ fn item_location(outer: Location, i: usize) -> Location {
         Location::Line(l) => Location::LineItem(l, i),
         _ => Location::Item(i),
     }
-}
-
-/// What a document is, learned in one pass: an EventList's items are decoded on the way.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Head<'a> {
-    #[serde(borrow, default)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    api_version: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    items: Option<Vec<AuditEvent<'a>>>,
-    #[serde(default)]
-    records: Option<IgnoredAny>,
-    #[serde(default)]
-    properties: Option<IgnoredAny>,
-    #[serde(default, rename = "auditID")]
-    audit_id: Option<IgnoredAny>,
-    #[serde(default)]
-    proto_payload: Option<IgnoredAny>,
 }
 
 #[derive(Deserialize)]

@@ -5,6 +5,7 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use super::object::ObjectView;
 
@@ -47,6 +48,18 @@ pub struct AuditEvent<'a> {
     /// Legacy (`v1beta1`) event time.
     #[serde(borrow, default)]
     pub timestamp: Option<Cow<'a, str>>,
+    /// Set when the document is an `EventList` (the webhook backend's body), read in the same
+    /// pass as a single event would be.
+    #[serde(borrow, default)]
+    pub items: Option<Vec<AuditEvent<'a>>>,
+    /// Shippers' envelopes, noticed in the same pass: Azure's `records` list, a single Azure
+    /// record's `properties`, a Cloud Logging entry's `protoPayload`.
+    #[serde(borrow, default)]
+    pub records: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub properties: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    pub proto_payload: Option<&'a RawValue>,
 }
 
 #[derive(Debug, Default, Deserialize)]

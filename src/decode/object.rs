@@ -9,6 +9,9 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+/// String pairs borrowed from the input (annotations, labels).
+pub type StrPairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+
 /// Annotation prefix of everything this service reads from objects.
 pub const ANNOTATION_PREFIX: &str = "kausality.io/";
 
@@ -56,12 +59,15 @@ pub struct Metadata<'a> {
     pub generation: Option<i64>,
     #[serde(borrow, default)]
     pub deletion_timestamp: Option<Cow<'a, str>>,
+    /// How many finalizers hold the object (an object being deleted is gone once none are left).
+    #[serde(default, deserialize_with = "count_list")]
+    pub finalizers: usize,
     #[serde(borrow, default, deserialize_with = "lenient_owner_refs")]
     pub owner_references: Vec<OwnerRef<'a>>,
     #[serde(borrow, default, deserialize_with = "kausality_annotations")]
-    pub annotations: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    pub annotations: StrPairs<'a>,
     #[serde(borrow, default, deserialize_with = "string_map")]
-    pub labels: Vec<(Cow<'a, str>, Cow<'a, str>)>,
+    pub labels: StrPairs<'a>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -137,7 +143,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ObjectView<'a> {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
                 let mut o = ObjectView::default();
-                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                while let Some(CowStr(key)) = map.next_key::<CowStr<'de>>()? {
                     match key.as_ref() {
                         "apiVersion" => o.api_version = map.next_value()?,
                         "kind" => o.kind = map.next_value()?,
@@ -212,15 +218,9 @@ where
             f.write_str("a list")
         }
         fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
-            #[derive(Deserialize)]
-            #[serde(untagged)]
-            enum Item<T> {
-                Good(T),
-                Bad(IgnoredAny),
-            }
             let mut out = Vec::new();
-            while let Some(item) = s.next_element::<Item<T>>()? {
-                if let Item::Good(t) = item {
+            while let Some(item) = s.next_element::<Lenient<T>>()? {
+                if let Lenient(Some(t)) = item {
                     out.push(t);
                 }
             }
@@ -252,6 +252,78 @@ where
     d.deserialize_any(V(std::marker::PhantomData))
 }
 
+/// An element that is read when it is an object and skipped otherwise, without buffering it:
+/// the map is handed straight to `T`.
+struct Lenient<T>(Option<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Lenient<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = Lenient<T>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(|t| Lenient(Some(t)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Lenient(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(Lenient(None))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Self::Value, E> {
+                Ok(Lenient(None))
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
+/// A string borrowed from the input when it has no escapes (serde's plain `Cow<str>` always
+/// copies; only `#[serde(borrow)]` fields borrow).
+pub(crate) struct CowStr<'a>(pub Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for CowStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = CowStr<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(CowStr(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+fn count_list<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    Ok(lenient_list::<D, IgnoredAny>(d)?.len())
+}
+
 fn lenient_owner_refs<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<OwnerRef<'a>>, D::Error> {
     lenient_list(d)
 }
@@ -261,24 +333,24 @@ fn lenient_conditions<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<Con
 }
 
 /// Keeps only the `kausality.io/` annotations; the others are skipped without copying.
-fn kausality_annotations<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+fn kausality_annotations<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<StrPairs<'a>, D::Error> {
     filtered_string_map(d, |k| k.starts_with(ANNOTATION_PREFIX))
 }
 
-fn string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+fn string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<StrPairs<'a>, D::Error> {
     filtered_string_map(d, |_| true)
 }
 
 fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(
     d: D,
     keep: fn(&str) -> bool,
-) -> Result<Vec<(Cow<'a, str>, Cow<'a, str>)>, D::Error> {
+) -> Result<StrPairs<'a>, D::Error> {
     struct V<'a> {
         keep: fn(&str) -> bool,
         _p: std::marker::PhantomData<&'a ()>,
     }
     impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
-        type Value = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+        type Value = StrPairs<'a>;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a map of strings")
         }
@@ -287,7 +359,7 @@ fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(
         }
         fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
             let mut out = Vec::new();
-            while let Some(k) = map.next_key::<Cow<'de, str>>()? {
+            while let Some(CowStr(k)) = map.next_key::<CowStr<'de>>()? {
                 if (self.keep)(&k) {
                     // A non-string value (invalid in Kubernetes) is skipped, not fatal.
                     #[derive(Deserialize)]

@@ -47,7 +47,7 @@ pub fn parse(s: &str) -> Result<Duration, String> {
         "" => return Err(format!("{s:?} has no unit: write e.g. {s}s or {s}ms")),
         _ => return Err(format!("{s:?}: the unit must be one of us, ms, s, m, h")),
     };
-    if !secs.is_finite() || secs < 0.0 || secs > 1e9 {
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("{s:?} is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))

@@ -83,7 +83,7 @@ impl<'a> Errors<'a> {
         self.anchors.push((key, at));
     }
 
-    fn from_toml(&mut self, key: &str, e: toml::de::Error, fallback_at: usize) {
+    fn push_toml(&mut self, key: &str, e: toml::de::Error, fallback_at: usize) {
         // Without the input attached, the error's text is the message plus `in `a.b`` naming
         // the nested key; fold that into the key.
         let text = e.to_string();
@@ -114,7 +114,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
     let root = match DeTable::parse(text) {
         Ok(t) => t,
         Err(e) => {
-            errors.from_toml("", e, 0);
+            errors.push_toml("", e, 0);
             return Err(ConfigErrors(errors.list));
         }
     };
@@ -139,15 +139,15 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
         has_sources |= k == "sources";
         match k {
             "cluster" => decode(&mut errors, k, value).map(|v| cfg.cluster = v),
-            "options" => decode(&mut errors, k, value).map(|v| cfg.options = v),
-            "scope" => decode(&mut errors, k, value).map(|v| cfg.scope = v),
+            "options" => decode_section(&mut errors, k, value).map(|v| cfg.options = v),
+            "scope" => decode_section(&mut errors, k, value).map(|v| cfg.scope = v),
             "ignore" => decode_each(&mut errors, k, value).map(|v| (idx.ignore, cfg.ignore) = v.into_iter().unzip()),
             "lifecycle" => decode_each(&mut errors, k, value).map(|v| (idx.lifecycle, cfg.lifecycle) = v.into_iter().unzip()),
             "sources" => decode_each(&mut errors, k, value).map(|v| (idx.sources, cfg.sources) = v.into_iter().unzip()),
             "sinks" => decode_each(&mut errors, k, value).map(|v| (idx.sinks, cfg.sinks) = v.into_iter().unzip()),
-            "metrics" => decode(&mut errors, k, value).map(|v| cfg.metrics = v),
-            "state" => decode(&mut errors, k, value).map(|v| cfg.state = v),
-            "unknown_parents" => decode(&mut errors, k, value).map(|v| cfg.unknown_parents = v),
+            "metrics" => decode_section(&mut errors, k, value).map(|v| cfg.metrics = v),
+            "state" => decode_section(&mut errors, k, value).map(|v| cfg.state = v),
+            "unknown_parents" => decode_section(&mut errors, k, value).map(|v| cfg.unknown_parents = v),
             other => {
                 errors.push(
                     other,
@@ -169,7 +169,30 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
 
 fn decode<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: Spanned<DeValue<'_>>) -> Option<T> {
     let at = value.span().start;
-    T::deserialize(ValueDeserializer::from(value)).map_err(|e| errors.from_toml(key, e, at)).ok()
+    T::deserialize(ValueDeserializer::from(value)).map_err(|e| errors.push_toml(key, e, at)).ok()
+}
+
+/// Decodes a table whose every key has a default (`[options]`, `[state]`, ...): when the whole
+/// table does not decode, each key is tried alone so that every bad key is reported, and the
+/// good keys are kept so that the checks after decoding still see them.
+fn decode_section<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: Spanned<DeValue<'_>>) -> Option<T> {
+    let span = value.span();
+    let DeValue::Table(table) = value.get_ref() else { return decode(errors, key, value) };
+    if let Ok(v) = T::deserialize(ValueDeserializer::from(value.clone())) {
+        return Some(v);
+    }
+    let mut good = DeTable::new();
+    for (k, v) in table.iter() {
+        let mut alone = DeTable::new();
+        alone.insert(k.clone(), v.clone());
+        match T::deserialize(ValueDeserializer::from(Spanned::new(span.clone(), DeValue::Table(alone)))) {
+            Ok(_) => {
+                good.insert(k.clone(), v.clone());
+            }
+            Err(e) => errors.push_toml(key, e, k.span().start),
+        }
+    }
+    T::deserialize(ValueDeserializer::from(Spanned::new(span, DeValue::Table(good)))).ok()
 }
 
 /// Decodes an array of tables item by item, so one bad item does not hide the others; the
@@ -315,6 +338,7 @@ mod tests {
 colour = "blue"
 [options]
 reorder_window = "fast"
+dedupe_capacity = 0
 [[sources]]
 type = "webhook"
 listen = "127.0.0.1:8080"
@@ -336,6 +360,7 @@ label_selector = "app in (a)"
         assert!(all.contains("sources[1]: no [sources.tls]"), "{all}");
         assert!(all.contains("sinks[0]") && all.contains("carrier-pigeon"), "{all}");
         assert!(all.contains("scope.label_selector"), "{all}");
+        assert!(all.contains("options.dedupe_capacity: must be at least 1"), "the rest of [options] is still checked: {all}");
         assert!(errs.len() >= 6, "{all}");
     }
 

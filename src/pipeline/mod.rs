@@ -40,7 +40,6 @@ use crate::classify::{Engine, EngineOptions};
 use crate::config::ModelConfig;
 use crate::decode::DecodeOptions;
 use crate::metrics::Metrics;
-use crate::order::Dedupe;
 use crate::process::{Clock, Processor, ProcessorOptions};
 use crate::scope::{LabelSelector, Scope};
 use crate::sinks::{self, SinkContext, SinkHandle};
@@ -83,8 +82,9 @@ pub struct Overrides {
 impl Overrides {
     pub fn apply(&self, cfg: &mut PipelineConfig) {
         if let Some(addr) = self.listen {
-            if let Some(SourceConfig::Webhook(w)) = cfg.sources.iter_mut().find(|s| matches!(s, SourceConfig::Webhook(_))) {
-                w.listen = addr;
+            match cfg.sources.iter_mut().find(|s| matches!(s, SourceConfig::Webhook(_))) {
+                Some(SourceConfig::Webhook(w)) => w.listen = addr,
+                _ => tracing::warn!(%addr, "--listen ignored: the pipeline has no webhook source"),
             }
         }
         if let Some(addr) = self.metrics_listen {
@@ -167,30 +167,19 @@ fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
 /// Starts every part of the pipeline; returns once sources listen and state is restored.
 pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let metrics = Arc::new(Metrics::new());
+    // Series that exist from the start, at zero, so that rates work from the first scrape.
     for phase in ["detected", "resolved"] {
         metrics.drift_reports.with_label_values(&[phase]);
     }
-    let o = &cfg.options;
-    let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64() };
-    let mut engine = Engine::new(model_config(&cfg), engine_options);
-    let mut restored = Dedupe::new(o.dedupe_capacity);
-    if let Some(path) = &cfg.state.snapshot {
-        let (e, stats) = snapshot::restore(path, engine, &mut restored)?;
-        engine = e;
-        match stats {
-            Some(s) => tracing::info!(
-                path = %path.display(),
-                bytes = s.bytes,
-                objects = s.objects,
-                dedupe_ids = s.dedupe_ids,
-                model_state = s.model_state,
-                millis = s.millis as u64,
-                "state restored from snapshot"
-            ),
-            None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
+    for s in &cfg.sources {
+        metrics.events_received.with_label_values(&[s.kind()]);
+        if matches!(s, SourceConfig::Webhook(_)) {
+            metrics.webhook_requests.with_label_values(&["200"]);
         }
     }
-    let engine = Arc::new(engine);
+    let o = &cfg.options;
+    let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64() };
+    let engine = Arc::new(Engine::new(model_config(&cfg), engine_options));
     let popts = ProcessorOptions {
         default_cluster: cfg.cluster.clone(),
         reorder_window_us: o.reorder_window.as_micros_i64(),
@@ -201,8 +190,19 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         scope: scope(&cfg),
     };
     let mut processor = Processor::new(engine.clone(), metrics.clone(), popts);
-    processor.dedupe_mut().restore(&restored.hashes());
-    drop(restored);
+    if let Some(path) = &cfg.state.snapshot {
+        match snapshot::restore(path, &mut processor)? {
+            Some(s) => tracing::info!(
+                path = %path.display(),
+                bytes = s.bytes,
+                objects = s.content.objects,
+                dedupe_ids = s.content.dedupe_ids,
+                millis = s.millis as u64,
+                "state restored from snapshot"
+            ),
+            None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
+        }
+    }
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stop_tx = Arc::new(stop_tx);
@@ -223,7 +223,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
 
     let (intake_tx, intake_rx) = mpsc::channel(o.queue_capacity);
     let (observe_tx, observe_rx) = mpsc::channel(256);
-    let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone())?;
+    let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone()).await?;
     let task = ProcessorTask {
         processor,
         intake: intake_rx,
@@ -328,7 +328,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
 }
 
 #[cfg(feature = "fetch")]
-fn start_fetch(
+async fn start_fetch(
     cfg: &PipelineConfig,
     engine: &Arc<Engine>,
     metrics: &Arc<Metrics>,
@@ -339,11 +339,11 @@ fn start_fetch(
         return Ok(None);
     }
     let cluster = cfg.unknown_parents.cluster.clone().unwrap_or_else(|| cfg.cluster.clone());
-    Ok(Some(crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe, stop)?))
+    Ok(Some(crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe, stop).await?))
 }
 
 #[cfg(not(feature = "fetch"))]
-fn start_fetch(
+async fn start_fetch(
     _cfg: &PipelineConfig,
     _engine: &Arc<Engine>,
     _metrics: &Arc<Metrics>,

@@ -140,14 +140,13 @@ impl ProcessorTask {
 
     fn save_snapshot(&mut self) -> Option<snapshot::Stats> {
         let (path, _) = self.snapshot.as_ref()?;
-        match snapshot::save(path, self.processor.engine(), self.processor.dedupe()) {
+        match snapshot::save(path, &self.processor) {
             Ok(stats) => {
                 tracing::info!(
                     path = %path.display(),
                     bytes = stats.bytes,
-                    objects = stats.objects,
-                    dedupe_ids = stats.dedupe_ids,
-                    model_state = stats.model_state,
+                    objects = stats.content.objects,
+                    dedupe_ids = stats.content.dedupe_ids,
                     millis = stats.millis as u64,
                     "state snapshot written"
                 );

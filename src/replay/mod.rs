@@ -98,8 +98,9 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
         };
         let mut reader = Reader::new(BufReader::with_capacity(1 << 20, input), opts.max_line_bytes, opts.max_document_bytes);
         let mut report = IngestReport::default();
+        let mut line = Vec::with_capacity(1 << 16);
         loop {
-            let record = match reader.next_record() {
+            let record = match reader.next_record(&mut line) {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(e) => {
@@ -108,7 +109,7 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
                 }
             };
             let r = match record {
-                Record::Line(n, line) => processor.ingest_document(None, &line, Location::Line(n), "file", 0, &mut batch),
+                Record::Line(n) => processor.ingest_document(None, &line, Location::Line(n), "file", 0, &mut batch),
                 Record::Document(doc) => processor.ingest_body(None, &doc, "file", 0, &mut batch),
                 Record::TooLong(n, len) => {
                     let mut r = IngestReport::default();
@@ -128,6 +129,7 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
     }
     processor.flush(0, &mut batch);
     write_batch(&mut batch, &mut summary, &opts.classes, &mut out)?;
+    summary.tracked_objects = processor.engine().store.len();
     out.flush()?;
     if let Some(b) = bar {
         b.finish_and_clear();

@@ -5,8 +5,9 @@ use std::io::{self, BufRead};
 
 /// One record of input.
 pub enum Record {
-    /// A line (without its newline) and its 1-based number.
-    Line(usize, Vec<u8>),
+    /// A line (without its newline) and its 1-based number; the bytes are in the buffer passed
+    /// to [`Reader::next_record`].
+    Line(usize),
     /// A line longer than the limit, skipped; its number and length.
     TooLong(usize, usize),
     /// The whole input, which is one multi-line JSON document.
@@ -28,28 +29,30 @@ impl<R: BufRead> Reader<R> {
         Reader { inner, max_line, max_document, line_no: 0, consumed: 0, first: true }
     }
 
-    /// The next record, or `None` at the end of input.
-    pub fn next_record(&mut self) -> io::Result<Option<Record>> {
+    /// The next record, or `None` at the end of input. A line's bytes are left in `line`,
+    /// which is reused from call to call.
+    pub fn next_record(&mut self, line: &mut Vec<u8>) -> io::Result<Option<Record>> {
         loop {
-            let Some((line, too_long)) = self.read_line()? else { return Ok(None) };
+            let Some(too_long) = self.read_line(line)? else { return Ok(None) };
             if let Some(len) = too_long {
                 self.first = false;
                 return Ok(Some(Record::TooLong(self.line_no, len)));
             }
-            let trimmed = trim(&line);
+            let trimmed = trim(line);
             if trimmed.is_empty() {
                 continue;
             }
             if std::mem::take(&mut self.first) && starts_incomplete_document(trimmed) {
-                return self.read_document(line).map(Some);
+                return self.read_document(std::mem::take(line)).map(Some);
             }
-            return Ok(Some(Record::Line(self.line_no, line)));
+            return Ok(Some(Record::Line(self.line_no)));
         }
     }
 
-    /// Reads one line up to `max_line` bytes; past that, skips to the newline and says how long it was.
-    fn read_line(&mut self) -> io::Result<Option<(Vec<u8>, Option<usize>)>> {
-        let mut line = Vec::new();
+    /// Reads one line into `line`, up to `max_line` bytes; past that, skips to the newline and
+    /// says how long it was.
+    fn read_line(&mut self, line: &mut Vec<u8>) -> io::Result<Option<Option<usize>>> {
+        line.clear();
         let mut total = 0usize;
         let mut any = false;
         loop {
@@ -66,7 +69,7 @@ impl<R: BufRead> Reader<R> {
             if total <= self.max_line {
                 line.extend_from_slice(chunk);
             } else if !line.is_empty() {
-                line = Vec::new();
+                line.clear();
             }
             let used = done.unwrap_or(buf.len());
             self.inner.consume(used);
@@ -82,7 +85,7 @@ impl<R: BufRead> Reader<R> {
         if line.last() == Some(&b'\r') {
             line.pop();
         }
-        Ok(Some(if total > self.max_line { (Vec::new(), Some(total)) } else { (line, None) }))
+        Ok(Some((total > self.max_line).then_some(total)))
     }
 
     fn read_document(&mut self, first_line: Vec<u8>) -> io::Result<Record> {
@@ -104,7 +107,7 @@ impl<R: BufRead> Reader<R> {
 }
 
 fn memchr(b: &[u8]) -> Option<usize> {
-    b.iter().position(|&c| c == b'\n')
+    memchr::memchr(b'\n', b)
 }
 
 fn trim(b: &[u8]) -> &[u8] {
@@ -127,9 +130,10 @@ mod tests {
     fn all(input: &[u8], max_line: usize) -> Vec<String> {
         let mut r = Reader::new(io::BufReader::with_capacity(8, input), max_line, 1 << 20);
         let mut v = Vec::new();
-        while let Some(rec) = r.next_record().unwrap() {
+        let mut l = Vec::new();
+        while let Some(rec) = r.next_record(&mut l).unwrap() {
             v.push(match rec {
-                Record::Line(n, l) => format!("{n}:{}", String::from_utf8_lossy(&l)),
+                Record::Line(n) => format!("{n}:{}", String::from_utf8_lossy(&l)),
                 Record::TooLong(n, len) => format!("{n}:too long {len}"),
                 Record::Document(d) => format!("doc:{}", d.len()),
             });

@@ -23,6 +23,8 @@ pub struct Summary {
     pub drift_parents: HashMap<String, u64>,
     pub drift_controllers: HashMap<String, u64>,
     pub invalid_examples: Vec<String>,
+    /// Objects in the state store at the end.
+    pub tracked_objects: usize,
 }
 
 const EXAMPLES: usize = 5;
@@ -88,6 +90,12 @@ impl Summary {
             let _ = writeln!(s, "      e.g. {ex}");
         }
         let _ = writeln!(s, "  duplicates     {:>12}", thousands(metrics.dedup_hits.get()));
+        let _ = writeln!(
+            s,
+            "  state          {:>12}   objects tracked{}",
+            thousands(self.tracked_objects as u64),
+            peak_rss().map(|kib| format!(" · peak RSS {}", bytes(kib * 1024))).unwrap_or_default()
+        );
         let _ = writeln!(s, "  late           {:>12}", thousands(self.late));
         let mut classes: Vec<(Class, u64)> = self.classes.iter().map(|(c, n)| (*c, *n)).collect();
         classes.sort();
@@ -112,11 +120,18 @@ impl Summary {
     }
 }
 
+/// Peak resident memory of this process in KiB (Linux: VmHWM), for the summary.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
 fn thousands(n: u64) -> String {
     let d = n.to_string();
     let mut out = String::new();
     for (i, c) in d.chars().enumerate() {
-        if i > 0 && (d.len() - i) % 3 == 0 {
+        if i > 0 && (d.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

@@ -59,6 +59,7 @@ pub fn spawn(cfg: FileConfig, queue: mpsc::Sender<Batch>, metrics: Arc<Metrics>)
         };
         let mut reader = Reader::new(BufReader::with_capacity(1 << 20, file), cfg.max_line_bytes, 1 << 30);
         let mut body = Vec::with_capacity(CHUNK_BYTES + 4096);
+        let mut line = Vec::with_capacity(1 << 16);
         let send = |body: Vec<u8>, total: &mut IngestReport| -> bool {
             let (ack, acked) = oneshot::channel();
             let batch = Batch { cluster: cfg.cluster.clone(), body, source: "file", ack: Some(ack) };
@@ -73,7 +74,7 @@ pub fn spawn(cfg: FileConfig, queue: mpsc::Sender<Batch>, metrics: Arc<Metrics>)
             true
         };
         loop {
-            let record = match reader.next_record() {
+            let record = match reader.next_record(&mut line) {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(e) => {
@@ -82,7 +83,7 @@ pub fn spawn(cfg: FileConfig, queue: mpsc::Sender<Batch>, metrics: Arc<Metrics>)
                 }
             };
             match record {
-                Record::Line(_, line) => {
+                Record::Line(_) => {
                     body.extend_from_slice(&line);
                     body.push(b'\n');
                 }

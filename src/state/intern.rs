@@ -6,6 +6,8 @@ use std::sync::{Arc, RwLock};
 
 use dashmap::DashMap;
 
+use super::FastBuild;
+
 /// A handle to an interned string. Only meaningful with the [`Interner`] that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct Sym(u32);
@@ -24,7 +26,7 @@ impl Sym {
 #[derive(Debug)]
 pub struct Interner {
     /// Lookup from text to handle; sharded so concurrent classifiers do not contend.
-    ids: DashMap<Arc<str>, u32>,
+    ids: DashMap<Arc<str>, u32, FastBuild>,
     /// Handle to text; appended under the write lock, read far more often than written.
     strings: RwLock<Vec<Arc<str>>>,
 }
@@ -32,7 +34,7 @@ pub struct Interner {
 impl Default for Interner {
     fn default() -> Self {
         let empty: Arc<str> = Arc::from("");
-        let ids = DashMap::new();
+        let ids = DashMap::with_hasher(FastBuild::default());
         ids.insert(empty.clone(), 0);
         Interner { ids, strings: RwLock::new(vec![empty]) }
     }

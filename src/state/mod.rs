@@ -1,11 +1,13 @@
 //! Per-object state, rebuilt from the stream: a sharded concurrent map keyed by (cluster, UID).
 
+mod hash;
 mod intern;
 mod object;
 mod snapshot;
 mod store;
 
+pub use hash::{FastBuild, FastHasher};
 pub use intern::{Interner, Sym};
-pub use object::{ObjectState, Recent, MAX_RECENT};
+pub use object::{ObjectState, OwnerKey, Recent, TraceState, MAX_RECENT};
 pub use snapshot::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats};
 pub use store::{ObjKey, Store, StoreStats};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::Sym;
 use crate::classify::policy::Policy;
 use crate::classify::trace::Trace;
-use crate::write::{ObservedSource, OwnerLink};
+use crate::write::{ObservedSource, Uid};
 
 /// How many distinct users the updater sets keep (DESIGN §1.2).
 pub const MAX_RECENT: usize = 5;
@@ -81,13 +81,49 @@ pub struct ObjectState {
     pub last_resource_version: u64,
     /// Event time of the latest write, for eviction and tombstone expiry.
     pub last_seen_us: i64,
-    pub owner: Option<Box<OwnerLink>>,
-    /// The trace of the mutation that produced the current generation.
-    pub trace: Option<Trace>,
+    /// The controller owner: UID and kind only (its name and UID text come with each write
+    /// that carries the ownerReference, or from the owner's own state).
+    pub owner: Option<OwnerKey>,
+    /// How the current generation came about (the trace of its producing mutation).
+    pub trace: TraceState,
     /// Parsed `kausality.io/` annotations; `None` for the many objects without any.
     pub policy: Option<Arc<Policy>>,
-    /// `once` approvals already used up, by content hash.
-    pub consumed_approvals: Vec<u64>,
+    /// `once` approvals already used up, by content hash; boxed because few objects have any.
+    pub consumed_approvals: Option<Box<Vec<u64>>>,
+}
+
+/// The trace of an object's producing mutation (DESIGN §1.6), kept compactly: the trace that
+/// write extended (its parent's, shared by all siblings) and who wrote it when. The object's own
+/// trace node is only built when one of its children extends it, and is then cached: most
+/// objects are leaves and never need one.
+#[derive(Clone, Debug, Default)]
+pub struct TraceState {
+    /// The trace the producing write extended; `None` for a new origin.
+    pub prev: Option<Trace>,
+    /// Who made the producing write; `Sym::EMPTY` when it was never seen.
+    pub user: Sym,
+    /// When, in µs since the epoch; 0 when unknown.
+    pub time_us: i64,
+    /// This object's own trace, built on first use as a parent.
+    pub node: Option<Trace>,
+}
+
+/// The controller owner as state keeps it: 24 bytes inline, no heap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerKey {
+    uid: [u64; 2],
+    pub api_version: Sym,
+    pub kind: Sym,
+}
+
+impl OwnerKey {
+    pub fn new(uid: Uid, api_version: Sym, kind: Sym) -> Self {
+        OwnerKey { uid: [uid as u64, (uid >> 64) as u64], api_version, kind }
+    }
+
+    pub fn uid(&self) -> Uid {
+        self.uid[0] as u128 | (self.uid[1] as u128) << 64
+    }
 }
 
 impl ObjectState {
@@ -110,9 +146,9 @@ impl ObjectState {
             last_resource_version: 0,
             last_seen_us: 0,
             owner: None,
-            trace: None,
+            trace: TraceState::default(),
             policy: None,
-            consumed_approvals: Vec::new(),
+            consumed_approvals: None,
         }
     }
 

@@ -10,12 +10,12 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{Interner, ObjKey, ObjectState, Recent, Store, Sym};
+use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
 use crate::classify::policy::Policy;
 use crate::classify::trace::{Hop, Trace, TraceNode};
-use crate::write::{Annotations, ObservedSource, OwnerLink};
+use crate::write::{Annotations, ObservedSource};
 
-const MAGIC: &[u8] = b"KAUSALITY-STATE 1\n";
+const MAGIC: &[u8] = b"KAUSALITY-STATE 4\n";
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -66,7 +66,10 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             sym(o.api_version, &mut strings);
             sym(o.kind, &mut strings);
         }
-        if let Some(t) = &s.trace {
+        if !s.trace.user.is_empty() {
+            sym(s.trace.user, &mut strings);
+        }
+        if let Some(t) = &s.trace.prev {
             // Post-order: a node's prefix gets its id first.
             let mut chain = Vec::new();
             let mut cur = Some(t);
@@ -105,7 +108,13 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         buf.str(&h.name);
         buf.opt_int(h.generation);
         buf.uint(h.user.map_or(0, |u| id(u) + 1));
-        buf.opt_int(h.time_us);
+        match &h.timestamp {
+            Some(t) => {
+                buf.uint(1);
+                buf.str(t);
+            }
+            None => buf.uint(0),
+        }
         let labels = h.labels.as_deref().unwrap_or(&[]);
         buf.uint(labels.len() as u64);
         for (k, v) in labels {
@@ -116,7 +125,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
     buf.uint(objects.len() as u64);
     for (k, s) in &objects {
         buf.uint(id(k.cluster));
-        buf.u128(k.uid);
+        buf.u128(k.uid());
         buf.uint(id(s.api_version));
         buf.uint(id(s.kind));
         buf.uint(id(s.namespace));
@@ -144,23 +153,24 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         match &s.owner {
             Some(o) => {
                 buf.uint(1);
-                buf.u128(o.uid);
-                buf.str(&o.uid_text);
+                buf.u128(o.uid());
                 buf.uint(id(o.api_version));
                 buf.uint(id(o.kind));
-                buf.str(&o.name);
             }
             None => buf.uint(0),
         }
-        buf.uint(s.trace.as_ref().map_or(0, |t| nodes[&Arc::as_ptr(t)] as u64 + 1));
+        buf.uint(s.trace.prev.as_ref().map_or(0, |t| nodes[&Arc::as_ptr(t)] as u64 + 1));
+        buf.uint(if s.trace.user.is_empty() { 0 } else { id(s.trace.user) + 1 });
+        buf.int(s.trace.time_us);
         let annotations = s.policy.as_ref().map(|p| &p.source.entries[..]).unwrap_or(&[]);
         buf.uint(annotations.len() as u64);
         for (k, v) in annotations {
             buf.str(k);
             buf.str(v);
         }
-        buf.uint(s.consumed_approvals.len() as u64);
-        for c in &s.consumed_approvals {
+        let consumed = s.consumed_approvals.as_deref().map(Vec::as_slice).unwrap_or(&[]);
+        buf.uint(consumed.len() as u64);
+        for c in consumed {
             buf.uint(*c);
         }
     }
@@ -214,14 +224,17 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             0 => None,
             i => Some(sym(i - 1)?),
         };
-        let time_us = d.opt_int()?;
+        let timestamp: Option<Arc<str>> = match d.uint()? {
+            0 => None,
+            _ => Some(Arc::from(d.str()?)),
+        };
         let nl = d.len()?;
         let mut labels = Vec::with_capacity(nl);
         for _ in 0..nl {
             labels.push((Box::from(d.str()?), Box::from(d.str()?)));
         }
         let labels = (!labels.is_empty()).then(|| Arc::from(labels));
-        nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, time_us, labels }, prev }));
+        nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, timestamp, labels }, prev }));
     }
     let n = d.len()?;
     for _ in 0..n {
@@ -249,16 +262,17 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         s.last_seen_us = d.int()?;
         if d.uint()? == 1 {
             let uid = d.u128()?;
-            let uid_text = Arc::from(d.str()?);
-            let api_version = sym(d.uint()?)?;
-            let kind = sym(d.uint()?)?;
-            let name = Arc::from(d.str()?);
-            s.owner = Some(Box::new(OwnerLink { uid, uid_text, api_version, kind, name }));
+            s.owner = Some(OwnerKey::new(uid, sym(d.uint()?)?, sym(d.uint()?)?));
         }
-        s.trace = match d.uint()? {
+        s.trace.prev = match d.uint()? {
             0 => None,
             i => Some(nodes.get(i as usize - 1).cloned().ok_or(SnapshotError::Corrupt("trace index"))?),
         };
+        s.trace.user = match d.uint()? {
+            0 => Sym::EMPTY,
+            i => sym(i - 1)?,
+        };
+        s.trace.time_us = d.int()?;
         let na = d.len()?;
         if na > 0 {
             let mut entries = Vec::with_capacity(na);
@@ -273,8 +287,9 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             }
             s.policy = Some(Arc::new(Policy::parse(&Annotations { entries, hash: h.digest() })));
         }
-        s.consumed_approvals = (0..d.len()?).map(|_| d.uint()).collect::<Result<_, _>>()?;
-        store.insert(ObjKey { cluster, uid }, s);
+        let consumed: Vec<u64> = (0..d.len()?).map(|_| d.uint()).collect::<Result<_, _>>()?;
+        s.consumed_approvals = (!consumed.is_empty()).then(|| Box::new(consumed));
+        store.insert(ObjKey::new(cluster, uid), s);
     }
     let dedupe: Vec<u128> = (0..d.len()?).map(|_| d.u128()).collect::<Result<_, _>>()?;
     Ok((SnapshotStats { objects: n, trace_nodes: nodes.len(), strings: syms.len(), dedupe_ids: dedupe.len(), bytes: data.len() }, dedupe))

@@ -92,7 +92,7 @@ pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkCo
 /// The parent's own namespace, from the model (a cluster-scoped parent has none).
 fn parent_namespace(ctx: &SinkContext, e: &crate::enriched::Enriched) -> Option<String> {
     let p = e.parent.as_ref()?;
-    let key = ObjKey { cluster: ctx.engine.interner.intern(&e.cluster), uid: uid_key(&p.uid) };
+    let key = ObjKey::new(ctx.engine.interner.intern(&e.cluster), uid_key(&p.uid));
     let ns = ctx.engine.store.read(&key, |s| s.namespace)?;
     Some(ctx.engine.interner.resolve(ns).to_string())
 }
@@ -101,11 +101,11 @@ fn parent_namespace(ctx: &SinkContext, e: &crate::enriched::Enriched) -> Option<
 fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &Open) -> bool {
     let cluster = ctx.engine.interner.intern(cluster);
     let child = &o.report.spec.child;
-    let child_gone = ctx.engine.store.read(&ObjKey { cluster, uid: uid_key(&child.uid) }, |s| s.deleted || s.deleting).unwrap_or(false);
+    let child_gone = ctx.engine.store.read(&ObjKey::new(cluster, uid_key(&child.uid)), |s| s.deleted || s.deleting).unwrap_or(false);
     if child_gone {
         return true;
     }
-    let parent = ctx.engine.store.read(&ObjKey { cluster, uid: uid_key(parent_uid) }, |s| {
+    let parent = ctx.engine.store.read(&ObjKey::new(cluster, uid_key(parent_uid)), |s| {
         (s.generation, s.deleted || s.deleting, s.policy.clone(), s.consumed_approvals.clone())
     });
     let Some((generation, gone, policy, consumed)) = parent else { return false };
@@ -114,7 +114,7 @@ fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &O
     }
     policy.is_some_and(|p| {
         let child_ref = ChildRef { api_version: &child.api_version, kind: &child.kind, name: &child.name };
-        p.resolve(child_ref, generation, &consumed).0 == Resolution::Approved
+        p.resolve(child_ref, generation, consumed.as_deref().map_or(&[][..], |c| c.as_slice())).0 == Resolution::Approved
     })
 }
 

@@ -125,3 +125,85 @@ impl Tracker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::enriched::{ActorOut, ObjectOut, ParentOut, Phase as Lifecycle};
+    use crate::filter::Verb;
+
+    fn drift(audit: &str, child: &str, parent_gen: i64) -> Enriched {
+        Enriched {
+            audit_id: Arc::from(audit),
+            cluster: Arc::from("c"),
+            stage_timestamp: Arc::from("2024-05-01T10:00:00Z"),
+            verb: Verb::Update,
+            user: Arc::from("ctrl"),
+            user_hash: Arc::from("00000"),
+            object: ObjectOut { api_version: Arc::from("v1"), kind: Arc::from("ConfigMap"), namespace: Arc::from("ns"), name: Arc::from(child), uid: Arc::from(child), generation: None },
+            class: Class::Drift,
+            reason: String::new(),
+            parent: Some(ParentOut {
+                api_version: Arc::from("example.org/v1"),
+                kind: Arc::from("App"),
+                name: Arc::from("app"),
+                uid: Arc::from("P"),
+                generation: Some(parent_gen),
+                observed_generation: Some(parent_gen),
+                observed_generation_source: None,
+                phase: Some(Lifecycle::Initialized),
+            }),
+            actor: ActorOut { is_controller: Some(true), controllers: vec![] },
+            resolution: Some(Resolution::Unresolved),
+            freeze_violation: false,
+            snoozed: false,
+            trace: vec![],
+            late: false,
+        }
+    }
+
+    fn phases(out: &[DriftReport]) -> Vec<(Phase, String)> {
+        out.iter().map(|r| (r.spec.phase, r.spec.child.name.clone())).collect()
+    }
+
+    #[test]
+    fn reports_once_per_ttl_skips_snoozed_and_approved_and_resolves() {
+        let t0 = Instant::now();
+        let mut t = Tracker::new(Duration::from_secs(600));
+        let mut out = Vec::new();
+        let ns = |_: &Enriched| None;
+        t.on_event(&drift("1", "a", 1), t0, ns, &mut out);
+        t.on_event(&drift("2", "a", 1), t0, ns, &mut out);
+        assert_eq!(phases(&out), vec![(Phase::Detected, "a".into())], "same id within the TTL: once");
+        let mut snoozed = drift("3", "b", 1);
+        snoozed.snoozed = true;
+        let mut approved = drift("4", "c", 1);
+        approved.resolution = Some(Resolution::Approved);
+        t.on_event(&snoozed, t0, ns, &mut out);
+        t.on_event(&approved, t0, ns, &mut out);
+        assert_eq!(out.len(), 1);
+        t.on_event(&drift("5", "d", 1), t0, ns, &mut out);
+        assert_eq!(t.open_count(), 2);
+        // The child d is deleted: its report is resolved, a's stays open.
+        let mut gone = drift("6", "d", 1);
+        gone.class = Class::Deleting;
+        gone.verb = Verb::Delete;
+        out.clear();
+        t.on_event(&gone, t0, ns, &mut out);
+        assert_eq!(phases(&out), vec![(Phase::Resolved, "d".into())]);
+        // The parent's generation moves on: a is resolved, with the id it was detected with.
+        out.clear();
+        let mut next = drift("7", "e", 2);
+        next.class = Class::Expected;
+        t.on_event(&next, t0, ns, &mut out);
+        assert_eq!(phases(&out), vec![(Phase::Resolved, "a".into())]);
+        assert_eq!(out[0].spec.id, super::super::report::drift_id("P", "a", 1));
+        assert_eq!(t.open_count(), 0);
+        // After the TTL the same drift would be reported again.
+        out.clear();
+        t.on_event(&drift("8", "f", 2), t0, ns, &mut out);
+        t.sweep(t0 + Duration::from_secs(601), |_, _| false, &mut out);
+        t.on_event(&drift("9", "f", 2), t0 + Duration::from_secs(601), ns, &mut out);
+        assert_eq!(out.len(), 2);
+    }
+}

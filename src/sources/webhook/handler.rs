@@ -14,11 +14,11 @@
 
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -72,14 +72,10 @@ impl WebhookState {
         if *self.closing.borrow() {
             return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance");
         }
-        let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
-        if declared.is_some_and(|n| n > self.max_body_bytes as u64) {
-            return self.too_large(declared.unwrap_or(0));
-        }
-        let bytes: Bytes = match Limited::new(body, self.max_body_bytes).collect().await {
-            Ok(c) => c.to_bytes(),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return self.too_large(self.max_body_bytes as u64 + 1),
-            Err(e) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
+        let bytes = match read_body(body, self.max_body_bytes).await {
+            Ok(b) => b,
+            Err(BodyError::TooLarge(size)) => return self.too_large(size),
+            Err(BodyError::Read(e)) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
         };
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return self.answer(StatusCode::BAD_REQUEST, error_body("empty body: expected an audit.k8s.io/v1 EventList or Event"));
@@ -93,7 +89,7 @@ impl WebhookState {
             return self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg));
         }
         let (ack, acked) = oneshot::channel();
-        let batch = Batch { cluster, body: bytes.into(), source: "webhook", ack: Some(ack) };
+        let batch = Batch { cluster, body: bytes, source: "webhook", ack: Some(ack) };
         match self.queue.try_send(batch) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second"),
@@ -139,6 +135,45 @@ impl WebhookState {
     pub fn answer(&self, code: StatusCode, body: serde_json::Value) -> Response {
         self.metrics.webhook_requests.with_label_values(&[code.as_str()]).inc();
         (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
+    }
+}
+
+enum BodyError {
+    /// Over the limit; the size read (or declared).
+    TooLarge(u64),
+    Read(axum::Error),
+}
+
+/// Most bytes read and thrown away after the limit is passed, so that the client gets to read
+/// the 413 (a client cut off while sending sees a reset connection, which the API server
+/// would retry, again and again).
+const DRAIN_LIMIT: u64 = 256 << 20;
+
+/// Reads the body up to `max` bytes; past it, drains (up to [`DRAIN_LIMIT`]) and says so.
+async fn read_body(body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
+    let mut body = body;
+    let mut buf = Vec::new();
+    let mut seen: u64 = 0;
+    let mut over = false;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(BodyError::Read)?;
+        let Ok(data) = frame.into_data() else { continue };
+        seen += data.len() as u64;
+        if over {
+            if seen > DRAIN_LIMIT {
+                break;
+            }
+        } else if buf.len() + data.len() > max {
+            over = true;
+            buf = Vec::new();
+        } else {
+            buf.extend_from_slice(&data);
+        }
+    }
+    if over {
+        Err(BodyError::TooLarge(seen))
+    } else {
+        Ok(buf)
     }
 }
 

@@ -1,0 +1,288 @@
+//! The verdict on one mutation: the parent as of this write, who the controller is, the class
+//! and its reason, the trace, and what the parent's policy says. Builds the enriched event.
+
+use std::sync::Arc;
+
+use super::policy::{ChildRef, Policy, Resolution};
+use super::trace::{self, Hop, Labels, Trace};
+use super::{decide, identify, Class, Engine, Identity, ParentFacts};
+use crate::decode::time::format_rfc3339_micros;
+use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
+use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState};
+use crate::write::{OwnerLink, Uid, Write};
+
+/// What the judgement of a mutation needs to know about the mutated object.
+pub(super) struct Child<'a> {
+    pub uid_text: &'a Arc<str>,
+    pub api_version: Sym,
+    pub kind: Sym,
+    pub namespace: Sym,
+    pub name: &'a Arc<str>,
+    pub generation: Option<i64>,
+    pub labels: Option<Labels>,
+}
+
+/// A copy of the parent's state, taken so no two map entries are ever locked at once.
+struct ParentView {
+    facts: ParentFacts,
+    observed: Option<(i64, crate::write::ObservedSource)>,
+    status_updaters: Recent,
+    deleted: bool,
+    trace: Option<Trace>,
+    policy: Option<Arc<Policy>>,
+    consumed: Vec<u64>,
+    labels: Option<Labels>,
+}
+
+impl Engine {
+    /// The full owner link of an owner kept as a key in state (for writes whose response has no
+    /// ownerReferences: scale, Status-answered deletes); its name from the owner's own state.
+    pub(super) fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
+        let uid = o.uid();
+        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).unwrap_or_else(|| Arc::from(""));
+        OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), api_version: o.api_version, kind: o.kind, name }
+    }
+
+    fn parent_view(&self, key: &ObjKey) -> Option<ParentView> {
+        // A write lock: the parent's trace node is built here on first use and cached.
+        self.store.update(key, |p| {
+            let observed = p.observed_generation();
+            let labels = trace_labels(p.policy.as_deref());
+            let trace = match &p.trace.node {
+                Some(node) => Some(node.clone()),
+                None if !p.trace.user.is_empty() => {
+                    let hop = Hop {
+                        api_version: p.api_version,
+                        kind: p.kind,
+                        name: p.name.clone(),
+                        generation: (p.generation != 0).then_some(p.generation),
+                        user: Some(p.trace.user),
+                        timestamp: (p.trace.time_us != 0).then(|| Arc::from(format_rfc3339_micros(p.trace.time_us))),
+                        labels: labels.clone(),
+                    };
+                    let node = match &p.trace.prev {
+                        Some(prev) => trace::extend(prev.clone(), hop),
+                        None => trace::origin(hop),
+                    };
+                    p.trace.node = Some(node.clone());
+                    Some(node)
+                }
+                None => None,
+            };
+            ParentView {
+                facts: ParentFacts {
+                    deleting: p.deleting || p.deleted,
+                    initialized: p.initialized,
+                    generation: p.generation,
+                    observed: observed.map(|(g, _)| g),
+                },
+                observed,
+                status_updaters: p.status_updaters,
+                deleted: p.deleted,
+                trace,
+                policy: p.policy.clone(),
+                consumed: p.consumed_approvals.as_deref().cloned().unwrap_or_default(),
+                labels,
+            }
+        })
+    }
+
+    /// Judges one mutation of `child` by the write's user; returns the enriched event and the
+    /// child's new trace.
+    pub(super) fn judge(&self, w: &Write, child: &Child<'_>, owner: Option<&OwnerLink>, updaters: &Recent, unowned_reason: Option<&str>) -> (Enriched, TraceState) {
+        let origin_state = TraceState { prev: None, user: w.user, time_us: w.time_us, node: None };
+        let hop = Hop {
+            api_version: child.api_version,
+            kind: child.kind,
+            name: child.name.clone(),
+            generation: child.generation,
+            user: Some(w.user),
+            timestamp: (!w.stage_timestamp.is_empty()).then(|| w.stage_timestamp.clone()),
+            labels: child.labels.clone(),
+        };
+        let user = self.interner.resolve(w.user);
+        let mut event = Enriched {
+            audit_id: w.audit_id.clone(),
+            cluster: self.interner.resolve(w.cluster),
+            stage_timestamp: w.stage_timestamp.clone(),
+            verb: w.verb,
+            user_hash: self.user_hash(w.user),
+            user: user.clone(),
+            object: ObjectOut {
+                api_version: self.interner.resolve(child.api_version),
+                kind: self.interner.resolve(child.kind),
+                namespace: self.interner.resolve(child.namespace),
+                name: child.name.clone(),
+                uid: child.uid_text.clone(),
+                generation: child.generation,
+            },
+            class: Class::Unowned,
+            reason: String::new(),
+            parent: None,
+            actor: ActorOut { is_controller: None, controllers: Vec::new() },
+            resolution: None,
+            freeze_violation: false,
+            snoozed: false,
+            trace: Vec::new(),
+            late: w.late,
+        };
+        let Some(owner) = owner else {
+            event.reason = unowned_reason.unwrap_or("no controller ownerReference: top of a tree").to_string();
+            let t = trace::origin(hop);
+            event.trace = self.trace_out(&t);
+            return (event, origin_state);
+        };
+        let mut parent_out = ParentOut {
+            api_version: self.interner.resolve(owner.api_version),
+            kind: self.interner.resolve(owner.kind),
+            name: owner.name.clone(),
+            uid: owner.uid_text.clone(),
+            generation: None,
+            observed_generation: None,
+            observed_generation_source: None,
+            phase: None,
+        };
+        let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid)) else {
+            event.class = Class::UnknownParent;
+            event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
+            let unknown_parent = Hop {
+                api_version: owner.api_version,
+                kind: owner.kind,
+                name: owner.name.clone(),
+                generation: None,
+                user: None,
+                timestamp: None,
+                labels: None,
+            };
+            let t = trace::extend(trace::origin(unknown_parent), hop);
+            event.trace = self.trace_out(&t);
+            event.parent = Some(parent_out);
+            return (event, origin_state);
+        };
+        let identity = identify(w.user, updaters, &p.status_updaters);
+        let class = decide(&p.facts, &identity);
+        parent_out.generation = (p.facts.generation != 0).then_some(p.facts.generation);
+        parent_out.observed_generation = p.observed.map(|(g, _)| g);
+        parent_out.observed_generation_source = p.observed.map(|(_, s)| s);
+        parent_out.phase = Some(if p.facts.deleting {
+            Phase::Deleting
+        } else if p.facts.initialized {
+            Phase::Initialized
+        } else {
+            Phase::Initializing
+        });
+        event.actor = ActorOut {
+            is_controller: identity.is_controller(),
+            controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect(),
+        };
+        event.reason = self.reason(class, &p, &identity, &user);
+        event.class = class;
+
+        // The trace: a controller acting on a parent's change extends the parent's trace.
+        let extends = match class {
+            Class::Expected => true,
+            Class::Initializing => !matches!(identity, Identity::NotController(_)),
+            _ => false,
+        };
+        let mut state = origin_state;
+        let t = if extends {
+            let parent_trace = p.trace.clone().unwrap_or_else(|| {
+                trace::origin(Hop {
+                    api_version: owner.api_version,
+                    kind: owner.kind,
+                    name: owner.name.clone(),
+                    generation: parent_out.generation,
+                    user: None,
+                    timestamp: None,
+                    labels: p.labels.clone(),
+                })
+            });
+            state.prev = Some(parent_trace.clone());
+            trace::extend(parent_trace, hop)
+        } else {
+            trace::origin(hop)
+        };
+        event.trace = self.trace_out(&t);
+
+        if let Some(policy) = p.policy.as_deref() {
+            let child_ref = ChildRef { api_version: &event.object.api_version, kind: &event.object.kind, name: &event.object.name };
+            if class == Class::Drift {
+                let (resolution, used) = policy.resolve(child_ref, p.facts.generation, &p.consumed);
+                event.resolution = Some(resolution);
+                event.snoozed = policy.snoozed_at(w.time_us);
+                if let Some(used) = used {
+                    self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| {
+                        let used_up = s.consumed_approvals.get_or_insert_with(Default::default);
+                        if used_up.len() >= 32 {
+                            used_up.remove(0);
+                        }
+                        used_up.push(used);
+                    });
+                }
+            }
+            event.freeze_violation = policy.freeze.is_some()
+                && matches!(class, Class::Drift | Class::Expected | Class::Origin | Class::Undetermined);
+        } else if class == Class::Drift {
+            event.resolution = Some(Resolution::Unresolved);
+        }
+        event.parent = Some(parent_out);
+        (event, state)
+    }
+
+    fn reason(&self, class: Class, p: &ParentView, identity: &Identity, user: &str) -> String {
+        let controllers = || identity.controllers().iter().map(|&u| self.interner.resolve(u).to_string()).collect::<Vec<_>>().join(", ");
+        match class {
+            Class::Deleting if p.deleted => "parent was deleted: teardown".to_string(),
+            Class::Deleting => "parent is being deleted: teardown".to_string(),
+            Class::Initializing => "parent has not finished initializing".to_string(),
+            Class::Undetermined => "cannot tell the controller apart yet: several users changed this object and nobody is known to write the parent's status".to_string(),
+            Class::Origin => format!("{user} is not the parent's controller ({}): a new causal origin", controllers()),
+            Class::Expected => match p.observed {
+                Some((o, _)) => format!("controller is reconciling a spec change: parent generation {} != observed {o}", p.facts.generation),
+                None => "controller acting on a parent that reports no observed generation".to_string(),
+            },
+            Class::Drift => format!("controller changed a child while the parent is stable (generation {} == observed)", p.facts.generation),
+            Class::Unowned | Class::UnknownParent => String::new(),
+        }
+    }
+
+    fn user_hash(&self, user: Sym) -> Arc<str> {
+        if let Some(h) = self.user_hashes.get(&user) {
+            return h.clone();
+        }
+        let h: Arc<str> = Arc::from(user_hash(&self.interner.resolve(user)));
+        self.user_hashes.insert(user, h.clone());
+        h
+    }
+
+    fn trace_out(&self, t: &Trace) -> Vec<HopOut> {
+        trace::hops(t)
+            .into_iter()
+            .map(|h| HopOut {
+                api_version: self.interner.resolve(h.api_version),
+                kind: self.interner.resolve(h.kind),
+                name: h.name.clone(),
+                generation: h.generation,
+                user: h.user.map(|u| self.interner.resolve(u)),
+                timestamp: h.timestamp.clone(),
+                labels: h
+                    .labels
+                    .iter()
+                    .flat_map(|l| l.iter())
+                    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
+                    .collect(),
+            })
+            .collect()
+    }
+}
+
+/// A UID key as text: the UUID it was parsed from (UIDs that are not UUIDs were hashed, and
+/// read as the hash in UUID form).
+fn format_uid(uid: Uid) -> String {
+    let h = format!("{uid:032x}");
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+pub(super) fn trace_labels(p: Option<&Policy>) -> Option<Labels> {
+    p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
+}

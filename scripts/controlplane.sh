@@ -254,13 +254,19 @@ wait_for() {
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 USED_PORTS=" "
+# Random ports come from below the kernel's ephemeral range (32768 and up by default): a port
+# picked inside it can be taken by an outgoing connection (the components' clients) between
+# the check here and the component's bind, and the component then fails to start.
+EPHEMERAL_LOW="$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+PORT_LO=20000
+PORT_HI=$((EPHEMERAL_LOW > PORT_LO + 2000 ? EPHEMERAL_LOW : 50000))
 pick_port() { # VAR [fixed-port]
   local p=${2:-} i
   if [[ -n $p ]]; then
     port_in_use "$p" && die "port $p (for $1) is already in use on 127.0.0.1"
   else
     for ((i = 0; i < 500; i++)); do
-      p=$((20000 + RANDOM % 30000))
+      p=$((PORT_LO + RANDOM % (PORT_HI - PORT_LO)))
       [[ $USED_PORTS == *" $p "* ]] && continue
       port_in_use "$p" || break
     done

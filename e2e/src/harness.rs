@@ -53,7 +53,16 @@ impl Cluster {
         }
         fs::create_dir_all(&dir)?;
         let serve = Serve::start(&dir.join("serve"), REORDER_WINDOW)?;
-        let controlplane = ControlPlane::start(&dir.join("controlplane"), &serve.webhook_url(), apiservers)?;
+        let cp_dir = dir.join("controlplane");
+        let controlplane = match ControlPlane::start(&cp_dir, &serve.webhook_url(), apiservers) {
+            Ok(cp) => cp,
+            // A start can fail for reasons of the machine (a port taken by someone else just
+            // then); the script has stopped what it started, so one more try is clean.
+            Err(e) => {
+                eprintln!("e2e: the control plane did not start, trying once more: {e:#}");
+                ControlPlane::start(&cp_dir, &serve.webhook_url(), apiservers)?
+            }
+        };
         let setup = Actor::connect(&controlplane.kubeconfigs[0], None).await?;
         let cluster = Cluster {
             prefix: if apiservers == 2 { "dual-" } else { "" },

@@ -178,8 +178,8 @@ impl Processor {
             _ => now_us,
         };
         let buffer = self.buffers.entry(cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
-        let rv = write.resource_version;
-        buffer.push(write, rv, time, &mut self.released);
+        let (rv, event_us) = (write.resource_version, write.time_us);
+        buffer.push(write, rv, time, event_us, &mut self.released);
         self.apply_released(now_us, out);
     }
 

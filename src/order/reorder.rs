@@ -4,7 +4,7 @@
 //! that arrives after a higher resourceVersion was released is still released, marked late.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 
 /// A write ready to apply, and whether it came too late to be put in order.
 #[derive(Debug)]
@@ -48,14 +48,30 @@ pub struct ReorderBuffer<T> {
     now_us: i64,
     /// Highest resourceVersion released so far.
     released_rv: u64,
-    /// Highest resourceVersion seen; writes without one sort right after it.
+    /// Highest resourceVersion seen.
     seen_rv: u64,
+    /// (event time, resourceVersion) of recent writes, to place a write without a
+    /// resourceVersion (a delete answered with a `Status`) after the writes that happened
+    /// before it rather than after whatever arrived last (batches from several API servers).
+    recent: VecDeque<(i64, u64)>,
     seq: u64,
 }
 
+/// How many recent (time, resourceVersion) pairs place writes that have no resourceVersion.
+const RECENT: usize = 4096;
+
 impl<T> ReorderBuffer<T> {
     pub fn new(window_us: i64, max_held: usize) -> Self {
-        ReorderBuffer { window_us, max_held: max_held.max(1), heap: BinaryHeap::new(), now_us: i64::MIN, released_rv: 0, seen_rv: 0, seq: 0 }
+        ReorderBuffer {
+            window_us,
+            max_held: max_held.max(1),
+            heap: BinaryHeap::new(),
+            now_us: i64::MIN,
+            released_rv: 0,
+            seen_rv: 0,
+            recent: VecDeque::with_capacity(RECENT),
+            seq: 0,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -66,14 +82,24 @@ impl<T> ReorderBuffer<T> {
         self.heap.is_empty()
     }
 
-    /// Adds a write; releases into `out` whatever is due.
-    pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, out: &mut Vec<Released<T>>) {
+    /// Adds a write; releases into `out` whatever is due. `time_us` is the buffer's clock
+    /// (event or arrival time); `event_us` the write's own stageTimestamp (0 when unknown).
+    pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, out: &mut Vec<Released<T>>) {
         self.seq += 1;
         let rv = match rv {
             Some(rv) => {
                 self.seen_rv = self.seen_rv.max(rv);
+                if event_us != 0 {
+                    if self.recent.len() == RECENT {
+                        self.recent.pop_front();
+                    }
+                    self.recent.push_back((event_us, rv));
+                }
                 rv
             }
+            // After the highest resourceVersion written at or before this write's time; with
+            // no time, after everything seen.
+            None if event_us != 0 => self.recent.iter().filter(|(t, _)| *t <= event_us).map(|(_, rv)| *rv).max().unwrap_or(0).max(self.released_rv),
             None => self.seen_rv,
         };
         if rv < self.released_rv {
@@ -123,9 +149,9 @@ mod tests {
     fn releases_in_resource_version_order_after_the_window() {
         let mut b = ReorderBuffer::new(100, 1000);
         let mut out = Vec::new();
-        b.push(3, Some(30), 0, &mut out);
-        b.push(1, Some(10), 10, &mut out);
-        b.push(2, Some(20), 20, &mut out);
+        b.push(3, Some(30), 0, 0, &mut out);
+        b.push(1, Some(10), 10, 0, &mut out);
+        b.push(2, Some(20), 20, 0, &mut out);
         assert!(out.is_empty(), "held within the window");
         b.advance(110, &mut out);
         assert_eq!(items(std::mem::take(&mut out)), vec![(1, false)], "rv 30 arrived first but waits behind rv 20");
@@ -137,9 +163,9 @@ mod tests {
     fn a_write_older_than_what_was_released_is_late() {
         let mut b = ReorderBuffer::new(100, 1000);
         let mut out = Vec::new();
-        b.push(5, Some(50), 0, &mut out);
+        b.push(5, Some(50), 0, 0, &mut out);
         b.advance(200, &mut out);
-        b.push(4, Some(40), 210, &mut out);
+        b.push(4, Some(40), 210, 0, &mut out);
         assert_eq!(items(out), vec![(5, false), (4, true)]);
     }
 
@@ -148,7 +174,7 @@ mod tests {
         let mut b = ReorderBuffer::new(1_000_000, 2);
         let mut out = Vec::new();
         for (i, rv) in [(1, 30), (2, 10), (3, 20)] {
-            b.push(i, Some(rv), 0, &mut out);
+            b.push(i, Some(rv), 0, 0, &mut out);
         }
         assert_eq!(items(std::mem::take(&mut out)), vec![(2, false)], "over the cap releases the lowest");
         b.flush(&mut out);
@@ -160,10 +186,25 @@ mod tests {
     fn writes_without_resource_version_sort_after_the_latest_seen() {
         let mut b = ReorderBuffer::new(100, 1000);
         let mut out = Vec::new();
-        b.push(1, Some(10), 0, &mut out);
-        b.push(2, None, 1, &mut out);
-        b.push(3, Some(5), 2, &mut out);
+        b.push(1, Some(10), 0, 0, &mut out);
+        b.push(2, None, 1, 0, &mut out);
+        b.push(3, Some(5), 2, 0, &mut out);
         b.flush(&mut out);
         assert_eq!(items(out), vec![(3, false), (1, false), (2, false)]);
+    }
+
+    #[test]
+    fn writes_without_resource_version_go_after_what_happened_before_them() {
+        // Two API servers: server B's batch (rv 20 at t=200, rv 30 at t=300) arrives before
+        // server A's delete answered with a Status (no rv, t=150) and A's rv 10 (t=100).
+        let mut b = ReorderBuffer::new(1_000, 1000);
+        let mut out = Vec::new();
+        b.push("b20", Some(20), 0, 200, &mut out);
+        b.push("b30", Some(30), 1, 300, &mut out);
+        b.push("a10", Some(10), 2, 100, &mut out);
+        b.push("a-delete", None, 3, 150, &mut out);
+        b.flush(&mut out);
+        let order: Vec<&str> = out.into_iter().map(|r| r.item).collect();
+        assert_eq!(order, ["a10", "a-delete", "b20", "b30"]);
     }
 }

@@ -133,9 +133,6 @@ pub struct Scene<'a> {
     pub name: String,
     pub ns: String,
     pub admin: Actor,
-    /// The admin through the first API server, the one the controllers talk to (the same as
-    /// `admin` with one API server).
-    pub admin_on_controllers_server: Actor,
     /// A person.
     pub alice: Actor,
     /// The horizontal-pod-autoscaler's service account.
@@ -158,7 +155,6 @@ impl<'a> Scene<'a> {
             ns: name.clone(),
             name,
             admin: Actor::connect(kc, None).await?,
-            admin_on_controllers_server: Actor::connect(&cluster.controlplane.kubeconfigs[0], None).await?,
             alice: Actor::connect(kc, Some(users::ALICE)).await?,
             hpa: Actor::connect(kc, Some(users::HPA)).await?,
             facts: Vec::new(),

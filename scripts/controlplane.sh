@@ -37,6 +37,11 @@ STATE="${CONTROLPLANE_DIR:-/tmp/kausality-controlplane}"
 TIMEOUT="${CONTROLPLANE_TIMEOUT:-180}"          # seconds, per wait step of `start`
 STOP_TIMEOUT="${CONTROLPLANE_STOP_TIMEOUT:-15}" # seconds between SIGTERM and SIGKILL
 NODES="${CONTROLPLANE_NODES:-2}"
+# 1, or 2: a second kube-apiserver on the same etcd (its own port and audit log, the same
+# audit webhook), to test what several API servers do to the audit stream. Controllers, the
+# scheduler and kwok always talk to the first one.
+APISERVERS="${CONTROLPLANE_APISERVERS:-1}"
+[[ $APISERVERS == 1 || $APISERVERS == 2 ]] || { echo "CONTROLPLANE_APISERVERS must be 1 or 2" >&2; exit 2; }
 
 SERVICE_CIDR=10.96.0.0/16
 SERVICE_IP=10.96.0.1 # first address of SERVICE_CIDR: the `kubernetes` Service
@@ -44,6 +49,7 @@ POD_CIDR=10.244.0.0/16
 
 # Start order (`stop` ends the clients first, then kube-apiserver, then etcd).
 COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+((APISERVERS == 2)) && COMPONENTS=(etcd kube-apiserver kube-apiserver-2 kube-controller-manager kube-scheduler kwok)
 
 log() { printf '[controlplane %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -170,7 +176,8 @@ component_pid() {
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   exe="$(readlink "/proc/$pid/exe" 2>/dev/null)" || return 1
   exe="${exe% (deleted)}"
-  [[ "$(basename "$exe")" == "$1" ]] || return 1 # pid reused by something else
+  # kube-apiserver-2 runs the kube-apiserver binary; anything else is a reused pid.
+  [[ "$(basename "$exe")" == "${1%-[0-9]}" ]] || return 1
   echo "$pid"
 }
 
@@ -202,7 +209,7 @@ cmd_stop() {
   [[ -d $STATE/run ]] || { log "nothing to stop in $STATE"; return 0; }
   # Clients first, then the API server (flushes its audit batches), then etcd.
   stop_components kwok kube-scheduler kube-controller-manager
-  stop_components kube-apiserver
+  stop_components kube-apiserver kube-apiserver-2
   stop_components etcd
   log "stopped"
 }
@@ -247,13 +254,19 @@ wait_for() {
 
 port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 USED_PORTS=" "
+# Random ports come from below the kernel's ephemeral range (32768 and up by default): a port
+# picked inside it can be taken by an outgoing connection (the components' clients) between
+# the check here and the component's bind, and the component then fails to start.
+EPHEMERAL_LOW="$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)"
+PORT_LO=20000
+PORT_HI=$((EPHEMERAL_LOW > PORT_LO + 2000 ? EPHEMERAL_LOW : 50000))
 pick_port() { # VAR [fixed-port]
   local p=${2:-} i
   if [[ -n $p ]]; then
     port_in_use "$p" && die "port $p (for $1) is already in use on 127.0.0.1"
   else
     for ((i = 0; i < 500; i++)); do
-      p=$((20000 + RANDOM % 30000))
+      p=$((PORT_LO + RANDOM % (PORT_HI - PORT_LO)))
       [[ $USED_PORTS == *" $p "* ]] && continue
       port_in_use "$p" || break
     done
@@ -306,14 +319,14 @@ EOF
   chmod 600 "$PKI"/*.key
 }
 
-write_kubeconfig() { # file user cert-name
+write_kubeconfig() { # file user cert-name [apiserver-port]
   cat >"$1" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: kausality
   cluster:
-    server: https://127.0.0.1:$APISERVER_PORT
+    server: https://127.0.0.1:${4:-$APISERVER_PORT}
     certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
 users:
 - name: $2
@@ -445,6 +458,49 @@ extra_args() { # VAR-NAME: split an env var of extra flags into EXTRA (no quotin
   [[ -z $v ]] || read -r -a EXTRA <<<"$v"
 }
 
+# launch_apiserver name port audit-log-file: one kube-apiserver on the shared etcd.
+launch_apiserver() {
+  local name=$1 port=$2 audit_log=$3
+  local audit_args=(
+    --audit-policy-file="$STATE/audit/policy.yaml"
+    --audit-log-path="$STATE/audit/$audit_log"
+    --audit-log-format=json
+    --audit-log-maxsize=0
+  )
+  if [[ -n ${AUDIT_WEBHOOK_URL:-} ]]; then
+    audit_args+=(
+      --audit-webhook-config-file="$STATE/audit/webhook.kubeconfig"
+      --audit-webhook-mode=batch
+      --audit-webhook-batch-max-wait="${AUDIT_WEBHOOK_BATCH_MAX_WAIT:-1s}"
+    )
+  fi
+  extra_args CONTROLPLANE_APISERVER_ARGS
+  launch "$name" "$BIN/kube-apiserver" \
+    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$port" \
+    --cert-dir="$STATE/certs/$name" \
+    --tls-cert-file="$PKI/apiserver.crt" \
+    --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --requestheader-client-ca-file="$PKI/ca.crt" \
+    --requestheader-allowed-names=front-proxy-client \
+    --requestheader-username-headers=X-Remote-User \
+    --requestheader-group-headers=X-Remote-Group \
+    --requestheader-extra-headers-prefix=X-Remote-Extra- \
+    --authorization-mode=Node,RBAC \
+    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range="$SERVICE_CIDR" \
+    --endpoint-reconciler-type=none \
+    --allow-privileged=true \
+    --profiling=false \
+    "${audit_args[@]}" \
+    "${EXTRA[@]}"
+}
+
 START_OK=0
 on_start_exit() {
   local rc=$?
@@ -459,9 +515,9 @@ on_start_exit() {
   exit "$rc"
 }
 
-api_curl() { # path
+api_curl() { # path [port]
   curl -sf --max-time 5 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
-    "https://127.0.0.1:$APISERVER_PORT$1"
+    "https://127.0.0.1:${2:-$APISERVER_PORT}$1"
 }
 kctl() { "$BIN/kubectl" --kubeconfig "$STATE/kubeconfig/admin.kubeconfig" "$@"; }
 
@@ -488,6 +544,8 @@ cmd_start() {
   pick_port ETCD_PORT "${CONTROLPLANE_ETCD_PORT:-}"
   pick_port ETCD_PEER_PORT "${CONTROLPLANE_ETCD_PEER_PORT:-}"
   pick_port APISERVER_PORT "${CONTROLPLANE_APISERVER_PORT:-}"
+  APISERVER2_PORT=""
+  ((APISERVERS == 2)) && pick_port APISERVER2_PORT "${CONTROLPLANE_APISERVER2_PORT:-}"
   pick_port KCM_PORT "${CONTROLPLANE_KCM_PORT:-}"
   pick_port SCHEDULER_PORT "${CONTROLPLANE_SCHEDULER_PORT:-}"
   pick_port KWOK_PORT "${CONTROLPLANE_KWOK_PORT:-}"
@@ -495,6 +553,7 @@ cmd_start() {
 ETCD_PORT=$ETCD_PORT
 ETCD_PEER_PORT=$ETCD_PEER_PORT
 APISERVER_PORT=$APISERVER_PORT
+APISERVER2_PORT=$APISERVER2_PORT
 KCM_PORT=$KCM_PORT
 SCHEDULER_PORT=$SCHEDULER_PORT
 KWOK_PORT=$KWOK_PORT
@@ -502,6 +561,7 @@ EOF
 
   gen_pki
   write_kubeconfig "$STATE/kubeconfig/admin.kubeconfig" kubernetes-admin admin
+  ((APISERVERS == 2)) && write_kubeconfig "$STATE/kubeconfig/admin-2.kubeconfig" kubernetes-admin admin "$APISERVER2_PORT"
   write_kubeconfig "$STATE/kubeconfig/controller-manager.kubeconfig" system:kube-controller-manager controller-manager
   write_kubeconfig "$STATE/kubeconfig/scheduler.kubeconfig" system:kube-scheduler scheduler
   write_kubeconfig "$STATE/kubeconfig/kwok.kubeconfig" kwok-controller kwok
@@ -526,46 +586,13 @@ EOF
   wait_for etcd "healthy on 127.0.0.1:$ETCD_PORT" \
     bash -c "curl -sf --max-time 2 http://127.0.0.1:$ETCD_PORT/health | grep -q '\"health\":\"true\"'"
 
-  # --- kube-apiserver
-  local audit_args=(
-    --audit-policy-file="$STATE/audit/policy.yaml"
-    --audit-log-path="$STATE/audit/audit.log"
-    --audit-log-format=json
-    --audit-log-maxsize=0
-  )
-  if [[ -n ${AUDIT_WEBHOOK_URL:-} ]]; then
-    audit_args+=(
-      --audit-webhook-config-file="$STATE/audit/webhook.kubeconfig"
-      --audit-webhook-mode=batch
-      --audit-webhook-batch-max-wait="${AUDIT_WEBHOOK_BATCH_MAX_WAIT:-1s}"
-    )
-  fi
-  extra_args CONTROLPLANE_APISERVER_ARGS
-  launch kube-apiserver "$BIN/kube-apiserver" \
-    --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
-    --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
-    --secure-port="$APISERVER_PORT" \
-    --cert-dir="$STATE/certs/apiserver" \
-    --tls-cert-file="$PKI/apiserver.crt" \
-    --tls-private-key-file="$PKI/apiserver.key" \
-    --client-ca-file="$PKI/ca.crt" \
-    --requestheader-client-ca-file="$PKI/ca.crt" \
-    --requestheader-allowed-names=front-proxy-client \
-    --requestheader-username-headers=X-Remote-User \
-    --requestheader-group-headers=X-Remote-Group \
-    --requestheader-extra-headers-prefix=X-Remote-Extra- \
-    --authorization-mode=Node,RBAC \
-    --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file="$PKI/sa.pub" \
-    --service-account-signing-key-file="$PKI/sa.key" \
-    --service-cluster-ip-range="$SERVICE_CIDR" \
-    --endpoint-reconciler-type=none \
-    --allow-privileged=true \
-    --profiling=false \
-    "${audit_args[@]}" \
-    "${EXTRA[@]}"
+  # --- kube-apiserver (and a second one on the same etcd with CONTROLPLANE_APISERVERS=2)
+  launch_apiserver kube-apiserver "$APISERVER_PORT" audit.log
   wait_for kube-apiserver "/readyz ok on https://127.0.0.1:$APISERVER_PORT" api_curl /readyz
+  if ((APISERVERS == 2)); then
+    launch_apiserver kube-apiserver-2 "$APISERVER2_PORT" audit-2.log
+    wait_for kube-apiserver-2 "/readyz ok on https://127.0.0.1:$APISERVER2_PORT" api_curl /readyz "$APISERVER2_PORT"
+  fi
 
   # --- kube-controller-manager
   local kc="$STATE/kubeconfig/controller-manager.kubeconfig"
@@ -643,6 +670,10 @@ load_state() {
   # shellcheck disable=SC1091
   source "$STATE/ports.env"
   PKI="$STATE/pki"
+  # A cluster started with CONTROLPLANE_APISERVERS=2 is shown whole whatever the env says now.
+  if [[ -n ${APISERVER2_PORT:-} && " ${COMPONENTS[*]} " != *" kube-apiserver-2 "* ]]; then
+    COMPONENTS=(etcd kube-apiserver kube-apiserver-2 kube-controller-manager kube-scheduler kwok)
+  fi
 }
 
 cmd_status() {
@@ -660,6 +691,13 @@ cmd_status() {
     kctl get nodes -l type=kwok --no-headers 2>/dev/null | sed 's/^/node  /' || true
   else
     printf '%-24s FAILING https://127.0.0.1:%s\n' "apiserver /readyz" "$APISERVER_PORT"; ok=1
+  fi
+  if [[ -n ${APISERVER2_PORT:-} ]]; then
+    if api_curl /readyz "$APISERVER2_PORT" >/dev/null 2>&1; then
+      printf '%-24s ok  https://127.0.0.1:%s\n' "apiserver-2 /readyz" "$APISERVER2_PORT"
+    else
+      printf '%-24s FAILING https://127.0.0.1:%s\n' "apiserver-2 /readyz" "$APISERVER2_PORT"; ok=1
+    fi
   fi
   return $ok
 }
@@ -679,6 +717,14 @@ cmd_env() {
     "PATH=$BIN${PATH:+:${PATH//"$BIN:"/}}"; do
     printf 'export %s=%q\n' "${kv%%=*}" "${kv#*=}"
   done
+  if [[ -n ${APISERVER2_PORT:-} ]]; then
+    for kv in \
+      "CONTROLPLANE_APISERVER2_URL=https://127.0.0.1:$APISERVER2_PORT" \
+      "CONTROLPLANE_KUBECONFIG2=$STATE/kubeconfig/admin-2.kubeconfig" \
+      "CONTROLPLANE_AUDIT_LOG2=$STATE/audit/audit-2.log"; do
+      printf 'export %s=%q\n' "${kv%%=*}" "${kv#*=}"
+    done
+  fi
 }
 
 usage() {

@@ -15,6 +15,10 @@ pub struct Released<T> {
 
 struct Held<T> {
     rv: u64,
+    /// Order among writes placed at the same resourceVersion: `i64::MIN` for a write that has
+    /// it, the write's own event time for one placed there for lack of one (so two deletes
+    /// answered with a `Status` keep the order they happened in, whichever batch came first).
+    tie: i64,
     seq: u64,
     time_us: i64,
     item: T,
@@ -22,7 +26,7 @@ struct Held<T> {
 
 impl<T> PartialEq for Held<T> {
     fn eq(&self, o: &Self) -> bool {
-        (self.rv, self.seq) == (o.rv, o.seq)
+        (self.rv, self.tie, self.seq) == (o.rv, o.tie, o.seq)
     }
 }
 impl<T> Eq for Held<T> {}
@@ -33,7 +37,7 @@ impl<T> PartialOrd for Held<T> {
 }
 impl<T> Ord for Held<T> {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.rv, self.seq).cmp(&(o.rv, o.seq))
+        (self.rv, self.tie, self.seq).cmp(&(o.rv, o.tie, o.seq))
     }
 }
 
@@ -86,6 +90,11 @@ impl<T> ReorderBuffer<T> {
     /// (event or arrival time); `event_us` the write's own stageTimestamp (0 when unknown).
     pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, out: &mut Vec<Released<T>>) {
         self.seq += 1;
+        let tie = match (rv, event_us) {
+            (Some(_), _) => i64::MIN,
+            (None, 0) => i64::MAX,
+            (None, t) => t,
+        };
         let rv = match rv {
             Some(rv) => {
                 self.seen_rv = self.seen_rv.max(rv);
@@ -107,7 +116,7 @@ impl<T> ReorderBuffer<T> {
             out.push(Released { item, late: true });
             return;
         }
-        self.heap.push(Reverse(Held { rv, seq: self.seq, time_us, item }));
+        self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, item }));
         self.advance(time_us, out);
     }
 
@@ -206,5 +215,22 @@ mod tests {
         b.flush(&mut out);
         let order: Vec<&str> = out.into_iter().map(|r| r.item).collect();
         assert_eq!(order, ["a10", "a-delete", "b20", "b30"]);
+    }
+
+    #[test]
+    fn writes_without_resource_version_at_the_same_place_keep_their_event_order() {
+        // As seen on a real control plane with two API servers (docs/e2e.md): the admin's
+        // background delete of a Deployment (server B, t=638) and the garbage collector's
+        // delete of its ReplicaSet (server A, t=675) are both answered with a Status; nothing
+        // with a resourceVersion was written between them, and A's batch arrives first.
+        let mut b = ReorderBuffer::new(10_000, 1000);
+        let mut out = Vec::new();
+        b.push("a348", Some(348), 0, 500, &mut out);
+        b.push("gc-delete-rs", None, 1, 675, &mut out);
+        b.push("gc-delete-pod", Some(351), 2, 723, &mut out);
+        b.push("b-delete-deployment", None, 3, 638, &mut out);
+        b.flush(&mut out);
+        let order: Vec<&str> = out.into_iter().map(|r| r.item).collect();
+        assert_eq!(order, ["a348", "b-delete-deployment", "gc-delete-rs", "gc-delete-pod"]);
     }
 }

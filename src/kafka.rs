@@ -140,6 +140,8 @@ mod client {
     struct DoneOffsets {
         next: HashMap<(Arc<str>, i32), i64>,
         dirty: bool,
+        /// `next` as of the last successful commit: what the committed state covers.
+        committed: HashMap<(Arc<str>, i32), i64>,
     }
 
     /// What a commit did.
@@ -165,8 +167,32 @@ mod client {
         /// A message is done (called by the processor thread).
         pub fn done(&self, topic: &Arc<str>, partition: i32, offset: i64) {
             let mut o = self.offsets.lock().expect("offsets lock");
-            o.next.insert((topic.clone(), partition), offset + 1);
-            o.dirty = true;
+            let next = o.next.entry((topic.clone(), partition)).or_insert(0);
+            // Never backwards: messages read again after a restart (below the group's
+            // committed offset) are done again.
+            if offset + 1 > *next {
+                *next = offset + 1;
+                o.dirty = true;
+            }
+        }
+
+        /// A partition assigned whose group offset is `committed`: done offsets start there.
+        pub fn resume(&self, topic: &Arc<str>, partition: i32, committed: i64) {
+            let mut o = self.offsets.lock().expect("offsets lock");
+            let key = (topic.clone(), partition);
+            let next = o.next.entry(key.clone()).or_insert(committed);
+            *next = (*next).max(committed);
+            let next = *next;
+            o.committed.insert(key, next);
+        }
+
+        /// The next offset of each partition as of the last commit: the state, once that
+        /// commit's outputs are in, covers every message before it.
+        pub fn committed_positions(&self) -> Vec<(Arc<str>, i32, i64)> {
+            let o = self.offsets.lock().expect("offsets lock");
+            let mut v: Vec<_> = o.committed.iter().map(|((t, p), n)| (t.clone(), *p, *n)).collect();
+            v.sort();
+            v
         }
 
         /// Partitions taken away by a rebalance (after their barrier commit).
@@ -174,6 +200,7 @@ mod client {
             let mut o = self.offsets.lock().expect("offsets lock");
             for p in parts {
                 o.next.remove(p);
+                o.committed.remove(p);
             }
         }
 
@@ -206,6 +233,14 @@ mod client {
                 let _ = producer.abort(self.timeout);
                 let _ = producer.begin();
                 return Err(e.into());
+            }
+            {
+                let mut o = self.offsets.lock().expect("offsets lock");
+                for e in tpl.elements() {
+                    if let Offset::Offset(next) = e.offset() {
+                        o.committed.insert((Arc::from(e.topic()), e.partition()), next);
+                    }
+                }
             }
             producer.begin()?;
             Ok(Some(Committed { partitions: tpl.count() }))

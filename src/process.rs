@@ -66,14 +66,124 @@ pub struct IngestReport {
 const KEPT_ERRORS: usize = 10;
 const MAINTAIN_EVERY: u64 = 4096;
 
+/// Decoding, filtering and extraction of writes: the part of the chain that needs no state of
+/// the processor (only the interner and the model's configuration, both shared), so a source
+/// can run it on its own thread while the processor classifies what came before.
+#[derive(Clone)]
+pub struct Decoder {
+    engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    decode: DecodeOptions,
+    scope: Option<Arc<Scope>>,
+    default_cluster: Sym,
+}
+
+/// Events decoded by a [`Decoder`], in arrival order, waiting for the processor's dedupe,
+/// reorder buffer and classification. Decoding errors and ignored events are already counted.
+#[derive(Debug, Default)]
+pub struct Decoded {
+    items: Vec<Item>,
+    report: IngestReport,
+}
+
+/// One admitted event: its auditID's dedupe key, and the write (or why there is none: judged
+/// after dedupe, so a second copy of a bad event counts as a duplicate, as it always has).
+#[derive(Debug)]
+struct Item {
+    dedupe_key: u128,
+    cluster: Sym,
+    write: Result<Write, Rejected>,
+}
+
+impl Decoded {
+    /// Audit events decoded (before filtering and dedupe), and records rejected so far.
+    pub fn report(&self) -> &IngestReport {
+        &self.report
+    }
+
+    /// Admitted events waiting for the processor.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Marks the events from the `from`th on as [`Write::silent`]: read again after a restart
+    /// only to bring the state up to date.
+    pub fn silence_from(&mut self, from: usize) {
+        for item in self.items.iter_mut().skip(from) {
+            if let Ok(w) = &mut item.write {
+                w.silent = true;
+            }
+        }
+    }
+}
+
+impl Decoder {
+    fn cluster_sym(&self, cluster: Option<&str>) -> Sym {
+        match cluster {
+            Some(c) if !c.is_empty() => self.engine.interner.intern(c),
+            _ => self.default_cluster,
+        }
+    }
+
+    /// Decodes a body of any supported shape (EventList, Event, JSON lines) of one cluster
+    /// (`None`: the pipeline's) and appends its admitted events to `into`.
+    pub fn decode(&self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &str, into: &mut Decoded) {
+        let cluster = self.cluster_sym(cluster);
+        let opts = DecodeOptions { unwrap, ..self.decode.clone() };
+        decode::decode_body(body, &opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, into));
+    }
+
+    /// Decodes one JSON document (one line of a log file) and appends its admitted events.
+    pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &str, into: &mut Decoded) {
+        let cluster = self.cluster_sym(cluster);
+        decode::decode_document(doc, location, &self.decode, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, into));
+    }
+
+    fn take(&self, cluster: Sym, r: Result<AuditEvent<'_>, Invalid>, source: &str, into: &mut Decoded) {
+        let ev = match r {
+            Ok(ev) => ev,
+            Err(invalid) => return reject(&self.metrics, invalid, &mut into.report),
+        };
+        into.report.events += 1;
+        self.metrics.received(source, 1);
+        let adm = match admit(&ev) {
+            Ok(a) => a,
+            Err(reason) => return self.metrics.ignored(reason),
+        };
+        if self.scope.as_deref().is_some_and(|s| !s.admits(&ev)) {
+            return self.metrics.ignored(Ignored::Excluded);
+        }
+        let dedupe_key = Dedupe::key(ev.audit_id.as_deref().unwrap_or(""));
+        let extractor = Extractor { interner: &self.engine.interner, config: &self.engine.config };
+        // The arrival seq is given by the processor, after dedupe.
+        let write = extractor.extract(&ev, adm, cluster, 0, Location::Body);
+        into.items.push(Item { dedupe_key, cluster, write });
+    }
+}
+
+/// Counts a record rejected (not an audit event, or not a usable one); keeps the first few.
+fn reject(metrics: &Metrics, invalid: Invalid, report: &mut IngestReport) {
+    metrics.invalid(invalid.reason);
+    report.invalid += 1;
+    if report.errors.len() < KEPT_ERRORS {
+        report.errors.push(invalid);
+    }
+}
+
 pub struct Processor {
+    decoder: Decoder,
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
     opts: ProcessorOptions,
     dedupe: Dedupe,
     buffers: HashMap<Sym, ReorderBuffer<Write>, FastBuild>,
-    default_cluster: Sym,
     seq: u64,
+    /// Reused between bodies.
+    decoded: Decoded,
     released: Vec<Released<Write>>,
     /// Which arrival seqs are still in a reorder buffer, from `held_base` on (`true`: held).
     /// Sources that commit positions (Kafka) must know the oldest write not yet applied; the
@@ -85,14 +195,16 @@ pub struct Processor {
 impl Processor {
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, opts: ProcessorOptions) -> Self {
         let default_cluster = engine.interner.intern(&opts.default_cluster);
+        let decoder = Decoder { engine: engine.clone(), metrics: metrics.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster };
         Processor {
+            decoder,
             dedupe: Dedupe::new(opts.dedupe_capacity),
             engine,
             metrics,
             opts,
             buffers: HashMap::default(),
-            default_cluster,
             seq: 0,
+            decoded: Decoded::default(),
             released: Vec::new(),
             held_seqs: VecDeque::new(),
             held_base: 1,
@@ -161,11 +273,9 @@ impl Processor {
         }
     }
 
-    fn cluster_sym(&self, cluster: Option<&str>) -> Sym {
-        match cluster {
-            Some(c) if !c.is_empty() => self.engine.interner.intern(c),
-            _ => self.default_cluster,
-        }
+    /// A decoder feeding this processor, for a source to run on its own thread.
+    pub fn decoder(&self) -> Decoder {
+        self.decoder.clone()
     }
 
     /// Decodes a body of any supported shape (EventList, Event, JSON lines) and takes its events in.
@@ -177,66 +287,67 @@ impl Processor {
     /// [`Processor::ingest_body`] with the source's own envelope setting (a Kafka topic fed by
     /// a log shipper) instead of the pipeline's.
     pub fn ingest_body_unwrapping(&mut self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
-        let cluster = self.cluster_sym(cluster);
-        let mut report = IngestReport::default();
-        let decode_opts = DecodeOptions { unwrap, ..self.opts.decode.clone() };
-        decode::decode_body(body, &decode_opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, now_us, &mut report, out));
+        let mut decoded = std::mem::take(&mut self.decoded);
+        self.decoder.decode(cluster, body, unwrap, source, &mut decoded);
+        let report = self.ingest_writes(&mut decoded, now_us, out);
         self.after_batch(now_us, out);
+        self.decoded = decoded;
         report
     }
 
     /// Takes in one JSON document (one line of a log file).
     pub fn ingest_document(&mut self, cluster: Option<&str>, doc: &[u8], location: Location, source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
-        let cluster = self.cluster_sym(cluster);
-        let mut report = IngestReport::default();
-        let decode_opts = self.opts.decode.clone();
-        decode::decode_document(doc, location, &decode_opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, now_us, &mut report, out));
+        let mut decoded = std::mem::take(&mut self.decoded);
+        self.decoder.decode_document(cluster, doc, location, source, &mut decoded);
+        let report = self.ingest_writes(&mut decoded, now_us, out);
+        self.decoded = decoded;
+        report
+    }
+
+    /// Takes in events a [`Decoder`] has decoded (on a source's thread).
+    pub fn ingest_decoded(&mut self, mut decoded: Decoded, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        let report = self.ingest_writes(&mut decoded, now_us, out);
+        self.after_batch(now_us, out);
+        report
+    }
+
+    /// Dedupe, reorder buffer and classification of decoded events; leaves `decoded` empty.
+    fn ingest_writes(&mut self, decoded: &mut Decoded, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        let mut report = std::mem::take(&mut decoded.report);
+        for item in decoded.items.drain(..) {
+            if !self.dedupe.first_sight_key(item.dedupe_key) {
+                self.metrics.dedup_hits.inc();
+                continue;
+            }
+            let mut write = match item.write {
+                Ok(w) => w,
+                Err(Rejected::Ignored(reason)) => {
+                    self.metrics.ignored(reason);
+                    continue;
+                }
+                Err(Rejected::Invalid(invalid)) => {
+                    reject(&self.metrics, invalid, &mut report);
+                    continue;
+                }
+            };
+            self.seq += 1;
+            write.seq = self.seq;
+            let time = match self.opts.clock {
+                Clock::EventTime if write.time_us != 0 => write.time_us,
+                _ => now_us,
+            };
+            let buffer = self.buffers.entry(item.cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
+            let (rv, event_us, seq) = (write.resource_version, write.time_us, write.seq);
+            buffer.push(write, rv, time, event_us, &mut self.released);
+            self.hold(seq);
+            self.apply_released(now_us, out);
+        }
         report
     }
 
     /// Counts a record rejected before decoding (e.g. an over-long line).
     pub fn reject(&mut self, invalid: Invalid, report: &mut IngestReport) {
-        self.metrics.invalid(invalid.reason);
-        report.invalid += 1;
-        if report.errors.len() < KEPT_ERRORS {
-            report.errors.push(invalid);
-        }
-    }
-
-    fn take(&mut self, cluster: Sym, r: Result<AuditEvent<'_>, Invalid>, source: &str, now_us: i64, report: &mut IngestReport, out: &mut Vec<Enriched>) {
-        let ev = match r {
-            Ok(ev) => ev,
-            Err(invalid) => return self.reject(invalid, report),
-        };
-        report.events += 1;
-        self.metrics.received(source, 1);
-        let adm = match admit(&ev) {
-            Ok(a) => a,
-            Err(reason) => return self.metrics.ignored(reason),
-        };
-        if self.opts.scope.as_deref().is_some_and(|s| !s.admits(&ev)) {
-            return self.metrics.ignored(Ignored::Excluded);
-        }
-        if !self.dedupe.first_sight(ev.audit_id.as_deref().unwrap_or("")) {
-            self.metrics.dedup_hits.inc();
-            return;
-        }
-        self.seq += 1;
-        let extractor = Extractor { interner: &self.engine.interner, config: &self.engine.config };
-        let write = match extractor.extract(&ev, adm, cluster, self.seq, Location::Body) {
-            Ok(w) => w,
-            Err(Rejected::Ignored(reason)) => return self.metrics.ignored(reason),
-            Err(Rejected::Invalid(invalid)) => return self.reject(invalid, report),
-        };
-        let time = match self.opts.clock {
-            Clock::EventTime if write.time_us != 0 => write.time_us,
-            _ => now_us,
-        };
-        let buffer = self.buffers.entry(cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
-        let (rv, event_us, seq) = (write.resource_version, write.time_us, write.seq);
-        buffer.push(write, rv, time, event_us, &mut self.released);
-        self.hold(seq);
-        self.apply_released(now_us, out);
+        reject(&self.metrics, invalid, report);
     }
 
     /// Releases what is due by the clock (call periodically on a live stream).
@@ -273,6 +384,8 @@ impl Processor {
             let time_us = write.time_us;
             match self.engine.apply(&write) {
                 Applied::Ignored(reason) => self.metrics.ignored(reason),
+                // Its outputs went out before a restart (see `Decoded::silence_from`).
+                Applied::Classified(_) if write.silent => {}
                 Applied::Classified(events) => {
                     for e in events {
                         self.count(&e);

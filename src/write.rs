@@ -141,6 +141,9 @@ pub struct Write {
     pub target: Target,
     /// Set by the reorder buffer when the write came after later writes were applied.
     pub late: bool,
+    /// Read again after a restart only to bring the state up to date: its outputs were
+    /// written before the restart, so it is classified and applied but not emitted.
+    pub silent: bool,
 }
 
 /// Why an admitted event still could not become a [`Write`].
@@ -212,6 +215,7 @@ impl Extractor<'_> {
             resource,
             target,
             late: false,
+            silent: false,
         })
     }
 

@@ -109,6 +109,7 @@ impl Engine {
                         kind: f.kind,
                     },
                     late: false,
+                    silent: false,
                 };
                 self.refresh(s, f, &w);
             }

@@ -18,7 +18,17 @@ impl Dedupe {
 
     /// True the first time an auditID is seen within the window.
     pub fn first_sight(&mut self, audit_id: &str) -> bool {
-        self.seen.put(xxh3_128(audit_id.as_bytes()), ()).is_none()
+        self.first_sight_key(Self::key(audit_id))
+    }
+
+    /// The window's key of an auditID (hashed where the event is decoded).
+    pub fn key(audit_id: &str) -> u128 {
+        xxh3_128(audit_id.as_bytes())
+    }
+
+    /// [`Dedupe::first_sight`] of a [`Dedupe::key`].
+    pub fn first_sight_key(&mut self, key: u128) -> bool {
+        self.seen.put(key, ()).is_none()
     }
 
     /// All auditIDs in the window, oldest first, as hashes (for snapshots).

@@ -198,16 +198,23 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         scope: scope(&cfg),
     };
     let mut processor = Processor::new(engine.clone(), metrics.clone(), popts);
+    // Exactly-once Kafka: the positions the restored state covers.
+    #[cfg_attr(not(feature = "kafka"), allow(unused_mut, unused_variables))]
+    let mut resume: std::collections::HashMap<(String, i32), i64> = std::collections::HashMap::new();
     if let Some(path) = &cfg.state.snapshot {
         match snapshot::restore(path, &mut processor)? {
-            Some(s) => tracing::info!(
-                path = %path.display(),
-                bytes = s.bytes,
-                objects = s.content.objects,
-                dedupe_ids = s.content.dedupe_ids,
-                millis = s.millis as u64,
-                "state restored from snapshot"
-            ),
+            Some(r) => {
+                tracing::info!(
+                    path = %path.display(),
+                    bytes = r.stats.bytes,
+                    objects = r.stats.content.objects,
+                    dedupe_ids = r.stats.content.dedupe_ids,
+                    kafka_positions = r.positions.len(),
+                    millis = r.stats.millis as u64,
+                    "state restored from snapshot"
+                );
+                resume.extend(r.positions.into_iter().map(|p| ((p.topic, p.partition), p.next)));
+            }
             None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
         }
     }
@@ -248,6 +255,8 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let (barrier_tx, barrier_rx) = mpsc::channel(4);
     let (observe_tx, observe_rx) = mpsc::channel(256);
     let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone()).await?;
+    #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
+    let decoder = processor.decoder();
     let task = ProcessorTask {
         processor,
         intake: intake_rx,
@@ -268,6 +277,16 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         }),
         #[cfg(not(feature = "kafka"))]
         commit: None,
+        // Exactly-once: the positions of the last commit go into each snapshot (taken right
+        // after a commit), for the silent re-read after a restart.
+        #[cfg(feature = "kafka")]
+        positions: transaction.as_ref().map(|(t, _)| {
+            let t = t.clone();
+            let positions: processor::Positions = Box::new(move || t.committed_positions().into_iter().map(|(topic, partition, next)| snapshot::Position { topic: topic.to_string(), partition, next }).collect());
+            positions
+        }),
+        #[cfg(not(feature = "kafka"))]
+        positions: None,
         barrier_timeout: (timeout / 2).max(Duration::from_secs(1)),
         unsaved: Vec::new(),
     };
@@ -314,6 +333,8 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
                     stop: stop_rx.clone(),
                     barriers: barrier_tx.clone(),
                     transaction: transaction.as_ref().map(|(t, _)| t.clone()),
+                    decoder: decoder.clone(),
+                    resume: std::mem::take(&mut resume),
                     shutdown_timeout: timeout,
                 };
                 let t = sources::kafka::consumer::start(k, wiring).map_err(|e| {

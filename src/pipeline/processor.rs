@@ -31,9 +31,9 @@ use super::checkpoint::{Barrier, Checkpoints};
 use super::snapshot;
 use crate::classify::Class;
 use crate::enriched::Enriched;
-use crate::process::{IngestReport, Processor};
+use crate::process::Processor;
 use crate::sinks::Events;
-use crate::sources::Batch;
+use crate::sources::{Batch, Body};
 use crate::write::ObjectFacts;
 
 /// An object fetched from the API server (a parent the stream never showed).
@@ -60,6 +60,8 @@ pub struct ProcessorTask {
     pub barriers: Option<mpsc::Receiver<Barrier>>,
     /// Exactly-once: commits the Kafka transaction (`Ok(true)`: committed), and how often.
     pub commit: Option<(Committer, Duration)>,
+    /// Exactly-once: the positions to save with a snapshot.
+    pub positions: Option<Positions>,
     /// Longest wait for the sinks at a barrier before a snapshot, and at shutdown.
     pub barrier_timeout: Duration,
     /// Done messages waiting for the next snapshot (at-least-once with a snapshot file).
@@ -68,6 +70,9 @@ pub struct ProcessorTask {
 
 /// Commits a transaction of the source's offsets and the sinks' output.
 pub type Committer = Box<dyn FnMut() -> Result<bool, String> + Send>;
+
+/// The source positions the state covers after the last commit, saved with each snapshot.
+pub type Positions = Box<dyn Fn() -> Vec<snapshot::Position> + Send>;
 
 /// What the processor did, for the final log line.
 #[derive(Debug, Default)]
@@ -286,19 +291,12 @@ impl ProcessorTask {
     }
 
     fn take(&mut self, b: Batch, out: &mut Vec<Enriched>) {
-        let unwrap = b.unwrap.unwrap_or(self.processor.options().decode.unwrap);
-        let now = now_us();
-        let report = if b.parts.is_empty() {
-            self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &b.body, unwrap, b.source, now, out)
-        } else {
-            let mut total = IngestReport::default();
-            for p in &b.parts {
-                let r = self.processor.ingest_body_unwrapping(p.cluster.as_deref(), &b.body[p.range.clone()], unwrap, b.source, now, out);
-                total.events += r.events;
-                total.invalid += r.invalid;
-                total.errors.extend(r.errors.into_iter().take(10usize.saturating_sub(total.errors.len())));
+        let report = match b.body {
+            Body::Raw(bytes) => {
+                let unwrap = b.unwrap.unwrap_or(self.processor.options().decode.unwrap);
+                self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &bytes, unwrap, b.source, now_us(), out)
             }
-            total
+            Body::Decoded(decoded) => self.processor.ingest_decoded(decoded, now_us(), out),
         };
         if let Some(ack) = b.ack {
             // The source may have given up waiting (client gone): nothing to do then.
@@ -334,7 +332,8 @@ impl ProcessorTask {
 
     fn save_snapshot(&mut self) -> Option<snapshot::Stats> {
         let (path, _) = self.snapshot.as_ref()?;
-        match snapshot::save(path, &self.processor) {
+        let positions = self.positions.as_ref().map(|p| p()).unwrap_or_default();
+        match snapshot::save(path, &self.processor, &positions) {
             Ok(stats) => {
                 tracing::info!(
                     path = %path.display(),

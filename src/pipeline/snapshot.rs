@@ -5,9 +5,14 @@
 //! crash mid-write leaves the previous snapshot whole; written by the processor task between
 //! two batches, periodically and after the final flush on shutdown; read once at start-up,
 //! before any source listens.
+//!
+//! With an exactly-once Kafka source, the file starts with the Kafka positions the state
+//! covers (a text header, `KAUSALITY-POSITIONS 1`, one `topic<TAB>partition<TAB>next offset`
+//! line each, then an empty line): a restart reads again, silently, what was committed after
+//! the snapshot, so the state catches up with the outputs already written.
 
 use std::fs::{self, File};
-use std::io::{self, BufReader, BufWriter};
+use std::io::{self, BufRead, BufReader, BufWriter, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -20,6 +25,18 @@ pub enum Error {
     Io { path: String, source: io::Error },
     #[error("snapshot {path}: {source}")]
     Restore { path: String, source: SnapshotError },
+    #[error("snapshot {path}: bad Kafka positions header: {line:?}")]
+    Positions { path: String, line: String },
+}
+
+const POSITIONS: &str = "KAUSALITY-POSITIONS 1";
+
+/// Where a source's partition stands: every message before `next` is in the state.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Position {
+    pub topic: String,
+    pub partition: i32,
+    pub next: i64,
 }
 
 /// What a save or a restore moved, and how long it took.
@@ -33,11 +50,19 @@ pub struct Stats {
 
 /// Writes `path` atomically: the old snapshot stays whole until the new one is complete.
 /// Flush the processor first if held writes must be part of it (shutdown).
-pub fn save(path: &Path, processor: &Processor) -> Result<Stats, Error> {
+/// `positions`: the Kafka positions the state covers (exactly-once), or none.
+pub fn save(path: &Path, processor: &Processor, positions: &[Position]) -> Result<Stats, Error> {
     let started = Instant::now();
     let tmp = temp_path(path);
     let result = (|| -> io::Result<(SnapshotStats, u64)> {
         let mut w = BufWriter::with_capacity(1 << 20, File::create(&tmp)?);
+        if !positions.is_empty() {
+            writeln!(w, "{POSITIONS}")?;
+            for p in positions {
+                writeln!(w, "{}\t{}\t{}", p.topic, p.partition, p.next)?;
+            }
+            writeln!(w)?;
+        }
         let content = processor.snapshot(&mut w)?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
@@ -61,8 +86,16 @@ pub fn save(path: &Path, processor: &Processor) -> Result<Stats, Error> {
     }
 }
 
+/// What a restore brought back.
+#[derive(Debug)]
+pub struct Restored {
+    pub stats: Stats,
+    /// The Kafka positions the state covers; empty unless written by an exactly-once pipeline.
+    pub positions: Vec<Position>,
+}
+
 /// Reads `path` into a fresh processor; `Ok(None)` when there is no snapshot yet (first start).
-pub fn restore(path: &Path, processor: &mut Processor) -> Result<Option<Stats>, Error> {
+pub fn restore(path: &Path, processor: &mut Processor) -> Result<Option<Restored>, Error> {
     let started = Instant::now();
     let name = || path.display().to_string();
     let file = match File::open(path) {
@@ -71,8 +104,44 @@ pub fn restore(path: &Path, processor: &mut Processor) -> Result<Option<Stats>, 
         Err(source) => return Err(Error::Io { path: name(), source }),
     };
     let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let content = processor.restore(&mut BufReader::with_capacity(1 << 20, file)).map_err(|source| Error::Restore { path: name(), source })?;
-    Ok(Some(Stats { content, bytes, millis: started.elapsed().as_millis() }))
+    let mut input = BufReader::with_capacity(1 << 20, file);
+    let positions = read_positions(&mut input).map_err(|e| match e {
+        PositionsError::Io(source) => Error::Io { path: name(), source },
+        PositionsError::Line(line) => Error::Positions { path: name(), line },
+    })?;
+    let content = processor.restore(&mut input).map_err(|source| Error::Restore { path: name(), source })?;
+    Ok(Some(Restored { stats: Stats { content, bytes, millis: started.elapsed().as_millis() }, positions }))
+}
+
+enum PositionsError {
+    Io(io::Error),
+    Line(String),
+}
+
+/// Reads the positions header, if the file has one, leaving `input` at the state's start.
+fn read_positions(input: &mut impl BufRead) -> Result<Vec<Position>, PositionsError> {
+    if !input.fill_buf().map_err(PositionsError::Io)?.starts_with(POSITIONS.as_bytes()) {
+        return Ok(Vec::new());
+    }
+    let mut positions = Vec::new();
+    let mut line = String::new();
+    input.read_line(&mut line).map_err(PositionsError::Io)?;
+    loop {
+        line.clear();
+        if input.read_line(&mut line).map_err(PositionsError::Io)? == 0 {
+            return Err(PositionsError::Line("(end of file before the state)".to_string()));
+        }
+        let l = line.trim_end_matches('\n');
+        if l.is_empty() {
+            return Ok(positions);
+        }
+        let mut f = l.split('\t');
+        let position = match (f.next(), f.next().map(str::parse), f.next().map(str::parse), f.next()) {
+            (Some(topic), Some(Ok(partition)), Some(Ok(next)), None) if !topic.is_empty() => Position { topic: topic.to_string(), partition, next },
+            _ => return Err(PositionsError::Line(l.to_string())),
+        };
+        positions.push(position);
+    }
 }
 
 fn temp_path(path: &Path) -> PathBuf {
@@ -103,18 +172,46 @@ mod tests {
         let path = dir.join("state.snapshot");
         let mut p = processor();
         assert!(p.dedupe_mut().first_sight("a") && p.dedupe_mut().first_sight("b"));
-        let saved = save(&path, &p).unwrap();
+        let saved = save(&path, &p, &[]).unwrap();
         assert_eq!(saved.content.dedupe_ids, 2);
         assert!(saved.bytes > 0);
         assert!(!temp_path(&path).exists(), "the temporary file was renamed");
         let mut q = processor();
-        let stats = restore(&path, &mut q).unwrap().unwrap();
-        assert_eq!(stats.content.dedupe_ids, 2);
+        let restored = restore(&path, &mut q).unwrap().unwrap();
+        assert_eq!(restored.stats.content.dedupe_ids, 2);
+        assert!(restored.positions.is_empty());
         assert!(!q.dedupe_mut().first_sight("a"), "a was in the restored window");
         fs::write(&path, b"garbage!garbage!").unwrap();
         let err = restore(&path, &mut processor()).unwrap_err();
         assert!(err.to_string().contains("not a kausality-stream state snapshot"), "{err}");
         assert!(restore(&dir.join("none"), &mut processor()).unwrap().is_none());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn kafka_positions_go_before_the_state_and_come_back() {
+        let dir = std::env::temp_dir().join(format!("ks-snap-pos-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.snapshot");
+        let mut p = processor();
+        assert!(p.dedupe_mut().first_sight("a"));
+        let positions = vec![Position { topic: "audit.eu-1".into(), partition: 0, next: 1234 }, Position { topic: "audit.eu-1".into(), partition: 7, next: 0 }];
+        save(&path, &p, &positions).unwrap();
+        let mut q = processor();
+        let restored = restore(&path, &mut q).unwrap().unwrap();
+        assert_eq!(restored.positions, positions);
+        assert_eq!(restored.stats.content.dedupe_ids, 1);
+        assert!(!q.dedupe_mut().first_sight("a"), "the state after the header was restored");
+
+        let text = fs::read(&path).unwrap();
+        let mut broken = b"KAUSALITY-POSITIONS 1\naudit\tzero\t5\n\n".to_vec();
+        broken.extend_from_slice(&text[text.windows(2).position(|w| w == b"\n\n").unwrap() + 2..]);
+        fs::write(&path, &broken).unwrap();
+        let err = restore(&path, &mut processor()).unwrap_err();
+        assert!(err.to_string().contains("bad Kafka positions header") && err.to_string().contains("zero"), "{err}");
+        fs::write(&path, b"KAUSALITY-POSITIONS 1\naudit\t0\t5\n").unwrap();
+        let err = restore(&path, &mut processor()).unwrap_err();
+        assert!(err.to_string().contains("end of file"), "{err}");
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -16,7 +16,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::load::{check_file, Errors};
 use crate::process::IngestReport;
 use crate::replay::{Reader, Record};
-use crate::sources::Batch;
+use crate::sources::{Batch, Body};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -62,7 +62,7 @@ pub fn spawn(cfg: FileConfig, queue: mpsc::Sender<Batch>, metrics: Arc<Metrics>)
         let mut line = Vec::with_capacity(1 << 16);
         let send = |body: Vec<u8>, total: &mut IngestReport| -> bool {
             let (ack, acked) = oneshot::channel();
-            let batch = Batch { cluster: cfg.cluster.clone(), body, source: "file", ack: Some(ack), done: None, unwrap: None, parts: Vec::new() };
+            let batch = Batch { cluster: cfg.cluster.clone(), body: Body::Raw(body), source: "file", ack: Some(ack), done: None, unwrap: None };
             if queue.blocking_send(batch).is_err() {
                 return false;
             }

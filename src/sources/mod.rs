@@ -10,8 +10,6 @@ pub mod kafka;
 pub mod webhook;
 
 use std::net::SocketAddr;
-use std::ops::Range;
-use std::sync::Arc;
 
 use serde::Deserialize;
 use tokio::sync::oneshot;
@@ -19,7 +17,7 @@ use tokio::sync::oneshot;
 use crate::decode::Unwrap;
 use crate::pipeline::checkpoint::Done;
 use crate::pipeline::load::Errors;
-use crate::process::IngestReport;
+use crate::process::{Decoded, IngestReport};
 
 /// `[[sources]]`: one source, chosen by `type`.
 #[derive(Clone, Debug, Deserialize)]
@@ -65,8 +63,7 @@ impl SourceConfig {
 pub struct Batch {
     /// Cluster named by the source (`/audit/{cluster}`); `None` for the pipeline's default.
     pub cluster: Option<String>,
-    /// The bytes as received: an EventList, an Event, or JSON lines.
-    pub body: Vec<u8>,
+    pub body: Body,
     /// Label of `kausality_events_received_total`.
     pub source: &'static str,
     /// Told what the body held once the processor has taken it in; the webhook answers only
@@ -77,15 +74,14 @@ pub struct Batch {
     pub done: Option<Done>,
     /// Envelope around the events, when the source's differs from the pipeline's.
     pub unwrap: Option<Unwrap>,
-    /// Pieces of `body` decoded each on its own, with their own cluster (one Kafka message
-    /// each: a bad message does not spoil its neighbours). Empty: the body is one piece, of
-    /// `cluster`.
-    pub parts: Vec<Part>,
 }
 
-/// One piece of a [`Batch`]'s body.
 #[derive(Debug)]
-pub struct Part {
-    pub cluster: Option<Arc<str>>,
-    pub range: Range<usize>,
+pub enum Body {
+    /// The bytes as received: an EventList, an Event, or JSON lines, of the batch's cluster;
+    /// decoded by the processor.
+    Raw(Vec<u8>),
+    /// Decoded on the source's own thread (a [`crate::process::Decoder`]), each message with
+    /// its own cluster, so that decoding runs in parallel with classification.
+    Decoded(Decoded),
 }

@@ -192,14 +192,22 @@ impl Kafka {
         out
     }
 
-    /// The group's committed offset of each partition of `topic` (None: nothing committed).
+    /// The group's committed offset of each partition of `topic` (None: nothing committed, or
+    /// the group coordinator cannot answer yet, e.g. just after a broker restart: callers
+    /// poll).
     pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
         let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &self.brokers).set("group.id", group).create().expect("offsets reader");
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions {
             tpl.add_partition(topic, p);
         }
-        let got = c.committed_offsets(tpl, Duration::from_secs(10)).expect("committed offsets");
+        let got = match c.committed_offsets(tpl, Duration::from_secs(10)) {
+            Ok(got) => got,
+            Err(e) => {
+                eprintln!("committed offsets of {group}: {e} (asked again)");
+                return vec![None; partitions as usize];
+            }
+        };
         (0..partitions)
             .map(|p| match got.find_partition(topic, p).map(|e| e.offset()) {
                 Some(Offset::Offset(o)) => Some(o),

@@ -23,10 +23,11 @@ use std::time::{Duration, Instant};
 
 use rdkafka::client::ClientContext;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, RebalanceProtocol};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaRespErr;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -34,7 +35,9 @@ use super::KafkaSourceConfig;
 use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
 use crate::pipeline::checkpoint::{Barrier, Done};
-use crate::sources::{Batch, Part};
+use crate::decode::Unwrap;
+use crate::process::{Decoded, Decoder};
+use crate::sources::{Batch, Body};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -53,6 +56,10 @@ pub struct Wiring {
     pub barriers: mpsc::Sender<Barrier>,
     /// Set with `exactly_once`: done offsets go into the transaction.
     pub transaction: Option<Arc<Transaction>>,
+    /// Decodes messages on the polling thread.
+    pub decoder: Decoder,
+    /// Exactly-once: the positions the restored snapshot covers, by topic and partition.
+    pub resume: HashMap<(String, i32), i64>,
     /// How long, once stopping, to wait for the processor to finish the messages taken in.
     pub shutdown_timeout: Duration,
 }
@@ -130,6 +137,12 @@ impl Offsets {
 /// The consumer's callbacks: rebalances, commits, and librdkafka's log.
 pub struct SourceContext {
     offsets: Mutex<Offsets>,
+    /// Exactly-once: the positions the restored snapshot covers, used at a partition's first
+    /// assignment.
+    resume: Mutex<HashMap<Partition, i64>>,
+    /// Partitions being read again below their group offset, up to that offset (exclusive).
+    silent: Mutex<HashMap<Partition, i64>>,
+    any_silent: AtomicBool,
     barriers: mpsc::Sender<Barrier>,
     revoke_timeout: Duration,
     transaction: Option<Arc<Transaction>>,
@@ -144,7 +157,93 @@ impl ClientContext for SourceContext {
     }
 }
 
+impl SourceContext {
+    /// Exactly-once, on assignment: a partition whose group offset is past what the restored
+    /// snapshot covers starts at the snapshot's position instead, and is read silently up to
+    /// the group offset (classified into the state, its outputs already committed before the
+    /// restart). Every assigned partition's group offset also becomes the floor of the
+    /// transaction's offsets.
+    fn plan_assignment(&self, consumer: &BaseConsumer<Self>, tpl: &mut TopicPartitionList) {
+        let Some(txn) = &self.transaction else { return };
+        let mut query = TopicPartitionList::new();
+        for e in tpl.elements() {
+            query.add_partition(e.topic(), e.partition());
+        }
+        let committed = match consumer.committed_offsets(query, Duration::from_secs(10)) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "kafka source: cannot read the group's offsets at assignment; reading on from them without the snapshot's positions");
+                return;
+            }
+        };
+        let mut resume = self.resume.lock().expect("resume lock");
+        let mut silent = self.silent.lock().expect("silent lock");
+        for e in committed.elements() {
+            let key: Partition = (Arc::from(e.topic()), e.partition());
+            let from = resume.remove(&key);
+            let Offset::Offset(group) = e.offset() else {
+                if let Some(from) = from {
+                    tracing::warn!(topic = e.topic(), partition = e.partition(), snapshot = from, "kafka source: the group has no offset for a partition the snapshot covers; reading from auto.offset.reset");
+                }
+                continue;
+            };
+            txn.resume(&key.0, key.1, group);
+            match from {
+                Some(from) if from < group => match tpl.set_partition_offset(e.topic(), e.partition(), Offset::Offset(from)) {
+                    Ok(()) => {
+                        tracing::info!(topic = e.topic(), partition = e.partition(), from, to = group, "kafka source: reading again, silently, what was committed after the snapshot, to bring the state up to date");
+                        silent.insert(key, group);
+                    }
+                    Err(err) => tracing::warn!(error = %err, topic = e.topic(), partition = e.partition(), "kafka source: cannot start at the snapshot's position; reading on from the group's offset"),
+                },
+                Some(from) if from > group => tracing::warn!(topic = e.topic(), partition = e.partition(), snapshot = from, group, "kafka source: the snapshot is ahead of the group's offset; reading from the group's offset"),
+                _ => {}
+            }
+        }
+        self.any_silent.store(!silent.is_empty(), Ordering::Relaxed);
+    }
+
+    /// Whether a message is read again only for the state (and ends that when caught up).
+    fn is_silent(&self, partition: &Partition, offset: i64) -> bool {
+        if !self.any_silent.load(Ordering::Relaxed) {
+            return false;
+        }
+        let mut silent = self.silent.lock().expect("silent lock");
+        let Some(&until) = silent.get(partition) else { return false };
+        if offset + 1 >= until {
+            silent.remove(partition);
+            self.any_silent.store(!silent.is_empty(), Ordering::Relaxed);
+            tracing::info!(topic = %partition.0, partition = partition.1, offset = until, "kafka source: state caught up; outputs resume");
+        }
+        offset < until
+    }
+}
+
 impl ConsumerContext for SourceContext {
+    /// rust-rdkafka's rebalance, with the exactly-once resume positions set before assigning.
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
+        if err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
+            self.plan_assignment(consumer, tpl);
+        }
+        let rebalance = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign(tpl),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => Rebalance::Revoke(tpl),
+            other => Rebalance::Error(KafkaError::Rebalance(other.into())),
+        };
+        self.pre_rebalance(consumer, &rebalance);
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let result = match (err, cooperative) {
+            (RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, true) => consumer.incremental_assign(tpl),
+            (RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS, false) => consumer.assign(tpl),
+            (_, true) => consumer.incremental_unassign(tpl),
+            (_, false) => consumer.unassign(),
+        };
+        if let Err(e) = result {
+            tracing::warn!(error = %e, "kafka source: applying the rebalance failed");
+        }
+        self.post_rebalance(consumer, &rebalance);
+    }
+
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let Rebalance::Revoke(tpl) = rebalance else { return };
         let parts: Vec<Partition> = tpl.elements().iter().map(|e| (Arc::from(e.topic()), e.partition())).collect();
@@ -228,6 +327,9 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
     let config = client::client_config(&cfg.brokers, &[("auto.offset.reset", "earliest"), ("auto.commit.interval.ms", "1000")], &cfg.properties, &managed);
     let context = SourceContext {
         offsets: Mutex::new(Offsets { completions, parts: HashMap::new(), disconnected: false }),
+        resume: Mutex::new(if exactly_once { w.resume.iter().map(|((t, p), n)| ((Arc::from(t.as_str()), *p), *n)).collect() } else { HashMap::new() }),
+        silent: Mutex::new(HashMap::new()),
+        any_silent: AtomicBool::new(false),
         barriers: w.barriers.clone(),
         revoke_timeout: cfg.revoke_timeout.0,
         transaction: w.transaction.clone(),
@@ -255,44 +357,59 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
     }))
 }
 
-/// Most messages, and body bytes, in one batch. Messages already fetched are gathered into one
-/// batch (one queue hop, one wake-up of the processor for many messages); a batch never waits
-/// for more messages to come.
+/// Most messages, and payload bytes, in one batch. Messages already fetched are gathered into
+/// one batch (one queue hop, one wake-up of the processor for many messages); a batch never
+/// waits for more messages to come.
 const BATCH_MESSAGES: usize = 2000;
 const BATCH_BYTES: usize = 1 << 20;
 
-/// The batch being gathered.
-#[derive(Default)]
+/// The batch being gathered: each message is decoded as it is polled, on this thread, while
+/// the processor classifies the previous batch.
 struct Gather {
-    body: Vec<u8>,
-    parts: Vec<Part>,
+    decoder: Decoder,
+    unwrap: Unwrap,
+    decoded: Decoded,
+    messages: usize,
+    bytes: usize,
     /// Highest offset per partition in this batch.
     last: Vec<(Arc<str>, i32, i64)>,
-    /// The cluster header of the previous message, shared by the next ones with the same.
-    cluster: Option<Arc<str>>,
 }
 
 impl Gather {
-    fn add(&mut self, topic: &Arc<str>, partition: i32, offset: i64, cluster: Option<&[u8]>, payload: &[u8]) {
-        let cluster = cluster.and_then(|c| std::str::from_utf8(c).ok()).map(|c| match &self.cluster {
-            Some(prev) if &**prev == c => prev.clone(),
-            _ => {
-                let c: Arc<str> = Arc::from(c);
-                self.cluster = Some(c.clone());
-                c
-            }
-        });
-        let start = self.body.len();
-        self.body.extend_from_slice(payload);
-        self.parts.push(Part { cluster, range: start..self.body.len() });
+    fn new(decoder: Decoder, unwrap: Unwrap) -> Self {
+        Gather { decoder, unwrap, decoded: Decoded::default(), messages: 0, bytes: 0, last: Vec::new() }
+    }
+
+    /// Decodes a message on its own (a bad message does not spoil its neighbours).
+    /// `silent`: read again only for the state (see [`Decoded::silence_from`]).
+    fn add(&mut self, topic: &Arc<str>, partition: i32, offset: i64, cluster: Option<&[u8]>, payload: &[u8], silent: bool) {
+        let cluster = cluster.and_then(|c| std::str::from_utf8(c).ok());
+        let from = self.decoded.len();
+        self.decoder.decode(cluster, payload, self.unwrap, "kafka", &mut self.decoded);
+        if silent {
+            self.decoded.silence_from(from);
+        }
+        self.messages += 1;
+        self.bytes += payload.len();
         match self.last.iter_mut().find(|(t, p, _)| *p == partition && t == topic) {
             Some(l) => l.2 = offset,
             None => self.last.push((topic.clone(), partition, offset)),
         }
     }
 
+    fn is_empty(&self) -> bool {
+        self.messages == 0
+    }
+
     fn full(&self) -> bool {
-        self.parts.len() >= BATCH_MESSAGES || self.body.len() >= BATCH_BYTES
+        self.messages >= BATCH_MESSAGES || self.bytes >= BATCH_BYTES
+    }
+
+    /// The batch so far, leaving this one empty.
+    fn take(&mut self) -> (Decoded, Vec<(Arc<str>, i32, i64)>) {
+        self.messages = 0;
+        self.bytes = 0;
+        (std::mem::take(&mut self.decoded), std::mem::take(&mut self.last))
     }
 }
 
@@ -302,10 +419,10 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, complete
     let mut last_store = Instant::now();
     let mut last_error: Option<Instant> = None;
     let mut messages = 0u64;
-    let mut gather = Gather::default();
+    let mut gather = Gather::new(w.decoder.clone(), cfg.unwrap);
     while !*w.stop.borrow() {
         // Wait for messages only when there is nothing to hand over.
-        let wait = if gather.parts.is_empty() { Duration::from_millis(100) } else { Duration::ZERO };
+        let wait = if gather.is_empty() { Duration::from_millis(100) } else { Duration::ZERO };
         let flush = match consumer.poll(wait) {
             None => true,
             Some(Err(e)) => {
@@ -319,22 +436,23 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, complete
             Some(Ok(m)) => {
                 let topic = topics.iter().find(|t| ***t == *m.topic()).cloned().unwrap_or_else(|| Arc::from(m.topic()));
                 let cluster = m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value));
-                gather.add(&topic, m.partition(), m.offset(), cluster, m.payload().unwrap_or_default());
+                let silent = consumer.context().is_silent(&(topic.clone(), m.partition()), m.offset());
+                gather.add(&topic, m.partition(), m.offset(), cluster, m.payload().unwrap_or_default(), silent);
                 messages += 1;
                 gather.full()
             }
         };
-        if flush && !gather.parts.is_empty() {
-            let g = std::mem::take(&mut gather);
+        if flush && !gather.is_empty() {
+            let (decoded, last) = gather.take();
             {
                 let mut o = offsets.lock().expect("offsets lock");
-                for (topic, partition, offset) in &g.last {
+                for (topic, partition, offset) in &last {
                     if let Some(pr) = o.parts.get_mut(&(topic.clone(), *partition)) {
                         pr.consumed = pr.consumed.max(*offset);
                     }
                 }
             }
-            let (tx, txn, last) = (completed.clone(), w.transaction.clone(), g.last);
+            let (tx, txn) = (completed.clone(), w.transaction.clone());
             let done = Done::new(move || {
                 for (topic, partition, offset) in last {
                     if let Some(t) = &txn {
@@ -343,7 +461,7 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, complete
                     let _ = tx.send(Position { topic, partition, offset });
                 }
             });
-            let batch = Batch { cluster: None, body: g.body, source: "kafka", ack: None, done: Some(done), unwrap: Some(cfg.unwrap), parts: g.parts };
+            let batch = Batch { cluster: None, body: Body::Decoded(decoded), source: "kafka", ack: None, done: Some(done), unwrap: None };
             if w.intake.blocking_send(batch).is_err() {
                 break;
             }

@@ -25,7 +25,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::metrics::Metrics;
 use crate::process::IngestReport;
-use crate::sources::Batch;
+use crate::sources::{self, Batch};
 
 /// What every request of one webhook shares.
 pub struct WebhookState {
@@ -89,7 +89,7 @@ impl WebhookState {
             return self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg));
         }
         let (ack, acked) = oneshot::channel();
-        let batch = Batch { cluster, body: bytes, source: "webhook", ack: Some(ack), done: None, unwrap: None, parts: Vec::new() };
+        let batch = Batch { cluster, body: sources::Body::Raw(bytes), source: "webhook", ack: Some(ack), done: None, unwrap: None };
         match self.queue.try_send(batch) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second"),

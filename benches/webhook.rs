@@ -179,6 +179,7 @@ listen = "127.0.0.1:0"
     }
 
     let (mut discard_rates, mut service_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut service_cpu, mut service_events) = (0.0, 0);
     for r in 0..rounds {
         let batch = &bodies[warmup + r * lists..warmup + (r + 1) * lists];
         let d = post_all(&client_rt, &client, &discard_url, batch, clients, &["ks-discard"]);
@@ -202,6 +203,8 @@ listen = "127.0.0.1:0"
         );
         discard_rates.push(d.rate());
         service_rates.push(s.rate());
+        service_cpu += s.server_cpu;
+        service_events += s.events;
         ratios.push(s.rate() / d.rate());
     }
     discard_stop.send_replace(true);
@@ -223,10 +226,11 @@ listen = "127.0.0.1:0"
     let per_event = total_bytes as f64 / (bodies.len() * LIST_SIZE) as f64;
     let (d, s) = (median(discard_rates), median(service_rates));
     println!(
-        "webhook: discard {d:.0} events/s ({:.1} MiB/s), service {s:.0} events/s ({:.1} MiB/s), ratio {:.2} (medians of {rounds} rounds); {written} enriched events written (the chain in order makes {expected}); load average {}",
+        "webhook: discard {d:.0} events/s ({:.1} MiB/s), service {s:.0} events/s ({:.1} MiB/s), ratio {:.2} (medians of {rounds} rounds); service {:.0} events per CPU second of its threads; {written} enriched events written (the chain in order makes {expected}); load average {}",
         d * per_event / (1 << 20) as f64,
         s * per_event / (1 << 20) as f64,
         median(ratios),
+        service_events as f64 / service_cpu,
         load_average()
     );
 }

@@ -92,7 +92,7 @@ fn main() {
         let ids: ListIds = serde_json::from_slice(b).expect("the corpus writes EventLists");
         list_of.extend(ids.items.into_iter().map(|e| (e.audit_id, i)));
     }
-    let expected = expected_outputs(&bodies);
+    let expected = expected_outputs(&bodies, !window.is_zero());
     println!("  corpus: {} EventLists, {} events, {expected} enriched events expected, ready in {}", bodies.len(), bodies.len() * LIST_SIZE, since(t0));
 
     let sink_rt = runtime("ks-sink");

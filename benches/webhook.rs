@@ -134,7 +134,7 @@ fn main() {
         total_bytes / (bodies.len() * LIST_SIZE),
         since(t0)
     );
-    let expected = expected_outputs(&bodies);
+    let expected = expected_outputs(&bodies, true);
 
     let dir = std::env::temp_dir().join(format!("ks-bench-webhook-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");

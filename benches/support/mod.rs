@@ -33,12 +33,13 @@ pub fn event_lists(lists: usize) -> Vec<Bytes> {
     out.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(Bytes::copy_from_slice).collect()
 }
 
-/// Enriched events the processing chain makes of `bodies` taken in this order, every write
-/// put in resourceVersion order (on an arrival clock that stands still, so nothing is
-/// released before the end and no tombstone expires): what the service must deliver.
-pub fn expected_outputs(bodies: &[Bytes]) -> usize {
+/// Enriched events the processing chain makes of `bodies` taken in this order: what the
+/// service must deliver. With `reorder`, every write is put in resourceVersion order (on an
+/// arrival clock that stands still, so nothing is released before the end and no tombstone
+/// expires); without, writes are applied as they come (a service with no reorder window).
+pub fn expected_outputs(bodies: &[Bytes], reorder: bool) -> usize {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let opts = ProcessorOptions { reorder_window_us: 1, reorder_max_held: usize::MAX, clock: Clock::Arrival, ..ProcessorOptions::default() };
+    let opts = ProcessorOptions { reorder_window_us: i64::from(reorder), reorder_max_held: usize::MAX, clock: Clock::Arrival, ..ProcessorOptions::default() };
     let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
     let mut out = Vec::new();
     let mut n = 0;

@@ -350,6 +350,12 @@ impl Processor {
         reject(&self.metrics, invalid, report);
     }
 
+    /// When [`Processor::tick`] next has something to release (microseconds on the reorder
+    /// clock); `None` when nothing is held.
+    pub fn next_release_us(&self) -> Option<i64> {
+        self.buffers.values().filter_map(ReorderBuffer::next_due_us).min()
+    }
+
     /// Releases what is due by the clock (call periodically on a live stream).
     pub fn tick(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
         for b in self.buffers.values_mut() {

@@ -120,6 +120,12 @@ impl<T> ReorderBuffer<T> {
         self.advance(time_us, out);
     }
 
+    /// When the next write is due on the buffer's clock (the lowest resourceVersion held,
+    /// once its window is over); `None` when nothing is held.
+    pub fn next_due_us(&self) -> Option<i64> {
+        self.heap.peek().map(|Reverse(top)| top.time_us.saturating_add(self.window_us))
+    }
+
     /// Moves the clock to `now_us` (never backwards) and releases what is due.
     pub fn advance(&mut self, now_us: i64, out: &mut Vec<Released<T>>) {
         self.now_us = self.now_us.max(now_us);
@@ -162,8 +168,10 @@ mod tests {
         b.push(1, Some(10), 10, 0, &mut out);
         b.push(2, Some(20), 20, 0, &mut out);
         assert!(out.is_empty(), "held within the window");
+        assert_eq!(b.next_due_us(), Some(110), "rv 10 is the first to go, one window after its arrival");
         b.advance(110, &mut out);
         assert_eq!(items(std::mem::take(&mut out)), vec![(1, false)], "rv 30 arrived first but waits behind rv 20");
+        assert_eq!(b.next_due_us(), Some(120));
         b.advance(120, &mut out);
         assert_eq!(items(std::mem::take(&mut out)), vec![(2, false), (3, false)]);
     }

@@ -100,6 +100,14 @@ enum Step {
     Stop,
 }
 
+/// Resolves at `at_us` (wall clock, microseconds); never when `None`.
+async fn release_due(at_us: Option<i64>) {
+    match at_us {
+        Some(at) => tokio::time::sleep(Duration::from_micros(at.saturating_sub(now_us()).max(0) as u64)).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn next_barrier(barriers: &mut Option<mpsc::Receiver<Barrier>>) -> Option<Barrier> {
     match barriers {
         Some(b) => b.recv().await,
@@ -128,11 +136,14 @@ impl ProcessorTask {
         loop {
             // Timers before the intake: under a backlog the intake is always ready, and a
             // biased select would never get to the reorder tick, the commit or the snapshot.
+            // Held writes are released when they are due, not at the next tick.
+            let due = self.processor.next_release_us();
             let step = tokio::select! {
                 biased;
                 _ = crate::listen::stopped(&mut self.stop) => Step::Stop,
                 Some(b) = next_barrier(&mut self.barriers) => Step::Barrier(b),
                 _ = tick.tick() => Step::Tick,
+                _ = release_due(due) => Step::Tick,
                 _ = commit_tick.tick(), if transactional => Step::Commit,
                 _ = snap.tick(), if snapshots => Step::Snapshot,
                 b = self.intake.recv() => b.map_or(Step::Stop, Step::Batch),

@@ -28,13 +28,15 @@ use crate::pipeline::load::Errors;
 /// last sink drops its copy: a sink keeps the batch until it has delivered it (or given up).
 #[derive(Clone)]
 pub struct Events {
-    events: Arc<[Enriched]>,
+    /// A `Vec` behind the `Arc`, not a slice: sharing the processor's batch moves it, where
+    /// `Arc<[T]>` would allocate again and copy every event.
+    events: Arc<Vec<Enriched>>,
     receipt: Option<Arc<Receipt>>,
 }
 
 impl Events {
     pub fn new(events: Vec<Enriched>, receipt: Option<Receipt>) -> Events {
-        Events { events: events.into(), receipt: receipt.map(Arc::new) }
+        Events { events: Arc::new(events), receipt: receipt.map(Arc::new) }
     }
 }
 

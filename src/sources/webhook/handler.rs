@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -152,7 +152,10 @@ const DRAIN_LIMIT: u64 = 256 << 20;
 /// Reads the body up to `max` bytes; past it, drains (up to [`DRAIN_LIMIT`]) and says so.
 async fn read_body(body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
     let mut body = body;
-    let mut buf = Vec::new();
+    // The declared length (Content-Length), up to the limit: one allocation instead of a
+    // copy at every doubling of a 1 MiB body.
+    let declared = usize::try_from(HttpBody::size_hint(&body).lower()).unwrap_or(usize::MAX);
+    let mut buf = Vec::with_capacity(declared.min(max));
     let mut seen: u64 = 0;
     let mut over = false;
     while let Some(frame) = body.frame().await {

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use crate::classify::{Applied, Class, Engine};
-use crate::decode::{self, AuditEvent, DecodeOptions, Invalid, Location, Unwrap};
+use crate::decode::{self, AuditEvent, DecodeOptions, Invalid, InvalidReason, Location, Unwrap};
 use crate::enriched::Enriched;
 use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
@@ -72,18 +72,23 @@ const MAINTAIN_EVERY: u64 = 4096;
 #[derive(Clone)]
 pub struct Decoder {
     engine: Arc<Engine>,
-    metrics: Arc<Metrics>,
     decode: DecodeOptions,
     scope: Option<Arc<Scope>>,
     default_cluster: Sym,
 }
 
 /// Events decoded by a [`Decoder`], in arrival order, waiting for the processor's dedupe,
-/// reorder buffer and classification. Decoding errors and ignored events are already counted.
+/// reorder buffer and classification. What was received, ignored or rejected is counted in
+/// the metrics when the processor takes the events in (a body refused before, e.g. over the
+/// webhook's event limit, counts for nothing).
 #[derive(Debug, Default)]
 pub struct Decoded {
     items: Vec<Item>,
     report: IngestReport,
+    /// Label of `kausality_events_received_total`.
+    source: &'static str,
+    ignored: Vec<Ignored>,
+    invalid: Vec<InvalidReason>,
 }
 
 /// One admitted event: its auditID's dedupe key, and the write (or why there is none: judged
@@ -99,6 +104,23 @@ impl Decoded {
     /// Audit events decoded (before filtering and dedupe), and records rejected so far.
     pub fn report(&self) -> &IngestReport {
         &self.report
+    }
+
+    fn reject(&mut self, invalid: Invalid) {
+        self.invalid.push(invalid.reason);
+        self.report.invalid += 1;
+        if self.report.errors.len() < KEPT_ERRORS {
+            self.report.errors.push(invalid);
+        }
+    }
+
+    /// Counts what was received, ignored and rejected, once.
+    fn count(&mut self, metrics: &Metrics) {
+        if self.report.events > 0 {
+            metrics.received(self.source, self.report.events as u64);
+        }
+        self.ignored.drain(..).for_each(|r| metrics.ignored(r));
+        self.invalid.drain(..).for_each(|r| metrics.invalid(r));
     }
 
     /// Admitted events waiting for the processor.
@@ -122,6 +144,11 @@ impl Decoded {
 }
 
 impl Decoder {
+    /// The pipeline's envelope setting.
+    pub fn unwrap(&self) -> Unwrap {
+        self.decode.unwrap
+    }
+
     fn cluster_sym(&self, cluster: Option<&str>) -> Sym {
         match cluster {
             Some(c) if !c.is_empty() => self.engine.interner.intern(c),
@@ -131,31 +158,32 @@ impl Decoder {
 
     /// Decodes a body of any supported shape (EventList, Event, JSON lines) of one cluster
     /// (`None`: the pipeline's) and appends its admitted events to `into`.
-    pub fn decode(&self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &str, into: &mut Decoded) {
+    pub fn decode(&self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &'static str, into: &mut Decoded) {
         let cluster = self.cluster_sym(cluster);
+        into.source = source;
         let opts = DecodeOptions { unwrap, ..self.decode.clone() };
-        decode::decode_body(body, &opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, into));
+        decode::decode_body(body, &opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into));
     }
 
     /// Decodes one JSON document (one line of a log file) and appends its admitted events.
-    pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &str, into: &mut Decoded) {
+    pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, into: &mut Decoded) {
         let cluster = self.cluster_sym(cluster);
-        decode::decode_document(doc, location, &self.decode, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, source, into));
+        into.source = source;
+        decode::decode_document(doc, location, &self.decode, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into));
     }
 
-    fn take(&self, cluster: Sym, r: Result<AuditEvent<'_>, Invalid>, source: &str, into: &mut Decoded) {
+    fn take(&self, cluster: Sym, r: Result<AuditEvent<'_>, Invalid>, into: &mut Decoded) {
         let ev = match r {
             Ok(ev) => ev,
-            Err(invalid) => return reject(&self.metrics, invalid, &mut into.report),
+            Err(invalid) => return into.reject(invalid),
         };
         into.report.events += 1;
-        self.metrics.received(source, 1);
         let adm = match admit(&ev) {
             Ok(a) => a,
-            Err(reason) => return self.metrics.ignored(reason),
+            Err(reason) => return into.ignored.push(reason),
         };
         if self.scope.as_deref().is_some_and(|s| !s.admits(&ev)) {
-            return self.metrics.ignored(Ignored::Excluded);
+            return into.ignored.push(Ignored::Excluded);
         }
         let dedupe_key = Dedupe::key(ev.audit_id.as_deref().unwrap_or(""));
         let extractor = Extractor { interner: &self.engine.interner, config: &self.engine.config };
@@ -195,7 +223,7 @@ pub struct Processor {
 impl Processor {
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, opts: ProcessorOptions) -> Self {
         let default_cluster = engine.interner.intern(&opts.default_cluster);
-        let decoder = Decoder { engine: engine.clone(), metrics: metrics.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster };
+        let decoder = Decoder { engine: engine.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster };
         Processor {
             decoder,
             dedupe: Dedupe::new(opts.dedupe_capacity),
@@ -279,14 +307,14 @@ impl Processor {
     }
 
     /// Decodes a body of any supported shape (EventList, Event, JSON lines) and takes its events in.
-    pub fn ingest_body(&mut self, cluster: Option<&str>, body: &[u8], source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    pub fn ingest_body(&mut self, cluster: Option<&str>, body: &[u8], source: &'static str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         let unwrap = self.opts.decode.unwrap;
         self.ingest_body_unwrapping(cluster, body, unwrap, source, now_us, out)
     }
 
     /// [`Processor::ingest_body`] with the source's own envelope setting (a Kafka topic fed by
     /// a log shipper) instead of the pipeline's.
-    pub fn ingest_body_unwrapping(&mut self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    pub fn ingest_body_unwrapping(&mut self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &'static str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         self.decoder.decode(cluster, body, unwrap, source, &mut decoded);
         let report = self.ingest_writes(&mut decoded, now_us, out);
@@ -296,7 +324,7 @@ impl Processor {
     }
 
     /// Takes in one JSON document (one line of a log file).
-    pub fn ingest_document(&mut self, cluster: Option<&str>, doc: &[u8], location: Location, source: &str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    pub fn ingest_document(&mut self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         self.decoder.decode_document(cluster, doc, location, source, &mut decoded);
         let report = self.ingest_writes(&mut decoded, now_us, out);
@@ -313,6 +341,7 @@ impl Processor {
 
     /// Dedupe, reorder buffer and classification of decoded events; leaves `decoded` empty.
     fn ingest_writes(&mut self, decoded: &mut Decoded, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        decoded.count(&self.metrics);
         let mut report = std::mem::take(&mut decoded.report);
         for item in decoded.items.drain(..) {
             if !self.dedupe.first_sight_key(item.dedupe_key) {

@@ -161,9 +161,13 @@ listen = "127.0.0.1:0"
     assert!(body["error"].as_str().unwrap().contains("20000"), "{body}");
     // Over the event limit: 413.
     let many: Vec<Ev> = (0..4).map(|i| Ev { audit_id: format!("m-{i}"), verb: "create", user: "a".into(), resource: "configmaps", api_group: "", subresource: None, object: json!({"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":format!("c{i}"),"namespace":"x","uid":format!("u{i}"),"resourceVersion":"5"}}), code: 201, second: 0 }).collect();
+    let received = |text: &str| text.lines().find(|l| l.starts_with(r#"kausality_events_received_total{source="webhook"}"#)).map(str::to_string);
+    let before = received(&reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap());
     let (code, body, _) = post(&client, &format!("{base}/audit"), event_list(&many)).await;
     assert_eq!(code, 413);
     assert!(body["error"].as_str().unwrap().contains("4 events"), "{body}");
+    let after = received(&reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap());
+    assert!(before.is_some() && before == after, "a refused body counts no event as received: {before:?} then {after:?}");
     // A cluster name that would pollute the interner, and a wrong path.
     let (code, _, _) = post(&client, &format!("{base}/audit/a%20b"), b"{}".to_vec()).await;
     assert_eq!(code, 400);

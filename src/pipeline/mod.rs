@@ -255,7 +255,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let (barrier_tx, barrier_rx) = mpsc::channel(4);
     let (observe_tx, observe_rx) = mpsc::channel(256);
     let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone()).await?;
-    #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
+    // Sources decode on their own threads, in parallel with classification.
     let decoder = processor.decoder();
     let task = ProcessorTask {
         processor,
@@ -318,7 +318,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     for s in &cfg.sources {
         match s {
             SourceConfig::Webhook(w) => {
-                let running = sources::webhook::start(w, intake_tx.clone(), metrics.clone(), stop_rx.clone(), grace).await.map_err(|e| {
+                let running = sources::webhook::start(w, intake_tx.clone(), decoder.clone(), metrics.clone(), stop_rx.clone(), grace).await.map_err(|e| {
                     health_stop_tx.send_replace(true);
                     fail(e.into())
                 })?;

@@ -19,17 +19,18 @@ use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use serde::de::IgnoredAny;
-use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::metrics::Metrics;
-use crate::process::IngestReport;
+use crate::process::{Decoded, Decoder, IngestReport};
 use crate::sources::{self, Batch};
 
 /// What every request of one webhook shares.
 pub struct WebhookState {
     pub queue: mpsc::Sender<Batch>,
+    /// Bodies are decoded on the blocking pool (in parallel with the processor, which only
+    /// classifies), and the event limit is checked on the decoded count.
+    pub decoder: Decoder,
     pub metrics: Arc<Metrics>,
     pub max_body_bytes: usize,
     pub max_events: usize,
@@ -80,16 +81,27 @@ impl WebhookState {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return self.answer(StatusCode::BAD_REQUEST, error_body("empty body: expected an audit.k8s.io/v1 EventList or Event"));
         }
-        let events = count_events(&bytes);
-        if events > self.max_events {
+        let decoder = self.decoder.clone();
+        let label = cluster.clone();
+        let decoded = tokio::task::spawn_blocking(move || {
+            let mut decoded = Decoded::default();
+            decoder.decode(label.as_deref(), &bytes, decoder.unwrap(), "webhook", &mut decoded);
+            decoded
+        })
+        .await;
+        let Ok(decoded) = decoded else {
+            return self.answer(StatusCode::INTERNAL_SERVER_ERROR, error_body("decoding the body failed unexpectedly"));
+        };
+        let items = decoded.report().events + decoded.report().invalid;
+        if items > self.max_events {
             let msg = format!(
-                "{events} events in one request is over the limit of {}; lower --audit-webhook-batch-max-size or raise max_events_per_request",
+                "{items} events in one request is over the limit of {}; lower --audit-webhook-batch-max-size or raise max_events_per_request",
                 self.max_events
             );
             return self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg));
         }
         let (ack, acked) = oneshot::channel();
-        let batch = Batch { cluster, body: sources::Body::Raw(bytes), source: "webhook", ack: Some(ack), done: None, unwrap: None };
+        let batch = Batch { cluster, body: sources::Body::Decoded(decoded), source: "webhook", ack: Some(ack), done: None, unwrap: None };
         match self.queue.try_send(batch) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second"),
@@ -193,42 +205,13 @@ fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// How many events a body holds, without decoding them: the length of an EventList's `items`
-/// (or of a JSON array), 1 for any other object, else the number of non-empty lines. The
-/// decoder counts precisely later; this only guards the limit.
-pub fn count_events(body: &[u8]) -> usize {
-    #[derive(Deserialize)]
-    struct List {
-        #[serde(default)]
-        items: Option<Vec<IgnoredAny>>,
-    }
-    let start = body.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(body.len());
-    match body.get(start) {
-        Some(b'[') => {
-            if let Ok(v) = serde_json::from_slice::<Vec<IgnoredAny>>(body) {
-                return v.len();
-            }
-        }
-        Some(b'{') => {
-            if let Ok(l) = serde_json::from_slice::<List>(body) {
-                return l.items.map_or(1, |i| i.len());
-            }
-        }
-        _ => {}
-    }
-    body.split(|&b| b == b'\n').filter(|l| !l.iter().all(u8::is_ascii_whitespace)).count()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn counts_without_decoding() {
-        assert_eq!(count_events(br#"{"kind":"EventList","items":[{},{},{}]}"#), 3);
-        assert_eq!(count_events(br#"{"kind":"Event"}"#), 1);
-        assert_eq!(count_events(b"[{},{}]"), 2);
-        assert_eq!(count_events(b"{\"a\":1}\n{\"a\":2}\n\n{\"a\":3}\n"), 3);
+    fn cluster_names_are_bounded_and_printable() {
         assert!(valid_cluster_name("prod-eu.1") && !valid_cluster_name("a/b") && !valid_cluster_name(""));
+        assert!(valid_cluster_name(&"a".repeat(253)) && !valid_cluster_name(&"a".repeat(254)));
     }
 }

@@ -19,6 +19,7 @@ use handler::WebhookState;
 
 use crate::listen::{self, tls};
 use crate::metrics::Metrics;
+use crate::process::Decoder;
 use crate::sources::Batch;
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +49,7 @@ pub fn router(state: Arc<WebhookState>) -> Router {
 pub async fn start(
     cfg: &WebhookConfig,
     queue: mpsc::Sender<Batch>,
+    decoder: Decoder,
     metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
     grace: Duration,
@@ -69,6 +71,7 @@ pub async fn start(
     let local_addr = listener.local_addr().unwrap_or(cfg.listen);
     let state = Arc::new(WebhookState {
         queue,
+        decoder,
         metrics,
         max_body_bytes: cfg.max_body_bytes,
         max_events: cfg.max_events_per_request,

@@ -2,6 +2,11 @@
 //! within a cluster the resourceVersion of the written object is the etcd revision, a total
 //! order of writes. Writes are held for a window and released in resourceVersion order. A write
 //! that arrives after a higher resourceVersion was released is still released, marked late.
+//!
+//! No write is held longer than its window: once a write is due, it goes with every write of
+//! a lower resourceVersion, due or not (those are in order already). A write that arrives late
+//! with a low resourceVersion (a no-op update answers with the object's old one) therefore
+//! never holds back writes that were due before it came.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -48,6 +53,9 @@ pub struct ReorderBuffer<T> {
     /// More than this many held writes are released early (memory bound).
     max_held: usize,
     heap: BinaryHeap<Reverse<Held<T>>>,
+    /// (time, resourceVersion) of the held writes, by time: which resourceVersions are due.
+    /// Entries of writes released already are dropped as their time comes.
+    arrivals: BinaryHeap<Reverse<(i64, u64)>>,
     /// The latest time seen: the buffer's clock.
     now_us: i64,
     /// Highest resourceVersion released so far.
@@ -70,6 +78,7 @@ impl<T> ReorderBuffer<T> {
             window_us,
             max_held: max_held.max(1),
             heap: BinaryHeap::new(),
+            arrivals: BinaryHeap::new(),
             now_us: i64::MIN,
             released_rv: 0,
             seen_rv: 0,
@@ -117,25 +126,41 @@ impl<T> ReorderBuffer<T> {
             return;
         }
         self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, item }));
+        self.arrivals.push(Reverse((time_us, rv)));
         self.advance(time_us, out);
     }
 
-    /// When the next write is due on the buffer's clock (the lowest resourceVersion held,
-    /// once its window is over); `None` when nothing is held.
+    /// When the next write is due on the buffer's clock (the earliest held, once its window
+    /// is over); `None` when nothing is held.
     pub fn next_due_us(&self) -> Option<i64> {
-        self.heap.peek().map(|Reverse(top)| top.time_us.saturating_add(self.window_us))
+        if self.heap.is_empty() {
+            return None;
+        }
+        self.arrivals.peek().map(|Reverse((t, _))| t.saturating_add(self.window_us))
     }
 
-    /// Moves the clock to `now_us` (never backwards) and releases what is due.
+    /// Moves the clock to `now_us` (never backwards) and releases what is due: every write up
+    /// to the highest resourceVersion whose window is over.
     pub fn advance(&mut self, now_us: i64, out: &mut Vec<Released<T>>) {
         self.now_us = self.now_us.max(now_us);
         let due = self.now_us.saturating_sub(self.window_us);
+        let mut due_rv = None;
+        while let Some(&Reverse((t, rv))) = self.arrivals.peek() {
+            if t > due {
+                break;
+            }
+            self.arrivals.pop();
+            due_rv = due_rv.max(Some(rv));
+        }
         while let Some(Reverse(top)) = self.heap.peek() {
-            if top.time_us > due && self.heap.len() <= self.max_held {
+            if top.time_us > due && self.heap.len() <= self.max_held && due_rv.is_none_or(|r| top.rv > r) {
                 break;
             }
             let Reverse(h) = self.heap.pop().expect("peeked");
             self.release(h, out);
+        }
+        if self.heap.is_empty() {
+            self.arrivals.clear();
         }
     }
 
@@ -144,6 +169,7 @@ impl<T> ReorderBuffer<T> {
         while let Some(Reverse(h)) = self.heap.pop() {
             self.release(h, out);
         }
+        self.arrivals.clear();
     }
 
     fn release(&mut self, h: Held<T>, out: &mut Vec<Released<T>>) {
@@ -160,6 +186,10 @@ mod tests {
         out.into_iter().map(|r| (r.item, r.late)).collect()
     }
 
+    fn items_str(out: Vec<Released<&str>>) -> Vec<(&str, bool)> {
+        out.into_iter().map(|r| (r.item, r.late)).collect()
+    }
+
     #[test]
     fn releases_in_resource_version_order_after_the_window() {
         let mut b = ReorderBuffer::new(100, 1000);
@@ -168,12 +198,33 @@ mod tests {
         b.push(1, Some(10), 10, 0, &mut out);
         b.push(2, Some(20), 20, 0, &mut out);
         assert!(out.is_empty(), "held within the window");
-        assert_eq!(b.next_due_us(), Some(110), "rv 10 is the first to go, one window after its arrival");
+        assert_eq!(b.next_due_us(), Some(100), "rv 30 arrived first: due one window after");
+        b.advance(99, &mut out);
+        assert!(out.is_empty());
+        b.advance(100, &mut out);
+        assert_eq!(items(std::mem::take(&mut out)), vec![(1, false), (2, false), (3, false)], "rv 30 is due, and takes the lower ones with it, in order");
+        assert_eq!(b.next_due_us(), None);
+    }
+
+    #[test]
+    fn a_low_resource_version_arriving_later_does_not_hold_back_what_is_due() {
+        // A no-op update answers with the object's old resourceVersion: it sorts first, but the
+        // writes that arrived before it still leave one window after their own arrival.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push("rv50", Some(50), 0, 0, &mut out);
+        b.push("rv60", Some(60), 10, 0, &mut out);
+        b.push("noop-rv40", Some(40), 90, 0, &mut out);
+        b.push("rv70", Some(70), 95, 0, &mut out);
+        b.advance(100, &mut out);
+        let got: Vec<&str> = std::mem::take(&mut out).into_iter().map(|r| r.item).collect();
+        assert_eq!(got, ["noop-rv40", "rv50"], "rv 50 is due; rv 40 sorts before it and goes too");
         b.advance(110, &mut out);
-        assert_eq!(items(std::mem::take(&mut out)), vec![(1, false)], "rv 30 arrived first but waits behind rv 20");
-        assert_eq!(b.next_due_us(), Some(120));
-        b.advance(120, &mut out);
-        assert_eq!(items(std::mem::take(&mut out)), vec![(2, false), (3, false)]);
+        let got: Vec<&str> = std::mem::take(&mut out).into_iter().map(|r| r.item).collect();
+        assert_eq!(got, ["rv60"]);
+        assert_eq!(b.next_due_us(), Some(190), "stale entries of released writes are skipped as they come due");
+        b.advance(195, &mut out);
+        assert_eq!(items_str(out), vec![("rv70", false)]);
     }
 
     #[test]

@@ -49,32 +49,8 @@ trap cleanup EXIT
 
 # ------------------------------------------------------------------ prometheus binary
 
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo -n "$@"; fi; }
-apt_get() { as_root env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 -qq "$@"; }
-
-# As ensure_promtool of scripts/check-deploy.sh: the package brings both binaries.
-ensure_prometheus() {
-  command -v prometheus >/dev/null 2>&1 && return 0
-  say "prometheus not found: installing Debian package 'prometheus' (its daemon is not started)"
-  local policy=/usr/sbin/policy-rc.d created=0 rc=0
-  if [ ! -e "$policy" ]; then
-    printf '#!/bin/sh\n# temporary, scripts/check-dashboard-live.sh: do not start services\nexit 101\n' |
-      as_root tee "$policy" >/dev/null && as_root chmod 0755 "$policy" && created=1
-  fi
-  if ! apt_get install -y --no-install-recommends prometheus; then
-    apt_get update && apt_get install -y --no-install-recommends prometheus || rc=$?
-  fi
-  [ "$created" -eq 1 ] && as_root rm -f "$policy"
-  [ "$rc" -eq 0 ] || return "$rc"
-  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
-    if systemctl is-active --quiet prometheus 2>/dev/null; then as_root systemctl stop prometheus; fi
-    if systemctl is-enabled --quiet prometheus 2>/dev/null; then as_root systemctl disable prometheus; fi
-  elif [ -x /etc/init.d/prometheus ]; then
-    if as_root /etc/init.d/prometheus status >/dev/null 2>&1; then as_root /etc/init.d/prometheus stop; fi
-    as_root update-rc.d prometheus disable >/dev/null 2>&1 || true
-  fi
-  command -v prometheus >/dev/null 2>&1
-}
+# shellcheck source=scripts/lib/prometheus.sh
+. scripts/lib/prometheus.sh
 
 [ -x "$BIN" ] || fail_setup "$BIN not found: run cargo build --release first"
 ensure_prometheus || fail_setup "could not install prometheus"

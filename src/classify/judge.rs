@@ -284,5 +284,5 @@ fn format_uid(uid: Uid) -> String {
 }
 
 pub(super) fn trace_labels(p: Option<&Policy>) -> Option<Labels> {
-    p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
+    p.and_then(|p| p.trace_labels.clone())
 }

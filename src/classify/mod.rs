@@ -19,7 +19,7 @@ use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
 use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState};
 use crate::write::{kind_of_resource, ObjectFacts, Target, Uid, Write};
-use policy::Policy;
+use policy::PolicyCache;
 
 /// The result of applying one write.
 #[derive(Debug)]
@@ -51,6 +51,8 @@ pub struct Engine {
     lifecycle_bits: DashMap<(Sym, Sym), u8, FastBuild>,
     /// userHash by user.
     user_hashes: DashMap<Sym, Arc<str>, FastBuild>,
+    /// Parsed policies, shared by the objects with the same annotations.
+    policies: PolicyCache,
 }
 
 impl Engine {
@@ -61,6 +63,7 @@ impl Engine {
             config,
             lifecycle_bits: DashMap::with_hasher(FastBuild::default()),
             user_hashes: DashMap::with_hasher(FastBuild::default()),
+            policies: PolicyCache::default(),
         }
     }
 
@@ -160,7 +163,7 @@ impl Engine {
         match &f.annotations {
             None => s.policy = None,
             Some(a) if s.policy.as_ref().is_some_and(|p| p.source_hash == a.hash) => {}
-            Some(a) => s.policy = Some(Arc::new(Policy::parse(a))),
+            Some(a) => s.policy = Some(self.policies.get(a)),
         }
         if !s.initialized {
             s.initialized = self.initialized_now(s, f);

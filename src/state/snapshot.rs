@@ -11,7 +11,7 @@ use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
-use crate::classify::policy::Policy;
+use crate::classify::policy::PolicyCache;
 use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::write::{Annotations, ObservedSource};
 
@@ -236,6 +236,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         let labels = (!labels.is_empty()).then(|| Arc::from(labels));
         nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, timestamp, labels }, prev }));
     }
+    let policies = PolicyCache::default();
     let n = d.len()?;
     for _ in 0..n {
         let cluster = sym(d.uint()?)?;
@@ -285,7 +286,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
                 h.update(&[0]);
                 entries.push((Box::from(k), Box::from(v)));
             }
-            s.policy = Some(Arc::new(Policy::parse(&Annotations { entries, hash: h.digest() })));
+            s.policy = Some(policies.get(&Annotations { entries, hash: h.digest() }));
         }
         let consumed: Vec<u64> = (0..d.len()?).map(|_| d.uint()).collect::<Result<_, _>>()?;
         s.consumed_approvals = (!consumed.is_empty()).then(|| Box::new(consumed));

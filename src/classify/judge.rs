@@ -77,11 +77,11 @@ impl Engine {
                     observed: observed.map(|(g, _)| g),
                 },
                 observed,
-                status_updaters: p.status_updaters,
+                status_updaters: p.status_updaters(),
                 deleted: p.deleted,
                 trace,
                 policy: p.policy.clone(),
-                consumed: p.consumed_approvals.as_deref().cloned().unwrap_or_default(),
+                consumed: p.consumed_approvals().to_vec(),
                 labels,
             }
         })
@@ -211,13 +211,7 @@ impl Engine {
                 event.resolution = Some(resolution);
                 event.snoozed = policy.snoozed_at(w.time_us);
                 if let Some(used) = used {
-                    self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| {
-                        let used_up = s.consumed_approvals.get_or_insert_with(Default::default);
-                        if used_up.len() >= 32 {
-                            used_up.remove(0);
-                        }
-                        used_up.push(used);
-                    });
+                    self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| s.consume_approval(used));
                 }
             }
             event.freeze_violation = policy.freeze.is_some()

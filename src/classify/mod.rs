@@ -147,9 +147,9 @@ impl Engine {
         if let Some(g) = f.generation {
             s.generation = g;
         }
-        s.observed = f.observed;
-        s.content_hash = Some(f.content_hash);
-        s.status_hash = f.status_hash;
+        s.set_observed(f.observed);
+        s.set_content_hash(Some(f.content_hash));
+        s.set_status_hash(f.status_hash);
         s.deleting |= f.deleting;
         if f.gone && !s.deleted {
             // The write that removed the last finalizer of an object being deleted: it is gone.
@@ -194,9 +194,9 @@ impl Engine {
 
     fn status_write(&self, w: &Write, f: &ObjectFacts) {
         self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
-            s.status_updaters.push(w.user);
+            s.push_status_updater(w.user);
             if !Self::is_stale(s, f) {
-                s.status_write_generation = f.generation.or(Some(s.generation));
+                s.set_status_write_generation(f.generation.or(Some(s.generation)));
                 self.refresh(s, f, w);
             }
         });
@@ -204,7 +204,7 @@ impl Engine {
 
     fn update(&self, w: &Write, f: &ObjectFacts) -> Applied {
         let key = Self::key(w, f.uid);
-        let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash, s.status_hash, s.generation));
+        let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash(), s.status_hash(), s.generation));
         let spec_changed = match prev {
             Some((rv, ..)) if rv != 0 && f.resource_version == Some(rv) => {
                 self.store.update(&key, |s| s.last_seen_us = s.last_seen_us.max(w.time_us));
@@ -224,9 +224,9 @@ impl Engine {
             // A status change through the main resource (kinds without a status subresource)
             // is a status write all the same.
             if status_changed {
-                s.status_updaters.push(w.user);
+                s.push_status_updater(w.user);
                 if !Self::is_stale(s, f) {
-                    s.status_write_generation = f.generation.or(Some(s.generation));
+                    s.set_status_write_generation(f.generation.or(Some(s.generation)));
                 }
             }
             self.refresh(s, f, w);
@@ -257,10 +257,10 @@ impl Engine {
     /// updaters, the facts (and `also`) go into its state, then the verdict.
     fn judge_object(&self, w: &Write, f: &ObjectFacts, also: impl FnOnce(&mut ObjectState)) -> (Enriched, TraceState) {
         let (updaters, labels) = self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
-            s.updaters.push(w.user);
+            s.push_updater(w.user);
             self.refresh(s, f, w);
             also(s);
-            (s.updaters, trace_labels(s.policy.as_deref()))
+            (s.updaters(), trace_labels(s.policy.as_deref()))
         });
         let child = Child {
             uid_text: &f.uid_text,
@@ -277,14 +277,14 @@ impl Engine {
     fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: (Sym, Sym)) -> Enriched {
         let key = Self::key(w, uid);
         let known = self.store.update(&key, |s| {
-            s.updaters.push(w.user);
+            s.push_updater(w.user);
             s.deleting = true;
             if !s.deleted {
                 s.deleted = true;
                 self.store.tombstoned();
             }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
-            (s.updaters, s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
+            (s.updaters(), s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
         });
         let (updaters, owner, labels, api_version, kind, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
@@ -316,7 +316,7 @@ impl Engine {
                 s.generation += 1;
             }
             if !replicas_ignored {
-                s.content_hash = None;
+                s.set_content_hash(None);
             }
             if let Some(rv) = rv {
                 s.last_resource_version = s.last_resource_version.max(rv);
@@ -339,8 +339,8 @@ impl Engine {
             }
         };
         let updaters = self.store.update(&key, |s| {
-            s.updaters.push(w.user);
-            s.updaters
+            s.push_updater(w.user);
+            s.updaters()
         });
         let child = Child {
             uid_text,

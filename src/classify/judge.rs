@@ -4,9 +4,8 @@
 use std::sync::Arc;
 
 use super::policy::{ChildRef, Policy, Resolution};
-use super::trace::{self, Hop, Labels, Trace};
+use super::trace::{self, Hop, Labels, Stamp, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
-use crate::decode::time::format_rfc3339_micros;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState};
 use crate::write::{OwnerLink, Uid, Write};
@@ -57,7 +56,7 @@ impl Engine {
                         name: p.name.clone(),
                         generation: (p.generation != 0).then_some(p.generation),
                         user: Some(p.trace.user),
-                        timestamp: (p.trace.time_us != 0).then(|| Arc::from(format_rfc3339_micros(p.trace.time_us))),
+                        timestamp: (p.trace.time_us != 0).then_some(Stamp::Micros(p.trace.time_us)),
                         labels: labels.clone(),
                     };
                     let node = match &p.trace.prev {
@@ -97,7 +96,7 @@ impl Engine {
             name: child.name.clone(),
             generation: child.generation,
             user: Some(w.user),
-            timestamp: (!w.stage_timestamp.is_empty()).then(|| w.stage_timestamp.clone()),
+            timestamp: (!w.stage_timestamp.is_empty()).then(|| Stamp::Text(w.stage_timestamp.clone())),
             labels: child.labels.clone(),
         };
         let user = self.interner.resolve(w.user);
@@ -258,7 +257,7 @@ impl Engine {
                 name: h.name.clone(),
                 generation: h.generation,
                 user: h.user.map(|u| self.interner.resolve(u)),
-                timestamp: h.timestamp.clone(),
+                timestamp: h.timestamp.as_ref().map(Stamp::text),
                 labels: h
                     .labels
                     .iter()

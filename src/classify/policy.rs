@@ -196,7 +196,7 @@ impl Policy {
                 }
             }
         }
-        p.trace_labels = (!labels.is_empty()).then(|| Arc::from(labels));
+        p.trace_labels = (!labels.is_empty()).then(|| Arc::new(labels));
         p
     }
 
@@ -350,7 +350,7 @@ mod tests {
         assert!(p.snoozed_at(parse_rfc3339_micros("2029-12-31T00:00:00Z").unwrap()));
         assert!(!p.snoozed_at(parse_rfc3339_micros("2030-01-02T00:00:00Z").unwrap()));
         assert!(p.phase_initialized);
-        assert_eq!(p.trace_labels.as_deref(), Some(&[(Box::from("ticket"), Box::from("OPS-1"))][..]));
+        assert_eq!(p.trace_labels.as_deref().map(Vec::as_slice), Some(&[(Box::from("ticket"), Box::from("OPS-1"))][..]));
         assert_eq!(p.problems.len(), 1);
         assert!(policy(&[(FREEZE, "true")]).freeze.is_some());
         assert!(policy(&[(FREEZE, "false")]).freeze.is_none());
@@ -364,6 +364,6 @@ mod tests {
         let (p, q) = (cache.get(&a("red")), cache.get(&a("red")));
         assert!(Arc::ptr_eq(&p, &q));
         let other = cache.get(&a("blue"));
-        assert_eq!(other.trace_labels.as_deref(), Some(&[(Box::from("team"), Box::from("blue"))][..]), "same hash, other entries: parsed anew");
+        assert_eq!(other.trace_labels.as_deref().map(Vec::as_slice), Some(&[(Box::from("team"), Box::from("blue"))][..]), "same hash, other entries: parsed anew");
     }
 }

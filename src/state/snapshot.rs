@@ -12,7 +12,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
 use crate::classify::policy::PolicyCache;
-use crate::classify::trace::{Hop, Trace, TraceNode};
+use crate::classify::trace::{Hop, Stamp, Trace, TraceNode};
 use crate::write::{Annotations, ObservedSource};
 
 const MAGIC: &[u8] = b"KAUSALITY-STATE 4\n";
@@ -111,11 +111,11 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         match &h.timestamp {
             Some(t) => {
                 buf.uint(1);
-                buf.str(t);
+                buf.str(&t.text());
             }
             None => buf.uint(0),
         }
-        let labels = h.labels.as_deref().unwrap_or(&[]);
+        let labels = h.labels.as_deref().map_or(&[][..], Vec::as_slice);
         buf.uint(labels.len() as u64);
         for (k, v) in labels {
             buf.str(k);
@@ -224,16 +224,16 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             0 => None,
             i => Some(sym(i - 1)?),
         };
-        let timestamp: Option<Arc<str>> = match d.uint()? {
+        let timestamp = match d.uint()? {
             0 => None,
-            _ => Some(Arc::from(d.str()?)),
+            _ => Some(Stamp::parse(d.str()?)),
         };
         let nl = d.len()?;
         let mut labels = Vec::with_capacity(nl);
         for _ in 0..nl {
             labels.push((Box::from(d.str()?), Box::from(d.str()?)));
         }
-        let labels = (!labels.is_empty()).then(|| Arc::from(labels));
+        let labels = (!labels.is_empty()).then(|| Arc::new(labels));
         nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, timestamp, labels }, prev }));
     }
     let policies = PolicyCache::default();

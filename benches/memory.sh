@@ -4,10 +4,11 @@
 # dedupe window, same buffers): (RSS_full - RSS_capped) / objects.
 #
 # Usage: benches/memory.sh [EVENTS]   (default 2,000,000 events ≈ 1M live objects, 2.8 GiB)
+# CARGO_ARGS adds build flags, e.g. CARGO_ARGS=--no-default-features to skip the Kafka build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-2000000}
-cargo build --release --quiet
+cargo build --release --quiet ${CARGO_ARGS:-}
 bin=target/release/kausality-stream
 corpus=$(mktemp --suffix=.jsonl)
 trap 'rm -f "$corpus"' EXIT

@@ -4,9 +4,8 @@
 use std::sync::Arc;
 
 use super::policy::{ChildRef, Policy, Resolution};
-use super::trace::{self, Hop, Labels, Trace};
+use super::trace::{self, Hop, Labels, Stamp, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
-use crate::decode::time::format_rfc3339_micros;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState};
 use crate::write::{OwnerLink, Uid, Write};
@@ -57,7 +56,7 @@ impl Engine {
                         name: p.name.clone(),
                         generation: (p.generation != 0).then_some(p.generation),
                         user: Some(p.trace.user),
-                        timestamp: (p.trace.time_us != 0).then(|| Arc::from(format_rfc3339_micros(p.trace.time_us))),
+                        timestamp: (p.trace.time_us != 0).then_some(Stamp::Micros(p.trace.time_us)),
                         labels: labels.clone(),
                     };
                     let node = match &p.trace.prev {
@@ -77,11 +76,11 @@ impl Engine {
                     observed: observed.map(|(g, _)| g),
                 },
                 observed,
-                status_updaters: p.status_updaters,
+                status_updaters: p.status_updaters(),
                 deleted: p.deleted,
                 trace,
                 policy: p.policy.clone(),
-                consumed: p.consumed_approvals.as_deref().cloned().unwrap_or_default(),
+                consumed: p.consumed_approvals().to_vec(),
                 labels,
             }
         })
@@ -97,7 +96,7 @@ impl Engine {
             name: child.name.clone(),
             generation: child.generation,
             user: Some(w.user),
-            timestamp: (!w.stage_timestamp.is_empty()).then(|| w.stage_timestamp.clone()),
+            timestamp: (!w.stage_timestamp.is_empty()).then(|| Stamp::Text(w.stage_timestamp.clone())),
             labels: child.labels.clone(),
         };
         let user = self.interner.resolve(w.user);
@@ -211,13 +210,7 @@ impl Engine {
                 event.resolution = Some(resolution);
                 event.snoozed = policy.snoozed_at(w.time_us);
                 if let Some(used) = used {
-                    self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| {
-                        let used_up = s.consumed_approvals.get_or_insert_with(Default::default);
-                        if used_up.len() >= 32 {
-                            used_up.remove(0);
-                        }
-                        used_up.push(used);
-                    });
+                    self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| s.consume_approval(used));
                 }
             }
             event.freeze_violation = policy.freeze.is_some()
@@ -264,7 +257,7 @@ impl Engine {
                 name: h.name.clone(),
                 generation: h.generation,
                 user: h.user.map(|u| self.interner.resolve(u)),
-                timestamp: h.timestamp.clone(),
+                timestamp: h.timestamp.as_ref().map(Stamp::text),
                 labels: h
                     .labels
                     .iter()
@@ -284,5 +277,5 @@ fn format_uid(uid: Uid) -> String {
 }
 
 pub(super) fn trace_labels(p: Option<&Policy>) -> Option<Labels> {
-    p.filter(|p| !p.trace_labels.is_empty()).map(|p| Arc::from(p.trace_labels.clone()))
+    p.and_then(|p| p.trace_labels.clone())
 }

@@ -19,7 +19,7 @@ use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
 use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState};
 use crate::write::{kind_of_resource, ObjectFacts, Target, Uid, Write};
-use policy::Policy;
+use policy::PolicyCache;
 
 /// The result of applying one write.
 #[derive(Debug)]
@@ -51,6 +51,8 @@ pub struct Engine {
     lifecycle_bits: DashMap<(Sym, Sym), u8, FastBuild>,
     /// userHash by user.
     user_hashes: DashMap<Sym, Arc<str>, FastBuild>,
+    /// Parsed policies, shared by the objects with the same annotations.
+    policies: PolicyCache,
 }
 
 impl Engine {
@@ -61,6 +63,7 @@ impl Engine {
             config,
             lifecycle_bits: DashMap::with_hasher(FastBuild::default()),
             user_hashes: DashMap::with_hasher(FastBuild::default()),
+            policies: PolicyCache::default(),
         }
     }
 
@@ -145,9 +148,9 @@ impl Engine {
         if let Some(g) = f.generation {
             s.generation = g;
         }
-        s.observed = f.observed;
-        s.content_hash = Some(f.content_hash);
-        s.status_hash = f.status_hash;
+        s.set_observed(f.observed);
+        s.set_content_hash(Some(f.content_hash));
+        s.set_status_hash(f.status_hash);
         s.deleting |= f.deleting;
         if f.gone && !s.deleted {
             // The write that removed the last finalizer of an object being deleted: it is gone.
@@ -161,7 +164,7 @@ impl Engine {
         match &f.annotations {
             None => s.policy = None,
             Some(a) if s.policy.as_ref().is_some_and(|p| p.source_hash == a.hash) => {}
-            Some(a) => s.policy = Some(Arc::new(Policy::parse(a))),
+            Some(a) => s.policy = Some(self.policies.get(a)),
         }
         if !s.initialized {
             s.initialized = self.initialized_now(s, f);
@@ -192,9 +195,9 @@ impl Engine {
 
     fn status_write(&self, w: &Write, f: &ObjectFacts) {
         self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
-            s.status_updaters.push(w.user);
+            s.push_status_updater(w.user);
             if !Self::is_stale(s, f) {
-                s.status_write_generation = f.generation.or(Some(s.generation));
+                s.set_status_write_generation(f.generation.or(Some(s.generation)));
                 self.refresh(s, f, w);
             }
         });
@@ -202,7 +205,7 @@ impl Engine {
 
     fn update(&self, w: &Write, f: &ObjectFacts) -> Applied {
         let key = Self::key(w, f.uid);
-        let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash, s.status_hash, s.generation));
+        let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash(), s.status_hash(), s.generation));
         let spec_changed = match prev {
             Some((rv, ..)) if rv != 0 && f.resource_version == Some(rv) => {
                 self.store.update(&key, |s| s.last_seen_us = s.last_seen_us.max(w.time_us));
@@ -222,9 +225,9 @@ impl Engine {
             // A status change through the main resource (kinds without a status subresource)
             // is a status write all the same.
             if status_changed {
-                s.status_updaters.push(w.user);
+                s.push_status_updater(w.user);
                 if !Self::is_stale(s, f) {
-                    s.status_write_generation = f.generation.or(Some(s.generation));
+                    s.set_status_write_generation(f.generation.or(Some(s.generation)));
                 }
             }
             self.refresh(s, f, w);
@@ -255,10 +258,10 @@ impl Engine {
     /// updaters, the facts (and `also`) go into its state, then the verdict.
     fn judge_object(&self, w: &Write, f: &ObjectFacts, also: impl FnOnce(&mut ObjectState)) -> (Enriched, TraceState) {
         let (updaters, labels) = self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
-            s.updaters.push(w.user);
+            s.push_updater(w.user);
             self.refresh(s, f, w);
             also(s);
-            (s.updaters, trace_labels(s.policy.as_deref()))
+            (s.updaters(), trace_labels(s.policy.as_deref()))
         });
         let child = Child {
             uid_text: &f.uid_text,
@@ -275,14 +278,14 @@ impl Engine {
     fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: (Sym, Sym)) -> Enriched {
         let key = Self::key(w, uid);
         let known = self.store.update(&key, |s| {
-            s.updaters.push(w.user);
+            s.push_updater(w.user);
             s.deleting = true;
             if !s.deleted {
                 s.deleted = true;
                 self.store.tombstoned();
             }
             s.last_seen_us = s.last_seen_us.max(w.time_us);
-            (s.updaters, s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
+            (s.updaters(), s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
         });
         let (updaters, owner, labels, api_version, kind, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
@@ -314,7 +317,7 @@ impl Engine {
                 s.generation += 1;
             }
             if !replicas_ignored {
-                s.content_hash = None;
+                s.set_content_hash(None);
             }
             if let Some(rv) = rv {
                 s.last_resource_version = s.last_resource_version.max(rv);
@@ -337,8 +340,8 @@ impl Engine {
             }
         };
         let updaters = self.store.update(&key, |s| {
-            s.updaters.push(w.user);
-            s.updaters
+            s.push_updater(w.user);
+            s.updaters()
         });
         let child = Child {
             uid_text,

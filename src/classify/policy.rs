@@ -2,9 +2,14 @@
 //! `kausality.io/approvals`, `kausality.io/rejections`, `kausality.io/freeze`,
 //! `kausality.io/snooze`, plus the `kausality.io/trace-*` labels and `kausality.io/phase`.
 
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::trace::Labels;
 use crate::decode::time::parse_rfc3339_micros;
 use crate::write::Annotations;
 
@@ -149,8 +154,9 @@ pub struct Policy {
     pub snooze_until_us: Option<i64>,
     /// `kausality.io/phase: initialized`.
     pub phase_initialized: bool,
-    /// `kausality.io/trace-<key>: <value>`, as (key, value).
-    pub trace_labels: Vec<(Box<str>, Box<str>)>,
+    /// `kausality.io/trace-<key>: <value>`, as (key, value); shared by every trace hop of the
+    /// object. `None` when there is none.
+    pub trace_labels: Option<Labels>,
     /// Annotations that could not be read, with the reason (reported, never fatal).
     pub problems: Vec<String>,
     /// The annotations this was parsed from (kept for snapshots; few objects carry any).
@@ -162,6 +168,7 @@ pub struct Policy {
 impl Policy {
     pub fn parse(a: &Annotations) -> Policy {
         let mut p = Policy { source_hash: a.hash, source: a.clone(), ..Policy::default() };
+        let mut labels = Vec::new();
         for (k, v) in &a.entries {
             let (k, v) = (&**k, &**v);
             match k {
@@ -183,12 +190,13 @@ impl Policy {
                 _ => {
                     if let Some(label) = k.strip_prefix(TRACE_LABEL_PREFIX) {
                         if !label.is_empty() {
-                            p.trace_labels.push((Box::from(label), Box::from(v)));
+                            labels.push((Box::from(label), Box::from(v)));
                         }
                     }
                 }
             }
         }
+        p.trace_labels = (!labels.is_empty()).then(|| Arc::new(labels));
         p
     }
 
@@ -216,6 +224,37 @@ impl Policy {
 
     pub fn snoozed_at(&self, time_us: i64) -> bool {
         self.snooze_until_us.is_some_and(|until| time_us < until)
+    }
+}
+
+/// Recently parsed policies by the hash of their annotations. Objects made from one template
+/// carry the same annotations (every Deployment of a team with the same trace label): they share
+/// one parsed policy instead of a copy each.
+#[derive(Debug)]
+pub struct PolicyCache(Mutex<LruCache<u64, Arc<Policy>>>);
+
+impl Default for PolicyCache {
+    /// Room for a thousand distinct policies: more than the templates of a large cluster.
+    fn default() -> Self {
+        PolicyCache::new(1024)
+    }
+}
+
+impl PolicyCache {
+    pub fn new(capacity: usize) -> Self {
+        PolicyCache(Mutex::new(LruCache::new(NonZeroUsize::new(capacity.max(1)).expect("non-zero"))))
+    }
+
+    /// The policy of `annotations`: the cached one when the same annotations were seen
+    /// recently, else parsed now.
+    pub fn get(&self, annotations: &Annotations) -> Arc<Policy> {
+        let cached = self.0.lock().expect("policy cache lock poisoned").get(&annotations.hash).cloned();
+        if let Some(p) = cached.filter(|p| p.source.entries == annotations.entries) {
+            return p;
+        }
+        let p = Arc::new(Policy::parse(annotations));
+        self.0.lock().expect("policy cache lock poisoned").put(annotations.hash, p.clone());
+        p
     }
 }
 
@@ -311,10 +350,20 @@ mod tests {
         assert!(p.snoozed_at(parse_rfc3339_micros("2029-12-31T00:00:00Z").unwrap()));
         assert!(!p.snoozed_at(parse_rfc3339_micros("2030-01-02T00:00:00Z").unwrap()));
         assert!(p.phase_initialized);
-        assert_eq!(p.trace_labels, vec![(Box::from("ticket"), Box::from("OPS-1"))]);
+        assert_eq!(p.trace_labels.as_deref().map(Vec::as_slice), Some(&[(Box::from("ticket"), Box::from("OPS-1"))][..]));
         assert_eq!(p.problems.len(), 1);
         assert!(policy(&[(FREEZE, "true")]).freeze.is_some());
         assert!(policy(&[(FREEZE, "false")]).freeze.is_none());
         assert!(policy(&[(SNOOZE, "2030-01-01T00:00:00Z")]).snooze_until_us.is_some());
+    }
+
+    #[test]
+    fn same_annotations_share_one_policy() {
+        let cache = PolicyCache::new(16);
+        let a = |v: &str| Annotations { entries: vec![(Box::from("kausality.io/trace-team"), Box::from(v))], hash: 7 };
+        let (p, q) = (cache.get(&a("red")), cache.get(&a("red")));
+        assert!(Arc::ptr_eq(&p, &q));
+        let other = cache.get(&a("blue"));
+        assert_eq!(other.trace_labels.as_deref().map(Vec::as_slice), Some(&[(Box::from("team"), Box::from("blue"))][..]), "same hash, other entries: parsed anew");
     }
 }

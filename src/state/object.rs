@@ -50,9 +50,20 @@ impl Recent {
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
+    /// A set of at most one user.
+    fn of(user: Option<Sym>) -> Recent {
+        let mut r = Recent::default();
+        if let Some(u) = user {
+            r.push(u);
+        }
+        r
+    }
 }
 
-/// The state of one object. Kept small: it is multiplied by every object in the cluster.
+/// The state of one object. Kept small: it is multiplied by every object in the cluster, so
+/// optional numbers carry their presence in a bit instead of an 8-byte tag, and what few objects
+/// need (a second updater, used-up approvals) lives in one box.
 #[derive(Clone, Debug)]
 pub struct ObjectState {
     pub api_version: Sym,
@@ -61,17 +72,21 @@ pub struct ObjectState {
     pub name: Arc<str>,
     /// `metadata.generation` as last seen (advanced by one on a scale write); 0 when unknown.
     pub generation: i64,
-    /// Observed generation from the object itself (status field or conditions).
-    pub observed: Option<(i64, ObservedSource)>,
+    /// Observed generation from the object itself (status field or conditions), when `has`
+    /// holds its source.
+    observed_generation: i64,
     /// The generation at the latest status write (the synthetic observed generation).
-    pub status_write_generation: Option<i64>,
-    /// Hash of the spec; `None` when unknown (after a scale write, whose response has no spec).
-    pub content_hash: Option<u64>,
-    pub status_hash: Option<u64>,
-    /// Users who changed this object's spec, created or deleted it.
-    pub updaters: Recent,
-    /// Users who wrote this object's status.
-    pub status_updaters: Recent,
+    status_write_generation: i64,
+    /// Hash of the spec; unknown after a scale write, whose response has no spec.
+    content_hash: u64,
+    status_hash: u64,
+    /// Which of the optional numbers above are known (`HAS_*` bits), and the observed
+    /// generation's source.
+    has: u8,
+    /// The updater sets while each holds at most one user (`None`: empty); past that, both
+    /// sets are in `rare`.
+    updater: Option<Sym>,
+    status_updater: Option<Sym>,
     /// Lifecycle high-water mark: once initialized, always initialized.
     pub initialized: bool,
     /// `metadata.deletionTimestamp` was seen.
@@ -86,11 +101,35 @@ pub struct ObjectState {
     pub owner: Option<OwnerKey>,
     /// How the current generation came about (the trace of its producing mutation).
     pub trace: TraceState,
-    /// Parsed `kausality.io/` annotations; `None` for the many objects without any.
+    /// Parsed `kausality.io/` annotations, shared by objects with the same ones; `None` for
+    /// the many objects without any.
     pub policy: Option<Arc<Policy>>,
-    /// `once` approvals already used up, by content hash; boxed because few objects have any.
-    pub consumed_approvals: Option<Box<Vec<u64>>>,
+    /// What few objects need; `None` for most.
+    rare: Option<Box<Rare>>,
 }
+
+const HAS_STATUS_WRITE_GENERATION: u8 = 1;
+const HAS_CONTENT_HASH: u8 = 2;
+const HAS_STATUS_HASH: u8 = 4;
+/// Three bits of `has`: 0 when there is no observed generation, else 1 + its source.
+const OBSERVED_SOURCE_SHIFT: u32 = 3;
+const OBSERVED_SOURCE_MASK: u8 = 0b111 << OBSERVED_SOURCE_SHIFT;
+const OBSERVED_SOURCES: [ObservedSource; 4] =
+    [ObservedSource::Status, ObservedSource::SyncedCondition, ObservedSource::ReadyCondition, ObservedSource::Synthetic];
+
+/// The parts of an object's state that most objects never need.
+#[derive(Clone, Debug, Default)]
+struct Rare {
+    /// Users who changed this object's spec, created or deleted it (once more than one).
+    updaters: Recent,
+    /// Users who wrote this object's status (once either set holds more than one).
+    status_updaters: Recent,
+    /// `once` approvals already used up, by content hash, oldest first.
+    consumed_approvals: Vec<u64>,
+}
+
+/// How many used-up `once` approvals an object remembers.
+const MAX_CONSUMED_APPROVALS: usize = 32;
 
 /// The trace of an object's producing mutation (DESIGN §1.6), kept compactly: the trace that
 /// write extended (its parent's, shared by all siblings) and who wrote it when. The object's own
@@ -108,21 +147,22 @@ pub struct TraceState {
     pub node: Option<Trace>,
 }
 
-/// The controller owner as state keeps it: 24 bytes inline, no heap.
+/// The controller owner as state keeps it: 24 bytes inline, no heap, 4-byte aligned (so it
+/// packs with the state's other small fields).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OwnerKey {
-    uid: [u64; 2],
+    uid: [u32; 4],
     pub api_version: Sym,
     pub kind: Sym,
 }
 
 impl OwnerKey {
     pub fn new(uid: Uid, api_version: Sym, kind: Sym) -> Self {
-        OwnerKey { uid: [uid as u64, (uid >> 64) as u64], api_version, kind }
+        OwnerKey { uid: [uid as u32, (uid >> 32) as u32, (uid >> 64) as u32, (uid >> 96) as u32], api_version, kind }
     }
 
     pub fn uid(&self) -> Uid {
-        self.uid[0] as u128 | (self.uid[1] as u128) << 64
+        self.uid.iter().rev().fold(0, |acc, &w| acc << 32 | w as u128)
     }
 }
 
@@ -134,12 +174,13 @@ impl ObjectState {
             namespace,
             name,
             generation: 0,
-            observed: None,
-            status_write_generation: None,
-            content_hash: None,
-            status_hash: None,
-            updaters: Recent::default(),
-            status_updaters: Recent::default(),
+            observed_generation: 0,
+            status_write_generation: 0,
+            content_hash: 0,
+            status_hash: 0,
+            has: 0,
+            updater: None,
+            status_updater: None,
             initialized: false,
             deleting: false,
             deleted: false,
@@ -148,13 +189,137 @@ impl ObjectState {
             owner: None,
             trace: TraceState::default(),
             policy: None,
-            consumed_approvals: None,
+            rare: None,
         }
     }
 
     /// The observed generation and its source, first found wins (DESIGN §1.3).
     pub fn observed_generation(&self) -> Option<(i64, ObservedSource)> {
-        self.observed.or(self.status_write_generation.map(|g| (g, ObservedSource::Synthetic)))
+        self.observed().or(self.status_write_generation().map(|g| (g, ObservedSource::Synthetic)))
+    }
+
+    /// Observed generation from the object itself (status field or conditions).
+    pub fn observed(&self) -> Option<(i64, ObservedSource)> {
+        let code = (self.has & OBSERVED_SOURCE_MASK) >> OBSERVED_SOURCE_SHIFT;
+        code.checked_sub(1).map(|i| (self.observed_generation, OBSERVED_SOURCES[i as usize]))
+    }
+
+    pub fn set_observed(&mut self, observed: Option<(i64, ObservedSource)>) {
+        let (generation, code) = match observed {
+            Some((g, src)) => (g, 1 + OBSERVED_SOURCES.iter().position(|&s| s == src).expect("every source is listed") as u8),
+            None => (0, 0),
+        };
+        self.observed_generation = generation;
+        self.has = (self.has & !OBSERVED_SOURCE_MASK) | code << OBSERVED_SOURCE_SHIFT;
+    }
+
+    /// The generation at the latest status write (the synthetic observed generation).
+    pub fn status_write_generation(&self) -> Option<i64> {
+        self.get(HAS_STATUS_WRITE_GENERATION, self.status_write_generation as u64).map(|g| g as i64)
+    }
+
+    pub fn set_status_write_generation(&mut self, generation: Option<i64>) {
+        self.status_write_generation = self.set(HAS_STATUS_WRITE_GENERATION, generation.map(|g| g as u64)) as i64;
+    }
+
+    /// Hash of the spec; `None` when unknown (after a scale write, whose response has no spec).
+    pub fn content_hash(&self) -> Option<u64> {
+        self.get(HAS_CONTENT_HASH, self.content_hash)
+    }
+
+    pub fn set_content_hash(&mut self, hash: Option<u64>) {
+        self.content_hash = self.set(HAS_CONTENT_HASH, hash);
+    }
+
+    pub fn status_hash(&self) -> Option<u64> {
+        self.get(HAS_STATUS_HASH, self.status_hash)
+    }
+
+    pub fn set_status_hash(&mut self, hash: Option<u64>) {
+        self.status_hash = self.set(HAS_STATUS_HASH, hash);
+    }
+
+    fn get(&self, bit: u8, value: u64) -> Option<u64> {
+        (self.has & bit != 0).then_some(value)
+    }
+
+    /// Records whether `value` is known in `bit`; returns what to store.
+    fn set(&mut self, bit: u8, value: Option<u64>) -> u64 {
+        match value {
+            Some(v) => {
+                self.has |= bit;
+                v
+            }
+            None => {
+                self.has &= !bit;
+                0
+            }
+        }
+    }
+
+    /// Users who changed this object's spec, created or deleted it.
+    pub fn updaters(&self) -> Recent {
+        match &self.rare {
+            Some(rare) => rare.updaters,
+            None => Recent::of(self.updater),
+        }
+    }
+
+    /// Users who wrote this object's status.
+    pub fn status_updaters(&self) -> Recent {
+        match &self.rare {
+            Some(rare) => rare.status_updaters,
+            None => Recent::of(self.status_updater),
+        }
+    }
+
+    pub fn push_updater(&mut self, user: Sym) {
+        if self.rare.is_none() && self.updater.is_none_or(|u| u == user) {
+            self.updater = Some(user);
+        } else {
+            self.rare_mut().updaters.push(user);
+        }
+    }
+
+    pub fn push_status_updater(&mut self, user: Sym) {
+        if self.rare.is_none() && self.status_updater.is_none_or(|u| u == user) {
+            self.status_updater = Some(user);
+        } else {
+            self.rare_mut().status_updaters.push(user);
+        }
+    }
+
+    /// Replaces both updater sets (restore).
+    pub fn set_updaters(&mut self, updaters: Recent, status_updaters: Recent) {
+        (self.updater, self.status_updater) = (None, None);
+        if let Some(rare) = &mut self.rare {
+            (rare.updaters, rare.status_updaters) = (updaters, status_updaters);
+        } else if updaters.len() <= 1 && status_updaters.len() <= 1 {
+            (self.updater, self.status_updater) = (updaters.as_slice().first().copied(), status_updaters.as_slice().first().copied());
+        } else {
+            self.rare = Some(Box::new(Rare { updaters, status_updaters, consumed_approvals: Vec::new() }));
+        }
+    }
+
+    /// `once` approvals already used up, by content hash, oldest first.
+    pub fn consumed_approvals(&self) -> &[u64] {
+        self.rare.as_ref().map_or(&[], |rare| &rare.consumed_approvals)
+    }
+
+    /// Records a `once` approval as used up; the oldest is forgotten past 32.
+    pub fn consume_approval(&mut self, key: u64) {
+        let used = &mut self.rare_mut().consumed_approvals;
+        if used.len() >= MAX_CONSUMED_APPROVALS {
+            used.remove(0);
+        }
+        used.push(key);
+    }
+
+    /// The rare part, made on first use: the updater sets move into it.
+    fn rare_mut(&mut self) -> &mut Rare {
+        let (updaters, status_updaters) = (self.updaters(), self.status_updaters());
+        (self.updater, self.status_updater) = (None, None);
+        self.rare.get_or_insert_with(|| Box::new(Rare { updaters, status_updaters, consumed_approvals: Vec::new() }))
     }
 }
 
@@ -185,5 +350,61 @@ mod tests {
         r.push(c);
         assert_eq!(r.as_slice(), &[c, f, e, d, a]);
         assert!(r.contains(a) && !r.contains(b));
+    }
+
+    #[test]
+    fn updater_sets_move_to_the_box_past_one_user() {
+        let i = super::super::Interner::new();
+        let (a, b, c) = (i.intern("a"), i.intern("b"), i.intern("c"));
+        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
+        s.push_updater(a);
+        s.push_updater(a);
+        s.push_status_updater(c);
+        assert!(s.rare.is_none());
+        assert_eq!((s.updaters().as_slice(), s.status_updaters().as_slice()), (&[a][..], &[c][..]));
+        s.push_updater(b);
+        assert!(s.rare.is_some());
+        assert_eq!((s.updaters().as_slice(), s.status_updaters().as_slice()), (&[b, a][..], &[c][..]));
+        let mut t = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
+        t.push_updater(a);
+        for k in 0..40 {
+            t.consume_approval(k);
+        }
+        assert_eq!(t.consumed_approvals().len(), 32);
+        assert_eq!(t.consumed_approvals()[0], 8, "the oldest are forgotten");
+        assert_eq!(t.updaters().as_slice(), &[a]);
+    }
+
+    #[test]
+    fn optional_numbers_round_trip() {
+        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
+        assert_eq!((s.content_hash(), s.status_hash(), s.status_write_generation(), s.observed()), (None, None, None, None));
+        s.set_content_hash(Some(0));
+        s.set_status_hash(Some(u64::MAX));
+        s.set_status_write_generation(Some(-1));
+        for src in OBSERVED_SOURCES {
+            s.set_observed(Some((4, src)));
+            assert_eq!(s.observed(), Some((4, src)));
+        }
+        s.set_observed(Some((3, ObservedSource::ReadyCondition)));
+        assert_eq!(s.content_hash(), Some(0));
+        assert_eq!(s.status_hash(), Some(u64::MAX));
+        assert_eq!(s.status_write_generation(), Some(-1));
+        assert_eq!(s.observed_generation(), Some((3, ObservedSource::ReadyCondition)));
+        s.set_content_hash(None);
+        assert_eq!((s.content_hash(), s.status_hash()), (None, Some(u64::MAX)));
+        s.set_observed(None);
+        assert_eq!((s.observed(), s.status_write_generation()), (None, Some(-1)));
+        let uid = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128;
+        assert_eq!(OwnerKey::new(uid, Sym::EMPTY, Sym::EMPTY).uid(), uid);
+    }
+
+    #[test]
+    fn hot_structs_stay_small() {
+        // Multiplied by every tracked object.
+        assert!(std::mem::size_of::<ObjectState>() <= 168, "{}", std::mem::size_of::<ObjectState>());
+        assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
+        assert_eq!(std::mem::size_of::<Option<OwnerKey>>(), 24);
+        assert_eq!(std::mem::size_of::<Option<Sym>>(), 4);
     }
 }

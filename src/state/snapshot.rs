@@ -11,8 +11,8 @@ use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
-use crate::classify::policy::Policy;
-use crate::classify::trace::{Hop, Trace, TraceNode};
+use crate::classify::policy::PolicyCache;
+use crate::classify::trace::{Hop, Stamp, Trace, TraceNode};
 use crate::write::{Annotations, ObservedSource};
 
 const MAGIC: &[u8] = b"KAUSALITY-STATE 4\n";
@@ -59,7 +59,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         for x in [k.cluster, s.api_version, s.kind, s.namespace] {
             sym(x, &mut strings);
         }
-        for &u in s.updaters.as_slice().iter().chain(s.status_updaters.as_slice()) {
+        for &u in s.updaters().as_slice().iter().chain(s.status_updaters().as_slice()) {
             sym(u, &mut strings);
         }
         if let Some(o) = &s.owner {
@@ -111,11 +111,11 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         match &h.timestamp {
             Some(t) => {
                 buf.uint(1);
-                buf.str(t);
+                buf.str(&t.text());
             }
             None => buf.uint(0),
         }
-        let labels = h.labels.as_deref().unwrap_or(&[]);
+        let labels = h.labels.as_deref().map_or(&[][..], Vec::as_slice);
         buf.uint(labels.len() as u64);
         for (k, v) in labels {
             buf.str(k);
@@ -131,17 +131,17 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         buf.uint(id(s.namespace));
         buf.str(&s.name);
         buf.int(s.generation);
-        match s.observed {
+        match s.observed() {
             Some((g, src)) => {
                 buf.uint(1 + source_code(src));
                 buf.int(g);
             }
             None => buf.uint(0),
         }
-        buf.opt_int(s.status_write_generation);
-        buf.opt_u64(s.content_hash);
-        buf.opt_u64(s.status_hash);
-        for r in [&s.updaters, &s.status_updaters] {
+        buf.opt_int(s.status_write_generation());
+        buf.opt_u64(s.content_hash());
+        buf.opt_u64(s.status_hash());
+        for r in [&s.updaters(), &s.status_updaters()] {
             buf.uint(r.len() as u64);
             for &u in r.as_slice() {
                 buf.uint(id(u));
@@ -168,7 +168,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             buf.str(k);
             buf.str(v);
         }
-        let consumed = s.consumed_approvals.as_deref().map(Vec::as_slice).unwrap_or(&[]);
+        let consumed = s.consumed_approvals();
         buf.uint(consumed.len() as u64);
         for c in consumed {
             buf.uint(*c);
@@ -224,38 +224,40 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             0 => None,
             i => Some(sym(i - 1)?),
         };
-        let timestamp: Option<Arc<str>> = match d.uint()? {
+        let timestamp = match d.uint()? {
             0 => None,
-            _ => Some(Arc::from(d.str()?)),
+            _ => Some(Stamp::parse(d.str()?)),
         };
         let nl = d.len()?;
         let mut labels = Vec::with_capacity(nl);
         for _ in 0..nl {
             labels.push((Box::from(d.str()?), Box::from(d.str()?)));
         }
-        let labels = (!labels.is_empty()).then(|| Arc::from(labels));
+        let labels = (!labels.is_empty()).then(|| Arc::new(labels));
         nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, timestamp, labels }, prev }));
     }
+    let policies = PolicyCache::default();
     let n = d.len()?;
     for _ in 0..n {
         let cluster = sym(d.uint()?)?;
         let uid = d.u128()?;
         let mut s = ObjectState::new(sym(d.uint()?)?, sym(d.uint()?)?, sym(d.uint()?)?, Arc::from(d.str()?));
         s.generation = d.int()?;
-        s.observed = match d.uint()? {
+        s.set_observed(match d.uint()? {
             0 => None,
             c => Some((d.int()?, source_of(c - 1)?)),
-        };
-        s.status_write_generation = d.opt_int()?;
-        s.content_hash = d.opt_u64()?;
-        s.status_hash = d.opt_u64()?;
-        for r in [&mut s.updaters, &mut s.status_updaters] {
+        });
+        s.set_status_write_generation(d.opt_int()?);
+        s.set_content_hash(d.opt_u64()?);
+        s.set_status_hash(d.opt_u64()?);
+        let mut sets = [Recent::default(); 2];
+        for r in &mut sets {
             let users: Vec<Sym> = (0..d.len()?).map(|_| d.uint().and_then(sym)).collect::<Result<_, _>>()?;
-            *r = Recent::default();
             for u in users.into_iter().rev() {
                 r.push(u);
             }
         }
+        s.set_updaters(sets[0], sets[1]);
         let flags = d.uint()?;
         (s.initialized, s.deleting, s.deleted) = (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0);
         s.last_resource_version = d.uint()?;
@@ -285,10 +287,11 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
                 h.update(&[0]);
                 entries.push((Box::from(k), Box::from(v)));
             }
-            s.policy = Some(Arc::new(Policy::parse(&Annotations { entries, hash: h.digest() })));
+            s.policy = Some(policies.get(&Annotations { entries, hash: h.digest() }));
         }
-        let consumed: Vec<u64> = (0..d.len()?).map(|_| d.uint()).collect::<Result<_, _>>()?;
-        s.consumed_approvals = (!consumed.is_empty()).then(|| Box::new(consumed));
+        for _ in 0..d.len()? {
+            s.consume_approval(d.uint()?);
+        }
         store.insert(ObjKey::new(cluster, uid), s);
     }
     let dedupe: Vec<u128> = (0..d.len()?).map(|_| d.u128()).collect::<Result<_, _>>()?;

@@ -1,36 +1,130 @@
 //! The store: a sharded concurrent map from (cluster, UID) to [`ObjectState`], with a cap on the
 //! number of objects. Past the cap the coldest objects (oldest last write) are evicted in
 //! batches; tombstones expire after a while.
+//!
+//! Each shard is an index from key to slot plus the states in fixed-size pages. The index's
+//! slots are 24 bytes (a hash table keeps up to half of them empty after growing); a state
+//! costs its own size, with no allocation of its own, and a page is never moved, so growing
+//! the store never copies it.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-
-use dashmap::DashMap;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use super::{FastBuild, ObjectState, Sym};
 use crate::write::Uid;
 
-/// (cluster, UID): 24 bytes (a `u128` field would align the key, and every entry, to 16).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// (cluster, UID): 20 bytes, 4-byte aligned (a `u128` field would align the key to 16).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjKey {
-    uid: [u64; 2],
+    uid: [u32; 4],
     pub cluster: Sym,
 }
 
 impl ObjKey {
     pub fn new(cluster: Sym, uid: Uid) -> Self {
-        ObjKey { uid: [uid as u64, (uid >> 64) as u64], cluster }
+        ObjKey { uid: [uid as u32, (uid >> 32) as u32, (uid >> 64) as u32, (uid >> 96) as u32], cluster }
     }
 
     pub fn uid(&self) -> Uid {
-        self.uid[0] as u128 | (self.uid[1] as u128) << 64
+        self.uid.iter().rev().fold(0, |acc, &w| acc << 32 | w as u128)
+    }
+}
+
+impl Hash for ObjKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u128(self.uid());
+        self.cluster.hash(state);
+    }
+}
+
+/// States per page of a shard.
+const PAGE: usize = 1024;
+
+#[derive(Debug, Default)]
+struct Shard {
+    /// Key to slot (page * PAGE + offset).
+    index: HashMap<ObjKey, u32, FastBuild>,
+    /// Every slot ever handed out; `None` in a free one.
+    pages: Vec<Box<[Option<ObjectState>]>>,
+    /// Free slots, reused first.
+    free: Vec<u32>,
+    /// Slots handed out so far, free ones included.
+    slots: u32,
+}
+
+impl Shard {
+    fn get(&self, key: &ObjKey) -> Option<&ObjectState> {
+        self.index.get(key).map(|&slot| self.at(slot))
+    }
+
+    fn get_mut(&mut self, key: &ObjKey) -> Option<&mut ObjectState> {
+        let slot = *self.index.get(key)?;
+        Some(self.at_mut(slot))
+    }
+
+    fn at(&self, slot: u32) -> &ObjectState {
+        let slot = slot as usize;
+        self.pages[slot / PAGE][slot % PAGE].as_ref().expect("an indexed slot holds a state")
+    }
+
+    fn at_mut(&mut self, slot: u32) -> &mut ObjectState {
+        let slot = slot as usize;
+        self.pages[slot / PAGE][slot % PAGE].as_mut().expect("an indexed slot holds a state")
+    }
+
+    /// Puts `state` under `key`, replacing any state it had; returns it.
+    fn insert(&mut self, key: ObjKey, state: ObjectState) -> &mut ObjectState {
+        let slot = match self.index.get(&key) {
+            Some(&slot) => slot,
+            None => {
+                let slot = self.free.pop().unwrap_or_else(|| {
+                    if self.slots as usize == self.pages.len() * PAGE {
+                        self.pages.push((0..PAGE).map(|_| None).collect());
+                    }
+                    self.slots += 1;
+                    self.slots - 1
+                });
+                self.index.insert(key, slot);
+                slot
+            }
+        };
+        let cell = &mut self.pages[slot as usize / PAGE][slot as usize % PAGE];
+        cell.insert(state)
+    }
+
+    fn take(&mut self, slot: u32) -> ObjectState {
+        self.free.push(slot);
+        self.pages[slot as usize / PAGE][slot as usize % PAGE].take().expect("an indexed slot holds a state")
+    }
+
+    fn remove(&mut self, key: &ObjKey) -> Option<ObjectState> {
+        let slot = self.index.remove(key)?;
+        Some(self.take(slot))
+    }
+
+    /// Keeps the states for which `keep` is true.
+    fn retain(&mut self, mut keep: impl FnMut(&ObjectState) -> bool) {
+        let Shard { index, pages, free, .. } = self;
+        index.retain(|_, &mut slot| {
+            let cell = &mut pages[slot as usize / PAGE][slot as usize % PAGE];
+            if keep(cell.as_ref().expect("an indexed slot holds a state")) {
+                return true;
+            }
+            *cell = None;
+            free.push(slot);
+            false
+        });
     }
 }
 
 #[derive(Debug)]
 pub struct Store {
-    /// States are boxed: the table's slots stay 32 bytes, so the empty half a hash table
-    /// keeps after growing costs 16 bytes a slot instead of the size of a state.
-    map: DashMap<ObjKey, Box<ObjectState>, FastBuild>,
+    shards: Box<[RwLock<Shard>]>,
+    /// Bits of a key's hash that pick its shard.
+    shard_bits: u32,
+    hasher: FastBuild,
     /// Most objects kept; past it the coldest tenth is evicted.
     max_objects: usize,
     /// How long (event time) a tombstone of a deleted object is kept.
@@ -51,8 +145,13 @@ pub struct StoreStats {
 
 impl Store {
     pub fn new(max_objects: usize, tombstone_ttl_us: i64) -> Self {
+        // Four shards per core, as a power of two: concurrent classifiers rarely meet.
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let shards = (cores * 4).next_power_of_two();
         Store {
-            map: DashMap::with_hasher(FastBuild::default()),
+            shards: (0..shards).map(|_| RwLock::default()).collect(),
+            shard_bits: shards.trailing_zeros(),
+            hasher: FastBuild::default(),
             max_objects: max_objects.max(16),
             tombstone_ttl_us,
             last_sweep_us: AtomicI64::new(i64::MIN),
@@ -60,43 +159,74 @@ impl Store {
         }
     }
 
+    fn shard(&self, key: &ObjKey) -> &RwLock<Shard> {
+        if self.shard_bits == 0 {
+            return &self.shards[0];
+        }
+        // Below the top 7 bits, which the shard's own table uses to tell keys apart.
+        let hash = self.hasher.hash_one(key);
+        &self.shards[((hash << 7) >> (64 - self.shard_bits)) as usize]
+    }
+
+    fn read_shard(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
+        // A panic in a caller's closure leaves the shard as it was; carry on with it.
+        shard.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write_shard(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+        shard.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.shards.iter().map(|s| Self::read_shard(s).index.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.len() == 0
     }
 
     /// Reads an object's state under its shard's read lock. Never call with another entry held.
     pub fn read<R>(&self, key: &ObjKey, f: impl FnOnce(&ObjectState) -> R) -> Option<R> {
-        self.map.get(key).map(|s| f(&s))
+        Self::read_shard(self.shard(key)).get(key).map(f)
     }
 
     /// Changes an object's state, creating it with `init` when absent.
     pub fn upsert<R>(&self, key: ObjKey, init: impl FnOnce() -> ObjectState, f: impl FnOnce(&mut ObjectState) -> R) -> R {
-        let mut entry = self.map.entry(key).or_insert_with(|| Box::new(init()));
-        f(&mut entry)
+        let mut shard = Self::write_shard(self.shard(&key));
+        match shard.get_mut(&key) {
+            Some(s) => f(s),
+            None => f(shard.insert(key, init())),
+        }
     }
 
     /// Changes an existing object's state.
     pub fn update<R>(&self, key: &ObjKey, f: impl FnOnce(&mut ObjectState) -> R) -> Option<R> {
-        self.map.get_mut(key).map(|mut s| f(&mut s))
+        Self::write_shard(self.shard(key)).get_mut(key).map(f)
     }
 
     /// Puts a whole state in place (restore).
     pub fn insert(&self, key: ObjKey, state: ObjectState) {
-        self.map.insert(key, Box::new(state));
+        Self::write_shard(self.shard(&key)).insert(key, state);
     }
 
     pub fn remove(&self, key: &ObjKey) -> Option<ObjectState> {
-        self.map.remove(key).map(|(_, s)| *s)
+        Self::write_shard(self.shard(key)).remove(key)
     }
 
     /// Every entry, for snapshots.
     pub fn for_each(&self, mut f: impl FnMut(&ObjKey, &ObjectState)) {
-        for e in self.map.iter() {
-            f(e.key(), e.value());
+        for shard in self.shards.iter() {
+            let shard = Self::read_shard(shard);
+            for (key, &slot) in &shard.index {
+                f(key, shard.at(slot));
+            }
+        }
+    }
+
+    /// Keeps the states for which `keep` is true.
+    fn retain(&self, mut keep: impl FnMut(&ObjectState) -> bool) {
+        for shard in self.shards.iter() {
+            Self::write_shard(shard).retain(&mut keep);
         }
     }
 
@@ -115,30 +245,31 @@ impl Store {
         if last == i64::MIN {
             self.last_sweep_us.store(now_us, Ordering::Relaxed);
         }
-        let over_cap = self.map.len() > self.max_objects;
-        if (sweep_due && self.new_tombstones.load(Ordering::Relaxed) > 0) || over_cap {
+        let mut len = self.len();
+        if (sweep_due && self.new_tombstones.load(Ordering::Relaxed) > 0) || len > self.max_objects {
             self.last_sweep_us.store(now_us, Ordering::Relaxed);
-            let before = self.map.len();
+            let before = len;
             let mut kept = 0usize;
-            self.map.retain(|_, s| {
+            self.retain(|s| {
                 let expired = s.deleted && now_us - s.last_seen_us > ttl;
                 kept += (s.deleted && !expired) as usize;
                 !expired
             });
             self.new_tombstones.store(kept, Ordering::Relaxed);
-            stats.expired_tombstones = before - self.map.len();
+            len = self.len();
+            stats.expired_tombstones = before - len;
         }
-        if self.map.len() > self.max_objects {
+        if len > self.max_objects {
             // Evict down to 90% of the cap: the coldest objects by their latest write.
             let target = self.max_objects - self.max_objects / 10;
-            let excess = self.map.len() - target;
-            let mut seen: Vec<i64> = self.map.iter().map(|e| e.last_seen_us).collect();
+            let excess = len - target;
+            let mut seen: Vec<i64> = Vec::with_capacity(len);
+            self.for_each(|_, s| seen.push(s.last_seen_us));
             let nth = excess.saturating_sub(1).min(seen.len() - 1);
             let (_, cut, _) = seen.select_nth_unstable(nth);
             let cut = *cut;
             let mut budget = excess;
-            let len = self.map.len();
-            self.map.retain(|_, s| {
+            self.retain(|s| {
                 if budget > 0 && s.last_seen_us <= cut {
                     budget -= 1;
                     false
@@ -146,7 +277,7 @@ impl Store {
                     true
                 }
             });
-            stats.evicted = len - self.map.len();
+            stats.evicted = len - self.len();
         }
         stats
     }
@@ -171,6 +302,31 @@ mod tests {
         assert_eq!(store.len(), 90);
         assert!(store.read(&ObjKey::new(Sym::EMPTY, 149), |_| ()).is_some(), "the hottest stays");
         assert!(store.read(&ObjKey::new(Sym::EMPTY, 10), |_| ()).is_none(), "a cold one went");
+        for i in 1_000..1_060u128 {
+            store.upsert(ObjKey::new(Sym::EMPTY, i), || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("y")), |s| s.last_seen_us = 20_000);
+        }
+        assert_eq!(store.len(), 150);
+        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name.clone()).as_deref(), Some("y"), "freed slots are reused");
+        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 149), |s| s.last_seen_us), Some(1_490));
+        let slots: usize = store.shards.iter().map(|s| s.read().unwrap().slots as usize).sum();
+        assert!(slots <= 165, "evicted slots were reused: {slots}");
+    }
+
+    #[test]
+    fn keys_round_trip_and_states_are_replaced_or_removed() {
+        let store = Store::new(1_000, 1_000);
+        let uid = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128;
+        let key = ObjKey::new(Sym::EMPTY, uid);
+        assert_eq!(key.uid(), uid);
+        assert_eq!(std::mem::size_of::<ObjKey>(), 20);
+        store.insert(key, ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("a")));
+        store.insert(key, ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("b")));
+        assert_eq!(store.len(), 1);
+        let mut seen = Vec::new();
+        store.for_each(|k, s| seen.push((k.uid(), s.name.clone())));
+        assert_eq!(seen, vec![(uid, Arc::from("b"))]);
+        assert_eq!(store.remove(&key).map(|s| s.name), Some(Arc::from("b")));
+        assert!(store.is_empty() && store.remove(&key).is_none());
     }
 
     #[test]

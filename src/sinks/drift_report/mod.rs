@@ -110,7 +110,7 @@ fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &O
         return true;
     }
     let parent = ctx.engine.store.read(&ObjKey::new(cluster, uid_key(parent_uid)), |s| {
-        (s.generation, s.deleted || s.deleting, s.policy.clone(), s.consumed_approvals.clone())
+        (s.generation, s.deleted || s.deleting, s.policy.clone(), s.consumed_approvals().to_vec())
     });
     let Some((generation, gone, policy, consumed)) = parent else { return false };
     if gone || generation > o.parent_generation {
@@ -118,7 +118,7 @@ fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &O
     }
     policy.is_some_and(|p| {
         let child_ref = ChildRef { api_version: &child.api_version, kind: &child.kind, name: &child.name };
-        p.resolve(child_ref, generation, consumed.as_deref().map_or(&[][..], |c| c.as_slice())).0 == Resolution::Approved
+        p.resolve(child_ref, generation, &consumed).0 == Resolution::Approved
     })
 }
 

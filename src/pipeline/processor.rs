@@ -1,7 +1,8 @@
 //! The processor task: the one place where audit events are classified. It owns the
 //! [`Processor`] (dedupe window, reorder buffers) and runs on a thread of its own, because
-//! decoding and classifying a 400-event batch is CPU work that must not stall the async
-//! runtime's workers serving the webhook. It takes bodies from the bounded intake queue,
+//! classifying a 400-event batch is CPU work that must not stall the async runtime's workers
+//! serving the webhook. Sources decode on their own threads ([`crate::process::Decoder`]);
+//! a raw body (the file source) is decoded here. It takes bodies from the bounded intake queue,
 //! releases the reorder buffer on a timer, sends enriched events to every sink (waiting when a
 //! sink's queue is full: that is the backpressure) and writes the state snapshot between two
 //! batches. On stop it closes the intake, drains what was queued, flushes the reorder buffer

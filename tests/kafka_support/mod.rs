@@ -391,6 +391,10 @@ pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
 
 /// A pipeline file: a Kafka source on `input`, a Kafka sink to `output`, metrics on an
 /// ephemeral port, a snapshot in `dir`. `extra_source` is appended to the source table.
+/// The reorder window runs on arrival time: two messages more than a window apart in arrival
+/// are applied in arrival order (the later one flagged late if its resourceVersion is lower),
+/// where `replay` orders them by event time. 2 s is longer than any stall of a loaded 2-core
+/// machine between two fetched batches, so the classes never depend on scheduling.
 pub fn pipeline(dir: &Path, brokers: &str, input: &str, output: &str, group: &str, extra_source: &str) -> PathBuf {
     let path = dir.join("pipeline.toml");
     std::fs::write(
@@ -398,7 +402,7 @@ pub fn pipeline(dir: &Path, brokers: &str, input: &str, output: &str, group: &st
         format!(
             r#"cluster = "test"
 [options]
-reorder_window = "200ms"
+reorder_window = "2s"
 [[sources]]
 type = "kafka"
 brokers = "{brokers}"

@@ -7,27 +7,27 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use super::object::ObjectView;
+use super::object::{opt_str, ObjectView};
 
 /// One audit event (`audit.k8s.io/v1` or `v1beta1`), as far as classification is concerned.
 /// Unknown fields are ignored: the API server adds fields over time.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct AuditEvent<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub api_version: Option<Cow<'a, str>>,
     /// Unique per request; the same ID at several stages, or twice after a retried delivery.
-    #[serde(borrow, default, rename = "auditID")]
+    #[serde(borrow, default, deserialize_with = "opt_str", rename = "auditID")]
     pub audit_id: Option<Cow<'a, str>>,
     /// `RequestReceived`, `ResponseStarted`, `ResponseComplete` or `Panic`.
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub stage: Option<Cow<'a, str>>,
     /// Carries `dryRun=All` for dry runs, which persist nothing.
-    #[serde(borrow, default, rename = "requestURI")]
+    #[serde(borrow, default, deserialize_with = "opt_str", rename = "requestURI")]
     pub request_uri: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub verb: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub user: Option<UserInfo<'a>>,
@@ -41,12 +41,12 @@ pub struct AuditEvent<'a> {
     /// The persisted object as the API server returned it (RequestResponse level only).
     #[serde(borrow, default)]
     pub response_object: Option<ObjectView<'a>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub stage_timestamp: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub request_received_timestamp: Option<Cow<'a, str>>,
     /// Legacy (`v1beta1`) event time.
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub timestamp: Option<Cow<'a, str>>,
     /// Set when the document is an `EventList` (the webhook backend's body), read in the same
     /// pass as a single event would be.
@@ -64,9 +64,9 @@ pub struct AuditEvent<'a> {
 
 #[derive(Debug, Default, Deserialize)]
 pub struct UserInfo<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub username: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub uid: Option<Cow<'a, str>>,
 }
 
@@ -80,19 +80,19 @@ impl UserInfo<'_> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub resource: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub namespace: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub uid: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub api_group: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub api_version: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub subresource: Option<Cow<'a, str>>,
 }
 

@@ -47,17 +47,17 @@ impl<'a> ObjectView<'a> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Metadata<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub namespace: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub uid: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub resource_version: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "lenient_i64")]
     pub generation: Option<i64>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub deletion_timestamp: Option<Cow<'a, str>>,
     /// How many finalizers hold the object (an object being deleted is gone once none are left).
     #[serde(default, deserialize_with = "count_list")]
@@ -73,13 +73,13 @@ pub struct Metadata<'a> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerRef<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub api_version: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub kind: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub uid: Option<Cow<'a, str>>,
     #[serde(default)]
     pub controller: Option<bool>,
@@ -109,9 +109,9 @@ pub struct StatusView<'a> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition<'a> {
-    #[serde(borrow, default, rename = "type")]
+    #[serde(borrow, default, deserialize_with = "opt_str", rename = "type")]
     pub type_: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "opt_str")]
     pub status: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "lenient_i64")]
     pub observed_generation: Option<i64>,
@@ -145,8 +145,8 @@ impl<'de: 'a, 'a> Deserialize<'de> for ObjectView<'a> {
                 let mut o = ObjectView::default();
                 while let Some(CowStr(key)) = map.next_key::<CowStr<'de>>()? {
                     match key.as_ref() {
-                        "apiVersion" => o.api_version = map.next_value()?,
-                        "kind" => o.kind = map.next_value()?,
+                        "apiVersion" => o.api_version = map.next_value::<Option<CowStr>>()?.map(|c| c.0),
+                        "kind" => o.kind = map.next_value::<Option<CowStr>>()?.map(|c| c.0),
                         "metadata" => o.metadata = map.next_value::<Option<Metadata>>()?.unwrap_or_default(),
                         "spec" => o.spec = Some(map.next_value()?),
                         "status" => o.status = Some(map.next_value()?),
@@ -320,6 +320,12 @@ impl<'de> Deserialize<'de> for CowStr<'de> {
     }
 }
 
+/// An optional string, borrowed from the input when it has no escapes: serde borrows only a
+/// bare `Cow<str>` field, an `Option<Cow<str>>` would be copied into a fresh `String`.
+pub(crate) fn opt_str<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    Ok(Option::<CowStr<'de>>::deserialize(d)?.map(|c| c.0))
+}
+
 fn count_list<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
     Ok(lenient_list::<D, IgnoredAny>(d)?.len())
 }
@@ -402,6 +408,32 @@ mod tests {
         assert_eq!(st.observed_generation, Some(2));
         assert!(st.condition_true("Ready"));
         assert_eq!(st.conditions.len(), 1);
+    }
+
+    #[test]
+    fn strings_are_borrowed_unless_escaped() {
+        let json = r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a\u0062c","namespace":"ns","uid":null,
+            "ownerReferences":[{"kind":"ReplicaSet","uid":"r\"1","controller":true}]}}"#;
+        let o: ObjectView = serde_json::from_str(json).unwrap();
+        assert!(matches!(o.kind, Some(Cow::Borrowed("Pod"))));
+        assert!(matches!(o.metadata.namespace, Some(Cow::Borrowed("ns"))));
+        assert!(matches!(&o.metadata.name, Some(Cow::Owned(n)) if n == "abc"), "an escape is decoded into an owned string");
+        assert_eq!(o.metadata.uid, None, "null reads as absent");
+        let owner = &o.metadata.owner_references[0];
+        assert!(matches!(owner.kind, Some(Cow::Borrowed("ReplicaSet"))));
+        assert_eq!(owner.uid.as_deref(), Some("r\"1"));
+        assert!(serde_json::from_str::<ObjectView>(r#"{"kind":5}"#).is_err(), "a number is not a kind");
+
+        let json = r#"{"kind":"Event","auditID":"a1","stage":"ResponseComplete","verb":"update",
+            "user":{"username":"sa"},"objectRef":{"resource":"pods","name":"p\u0031","namespace":null}}"#;
+        let ev: crate::decode::AuditEvent = serde_json::from_str(json).unwrap();
+        assert!(matches!(ev.audit_id, Some(Cow::Borrowed("a1"))));
+        assert!(matches!(ev.verb, Some(Cow::Borrowed("update"))));
+        assert!(matches!(ev.user.as_ref().unwrap().username, Some(Cow::Borrowed("sa"))));
+        let oref = ev.object_ref.as_ref().unwrap();
+        assert!(matches!(oref.resource, Some(Cow::Borrowed("pods"))));
+        assert!(matches!(&oref.name, Some(Cow::Owned(n)) if n == "p1"));
+        assert_eq!(oref.namespace, None);
     }
 
     #[test]

@@ -5,6 +5,8 @@
 #   EVENTS=1000000 PARTITIONS=3 benches/kafka.sh
 #   SINK_PROPERTIES='"compression.type" = "none"' benches/kafka.sh   # librdkafka producer
 #                                          # properties of the Kafka sink, as TOML lines
+#   SOURCE_PROPERTIES='"fetch.queue.backoff.ms" = "1000"' benches/kafka.sh   # consumer's
+#   TIMELINE=1 benches/kafka.sh         # received / delivered / lag every 0.5 s of (b)
 #
 # 1. builds the release binary, starts a local broker (scripts/kafka.sh on its own ports and
 #    state dir; or uses BROKERS=host:port if set), generates EVENTS audit events in the
@@ -100,6 +102,8 @@ brokers = "$BROKERS"
 topics = ["$IN"]
 group_id = "$GROUP"
 lag_interval = "1s"
+[sources.properties]
+${SOURCE_PROPERTIES:-}
 [[sinks]]
 type = "kafka"
 brokers = "$BROKERS"
@@ -122,9 +126,10 @@ done
 
 # Polls /metrics every 50 ms: start = first event received; end = every event received, the
 # sink count stable, and lag 0 on every partition. Prints: start end delivered cpu_seconds.
-python3 - "$metrics_addr" "$EVENTS" "$serve_pid" "$(getconf CLK_TCK)" >"$WORK/b.result" <<'PY'
+python3 - "$metrics_addr" "$EVENTS" "$serve_pid" "$(getconf CLK_TCK)" "${TIMELINE:-0}" >"$WORK/b.result" <<'PY'
 import re, sys, time, urllib.request
 addr, events, pid, hz = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+timeline, last_line = sys.argv[5] == "1", 0.0
 def scrape():
     text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=5).read().decode()
     def total(name, label=""):
@@ -145,6 +150,9 @@ while time.time() < deadline:
         start, cpu0 = t, cpu()
     if out != last_out:
         last_out, end = out, t
+    if timeline and start is not None and t - last_line >= 0.5:
+        print(f"bench: t={t - start:5.1f}s received {int(received):8d} delivered {int(out):8d} lag {int(sum(lags))}", file=sys.stderr)
+        last_line = t
     if received >= events and lags and all(l == 0 for l in lags) and t - end > 1.5:
         break
     time.sleep(0.05)

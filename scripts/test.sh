@@ -60,7 +60,7 @@ if [ "${KAUSALITY_KAFKA_TESTS:-1}" != "0" ]; then
 fi
 
 step "cargo test"
-cargo test --locked 2>&1 | tee "$log"
+cargo test --locked --no-fail-fast 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 count_cargo
 if [ "$rc" -ne 0 ]; then

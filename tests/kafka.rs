@@ -7,6 +7,7 @@
 mod kafka_support;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use kafka_support::*;
@@ -121,6 +122,10 @@ fn a_malformed_message_is_counted_skipped_and_committed() {
 }
 
 /// SIGKILL in the middle of a stream, then a restart on the same group and snapshot.
+///
+/// The stream is produced while the service runs (a third first, the rest in paced chunks), so
+/// that the service is still in the middle of it when it is killed however fast the machine
+/// is; what was not produced before the kill is produced before the restart.
 fn killed_midway(exactly_once: bool) {
     let kafka = Kafka::get();
     let dir = temp_dir(if exactly_once { "kill-eos" } else { "kill" });
@@ -129,28 +134,47 @@ fn killed_midway(exactly_once: bool) {
     kafka.create_topic(&output, 1);
     let lines = corpus(30000, 5);
     let expected = replay_classes(&dir, &lines);
-    kafka.produce(&input, &messages(&lines));
+    let msgs = messages(&lines);
+    let head = msgs.len() / 3;
+    kafka.produce(&input, &msgs[..head]);
     let extra = if exactly_once { format!("exactly_once = true\ntransactional_id = \"{group}-tx\"\ntransaction_interval = \"300ms\"") } else { String::new() };
     let path = pipeline(&dir, &kafka.brokers, &input, &output, &group, &extra);
     let first = Serve::start(&path);
-    wait_for("a third of the output", 120, || first.metric("kausality_sink_events_total", &["sink=\"kafka\""]) >= (expected.len() / 3) as f64);
-    if exactly_once {
-        // Killed once the group's offset is past the last snapshot, so that the restart has
-        // committed messages to read again silently (snapshots every 2 s, commits every 300 ms).
-        let mut at_snapshot: Option<i64> = None;
-        wait_for("a commit past the last snapshot", 120, || {
-            let snapshot = first.logs().iter().any(|l| l["fields"]["message"] == "state snapshot written");
-            let committed = kafka.committed(&group, &input, 1)[0].unwrap_or(0);
-            if snapshot {
-                at_snapshot = Some(committed);
-                return false;
+    let stop = AtomicBool::new(false);
+    let produced = std::thread::scope(|scope| {
+        let pacer = scope.spawn(|| {
+            let mut at = head;
+            while at < msgs.len() && !stop.load(Ordering::SeqCst) {
+                let end = (at + 500).min(msgs.len());
+                kafka.produce(&input, &msgs[at..end]);
+                at = end;
+                std::thread::sleep(Duration::from_millis(150));
             }
-            at_snapshot.is_some_and(|s| committed > s + 200)
+            at
         });
-    }
-    first.kill();
+        wait_for("output for the first part", 120, || first.metric("kausality_sink_events_total", &["sink=\"kafka\""]) >= (expected.len() / 4) as f64);
+        if exactly_once {
+            // Killed once the group's offset is past the last snapshot, so that the restart has
+            // committed messages to read again silently (snapshots every 2 s, commits every 300 ms).
+            let mut at_snapshot: Option<i64> = None;
+            wait_for("a commit past the last snapshot", 120, || {
+                let snapshot = first.logs().iter().any(|l| l["fields"]["message"] == "state snapshot written");
+                let committed = kafka.committed(&group, &input, 1)[0].unwrap_or(0);
+                if snapshot {
+                    at_snapshot = Some(committed);
+                    return false;
+                }
+                at_snapshot.is_some_and(|s| committed > s + 200)
+            });
+        }
+        first.kill();
+        stop.store(true, Ordering::SeqCst);
+        pacer.join().unwrap()
+    });
     let before = kafka.read_until(&output, Duration::from_secs(2), |_| false).len();
+    println!("exactly_once={exactly_once}: killed with {produced} of {} messages produced, {before} outputs written", msgs.len());
     assert!(before < expected.len(), "killed in the middle ({before} of {})", expected.len());
+    kafka.produce(&input, &msgs[produced..]);
 
     let second = Serve::start(&path);
     wait_for("every message committed after the restart", 180, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
@@ -212,7 +236,17 @@ fn broker_restart_while_running_loses_nothing() {
     wait_for("the first half committed", 60, || kafka.committed(&group, &input, 1) == vec![Some(first.len() as i64)]);
     script(&["restart"]);
     kafka.produce(&input, &messages(second));
-    wait_for("every message committed after the broker restart", 120, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
+    assert_eq!(kafka.end_offsets(&input, 1), vec![lines.len() as i64], "the input topic holds each message once");
+    let last = std::cell::RefCell::new(vec![]);
+    wait_or_explain(
+        "every message committed after the broker restart",
+        120,
+        || {
+            *last.borrow_mut() = kafka.committed(&group, &input, 1);
+            *last.borrow() == vec![Some(lines.len() as i64)]
+        },
+        || format!("committed offset last seen: {:?} of {}\n{}", last.borrow(), lines.len(), serve.explain()),
+    );
     let out = kafka.read_until(&output, Duration::from_secs(5), |_| false);
     let seen = counts(&out);
     let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
@@ -224,6 +258,54 @@ fn broker_restart_while_running_loses_nothing() {
     let (code, _) = serve.terminate();
     assert_eq!(code, 0);
     kafka.delete_topics(&[&input, &output]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Deliveries that fail (here: no broker at all, `message.timeout.ms` 300) are sent again, each
+/// after its own back-off: the messages that failed together are retried together. Sent again
+/// one after another, with a back-off each, 1,000 failures would take minutes to go round once.
+/// No broker needed.
+#[test]
+fn failed_deliveries_are_retried_together() {
+    let dir = temp_dir("retry");
+    let lines = corpus(6000, 13);
+    let outputs = replay_classes(&dir, &lines).len();
+    assert!(outputs >= 1000, "the stream classifies {outputs} mutations; 1,000 or more make a serial retry visible");
+    let stream = dir.join("stream.jsonl");
+    std::fs::write(&stream, lines.join("\n") + "\n").unwrap();
+    // A port nothing listens on: every connection is refused.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let path = dir.join("pipeline.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"cluster = "test"
+[[sources]]
+type = "file"
+path = "{}"
+[[sinks]]
+type = "kafka"
+brokers = "{dead}"
+topic = "enriched"
+[sinks.properties]
+"message.timeout.ms" = 300
+[metrics]
+listen = "127.0.0.1:0"
+"#,
+            stream.display()
+        ),
+    )
+    .unwrap();
+    let serve = Serve::start(&path);
+    let failed = || serve.metric("kausality_sink_errors_total", &["sink=\"kafka\""]) as usize;
+    wait_or_explain("every output's first delivery to fail", 60, || failed() >= outputs, || serve.explain());
+    // Back-offs are 200 ms, then 400 ms, ...: a second round of every message takes a few
+    // seconds when they go together, and 200 s when they go one by one.
+    wait_or_explain("every output to fail a second time (a second round of retries)", 30, || failed() >= 2 * outputs, || format!("{} failures for {outputs} outputs\n{}", failed(), serve.explain()));
+    assert_eq!(serve.metric("kausality_sink_events_total", &["sink=\"kafka\""]), 0.0, "nothing delivered without a broker");
+    let warned = serve.logs().iter().filter(|l| l["fields"]["message"] == "kafka sink: delivery failed").count();
+    assert!((1..=10).contains(&warned), "{warned} warnings for {} failed deliveries: one at most every 5 s, with the count of the others", failed());
+    drop(serve);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -24,10 +24,10 @@ use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
+use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{BaseRecord, DeliveryResult, Producer, ProducerContext, ThreadedProducer};
 use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::ClientConfig;
 use serde_json::Value;
@@ -135,8 +135,15 @@ impl Kafka {
 
     /// Produces each (key, value, cluster header) and waits until all are delivered.
     pub fn produce(&self, topic: &str, messages: &[(Option<String>, Vec<u8>, Option<String>)]) {
-        let p: ThreadedProducer<DefaultProducerContext> =
-            ClientConfig::new().set("bootstrap.servers", &self.brokers).set("linger.ms", "5").set("message.max.bytes", "10000000").create().expect("producer");
+        // Idempotent: a send retried across a broker restart is written once, so the topic
+        // holds exactly these messages (a duplicate would shift every offset the tests wait for).
+        let p: ThreadedProducer<Delivery> = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("linger.ms", "5")
+            .set("message.max.bytes", "10000000")
+            .set("enable.idempotence", "true")
+            .create_with_context(Delivery::default())
+            .expect("producer");
         for (key, value, cluster) in messages {
             let mut r: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value.as_slice());
             if let Some(k) = key {
@@ -157,6 +164,8 @@ impl Kafka {
             }
         }
         p.flush(Duration::from_secs(60)).expect("every test message delivered");
+        let failed = p.context().failed.lock().unwrap();
+        assert!(failed.is_empty(), "{} test messages not delivered to {topic}, e.g. {:?}", failed.len(), failed.first());
     }
 
     /// Reads `topic` from the start (committed data only) until `done` says so or nothing new
@@ -220,6 +229,24 @@ impl Kafka {
     pub fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
         let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("watermarks reader");
         (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
+    }
+}
+
+/// The test producer's delivery reports: every failure is kept, so that a message lost on its
+/// way into a topic fails the test where it happened.
+#[derive(Default)]
+pub struct Delivery {
+    failed: Mutex<Vec<String>>,
+}
+
+impl ClientContext for Delivery {}
+
+impl ProducerContext for Delivery {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.lock().unwrap().push(e.to_string());
+        }
     }
 }
 
@@ -381,11 +408,45 @@ pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
 }
 
 /// Waits until `f` holds (polling), or panics with `what` after `secs`.
-pub fn wait_for(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+pub fn wait_for(what: &str, secs: u64, f: impl FnMut() -> bool) {
+    wait_or_explain(what, secs, f, String::new);
+}
+
+/// [`wait_for`], and on timeout the panic message also holds what `explain` says (the
+/// service's warnings, its counters) so that a failure on a machine far away can be read.
+pub fn wait_or_explain(what: &str, secs: u64, mut f: impl FnMut() -> bool, explain: impl FnOnce() -> String) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !f() {
-        assert!(Instant::now() < deadline, "timed out after {secs} s waiting for {what}");
+        if Instant::now() >= deadline {
+            panic!("timed out after {secs} s waiting for {what}\n{}", explain());
+        }
         std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+impl Serve {
+    /// The service's last warnings and errors (a run of the same message once, with its
+    /// count) and its Kafka and pipeline counters: what a failed wait prints.
+    pub fn explain(&self) -> String {
+        let mut lines: Vec<(String, usize)> = Vec::new();
+        for v in self.logs().into_iter().filter(|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR"))) {
+            let f = &v["fields"];
+            let line = format!("{} {} {}", v["level"].as_str().unwrap_or(""), f["message"].as_str().unwrap_or(""), f["error"].as_str().unwrap_or(""));
+            match lines.last_mut() {
+                Some((last, n)) if *last == line => *n += 1,
+                _ => lines.push((line, 1)),
+            }
+        }
+        let mut out = String::from("service warnings and errors (the last 40):\n");
+        for (line, n) in &lines[lines.len().saturating_sub(40)..] {
+            out.push_str(&format!("  {line}{}\n", if *n > 1 { format!(" (x{n})") } else { String::new() }));
+        }
+        out.push_str("service counters:\n");
+        let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.metrics())).unwrap_or_else(|_| "(metrics unreachable)".into());
+        for l in text.lines().filter(|l| !l.starts_with('#') && !l.ends_with(" 0") && (l.contains("kafka") || l.starts_with("kausality_events") || l.starts_with("kausality_sink"))) {
+            out.push_str(&format!("  {l}\n"));
+        }
+        out
     }
 }
 

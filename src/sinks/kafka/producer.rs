@@ -32,6 +32,8 @@ pub struct Flight {
 
 /// A message to send again.
 struct Retry {
+    /// Not sent again before this: the back-off of its attempt, counted from its failure.
+    due: Instant,
     payload: Vec<u8>,
     key: Vec<u8>,
     headers: Vec<(String, Vec<u8>)>,
@@ -45,7 +47,13 @@ pub struct DeliveryContext {
     /// `None` in a transaction: a failed delivery fails the commit instead.
     retries: Option<std_mpsc::Sender<Retry>>,
     max_retries: u32,
+    /// When a failed delivery was last logged, and the failures since then not logged: a
+    /// broker outage fails every message in flight, one warning each would flood the log.
+    quiet: std::sync::Mutex<(Option<Instant>, u64)>,
 }
+
+/// At most one failed-delivery warning this often (the rest are counted into the next one).
+const FAILURE_LOG_EVERY: Duration = Duration::from_secs(5);
 
 impl ClientContext for DeliveryContext {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
@@ -67,10 +75,19 @@ impl ProducerContext for DeliveryContext {
         self.failed.inc();
         flight.attempt += 1;
         let give_up = self.max_retries > 0 && flight.attempt > self.max_retries;
-        tracing::warn!(error = %e, attempt = flight.attempt, give_up, "kafka sink: delivery failed");
+        {
+            let mut quiet = self.quiet.lock().expect("delivery log lock");
+            if quiet.0.is_none_or(|t| t.elapsed() >= FAILURE_LOG_EVERY) {
+                tracing::warn!(error = %e, attempt = flight.attempt, give_up, failures_not_logged = quiet.1, "kafka sink: delivery failed");
+                *quiet = (Some(Instant::now()), 0);
+            } else {
+                quiet.1 += 1;
+            }
+        }
         let Some(retries) = self.retries.as_ref().filter(|_| !give_up) else { return };
         let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect()).unwrap_or_default();
-        let retry = Retry { payload: m.payload().unwrap_or_default().to_vec(), key: m.key().unwrap_or_default().to_vec(), headers, flight };
+        let due = Instant::now() + backoff(flight.attempt);
+        let retry = Retry { due, payload: m.payload().unwrap_or_default().to_vec(), key: m.key().unwrap_or_default().to_vec(), headers, flight };
         let _ = retries.send(retry);
     }
 }
@@ -95,6 +112,7 @@ pub fn spawn(cfg: KafkaSinkConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metr
         failed: metrics.sink_errors.with_label_values(&["kafka"]),
         retries: transaction.is_none().then_some(retry_tx),
         max_retries: cfg.max_retries,
+        quiet: std::sync::Mutex::new((None, 0)),
     };
     let producer: Arc<KafkaProducer> = Arc::new(config.create_with_context(context).map_err(|e| Error::Kafka(e.to_string()))?);
     tracing::info!(brokers = %cfg.brokers, topic = %cfg.topic, exactly_once = transaction.is_some(), "kafka sink ready");
@@ -182,12 +200,19 @@ fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?S
     }
 }
 
+/// How long a message waits before it is sent again: the failure came after librdkafka's own
+/// retries (broker down for longer than `message.timeout.ms`, or the topic gone).
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((100u64 << attempt.min(6)).min(5_000))
+}
+
+/// Sends failed messages again, each once its back-off has passed. The back-off runs from each
+/// message's own failure, so a thousand messages failed together wait one back-off, not a
+/// thousand back-offs one after the other.
 fn retry(producer: &std::sync::Weak<KafkaProducer>, topic: &str, rx: std_mpsc::Receiver<Retry>) {
     while let Ok(r) = rx.recv() {
+        std::thread::sleep(r.due.saturating_duration_since(Instant::now()));
         let Some(producer) = producer.upgrade() else { break };
-        // Back off: the failure was after librdkafka's own retries (broker down for longer
-        // than message.timeout.ms, or the topic gone).
-        std::thread::sleep(Duration::from_millis((100u64 << r.flight.attempt.min(6)).min(5_000)));
         let headers = r.headers.iter().fold(OwnedHeaders::new_with_capacity(r.headers.len()), |h, (k, v)| h.insert(Header { key: k, value: Some(v) }));
         let record = BaseRecord::with_opaque_to(topic, r.flight).payload(&r.payload).key(&r.key).headers(headers);
         if let Err(e) = send(&producer, record) {

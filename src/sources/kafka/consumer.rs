@@ -89,6 +89,8 @@ struct Offsets {
     parts: HashMap<Partition, Progress>,
     /// Every sender is gone: the processor has ended and dropped every message it held.
     disconnected: bool,
+    /// When storing offsets last failed and was logged.
+    last_store_error: Option<Instant>,
 }
 
 impl Offsets {
@@ -112,19 +114,30 @@ impl Offsets {
         }
     }
 
-    /// Stores (for the next auto-commit) the done offsets not stored yet.
+    /// Stores (for the next auto-commit) the done offsets not stored yet. What could not be
+    /// stored is tried again next time.
     fn store(&mut self, consumer: &BaseConsumer<SourceContext>) {
         let mut tpl = TopicPartitionList::new();
-        for ((topic, partition), pr) in self.parts.iter_mut() {
+        for ((topic, partition), pr) in self.parts.iter() {
             if pr.done > pr.stored {
                 // The committed offset is the next one to read.
                 let _ = tpl.add_partition_offset(topic, *partition, Offset::Offset(pr.done + 1));
-                pr.stored = pr.done;
             }
         }
-        if tpl.count() > 0 {
-            if let Err(e) = consumer.store_offsets(&tpl) {
-                tracing::warn!(error = %e, "kafka source: storing offsets failed");
+        if tpl.count() == 0 {
+            return;
+        }
+        match consumer.store_offsets(&tpl) {
+            Ok(()) => {
+                for pr in self.parts.values_mut() {
+                    pr.stored = pr.stored.max(pr.done);
+                }
+            }
+            Err(e) => {
+                if self.last_store_error.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::warn!(error = %e, "kafka source: storing offsets failed (tried again)");
+                    self.last_store_error = Some(Instant::now());
+                }
             }
         }
     }
@@ -334,7 +347,7 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
     ];
     let config = client::client_config(&cfg.brokers, DEFAULTS, &cfg.properties, &managed);
     let context = SourceContext {
-        offsets: Mutex::new(Offsets { completions, parts: HashMap::new(), disconnected: false }),
+        offsets: Mutex::new(Offsets { completions, parts: HashMap::new(), disconnected: false, last_store_error: None }),
         resume: Mutex::new(if exactly_once { w.resume.iter().map(|((t, p), n)| ((Arc::from(t.as_str()), *p), *n)).collect() } else { HashMap::new() }),
         silent: Mutex::new(HashMap::new()),
         any_silent: AtomicBool::new(false),

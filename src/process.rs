@@ -317,7 +317,7 @@ impl Processor {
     pub fn ingest_body_unwrapping(&mut self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &'static str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         self.decoder.decode(cluster, body, unwrap, source, &mut decoded);
-        let report = self.ingest_writes(&mut decoded, now_us, out);
+        let report = self.ingest_writes(&mut decoded, now_us, now_us, out);
         self.after_batch(now_us, out);
         self.decoded = decoded;
         report
@@ -327,20 +327,29 @@ impl Processor {
     pub fn ingest_document(&mut self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         self.decoder.decode_document(cluster, doc, location, source, &mut decoded);
-        let report = self.ingest_writes(&mut decoded, now_us, out);
+        let report = self.ingest_writes(&mut decoded, now_us, now_us, out);
         self.decoded = decoded;
         report
     }
 
-    /// Takes in events a [`Decoder`] has decoded (on a source's thread).
-    pub fn ingest_decoded(&mut self, mut decoded: Decoded, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
-        let report = self.ingest_writes(&mut decoded, now_us, out);
+    /// Takes in events a [`Decoder`] has decoded (on a source's thread). On the arrival clock
+    /// their reorder windows start at `received_us`, when the source received them; `now_us`
+    /// is the clock now (what is over its window by then is applied at once).
+    pub fn ingest_decoded(&mut self, mut decoded: Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        let report = self.ingest_writes(&mut decoded, received_us, now_us, out);
+        if received_us < now_us {
+            // Received a while ago: what is already over its window goes out now.
+            for b in self.buffers.values_mut() {
+                b.advance(now_us, &mut self.released);
+            }
+            self.apply_released(now_us, out);
+        }
         self.after_batch(now_us, out);
         report
     }
 
     /// Dedupe, reorder buffer and classification of decoded events; leaves `decoded` empty.
-    fn ingest_writes(&mut self, decoded: &mut Decoded, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    fn ingest_writes(&mut self, decoded: &mut Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         decoded.count(&self.metrics);
         let mut report = std::mem::take(&mut decoded.report);
         for item in decoded.items.drain(..) {
@@ -363,7 +372,7 @@ impl Processor {
             write.seq = self.seq;
             let time = match self.opts.clock {
                 Clock::EventTime if write.time_us != 0 => write.time_us,
-                _ => now_us,
+                _ => received_us,
             };
             let buffer = self.buffers.entry(item.cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
             let (rv, event_us, seq) = (write.resource_version, write.time_us, write.seq);

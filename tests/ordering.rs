@@ -165,3 +165,49 @@ fn an_event_later_than_the_window_is_applied_and_flagged_late() {
     assert_eq!(late, [false, false, true, false]);
     assert_eq!(common::audit_id(&e2), &*out[2].audit_id);
 }
+
+/// On the arrival clock (`serve`), a write's reorder window starts when its source received
+/// it, not when the processor takes it in after decoding: a body decoded for 60 ms is held
+/// 40 ms more, and one that waited past its window is released as it is taken in.
+#[test]
+fn the_window_runs_from_when_the_body_was_received() {
+    use kausality_stream::classify::{Engine, EngineOptions};
+    use kausality_stream::process::{Clock, Decoded, Processor, ProcessorOptions};
+    use std::sync::Arc;
+
+    const WINDOW: i64 = 100_000;
+    const T: i64 = 1_700_000_000_000_000;
+    let events = stream();
+    let body = events[..2].join("\n");
+    let take_in = |received: i64, now: i64| {
+        let engine = Arc::new(Engine::new(Default::default(), EngineOptions::default()));
+        let opts = ProcessorOptions { reorder_window_us: WINDOW, clock: Clock::Arrival, ..ProcessorOptions::default() };
+        let mut p = Processor::new(engine, Default::default(), opts);
+        let decoder = p.decoder();
+        let mut decoded = Decoded::default();
+        decoder.decode(None, body.as_bytes(), decoder.unwrap(), "test", &mut decoded);
+        let mut out = Vec::new();
+        let report = p.ingest_decoded(decoded, received, now, &mut out);
+        assert_eq!(report.events, 2);
+        (p, out)
+    };
+
+    // Taken in as received: held for the whole window.
+    let (mut p, mut out) = take_in(T, T);
+    assert!(out.is_empty());
+    p.tick(T + WINDOW - 1, &mut out);
+    assert!(out.is_empty(), "released before its window was over");
+    p.tick(T + WINDOW, &mut out);
+    assert_eq!(classes(&out).len(), 2, "both writes released when the window is over");
+
+    // Taken in 60 ms after it was received: released 100 ms after receipt, not 160.
+    let (mut p, mut out) = take_in(T, T + 60_000);
+    assert!(out.is_empty());
+    assert_eq!(p.next_release_us(), Some(T + WINDOW));
+    p.tick(T + WINDOW, &mut out);
+    assert_eq!(classes(&out).len(), 2);
+
+    // Taken in after its window: applied at once.
+    let (_, out) = take_in(T, T + WINDOW + 5_000);
+    assert_eq!(classes(&out).len(), 2);
+}

@@ -36,8 +36,9 @@ pub struct PipelineConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Options {
-    /// How long writes are held to be applied in resourceVersion order; later writes are still
-    /// applied and counted as late. Default: `"500ms"`.
+    /// How long writes are held to be applied in resourceVersion order, counted from when the
+    /// source received them (the webhook read the body, the Kafka consumer polled the message);
+    /// later writes are still applied and counted as late. Default: `"500ms"`.
     pub reorder_window: Span,
     /// Most writes held per cluster before the oldest are released early. Default: 100000.
     pub reorder_max_held: usize,

@@ -308,7 +308,10 @@ impl ProcessorTask {
                 let unwrap = b.unwrap.unwrap_or(self.processor.options().decode.unwrap);
                 self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &bytes, unwrap, b.source, now_us(), out)
             }
-            Body::Decoded(decoded) => self.processor.ingest_decoded(decoded, now_us(), out),
+            Body::Decoded(decoded) => {
+                let now = now_us();
+                self.processor.ingest_decoded(decoded, b.received_us.map_or(now, |r| r.min(now)), now, out)
+            }
         };
         if let Some(ack) = b.ack {
             // The source may have given up waiting (client gone): nothing to do then.

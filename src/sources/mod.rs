@@ -74,6 +74,10 @@ pub struct Batch {
     pub done: Option<Done>,
     /// Envelope around the events, when the source's differs from the pipeline's.
     pub unwrap: Option<Unwrap>,
+    /// When the source received the body (wall clock, µs: the webhook has read it, the Kafka
+    /// consumer polled its first message); its writes' reorder windows start then, not when
+    /// the processor takes the body in after decoding it. `None`: when taken in.
+    pub received_us: Option<i64>,
 }
 
 #[derive(Debug)]

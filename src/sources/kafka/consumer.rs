@@ -35,6 +35,7 @@ use super::KafkaSourceConfig;
 use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
 use crate::pipeline::checkpoint::{Barrier, Done};
+use crate::pipeline::processor::now_us;
 use crate::decode::Unwrap;
 use crate::process::{Decoded, Decoder};
 use crate::sources::{Batch, Body};
@@ -384,6 +385,10 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
 const BATCH_MESSAGES: usize = 2000;
 const BATCH_BYTES: usize = 1 << 20;
 
+/// A gathered batch: its events, the highest offset per partition, when its first message
+/// was polled (µs).
+type Gathered = (Decoded, Vec<(Arc<str>, i32, i64)>, i64);
+
 /// The batch being gathered: each message is decoded as it is polled, on this thread, while
 /// the processor classifies the previous batch.
 struct Gather {
@@ -394,16 +399,21 @@ struct Gather {
     bytes: usize,
     /// Highest offset per partition in this batch.
     last: Vec<(Arc<str>, i32, i64)>,
+    /// When the batch's first message was polled (wall clock, µs).
+    received_us: i64,
 }
 
 impl Gather {
     fn new(decoder: Decoder, unwrap: Unwrap) -> Self {
-        Gather { decoder, unwrap, decoded: Decoded::default(), messages: 0, bytes: 0, last: Vec::new() }
+        Gather { decoder, unwrap, decoded: Decoded::default(), messages: 0, bytes: 0, last: Vec::new(), received_us: 0 }
     }
 
     /// Decodes a message on its own (a bad message does not spoil its neighbours).
     /// `silent`: read again only for the state (see [`Decoded::silence_from`]).
     fn add(&mut self, topic: &Arc<str>, partition: i32, offset: i64, cluster: Option<&[u8]>, payload: &[u8], silent: bool) {
+        if self.messages == 0 {
+            self.received_us = now_us();
+        }
         let cluster = cluster.and_then(|c| std::str::from_utf8(c).ok());
         let from = self.decoded.len();
         self.decoder.decode(cluster, payload, self.unwrap, "kafka", &mut self.decoded);
@@ -426,11 +436,11 @@ impl Gather {
         self.messages >= BATCH_MESSAGES || self.bytes >= BATCH_BYTES
     }
 
-    /// The batch so far, leaving this one empty.
-    fn take(&mut self) -> (Decoded, Vec<(Arc<str>, i32, i64)>) {
+    /// The batch so far and when its first message was polled, leaving this one empty.
+    fn take(&mut self) -> Gathered {
         self.messages = 0;
         self.bytes = 0;
-        (std::mem::take(&mut self.decoded), std::mem::take(&mut self.last))
+        (std::mem::take(&mut self.decoded), std::mem::take(&mut self.last), self.received_us)
     }
 }
 
@@ -464,7 +474,7 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, complete
             }
         };
         if flush && !gather.is_empty() {
-            let (decoded, last) = gather.take();
+            let (decoded, last, received_us) = gather.take();
             {
                 let mut o = offsets.lock().expect("offsets lock");
                 for (topic, partition, offset) in &last {
@@ -482,7 +492,7 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, complete
                     let _ = tx.send(Position { topic, partition, offset });
                 }
             });
-            let batch = Batch { cluster: None, body: Body::Decoded(decoded), source: "kafka", ack: None, done: Some(done), unwrap: None };
+            let batch = Batch { cluster: None, body: Body::Decoded(decoded), source: "kafka", ack: None, done: Some(done), unwrap: None, received_us: Some(received_us) };
             if w.intake.blocking_send(batch).is_err() {
                 break;
             }

@@ -22,6 +22,7 @@ use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::metrics::Metrics;
+use crate::pipeline::processor::now_us;
 use crate::process::{Decoded, Decoder, IngestReport};
 use crate::sources::{self, Batch};
 
@@ -78,6 +79,7 @@ impl WebhookState {
             Err(BodyError::TooLarge(size)) => return self.too_large(size),
             Err(BodyError::Read(e)) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
         };
+        let received_us = now_us();
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return self.answer(StatusCode::BAD_REQUEST, error_body("empty body: expected an audit.k8s.io/v1 EventList or Event"));
         }
@@ -101,7 +103,7 @@ impl WebhookState {
             return self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg));
         }
         let (ack, acked) = oneshot::channel();
-        let batch = Batch { cluster, body: sources::Body::Decoded(decoded), source: "webhook", ack: Some(ack), done: None, unwrap: None };
+        let batch = Batch { cluster, body: sources::Body::Decoded(decoded), source: "webhook", ack: Some(ack), done: None, unwrap: None, received_us: Some(received_us) };
         match self.queue.try_send(batch) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second"),

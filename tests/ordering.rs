@@ -11,8 +11,9 @@ use kausality_stream::sim::*;
 use proptest::prelude::*;
 use serde_json::json;
 
-/// A stream exercising most rules: rollout, image change, hand edits, drift, HPA scaling,
-/// pod deletion and replacement, approvals, deletion. Events are 1 ms apart.
+/// A stream exercising most rules: rollout, image change (and a no-op re-apply of it), hand
+/// edits, drift, HPA scaling, pod deletion and replacement, approvals, deletion. Events are
+/// 1 ms apart.
 fn stream() -> Vec<String> {
     let mut api = ApiServer::new();
     let mut ev = Vec::new();
@@ -36,6 +37,9 @@ fn stream() -> Vec<String> {
     ev.push(api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3)));
     ev.push(api.report(DEPLOYMENT_CONTROLLER, &d, &[("Available", "True")]));
     ev.push(api.update(ADMIN, &d, |x| x["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
+    // A GitOps tool applies the same manifest again: a no-op update answered with the
+    // resourceVersion the admin's update made. Arriving first, it must not take the change.
+    ev.push(api.update("argocd", &d, |x| x["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
     let (rs2, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&d, "h2", 1, "web:2"));
     ev.push(e);
     ev.push(api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(2)));

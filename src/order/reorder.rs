@@ -20,9 +20,12 @@ pub struct Released<T> {
 
 struct Held<T> {
     rv: u64,
-    /// Order among writes placed at the same resourceVersion: `i64::MIN` for a write that has
-    /// it, the write's own event time for one placed there for lack of one (so two deletes
-    /// answered with a `Status` keep the order they happened in, whichever batch came first).
+    /// Order among writes at the same resourceVersion: their event time, whichever batch came
+    /// first. The write that made a resourceVersion happened before any no-op update that
+    /// answers with it (the no-op's client saw it), and two deletes answered with a `Status`
+    /// (placed after the latest resourceVersion of their time) keep the order they happened
+    /// in. Without an event time: first when the write has the resourceVersion, last when
+    /// it was placed there.
     tie: i64,
     seq: u64,
     time_us: i64,
@@ -47,7 +50,7 @@ impl<T> Ord for Held<T> {
 }
 
 /// Holds writes of one cluster for `window_us` of the buffer's clock (event time in replay,
-/// arrival time in the service) and releases them by (resourceVersion, arrival).
+/// arrival time in the service) and releases them by (resourceVersion, event time, arrival).
 pub struct ReorderBuffer<T> {
     window_us: i64,
     /// More than this many held writes are released early (memory bound).
@@ -100,9 +103,9 @@ impl<T> ReorderBuffer<T> {
     pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, out: &mut Vec<Released<T>>) {
         self.seq += 1;
         let tie = match (rv, event_us) {
-            (Some(_), _) => i64::MIN,
-            (None, 0) => i64::MAX,
-            (None, t) => t,
+            (Some(_), 0) => i64::MIN,
+            (_, 0) => i64::MAX,
+            (_, t) => t,
         };
         let rv = match rv {
             Some(rv) => {
@@ -204,6 +207,24 @@ mod tests {
         b.advance(100, &mut out);
         assert_eq!(items(std::mem::take(&mut out)), vec![(1, false), (2, false), (3, false)], "rv 30 is due, and takes the lower ones with it, in order");
         assert_eq!(b.next_due_us(), None);
+    }
+
+    #[test]
+    fn at_one_resource_version_the_earlier_write_goes_first_whichever_arrived_first() {
+        // A no-op update (event time 300) answers with the resourceVersion the real update
+        // (event time 200) made; its batch came first. A delete answered with a Status, placed
+        // at the same resourceVersion (400), and a write without a time come last and first.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push("no-op", Some(7), 0, 300, &mut out);
+        b.push("update", Some(7), 1, 200, &mut out);
+        b.push("untimed", Some(7), 2, 0, &mut out);
+        b.push("placed delete", None, 3, 400, &mut out);
+        b.advance(1000, &mut out);
+        assert_eq!(
+            items_str(out),
+            vec![("untimed", false), ("update", false), ("no-op", false), ("placed delete", false)]
+        );
     }
 
     #[test]

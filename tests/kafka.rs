@@ -54,7 +54,7 @@ fn classes_equal_replay_and_offsets_are_committed() {
         assert_eq!(o.class.as_deref(), o.value["class"].as_str());
         assert_eq!(o.cluster.as_deref(), Some("test"));
     }
-    wait_for("offsets committed up to the end", 30, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
+    wait_committed(&kafka, &group, &input, lines.len(), 30, "offsets committed up to the end", &serve);
     let topic_label = format!("topic=\"{input}\"");
     wait_for("consumer lag 0", 30, || serve.metrics().lines().any(|l| l.starts_with("kausality_kafka_consumer_lag_messages{") && l.contains(&topic_label) && l.ends_with(" 0")));
     assert_eq!(serve.metric("kausality_events_received_total", &["source=\"kafka\""]), lines.len() as f64);
@@ -84,7 +84,7 @@ fn only_classes_writes_drift_only() {
     let text = std::fs::read_to_string(&path).unwrap().replace(&format!("topic = \"{output}\""), &format!("topic = \"{output}\"\nonly_classes = [\"drift\"]"));
     std::fs::write(&path, text).unwrap();
     let serve = Serve::start(&path);
-    wait_for("every message committed", 60, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
+    wait_committed(&kafka, &group, &input, lines.len(), 60, "every message committed", &serve);
     let out = kafka.read_until(&output, Duration::from_secs(3), |o| o.len() >= drift.len());
     assert_eq!(class_map(&out), drift);
     drop(serve);
@@ -112,7 +112,7 @@ fn a_malformed_message_is_counted_skipped_and_committed() {
     let serve = Serve::start(&pipeline(&dir, &kafka.brokers, &input, &output, &group, ""));
     let out = kafka.read_until(&output, Duration::from_secs(30), |o| o.len() >= expected.len());
     assert_eq!(class_map(&out), expected, "the good messages are all classified, as by replay");
-    wait_for("the offset after the last message committed", 30, || kafka.committed(&group, &input, 1) == vec![Some(msgs.len() as i64)]);
+    wait_committed(&kafka, &group, &input, msgs.len(), 30, "the offset after the last message committed", &serve);
     let invalid = serve.metric("kausality_events_invalid_total", &[]);
     assert!(invalid >= 2.0, "both malformed messages counted as invalid: {invalid}");
     assert_eq!(serve.metric("kausality_events_received_total", &["source=\"kafka\""]), lines.len() as f64);
@@ -177,7 +177,7 @@ fn killed_midway(exactly_once: bool) {
     kafka.produce(&input, &msgs[produced..]);
 
     let second = Serve::start(&path);
-    wait_for("every message committed after the restart", 180, || kafka.committed(&group, &input, 1) == vec![Some(lines.len() as i64)]);
+    wait_committed(&kafka, &group, &input, lines.len(), 180, "every message committed after the restart", &second);
     let logs = second.logs();
     let reread = logs.iter().find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("reading again, silently")));
     println!("exactly_once={exactly_once}: silent re-read after the restart: {}", reread.map_or("none".to_string(), |l| l["fields"].to_string()));
@@ -233,20 +233,11 @@ fn broker_restart_while_running_loses_nothing() {
     let (first, second) = lines.split_at(lines.len() / 2);
     kafka.produce(&input, &messages(first));
     let serve = Serve::start(&pipeline(&dir, &kafka.brokers, &input, &output, &group, ""));
-    wait_for("the first half committed", 60, || kafka.committed(&group, &input, 1) == vec![Some(first.len() as i64)]);
+    wait_committed(&kafka, &group, &input, first.len(), 60, "the first half committed", &serve);
     script(&["restart"]);
     kafka.produce(&input, &messages(second));
     assert_eq!(kafka.end_offsets(&input, 1), vec![lines.len() as i64], "the input topic holds each message once");
-    let last = std::cell::RefCell::new(vec![]);
-    wait_or_explain(
-        "every message committed after the broker restart",
-        120,
-        || {
-            *last.borrow_mut() = kafka.committed(&group, &input, 1);
-            *last.borrow() == vec![Some(lines.len() as i64)]
-        },
-        || format!("committed offset last seen: {:?} of {}\n{}", last.borrow(), lines.len(), serve.explain()),
-    );
+    wait_committed(&kafka, &group, &input, lines.len(), 120, "every message committed after the broker restart", &serve);
     let out = kafka.read_until(&output, Duration::from_secs(5), |_| false);
     let seen = counts(&out);
     let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();

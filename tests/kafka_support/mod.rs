@@ -424,6 +424,22 @@ pub fn wait_or_explain(what: &str, secs: u64, mut f: impl FnMut() -> bool, expla
     }
 }
 
+/// Waits until `group`'s committed offset of the one partition of `topic` is `end` (the
+/// offset after the last message); on timeout the panic shows the offset last seen and what
+/// `serve` says (its warnings, its counters).
+pub fn wait_committed(kafka: &Kafka, group: &str, topic: &str, end: usize, secs: u64, what: &str, serve: &Serve) {
+    let last = std::cell::RefCell::new(vec![]);
+    wait_or_explain(
+        what,
+        secs,
+        || {
+            *last.borrow_mut() = kafka.committed(group, topic, 1);
+            *last.borrow() == vec![Some(end as i64)]
+        },
+        || format!("committed offset last seen: {:?} of {end}\n{}", last.borrow(), serve.explain()),
+    );
+}
+
 impl Serve {
     /// The service's last warnings and errors (a run of the same message once, with its
     /// count) and its Kafka and pipeline counters: what a failed wait prints.

@@ -29,6 +29,9 @@ struct Held<T> {
     tie: i64,
     seq: u64,
     time_us: i64,
+    /// Placed at `rv` for lack of one of its own, by its event time (in `tie`): placed again
+    /// when it comes up, with the writes that arrived after it.
+    placed: bool,
     item: T,
 }
 
@@ -102,6 +105,7 @@ impl<T> ReorderBuffer<T> {
     /// (event or arrival time); `event_us` the write's own stageTimestamp (0 when unknown).
     pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, out: &mut Vec<Released<T>>) {
         self.seq += 1;
+        let had_rv = rv.is_some();
         let tie = match (rv, event_us) {
             (Some(_), 0) => i64::MIN,
             (_, 0) => i64::MAX,
@@ -120,15 +124,16 @@ impl<T> ReorderBuffer<T> {
             }
             // After the highest resourceVersion written at or before this write's time; with
             // no time, after everything seen.
-            None if event_us != 0 => self.recent.iter().filter(|(t, _)| *t <= event_us).map(|(_, rv)| *rv).max().unwrap_or(0).max(self.released_rv),
+            None if event_us != 0 => self.place(event_us),
             None => self.seen_rv,
         };
+        let placed = !had_rv && event_us != 0;
         if rv < self.released_rv {
             // Later writes were applied already: apply now, flagged.
             out.push(Released { item, late: true });
             return;
         }
-        self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, item }));
+        self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, placed, item }));
         self.arrivals.push(Reverse((time_us, rv)));
         self.advance(time_us, out);
     }
@@ -159,7 +164,20 @@ impl<T> ReorderBuffer<T> {
             if top.time_us > due && self.heap.len() <= self.max_held && due_rv.is_none_or(|r| top.rv > r) {
                 break;
             }
-            let Reverse(h) = self.heap.pop().expect("peeked");
+            let Reverse(mut h) = self.heap.pop().expect("peeked");
+            if h.placed {
+                // A write of its time may have arrived after it (another API server's batch):
+                // it goes after that one too, which is then released first if this one is due.
+                let at = self.place(h.tie);
+                if at > h.rv {
+                    if h.time_us <= due || self.heap.len() >= self.max_held {
+                        due_rv = due_rv.max(Some(at));
+                    }
+                    h.rv = at;
+                    self.heap.push(Reverse(h));
+                    continue;
+                }
+            }
             self.release(h, out);
         }
         if self.heap.is_empty() {
@@ -167,9 +185,23 @@ impl<T> ReorderBuffer<T> {
         }
     }
 
+    /// Where a write without a resourceVersion goes: after the highest resourceVersion written
+    /// at or before its event time, and not before what was released already.
+    fn place(&self, event_us: i64) -> u64 {
+        self.recent.iter().filter(|(t, _)| *t <= event_us).map(|(_, rv)| *rv).max().unwrap_or(0).max(self.released_rv)
+    }
+
     /// Releases everything (end of input, shutdown).
     pub fn flush(&mut self, out: &mut Vec<Released<T>>) {
-        while let Some(Reverse(h)) = self.heap.pop() {
+        while let Some(Reverse(mut h)) = self.heap.pop() {
+            if h.placed {
+                let at = self.place(h.tie);
+                if at > h.rv {
+                    h.rv = at;
+                    self.heap.push(Reverse(h));
+                    continue;
+                }
+            }
             self.release(h, out);
         }
         self.arrivals.clear();
@@ -225,6 +257,31 @@ mod tests {
             items_str(out),
             vec![("untimed", false), ("update", false), ("no-op", false), ("placed delete", false)]
         );
+    }
+
+    #[test]
+    fn a_write_without_resource_version_goes_after_a_write_of_its_time_that_arrived_later() {
+        // A delete answered with a Status (event time 150) from one API server arrives before
+        // an update of time 120 from another: placed at 40 when it came, it goes after the
+        // update's 50 when it comes up.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push("create", Some(40), 0, 100, &mut out);
+        b.push("delete", None, 1, 150, &mut out);
+        b.push("update", Some(50), 10, 120, &mut out);
+        b.push("later", Some(60), 20, 200, &mut out);
+        b.advance(101, &mut out);
+        assert_eq!(items_str(std::mem::take(&mut out)), vec![("create", false), ("update", false), ("delete", false)], "the delete is due: the update of before it goes first");
+        b.advance(1000, &mut out);
+        assert_eq!(items_str(std::mem::take(&mut out)), vec![("later", false)]);
+
+        // The same at the end of input.
+        let mut b = ReorderBuffer::new(100, 1000);
+        b.push("create", Some(40), 0, 100, &mut out);
+        b.push("delete", None, 1, 150, &mut out);
+        b.push("update", Some(50), 10, 120, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), vec![("create", false), ("update", false), ("delete", false)]);
     }
 
     #[test]

@@ -339,12 +339,10 @@ impl Processor {
         let report = self.ingest_writes(&mut decoded, received_us, now_us, out);
         if received_us < now_us {
             // Received a while ago: what is already over its window goes out now.
-            for b in self.buffers.values_mut() {
-                b.advance(now_us, &mut self.released);
-            }
-            self.apply_released(now_us, out);
+            self.tick(now_us, out);
+        } else {
+            self.after_batch(now_us, out);
         }
-        self.after_batch(now_us, out);
         report
     }
 

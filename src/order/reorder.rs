@@ -105,7 +105,7 @@ impl<T> ReorderBuffer<T> {
     /// (event or arrival time); `event_us` the write's own stageTimestamp (0 when unknown).
     pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, out: &mut Vec<Released<T>>) {
         self.seq += 1;
-        let had_rv = rv.is_some();
+        let placed = rv.is_none() && event_us != 0;
         let tie = match (rv, event_us) {
             (Some(_), 0) => i64::MIN,
             (_, 0) => i64::MAX,
@@ -127,7 +127,6 @@ impl<T> ReorderBuffer<T> {
             None if event_us != 0 => self.place(event_us),
             None => self.seen_rv,
         };
-        let placed = !had_rv && event_us != 0;
         if rv < self.released_rv {
             // Later writes were applied already: apply now, flagged.
             out.push(Released { item, late: true });
@@ -165,18 +164,13 @@ impl<T> ReorderBuffer<T> {
                 break;
             }
             let Reverse(mut h) = self.heap.pop().expect("peeked");
-            if h.placed {
-                // A write of its time may have arrived after it (another API server's batch):
-                // it goes after that one too, which is then released first if this one is due.
-                let at = self.place(h.tie);
-                if at > h.rv {
-                    if h.time_us <= due || self.heap.len() >= self.max_held {
-                        due_rv = due_rv.max(Some(at));
-                    }
-                    h.rv = at;
-                    self.heap.push(Reverse(h));
-                    continue;
+            if self.place_again(&mut h) {
+                // Due itself: the writes it now goes after are released first.
+                if h.time_us <= due || self.heap.len() >= self.max_held {
+                    due_rv = due_rv.max(Some(h.rv));
                 }
+                self.heap.push(Reverse(h));
+                continue;
             }
             self.release(h, out);
         }
@@ -191,16 +185,25 @@ impl<T> ReorderBuffer<T> {
         self.recent.iter().filter(|(t, _)| *t <= event_us).map(|(_, rv)| *rv).max().unwrap_or(0).max(self.released_rv)
     }
 
+    /// A write placed for lack of a resourceVersion, as it comes up: a write of its time may
+    /// have arrived after it (another API server's batch), and it goes after that one too.
+    /// True when it moved (it is then to be held again at its new place).
+    fn place_again(&self, h: &mut Held<T>) -> bool {
+        if !h.placed {
+            return false;
+        }
+        let at = self.place(h.tie);
+        let moved = at > h.rv;
+        h.rv = h.rv.max(at);
+        moved
+    }
+
     /// Releases everything (end of input, shutdown).
     pub fn flush(&mut self, out: &mut Vec<Released<T>>) {
         while let Some(Reverse(mut h)) = self.heap.pop() {
-            if h.placed {
-                let at = self.place(h.tie);
-                if at > h.rv {
-                    h.rv = at;
-                    self.heap.push(Reverse(h));
-                    continue;
-                }
+            if self.place_again(&mut h) {
+                self.heap.push(Reverse(h));
+                continue;
             }
             self.release(h, out);
         }

@@ -371,6 +371,30 @@ impl Serve {
         }
     }
 
+    /// The service's last warnings and errors (a run of the same message once, with its
+    /// count) and its Kafka and pipeline counters: what a failed wait prints.
+    pub fn explain(&self) -> String {
+        let mut lines: Vec<(String, usize)> = Vec::new();
+        for v in self.logs().into_iter().filter(|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR"))) {
+            let f = &v["fields"];
+            let line = format!("{} {} {}", v["level"].as_str().unwrap_or(""), f["message"].as_str().unwrap_or(""), f["error"].as_str().unwrap_or(""));
+            match lines.last_mut() {
+                Some((last, n)) if *last == line => *n += 1,
+                _ => lines.push((line, 1)),
+            }
+        }
+        let mut out = String::from("service warnings and errors (the last 40):\n");
+        for (line, n) in &lines[lines.len().saturating_sub(40)..] {
+            out.push_str(&format!("  {line}{}\n", if *n > 1 { format!(" (x{n})") } else { String::new() }));
+        }
+        out.push_str("service counters:\n");
+        let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.metrics())).unwrap_or_else(|_| "(metrics unreachable)".into());
+        for l in text.lines().filter(|l| !l.starts_with('#') && !l.ends_with(" 0") && (l.contains("kafka") || l.starts_with("kausality_events") || l.starts_with("kausality_sink"))) {
+            out.push_str(&format!("  {l}\n"));
+        }
+        out
+    }
+
     /// Log lines so far (each line is returned once).
     pub fn logs(&self) -> Vec<Value> {
         self.log.try_iter().collect()
@@ -440,31 +464,6 @@ pub fn wait_committed(kafka: &Kafka, group: &str, topic: &str, end: usize, secs:
     );
 }
 
-impl Serve {
-    /// The service's last warnings and errors (a run of the same message once, with its
-    /// count) and its Kafka and pipeline counters: what a failed wait prints.
-    pub fn explain(&self) -> String {
-        let mut lines: Vec<(String, usize)> = Vec::new();
-        for v in self.logs().into_iter().filter(|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR"))) {
-            let f = &v["fields"];
-            let line = format!("{} {} {}", v["level"].as_str().unwrap_or(""), f["message"].as_str().unwrap_or(""), f["error"].as_str().unwrap_or(""));
-            match lines.last_mut() {
-                Some((last, n)) if *last == line => *n += 1,
-                _ => lines.push((line, 1)),
-            }
-        }
-        let mut out = String::from("service warnings and errors (the last 40):\n");
-        for (line, n) in &lines[lines.len().saturating_sub(40)..] {
-            out.push_str(&format!("  {line}{}\n", if *n > 1 { format!(" (x{n})") } else { String::new() }));
-        }
-        out.push_str("service counters:\n");
-        let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.metrics())).unwrap_or_else(|_| "(metrics unreachable)".into());
-        for l in text.lines().filter(|l| !l.starts_with('#') && !l.ends_with(" 0") && (l.contains("kafka") || l.starts_with("kausality_events") || l.starts_with("kausality_sink"))) {
-            out.push_str(&format!("  {l}\n"));
-        }
-        out
-    }
-}
 
 /// A pipeline file: a Kafka source on `input`, a Kafka sink to `output`, metrics on an
 /// ephemeral port, a snapshot in `dir`. `extra_source` is appended to the source table.

@@ -439,3 +439,49 @@ fn deletecollection_classifies_every_deleted_item() {
     assert_eq!(deleted.len(), 2);
     assert!(deleted.iter().all(|e| e.class == Class::Origin));
 }
+
+/// The name each object keeps in state, by name in the stream (`None`: kept no name).
+fn kept_names(p: &kausality_stream::process::Processor, objects: &[&ObjRef]) -> Vec<Option<String>> {
+    objects
+        .iter()
+        .map(|o| {
+            let uid = kausality_stream::write::uid_key(&o.uid);
+            let mut name = None;
+            p.engine().store.for_each(|k, s| {
+                if k.uid() == uid {
+                    name = s.name.as_deref().map(str::to_string);
+                }
+            });
+            name
+        })
+        .collect()
+}
+
+#[test]
+fn owners_keep_their_names_for_writes_without_owner_references_and_leaves_keep_none() {
+    // Taken in as they come (no reorder window): the ReplicaSet names a Deployment that is
+    // created only after it, so the Deployment is a known owner kind when its own write
+    // arrives, and keeps its name from that write.
+    let mut api = ApiServer::new();
+    let (deploy, create_deploy) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
+    let (rs, create_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    let (pod_a, create_pod) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
+    let scale = api.scale("alice", &rs, 3);
+    let mut p = common::processor(ModelConfig::default(), 0);
+    let mut out = Vec::new();
+    for (i, ev) in [&create_rs, &create_deploy, &create_pod, &scale].into_iter().enumerate() {
+        p.ingest_document(None, ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
+    }
+    p.flush(0, &mut out);
+    assert_eq!(class_of(&out, &create_rs), Class::UnknownParent);
+    let e = find(&out, &scale).expect("the scale write is classified");
+    assert_eq!(e.parent.as_ref().map(|p| &*p.name), Some("web"), "the scale response names no owner: the name comes from state");
+    assert_eq!(e.class, Class::Initializing, "{}", e.reason);
+    let hops: Vec<&str> = e.trace.iter().map(|h| &*h.name).collect();
+    assert_eq!(hops, ["web", &*rs.name], "the Deployment's trace node is named from its state");
+    assert_eq!(
+        kept_names(&p, &[&deploy, &rs, &pod_a]),
+        [Some("web".to_string()), Some(rs.name.clone()), None],
+        "the Deployment kept its name from its own write, the ReplicaSet when its Pod named it, the Pod none"
+    );
+}

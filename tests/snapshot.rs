@@ -88,3 +88,31 @@ fn corrupt_or_foreign_snapshots_are_refused() {
     let cut = &snap[..snap.len() / 3];
     assert!(processor(Default::default(), 1).restore(&mut &cut[..]).is_err());
 }
+
+#[test]
+fn a_restored_engine_still_knows_which_kinds_own_others() {
+    let mut api = ApiServer::new();
+    let (d, create_d) = api.create(ADMIN, deployment("s", "web", 2, "web:1"));
+    let (_, create_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&d, "h", 2, "web:1"));
+    let mut first = processor(Default::default(), 0);
+    let mut out = Vec::new();
+    feed(&mut first, &[create_d, create_rs], &mut out);
+    first.flush(0, &mut out);
+    let mut snap = Vec::new();
+    first.snapshot(&mut snap).unwrap();
+
+    let mut second = processor(Default::default(), 0);
+    second.restore(&mut snap.as_slice()).unwrap();
+    let (other, create_other) = api.create(ADMIN, deployment("s", "api", 1, "api:1"));
+    feed(&mut second, &[create_other], &mut out);
+    second.flush(0, &mut out);
+    let uid = kausality_stream::write::uid_key(&other.uid);
+    let mut names = Vec::new();
+    second.engine().store.for_each(|k, s| names.push((k.uid() == uid, s.name.as_deref().map(str::to_string))));
+    names.sort();
+    assert_eq!(
+        names,
+        [(false, None), (false, Some("web".to_string())), (true, Some("api".to_string()))],
+        "the ReplicaSet keeps no name (nothing named it as an owner); a Deployment created after the restore keeps its own"
+    );
+}

@@ -38,13 +38,19 @@ impl Engine {
     /// ownerReferences: scale, Status-answered deletes); its name from the owner's own state.
     pub(super) fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
         let uid = o.uid();
-        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).unwrap_or_else(|| Arc::from(""));
+        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).flatten().unwrap_or_else(|| Arc::from(""));
         OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), api_version: o.api_version, kind: o.kind, name }
     }
 
-    fn parent_view(&self, key: &ObjKey) -> Option<ParentView> {
+    /// What judging a child needs of its parent `owner`. The parent keeps the owner link's name
+    /// when it had none (it may not have been known as an owner when it was last written).
+    fn parent_view(&self, key: &ObjKey, owner: &OwnerLink) -> Option<ParentView> {
+        self.note_owner_kind(owner.api_version, owner.kind);
         // A write lock: the parent's trace node is built here on first use and cached.
         self.store.update(key, |p| {
+            if p.name.is_none() && !owner.name.is_empty() {
+                p.name = Some(owner.name.clone());
+            }
             let observed = p.observed_generation();
             let labels = trace_labels(p.policy.as_deref());
             let trace = match &p.trace.node {
@@ -53,7 +59,7 @@ impl Engine {
                     let hop = Hop {
                         api_version: p.api_version,
                         kind: p.kind,
-                        name: p.name.clone(),
+                        name: p.name.clone().unwrap_or_else(|| owner.name.clone()),
                         generation: (p.generation != 0).then_some(p.generation),
                         user: Some(p.trace.user),
                         timestamp: (p.trace.time_us != 0).then_some(Stamp::Micros(p.trace.time_us)),
@@ -141,7 +147,7 @@ impl Engine {
             observed_generation_source: None,
             phase: None,
         };
-        let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid)) else {
+        let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid), owner) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
             let unknown_parent = Hop {

@@ -49,6 +49,9 @@ pub struct Engine {
     pub config: ModelConfig,
     /// Lifecycle signals by (apiVersion, kind), as a bit set; computed once per kind.
     lifecycle_bits: DashMap<(Sym, Sym), u8, FastBuild>,
+    /// (apiVersion, kind) of every controller owner seen: objects of these kinds keep their
+    /// name in state (see [`ObjectState::name`]).
+    owner_kinds: DashMap<(Sym, Sym), (), FastBuild>,
     /// userHash by user.
     user_hashes: DashMap<Sym, Arc<str>, FastBuild>,
     /// Parsed policies, shared by the objects with the same annotations.
@@ -62,6 +65,7 @@ impl Engine {
             store: Store::new(options.max_objects, options.tombstone_ttl_us),
             config,
             lifecycle_bits: DashMap::with_hasher(FastBuild::default()),
+            owner_kinds: DashMap::with_hasher(FastBuild::default()),
             user_hashes: DashMap::with_hasher(FastBuild::default()),
             policies: PolicyCache::default(),
         }
@@ -124,7 +128,34 @@ impl Engine {
     }
 
     fn new_state(f: &ObjectFacts) -> ObjectState {
-        ObjectState::new(f.api_version, f.kind, f.namespace, f.name.clone())
+        ObjectState::new(f.api_version, f.kind, f.namespace)
+    }
+
+    /// Keeps `name` in the state of an object whose kind is known to own others.
+    fn keep_name(&self, s: &mut ObjectState, name: &Arc<str>) {
+        if s.name.is_none() && !name.is_empty() && self.owner_kinds.contains_key(&(s.api_version, s.kind)) {
+            s.name = Some(name.clone());
+        }
+    }
+
+    /// After a restore: the kinds of the objects that kept a name are owner kinds.
+    pub fn note_restored_owner_kinds(&self) {
+        let mut kinds = Vec::new();
+        self.store.for_each(|_, s| {
+            if s.name.is_some() {
+                kinds.push((s.api_version, s.kind));
+            }
+        });
+        for (api_version, kind) in kinds {
+            self.note_owner_kind(api_version, kind);
+        }
+    }
+
+    /// Notes that objects of this kind own others (once per kind).
+    fn note_owner_kind(&self, api_version: Sym, kind: Sym) {
+        if !self.owner_kinds.contains_key(&(api_version, kind)) {
+            self.owner_kinds.insert((api_version, kind), ());
+        }
     }
 
     /// True when the write is older than what the state already holds: it may still teach who
@@ -142,9 +173,7 @@ impl Engine {
         s.api_version = f.api_version;
         s.kind = f.kind;
         s.namespace = f.namespace;
-        if *s.name != *f.name {
-            s.name = f.name.clone();
-        }
+        self.keep_name(s, &f.name);
         if let Some(g) = f.generation {
             s.generation = g;
         }
@@ -332,7 +361,8 @@ impl Engine {
             Some((av, k, g, o, l)) => (av, k, g, o, l, None),
             None => {
                 let (av, k) = (ref_api_version, self.interner.intern(kind_of_resource(&self.interner.resolve(resource))));
-                self.store.upsert(key, || ObjectState::new(av, k, namespace, name.clone()), |s| {
+                self.store.upsert(key, || ObjectState::new(av, k, namespace), |s| {
+                    self.keep_name(s, name);
                     s.last_resource_version = rv.unwrap_or(0);
                     s.last_seen_us = w.time_us;
                 });

@@ -69,7 +69,10 @@ pub struct ObjectState {
     pub api_version: Sym,
     pub kind: Sym,
     pub namespace: Sym,
-    pub name: Arc<str>,
+    /// Kept only for objects of a kind seen as a controller owner: a child's trace and the owner
+    /// link of a write without ownerReferences (scale, a delete answered with a `Status`) need
+    /// its owner's name, while the many leaves (Pods) never need their own. `None` otherwise.
+    pub name: Option<Arc<str>>,
     /// `metadata.generation` as last seen (advanced by one on a scale write); 0 when unknown.
     pub generation: i64,
     /// Observed generation from the object itself (status field or conditions), when `has`
@@ -167,12 +170,12 @@ impl OwnerKey {
 }
 
 impl ObjectState {
-    pub fn new(api_version: Sym, kind: Sym, namespace: Sym, name: Arc<str>) -> Self {
+    pub fn new(api_version: Sym, kind: Sym, namespace: Sym) -> Self {
         ObjectState {
             api_version,
             kind,
             namespace,
-            name,
+            name: None,
             generation: 0,
             observed_generation: 0,
             status_write_generation: 0,
@@ -356,7 +359,7 @@ mod tests {
     fn updater_sets_move_to_the_box_past_one_user() {
         let i = super::super::Interner::new();
         let (a, b, c) = (i.intern("a"), i.intern("b"), i.intern("c"));
-        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
+        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
         s.push_updater(a);
         s.push_updater(a);
         s.push_status_updater(c);
@@ -365,7 +368,7 @@ mod tests {
         s.push_updater(b);
         assert!(s.rare.is_some());
         assert_eq!((s.updaters().as_slice(), s.status_updaters().as_slice()), (&[b, a][..], &[c][..]));
-        let mut t = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
+        let mut t = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
         t.push_updater(a);
         for k in 0..40 {
             t.consume_approval(k);
@@ -377,7 +380,7 @@ mod tests {
 
     #[test]
     fn optional_numbers_round_trip() {
-        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
+        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
         assert_eq!((s.content_hash(), s.status_hash(), s.status_write_generation(), s.observed()), (None, None, None, None));
         s.set_content_hash(Some(0));
         s.set_status_hash(Some(u64::MAX));

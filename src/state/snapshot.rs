@@ -129,7 +129,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         buf.uint(id(s.api_version));
         buf.uint(id(s.kind));
         buf.uint(id(s.namespace));
-        buf.str(&s.name);
+        buf.str(s.name.as_deref().unwrap_or(""));
         buf.int(s.generation);
         match s.observed() {
             Some((g, src)) => {
@@ -241,7 +241,8 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
     for _ in 0..n {
         let cluster = sym(d.uint()?)?;
         let uid = d.u128()?;
-        let mut s = ObjectState::new(sym(d.uint()?)?, sym(d.uint()?)?, sym(d.uint()?)?, Arc::from(d.str()?));
+        let mut s = ObjectState::new(sym(d.uint()?)?, sym(d.uint()?)?, sym(d.uint()?)?);
+        s.name = Some(d.str()?).filter(|n| !n.is_empty()).map(Arc::from);
         s.generation = d.int()?;
         s.set_observed(match d.uint()? {
             0 => None,

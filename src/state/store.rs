@@ -288,11 +288,17 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    fn named(name: &str) -> ObjectState {
+        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
+        s.name = Some(Arc::from(name));
+        s
+    }
+
     #[test]
     fn evicts_the_coldest_past_the_cap_and_expires_tombstones() {
         let store = Store::new(100, 1_000);
         for i in 0..150u128 {
-            store.upsert(ObjKey::new(Sym::EMPTY, i), || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x")), |s| {
+            store.upsert(ObjKey::new(Sym::EMPTY, i), || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY), |s| {
                 s.last_seen_us = i as i64 * 10;
                 s.deleted = i < 5;
             });
@@ -303,10 +309,10 @@ mod tests {
         assert!(store.read(&ObjKey::new(Sym::EMPTY, 149), |_| ()).is_some(), "the hottest stays");
         assert!(store.read(&ObjKey::new(Sym::EMPTY, 10), |_| ()).is_none(), "a cold one went");
         for i in 1_000..1_060u128 {
-            store.upsert(ObjKey::new(Sym::EMPTY, i), || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("y")), |s| s.last_seen_us = 20_000);
+            store.upsert(ObjKey::new(Sym::EMPTY, i), || named("y"), |s| s.last_seen_us = 20_000);
         }
         assert_eq!(store.len(), 150);
-        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name.clone()).as_deref(), Some("y"), "freed slots are reused");
+        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name.clone()).flatten().as_deref(), Some("y"), "freed slots are reused");
         assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 149), |s| s.last_seen_us), Some(1_490));
         let slots: usize = store.shards.iter().map(|s| s.read().unwrap().slots as usize).sum();
         assert!(slots <= 165, "evicted slots were reused: {slots}");
@@ -319,13 +325,13 @@ mod tests {
         let key = ObjKey::new(Sym::EMPTY, uid);
         assert_eq!(key.uid(), uid);
         assert_eq!(std::mem::size_of::<ObjKey>(), 20);
-        store.insert(key, ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("a")));
-        store.insert(key, ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("b")));
+        store.insert(key, named("a"));
+        store.insert(key, named("b"));
         assert_eq!(store.len(), 1);
         let mut seen = Vec::new();
         store.for_each(|k, s| seen.push((k.uid(), s.name.clone())));
-        assert_eq!(seen, vec![(uid, Arc::from("b"))]);
-        assert_eq!(store.remove(&key).map(|s| s.name), Some(Arc::from("b")));
+        assert_eq!(seen, vec![(uid, Some(Arc::from("b")))]);
+        assert_eq!(store.remove(&key).and_then(|s| s.name), Some(Arc::from("b")));
         assert!(store.is_empty() && store.remove(&key).is_none());
     }
 
@@ -333,7 +339,7 @@ mod tests {
     fn tombstones_expire_under_the_cap_too() {
         let store = Store::new(1_000, 1_000);
         let key = |uid| ObjKey::new(Sym::EMPTY, uid);
-        let new = || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY, Arc::from("x"));
+        let new = || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
         store.maintain(0);
         store.upsert(key(1), new, |s| s.last_seen_us = 0);
         store.upsert(key(2), new, |s| {

@@ -166,7 +166,7 @@ impl Engine {
 
     /// Takes the object's facts into its state.
     fn refresh(&self, s: &mut ObjectState, f: &ObjectFacts, w: &Write) {
-        s.last_seen_us = s.last_seen_us.max(w.time_us);
+        s.seen_at(w.time_us);
         if Self::is_stale(s, f) {
             return;
         }
@@ -237,7 +237,7 @@ impl Engine {
         let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash(), s.status_hash(), s.generation));
         let spec_changed = match prev {
             Some((rv, ..)) if rv != 0 && f.resource_version == Some(rv) => {
-                self.store.update(&key, |s| s.last_seen_us = s.last_seen_us.max(w.time_us));
+                self.store.update(&key, |s| s.seen_at(w.time_us));
                 return Applied::Ignored(Ignored::NoOp);
             }
             Some((_, Some(hash), ..)) => hash != f.content_hash,
@@ -313,7 +313,7 @@ impl Engine {
                 s.deleted = true;
                 self.store.tombstoned();
             }
-            s.last_seen_us = s.last_seen_us.max(w.time_us);
+            s.seen_at(w.time_us);
             (s.updaters(), s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
         });
         let (updaters, owner, labels, api_version, kind, generation) = known.clone().unwrap_or_else(|| {
@@ -351,7 +351,7 @@ impl Engine {
             if let Some(rv) = rv {
                 s.last_resource_version = s.last_resource_version.max(rv);
             }
-            s.last_seen_us = s.last_seen_us.max(w.time_us);
+            s.seen_at(w.time_us);
             (s.api_version, s.kind, s.generation, s.owner, trace_labels(s.policy.as_deref()))
         });
         if replicas_ignored {
@@ -364,7 +364,7 @@ impl Engine {
                 self.store.upsert(key, || ObjectState::new(av, k, namespace), |s| {
                     self.keep_name(s, name);
                     s.last_resource_version = rv.unwrap_or(0);
-                    s.last_seen_us = w.time_us;
+                    s.set_last_seen_us(w.time_us);
                 });
                 (av, k, 0, None, None, Some("scaled object never seen: its owner is unknown"))
             }

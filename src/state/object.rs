@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::Sym;
+use super::{ObjKey, Sym};
 use crate::classify::policy::Policy;
 use crate::classify::trace::Trace;
 use crate::write::{ObservedSource, Uid};
@@ -66,6 +66,9 @@ impl Recent {
 /// need (a second updater, used-up approvals) lives in one box.
 #[derive(Clone, Debug)]
 pub struct ObjectState {
+    /// The object's key in the store, set by the store: its index holds only slots, and finds
+    /// an object by comparing the key kept here.
+    pub(super) key: ObjKey,
     pub api_version: Sym,
     pub kind: Sym,
     pub namespace: Sym,
@@ -97,8 +100,9 @@ pub struct ObjectState {
     /// The object was deleted: a tombstone, so its children's later deletes read as teardown.
     pub deleted: bool,
     pub last_resource_version: u64,
-    /// Event time of the latest write, for eviction and tombstone expiry.
-    pub last_seen_us: i64,
+    /// Event time of the latest write in whole seconds since the epoch, for eviction and
+    /// tombstone expiry (4 bytes where microseconds would take 8).
+    last_seen_s: u32,
     /// The controller owner: UID and kind only (its name and UID text come with each write
     /// that carries the ownerReference, or from the owner's own state).
     pub owner: Option<OwnerKey>,
@@ -172,6 +176,7 @@ impl OwnerKey {
 impl ObjectState {
     pub fn new(api_version: Sym, kind: Sym, namespace: Sym) -> Self {
         ObjectState {
+            key: ObjKey::new(Sym::EMPTY, 0),
             api_version,
             kind,
             namespace,
@@ -188,12 +193,33 @@ impl ObjectState {
             deleting: false,
             deleted: false,
             last_resource_version: 0,
-            last_seen_us: 0,
+            last_seen_s: 0,
             owner: None,
             trace: TraceState::default(),
             policy: None,
             rare: None,
         }
+    }
+
+    /// Event time of the latest write, in µs since the epoch (rounded up to the second, so a
+    /// tombstone lives at least its TTL).
+    pub fn last_seen_us(&self) -> i64 {
+        self.last_seen_s as i64 * 1_000_000
+    }
+
+    /// Records a write at `time_us` (a write older than the latest seen changes nothing).
+    pub fn seen_at(&mut self, time_us: i64) {
+        self.last_seen_s = self.last_seen_s.max(Self::seconds(time_us));
+    }
+
+    /// Sets the time of the latest write (restore).
+    pub fn set_last_seen_us(&mut self, time_us: i64) {
+        self.last_seen_s = Self::seconds(time_us);
+    }
+
+    /// Whole seconds rounded up, clamped to what 32 bits hold (1970 to 2106).
+    fn seconds(time_us: i64) -> u32 {
+        time_us.div_euclid(1_000_000).saturating_add((time_us.rem_euclid(1_000_000) != 0) as i64).clamp(0, u32::MAX as i64) as u32
     }
 
     /// The observed generation and its source, first found wins (DESIGN §1.3).
@@ -400,12 +426,18 @@ mod tests {
         assert_eq!((s.observed(), s.status_write_generation()), (None, Some(-1)));
         let uid = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128;
         assert_eq!(OwnerKey::new(uid, Sym::EMPTY, Sym::EMPTY).uid(), uid);
+        for (time_us, kept) in [(0, 0), (1, 1_000_000), (2_000_000, 2_000_000), (2_000_001, 3_000_000), (-5, 0), (i64::MAX, u32::MAX as i64 * 1_000_000)] {
+            s.set_last_seen_us(time_us);
+            assert_eq!(s.last_seen_us(), kept, "{time_us} µs is kept rounded up to the second");
+        }
+        s.seen_at(1_500_000);
+        assert_eq!(s.last_seen_us(), u32::MAX as i64 * 1_000_000, "an older write leaves the latest");
     }
 
     #[test]
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
-        assert!(std::mem::size_of::<ObjectState>() <= 168, "{}", std::mem::size_of::<ObjectState>());
+        assert_eq!(std::mem::size_of::<ObjectState>(), 184, "with its key");
         assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
         assert_eq!(std::mem::size_of::<Option<OwnerKey>>(), 24);
         assert_eq!(std::mem::size_of::<Option<Sym>>(), 4);

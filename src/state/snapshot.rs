@@ -149,7 +149,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         }
         buf.uint(s.initialized as u64 | (s.deleting as u64) << 1 | (s.deleted as u64) << 2);
         buf.uint(s.last_resource_version);
-        buf.int(s.last_seen_us);
+        buf.int(s.last_seen_us());
         match &s.owner {
             Some(o) => {
                 buf.uint(1);
@@ -262,7 +262,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         let flags = d.uint()?;
         (s.initialized, s.deleting, s.deleted) = (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0);
         s.last_resource_version = d.uint()?;
-        s.last_seen_us = d.int()?;
+        s.set_last_seen_us(d.int()?);
         if d.uint()? == 1 {
             let uid = d.u128()?;
             s.owner = Some(OwnerKey::new(uid, sym(d.uint()?)?, sym(d.uint()?)?));

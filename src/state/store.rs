@@ -2,15 +2,17 @@
 //! number of objects. Past the cap the coldest objects (oldest last write) are evicted in
 //! batches; tombstones expire after a while.
 //!
-//! Each shard is an index from key to slot plus the states in fixed-size pages. The index's
-//! slots are 24 bytes (a hash table keeps up to half of them empty after growing); a state
-//! costs its own size, with no allocation of its own, and a page is never moved, so growing
-//! the store never copies it.
+//! Each shard is an index of slots plus the states in fixed-size pages. A state keeps its own
+//! key, so the index holds only a 4-byte slot per entry (a hash table keeps up to half of its
+//! entries empty after growing: a key and a slot there would cost 24 bytes each); a state costs
+//! its own size, with no allocation of its own, and a page is never moved, so growing the store
+//! never copies it.
 
-use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use hashbrown::HashTable;
 
 use super::{FastBuild, ObjectState, Sym};
 use crate::write::Uid;
@@ -44,8 +46,8 @@ const PAGE: usize = 1024;
 
 #[derive(Debug, Default)]
 struct Shard {
-    /// Key to slot (page * PAGE + offset).
-    index: HashMap<ObjKey, u32, FastBuild>,
+    /// Slots (page * PAGE + offset) of the states, by the hash of their key.
+    index: HashTable<u32>,
     /// Every slot ever handed out; `None` in a free one.
     pages: Vec<Box<[Option<ObjectState>]>>,
     /// Free slots, reused first.
@@ -54,19 +56,28 @@ struct Shard {
     slots: u32,
 }
 
+fn cell(pages: &[Box<[Option<ObjectState>]>], slot: u32) -> &ObjectState {
+    let slot = slot as usize;
+    pages[slot / PAGE][slot % PAGE].as_ref().expect("an indexed slot holds a state")
+}
+
 impl Shard {
-    fn get(&self, key: &ObjKey) -> Option<&ObjectState> {
-        self.index.get(key).map(|&slot| self.at(slot))
+    fn slot(&self, hash: u64, key: &ObjKey) -> Option<u32> {
+        let pages = &self.pages;
+        self.index.find(hash, |&slot| cell(pages, slot).key == *key).copied()
     }
 
-    fn get_mut(&mut self, key: &ObjKey) -> Option<&mut ObjectState> {
-        let slot = *self.index.get(key)?;
+    fn get(&self, hash: u64, key: &ObjKey) -> Option<&ObjectState> {
+        self.slot(hash, key).map(|slot| self.at(slot))
+    }
+
+    fn get_mut(&mut self, hash: u64, key: &ObjKey) -> Option<&mut ObjectState> {
+        let slot = self.slot(hash, key)?;
         Some(self.at_mut(slot))
     }
 
     fn at(&self, slot: u32) -> &ObjectState {
-        let slot = slot as usize;
-        self.pages[slot / PAGE][slot % PAGE].as_ref().expect("an indexed slot holds a state")
+        cell(&self.pages, slot)
     }
 
     fn at_mut(&mut self, slot: u32) -> &mut ObjectState {
@@ -74,40 +85,39 @@ impl Shard {
         self.pages[slot / PAGE][slot % PAGE].as_mut().expect("an indexed slot holds a state")
     }
 
-    /// Puts `state` under `key`, replacing any state it had; returns it.
-    fn insert(&mut self, key: ObjKey, state: ObjectState) -> &mut ObjectState {
-        let slot = match self.index.get(&key) {
-            Some(&slot) => slot,
-            None => {
-                let slot = self.free.pop().unwrap_or_else(|| {
-                    if self.slots as usize == self.pages.len() * PAGE {
-                        self.pages.push((0..PAGE).map(|_| None).collect());
-                    }
-                    self.slots += 1;
-                    self.slots - 1
-                });
-                self.index.insert(key, slot);
-                slot
+    /// Puts `state` under `key`, replacing any state it had; returns it. `hasher` hashes keys
+    /// as `hash` was (the index rehashes its slots when it grows).
+    fn insert(&mut self, hash: u64, key: ObjKey, mut state: ObjectState, hasher: &FastBuild) -> &mut ObjectState {
+        state.key = key;
+        if let Some(slot) = self.slot(hash, &key) {
+            let cell = self.at_mut(slot);
+            *cell = state;
+            return cell;
+        }
+        let slot = self.free.pop().unwrap_or_else(|| {
+            if self.slots as usize == self.pages.len() * PAGE {
+                self.pages.push((0..PAGE).map(|_| None).collect());
             }
-        };
-        let cell = &mut self.pages[slot as usize / PAGE][slot as usize % PAGE];
-        cell.insert(state)
+            self.slots += 1;
+            self.slots - 1
+        });
+        self.pages[slot as usize / PAGE][slot as usize % PAGE] = Some(state);
+        let Shard { index, pages, .. } = self;
+        index.insert_unique(hash, slot, |&s| hasher.hash_one(cell(pages, s).key));
+        self.at_mut(slot)
     }
 
-    fn take(&mut self, slot: u32) -> ObjectState {
-        self.free.push(slot);
-        self.pages[slot as usize / PAGE][slot as usize % PAGE].take().expect("an indexed slot holds a state")
-    }
-
-    fn remove(&mut self, key: &ObjKey) -> Option<ObjectState> {
-        let slot = self.index.remove(key)?;
-        Some(self.take(slot))
+    fn remove(&mut self, hash: u64, key: &ObjKey) -> Option<ObjectState> {
+        let Shard { index, pages, free, .. } = self;
+        let (slot, _) = index.find_entry(hash, |&slot| cell(pages, slot).key == *key).ok()?.remove();
+        free.push(slot);
+        pages[slot as usize / PAGE][slot as usize % PAGE].take()
     }
 
     /// Keeps the states for which `keep` is true.
     fn retain(&mut self, mut keep: impl FnMut(&ObjectState) -> bool) {
         let Shard { index, pages, free, .. } = self;
-        index.retain(|_, &mut slot| {
+        index.retain(|&mut slot| {
             let cell = &mut pages[slot as usize / PAGE][slot as usize % PAGE];
             if keep(cell.as_ref().expect("an indexed slot holds a state")) {
                 return true;
@@ -159,13 +169,14 @@ impl Store {
         }
     }
 
-    fn shard(&self, key: &ObjKey) -> &RwLock<Shard> {
+    /// The key's hash and its shard.
+    fn shard(&self, key: &ObjKey) -> (u64, &RwLock<Shard>) {
+        let hash = self.hasher.hash_one(key);
         if self.shard_bits == 0 {
-            return &self.shards[0];
+            return (hash, &self.shards[0]);
         }
         // Below the top 7 bits, which the shard's own table uses to tell keys apart.
-        let hash = self.hasher.hash_one(key);
-        &self.shards[((hash << 7) >> (64 - self.shard_bits)) as usize]
+        (hash, &self.shards[((hash << 7) >> (64 - self.shard_bits)) as usize])
     }
 
     fn read_shard(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
@@ -187,38 +198,44 @@ impl Store {
 
     /// Reads an object's state under its shard's read lock. Never call with another entry held.
     pub fn read<R>(&self, key: &ObjKey, f: impl FnOnce(&ObjectState) -> R) -> Option<R> {
-        Self::read_shard(self.shard(key)).get(key).map(f)
+        let (hash, shard) = self.shard(key);
+        Self::read_shard(shard).get(hash, key).map(f)
     }
 
     /// Changes an object's state, creating it with `init` when absent.
     pub fn upsert<R>(&self, key: ObjKey, init: impl FnOnce() -> ObjectState, f: impl FnOnce(&mut ObjectState) -> R) -> R {
-        let mut shard = Self::write_shard(self.shard(&key));
-        match shard.get_mut(&key) {
-            Some(s) => f(s),
-            None => f(shard.insert(key, init())),
+        let (hash, shard) = self.shard(&key);
+        let mut shard = Self::write_shard(shard);
+        match shard.slot(hash, &key) {
+            Some(slot) => f(shard.at_mut(slot)),
+            None => f(shard.insert(hash, key, init(), &self.hasher)),
         }
     }
 
     /// Changes an existing object's state.
     pub fn update<R>(&self, key: &ObjKey, f: impl FnOnce(&mut ObjectState) -> R) -> Option<R> {
-        Self::write_shard(self.shard(key)).get_mut(key).map(f)
+        let (hash, shard) = self.shard(key);
+        Self::write_shard(shard).get_mut(hash, key).map(f)
     }
 
     /// Puts a whole state in place (restore).
     pub fn insert(&self, key: ObjKey, state: ObjectState) {
-        Self::write_shard(self.shard(&key)).insert(key, state);
+        let (hash, shard) = self.shard(&key);
+        Self::write_shard(shard).insert(hash, key, state, &self.hasher);
     }
 
     pub fn remove(&self, key: &ObjKey) -> Option<ObjectState> {
-        Self::write_shard(self.shard(key)).remove(key)
+        let (hash, shard) = self.shard(key);
+        Self::write_shard(shard).remove(hash, key)
     }
 
     /// Every entry, for snapshots.
     pub fn for_each(&self, mut f: impl FnMut(&ObjKey, &ObjectState)) {
         for shard in self.shards.iter() {
             let shard = Self::read_shard(shard);
-            for (key, &slot) in &shard.index {
-                f(key, shard.at(slot));
+            for &slot in shard.index.iter() {
+                let s = shard.at(slot);
+                f(&s.key, s);
             }
         }
     }
@@ -251,7 +268,7 @@ impl Store {
             let before = len;
             let mut kept = 0usize;
             self.retain(|s| {
-                let expired = s.deleted && now_us - s.last_seen_us > ttl;
+                let expired = s.deleted && now_us - s.last_seen_us() > ttl;
                 kept += (s.deleted && !expired) as usize;
                 !expired
             });
@@ -264,13 +281,13 @@ impl Store {
             let target = self.max_objects - self.max_objects / 10;
             let excess = len - target;
             let mut seen: Vec<i64> = Vec::with_capacity(len);
-            self.for_each(|_, s| seen.push(s.last_seen_us));
+            self.for_each(|_, s| seen.push(s.last_seen_us()));
             let nth = excess.saturating_sub(1).min(seen.len() - 1);
             let (_, cut, _) = seen.select_nth_unstable(nth);
             let cut = *cut;
             let mut budget = excess;
             self.retain(|s| {
-                if budget > 0 && s.last_seen_us <= cut {
+                if budget > 0 && s.last_seen_us() <= cut {
                     budget -= 1;
                     false
                 } else {
@@ -294,28 +311,60 @@ mod tests {
         s
     }
 
+    /// A second, in µs.
+    const S: i64 = 1_000_000;
+
     #[test]
     fn evicts_the_coldest_past_the_cap_and_expires_tombstones() {
-        let store = Store::new(100, 1_000);
+        let store = Store::new(100, 1_000 * S);
         for i in 0..150u128 {
             store.upsert(ObjKey::new(Sym::EMPTY, i), || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY), |s| {
-                s.last_seen_us = i as i64 * 10;
+                s.set_last_seen_us(i as i64 * 10 * S);
                 s.deleted = i < 5;
             });
         }
-        let stats = store.maintain(10_000);
+        let stats = store.maintain(10_000 * S);
         assert_eq!(stats.expired_tombstones, 5);
         assert_eq!(store.len(), 90);
         assert!(store.read(&ObjKey::new(Sym::EMPTY, 149), |_| ()).is_some(), "the hottest stays");
         assert!(store.read(&ObjKey::new(Sym::EMPTY, 10), |_| ()).is_none(), "a cold one went");
         for i in 1_000..1_060u128 {
-            store.upsert(ObjKey::new(Sym::EMPTY, i), || named("y"), |s| s.last_seen_us = 20_000);
+            store.upsert(ObjKey::new(Sym::EMPTY, i), || named("y"), |s| s.set_last_seen_us(20_000 * S));
         }
         assert_eq!(store.len(), 150);
         assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name.clone()).flatten().as_deref(), Some("y"), "freed slots are reused");
-        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 149), |s| s.last_seen_us), Some(1_490));
+        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 149), |s| s.last_seen_us()), Some(1_490 * S));
         let slots: usize = store.shards.iter().map(|s| s.read().unwrap().slots as usize).sum();
         assert!(slots <= 165, "evicted slots were reused: {slots}");
+    }
+
+    #[test]
+    fn every_key_is_found_through_growth_removal_and_reuse() {
+        let store = Store::new(1_000_000, 1_000 * S);
+        let key = |i: u128| ObjKey::new(Sym::EMPTY, i.wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c834));
+        for i in 0..20_000u128 {
+            store.upsert(key(i), || named(&i.to_string()), |_| ());
+        }
+        for i in (1..20_000u128).step_by(2) {
+            assert!(store.remove(&key(i)).is_some());
+        }
+        for i in 20_000..25_000u128 {
+            store.upsert(key(i), || named(&i.to_string()), |_| ());
+        }
+        assert_eq!(store.len(), 15_000);
+        for i in 0..25_000u128 {
+            let name = store.read(&key(i), |s| s.name.as_deref().map(str::to_string)).flatten();
+            let kept = i % 2 == 0 || i >= 20_000;
+            assert_eq!(name, kept.then(|| i.to_string()), "key {i}");
+        }
+        let mut keys = 0;
+        store.for_each(|k, s| {
+            keys += 1;
+            assert_eq!(store.hasher.hash_one(k), store.hasher.hash_one(s.key), "for_each gives each state's own key");
+        });
+        assert_eq!(keys, 15_000);
+        let slots: usize = store.shards.iter().map(|s| s.read().unwrap().slots as usize).sum();
+        assert_eq!(slots, 20_000, "removed slots were reused");
     }
 
     #[test]
@@ -337,18 +386,18 @@ mod tests {
 
     #[test]
     fn tombstones_expire_under_the_cap_too() {
-        let store = Store::new(1_000, 1_000);
+        let store = Store::new(1_000, 1_000 * S);
         let key = |uid| ObjKey::new(Sym::EMPTY, uid);
         let new = || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
         store.maintain(0);
-        store.upsert(key(1), new, |s| s.last_seen_us = 0);
+        store.upsert(key(1), new, |s| s.set_last_seen_us(0));
         store.upsert(key(2), new, |s| {
             s.deleted = true;
-            s.last_seen_us = 0;
+            s.set_last_seen_us(0);
         });
         store.tombstoned();
-        assert_eq!(store.maintain(400).expired_tombstones, 0, "no sweep before half the TTL");
-        assert_eq!(store.maintain(1_500).expired_tombstones, 1);
+        assert_eq!(store.maintain(400 * S).expired_tombstones, 0, "no sweep before half the TTL");
+        assert_eq!(store.maintain(1_500 * S).expired_tombstones, 1);
         assert_eq!(store.len(), 1, "live objects stay");
     }
 }

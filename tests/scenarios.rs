@@ -485,3 +485,30 @@ fn owners_keep_their_names_for_writes_without_owner_references_and_leaves_keep_n
         "the Deployment kept its name from its own write, the ReplicaSet when its Pod named it, the Pod none"
     );
 }
+
+fn stage_timestamp(event: &str) -> String {
+    let v: serde_json::Value = serde_json::from_str(event).unwrap();
+    v["stageTimestamp"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_hop_carries_the_time_of_its_write_and_the_judged_write_its_text_as_written() {
+    let r = rollout();
+    let out = run(&r.events);
+    let pod = find(&out, &r.create_pods[0]).unwrap();
+    let times: Vec<Option<&str>> = pod.trace.iter().map(|h| h.timestamp.as_deref()).collect();
+    let want = [stage_timestamp(&r.create_deploy), stage_timestamp(&r.create_rs), stage_timestamp(&r.create_pods[0])];
+    assert_eq!(times, want.iter().map(|t| Some(t.as_str())).collect::<Vec<_>>());
+
+    // A stageTimestamp written at another precision is given as written for the write itself;
+    // as a parent's hop it is given in µs.
+    let mut api = ApiServer::new();
+    let (deploy, create_deploy) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
+    let at_seconds = create_deploy.replace(&stage_timestamp(&create_deploy), "2023-11-14T22:13:20Z");
+    let (_, create_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    let out = run(&[at_seconds.clone(), create_rs.clone()]);
+    let own = find(&out, &at_seconds).unwrap();
+    assert_eq!(own.trace.iter().map(|h| h.timestamp.as_deref()).collect::<Vec<_>>(), [Some("2023-11-14T22:13:20Z")]);
+    let rs = find(&out, &create_rs).unwrap();
+    assert_eq!(rs.trace[0].timestamp.as_deref(), Some("2023-11-14T22:13:20.000000Z"));
+}

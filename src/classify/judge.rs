@@ -1,11 +1,13 @@
 //! The verdict on one mutation: the parent as of this write, who the controller is, the class
 //! and its reason, the trace, and what the parent's policy says. Builds the enriched event.
 
+use std::num::NonZeroI64;
 use std::sync::Arc;
 
 use super::policy::{ChildRef, Policy, Resolution};
-use super::trace::{self, Hop, Labels, Stamp, Trace};
+use super::trace::{self, Hop, Labels, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
+use crate::decode::time::format_rfc3339_micros;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState};
 use crate::write::{OwnerLink, Uid, Write};
@@ -60,9 +62,9 @@ impl Engine {
                         api_version: p.api_version,
                         kind: p.kind,
                         name: p.name.clone().unwrap_or_else(|| owner.name.clone()),
-                        generation: (p.generation != 0).then_some(p.generation),
+                        generation: NonZeroI64::new(p.generation),
                         user: Some(p.trace.user),
-                        timestamp: (p.trace.time_us != 0).then_some(Stamp::Micros(p.trace.time_us)),
+                        timestamp: NonZeroI64::new(p.trace.time_us),
                         labels: labels.clone(),
                     };
                     let node = match &p.trace.prev {
@@ -100,9 +102,10 @@ impl Engine {
             api_version: child.api_version,
             kind: child.kind,
             name: child.name.clone(),
-            generation: child.generation,
+            generation: child.generation.and_then(NonZeroI64::new),
             user: Some(w.user),
-            timestamp: (!w.stage_timestamp.is_empty()).then(|| Stamp::Text(w.stage_timestamp.clone())),
+            // Written out from the stageTimestamp text (see `trace_out`).
+            timestamp: NonZeroI64::new(w.time_us),
             labels: child.labels.clone(),
         };
         let user = self.interner.resolve(w.user);
@@ -134,7 +137,7 @@ impl Engine {
         let Some(owner) = owner else {
             event.reason = unowned_reason.unwrap_or("no controller ownerReference: top of a tree").to_string();
             let t = trace::origin(hop);
-            event.trace = self.trace_out(&t);
+            event.trace = self.trace_out(&t, &w.stage_timestamp);
             return (event, origin_state);
         };
         let mut parent_out = ParentOut {
@@ -160,7 +163,7 @@ impl Engine {
                 labels: None,
             };
             let t = trace::extend(trace::origin(unknown_parent), hop);
-            event.trace = self.trace_out(&t);
+            event.trace = self.trace_out(&t, &w.stage_timestamp);
             event.parent = Some(parent_out);
             return (event, origin_state);
         };
@@ -196,7 +199,7 @@ impl Engine {
                     api_version: owner.api_version,
                     kind: owner.kind,
                     name: owner.name.clone(),
-                    generation: parent_out.generation,
+                    generation: parent_out.generation.and_then(NonZeroI64::new),
                     user: None,
                     timestamp: None,
                     labels: p.labels.clone(),
@@ -207,7 +210,7 @@ impl Engine {
         } else {
             trace::origin(hop)
         };
-        event.trace = self.trace_out(&t);
+        event.trace = self.trace_out(&t, &w.stage_timestamp);
 
         if let Some(policy) = p.policy.as_deref() {
             let child_ref = ChildRef { api_version: &event.object.api_version, kind: &event.object.kind, name: &event.object.name };
@@ -254,16 +257,25 @@ impl Engine {
         h
     }
 
-    fn trace_out(&self, t: &Trace) -> Vec<HopOut> {
-        trace::hops(t)
-            .into_iter()
-            .map(|h| HopOut {
+    /// The hops of `t` for output, root first. Its head is the write being judged, whose time is
+    /// written as the API server wrote it (`stage_timestamp`; empty when it wrote none); the
+    /// other hops' times are formatted from µs.
+    fn trace_out(&self, t: &Trace, stage_timestamp: &Arc<str>) -> Vec<HopOut> {
+        let hops = trace::hops(t);
+        let head = hops.len() - 1;
+        hops.into_iter()
+            .enumerate()
+            .map(|(i, h)| HopOut {
                 api_version: self.interner.resolve(h.api_version),
                 kind: self.interner.resolve(h.kind),
                 name: h.name.clone(),
-                generation: h.generation,
+                generation: h.generation.map(NonZeroI64::get),
                 user: h.user.map(|u| self.interner.resolve(u)),
-                timestamp: h.timestamp.as_ref().map(Stamp::text),
+                timestamp: if i == head {
+                    (!stage_timestamp.is_empty()).then(|| stage_timestamp.clone())
+                } else {
+                    h.timestamp.map(|us| Arc::from(format_rfc3339_micros(us.get())))
+                },
                 labels: h
                     .labels
                     .iter()

@@ -1,55 +1,32 @@
 //! Causal traces (DESIGN §1.6): the chain of hops from a human or tool's intent to an object.
 //! Stored as a shared linked list, so the many children of one parent share its prefix.
 
+use std::num::NonZeroI64;
 use std::sync::Arc;
 
-use crate::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
 use crate::state::Sym;
 
 /// `kausality.io/trace-<key>` labels of an object, as (key, value), shared between hops. A
 /// `Vec` behind the `Arc` keeps the handle one pointer wide, in every hop that has one.
 pub type Labels = Arc<Vec<(Box<str>, Box<str>)>>;
 
-/// One step of a trace: who changed which object to which generation, and when.
+/// One step of a trace: who changed which object to which generation, and when. Kept small:
+/// a parent's hop lives as long as its children's traces (one node per parent generation that a
+/// child extends), so the optional numbers use zero as "unknown" (a generation starts at 1, and
+/// an audit event is never from the first µs of 1970).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hop {
     pub api_version: Sym,
     pub kind: Sym,
     pub name: Arc<str>,
-    pub generation: Option<i64>,
+    pub generation: Option<NonZeroI64>,
     /// `None` when unknown (a parent whose producing write was never seen).
     pub user: Option<Sym>,
-    /// When the write happened; `None` when unknown.
-    pub timestamp: Option<Stamp>,
+    /// When the write happened, in µs since the epoch; `None` when unknown. The write being
+    /// judged is written out with its stageTimestamp as the API server wrote it instead.
+    pub timestamp: Option<NonZeroI64>,
     /// From the object's own `kausality.io/trace-<key>` annotations.
     pub labels: Option<Labels>,
-}
-
-/// The time of a hop. The write being judged has its stageTimestamp as the API server wrote it
-/// (shared, not copied); a hop rebuilt from state, kept for as long as its children are, holds
-/// only the µs and is formatted for output.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Stamp {
-    Text(Arc<str>),
-    Micros(i64),
-}
-
-impl Stamp {
-    /// The stamp of `text`: µs when they format back to the same text, else the text.
-    pub fn parse(text: &str) -> Stamp {
-        match parse_rfc3339_micros(text) {
-            Some(us) if format_rfc3339_micros(us) == text => Stamp::Micros(us),
-            _ => Stamp::Text(Arc::from(text)),
-        }
-    }
-
-    /// As RFC 3339 text.
-    pub fn text(&self) -> Arc<str> {
-        match self {
-            Stamp::Text(t) => t.clone(),
-            Stamp::Micros(us) => Arc::from(format_rfc3339_micros(*us)),
-        }
-    }
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -88,18 +65,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stamps_keep_their_text() {
-        let t = "2024-05-01T10:00:00.123456Z";
-        assert!(matches!(Stamp::parse(t), Stamp::Micros(_)));
-        assert_eq!(&*Stamp::parse(t).text(), t);
-        let other = "2024-05-01T10:00:00Z";
-        assert_eq!(Stamp::parse(other), Stamp::Text(Arc::from(other)), "another precision is kept as written");
-    }
-
-    #[test]
     fn trace_nodes_stay_small() {
-        // One node per parent generation that a child extends: 104 bytes with the Arc counts
-        // is glibc's 112-byte bin.
-        assert!(std::mem::size_of::<TraceNode>() <= 88, "{}", std::mem::size_of::<TraceNode>());
+        // One node per parent generation that a child extends: 80 bytes with the Arc counts
+        // is glibc's 96-byte bin.
+        assert!(std::mem::size_of::<TraceNode>() <= 64, "{}", std::mem::size_of::<TraceNode>());
     }
 }

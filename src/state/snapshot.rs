@@ -6,13 +6,15 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
+use std::num::NonZeroI64;
 use std::sync::Arc;
 
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
 use crate::classify::policy::PolicyCache;
-use crate::classify::trace::{Hop, Stamp, Trace, TraceNode};
+use crate::classify::trace::{Hop, Trace, TraceNode};
+use crate::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
 use crate::write::{Annotations, ObservedSource};
 
 const MAGIC: &[u8] = b"KAUSALITY-STATE 4\n";
@@ -106,12 +108,12 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         buf.uint(id(h.api_version));
         buf.uint(id(h.kind));
         buf.str(&h.name);
-        buf.opt_int(h.generation);
+        buf.opt_int(h.generation.map(NonZeroI64::get));
         buf.uint(h.user.map_or(0, |u| id(u) + 1));
-        match &h.timestamp {
-            Some(t) => {
+        match h.timestamp {
+            Some(us) => {
                 buf.uint(1);
-                buf.str(&t.text());
+                buf.str(&format_rfc3339_micros(us.get()));
             }
             None => buf.uint(0),
         }
@@ -219,14 +221,14 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         let api_version = sym(d.uint()?)?;
         let kind = sym(d.uint()?)?;
         let name: Arc<str> = Arc::from(d.str()?);
-        let generation = d.opt_int()?;
+        let generation = d.opt_int()?.and_then(NonZeroI64::new);
         let user = match d.uint()? {
             0 => None,
             i => Some(sym(i - 1)?),
         };
         let timestamp = match d.uint()? {
             0 => None,
-            _ => Some(Stamp::parse(d.str()?)),
+            _ => Some(parse_rfc3339_micros(d.str()?).and_then(NonZeroI64::new).ok_or(SnapshotError::Corrupt("trace time"))?),
         };
         let nl = d.len()?;
         let mut labels = Vec::with_capacity(nl);

@@ -79,10 +79,12 @@ pub struct ObjectState {
     /// `metadata.generation` as last seen (advanced by one on a scale write); 0 when unknown.
     pub generation: i64,
     /// Observed generation from the object itself (status field or conditions), when `has`
-    /// holds its source.
-    observed_generation: i64,
-    /// The generation at the latest status write (the synthetic observed generation).
-    status_write_generation: i64,
+    /// holds its source. 32 bits: a value that does not fit (never seen from a real API
+    /// server) is in `rare`, marked by `HAS_WIDE_OBSERVED`.
+    observed_generation: i32,
+    /// The generation at the latest status write (the synthetic observed generation); 32 bits
+    /// as above (`HAS_WIDE_STATUS_WRITE`).
+    status_write_generation: i32,
     /// Hash of the spec; unknown after a scale write, whose response has no spec.
     content_hash: u64,
     status_hash: u64,
@@ -118,6 +120,8 @@ pub struct ObjectState {
 const HAS_STATUS_WRITE_GENERATION: u8 = 1;
 const HAS_CONTENT_HASH: u8 = 2;
 const HAS_STATUS_HASH: u8 = 4;
+const HAS_WIDE_OBSERVED: u8 = 64;
+const HAS_WIDE_STATUS_WRITE: u8 = 128;
 /// Three bits of `has`: 0 when there is no observed generation, else 1 + its source.
 const OBSERVED_SOURCE_SHIFT: u32 = 3;
 const OBSERVED_SOURCE_MASK: u8 = 0b111 << OBSERVED_SOURCE_SHIFT;
@@ -133,6 +137,9 @@ struct Rare {
     status_updaters: Recent,
     /// `once` approvals already used up, by content hash, oldest first.
     consumed_approvals: Vec<u64>,
+    /// The observed and the status-write generation when they do not fit in 32 bits.
+    wide_observed: i64,
+    wide_status_write: i64,
 }
 
 /// How many used-up `once` approvals an object remembers.
@@ -230,7 +237,11 @@ impl ObjectState {
     /// Observed generation from the object itself (status field or conditions).
     pub fn observed(&self) -> Option<(i64, ObservedSource)> {
         let code = (self.has & OBSERVED_SOURCE_MASK) >> OBSERVED_SOURCE_SHIFT;
-        code.checked_sub(1).map(|i| (self.observed_generation, OBSERVED_SOURCES[i as usize]))
+        let generation = match &self.rare {
+            Some(rare) if self.has & HAS_WIDE_OBSERVED != 0 => rare.wide_observed,
+            _ => self.observed_generation as i64,
+        };
+        code.checked_sub(1).map(|i| (generation, OBSERVED_SOURCES[i as usize]))
     }
 
     pub fn set_observed(&mut self, observed: Option<(i64, ObservedSource)>) {
@@ -238,17 +249,42 @@ impl ObjectState {
             Some((g, src)) => (g, 1 + OBSERVED_SOURCES.iter().position(|&s| s == src).expect("every source is listed") as u8),
             None => (0, 0),
         };
-        self.observed_generation = generation;
+        self.observed_generation = match i32::try_from(generation) {
+            Ok(g) => {
+                self.has &= !HAS_WIDE_OBSERVED;
+                g
+            }
+            Err(_) => {
+                self.rare_mut().wide_observed = generation;
+                self.has |= HAS_WIDE_OBSERVED;
+                0
+            }
+        };
         self.has = (self.has & !OBSERVED_SOURCE_MASK) | code << OBSERVED_SOURCE_SHIFT;
     }
 
     /// The generation at the latest status write (the synthetic observed generation).
     pub fn status_write_generation(&self) -> Option<i64> {
-        self.get(HAS_STATUS_WRITE_GENERATION, self.status_write_generation as u64).map(|g| g as i64)
+        let generation = match &self.rare {
+            Some(rare) if self.has & HAS_WIDE_STATUS_WRITE != 0 => rare.wide_status_write,
+            _ => self.status_write_generation as i64,
+        };
+        self.get(HAS_STATUS_WRITE_GENERATION, generation as u64).map(|g| g as i64)
     }
 
     pub fn set_status_write_generation(&mut self, generation: Option<i64>) {
-        self.status_write_generation = self.set(HAS_STATUS_WRITE_GENERATION, generation.map(|g| g as u64)) as i64;
+        let generation = self.set(HAS_STATUS_WRITE_GENERATION, generation.map(|g| g as u64)) as i64;
+        self.status_write_generation = match i32::try_from(generation) {
+            Ok(g) => {
+                self.has &= !HAS_WIDE_STATUS_WRITE;
+                g
+            }
+            Err(_) => {
+                self.rare_mut().wide_status_write = generation;
+                self.has |= HAS_WIDE_STATUS_WRITE;
+                0
+            }
+        };
     }
 
     /// Hash of the spec; `None` when unknown (after a scale write, whose response has no spec).
@@ -326,7 +362,7 @@ impl ObjectState {
         } else if updaters.len() <= 1 && status_updaters.len() <= 1 {
             (self.updater, self.status_updater) = (updaters.as_slice().first().copied(), status_updaters.as_slice().first().copied());
         } else {
-            self.rare = Some(Box::new(Rare { updaters, status_updaters, consumed_approvals: Vec::new() }));
+            self.rare = Some(Box::new(Rare { updaters, status_updaters, ..Rare::default() }));
         }
     }
 
@@ -348,7 +384,7 @@ impl ObjectState {
     fn rare_mut(&mut self) -> &mut Rare {
         let (updaters, status_updaters) = (self.updaters(), self.status_updaters());
         (self.updater, self.status_updater) = (None, None);
-        self.rare.get_or_insert_with(|| Box::new(Rare { updaters, status_updaters, consumed_approvals: Vec::new() }))
+        self.rare.get_or_insert_with(|| Box::new(Rare { updaters, status_updaters, ..Rare::default() }))
     }
 }
 
@@ -424,6 +460,17 @@ mod tests {
         assert_eq!((s.content_hash(), s.status_hash()), (None, Some(u64::MAX)));
         s.set_observed(None);
         assert_eq!((s.observed(), s.status_write_generation()), (None, Some(-1)));
+        // Past 32 bits, in the box; back inline when they fit again.
+        let wide = i64::from(i32::MAX) + 1;
+        s.set_observed(Some((wide, ObservedSource::Status)));
+        s.set_status_write_generation(Some(i64::MIN));
+        assert!(s.rare.is_some());
+        assert_eq!((s.observed(), s.status_write_generation()), (Some((wide, ObservedSource::Status)), Some(i64::MIN)));
+        s.push_updater(Sym::EMPTY);
+        assert_eq!(s.observed_generation(), Some((wide, ObservedSource::Status)), "the box keeps them as it changes");
+        s.set_observed(Some((i64::from(i32::MIN), ObservedSource::Status)));
+        s.set_status_write_generation(Some(7));
+        assert_eq!((s.observed(), s.status_write_generation()), (Some((i64::from(i32::MIN), ObservedSource::Status)), Some(7)));
         let uid = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128;
         assert_eq!(OwnerKey::new(uid, Sym::EMPTY, Sym::EMPTY).uid(), uid);
         for (time_us, kept) in [(0, 0), (1, 1_000_000), (2_000_000, 2_000_000), (2_000_001, 3_000_000), (-5, 0), (i64::MAX, u32::MAX as i64 * 1_000_000)] {
@@ -437,7 +484,7 @@ mod tests {
     #[test]
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
-        assert_eq!(std::mem::size_of::<ObjectState>(), 184, "with its key");
+        assert_eq!(std::mem::size_of::<ObjectState>(), 176, "with its key");
         assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
         assert_eq!(std::mem::size_of::<Option<OwnerKey>>(), 24);
         assert_eq!(std::mem::size_of::<Option<Sym>>(), 4);

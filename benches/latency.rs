@@ -51,7 +51,8 @@ struct ListIds {
 
 async fn collect(State(arrivals): State<Arrivals>, body: Bytes) -> &'static str {
     let at = Instant::now();
-    let events: Vec<IdOnly> = serde_json::from_slice(&body).unwrap_or_else(|e| fail(&format!("the http sink posted something else than a JSON array of enriched events: {e}")));
+    let events: Vec<IdOnly> =
+        serde_json::from_slice(&body).unwrap_or_else(|e| fail(&format!("the http sink posted something else than a JSON array of enriched events: {e}")));
     arrivals.lock().expect("arrivals").extend(events.into_iter().map(|e| (e.audit_id, at)));
     "{}"
 }

@@ -123,7 +123,11 @@ fn main() {
     let lists = env_or("BENCH_LISTS", 200).max(1);
     let warmup = 25;
     let t0 = Instant::now();
-    println!("webhook bench: {clients} clients, {rounds} rounds of {lists} EventLists of {LIST_SIZE} events; {} cores; load average {}", cores(), load_average());
+    println!(
+        "webhook bench: {clients} clients, {rounds} rounds of {lists} EventLists of {LIST_SIZE} events; {} cores; load average {}",
+        cores(),
+        load_average()
+    );
 
     let bodies = event_lists(warmup + rounds * lists);
     let total_bytes: usize = bodies.iter().map(Bytes::len).sum();

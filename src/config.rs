@@ -25,17 +25,12 @@ pub enum LifecycleSignal {
 }
 
 /// The signals of DESIGN §1.4, for every kind without its own rule.
-pub const DEFAULT_LIFECYCLE: &[LifecycleSignal] = &[
-    LifecycleSignal::InitializedCondition,
-    LifecycleSignal::ReadyCondition,
-    LifecycleSignal::AvailableCondition,
-    LifecycleSignal::PhaseAnnotation,
-];
+pub const DEFAULT_LIFECYCLE: &[LifecycleSignal] =
+    &[LifecycleSignal::InitializedCondition, LifecycleSignal::ReadyCondition, LifecycleSignal::AvailableCondition, LifecycleSignal::PhaseAnnotation];
 
 /// Kinds that have no ready-like condition: their controller's first report of the current
 /// generation ends initialization.
-const OBSERVED_GENERATION_KINDS: &[&str] =
-    &["ReplicaSet.apps", "StatefulSet.apps", "DaemonSet.apps", "ReplicationController"];
+const OBSERVED_GENERATION_KINDS: &[&str] = &["ReplicaSet.apps", "StatefulSet.apps", "DaemonSet.apps", "ReplicationController"];
 
 #[derive(Clone, Debug)]
 pub struct ModelConfig {

@@ -31,9 +31,9 @@ pub mod config;
 pub mod corpus;
 pub mod decode;
 pub mod enriched;
-pub mod filter;
 #[cfg(feature = "fetch")]
 pub mod fetch;
+pub mod filter;
 pub mod kafka;
 pub mod listen;
 pub mod metrics;

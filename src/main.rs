@@ -148,10 +148,7 @@ fn parse_duration_us(s: &str) -> Result<i64, String> {
 }
 
 fn parse_class(s: &str) -> Result<Class, String> {
-    Class::ALL
-        .into_iter()
-        .find(|c| c.as_str() == s)
-        .ok_or_else(|| format!("unknown class {s:?}; one of {}", Class::ALL.map(Class::as_str).join(", ")))
+    Class::ALL.into_iter().find(|c| c.as_str() == s).ok_or_else(|| format!("unknown class {s:?}; one of {}", Class::ALL.map(Class::as_str).join(", ")))
 }
 
 fn parse_ignore_field(s: &str) -> Result<(String, String), String> {
@@ -173,7 +170,13 @@ fn init_logs(format: LogFormat) {
 }
 
 fn replay(args: ReplayArgs) -> Result<ExitCode> {
-    let mut opts = ReplayOptions { inputs: args.files, classes: args.classes, progress: !args.no_progress, max_line_bytes: args.max_line_bytes, ..ReplayOptions::default() };
+    let mut opts = ReplayOptions {
+        inputs: args.files,
+        classes: args.classes,
+        progress: !args.no_progress,
+        max_line_bytes: args.max_line_bytes,
+        ..ReplayOptions::default()
+    };
     opts.processor.default_cluster = args.cluster;
     opts.processor.reorder_window_us = args.reorder_window;
     opts.processor.decode.unwrap = match args.unwrap {

@@ -314,7 +314,15 @@ impl Processor {
 
     /// [`Processor::ingest_body`] with the source's own envelope setting (a Kafka topic fed by
     /// a log shipper) instead of the pipeline's.
-    pub fn ingest_body_unwrapping(&mut self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &'static str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    pub fn ingest_body_unwrapping(
+        &mut self,
+        cluster: Option<&str>,
+        body: &[u8],
+        unwrap: Unwrap,
+        source: &'static str,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+    ) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         self.decoder.decode(cluster, body, unwrap, source, &mut decoded);
         let report = self.ingest_writes(&mut decoded, now_us, now_us, out);
@@ -324,7 +332,15 @@ impl Processor {
     }
 
     /// Takes in one JSON document (one line of a log file).
-    pub fn ingest_document(&mut self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    pub fn ingest_document(
+        &mut self,
+        cluster: Option<&str>,
+        doc: &[u8],
+        location: Location,
+        source: &'static str,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+    ) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         self.decoder.decode_document(cluster, doc, location, source, &mut decoded);
         let report = self.ingest_writes(&mut decoded, now_us, now_us, out);

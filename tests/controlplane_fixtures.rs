@@ -43,11 +43,7 @@ fn check(expected_path: &Path) -> Vec<String> {
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(expected_path).expect("read")).expect("JSON");
     let name = expected["scenario"].as_str().expect("scenario");
     let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
-    let events = replay(
-        &jsonl,
-        expected["replay"]["cluster"].as_str().expect("cluster"),
-        expected["replay"]["reorderWindow"].as_str().expect("window"),
-    );
+    let events = replay(&jsonl, expected["replay"]["cluster"].as_str().expect("cluster"), expected["replay"]["reorderWindow"].as_str().expect("window"));
     let mut problems = Vec::new();
     let want = expected["classes"].as_object().expect("classes");
     for (id, class) in want {
@@ -68,8 +64,7 @@ fn check(expected_path: &Path) -> Vec<String> {
     for fact in expected["facts"].as_array().expect("facts") {
         let what = fact["what"].as_str().unwrap_or("?");
         let Some(e) = events.get(fact["auditID"].as_str().expect("auditID")) else { continue };
-        let users: Vec<Value> =
-            e["trace"].as_array().into_iter().flatten().map(|h| h.get("user").cloned().unwrap_or(Value::String("?".into()))).collect();
+        let users: Vec<Value> = e["trace"].as_array().into_iter().flatten().map(|h| h.get("user").cloned().unwrap_or(Value::String("?".into()))).collect();
         let mut compare = |field: &str, got: Value| {
             if let Some(want) = fact.get(field) {
                 if *want != got {

@@ -56,7 +56,9 @@ fn classes_equal_replay_and_offsets_are_committed() {
     }
     wait_committed(&kafka, &group, &input, lines.len(), 30, "offsets committed up to the end", &serve);
     let topic_label = format!("topic=\"{input}\"");
-    wait_for("consumer lag 0", 30, || serve.metrics().lines().any(|l| l.starts_with("kausality_kafka_consumer_lag_messages{") && l.contains(&topic_label) && l.ends_with(" 0")));
+    wait_for("consumer lag 0", 30, || {
+        serve.metrics().lines().any(|l| l.starts_with("kausality_kafka_consumer_lag_messages{") && l.contains(&topic_label) && l.ends_with(" 0"))
+    });
     assert_eq!(serve.metric("kausality_events_received_total", &["source=\"kafka\""]), lines.len() as f64);
     assert_eq!(serve.metric("kausality_sink_events_total", &["sink=\"kafka\""]), expected.len() as f64);
     assert_eq!(serve.metric("kausality_sink_errors_total", &["sink=\"kafka\""]), 0.0);
@@ -187,7 +189,11 @@ fn killed_midway(exactly_once: bool) {
     assert!(missing.is_empty(), "classified mutations missing downstream after the crash, e.g. {missing:?}");
     let duplicated = seen.values().filter(|n| **n > 1).count();
     println!("exactly_once={exactly_once}: {} outputs, {} distinct, {duplicated} duplicated; {before} written before the kill", out.len(), seen.len());
-    let wrong: Vec<_> = out.iter().filter(|o| expected.get(o.audit_id()).map(String::as_str) != o.value["class"].as_str()).map(|o| (o.audit_id().to_string(), o.value["class"].clone())).collect();
+    let wrong: Vec<_> = out
+        .iter()
+        .filter(|o| expected.get(o.audit_id()).map(String::as_str) != o.value["class"].as_str())
+        .map(|o| (o.audit_id().to_string(), o.value["class"].clone()))
+        .collect();
     println!("exactly_once={exactly_once}: {} outputs whose class differs from replay's (or not classified by replay)", wrong.len());
     if exactly_once {
         assert_eq!(duplicated, 0, "exactly-once: no auditID written twice");
@@ -243,9 +249,17 @@ fn broker_restart_while_running_loses_nothing() {
     let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
     assert!(missing.is_empty(), "outputs missing after the broker restart, e.g. {missing:?}");
     let got = class_map(&out);
-    let differ: Vec<_> = expected.iter().filter(|(id, class)| got.get(*id) != Some(*class)).map(|(id, class)| (id.clone(), class.clone(), got.get(id).cloned())).take(10).collect();
+    let differ: Vec<_> = expected
+        .iter()
+        .filter(|(id, class)| got.get(*id) != Some(*class))
+        .map(|(id, class)| (id.clone(), class.clone(), got.get(id).cloned()))
+        .take(10)
+        .collect();
     let extra: Vec<_> = got.keys().filter(|id| !expected.contains_key(*id)).take(10).collect();
-    assert!(differ.is_empty() && extra.is_empty(), "the service went on with its state: same classes as replay; (auditID, replay, service): {differ:?}; not classified by replay: {extra:?}");
+    assert!(
+        differ.is_empty() && extra.is_empty(),
+        "the service went on with its state: same classes as replay; (auditID, replay, service): {differ:?}; not classified by replay: {extra:?}"
+    );
     let (code, _) = serve.terminate();
     assert_eq!(code, 0);
     kafka.delete_topics(&[&input, &output]);
@@ -292,7 +306,12 @@ listen = "127.0.0.1:0"
     wait_or_explain("every output's first delivery to fail", 60, || failed() >= outputs, || serve.explain());
     // Back-offs are 200 ms, then 400 ms, ...: a second round of every message takes a few
     // seconds when they go together, and 200 s when they go one by one.
-    wait_or_explain("every output to fail a second time (a second round of retries)", 30, || failed() >= 2 * outputs, || format!("{} failures for {outputs} outputs\n{}", failed(), serve.explain()));
+    wait_or_explain(
+        "every output to fail a second time (a second round of retries)",
+        30,
+        || failed() >= 2 * outputs,
+        || format!("{} failures for {outputs} outputs\n{}", failed(), serve.explain()),
+    );
     assert_eq!(serve.metric("kausality_sink_events_total", &["sink=\"kafka\""]), 0.0, "nothing delivered without a broker");
     let warned = serve.logs().iter().filter(|l| l["fields"]["message"] == "kafka sink: delivery failed").count();
     assert!((1..=10).contains(&warned), "{warned} warnings for {} failed deliveries: one at most every 5 s, with the count of the others", failed());

@@ -71,9 +71,7 @@ fn nothing_ready_stays_initializing() {
 
 #[test]
 fn high_water_mark_survives_flapping_conditions() {
-    let (evs, change) = child_change_after(widget(), |api, p| {
-        vec![api.report(CTRL, p, &[("Ready", "True")]), api.report(CTRL, p, &[("Ready", "False")])]
-    });
+    let (evs, change) = child_change_after(widget(), |api, p| vec![api.report(CTRL, p, &[("Ready", "True")]), api.report(CTRL, p, &[("Ready", "False")])]);
     assert_eq!(class_of(&run(&evs), &change), Class::Drift, "once initialized, always initialized");
 }
 

@@ -28,7 +28,8 @@ fn replay(files: &[PathBuf], unwrap: Unwrap) -> (Outcome, Vec<serde_json::Value>
 }
 
 fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().is_some_and(|n| n != "SOURCE_COMMIT")).collect();
+    let mut v: Vec<PathBuf> =
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().is_some_and(|n| n != "SOURCE_COMMIT")).collect();
     v.sort();
     v
 }
@@ -98,7 +99,10 @@ fn metadata_level_and_v1beta1_logs_are_read_and_ignored_with_reasons() {
     let (o, events) = replay(&[root.join("audit2rbac/demo.log")], Unwrap::None);
     assert!(o.summary.events >= 30);
     assert!(events.is_empty());
-    assert_eq!(o.metrics.ignored_count(Ignored::ReadVerb) + o.metrics.ignored_count(Ignored::StatusCode) + o.metrics.ignored_count(Ignored::NoObject), o.summary.events);
+    assert_eq!(
+        o.metrics.ignored_count(Ignored::ReadVerb) + o.metrics.ignored_count(Ignored::StatusCode) + o.metrics.ignored_count(Ignored::NoObject),
+        o.summary.events
+    );
     let (o, _) = replay(&[root.join("kubeprovenance/minikube-sample-audit.log")], Unwrap::None);
     assert!(o.summary.events > 0);
     assert_eq!(InvalidReason::ALL.iter().map(|&r| invalid(&o, r)).sum::<u64>(), 0, "v1beta1 events decode");

@@ -219,13 +219,17 @@ fn crossplane_style_conditions_give_the_observed_generation() {
     let mut api = ApiServer::new();
     let xr_ctrl = "system:serviceaccount:crossplane-system:crossplane";
     let (xr, c_xr) = api.create(ADMIN, json!({"apiVersion":"example.org/v1","kind":"XNetwork","metadata":{"name":"net"},"spec":{"cidr":"10.0.0.0/16"}}));
-    let mut mr = json!({"apiVersion":"ec2.aws.upbound.io/v1beta1","kind":"VPC","metadata":{"name":"net-vpc"},"spec":{"forProvider":{"cidrBlock":"10.0.0.0/16"}}});
+    let mut mr =
+        json!({"apiVersion":"ec2.aws.upbound.io/v1beta1","kind":"VPC","metadata":{"name":"net-vpc"},"spec":{"forProvider":{"cidrBlock":"10.0.0.0/16"}}});
     mr["metadata"]["ownerReferences"] = owner_ref(&xr);
     let (vpc, c_vpc) = api.create(xr_ctrl, mr);
     let cond = |api: &mut ApiServer, status: &str| {
         let g = api.get(&xr).unwrap()["metadata"]["generation"].clone();
         api.update_status(xr_ctrl, &xr, |st| {
-            st.insert("conditions".into(), json!([{"type":"Synced","status":"True","observedGeneration": g},{"type":"Ready","status":status,"observedGeneration": g}]));
+            st.insert(
+                "conditions".into(),
+                json!([{"type":"Synced","status":"True","observedGeneration": g},{"type":"Ready","status":status,"observedGeneration": g}]),
+            );
         })
     };
     let ready = cond(&mut api, "True");
@@ -245,7 +249,10 @@ fn ready_condition_observed_generation_is_used_without_synced() {
     let mut api = ApiServer::new();
     let ctrl = "system:serviceaccount:ops:db-operator";
     let (db, c) = api.create(ADMIN, json!({"apiVersion":"db.example/v1","kind":"Database","metadata":{"name":"db","namespace":"a"},"spec":{"size":1}}));
-    let (sts, c2) = api.create(ctrl, json!({"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"name":"db","namespace":"a","ownerReferences": owner_ref(&db)},"spec":{"replicas":1}}));
+    let (sts, c2) = api.create(
+        ctrl,
+        json!({"apiVersion":"apps/v1","kind":"StatefulSet","metadata":{"name":"db","namespace":"a","ownerReferences": owner_ref(&db)},"spec":{"replicas":1}}),
+    );
     let st = api.update_status(ctrl, &db, |s| {
         s.insert("conditions".into(), json!([{"type":"Ready","status":"True","observedGeneration":1}]));
     });
@@ -330,7 +337,13 @@ fn undetermined_until_someone_writes_the_parent_status() {
 #[test]
 fn unknown_parent_when_the_parent_never_appeared() {
     let mut api = ApiServer::new();
-    let ghost = ObjRef { uid: "11111111-2222-4333-8444-555555555555".into(), api_version: "apps/v1".into(), kind: "Deployment".into(), namespace: "n".into(), name: "ghost".into() };
+    let ghost = ObjRef {
+        uid: "11111111-2222-4333-8444-555555555555".into(),
+        api_version: "apps/v1".into(),
+        kind: "Deployment".into(),
+        namespace: "n".into(),
+        name: "ghost".into(),
+    };
     let (_, c) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&ghost, "h", 1, "img"));
     let out = run(std::slice::from_ref(&c));
     let e = find(&out, &c).unwrap();
@@ -360,7 +373,8 @@ fn approvals_rejections_freeze_and_snooze() {
     let mut r = rollout();
     let rs_name = r.rs.name.clone();
     let annotate = r.api.update(ADMIN, &r.deploy, |d| {
-        d["metadata"]["annotations"]["kausality.io/approvals"] = json!(format!(r#"[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"{rs_name}","generation":1,"mode":"once"}}]"#));
+        d["metadata"]["annotations"]["kausality.io/approvals"] =
+            json!(format!(r#"[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"{rs_name}","generation":1,"mode":"once"}}]"#));
     });
     let d1 = r.api.update(DEPLOYMENT_CONTROLLER, &r.rs, |rs| rs["spec"]["replicas"] = json!(3));
     let d2 = r.api.update(DEPLOYMENT_CONTROLLER, &r.rs, |rs| rs["spec"]["replicas"] = json!(2));

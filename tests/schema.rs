@@ -64,7 +64,8 @@ fn check(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), Stri
 
 #[test]
 fn every_enriched_event_matches_the_published_schema() {
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/enriched-event.schema.json")).unwrap()).unwrap();
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/enriched-event.schema.json")).unwrap()).unwrap();
     let dir = std::env::temp_dir().join(format!("kausality-schema-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("corpus.jsonl");
@@ -72,7 +73,15 @@ fn every_enriched_event_matches_the_published_schema() {
     generate(&CorpusOptions { events: 3_000, namespaces: 2, deployments_per_namespace: 4, ..Default::default() }, &mut data).unwrap();
     std::fs::write(&input, data).unwrap();
     let mut out = Vec::new();
-    run(&ReplayOptions { inputs: vec![input, Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/edge-cases.jsonl")], progress: false, ..Default::default() }, &mut out).unwrap();
+    run(
+        &ReplayOptions {
+            inputs: vec![input, Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/edge-cases.jsonl")],
+            progress: false,
+            ..Default::default()
+        },
+        &mut out,
+    )
+    .unwrap();
     std::fs::remove_dir_all(&dir).ok();
     let mut classes = std::collections::BTreeSet::new();
     let mut n = 0;
@@ -88,7 +97,8 @@ fn every_enriched_event_matches_the_published_schema() {
 
 #[test]
 fn the_checker_rejects_what_the_schema_forbids() {
-    let schema: Value = serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/enriched-event.schema.json")).unwrap()).unwrap();
+    let schema: Value =
+        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/enriched-event.schema.json")).unwrap()).unwrap();
     let bad = serde_json::json!({"auditID": "x", "class": "weird"});
     assert!(check(&schema, &schema, &bad, "$").is_err());
 }

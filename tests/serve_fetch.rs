@@ -95,7 +95,17 @@ rate = 50
     assert_eq!(gets.load(Ordering::SeqCst), 1, "the parent was fetched");
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The controller changes its child while the fetched parent is stable: drift, not unknown.
-    let scale = Ev { audit_id: "f-ctrl-scales".into(), verb: "update", user: DEPLOY_CTRL.into(), resource: "replicasets", api_group: "apps", subresource: None, object: replicaset(2, 1005, 2, None), code: 200, second: 5 };
+    let scale = Ev {
+        audit_id: "f-ctrl-scales".into(),
+        verb: "update",
+        user: DEPLOY_CTRL.into(),
+        resource: "replicasets",
+        api_group: "apps",
+        subresource: None,
+        object: replicaset(2, 1005, 2, None),
+        code: 200,
+        second: 5,
+    };
     let r = client.post(&url).body(event_list(&[scale])).send().await.unwrap();
     assert_eq!(r.status(), 200);
     let lines: Vec<Value> = wait_lines(&out, 2).await;

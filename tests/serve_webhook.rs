@@ -69,7 +69,10 @@ listen = "127.0.0.1:0"
     assert_eq!(r["kind"], "DriftReport");
     assert_eq!(r["spec"]["phase"], "Detected");
     assert_eq!(r["spec"]["id"].as_str().unwrap().len(), 16);
-    assert_eq!(r["spec"]["parent"], json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "shop", "name": "web", "uid": DEPLOY_UID, "generation": 1, "observedGeneration": 1, "lifecyclePhase": "Initialized"}));
+    assert_eq!(
+        r["spec"]["parent"],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "namespace": "shop", "name": "web", "uid": DEPLOY_UID, "generation": 1, "observedGeneration": 1, "lifecyclePhase": "Initialized"})
+    );
     assert_eq!(r["spec"]["child"]["uid"], RS_UID);
     assert_eq!(r["spec"]["request"]["user"], DEPLOY_CTRL);
     assert_eq!(r["spec"]["request"]["operation"], "UPDATE");
@@ -79,7 +82,17 @@ listen = "127.0.0.1:0"
     let (code, _, _) = post(&client, &url, event_list(&deployment_story("s"))).await;
     assert_eq!(code, 200);
     // Alice changes the Deployment's spec: the parent's generation moves on, the drift is over.
-    let change = Ev { audit_id: "s-alice-edits".into(), verb: "update", user: "alice@example.com".into(), resource: "deployments", api_group: "apps", subresource: None, object: deployment(2, 1006, 2, Some(available_status(1))), code: 200, second: 6 };
+    let change = Ev {
+        audit_id: "s-alice-edits".into(),
+        verb: "update",
+        user: "alice@example.com".into(),
+        resource: "deployments",
+        api_group: "apps",
+        subresource: None,
+        object: deployment(2, 1006, 2, Some(available_status(1))),
+        code: 200,
+        second: 6,
+    };
     let (code, _, _) = post(&client, &url, event_list(&[change])).await;
     assert_eq!(code, 200);
     let got = receiver.wait_for(|b| b.len() >= 2).await;
@@ -142,7 +155,17 @@ listen = "127.0.0.1:0"
     assert!(body["errors"][0]["message"].as_str().unwrap().contains("not an audit Event"), "{body}");
 
     // One good event and one broken item: 200, the good one is kept, the bad one reported.
-    let good = Ev { audit_id: "m-good".into(), verb: "create", user: "alice@example.com".into(), resource: "deployments", api_group: "apps", subresource: None, object: deployment(1, 10, 1, None), code: 201, second: 0 };
+    let good = Ev {
+        audit_id: "m-good".into(),
+        verb: "create",
+        user: "alice@example.com".into(),
+        resource: "deployments",
+        api_group: "apps",
+        subresource: None,
+        object: deployment(1, 10, 1, None),
+        code: 201,
+        second: 0,
+    };
     let mut list: Value = serde_json::from_slice(&event_list(&[good])).unwrap();
     list["items"].as_array_mut().unwrap().push(json!({"kind": "Event", "apiVersion": "audit.k8s.io/v1", "stage": "ResponseComplete"}));
     let (code, body, _) = post(&client, &format!("{base}/audit/eu-1"), serde_json::to_vec(&list).unwrap()).await;

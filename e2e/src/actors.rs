@@ -45,8 +45,7 @@ impl Actor {
             None => crate::users::ADMIN.to_string(),
         };
         let slot = Arc::new(Mutex::new(None));
-        let client =
-            kube::client::ClientBuilder::try_from(config)?.with_layer(&MapResponseLayer::new(record_audit_id(slot.clone()))).build();
+        let client = kube::client::ClientBuilder::try_from(config)?.with_layer(&MapResponseLayer::new(record_audit_id(slot.clone()))).build();
         Ok(Actor { user, client, last_audit_id: slot })
     }
 

@@ -114,11 +114,8 @@ pub fn strip(raw: &str) -> Result<String> {
         }
     }
     let Fields(fields) = serde_json::from_str(raw).context("an audit event is not a JSON object")?;
-    let kept: Vec<String> = fields
-        .iter()
-        .filter(|(k, _)| k != "requestObject")
-        .map(|(k, v)| format!("{}:{}", serde_json::to_string(k).expect("a string"), v.get()))
-        .collect();
+    let kept: Vec<String> =
+        fields.iter().filter(|(k, _)| k != "requestObject").map(|(k, v)| format!("{}:{}", serde_json::to_string(k).expect("a string"), v.get())).collect();
     Ok(format!("{{{}}}", kept.join(",")))
 }
 
@@ -200,24 +197,18 @@ pub async fn check_replay(logs: &AuditLogs, live: &EnrichedLog, namespace: &str,
     }
 
     // 3. The live path: every replayed write arrived and got the same class.
-    let live_events = wait::until(
-        &format!("the live enriched events of the {} writes replayed from namespace {namespace}", want.len()),
-        Duration::from_secs(30),
-        || {
+    let live_events =
+        wait::until(&format!("the live enriched events of the {} writes replayed from namespace {namespace}", want.len()), Duration::from_secs(30), || {
             let r = live.in_namespace(namespace).map(|evs| {
                 let ids: std::collections::HashSet<&str> = evs.iter().map(|e| e.audit_id.as_str()).collect();
                 want.keys().all(|k| ids.contains(k.as_str())).then(|| evs.clone())
             });
             async move { r }
-        },
-    )
-    .await?;
+        })
+        .await?;
     let last = lines.last().map(|l| l.stage_timestamp().to_string()).unwrap_or_default();
-    let got: BTreeMap<String, String> = live_events
-        .iter()
-        .filter(|e| want.contains_key(&e.audit_id) || e.stage_timestamp <= last)
-        .map(|e| (e.audit_id.clone(), e.class.clone()))
-        .collect();
+    let got: BTreeMap<String, String> =
+        live_events.iter().filter(|e| want.contains_key(&e.audit_id) || e.stage_timestamp <= last).map(|e| (e.audit_id.clone(), e.class.clone())).collect();
     if got != want {
         let described: Vec<String> = live_events.iter().map(|e| format!("  live   {} {}", e.audit_id, e.describe())).collect();
         let replay_described: Vec<String> = replayed.iter().map(|e| format!("  replay {} {}", e.audit_id, e.describe())).collect();

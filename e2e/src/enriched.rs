@@ -158,7 +158,6 @@ impl EnrichedLog {
 
     /// Waits for the event of the write with this auditID.
     pub async fn by_audit_id(&self, what: &str, audit_id: &str) -> Result<Event> {
-        self.wait_for(&format!("the enriched event of {what} (auditID {audit_id})"), Duration::from_secs(30), |e| e.audit_id == audit_id)
-            .await
+        self.wait_for(&format!("the enriched event of {what} (auditID {audit_id})"), Duration::from_secs(30), |e| e.audit_id == audit_id).await
     }
 }

@@ -145,10 +145,7 @@ impl<'a> Scene<'a> {
     pub async fn new(cluster: &'a Cluster, scenario: &str, about: &str) -> Result<Scene<'a>> {
         let name = format!("{}{scenario}", cluster.prefix);
         let ns = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() }, ..Namespace::default() };
-        Api::<Namespace>::all(cluster.setup.client.clone())
-            .create(&PostParams::default(), &ns)
-            .await
-            .with_context(|| format!("creating namespace {name}"))?;
+        Api::<Namespace>::all(cluster.setup.client.clone()).create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
         let kc = cluster.actor_kubeconfig();
         Ok(Scene {
             cluster,

@@ -80,24 +80,13 @@ impl StatusStyle {
     }
 
     fn status(self, generation: i64, value: &str) -> WidgetStatus {
-        let cond = |t: &str, g: Option<i64>| WidgetCondition {
-            type_: t.into(),
-            status: "True".into(),
-            observed_generation: g,
-            reason: "Reconciled".into(),
-        };
+        let cond = |t: &str, g: Option<i64>| WidgetCondition { type_: t.into(), status: "True".into(), observed_generation: g, reason: "Reconciled".into() };
         match self {
-            StatusStyle::Native => {
-                WidgetStatus { observed_generation: Some(generation), conditions: vec![cond("Ready", None)], applied: Some(value.into()) }
+            StatusStyle::Native => WidgetStatus { observed_generation: Some(generation), conditions: vec![cond("Ready", None)], applied: Some(value.into()) },
+            StatusStyle::Conditions => {
+                WidgetStatus { observed_generation: None, conditions: vec![cond("Synced", Some(generation)), cond("Ready", Some(generation))], applied: None }
             }
-            StatusStyle::Conditions => WidgetStatus {
-                observed_generation: None,
-                conditions: vec![cond("Synced", Some(generation)), cond("Ready", Some(generation))],
-                applied: None,
-            },
-            StatusStyle::Synthetic => {
-                WidgetStatus { observed_generation: None, conditions: vec![cond("Ready", None)], applied: Some(value.into()) }
-            }
+            StatusStyle::Synthetic => WidgetStatus { observed_generation: None, conditions: vec![cond("Ready", None)], applied: Some(value.into()) },
         }
     }
 }
@@ -119,8 +108,7 @@ pub async fn install_crd(admin: &Client) -> Result<()> {
         let name = name.clone();
         async move {
             let c = crds.get(&name).await?;
-            let established =
-                c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+            let established = c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
             Ok(established.then_some(()))
         }
     })
@@ -151,20 +139,10 @@ pub struct WidgetController {
 
 impl WidgetController {
     pub fn start(client: Client, namespace: &str, style: StatusStyle) -> WidgetController {
-        let ctx = Arc::new(Ctx {
-            client: client.clone(),
-            style,
-            knob: Mutex::new("0".into()),
-            reconciled: AtomicI64::new(0),
-            errors: Mutex::new(Vec::new()),
-        });
+        let ctx = Arc::new(Ctx { client: client.clone(), style, knob: Mutex::new("0".into()), reconciled: AtomicI64::new(0), errors: Mutex::new(Vec::new()) });
         let widgets: Api<Widget> = Api::namespaced(client.clone(), namespace);
         let children: Api<ConfigMap> = Api::namespaced(client, namespace);
-        let stream = Controller::new(widgets, watcher::Config::default()).owns(children, watcher::Config::default()).run(
-            reconcile,
-            error_policy,
-            ctx.clone(),
-        );
+        let stream = Controller::new(widgets, watcher::Config::default()).owns(children, watcher::Config::default()).run(reconcile, error_policy, ctx.clone());
         let task = tokio::spawn(stream.for_each(|_| futures::future::ready(())));
         WidgetController { ctx, task }
     }
@@ -209,11 +187,7 @@ async fn reconcile(w: Arc<Widget>, ctx: Arc<Ctx>) -> Result<Action, kube::Error>
     match children.get_opt(&child).await? {
         None => {
             let cm = ConfigMap {
-                metadata: ObjectMeta {
-                    name: Some(child.clone()),
-                    owner_references: w.controller_owner_ref(&()).map(|o| vec![o]),
-                    ..ObjectMeta::default()
-                },
+                metadata: ObjectMeta { name: Some(child.clone()), owner_references: w.controller_owner_ref(&()).map(|o| vec![o]), ..ObjectMeta::default() },
                 data: Some(data),
                 ..ConfigMap::default()
             };

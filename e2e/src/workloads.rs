@@ -28,10 +28,7 @@ pub fn deployment(name: &str, replicas: i32, image: &str, annotations: &[(&str, 
             selector: LabelSelector { match_labels: Some(labels.clone()), ..LabelSelector::default() },
             strategy: Some(DeploymentStrategy {
                 type_: Some("RollingUpdate".into()),
-                rolling_update: Some(RollingUpdateDeployment {
-                    max_surge: Some(IntOrString::Int(1)),
-                    max_unavailable: Some(IntOrString::Int(1)),
-                }),
+                rolling_update: Some(RollingUpdateDeployment { max_surge: Some(IntOrString::Int(1)), max_unavailable: Some(IntOrString::Int(1)) }),
             }),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta { labels: Some(labels), ..ObjectMeta::default() }),

@@ -22,11 +22,7 @@ const SCENARIO_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// (cluster directory, API servers, scenarios)
 const CLUSTERS: [(&str, u8, &[&str]); 2] = [
-    (
-        "single",
-        1,
-        &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals"],
-    ),
+    ("single", 1, &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals"]),
     ("dual", 2, &["dual-rollout", "dual-manual-scale", "dual-hpa-scale", "dual-deletes"]),
 ];
 
@@ -66,8 +62,7 @@ fn main() -> ExitCode {
         println!("    cluster {dir} ({apiservers} API server(s)) up in {:.1}s: {}", t0.elapsed().as_secs_f64(), cluster.dir.display());
         for name in names {
             let t = Instant::now();
-            let run =
-                async { AssertUnwindSafe(tokio::time::timeout(SCENARIO_TIMEOUT, scenarios::run(&cluster, name))).catch_unwind().await };
+            let run = async { AssertUnwindSafe(tokio::time::timeout(SCENARIO_TIMEOUT, scenarios::run(&cluster, name))).catch_unwind().await };
             let outcome = match rt.block_on(run) {
                 Ok(Ok(Ok(()))) => Ok(()),
                 Ok(Ok(Err(e))) => Err(format!("{e:#}")),

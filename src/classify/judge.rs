@@ -96,7 +96,14 @@ impl Engine {
 
     /// Judges one mutation of `child` by the write's user; returns the enriched event and the
     /// child's new trace.
-    pub(super) fn judge(&self, w: &Write, child: &Child<'_>, owner: Option<&OwnerLink>, updaters: &Recent, unowned_reason: Option<&str>) -> (Enriched, TraceState) {
+    pub(super) fn judge(
+        &self,
+        w: &Write,
+        child: &Child<'_>,
+        owner: Option<&OwnerLink>,
+        updaters: &Recent,
+        unowned_reason: Option<&str>,
+    ) -> (Enriched, TraceState) {
         let origin_state = TraceState { prev: None, user: w.user, time_us: w.time_us, node: None };
         let hop = Hop {
             api_version: child.api_version,
@@ -153,15 +160,8 @@ impl Engine {
         let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid), owner) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
-            let unknown_parent = Hop {
-                api_version: owner.api_version,
-                kind: owner.kind,
-                name: owner.name.clone(),
-                generation: None,
-                user: None,
-                timestamp: None,
-                labels: None,
-            };
+            let unknown_parent =
+                Hop { api_version: owner.api_version, kind: owner.kind, name: owner.name.clone(), generation: None, user: None, timestamp: None, labels: None };
             let t = trace::extend(trace::origin(unknown_parent), hop);
             event.trace = self.trace_out(&t, &w.stage_timestamp);
             event.parent = Some(parent_out);
@@ -179,10 +179,8 @@ impl Engine {
         } else {
             Phase::Initializing
         });
-        event.actor = ActorOut {
-            is_controller: identity.is_controller(),
-            controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect(),
-        };
+        event.actor =
+            ActorOut { is_controller: identity.is_controller(), controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect() };
         event.reason = self.reason(class, &p, &identity, &user);
         event.class = class;
 
@@ -222,8 +220,7 @@ impl Engine {
                     self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| s.consume_approval(used));
                 }
             }
-            event.freeze_violation = policy.freeze.is_some()
-                && matches!(class, Class::Drift | Class::Expected | Class::Origin | Class::Undetermined);
+            event.freeze_violation = policy.freeze.is_some() && matches!(class, Class::Drift | Class::Expected | Class::Origin | Class::Undetermined);
         } else if class == Class::Drift {
             event.resolution = Some(Resolution::Unresolved);
         }
@@ -237,7 +234,9 @@ impl Engine {
             Class::Deleting if p.deleted => "parent was deleted: teardown".to_string(),
             Class::Deleting => "parent is being deleted: teardown".to_string(),
             Class::Initializing => "parent has not finished initializing".to_string(),
-            Class::Undetermined => "cannot tell the controller apart yet: several users changed this object and nobody is known to write the parent's status".to_string(),
+            Class::Undetermined => {
+                "cannot tell the controller apart yet: several users changed this object and nobody is known to write the parent's status".to_string()
+            }
             Class::Origin => format!("{user} is not the parent's controller ({}): a new causal origin", controllers()),
             Class::Expected => match p.observed {
                 Some((o, _)) => format!("controller is reconciling a spec change: parent generation {} != observed {o}", p.facts.generation),
@@ -276,12 +275,7 @@ impl Engine {
                 } else {
                     h.timestamp.map(|us| Arc::from(format_rfc3339_micros(us.get())))
                 },
-                labels: h
-                    .labels
-                    .iter()
-                    .flat_map(|l| l.iter())
-                    .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
-                    .collect(),
+                labels: h.labels.iter().flat_map(|l| l.iter()).map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect(),
             })
             .collect()
     }

@@ -94,33 +94,37 @@ impl Engine {
     /// stream never showed it): its state is filled in without counting any user as a writer.
     pub fn observe(&self, cluster: Sym, f: &ObjectFacts, time_us: i64) {
         let key = ObjKey::new(cluster, f.uid);
-        self.store.upsert(key, || Self::new_state(f), |s| {
-            if s.last_resource_version == 0 || f.resource_version.is_some_and(|rv| rv >= s.last_resource_version) {
-                let w = Write {
-                    seq: 0,
-                    cluster,
-                    audit_id: Arc::from(""),
-                    time_us,
-                    stage_timestamp: Arc::from(""),
-                    verb: Verb::Update,
-                    subresource: Subresource::None,
-                    user: Sym::EMPTY,
-                    resource_version: f.resource_version,
-                    resource: Sym::EMPTY,
-                    target: Target::Gone {
-                        uid: f.uid,
-                        uid_text: f.uid_text.clone(),
-                        namespace: f.namespace,
-                        name: f.name.clone(),
-                        api_version: f.api_version,
-                        kind: f.kind,
-                    },
-                    late: false,
-                    silent: false,
-                };
-                self.refresh(s, f, &w);
-            }
-        });
+        self.store.upsert(
+            key,
+            || Self::new_state(f),
+            |s| {
+                if s.last_resource_version == 0 || f.resource_version.is_some_and(|rv| rv >= s.last_resource_version) {
+                    let w = Write {
+                        seq: 0,
+                        cluster,
+                        audit_id: Arc::from(""),
+                        time_us,
+                        stage_timestamp: Arc::from(""),
+                        verb: Verb::Update,
+                        subresource: Subresource::None,
+                        user: Sym::EMPTY,
+                        resource_version: f.resource_version,
+                        resource: Sym::EMPTY,
+                        target: Target::Gone {
+                            uid: f.uid,
+                            uid_text: f.uid_text.clone(),
+                            namespace: f.namespace,
+                            name: f.name.clone(),
+                            api_version: f.api_version,
+                            kind: f.kind,
+                        },
+                        late: false,
+                        silent: false,
+                    };
+                    self.refresh(s, f, &w);
+                }
+            },
+        );
     }
 
     fn key(w: &Write, uid: Uid) -> ObjKey {
@@ -223,13 +227,17 @@ impl Engine {
     }
 
     fn status_write(&self, w: &Write, f: &ObjectFacts) {
-        self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
-            s.push_status_updater(w.user);
-            if !Self::is_stale(s, f) {
-                s.set_status_write_generation(f.generation.or(Some(s.generation)));
-                self.refresh(s, f, w);
-            }
-        });
+        self.store.upsert(
+            Self::key(w, f.uid),
+            || Self::new_state(f),
+            |s| {
+                s.push_status_updater(w.user);
+                if !Self::is_stale(s, f) {
+                    s.set_status_write_generation(f.generation.or(Some(s.generation)));
+                    self.refresh(s, f, w);
+                }
+            },
+        );
     }
 
     fn update(&self, w: &Write, f: &ObjectFacts) -> Applied {
@@ -286,21 +294,18 @@ impl Engine {
     /// Judges a mutation whose response carries the full object: the actor joins the object's
     /// updaters, the facts (and `also`) go into its state, then the verdict.
     fn judge_object(&self, w: &Write, f: &ObjectFacts, also: impl FnOnce(&mut ObjectState)) -> (Enriched, TraceState) {
-        let (updaters, labels) = self.store.upsert(Self::key(w, f.uid), || Self::new_state(f), |s| {
-            s.push_updater(w.user);
-            self.refresh(s, f, w);
-            also(s);
-            (s.updaters(), trace_labels(s.policy.as_deref()))
-        });
-        let child = Child {
-            uid_text: &f.uid_text,
-            api_version: f.api_version,
-            kind: f.kind,
-            namespace: f.namespace,
-            name: &f.name,
-            generation: f.generation,
-            labels,
-        };
+        let (updaters, labels) = self.store.upsert(
+            Self::key(w, f.uid),
+            || Self::new_state(f),
+            |s| {
+                s.push_updater(w.user);
+                self.refresh(s, f, w);
+                also(s);
+                (s.updaters(), trace_labels(s.policy.as_deref()))
+            },
+        );
+        let child =
+            Child { uid_text: &f.uid_text, api_version: f.api_version, kind: f.kind, namespace: f.namespace, name: &f.name, generation: f.generation, labels };
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
@@ -361,11 +366,15 @@ impl Engine {
             Some((av, k, g, o, l)) => (av, k, g, o, l, None),
             None => {
                 let (av, k) = (ref_api_version, self.interner.intern(kind_of_resource(&self.interner.resolve(resource))));
-                self.store.upsert(key, || ObjectState::new(av, k, namespace), |s| {
-                    self.keep_name(s, name);
-                    s.last_resource_version = rv.unwrap_or(0);
-                    s.set_last_seen_us(w.time_us);
-                });
+                self.store.upsert(
+                    key,
+                    || ObjectState::new(av, k, namespace),
+                    |s| {
+                        self.keep_name(s, name);
+                        s.last_resource_version = rv.unwrap_or(0);
+                        s.set_last_seen_us(w.time_us);
+                    },
+                );
                 (av, k, 0, None, None, Some("scaled object never seen: its owner is unknown"))
             }
         };
@@ -373,15 +382,7 @@ impl Engine {
             s.push_updater(w.user);
             s.updaters()
         });
-        let child = Child {
-            uid_text,
-            api_version,
-            kind,
-            namespace,
-            name,
-            generation: (generation != 0).then_some(generation),
-            labels,
-        };
+        let child = Child { uid_text, api_version, kind, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.store.update(&key, |s| s.trace = trace);

@@ -364,6 +364,10 @@ mod tests {
         let (p, q) = (cache.get(&a("red")), cache.get(&a("red")));
         assert!(Arc::ptr_eq(&p, &q));
         let other = cache.get(&a("blue"));
-        assert_eq!(other.trace_labels.as_deref().map(Vec::as_slice), Some(&[(Box::from("team"), Box::from("blue"))][..]), "same hash, other entries: parsed anew");
+        assert_eq!(
+            other.trace_labels.as_deref().map(Vec::as_slice),
+            Some(&[(Box::from("team"), Box::from("blue"))][..]),
+            "same hash, other entries: parsed anew"
+        );
     }
 }

@@ -214,7 +214,11 @@ where
     F: FnMut(Result<AuditEvent<'_>, Invalid>),
 {
     if opts.unwrap != Unwrap::Aks {
-        return out(Err(Invalid::new(location, InvalidReason::Wrapper, format!("an Azure diagnostic record ({{\"properties\":{{\"log\":...}}}}); {AKS_HINT}"))));
+        return out(Err(Invalid::new(
+            location,
+            InvalidReason::Wrapper,
+            format!("an Azure diagnostic record ({{\"properties\":{{\"log\":...}}}}); {AKS_HINT}"),
+        )));
     }
     match serde_json::from_slice::<AksRecord>(doc) {
         Ok(rec) => unwrap_aks_record(rec, location, opts, out),
@@ -309,7 +313,9 @@ mod tests {
 
     #[test]
     fn event_list_with_bom_and_a_bad_item() {
-        let body = format!("\u{feff}{{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"items\":[{EV},{{\"auditID\":\"x\",\"verb\":7}},{{\"kind\":\"Pod\"}}]}}");
+        let body = format!(
+            "\u{feff}{{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"items\":[{EV},{{\"auditID\":\"x\",\"verb\":7}},{{\"kind\":\"Pod\"}}]}}"
+        );
         let r = collect(body.as_bytes(), &DecodeOptions::default());
         assert_eq!(r.len(), 3, "{r:?}");
         assert_eq!(r[0], Ok("a1".into()));

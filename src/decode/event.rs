@@ -105,17 +105,11 @@ pub struct ResponseStatus {
 impl AuditEvent<'_> {
     /// The effective actor: the impersonated user when present, else the authenticated user.
     pub fn effective_user(&self) -> Option<&str> {
-        self.impersonated_user
-            .as_ref()
-            .and_then(UserInfo::identity)
-            .or_else(|| self.user.as_ref().and_then(UserInfo::identity))
+        self.impersonated_user.as_ref().and_then(UserInfo::identity).or_else(|| self.user.as_ref().and_then(UserInfo::identity))
     }
 
     /// The event time used for ordering windows: `stageTimestamp`, else the legacy fields.
     pub fn event_time(&self) -> Option<&str> {
-        self.stage_timestamp
-            .as_deref()
-            .or(self.timestamp.as_deref())
-            .or(self.request_received_timestamp.as_deref())
+        self.stage_timestamp.as_deref().or(self.timestamp.as_deref()).or(self.request_received_timestamp.as_deref())
     }
 }

@@ -130,16 +130,10 @@ pub fn validate(ev: &AuditEvent<'_>, location: Location) -> Result<(), Invalid> 
     }
     if let Some(v) = ev.api_version.as_deref() {
         if !v.starts_with("audit.k8s.io/") {
-            return Err(Invalid::new(
-                location,
-                InvalidReason::NotAuditEvent,
-                format!("apiVersion {v:?} is not audit.k8s.io/v1 or v1beta1"),
-            ));
+            return Err(Invalid::new(location, InvalidReason::NotAuditEvent, format!("apiVersion {v:?} is not audit.k8s.io/v1 or v1beta1")));
         }
     }
-    let missing = |field: &str| {
-        Invalid::new(location, InvalidReason::MissingField, format!("audit event without {field}; is this an audit log?"))
-    };
+    let missing = |field: &str| Invalid::new(location, InvalidReason::MissingField, format!("audit event without {field}; is this an audit log?"));
     if ev.audit_id.as_deref().is_none_or(str::is_empty) {
         return Err(missing("auditID"));
     }

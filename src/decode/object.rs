@@ -347,10 +347,7 @@ fn string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<StrPairs<'a>, D
     filtered_string_map(d, |_| true)
 }
 
-fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(
-    d: D,
-    keep: fn(&str) -> bool,
-) -> Result<StrPairs<'a>, D::Error> {
+fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D, keep: fn(&str) -> bool) -> Result<StrPairs<'a>, D::Error> {
     struct V<'a> {
         keep: fn(&str) -> bool,
         _p: std::marker::PhantomData<&'a ()>,

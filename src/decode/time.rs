@@ -46,7 +46,11 @@ pub fn parse_rfc3339_micros(s: &str) -> Option<i64> {
         Some(b'Z') | Some(b'z') if i + 1 == b.len() => 0,
         Some(&sign @ (b'+' | b'-')) if i + 6 == b.len() && b[i + 3] == b':' => {
             let off = num(i + 1, i + 3)? * 3600 + num(i + 4, i + 6)? * 60;
-            if sign == b'+' { off } else { -off }
+            if sign == b'+' {
+                off
+            } else {
+                -off
+            }
         }
         _ => return None,
     };

@@ -86,10 +86,7 @@ async fn serve_conn<I>(io: TokioIo<I>, app: Router, mut shutdown: watch::Receive
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let conn = http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(HANDSHAKE_TIMEOUT)
-        .serve_connection(io, TowerToHyperService::new(app));
+    let conn = http1::Builder::new().timer(TokioTimer::new()).header_read_timeout(HANDSHAKE_TIMEOUT).serve_connection(io, TowerToHyperService::new(app));
     tokio::pin!(conn);
     tokio::select! {
         r = conn.as_mut() => {

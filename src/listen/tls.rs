@@ -17,10 +17,8 @@ fn tls_err(path: &Path, message: impl std::fmt::Display) -> Error {
 /// Builds the server side of TLS: `cert` (chain, leaf first) and `key`; with `client_ca`, a
 /// client certificate chaining to it is required. Only ring is compiled in (no aws-lc build).
 pub fn server_config(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Arc<ServerConfig>, Error> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| tls_err(cert, e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| tls_err(cert, e))?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_file_iter(cert).map_err(|e| tls_err(cert, e))?.collect::<Result<_, _>>().map_err(|e| tls_err(cert, e))?;
     if certs.is_empty() {
         return Err(tls_err(cert, "no PEM certificate in the file"));
     }

@@ -256,10 +256,7 @@ mod tests {
         b.push("untimed", Some(7), 2, 0, &mut out);
         b.push("placed delete", None, 3, 400, &mut out);
         b.advance(1000, &mut out);
-        assert_eq!(
-            items_str(out),
-            vec![("untimed", false), ("update", false), ("no-op", false), ("placed delete", false)]
-        );
+        assert_eq!(items_str(out), vec![("untimed", false), ("update", false), ("no-op", false), ("placed delete", false)]);
     }
 
     #[test]
@@ -274,7 +271,11 @@ mod tests {
         b.push("update", Some(50), 10, 120, &mut out);
         b.push("later", Some(60), 20, 200, &mut out);
         b.advance(101, &mut out);
-        assert_eq!(items_str(std::mem::take(&mut out)), vec![("create", false), ("update", false), ("delete", false)], "the delete is due: the update of before it goes first");
+        assert_eq!(
+            items_str(std::mem::take(&mut out)),
+            vec![("create", false), ("update", false), ("delete", false)],
+            "the delete is due: the update of before it goes first"
+        );
         b.advance(1000, &mut out);
         assert_eq!(items_str(std::mem::take(&mut out)), vec![("later", false)]);
 

@@ -21,11 +21,7 @@ pub struct Health {
 }
 
 pub fn router(health: Arc<Health>) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics))
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .with_state(health)
+    Router::new().route("/metrics", get(metrics)).route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz)).with_state(health)
 }
 
 async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {

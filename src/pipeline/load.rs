@@ -102,9 +102,8 @@ impl<'a> Errors<'a> {
 /// Reads and checks a pipeline file.
 pub fn load_file(path: &Path) -> Result<PipelineConfig, ConfigErrors> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigErrors(vec![ConfigError { file: name.clone(), line: None, key: String::new(), message: format!("cannot read: {e}") }])
-    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigErrors(vec![ConfigError { file: name.clone(), line: None, key: String::new(), message: format!("cannot read: {e}") }]))?;
     load_str(&name, &text)
 }
 

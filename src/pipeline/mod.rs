@@ -229,7 +229,9 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let track = cfg.sources.iter().any(|s| matches!(s, SourceConfig::Kafka(_)));
     #[cfg(feature = "kafka")]
     let transaction = cfg.sources.iter().find_map(|s| match s {
-        SourceConfig::Kafka(k) if k.exactly_once => Some((Arc::new(crate::kafka::Transaction::new(k.transactional_id(), TRANSACTION_TIMEOUT)), k.transaction_interval.0)),
+        SourceConfig::Kafka(k) if k.exactly_once => {
+            Some((Arc::new(crate::kafka::Transaction::new(k.transactional_id(), TRANSACTION_TIMEOUT)), k.transaction_interval.0))
+        }
         _ => None,
     });
     let ctx = SinkContext {
@@ -282,7 +284,9 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         #[cfg(feature = "kafka")]
         positions: transaction.as_ref().map(|(t, _)| {
             let t = t.clone();
-            let positions: processor::Positions = Box::new(move || t.committed_positions().into_iter().map(|(topic, partition, next)| snapshot::Position { topic: topic.to_string(), partition, next }).collect());
+            let positions: processor::Positions = Box::new(move || {
+                t.committed_positions().into_iter().map(|(topic, partition, next)| snapshot::Position { topic: topic.to_string(), partition, next }).collect()
+            });
             positions
         }),
         #[cfg(not(feature = "kafka"))]

@@ -186,7 +186,10 @@ impl ProcessorTask {
                             return summary;
                         }
                     } else {
-                        tracing::warn!(unacknowledged = self.checkpoints.unacknowledged(), "sinks did not acknowledge in time; the transaction commit waits for the next interval");
+                        tracing::warn!(
+                            unacknowledged = self.checkpoints.unacknowledged(),
+                            "sinks did not acknowledge in time; the transaction commit waits for the next interval"
+                        );
                     }
                 }
                 Step::Snapshot if transactional => snapshot_due = true,
@@ -233,7 +236,10 @@ impl ProcessorTask {
                 self.release_unsaved();
             }
         } else {
-            tracing::warn!(unacknowledged = self.checkpoints.unacknowledged(), "sinks did not deliver everything in time: the last offsets stay uncommitted (read again after the restart) and the previous snapshot is kept");
+            tracing::warn!(
+                unacknowledged = self.checkpoints.unacknowledged(),
+                "sinks did not deliver everything in time: the last offsets stay uncommitted (read again after the restart) and the previous snapshot is kept"
+            );
         }
         summary
     }

@@ -119,8 +119,7 @@ fn trim(b: &[u8]) -> &[u8] {
 
 /// True when the first line opens a JSON value that does not end on that line.
 fn starts_incomplete_document(line: &[u8]) -> bool {
-    (line[0] == b'{' || line[0] == b'[')
-        && matches!(serde_json::from_slice::<serde::de::IgnoredAny>(line), Err(e) if e.is_eof())
+    (line[0] == b'{' || line[0] == b'[') && matches!(serde_json::from_slice::<serde::de::IgnoredAny>(line), Err(e) if e.is_eof())
 }
 
 #[cfg(test)]

@@ -78,8 +78,7 @@ impl Summary {
             thousands(ignored.iter().map(|(_, n)| n).sum()),
             ignored.iter().map(|(r, n)| format!("{} {}", r.as_str(), thousands(*n))).collect::<Vec<_>>().join(" · ")
         );
-        let invalid: Vec<(InvalidReason, u64)> =
-            InvalidReason::ALL.iter().map(|&r| (r, metrics.invalid_count(r))).filter(|(_, n)| *n > 0).collect();
+        let invalid: Vec<(InvalidReason, u64)> = InvalidReason::ALL.iter().map(|&r| (r, metrics.invalid_count(r))).filter(|(_, n)| *n > 0).collect();
         let _ = writeln!(
             s,
             "  invalid        {:>12}   {}",

@@ -318,10 +318,14 @@ mod tests {
     fn evicts_the_coldest_past_the_cap_and_expires_tombstones() {
         let store = Store::new(100, 1_000 * S);
         for i in 0..150u128 {
-            store.upsert(ObjKey::new(Sym::EMPTY, i), || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY), |s| {
-                s.set_last_seen_us(i as i64 * 10 * S);
-                s.deleted = i < 5;
-            });
+            store.upsert(
+                ObjKey::new(Sym::EMPTY, i),
+                || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY),
+                |s| {
+                    s.set_last_seen_us(i as i64 * 10 * S);
+                    s.deleted = i < 5;
+                },
+            );
         }
         let stats = store.maintain(10_000 * S);
         assert_eq!(stats.expired_tombstones, 5);

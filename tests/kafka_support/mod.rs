@@ -185,7 +185,8 @@ impl Kafka {
         while last.elapsed() < idle && !done(&out) {
             match c.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
-                    let header = |k: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == k).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).to_string()));
+                    let header =
+                        |k: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == k).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).to_string()));
                     out.push(Out {
                         value: serde_json::from_slice(m.payload().unwrap_or_default()).expect("output is JSON"),
                         key: m.key().map(|k| String::from_utf8_lossy(k).to_string()),
@@ -389,7 +390,9 @@ impl Serve {
         }
         out.push_str("service counters:\n");
         let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.metrics())).unwrap_or_else(|_| "(metrics unreachable)".into());
-        for l in text.lines().filter(|l| !l.starts_with('#') && !l.ends_with(" 0") && (l.contains("kafka") || l.starts_with("kausality_events") || l.starts_with("kausality_sink"))) {
+        for l in text.lines().filter(|l| {
+            !l.starts_with('#') && !l.ends_with(" 0") && (l.contains("kafka") || l.starts_with("kausality_events") || l.starts_with("kausality_sink"))
+        }) {
             out.push_str(&format!("  {l}\n"));
         }
         out
@@ -463,7 +466,6 @@ pub fn wait_committed(kafka: &Kafka, group: &str, topic: &str, end: usize, secs:
         || format!("committed offset last seen: {:?} of {end}\n{}", last.borrow(), serve.explain()),
     );
 }
-
 
 /// A pipeline file: a Kafka source on `input`, a Kafka sink to `output`, metrics on an
 /// ephemeral port, a snapshot in `dir`. `extra_source` is appended to the source table.

@@ -47,11 +47,7 @@ pub async fn approvals(cluster: &Cluster) -> Result<()> {
     s.expect("drift under a rejection", &third, "drift")?;
     check("resolution", &third, third.resolution.as_deref(), Some("rejected"))?;
 
-    annotate(
-        &s,
-        json!({"kausality.io/rejections": null, "kausality.io/freeze": json!({"user": "alice", "message": "e2e freeze"}).to_string()}),
-    )
-    .await?;
+    annotate(&s, json!({"kausality.io/rejections": null, "kausality.io/freeze": json!({"user": "alice", "message": "e2e freeze"}).to_string()})).await?;
     ctl.set_knob("4");
     let frozen = next_child_write(&s, &user, &third).await?;
     s.expect("drift under a freeze", &frozen, "drift")?;
@@ -60,8 +56,7 @@ pub async fn approvals(cluster: &Cluster) -> Result<()> {
 
     // A person edits the frozen child; the controller puts it back.
     let cms: Api<ConfigMap> = Api::namespaced(s.alice.client.clone(), &s.ns);
-    let (_, id) =
-        s.alice.audited(cms.patch(&child_name("w"), &PatchParams::default(), &Patch::Merge(json!({"data": {"knob": "by-hand"}})))).await?;
+    let (_, id) = s.alice.audited(cms.patch(&child_name("w"), &PatchParams::default(), &Patch::Merge(json!({"data": {"knob": "by-hand"}})))).await?;
     let by_hand = s.event("alice's edit of the frozen child", &id).await?;
     s.expect("alice edits the child under a freeze", &by_hand, "origin")?;
     check("freezeViolation", &by_hand, by_hand.freeze_violation, true)?;

@@ -111,9 +111,7 @@ pub async fn rollout(cluster: &Cluster) -> Result<()> {
     check("trace of the new ReplicaSet", &rs2, rs2.trace_users(), vec![ADMIN.to_string(), DEPLOYMENT_CONTROLLER.to_string()])?;
     check("first hop of the trace", &rs2, (rs2.trace[0].kind.as_str(), rs2.trace[0].generation), ("Deployment", Some(2)))?;
     check("ticket label on the trace", &rs2, label(&rs2, 0, "ticket"), Some("T-1".into()))?;
-    let scale = s
-        .wait_after("the first ReplicaSet scale of the rollout", &change, |e| is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER))
-        .await?;
+    let scale = s.wait_after("the first ReplicaSet scale of the rollout", &change, |e| is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER)).await?;
     s.expect("deployment-controller scales the old ReplicaSet down in the sync that created the new one", &scale, "expected")?;
     check("the first scale is of the old ReplicaSet", &scale, scale.object.name.as_str(), rs1.object.name.as_str())?;
     check("trace of the first scale", &scale, scale.trace_users(), vec![ADMIN.to_string(), DEPLOYMENT_CONTROLLER.to_string()])?;
@@ -151,16 +149,13 @@ pub async fn manual_scale(cluster: &Cluster) -> Result<()> {
     let rs_api: Api<ReplicaSet> = Api::namespaced(s.alice.client.clone(), &s.ns);
     let rs = current_replicaset(&rs_api, "web").await?;
     let rs_name = rs.metadata.name.clone().context("name")?;
-    let (_, id) =
-        s.alice.audited(rs_api.patch_scale(&rs_name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}})))).await?;
+    let (_, id) = s.alice.audited(rs_api.patch_scale(&rs_name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}})))).await?;
     let by_hand = s.event("alice's scale", &id).await?;
     s.expect("alice scales the ReplicaSet to 3 through /scale", &by_hand, "origin")?;
     check("alice's actor verdict", &by_hand, by_hand.trace_users(), vec!["alice".to_string()])?;
     let name = rs_name.clone();
     let back = s
-        .wait_after("the deployment controller's scale-back", &by_hand, move |e| {
-            is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER) && e.object.name == name
-        })
+        .wait_after("the deployment controller's scale-back", &by_hand, move |e| is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER) && e.object.name == name)
         .await?;
     s.expect("deployment-controller scales the ReplicaSet back to 2", &back, "drift")?;
     check("resolution of the scale-back", &back, back.resolution.as_deref(), Some("unresolved"))?;
@@ -179,9 +174,7 @@ pub async fn hpa_scale(cluster: &Cluster) -> Result<()> {
     let (_, id) = s.hpa.audited(deploys.replace_scale("web", &PostParams::default(), &scale)).await?;
     let hpa = s.event("the HPA's scale", &id).await?;
     s.expect("horizontal-pod-autoscaler scales the Deployment to 3 through /scale", &hpa, "unowned")?;
-    let follow = s
-        .wait_after("the deployment controller's ReplicaSet scale", &hpa, |e| is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER))
-        .await?;
+    let follow = s.wait_after("the deployment controller's ReplicaSet scale", &hpa, |e| is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER)).await?;
     s.expect("deployment-controller scales the ReplicaSet to 3", &follow, "expected")?;
     check("trace of the follow-up", &follow, follow.trace_users(), vec![HPA.to_string(), DEPLOYMENT_CONTROLLER.to_string()])?;
     let p = follow.parent.clone().context("parent")?;
@@ -221,14 +214,11 @@ pub async fn deletes(cluster: &Cluster) -> Result<()> {
     let deleted = s.event("alice's pod delete", &id).await?;
     s.expect("alice deletes a pod", &deleted, "origin")?;
     let owner = parent_name(&deleted).to_string();
-    let replacement = s
-        .wait_after("the replacement pod", &deleted, move |e| is(e, "create", "Pod", REPLICASET_CONTROLLER) && parent_name(e) == owner)
-        .await?;
+    let replacement = s.wait_after("the replacement pod", &deleted, move |e| is(e, "create", "Pod", REPLICASET_CONTROLLER) && parent_name(e) == owner).await?;
     s.expect("replicaset-controller creates a replacement pod", &replacement, "drift")?;
     check("resolution of the replacement", &replacement, replacement.resolution.as_deref(), Some("unresolved"))?;
     let v = victim.clone();
-    let finalize =
-        s.wait_after("kwok's final delete of the pod", &deleted, move |e| is(e, "delete", "Pod", KWOK) && e.object.name == v).await?;
+    let finalize = s.wait_after("kwok's final delete of the pod", &deleted, move |e| is(e, "delete", "Pod", KWOK) && e.object.name == v).await?;
     // The kubelet (kwok) ends the graceful deletion alice started: the model knows no
     // exception for a child that is itself terminating, so this is a second origin.
     s.expect("kwok (the kubelet) removes the terminating pod", &finalize, "origin")?;
@@ -253,8 +243,7 @@ pub async fn deletes(cluster: &Cluster) -> Result<()> {
         ensure!(count("pods", GARBAGE_COLLECTOR) >= 2, "{how}: fewer than 2 pod deletes by the garbage collector");
         for l in &lines {
             let ev = s.event("a teardown delete", l.audit_id()).await?;
-            let what =
-                format!("{how} teardown: {} deletes {} {}", kausality_e2e::enriched::short_user(l.user()), ev.object.kind, ev.object.name);
+            let what = format!("{how} teardown: {} deletes {} {}", kausality_e2e::enriched::short_user(l.user()), ev.object.kind, ev.object.name);
             s.expect(&what, &ev, "deleting")?;
         }
     }

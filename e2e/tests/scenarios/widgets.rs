@@ -16,24 +16,12 @@ use kausality_e2e::widget::{child_name, StatusStyle, Widget, WidgetController, W
 /// The service account the Widget controller runs as (impersonated), with its RoleBinding.
 pub async fn controller_identity(s: &Scene<'_>) -> Result<String> {
     let admin = s.cluster.setup.client.clone();
-    let sa = ServiceAccount {
-        metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() },
-        ..ServiceAccount::default()
-    };
+    let sa = ServiceAccount { metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() }, ..ServiceAccount::default() };
     Api::<ServiceAccount>::namespaced(admin.clone(), &s.ns).create(&PostParams::default(), &sa).await?;
     let rb = RoleBinding {
         metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: WIDGET_CONTROLLER_ROLE.into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: "widget-controller".into(),
-            namespace: Some(s.ns.clone()),
-            api_group: None,
-        }]),
+        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "ClusterRole".into(), name: WIDGET_CONTROLLER_ROLE.into() },
+        subjects: Some(vec![Subject { kind: "ServiceAccount".into(), name: "widget-controller".into(), namespace: Some(s.ns.clone()), api_group: None }]),
     };
     Api::<RoleBinding>::namespaced(admin, &s.ns).create(&PostParams::default(), &rb).await?;
     Ok(format!("system:serviceaccount:{}:widget-controller", s.ns))

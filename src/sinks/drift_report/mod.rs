@@ -109,9 +109,10 @@ fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &O
     if child_gone {
         return true;
     }
-    let parent = ctx.engine.store.read(&ObjKey::new(cluster, uid_key(parent_uid)), |s| {
-        (s.generation, s.deleted || s.deleting, s.policy.clone(), s.consumed_approvals().to_vec())
-    });
+    let parent = ctx
+        .engine
+        .store
+        .read(&ObjKey::new(cluster, uid_key(parent_uid)), |s| (s.generation, s.deleted || s.deleting, s.policy.clone(), s.consumed_approvals().to_vec()));
     let Some((generation, gone, policy, consumed)) = parent else { return false };
     if gone || generation > o.parent_generation {
         return true;

@@ -70,9 +70,7 @@ impl Tracker {
             let generation = p.generation;
             let approved = e.class == Class::Drift && e.resolution == Some(Resolution::Approved);
             let child = &*e.object.uid;
-            self.resolve_where(&key, out, |o| {
-                generation.is_some_and(|g| g > o.parent_generation) || ((is_delete || approved) && o.child_uid() == child)
-            });
+            self.resolve_where(&key, out, |o| generation.is_some_and(|g| g > o.parent_generation) || ((is_delete || approved) && o.child_uid() == child));
         }
         if e.class != Class::Drift || e.snoozed || e.resolution == Some(Resolution::Approved) {
             return;
@@ -140,7 +138,14 @@ mod tests {
             verb: Verb::Update,
             user: Arc::from("ctrl"),
             user_hash: Arc::from("00000"),
-            object: ObjectOut { api_version: Arc::from("v1"), kind: Arc::from("ConfigMap"), namespace: Arc::from("ns"), name: Arc::from(child), uid: Arc::from(child), generation: None },
+            object: ObjectOut {
+                api_version: Arc::from("v1"),
+                kind: Arc::from("ConfigMap"),
+                namespace: Arc::from("ns"),
+                name: Arc::from(child),
+                uid: Arc::from(child),
+                generation: None,
+            },
             class: Class::Drift,
             reason: String::new(),
             parent: Some(ParentOut {

@@ -185,7 +185,10 @@ fn send_all(cfg: &KafkaSinkConfig, producer: &KafkaProducer, mut rx: mpsc::Recei
 }
 
 /// Sends, waiting while the local queue is full (backpressure, never a drop).
-fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?Sized>(producer: &KafkaProducer, mut record: BaseRecord<'_, K, P, Box<Flight>>) -> Result<(), KafkaError> {
+fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?Sized>(
+    producer: &KafkaProducer,
+    mut record: BaseRecord<'_, K, P, Box<Flight>>,
+) -> Result<(), KafkaError> {
     let mut wait = Duration::from_micros(200);
     loop {
         match producer.send(record) {

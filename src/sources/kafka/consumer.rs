@@ -32,11 +32,11 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use super::KafkaSourceConfig;
+use crate::decode::Unwrap;
 use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
 use crate::pipeline::checkpoint::{Barrier, Done};
 use crate::pipeline::processor::now_us;
-use crate::decode::Unwrap;
 use crate::process::{Decoded, Decoder};
 use crate::sources::{Batch, Body};
 
@@ -197,7 +197,12 @@ impl SourceContext {
             let from = resume.remove(&key);
             let Offset::Offset(group) = e.offset() else {
                 if let Some(from) = from {
-                    tracing::warn!(topic = e.topic(), partition = e.partition(), snapshot = from, "kafka source: the group has no offset for a partition the snapshot covers; reading from auto.offset.reset");
+                    tracing::warn!(
+                        topic = e.topic(),
+                        partition = e.partition(),
+                        snapshot = from,
+                        "kafka source: the group has no offset for a partition the snapshot covers; reading from auto.offset.reset"
+                    );
                 }
                 continue;
             };
@@ -205,12 +210,26 @@ impl SourceContext {
             match from {
                 Some(from) if from < group => match tpl.set_partition_offset(e.topic(), e.partition(), Offset::Offset(from)) {
                     Ok(()) => {
-                        tracing::info!(topic = e.topic(), partition = e.partition(), from, to = group, "kafka source: reading again, silently, what was committed after the snapshot, to bring the state up to date");
+                        tracing::info!(
+                            topic = e.topic(),
+                            partition = e.partition(),
+                            from,
+                            to = group,
+                            "kafka source: reading again, silently, what was committed after the snapshot, to bring the state up to date"
+                        );
                         silent.insert(key, group);
                     }
-                    Err(err) => tracing::warn!(error = %err, topic = e.topic(), partition = e.partition(), "kafka source: cannot start at the snapshot's position; reading on from the group's offset"),
+                    Err(err) => {
+                        tracing::warn!(error = %err, topic = e.topic(), partition = e.partition(), "kafka source: cannot start at the snapshot's position; reading on from the group's offset")
+                    }
                 },
-                Some(from) if from > group => tracing::warn!(topic = e.topic(), partition = e.partition(), snapshot = from, group, "kafka source: the snapshot is ahead of the group's offset; reading from the group's offset"),
+                Some(from) if from > group => tracing::warn!(
+                    topic = e.topic(),
+                    partition = e.partition(),
+                    snapshot = from,
+                    group,
+                    "kafka source: the snapshot is ahead of the group's offset; reading from the group's offset"
+                ),
                 _ => {}
             }
         }
@@ -272,7 +291,9 @@ impl ConsumerContext for SourceContext {
                 match wait.recv_timeout(self.revoke_timeout) {
                     Ok(true) => {}
                     Ok(false) => tracing::warn!("kafka source: the processor could not finish before the rebalance"),
-                    Err(_) => tracing::warn!(timeout = ?self.revoke_timeout, "kafka source: rebalance went ahead before every output was delivered; the next owner reads those messages again"),
+                    Err(_) => {
+                        tracing::warn!(timeout = ?self.revoke_timeout, "kafka source: rebalance went ahead before every output was delivered; the next owner reads those messages again")
+                    }
                 }
             }
         }
@@ -492,7 +513,15 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, complete
                     let _ = tx.send(Position { topic, partition, offset });
                 }
             });
-            let batch = Batch { cluster: None, body: Body::Decoded(decoded), source: "kafka", ack: None, done: Some(done), unwrap: None, received_us: Some(received_us) };
+            let batch = Batch {
+                cluster: None,
+                body: Body::Decoded(decoded),
+                source: "kafka",
+                ack: None,
+                done: Some(done),
+                unwrap: None,
+                received_us: Some(received_us),
+            };
             if w.intake.blocking_send(batch).is_err() {
                 break;
             }

@@ -15,11 +15,11 @@ pub mod consumer;
 use serde::Deserialize;
 
 use crate::decode::Unwrap;
-use crate::sinks::SinkConfig;
-use crate::sources::SourceConfig;
 use crate::kafka::{check_client, Properties};
 use crate::pipeline::duration::Span;
 use crate::pipeline::load::Errors;
+use crate::sinks::SinkConfig;
+use crate::sources::SourceConfig;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -103,7 +103,8 @@ impl KafkaSourceConfig {
         if self.group_id.trim().is_empty() {
             errors.push(format!("{key}.group_id"), None, "must not be empty");
         }
-        for (name, span) in [("transaction_interval", self.transaction_interval), ("revoke_timeout", self.revoke_timeout), ("lag_interval", self.lag_interval)] {
+        for (name, span) in [("transaction_interval", self.transaction_interval), ("revoke_timeout", self.revoke_timeout), ("lag_interval", self.lag_interval)]
+        {
             if span.0.is_zero() {
                 errors.push(format!("{key}.{name}"), None, "must be more than 0");
             }
@@ -131,7 +132,11 @@ pub fn check_pipeline(sources: &[(usize, &SourceConfig)], sinks: &[SinkConfig], 
             continue;
         }
         if kafka_sinks != 1 {
-            errors.push(format!("sources[{i}].exactly_once"), None, format!("needs exactly one [[sinks]] of type \"kafka\" (the transaction's producer), found {kafka_sinks}"));
+            errors.push(
+                format!("sources[{i}].exactly_once"),
+                None,
+                format!("needs exactly one [[sinks]] of type \"kafka\" (the transaction's producer), found {kafka_sinks}"),
+            );
         }
         if kafka_sources != 1 {
             errors.push(format!("sources[{i}].exactly_once"), None, "needs the Kafka source to be the pipeline's only one");

@@ -103,11 +103,23 @@ impl WebhookState {
             return self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg));
         }
         let (ack, acked) = oneshot::channel();
-        let batch = Batch { cluster, body: sources::Body::Decoded(decoded), source: "webhook", ack: Some(ack), done: None, unwrap: None, received_us: Some(received_us) };
+        let batch = Batch {
+            cluster,
+            body: sources::Body::Decoded(decoded),
+            source: "webhook",
+            ack: Some(ack),
+            done: None,
+            unwrap: None,
+            received_us: Some(received_us),
+        };
         match self.queue.try_send(batch) {
             Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second"),
-            Err(mpsc::error::TrySendError::Closed(_)) => return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance"),
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second")
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance")
+            }
         }
         match acked.await {
             Ok(report) => self.report(report),
@@ -117,11 +129,8 @@ impl WebhookState {
 
     fn report(&self, r: IngestReport) -> Response {
         let code = if r.events == 0 && r.invalid > 0 { StatusCode::BAD_REQUEST } else { StatusCode::OK };
-        let errors: Vec<serde_json::Value> = r
-            .errors
-            .iter()
-            .map(|e| serde_json::json!({"location": e.location.to_string(), "reason": e.reason.as_str(), "message": e.message}))
-            .collect();
+        let errors: Vec<serde_json::Value> =
+            r.errors.iter().map(|e| serde_json::json!({"location": e.location.to_string(), "reason": e.reason.as_str(), "message": e.message})).collect();
         let mut body = serde_json::json!({"events": r.events, "invalid": r.invalid});
         if !errors.is_empty() {
             body["errors"] = serde_json::Value::Array(errors);

@@ -55,12 +55,7 @@ pub async fn start(
     grace: Duration,
 ) -> Result<Running, Error> {
     let token = match &cfg.bearer_token_file {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .map_err(|source| Error::Token { path: p.display().to_string(), source })?
-                .trim()
-                .to_string(),
-        ),
+        Some(p) => Some(std::fs::read_to_string(p).map_err(|source| Error::Token { path: p.display().to_string(), source })?.trim().to_string()),
         None => None,
     };
     let tls = match &cfg.tls {

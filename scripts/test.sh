@@ -3,11 +3,12 @@
 #   1. cargo test: unit tests, scenario/property tests, the shared real audit samples, and the
 #      black-box tests that start servers on 127.0.0.1, among them a real Apache Kafka broker
 #      (tests/kafka.rs, scripts/kafka.sh; KAUSALITY_KAFKA_TESTS=0 skips those);
-#   2. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
+#   2. cargo fmt --check and cargo clippy with warnings as errors;
+#   3. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
 #      compose file, the kustomize tree and the audit policy;
-#   3. scripts/check-dashboard-live.sh: every dashboard panel's query against a real Prometheus
+#   4. scripts/check-dashboard-live.sh: every dashboard panel's query against a real Prometheus
 #      scraping a running kausality-stream fed a recorded stream (the binary cargo test built);
-#   4. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
+#   5. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
 #      (builds it first: ~15 min on a fresh machine, cached after); KAUSALITY_E2E=0 skips it.
 # Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
 set -uo pipefail
@@ -67,6 +68,25 @@ if [ "$rc" -ne 0 ]; then
   status=1
   grep -q '^test result:' "$log" || failed=$((failed + 1)) # a build failure counts as one
 fi
+
+step "format and lints (cargo fmt --check; cargo clippy, warnings are errors)"
+# Each is one test. Skipped with a warning when the toolchain lacks the component.
+for check in "fmt --all --check" "clippy --locked --all-targets -- -D warnings"; do
+  tool=${check%% *}
+  if ! cargo "$tool" --version >/dev/null 2>&1; then
+    echo "warning: cargo $tool is not installed: skipped" >&2
+    continue
+  fi
+  # shellcheck disable=SC2086
+  if cargo $check 2>&1 | tail -n 60; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+    echo "cargo $tool: ok"
+    passed=$((passed + 1))
+  else
+    echo "cargo $tool: FAILED (run: cargo $check)"
+    failed=$((failed + 1))
+    status=1
+  fi
+done
 
 step "deploy checks (promtool, dashboard, compose, kustomize, audit policy)"
 bash scripts/check-deploy.sh 2>&1 | tee "$log"

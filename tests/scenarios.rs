@@ -526,3 +526,15 @@ fn every_hop_carries_the_time_of_its_write_and_the_judged_write_its_text_as_writ
     let rs = find(&out, &create_rs).unwrap();
     assert_eq!(rs.trace[0].timestamp.as_deref(), Some("2023-11-14T22:13:20.000000Z"));
 }
+
+#[test]
+fn a_scale_write_at_the_largest_generation_does_not_overflow() {
+    let mut api = ApiServer::new();
+    let (deploy, create) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
+    assert!(create.contains("\"generation\":1"), "{create}");
+    let create = create.replace("\"generation\":1", &format!("\"generation\":{}", i64::MAX));
+    let hpa = api.scale(HPA, &deploy, 4);
+    let out = run(&[create, hpa.clone()]);
+    let e = find(&out, &hpa).expect("the scale write is classified");
+    assert_eq!(e.object.generation, Some(i64::MAX), "the known generation stays at the largest");
+}

@@ -348,7 +348,7 @@ impl Engine {
         });
         let known = self.store.update(&key, |s| {
             if s.generation > 0 {
-                s.generation += 1;
+                s.generation = s.generation.saturating_add(1);
             }
             if !replicas_ignored {
                 s.set_content_hash(None);

@@ -18,6 +18,9 @@ pub struct Metrics {
     pub drift: IntCounterVec,
     pub freeze_violations: IntCounterVec,
     pub late_events: IntCounter,
+    /// Writes whose classification failed inside the engine (a defect, never bad input: that
+    /// is rejected by the decoder); the write is skipped, the service goes on.
+    pub classify_failures: IntCounter,
     pub dedup_hits: IntCounter,
     pub reorder_buffer_events: IntGauge,
     pub tracked_objects: IntGauge,
@@ -77,6 +80,7 @@ impl Metrics {
             drift: counter_vec(&r, "kausality_drift_total", "Drift, by parent kind, kind and resolution.", &["parent_kind", "kind", "resolution"]),
             freeze_violations: counter_vec(&r, "kausality_freeze_violations_total", "Child mutations under a parent's freeze.", &["parent_kind"]),
             late_events: counter(&r, "kausality_late_events_total", "Writes applied after writes with a higher resourceVersion."),
+            classify_failures: counter(&r, "kausality_classify_failures_total", "Writes skipped: classifying them failed (a defect, please report it)."),
             dedup_hits: counter(&r, "kausality_dedup_hits_total", "Audit events dropped as duplicates by auditID."),
             reorder_buffer_events: gauge(&r, "kausality_reorder_buffer_events", "Writes held in the reorder buffer."),
             tracked_objects: gauge(&r, "kausality_tracked_objects", "Objects in the state store."),

@@ -440,11 +440,18 @@ impl Processor {
                 self.metrics.late_events.inc();
             }
             let time_us = write.time_us;
-            match self.engine.apply(&write) {
-                Applied::Ignored(reason) => self.metrics.ignored(reason),
+            // A defect in the engine costs this one write, not the service and not the writes
+            // around it (the store's locks survive a panic; see `state::store`).
+            let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.engine.apply(&write)));
+            match applied {
+                Err(_) => {
+                    self.metrics.classify_failures.inc();
+                    tracing::error!(audit_id = %write.audit_id, "classifying a write failed inside kausality-stream: skipped (a defect: please report it with this event)");
+                }
+                Ok(Applied::Ignored(reason)) => self.metrics.ignored(reason),
                 // Its outputs went out before a restart (see `Decoded::silence_from`).
-                Applied::Classified(_) if write.silent => {}
-                Applied::Classified(events) => {
+                Ok(Applied::Classified(_)) if write.silent => {}
+                Ok(Applied::Classified(events)) => {
                     for e in events {
                         self.count(&e);
                         out.push(e);
@@ -492,5 +499,55 @@ impl Processor {
     /// Counts of ignored events, by reason (for summaries).
     pub fn ignored_counts(&self) -> Vec<(Ignored, u64)> {
         Ignored::ALL.iter().map(|&r| (r, self.metrics.ignored_count(r))).filter(|(_, n)| *n > 0).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::EngineOptions;
+    use crate::config::ModelConfig;
+    use crate::filter::{Subresource, Verb};
+    use crate::state::Interner;
+    use crate::write::Target;
+
+    #[test]
+    fn a_write_the_engine_fails_on_is_skipped_and_counted_and_the_next_one_is_classified() {
+        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+        let metrics = Arc::new(Metrics::new());
+        let mut p = Processor::new(engine, metrics.clone(), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() });
+        // A handle from another interner: resolving it in this engine panics, as a defect would.
+        let other = Interner::new();
+        (0..100).for_each(|i| drop(other.intern(&i.to_string())));
+        let foreign = other.intern("widgets");
+        let broken = Write {
+            seq: 0,
+            cluster: Sym::EMPTY,
+            audit_id: Arc::from("broken"),
+            time_us: 1,
+            stage_timestamp: Arc::from(""),
+            verb: Verb::Update,
+            subresource: Subresource::Scale,
+            user: Sym::EMPTY,
+            resource_version: Some(5),
+            resource: foreign,
+            target: Target::Scale { uid: 7, uid_text: Arc::from("7"), namespace: Sym::EMPTY, name: Arc::from("w"), resource: foreign, api_version: Sym::EMPTY },
+            late: false,
+            silent: false,
+        };
+        p.released.push(Released { item: broken, late: false });
+        let mut out = Vec::new();
+        p.apply_released(0, &mut out);
+        assert!(out.is_empty());
+        assert_eq!(metrics.classify_failures.get(), 1);
+
+        let good = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"good","stage":"ResponseComplete",
+            "requestURI":"/api/v1/namespaces/x/configmaps","verb":"create","user":{"username":"alice"},
+            "objectRef":{"resource":"configmaps","namespace":"x","name":"c","apiVersion":"v1"},"responseStatus":{"code":201},
+            "responseObject":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c","namespace":"x","uid":"u-1","resourceVersion":"6"},"data":{"k":"v"}},
+            "stageTimestamp":"2023-11-14T22:15:00.000000Z"}"#;
+        p.ingest_document(None, good.as_bytes(), Location::Line(1), "test", 0, &mut out);
+        p.flush(0, &mut out);
+        assert_eq!(out.iter().map(|e| (&*e.audit_id, e.class)).collect::<Vec<_>>(), [("good", Class::Unowned)]);
     }
 }

@@ -261,7 +261,10 @@ mod client {
         for (k, v) in managed {
             c.set(*k, v);
         }
-        c.set_log_level(RDKafkaLogLevel::Info);
+        // librdkafka's debug contexts (`debug = "cgrp,broker"` in the properties) log at debug
+        // level: let them through (to `tracing`'s debug level, shown with
+        // `RUST_LOG=kausality_stream::kafka=debug`); otherwise info and above.
+        c.set_log_level(if properties.contains_key("debug") { RDKafkaLogLevel::Debug } else { RDKafkaLogLevel::Info });
         c
     }
 

@@ -518,7 +518,9 @@ mod tests {
         let mut p = Processor::new(engine, metrics.clone(), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() });
         // A handle from another interner: resolving it in this engine panics, as a defect would.
         let other = Interner::new();
-        (0..100).for_each(|i| drop(other.intern(&i.to_string())));
+        for i in 0..100 {
+            other.intern(&i.to_string());
+        }
         let foreign = other.intern("widgets");
         let broken = Write {
             seq: 0,

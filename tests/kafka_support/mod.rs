@@ -320,10 +320,15 @@ pub struct Serve {
 
 impl Serve {
     pub fn start(pipeline: &Path) -> Serve {
+        Serve::start_logging(pipeline, "info")
+    }
+
+    /// [`Serve::start`] with this `RUST_LOG` (e.g. the Kafka clients' debug logs).
+    pub fn start_logging(pipeline: &Path, rust_log: &str) -> Serve {
         let mut child = Command::new(BIN)
             .args(["--log-format", "json", "serve", "--pipeline"])
             .arg(pipeline)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -372,22 +377,33 @@ impl Serve {
         }
     }
 
-    /// The service's last warnings and errors (a run of the same message once, with its
-    /// count) and its Kafka and pipeline counters: what a failed wait prints.
+    /// The service's last warnings and errors and its last lines about Kafka at any level
+    /// (a run of the same line once, with its count; with their time), and its Kafka and
+    /// pipeline counters: what a failed wait prints.
     pub fn explain(&self) -> String {
-        let mut lines: Vec<(String, usize)> = Vec::new();
-        for v in self.logs().into_iter().filter(|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR"))) {
-            let f = &v["fields"];
-            let line = format!("{} {} {}", v["level"].as_str().unwrap_or(""), f["message"].as_str().unwrap_or(""), f["error"].as_str().unwrap_or(""));
-            match lines.last_mut() {
-                Some((last, n)) if *last == line => *n += 1,
-                _ => lines.push((line, 1)),
+        let logs = self.logs();
+        let folded = |keep: &dyn Fn(&Value) -> bool| {
+            // (time of the first, line, count)
+            let mut lines: Vec<(String, String, usize)> = Vec::new();
+            for v in logs.iter().filter(|v| keep(v)) {
+                let f = &v["fields"];
+                let line = format!("{} {} {}", v["level"].as_str().unwrap_or(""), f["message"].as_str().unwrap_or(""), f["error"].as_str().unwrap_or(""));
+                match lines.last_mut() {
+                    Some((_, last, n)) if *last == line => *n += 1,
+                    _ => lines.push((v["timestamp"].as_str().unwrap_or("").to_string(), line, 1)),
+                }
             }
-        }
+            lines.into_iter().map(|(at, l, n)| format!("  {at} {l}{}\n", if n > 1 { format!(" (x{n})") } else { String::new() })).collect::<Vec<_>>()
+        };
         let mut out = String::from("service warnings and errors (the last 40):\n");
-        for (line, n) in &lines[lines.len().saturating_sub(40)..] {
-            out.push_str(&format!("  {line}{}\n", if *n > 1 { format!(" (x{n})") } else { String::new() }));
-        }
+        let warnings = folded(&|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR")));
+        out.extend(warnings[warnings.len().saturating_sub(40)..].iter().cloned());
+        out.push_str("service lines about Kafka, any level (the last 80):\n");
+        let kafka = folded(&|v| {
+            let m = v["fields"]["message"].as_str().unwrap_or("");
+            m.starts_with("librdkafka") || m.starts_with("kafka")
+        });
+        out.extend(kafka[kafka.len().saturating_sub(80)..].iter().cloned());
         out.push_str("service counters:\n");
         let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.metrics())).unwrap_or_else(|_| "(metrics unreachable)".into());
         for l in text.lines().filter(|l| {

@@ -17,16 +17,24 @@ use kausality_stream::enriched::Enriched;
 use proptest::prelude::*;
 use serde_json::Value;
 
-/// Three recorded scenarios one after the other: creates, rollouts, scale subresource writes,
-/// status writes, deletes answered with the object or a `Status`.
+/// Every recorded scenario one after the other: creates, rollouts, scale subresource writes,
+/// status writes, deletes answered with the object or a `Status`, custom resources with
+/// conditions, approvals, two API servers.
 fn stream() -> &'static [String] {
     static STREAM: OnceLock<Vec<String>> = OnceLock::new();
     STREAM.get_or_init(|| {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/controlplane");
-        ["rollout.jsonl", "hpa-scale.jsonl", "deletes.jsonl"]
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .map(|e| e.expect("dir entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "jsonl"))
+            .collect();
+        files.sort();
+        assert!(files.len() >= 10, "the recorded scenarios: {files:?}");
+        files
             .iter()
             .flat_map(|f| {
-                let text = std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
+                let text = std::fs::read_to_string(f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
                 text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect::<Vec<_>>()
             })
             .collect()
@@ -218,7 +226,7 @@ proptest! {
 #[test]
 fn the_stream_is_classified_without_damage() {
     let classified = reference();
-    assert!(classified.len() >= 40, "{} writes classified", classified.len());
+    assert!(classified.len() >= 130, "{} writes classified", classified.len());
     let uids: BTreeSet<&str> = classified.iter().map(|(_, u)| u.as_str()).collect();
-    assert!(uids.len() >= 10, "{} objects", uids.len());
+    assert!(uids.len() >= 70, "{} objects", uids.len());
 }

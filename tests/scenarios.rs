@@ -538,3 +538,24 @@ fn a_scale_write_at_the_largest_generation_does_not_overflow() {
     let e = find(&out, &hpa).expect("the scale write is classified");
     assert_eq!(e.object.generation, Some(i64::MAX), "the known generation stays at the largest");
 }
+
+#[test]
+fn an_owner_keeps_the_name_of_its_own_write_over_the_one_a_child_gave_it() {
+    let mut api = ApiServer::new();
+    let (deploy, create_deploy) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
+    let (rs, create_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    // The ReplicaSet names its owner wrongly (nothing checks an ownerReference's name).
+    let misnamed = create_rs.replace(r#""kind":"Deployment","name":"web""#, r#""kind":"Deployment","name":"elsewhere""#);
+    assert_ne!(misnamed, create_rs);
+    let touch = api.update(ADMIN, &deploy, |d| d["metadata"]["labels"]["team"] = json!("a"));
+    let scale = api.scale("alice", &rs, 3);
+    let mut p = common::processor(ModelConfig::default(), 0);
+    let mut out = Vec::new();
+    for (i, ev) in [&create_deploy, &misnamed, &touch, &scale].into_iter().enumerate() {
+        p.ingest_document(None, ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
+    }
+    p.flush(0, &mut out);
+    let e = find(&out, &scale).expect("the scale write is classified");
+    assert_eq!(e.parent.as_ref().map(|p| &*p.name), Some("web"));
+    assert_eq!(kept_names(&p, &[&deploy]), [Some("web".to_string())]);
+}

@@ -136,9 +136,16 @@ impl Engine {
     }
 
     /// Keeps `name` in the state of an object whose kind is known to own others.
+    /// The object's own write wins over the name a child's ownerReference gave it.
     fn keep_name(&self, s: &mut ObjectState, name: &Arc<str>) {
-        if s.name.is_none() && !name.is_empty() && self.owner_kinds.contains_key(&(s.api_version, s.kind)) {
-            s.name = Some(name.clone());
+        if name.is_empty() {
+            return;
+        }
+        match &s.name {
+            Some(kept) if **kept == **name => {}
+            Some(_) => s.name = Some(name.clone()),
+            None if self.owner_kinds.contains_key(&(s.api_version, s.kind)) => s.name = Some(name.clone()),
+            None => {}
         }
     }
 

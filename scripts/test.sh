@@ -3,7 +3,8 @@
 #   1. cargo test: unit tests, scenario/property tests, the shared real audit samples, and the
 #      black-box tests that start servers on 127.0.0.1, among them a real Apache Kafka broker
 #      (tests/kafka.rs, scripts/kafka.sh; KAUSALITY_KAFKA_TESTS=0 skips those);
-#   2. cargo fmt --check and cargo clippy with warnings as errors;
+#   2. the `fetch` feature's test (tests/serve_fetch.rs: unknown parents fetched from a
+#      stand-in API server), and cargo fmt --check and cargo clippy with warnings as errors;
 #   3. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
 #      compose file, the kustomize tree and the audit policy;
 #   4. scripts/check-dashboard-live.sh: every dashboard panel's query against a real Prometheus
@@ -62,6 +63,15 @@ fi
 
 step "cargo test"
 cargo test --locked --no-fail-fast 2>&1 | tee "$log"
+rc=${PIPESTATUS[0]}
+count_cargo
+if [ "$rc" -ne 0 ]; then
+  status=1
+  grep -q '^test result:' "$log" || failed=$((failed + 1)) # a build failure counts as one
+fi
+
+step "cargo test --features fetch (fetching unknown parents from a stand-in API server)"
+cargo test --locked --features fetch --test serve_fetch 2>&1 | tee "$log"
 rc=${PIPESTATUS[0]}
 count_cargo
 if [ "$rc" -ne 0 ]; then

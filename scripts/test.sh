@@ -32,6 +32,18 @@ count_cargo() {
   failed=$((failed + ${f:-0}))
 }
 
+run_cargo_tests() {
+  # Runs a command that prints cargo's "test result:" lines, and counts them; a failure
+  # without any such line (a build failure) counts as one.
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  count_cargo
+  if [ "$rc" -ne 0 ]; then
+    status=1
+    grep -q '^test result:' "$log" || failed=$((failed + 1))
+  fi
+}
+
 command -v bc >/dev/null 2>&1 || {
   apt-get -o DPkg::Lock::Timeout=600 -qq install -y bc >/dev/null 2>&1 || { apt-get -qq update && apt-get -qq install -y bc >/dev/null; }
 }
@@ -62,22 +74,10 @@ if [ "${KAUSALITY_KAFKA_TESTS:-1}" != "0" ]; then
 fi
 
 step "cargo test"
-cargo test --locked --no-fail-fast 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-count_cargo
-if [ "$rc" -ne 0 ]; then
-  status=1
-  grep -q '^test result:' "$log" || failed=$((failed + 1)) # a build failure counts as one
-fi
+run_cargo_tests cargo test --locked --no-fail-fast
 
 step "cargo test --features fetch (fetching unknown parents from a stand-in API server)"
-cargo test --locked --features fetch --test serve_fetch 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-count_cargo
-if [ "$rc" -ne 0 ]; then
-  status=1
-  grep -q '^test result:' "$log" || failed=$((failed + 1)) # a build failure counts as one
-fi
+run_cargo_tests cargo test --locked --features fetch --test serve_fetch
 
 step "format and lints (cargo fmt --check; cargo clippy, warnings are errors)"
 # Each is one test. Skipped with a warning when the toolchain lacks the component.
@@ -129,13 +129,7 @@ fi
 
 if [ "${KAUSALITY_E2E:-1}" != "0" ]; then
   step "end-to-end against a real control plane (scripts/e2e.sh; KAUSALITY_E2E=0 skips it)"
-  bash scripts/e2e.sh 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  count_cargo
-  if [ "$rc" -ne 0 ]; then
-    status=1
-    grep -q '^test result:' "$log" || failed=$((failed + 1)) # a build failure counts as one
-  fi
+  run_cargo_tests bash scripts/e2e.sh
 else
   step "end-to-end skipped (KAUSALITY_E2E=0)"
 fi

@@ -10,9 +10,8 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use common::processor;
+use common::{feed, processor};
 use kausality_stream::config::ModelConfig;
-use kausality_stream::decode::Location;
 use kausality_stream::enriched::Enriched;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -44,9 +43,7 @@ fn stream() -> &'static [String] {
 fn run<L: AsRef<[u8]>>(lines: &[L]) -> Vec<Enriched> {
     let mut p = processor(ModelConfig::default(), 500_000);
     let mut out = Vec::new();
-    for (i, l) in lines.iter().enumerate() {
-        p.ingest_document(None, l.as_ref(), Location::Line(i + 1), "test", 0, &mut out);
-    }
+    feed(&mut p, lines, &mut out);
     p.flush(0, &mut out);
     out
 }

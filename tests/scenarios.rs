@@ -481,12 +481,7 @@ fn owners_keep_their_names_for_writes_without_owner_references_and_leaves_keep_n
     let (rs, create_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
     let (pod_a, create_pod) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
     let scale = api.scale("alice", &rs, 3);
-    let mut p = common::processor(ModelConfig::default(), 0);
-    let mut out = Vec::new();
-    for (i, ev) in [&create_rs, &create_deploy, &create_pod, &scale].into_iter().enumerate() {
-        p.ingest_document(None, ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
-    }
-    p.flush(0, &mut out);
+    let (p, out) = common::run_as_given(&[&create_rs, &create_deploy, &create_pod, &scale]);
     assert_eq!(class_of(&out, &create_rs), Class::UnknownParent);
     let e = find(&out, &scale).expect("the scale write is classified");
     assert_eq!(e.parent.as_ref().map(|p| &*p.name), Some("web"), "the scale response names no owner: the name comes from state");
@@ -549,12 +544,7 @@ fn an_owner_keeps_the_name_of_its_own_write_over_the_one_a_child_gave_it() {
     assert_ne!(misnamed, create_rs);
     let touch = api.update(ADMIN, &deploy, |d| d["metadata"]["labels"]["team"] = json!("a"));
     let scale = api.scale("alice", &rs, 3);
-    let mut p = common::processor(ModelConfig::default(), 0);
-    let mut out = Vec::new();
-    for (i, ev) in [&create_deploy, &misnamed, &touch, &scale].into_iter().enumerate() {
-        p.ingest_document(None, ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
-    }
-    p.flush(0, &mut out);
+    let (p, out) = common::run_as_given(&[&create_deploy, &misnamed, &touch, &scale]);
     let e = find(&out, &scale).expect("the scale write is classified");
     assert_eq!(e.parent.as_ref().map(|p| &*p.name), Some("web"));
     assert_eq!(kept_names(&p, &[&deploy]), [Some("web".to_string())]);

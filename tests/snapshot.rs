@@ -3,10 +3,7 @@
 
 mod common;
 
-use common::{processor, run};
-use kausality_stream::decode::Location;
-use kausality_stream::enriched::Enriched;
-use kausality_stream::process::Processor;
+use common::{feed, processor, run};
 use kausality_stream::sim::*;
 use kausality_stream::state::SnapshotError;
 use serde_json::json;
@@ -30,12 +27,6 @@ fn stream() -> Vec<String> {
     let (_, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&d, "h2", 1, "web:2"));
     ev.push(e);
     ev
-}
-
-fn feed(p: &mut Processor, events: &[String], out: &mut Vec<Enriched>) {
-    for (i, e) in events.iter().enumerate() {
-        p.ingest_document(None, e.as_bytes(), Location::Line(i + 1), "test", 0, out);
-    }
 }
 
 #[test]

@@ -151,15 +151,11 @@ impl Engine {
 
     /// After a restore: the kinds of the objects that kept a name are owner kinds.
     pub fn note_restored_owner_kinds(&self) {
-        let mut kinds = Vec::new();
         self.store.for_each(|_, s| {
             if s.name.is_some() {
-                kinds.push((s.api_version, s.kind));
+                self.note_owner_kind(s.api_version, s.kind);
             }
         });
-        for (api_version, kind) in kinds {
-            self.note_owner_kind(api_version, kind);
-        }
     }
 
     /// Notes that objects of this kind own others (once per kind).

@@ -137,9 +137,9 @@ struct Rare {
     status_updaters: Recent,
     /// `once` approvals already used up, by content hash, oldest first.
     consumed_approvals: Vec<u64>,
-    /// The observed and the status-write generation when they do not fit in 32 bits.
-    wide_observed: i64,
-    wide_status_write: i64,
+    /// The observed and the status-write generation when they do not fit in 32 bits (in that
+    /// order).
+    wide: [i64; 2],
 }
 
 /// How many used-up `once` approvals an object remembers.
@@ -237,10 +237,7 @@ impl ObjectState {
     /// Observed generation from the object itself (status field or conditions).
     pub fn observed(&self) -> Option<(i64, ObservedSource)> {
         let code = (self.has & OBSERVED_SOURCE_MASK) >> OBSERVED_SOURCE_SHIFT;
-        let generation = match &self.rare {
-            Some(rare) if self.has & HAS_WIDE_OBSERVED != 0 => rare.wide_observed,
-            _ => self.observed_generation as i64,
-        };
+        let generation = self.widen(HAS_WIDE_OBSERVED, self.observed_generation);
         code.checked_sub(1).map(|i| (generation, OBSERVED_SOURCES[i as usize]))
     }
 
@@ -249,42 +246,47 @@ impl ObjectState {
             Some((g, src)) => (g, 1 + OBSERVED_SOURCES.iter().position(|&s| s == src).expect("every source is listed") as u8),
             None => (0, 0),
         };
-        self.observed_generation = match i32::try_from(generation) {
-            Ok(g) => {
-                self.has &= !HAS_WIDE_OBSERVED;
-                g
-            }
-            Err(_) => {
-                self.rare_mut().wide_observed = generation;
-                self.has |= HAS_WIDE_OBSERVED;
-                0
-            }
-        };
+        self.observed_generation = self.narrow(HAS_WIDE_OBSERVED, generation);
         self.has = (self.has & !OBSERVED_SOURCE_MASK) | code << OBSERVED_SOURCE_SHIFT;
     }
 
     /// The generation at the latest status write (the synthetic observed generation).
     pub fn status_write_generation(&self) -> Option<i64> {
-        let generation = match &self.rare {
-            Some(rare) if self.has & HAS_WIDE_STATUS_WRITE != 0 => rare.wide_status_write,
-            _ => self.status_write_generation as i64,
-        };
+        let generation = self.widen(HAS_WIDE_STATUS_WRITE, self.status_write_generation);
         self.get(HAS_STATUS_WRITE_GENERATION, generation as u64).map(|g| g as i64)
     }
 
     pub fn set_status_write_generation(&mut self, generation: Option<i64>) {
         let generation = self.set(HAS_STATUS_WRITE_GENERATION, generation.map(|g| g as u64)) as i64;
-        self.status_write_generation = match i32::try_from(generation) {
+        self.status_write_generation = self.narrow(HAS_WIDE_STATUS_WRITE, generation);
+    }
+
+    /// The generation kept inline as `inline`, or in the rare box when `wide_bit` says so.
+    fn widen(&self, wide_bit: u8, inline: i32) -> i64 {
+        match &self.rare {
+            Some(rare) if self.has & wide_bit != 0 => rare.wide[Self::wide_slot(wide_bit)],
+            _ => inline as i64,
+        }
+    }
+
+    /// What to keep inline for `generation`: itself when it fits in 32 bits, else 0 with the
+    /// value in the rare box and `wide_bit` set.
+    fn narrow(&mut self, wide_bit: u8, generation: i64) -> i32 {
+        match i32::try_from(generation) {
             Ok(g) => {
-                self.has &= !HAS_WIDE_STATUS_WRITE;
+                self.has &= !wide_bit;
                 g
             }
             Err(_) => {
-                self.rare_mut().wide_status_write = generation;
-                self.has |= HAS_WIDE_STATUS_WRITE;
+                self.rare_mut().wide[Self::wide_slot(wide_bit)] = generation;
+                self.has |= wide_bit;
                 0
             }
-        };
+        }
+    }
+
+    fn wide_slot(wide_bit: u8) -> usize {
+        (wide_bit == HAS_WIDE_STATUS_WRITE) as usize
     }
 
     /// Hash of the spec; `None` when unknown (after a scale write, whose response has no spec).

@@ -16,15 +16,30 @@ pub fn processor(config: ModelConfig, window_us: i64) -> Processor {
     Processor::new(engine, Arc::new(Metrics::new()), opts)
 }
 
+/// Takes JSON-line audit events into `p`, one document each, in the order given.
+pub fn feed<E: AsRef<[u8]>>(p: &mut Processor, events: &[E], out: &mut Vec<Enriched>) {
+    for (i, ev) in events.iter().enumerate() {
+        p.ingest_document(None, ev.as_ref(), Location::Line(i + 1), "test", 0, out);
+    }
+}
+
 /// Runs JSON-line audit events through decode → filter → dedupe → reorder → classify.
 pub fn run_with(config: ModelConfig, events: &[String]) -> Vec<Enriched> {
     let mut p = processor(config, 500_000);
     let mut out = Vec::new();
-    for (i, ev) in events.iter().enumerate() {
-        p.ingest_document(None, ev.as_bytes(), Location::Line(i + 1), "test", 0, &mut out);
-    }
+    feed(&mut p, events, &mut out);
     p.flush(0, &mut out);
     out
+}
+
+/// Runs the events with no reorder window: each write is applied as it is taken in, in the
+/// order given. Returns the processor too, to look at its state.
+pub fn run_as_given(events: &[&String]) -> (Processor, Vec<Enriched>) {
+    let mut p = processor(ModelConfig::default(), 0);
+    let mut out = Vec::new();
+    feed(&mut p, events, &mut out);
+    p.flush(0, &mut out);
+    (p, out)
 }
 
 pub fn run(events: &[String]) -> Vec<Enriched> {

@@ -11,7 +11,7 @@ use crate::config::{kind_key, ModelConfig};
 use crate::decode::time::parse_rfc3339_micros;
 use crate::decode::{AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX};
 use crate::filter::{Admitted, Ignored, Subresource, Verb};
-use crate::state::{Interner, Sym};
+use crate::state::{Interner, Sym, Ty};
 
 /// An object UID as a map key: the 128 bits of a UUID, or a 128-bit hash of any other string.
 pub type Uid = u128;
@@ -68,6 +68,8 @@ pub struct OwnerLink {
     pub uid_text: Arc<str>,
     pub api_version: Sym,
     pub kind: Sym,
+    /// The pair above as one handle (what state keeps).
+    pub ty: Ty,
     pub name: Arc<str>,
 }
 
@@ -92,6 +94,8 @@ pub struct ObjectFacts {
     pub uid_text: Arc<str>,
     pub api_version: Sym,
     pub kind: Sym,
+    /// The pair above as one handle (what state keeps).
+    pub ty: Ty,
     pub namespace: Sym,
     pub name: Arc<str>,
     pub generation: Option<i64>,
@@ -251,11 +255,14 @@ impl Extractor<'_> {
             .or_else(|| status.condition("Ready").and_then(|c| c.observed_generation).map(|g| (g, ObservedSource::ReadyCondition)));
         let owner = md.controller_ref().map(|r| {
             let uid = r.uid.as_deref().unwrap_or("");
+            let api_version = self.interner.intern(r.api_version.as_deref().unwrap_or(""));
+            let kind = self.interner.intern(r.kind.as_deref().unwrap_or(""));
             OwnerLink {
                 uid: uid_key(uid),
                 uid_text: Arc::from(uid),
-                api_version: self.interner.intern(r.api_version.as_deref().unwrap_or("")),
-                kind: self.interner.intern(r.kind.as_deref().unwrap_or("")),
+                api_version,
+                kind,
+                ty: self.interner.ty(api_version, kind),
                 name: Arc::from(r.name.as_deref().unwrap_or("")),
             }
         });
@@ -275,11 +282,13 @@ impl Extractor<'_> {
             Box::new(Annotations { entries, hash: h.digest() })
         });
         debug_assert!(annotations.as_ref().is_none_or(|a| a.entries.iter().all(|(k, _)| k.starts_with(ANNOTATION_PREFIX))));
+        let (api_version, kind) = (self.interner.intern(api_version), self.interner.intern(kind));
         Some(ObjectFacts {
             uid: uid_key(uid),
             uid_text: Arc::from(uid),
-            api_version: self.interner.intern(api_version),
-            kind: self.interner.intern(kind),
+            api_version,
+            kind,
+            ty: self.interner.ty(api_version, kind),
             namespace: self.interner.intern(md.namespace.as_deref().unwrap_or("")),
             name: Arc::from(md.name.as_deref().unwrap_or("")),
             generation: md.generation,

@@ -9,14 +9,13 @@ use super::trace::{self, Hop, Labels, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
 use crate::decode::time::format_rfc3339_micros;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
-use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState};
+use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState, Ty};
 use crate::write::{OwnerLink, Uid, Write};
 
 /// What the judgement of a mutation needs to know about the mutated object.
 pub(super) struct Child<'a> {
     pub uid_text: &'a Arc<str>,
-    pub api_version: Sym,
-    pub kind: Sym,
+    pub ty: Ty,
     pub namespace: Sym,
     pub name: &'a Arc<str>,
     pub generation: Option<i64>,
@@ -41,13 +40,14 @@ impl Engine {
     pub(super) fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
         let uid = o.uid();
         let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).flatten().unwrap_or_else(|| Arc::from(""));
-        OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), api_version: o.api_version, kind: o.kind, name }
+        let (api_version, kind) = self.interner.parts(o.ty);
+        OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), api_version, kind, ty: o.ty, name }
     }
 
     /// What judging a child needs of its parent `owner`. The parent keeps the owner link's name
     /// when it had none (it may not have been known as an owner when it was last written).
     fn parent_view(&self, key: &ObjKey, owner: &OwnerLink) -> Option<ParentView> {
-        self.note_owner_kind(owner.api_version, owner.kind);
+        self.note_owner_kind(owner.ty);
         // A write lock: the parent's trace node is built here on first use and cached.
         self.store.update(key, |p| {
             if p.name.is_none() && !owner.name.is_empty() {
@@ -59,8 +59,7 @@ impl Engine {
                 Some(node) => Some(node.clone()),
                 None if !p.trace.user.is_empty() => {
                     let hop = Hop {
-                        api_version: p.api_version,
-                        kind: p.kind,
+                        ty: p.ty,
                         name: p.name.clone().unwrap_or_else(|| owner.name.clone()),
                         generation: NonZeroI64::new(p.generation),
                         user: Some(p.trace.user),
@@ -106,8 +105,7 @@ impl Engine {
     ) -> (Enriched, TraceState) {
         let origin_state = TraceState { prev: None, user: w.user, time_us: w.time_us, node: None };
         let hop = Hop {
-            api_version: child.api_version,
-            kind: child.kind,
+            ty: child.ty,
             name: child.name.clone(),
             generation: child.generation.and_then(NonZeroI64::new),
             user: Some(w.user),
@@ -116,6 +114,7 @@ impl Engine {
             labels: child.labels.clone(),
         };
         let user = self.interner.resolve(w.user);
+        let (api_version, kind) = self.interner.parts(child.ty);
         let mut event = Enriched {
             audit_id: w.audit_id.clone(),
             cluster: self.interner.resolve(w.cluster),
@@ -124,8 +123,8 @@ impl Engine {
             user_hash: self.user_hash(w.user),
             user: user.clone(),
             object: ObjectOut {
-                api_version: self.interner.resolve(child.api_version),
-                kind: self.interner.resolve(child.kind),
+                api_version: self.interner.resolve(api_version),
+                kind: self.interner.resolve(kind),
                 namespace: self.interner.resolve(child.namespace),
                 name: child.name.clone(),
                 uid: child.uid_text.clone(),
@@ -160,8 +159,7 @@ impl Engine {
         let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid), owner) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
-            let unknown_parent =
-                Hop { api_version: owner.api_version, kind: owner.kind, name: owner.name.clone(), generation: None, user: None, timestamp: None, labels: None };
+            let unknown_parent = Hop { ty: owner.ty, name: owner.name.clone(), generation: None, user: None, timestamp: None, labels: None };
             let t = trace::extend(trace::origin(unknown_parent), hop);
             event.trace = self.trace_out(&t, &w.stage_timestamp);
             event.parent = Some(parent_out);
@@ -194,8 +192,7 @@ impl Engine {
         let t = if extends {
             let parent_trace = p.trace.clone().unwrap_or_else(|| {
                 trace::origin(Hop {
-                    api_version: owner.api_version,
-                    kind: owner.kind,
+                    ty: owner.ty,
                     name: owner.name.clone(),
                     generation: parent_out.generation.and_then(NonZeroI64::new),
                     user: None,
@@ -264,9 +261,10 @@ impl Engine {
         let head = hops.len() - 1;
         hops.into_iter()
             .enumerate()
-            .map(|(i, h)| HopOut {
-                api_version: self.interner.resolve(h.api_version),
-                kind: self.interner.resolve(h.kind),
+            .map(|(i, h)| (i, h, self.interner.parts(h.ty)))
+            .map(|(i, h, (api_version, kind))| HopOut {
+                api_version: self.interner.resolve(api_version),
+                kind: self.interner.resolve(kind),
                 name: h.name.clone(),
                 generation: h.generation.map(NonZeroI64::get),
                 user: h.user.map(|u| self.interner.resolve(u)),

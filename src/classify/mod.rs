@@ -17,7 +17,7 @@ use judge::{trace_labels, Child};
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState};
+use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty};
 use crate::write::{kind_of_resource, ObjectFacts, Target, Uid, Write};
 use policy::PolicyCache;
 
@@ -48,10 +48,10 @@ pub struct Engine {
     pub store: Store,
     pub config: ModelConfig,
     /// Lifecycle signals by (apiVersion, kind), as a bit set; computed once per kind.
-    lifecycle_bits: DashMap<(Sym, Sym), u8, FastBuild>,
+    lifecycle_bits: DashMap<Ty, u8, FastBuild>,
     /// (apiVersion, kind) of every controller owner seen: objects of these kinds keep their
     /// name in state (see [`ObjectState::name`]).
-    owner_kinds: DashMap<(Sym, Sym), (), FastBuild>,
+    owner_kinds: DashMap<Ty, (), FastBuild>,
     /// userHash by user.
     user_hashes: DashMap<Sym, Arc<str>, FastBuild>,
     /// Parsed policies, shared by the objects with the same annotations.
@@ -132,7 +132,7 @@ impl Engine {
     }
 
     fn new_state(f: &ObjectFacts) -> ObjectState {
-        ObjectState::new(f.api_version, f.kind, f.namespace)
+        ObjectState::new(f.ty, f.namespace)
     }
 
     /// Keeps `name` in the state of an object whose kind is known to own others.
@@ -144,7 +144,7 @@ impl Engine {
         match &s.name {
             Some(kept) if **kept == **name => {}
             Some(_) => s.name = Some(name.clone()),
-            None if self.owner_kinds.contains_key(&(s.api_version, s.kind)) => s.name = Some(name.clone()),
+            None if self.owner_kinds.contains_key(&s.ty) => s.name = Some(name.clone()),
             None => {}
         }
     }
@@ -153,15 +153,15 @@ impl Engine {
     pub fn note_restored_owner_kinds(&self) {
         self.store.for_each(|_, s| {
             if s.name.is_some() {
-                self.note_owner_kind(s.api_version, s.kind);
+                self.note_owner_kind(s.ty);
             }
         });
     }
 
     /// Notes that objects of this kind own others (once per kind).
-    fn note_owner_kind(&self, api_version: Sym, kind: Sym) {
-        if !self.owner_kinds.contains_key(&(api_version, kind)) {
-            self.owner_kinds.insert((api_version, kind), ());
+    fn note_owner_kind(&self, ty: Ty) {
+        if !self.owner_kinds.contains_key(&ty) {
+            self.owner_kinds.insert(ty, ());
         }
     }
 
@@ -177,8 +177,7 @@ impl Engine {
         if Self::is_stale(s, f) {
             return;
         }
-        s.api_version = f.api_version;
-        s.kind = f.kind;
+        s.ty = f.ty;
         s.namespace = f.namespace;
         self.keep_name(s, &f.name);
         if let Some(g) = f.generation {
@@ -196,7 +195,7 @@ impl Engine {
         if let Some(rv) = f.resource_version {
             s.last_resource_version = rv;
         }
-        s.owner = f.owner.as_ref().map(|o| OwnerKey::new(o.uid, o.api_version, o.kind));
+        s.owner = f.owner.as_ref().map(|o| OwnerKey::new(o.uid, o.ty));
         match &f.annotations {
             None => s.policy = None,
             Some(a) if s.policy.as_ref().is_some_and(|p| p.source_hash == a.hash) => {}
@@ -207,19 +206,20 @@ impl Engine {
         }
     }
 
-    fn lifecycle(&self, api_version: Sym, kind: Sym) -> u8 {
-        if let Some(b) = self.lifecycle_bits.get(&(api_version, kind)) {
+    fn lifecycle(&self, ty: Ty) -> u8 {
+        if let Some(b) = self.lifecycle_bits.get(&ty) {
             return *b;
         }
+        let (api_version, kind) = self.interner.parts(ty);
         let key = kind_key(&self.interner.resolve(api_version), &self.interner.resolve(kind));
         let bits = self.config.lifecycle_signals(&key).iter().fold(0u8, |acc, s| acc | (1 << *s as u8));
-        self.lifecycle_bits.insert((api_version, kind), bits);
+        self.lifecycle_bits.insert(ty, bits);
         bits
     }
 
     /// DESIGN §1.4: does the object, as written now, show it has initialized?
     fn initialized_now(&self, s: &ObjectState, f: &ObjectFacts) -> bool {
-        let bits = self.lifecycle(f.api_version, f.kind);
+        let bits = self.lifecycle(f.ty);
         let on = |sig: LifecycleSignal| bits & (1 << sig as u8) != 0;
         let observed = s.observed_generation();
         (on(LifecycleSignal::InitializedCondition) && f.conditions.initialized)
@@ -307,8 +307,7 @@ impl Engine {
                 (s.updaters(), trace_labels(s.policy.as_deref()))
             },
         );
-        let child =
-            Child { uid_text: &f.uid_text, api_version: f.api_version, kind: f.kind, namespace: f.namespace, name: &f.name, generation: f.generation, labels };
+        let child = Child { uid_text: &f.uid_text, ty: f.ty, namespace: f.namespace, name: &f.name, generation: f.generation, labels };
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
@@ -322,14 +321,14 @@ impl Engine {
                 self.store.tombstoned();
             }
             s.seen_at(w.time_us);
-            (s.updaters(), s.owner, trace_labels(s.policy.as_deref()), s.api_version, s.kind, s.generation)
+            (s.updaters(), s.owner, trace_labels(s.policy.as_deref()), s.ty, s.generation)
         });
-        let (updaters, owner, labels, api_version, kind, generation) = known.clone().unwrap_or_else(|| {
+        let (updaters, owner, labels, ty, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
             r.push(w.user);
-            (r, None, None, by_ref.0, by_ref.1, 0)
+            (r, None, None, self.interner.ty(by_ref.0, by_ref.1), 0)
         });
-        let child = Child { uid_text, api_version, kind, namespace, name, generation: (generation != 0).then_some(generation), labels };
+        let child = Child { uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         self.judge(w, &child, owner.as_ref(), &updaters, unknown).0
@@ -342,10 +341,11 @@ impl Engine {
         if self.store.read(&key, |s| rv.is_some_and(|rv| rv == s.last_resource_version)) == Some(true) {
             return Applied::Ignored(Ignored::NoOp);
         }
-        let prior = self.store.read(&key, |s| (s.api_version, s.kind));
+        let prior = self.store.read(&key, |s| s.ty);
         // A scale write changes only `spec.replicas`: when that field is ignored for the kind,
         // the known spec hash still holds and nothing is judged.
-        let replicas_ignored = prior.is_some_and(|(av, k)| {
+        let replicas_ignored = prior.is_some_and(|ty| {
+            let (av, k) = self.interner.parts(ty);
             let kk = kind_key(&self.interner.resolve(av), &self.interner.resolve(k));
             self.config.ignored(&kk).is_some_and(|paths| paths.iter().any(|p| p == &["spec", "replicas"]))
         });
@@ -360,32 +360,32 @@ impl Engine {
                 s.last_resource_version = s.last_resource_version.max(rv);
             }
             s.seen_at(w.time_us);
-            (s.api_version, s.kind, s.generation, s.owner, trace_labels(s.policy.as_deref()))
+            (s.ty, s.generation, s.owner, trace_labels(s.policy.as_deref()))
         });
         if replicas_ignored {
             return Applied::Ignored(Ignored::NotSpecChange);
         }
-        let (api_version, kind, generation, owner, labels, unknown) = match known {
-            Some((av, k, g, o, l)) => (av, k, g, o, l, None),
+        let (ty, generation, owner, labels, unknown) = match known {
+            Some((ty, g, o, l)) => (ty, g, o, l, None),
             None => {
-                let (av, k) = (ref_api_version, self.interner.intern(kind_of_resource(&self.interner.resolve(resource))));
+                let ty = self.interner.ty(ref_api_version, self.interner.intern(kind_of_resource(&self.interner.resolve(resource))));
                 self.store.upsert(
                     key,
-                    || ObjectState::new(av, k, namespace),
+                    || ObjectState::new(ty, namespace),
                     |s| {
                         self.keep_name(s, name);
                         s.last_resource_version = rv.unwrap_or(0);
                         s.set_last_seen_us(w.time_us);
                     },
                 );
-                (av, k, 0, None, None, Some("scaled object never seen: its owner is unknown"))
+                (ty, 0, None, None, Some("scaled object never seen: its owner is unknown"))
             }
         };
         let updaters = self.store.update(&key, |s| {
             s.push_updater(w.user);
             s.updaters()
         });
-        let child = Child { uid_text, api_version, kind, namespace, name, generation: (generation != 0).then_some(generation), labels };
+        let child = Child { uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.store.update(&key, |s| s.trace = trace);

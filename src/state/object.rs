@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use super::{ObjKey, Sym};
+use super::{ObjKey, Sym, Ty};
 use crate::classify::policy::Policy;
 use crate::classify::trace::Trace;
 use crate::write::{ObservedSource, Uid};
@@ -69,8 +69,8 @@ pub struct ObjectState {
     /// The object's key in the store, set by the store: its index holds only slots, and finds
     /// an object by comparing the key kept here.
     pub(super) key: ObjKey,
-    pub api_version: Sym,
-    pub kind: Sym,
+    /// (apiVersion, kind), one handle for the pair ([`super::Interner::parts`]).
+    pub ty: Ty,
     pub namespace: Sym,
     /// Kept only for objects of a kind seen as a controller owner: a child's trace and the owner
     /// link of a write without ownerReferences (scale, a delete answered with a `Status`) need
@@ -161,18 +161,18 @@ pub struct TraceState {
     pub node: Option<Trace>,
 }
 
-/// The controller owner as state keeps it: 24 bytes inline, no heap, 4-byte aligned (so it
+/// The controller owner as state keeps it: 20 bytes inline, no heap, 4-byte aligned (so it
 /// packs with the state's other small fields).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OwnerKey {
     uid: [u32; 4],
-    pub api_version: Sym,
-    pub kind: Sym,
+    /// The owner's (apiVersion, kind).
+    pub ty: Ty,
 }
 
 impl OwnerKey {
-    pub fn new(uid: Uid, api_version: Sym, kind: Sym) -> Self {
-        OwnerKey { uid: [uid as u32, (uid >> 32) as u32, (uid >> 64) as u32, (uid >> 96) as u32], api_version, kind }
+    pub fn new(uid: Uid, ty: Ty) -> Self {
+        OwnerKey { uid: [uid as u32, (uid >> 32) as u32, (uid >> 64) as u32, (uid >> 96) as u32], ty }
     }
 
     pub fn uid(&self) -> Uid {
@@ -181,11 +181,10 @@ impl OwnerKey {
 }
 
 impl ObjectState {
-    pub fn new(api_version: Sym, kind: Sym, namespace: Sym) -> Self {
+    pub fn new(ty: Ty, namespace: Sym) -> Self {
         ObjectState {
             key: ObjKey::new(Sym::EMPTY, 0),
-            api_version,
-            kind,
+            ty,
             namespace,
             name: None,
             generation: 0,
@@ -423,7 +422,7 @@ mod tests {
     fn updater_sets_move_to_the_box_past_one_user() {
         let i = super::super::Interner::new();
         let (a, b, c) = (i.intern("a"), i.intern("b"), i.intern("c"));
-        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
         s.push_updater(a);
         s.push_updater(a);
         s.push_status_updater(c);
@@ -432,7 +431,7 @@ mod tests {
         s.push_updater(b);
         assert!(s.rare.is_some());
         assert_eq!((s.updaters().as_slice(), s.status_updaters().as_slice()), (&[b, a][..], &[c][..]));
-        let mut t = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
+        let mut t = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
         t.push_updater(a);
         for k in 0..40 {
             t.consume_approval(k);
@@ -444,7 +443,7 @@ mod tests {
 
     #[test]
     fn optional_numbers_round_trip() {
-        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
         assert_eq!((s.content_hash(), s.status_hash(), s.status_write_generation(), s.observed()), (None, None, None, None));
         s.set_content_hash(Some(0));
         s.set_status_hash(Some(u64::MAX));
@@ -474,7 +473,7 @@ mod tests {
         s.set_status_write_generation(Some(7));
         assert_eq!((s.observed(), s.status_write_generation()), (Some((i64::from(i32::MIN), ObservedSource::Status)), Some(7)));
         let uid = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128;
-        assert_eq!(OwnerKey::new(uid, Sym::EMPTY, Sym::EMPTY).uid(), uid);
+        assert_eq!(OwnerKey::new(uid, Ty::EMPTY).uid(), uid);
         for (time_us, kept) in [(0, 0), (1, 1_000_000), (2_000_000, 2_000_000), (2_000_001, 3_000_000), (-5, 0), (i64::MAX, u32::MAX as i64 * 1_000_000)] {
             s.set_last_seen_us(time_us);
             assert_eq!(s.last_seen_us(), kept, "{time_us} µs is kept rounded up to the second");
@@ -486,9 +485,9 @@ mod tests {
     #[test]
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
-        assert_eq!(std::mem::size_of::<ObjectState>(), 176, "with its key");
+        assert_eq!(std::mem::size_of::<ObjectState>(), 168, "with its key");
         assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
-        assert_eq!(std::mem::size_of::<Option<OwnerKey>>(), 24);
+        assert_eq!(std::mem::size_of::<Option<OwnerKey>>(), 20);
         assert_eq!(std::mem::size_of::<Option<Sym>>(), 4);
     }
 }

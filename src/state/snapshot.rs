@@ -58,15 +58,17 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
     let mut objects: Vec<(ObjKey, ObjectState)> = Vec::with_capacity(store.len());
     store.for_each(|k, s| objects.push((*k, s.clone())));
     for (k, s) in &objects {
-        for x in [k.cluster, s.api_version, s.kind, s.namespace] {
+        let (api_version, kind) = interner.parts(s.ty);
+        for x in [k.cluster, api_version, kind, s.namespace] {
             sym(x, &mut strings);
         }
         for &u in s.updaters().as_slice().iter().chain(s.status_updaters().as_slice()) {
             sym(u, &mut strings);
         }
         if let Some(o) = &s.owner {
-            sym(o.api_version, &mut strings);
-            sym(o.kind, &mut strings);
+            let (api_version, kind) = interner.parts(o.ty);
+            sym(api_version, &mut strings);
+            sym(kind, &mut strings);
         }
         if !s.trace.user.is_empty() {
             sym(s.trace.user, &mut strings);
@@ -83,8 +85,9 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
                 cur = n.prev.as_ref();
             }
             for n in chain.into_iter().rev() {
-                sym(n.hop.api_version, &mut strings);
-                sym(n.hop.kind, &mut strings);
+                let (api_version, kind) = interner.parts(n.hop.ty);
+                sym(api_version, &mut strings);
+                sym(kind, &mut strings);
                 if let Some(u) = n.hop.user {
                     sym(u, &mut strings);
                 }
@@ -105,8 +108,9 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
     for n in &node_list {
         let h = &n.hop;
         buf.uint(n.prev.as_ref().map_or(0, |p| nodes[&Arc::as_ptr(p)] as u64 + 1));
-        buf.uint(id(h.api_version));
-        buf.uint(id(h.kind));
+        let (api_version, kind) = interner.parts(h.ty);
+        buf.uint(id(api_version));
+        buf.uint(id(kind));
         buf.str(&h.name);
         buf.opt_int(h.generation.map(NonZeroI64::get));
         buf.uint(h.user.map_or(0, |u| id(u) + 1));
@@ -128,8 +132,9 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
     for (k, s) in &objects {
         buf.uint(id(k.cluster));
         buf.u128(k.uid());
-        buf.uint(id(s.api_version));
-        buf.uint(id(s.kind));
+        let (api_version, kind) = interner.parts(s.ty);
+        buf.uint(id(api_version));
+        buf.uint(id(kind));
         buf.uint(id(s.namespace));
         buf.str(s.name.as_deref().unwrap_or(""));
         buf.int(s.generation);
@@ -156,8 +161,9 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             Some(o) => {
                 buf.uint(1);
                 buf.u128(o.uid());
-                buf.uint(id(o.api_version));
-                buf.uint(id(o.kind));
+                let (api_version, kind) = interner.parts(o.ty);
+                buf.uint(id(api_version));
+                buf.uint(id(kind));
             }
             None => buf.uint(0),
         }
@@ -218,8 +224,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             0 => None,
             i => Some(nodes.get(i as usize - 1).cloned().ok_or(SnapshotError::Corrupt("trace index"))?),
         };
-        let api_version = sym(d.uint()?)?;
-        let kind = sym(d.uint()?)?;
+        let ty = interner.ty(sym(d.uint()?)?, sym(d.uint()?)?);
         let name: Arc<str> = Arc::from(d.str()?);
         let generation = d.opt_int()?.and_then(NonZeroI64::new);
         let user = match d.uint()? {
@@ -236,14 +241,15 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             labels.push((Box::from(d.str()?), Box::from(d.str()?)));
         }
         let labels = (!labels.is_empty()).then(|| Arc::new(labels));
-        nodes.push(Arc::new(TraceNode { hop: Hop { api_version, kind, name, generation, user, timestamp, labels }, prev }));
+        nodes.push(Arc::new(TraceNode { hop: Hop { ty, name, generation, user, timestamp, labels }, prev }));
     }
     let policies = PolicyCache::default();
     let n = d.len()?;
     for _ in 0..n {
         let cluster = sym(d.uint()?)?;
         let uid = d.u128()?;
-        let mut s = ObjectState::new(sym(d.uint()?)?, sym(d.uint()?)?, sym(d.uint()?)?);
+        let ty = interner.ty(sym(d.uint()?)?, sym(d.uint()?)?);
+        let mut s = ObjectState::new(ty, sym(d.uint()?)?);
         s.name = Some(d.str()?).filter(|n| !n.is_empty()).map(Arc::from);
         s.generation = d.int()?;
         s.set_observed(match d.uint()? {
@@ -267,7 +273,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         s.set_last_seen_us(d.int()?);
         if d.uint()? == 1 {
             let uid = d.u128()?;
-            s.owner = Some(OwnerKey::new(uid, sym(d.uint()?)?, sym(d.uint()?)?));
+            s.owner = Some(OwnerKey::new(uid, interner.ty(sym(d.uint()?)?, sym(d.uint()?)?)));
         }
         s.trace.prev = match d.uint()? {
             0 => None,

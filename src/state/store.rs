@@ -305,8 +305,10 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    use crate::state::Ty;
+
     fn named(name: &str) -> ObjectState {
-        let mut s = ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
         s.name = Some(Arc::from(name));
         s
     }
@@ -320,7 +322,7 @@ mod tests {
         for i in 0..150u128 {
             store.upsert(
                 ObjKey::new(Sym::EMPTY, i),
-                || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY),
+                || ObjectState::new(Ty::EMPTY, Sym::EMPTY),
                 |s| {
                     s.set_last_seen_us(i as i64 * 10 * S);
                     s.deleted = i < 5;
@@ -392,7 +394,7 @@ mod tests {
     fn tombstones_expire_under_the_cap_too() {
         let store = Store::new(1_000, 1_000 * S);
         let key = |uid| ObjKey::new(Sym::EMPTY, uid);
-        let new = || ObjectState::new(Sym::EMPTY, Sym::EMPTY, Sym::EMPTY);
+        let new = || ObjectState::new(Ty::EMPTY, Sym::EMPTY);
         store.maintain(0);
         store.upsert(key(1), new, |s| s.set_last_seen_us(0));
         store.upsert(key(2), new, |s| {

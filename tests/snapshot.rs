@@ -49,6 +49,15 @@ fn restart_from_a_snapshot_classifies_like_an_uninterrupted_run() {
     early.flush(0, &mut sink);
     let mut buf = Vec::new();
     assert_eq!(early.snapshot(&mut buf).unwrap().trace_nodes, 1);
+    // There the Deployment keeps its own built node, not its producing write: restored from
+    // that, the rest of the stream still reads as if uninterrupted (traces included).
+    let mut from_early = processor(Default::default(), 500_000);
+    from_early.restore(&mut buf.as_slice()).unwrap();
+    let mut early_out = sink.clone();
+    feed(&mut from_early, &events, &mut early_out);
+    from_early.flush(0, &mut early_out);
+    let got: Vec<String> = early_out.iter().map(|e| serde_json::to_string(e).unwrap()).collect();
+    assert_eq!(got, reference);
 
     let mut second = processor(Default::default(), 500_000);
     let restored = second.restore(&mut snap.as_slice()).unwrap();
@@ -105,5 +114,42 @@ fn a_restored_engine_still_knows_which_kinds_own_others() {
         names,
         [(false, None), (false, Some("web".to_string())), (true, Some("api".to_string()))],
         "the ReplicaSet keeps no name (nothing named it as an owner); a Deployment created after the restore keeps its own"
+    );
+}
+
+#[test]
+fn a_parent_whose_trace_node_was_built_keeps_its_hop_through_a_snapshot() {
+    // The Deployment's trace node is built when its first ReplicaSet extends it; the state then
+    // keeps the node in place of the producing write. A snapshot taken there and restored must
+    // give the next child the same Deployment hop: the admin's create, at its time.
+    let mut api = ApiServer::new();
+    let (d, create) = api.create(ADMIN, deployment("s", "web", 2, "web:1"));
+    let (_, first) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&d, "h", 2, "web:1"));
+    let (_, second) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&d, "h2", 1, "web:1"));
+    let events = vec![create.clone(), first, second.clone()];
+    let reference = run(&events);
+
+    let mut before = processor(Default::default(), 500_000);
+    let mut out = Vec::new();
+    feed(&mut before, &events[..2], &mut out);
+    before.flush(0, &mut out);
+    let mut snap = Vec::new();
+    assert_eq!(before.snapshot(&mut snap).unwrap().trace_nodes, 1, "the Deployment's node, shared by the first ReplicaSet");
+    let mut after = processor(Default::default(), 500_000);
+    after.restore(&mut snap.as_slice()).unwrap();
+    feed(&mut after, &events[2..], &mut out);
+    after.flush(0, &mut out);
+    assert_eq!(
+        out.iter().map(|e| serde_json::to_string(e).unwrap()).collect::<Vec<_>>(),
+        reference.iter().map(|e| serde_json::to_string(e).unwrap()).collect::<Vec<_>>()
+    );
+
+    let judged = common::find(&out, &second).expect("the second ReplicaSet's create is classified");
+    assert_eq!(judged.class, kausality_stream::classify::Class::Initializing, "the controller of a new Deployment: extends its trace");
+    let hops: Vec<_> = judged.trace.iter().map(|h| (&*h.kind, h.user.as_deref(), h.timestamp.as_deref())).collect();
+    let created = common::find(&reference, &create).expect("the Deployment's create is classified");
+    assert_eq!(
+        hops,
+        vec![("Deployment", Some(ADMIN), Some(&*created.stage_timestamp)), ("ReplicaSet", Some(DEPLOYMENT_CONTROLLER), Some(&*judged.stage_timestamp))]
     );
 }

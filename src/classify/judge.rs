@@ -55,25 +55,25 @@ impl Engine {
             }
             let observed = p.observed_generation();
             let labels = trace_labels(p.policy.as_deref());
-            let trace = match &p.trace.node {
-                Some(node) => Some(node.clone()),
-                None if !p.trace.user.is_empty() => {
+            let trace = match &p.trace {
+                TraceState::Node(node) => Some(node.clone()),
+                TraceState::Write { prev, user, time_us } if !user.is_empty() => {
                     let hop = Hop {
                         ty: p.ty,
                         name: p.name.clone().unwrap_or_else(|| owner.name.clone()),
                         generation: NonZeroI64::new(p.generation),
-                        user: Some(p.trace.user),
-                        timestamp: NonZeroI64::new(p.trace.time_us),
+                        user: Some(*user),
+                        timestamp: NonZeroI64::new(*time_us),
                         labels: labels.clone(),
                     };
-                    let node = match &p.trace.prev {
+                    let node = match prev {
                         Some(prev) => trace::extend(prev.clone(), hop),
                         None => trace::origin(hop),
                     };
-                    p.trace.node = Some(node.clone());
+                    p.trace = TraceState::Node(node.clone());
                     Some(node)
                 }
-                None => None,
+                TraceState::Write { .. } | TraceState::Unknown => None,
             };
             ParentView {
                 facts: ParentFacts {
@@ -103,7 +103,7 @@ impl Engine {
         updaters: &Recent,
         unowned_reason: Option<&str>,
     ) -> (Enriched, TraceState) {
-        let origin_state = TraceState { prev: None, user: w.user, time_us: w.time_us, node: None };
+        let origin_state = TraceState::Write { prev: None, user: w.user, time_us: w.time_us };
         let hop = Hop {
             ty: child.ty,
             name: child.name.clone(),
@@ -188,8 +188,7 @@ impl Engine {
             Class::Initializing => !matches!(identity, Identity::NotController(_)),
             _ => false,
         };
-        let mut state = origin_state;
-        let t = if extends {
+        let (t, state) = if extends {
             let parent_trace = p.trace.clone().unwrap_or_else(|| {
                 trace::origin(Hop {
                     ty: owner.ty,
@@ -200,10 +199,10 @@ impl Engine {
                     labels: p.labels.clone(),
                 })
             });
-            state.prev = Some(parent_trace.clone());
-            trace::extend(parent_trace, hop)
+            let state = TraceState::Write { prev: Some(parent_trace.clone()), user: w.user, time_us: w.time_us };
+            (trace::extend(parent_trace, hop), state)
         } else {
-            trace::origin(hop)
+            (trace::origin(hop), origin_state)
         };
         event.trace = self.trace_out(&t, &w.stage_timestamp);
 

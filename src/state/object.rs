@@ -147,18 +147,44 @@ const MAX_CONSUMED_APPROVALS: usize = 32;
 
 /// The trace of an object's producing mutation (DESIGN §1.6), kept compactly: the trace that
 /// write extended (its parent's, shared by all siblings) and who wrote it when. The object's own
-/// trace node is only built when one of its children extends it, and is then cached: most
-/// objects are leaves and never need one.
+/// trace node is only built when one of its children extends it, and then replaces them (the
+/// node holds the same in its head hop): most objects are leaves and never need one. 24 bytes.
 #[derive(Clone, Debug, Default)]
-pub struct TraceState {
-    /// The trace the producing write extended; `None` for a new origin.
-    pub prev: Option<Trace>,
-    /// Who made the producing write; `Sym::EMPTY` when it was never seen.
-    pub user: Sym,
-    /// When, in µs since the epoch; 0 when unknown.
-    pub time_us: i64,
-    /// This object's own trace, built on first use as a parent.
-    pub node: Option<Trace>,
+pub enum TraceState {
+    /// No producing write was seen.
+    #[default]
+    Unknown,
+    /// The producing write.
+    Write {
+        /// The trace it extended; `None` for a new origin.
+        prev: Option<Trace>,
+        /// Who made it.
+        user: Sym,
+        /// When, in µs since the epoch; 0 when unknown.
+        time_us: i64,
+    },
+    /// This object's own trace, built on its first use as a parent.
+    Node(Trace),
+}
+
+impl TraceState {
+    /// The producing write's (extended trace, user, time in µs) whichever way it is kept;
+    /// `(None, Sym::EMPTY, 0)` when unknown.
+    pub fn parts(&self) -> (Option<&Trace>, Sym, i64) {
+        match self {
+            TraceState::Unknown => (None, Sym::EMPTY, 0),
+            TraceState::Write { prev, user, time_us } => (prev.as_ref(), *user, *time_us),
+            TraceState::Node(n) => (n.prev.as_ref(), n.hop.user.unwrap_or(Sym::EMPTY), n.hop.timestamp.map_or(0, |t| t.get())),
+        }
+    }
+
+    /// Kept from its parts (a restore): unknown when all three are.
+    pub fn of_parts(prev: Option<Trace>, user: Sym, time_us: i64) -> Self {
+        if prev.is_none() && user.is_empty() && time_us == 0 {
+            return TraceState::Unknown;
+        }
+        TraceState::Write { prev, user, time_us }
+    }
 }
 
 /// The controller owner as state keeps it: 20 bytes inline, no heap, 4-byte aligned (so it
@@ -485,7 +511,8 @@ mod tests {
     #[test]
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
-        assert_eq!(std::mem::size_of::<ObjectState>(), 168, "with its key");
+        assert_eq!(std::mem::size_of::<ObjectState>(), 160, "with its key");
+        assert_eq!(std::mem::size_of::<TraceState>(), 24);
         assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
         assert_eq!(std::mem::size_of::<Option<OwnerKey>>(), 20);
         assert_eq!(std::mem::size_of::<Option<Sym>>(), 4);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym};
+use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState};
 use crate::classify::policy::PolicyCache;
 use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
@@ -70,10 +70,11 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             sym(api_version, &mut strings);
             sym(kind, &mut strings);
         }
-        if !s.trace.user.is_empty() {
-            sym(s.trace.user, &mut strings);
+        let (prev, user, _) = s.trace.parts();
+        if !user.is_empty() {
+            sym(user, &mut strings);
         }
-        if let Some(t) = &s.trace.prev {
+        if let Some(t) = prev {
             // Post-order: a node's prefix gets its id first.
             let mut chain = Vec::new();
             let mut cur = Some(t);
@@ -167,9 +168,10 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             }
             None => buf.uint(0),
         }
-        buf.uint(s.trace.prev.as_ref().map_or(0, |t| nodes[&Arc::as_ptr(t)] as u64 + 1));
-        buf.uint(if s.trace.user.is_empty() { 0 } else { id(s.trace.user) + 1 });
-        buf.int(s.trace.time_us);
+        let (prev, user, time_us) = s.trace.parts();
+        buf.uint(prev.map_or(0, |t| nodes[&Arc::as_ptr(t)] as u64 + 1));
+        buf.uint(if user.is_empty() { 0 } else { id(user) + 1 });
+        buf.int(time_us);
         let annotations = s.policy.as_ref().map(|p| &p.source.entries[..]).unwrap_or(&[]);
         buf.uint(annotations.len() as u64);
         for (k, v) in annotations {
@@ -275,15 +277,15 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             let uid = d.u128()?;
             s.owner = Some(OwnerKey::new(uid, interner.ty(sym(d.uint()?)?, sym(d.uint()?)?)));
         }
-        s.trace.prev = match d.uint()? {
+        let prev = match d.uint()? {
             0 => None,
             i => Some(nodes.get(i as usize - 1).cloned().ok_or(SnapshotError::Corrupt("trace index"))?),
         };
-        s.trace.user = match d.uint()? {
+        let user = match d.uint()? {
             0 => Sym::EMPTY,
             i => sym(i - 1)?,
         };
-        s.trace.time_us = d.int()?;
+        s.trace = TraceState::of_parts(prev, user, d.int()?);
         let na = d.len()?;
         if na > 0 {
             let mut entries = Vec::with_capacity(na);

@@ -48,7 +48,8 @@ impl Engine {
     /// when it had none (it may not have been known as an owner when it was last written).
     fn parent_view(&self, key: &ObjKey, owner: &OwnerLink) -> Option<ParentView> {
         self.note_owner_kind(owner.ty);
-        // A write lock: the parent's trace node is built here on first use and cached.
+        // A write lock: the parent's trace node is built here on first use and kept in place of
+        // its producing write.
         self.store.update(key, |p| {
             if p.name.is_none() && !owner.name.is_empty() {
                 p.name = Some(owner.name.clone());
@@ -260,19 +261,21 @@ impl Engine {
         let head = hops.len() - 1;
         hops.into_iter()
             .enumerate()
-            .map(|(i, h)| (i, h, self.interner.parts(h.ty)))
-            .map(|(i, h, (api_version, kind))| HopOut {
-                api_version: self.interner.resolve(api_version),
-                kind: self.interner.resolve(kind),
-                name: h.name.clone(),
-                generation: h.generation.map(NonZeroI64::get),
-                user: h.user.map(|u| self.interner.resolve(u)),
-                timestamp: if i == head {
-                    (!stage_timestamp.is_empty()).then(|| stage_timestamp.clone())
-                } else {
-                    h.timestamp.map(|us| Arc::from(format_rfc3339_micros(us.get())))
-                },
-                labels: h.labels.iter().flat_map(|l| l.iter()).map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect(),
+            .map(|(i, h)| {
+                let (api_version, kind) = self.interner.parts(h.ty);
+                HopOut {
+                    api_version: self.interner.resolve(api_version),
+                    kind: self.interner.resolve(kind),
+                    name: h.name.clone(),
+                    generation: h.generation.map(NonZeroI64::get),
+                    user: h.user.map(|u| self.interner.resolve(u)),
+                    timestamp: if i == head {
+                        (!stage_timestamp.is_empty()).then(|| stage_timestamp.clone())
+                    } else {
+                        h.timestamp.map(|us| Arc::from(format_rfc3339_micros(us.get())))
+                    },
+                    labels: h.labels.iter().flat_map(|l| l.iter()).map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect(),
+                }
             })
             .collect()
     }

@@ -143,7 +143,7 @@ fn bench(c: &mut Criterion) {
                     for (i, l) in lines.iter().enumerate() {
                         p.ingest_document(None, l, Location::Line(i), "bench", 0, &mut out);
                         for e in out.drain(..) {
-                            serde_json::to_writer(&mut sink, &e).unwrap();
+                            e.write_json(&mut sink);
                             sink.push(b'\n');
                         }
                         sink.clear();

@@ -53,6 +53,18 @@ pub enum ObservedSource {
     Synthetic,
 }
 
+impl ObservedSource {
+    /// As the enriched event writes it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObservedSource::Status => "status",
+            ObservedSource::SyncedCondition => "syncedCondition",
+            ObservedSource::ReadyCondition => "readyCondition",
+            ObservedSource::Synthetic => "synthetic",
+        }
+    }
+}
+
 /// Conditions that are `True`, as bits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Conditions {

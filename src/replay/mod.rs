@@ -147,14 +147,15 @@ fn merge(total: &mut IngestReport, r: IngestReport, file: &str, summary: &mut Su
 }
 
 fn write_batch(batch: &mut Vec<Enriched>, summary: &mut Summary, classes: &[Class], out: &mut impl Write) -> io::Result<()> {
+    let mut lines = Vec::with_capacity(batch.len() * 1024);
     for e in batch.drain(..) {
         summary.record(&e);
         if classes.is_empty() || classes.contains(&e.class) {
-            serde_json::to_writer(&mut *out, &e)?;
-            out.write_all(b"\n")?;
+            e.write_json(&mut lines);
+            lines.push(b'\n');
         }
     }
-    Ok(())
+    out.write_all(&lines)
 }
 
 fn progress_bar(wanted: bool, total: u64) -> Option<indicatif::ProgressBar> {

@@ -187,7 +187,7 @@ struct JsonArray {
 impl JsonArray {
     fn push(&mut self, e: &crate::enriched::Enriched) {
         self.buf.push(if self.len == 0 { b'[' } else { b',' });
-        serde_json::to_writer(&mut self.buf, e).expect("enriched events serialize");
+        e.write_json(&mut self.buf);
         self.len += 1;
     }
 

@@ -74,7 +74,7 @@ impl Out {
                 let mut lock = s.lock();
                 for e in events.iter() {
                     line.clear();
-                    serde_json::to_writer(&mut *line, e)?;
+                    e.write_json(line);
                     line.push(b'\n');
                     lock.write_all(line)?;
                 }
@@ -83,7 +83,7 @@ impl Out {
             Out::File { path, file, written, rotate_bytes, keep } => {
                 for e in events.iter() {
                     line.clear();
-                    serde_json::to_writer(&mut *line, e)?;
+                    e.write_json(line);
                     line.push(b'\n');
                     if *rotate_bytes > 0 && *written > 0 && *written + line.len() as u64 > *rotate_bytes {
                         file.flush()?;

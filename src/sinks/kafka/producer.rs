@@ -169,7 +169,7 @@ fn send_all(cfg: &KafkaSinkConfig, producer: &KafkaProducer, mut rx: mpsc::Recei
     while let Some(events) = rx.blocking_recv() {
         for e in events.iter().filter(|e| cfg.selects(e.class)) {
             value.clear();
-            serde_json::to_writer(&mut value, e).expect("enriched events serialize");
+            e.write_json(&mut value);
             let key: &str = e.parent.as_ref().map_or(&e.object.uid, |p| &p.uid);
             let headers = OwnedHeaders::new_with_capacity(2)
                 .insert(Header { key: "class", value: Some(e.class.as_str()) })

@@ -9,7 +9,7 @@
 //! - [`order`]: duplicates out by auditID; writes back into resourceVersion order.
 //! - [`classify`]: the model (DESIGN §1): applies writes to [`state`] and judges each mutation
 //!   as drift, expected, origin, ... with a causal trace. Pure: no I/O, no async.
-//! - [`enriched`]: the output record of a classified mutation.
+//! - [`enriched`]: the output record of a classified mutation, and its JSON as sinks write it.
 //! - [`process`]: the chain above, shared by every front end.
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.

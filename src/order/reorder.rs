@@ -18,7 +18,10 @@ pub struct Released<T> {
     pub late: bool,
 }
 
-struct Held<T> {
+/// The key of a held write; the write itself waits in the buffer's slots, so the heap moves
+/// 40 bytes per step, not the write (300 bytes and more), and a heap of tens of thousands of
+/// writes (a 500 ms window at 100,000 events/s) stays small enough for the caches.
+struct Held {
     rv: u64,
     /// Order among writes at the same resourceVersion: their event time, whichever batch came
     /// first. The write that made a resourceVersion happened before any no-op update that
@@ -32,21 +35,22 @@ struct Held<T> {
     /// Placed at `rv` for lack of one of its own, by its event time (in `tie`): placed again
     /// when it comes up, with the writes that arrived after it.
     placed: bool,
-    item: T,
+    /// Where the write waits in [`ReorderBuffer::slots`].
+    slot: u32,
 }
 
-impl<T> PartialEq for Held<T> {
+impl PartialEq for Held {
     fn eq(&self, o: &Self) -> bool {
         (self.rv, self.tie, self.seq) == (o.rv, o.tie, o.seq)
     }
 }
-impl<T> Eq for Held<T> {}
-impl<T> PartialOrd for Held<T> {
+impl Eq for Held {}
+impl PartialOrd for Held {
     fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(o))
     }
 }
-impl<T> Ord for Held<T> {
+impl Ord for Held {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         (self.rv, self.tie, self.seq).cmp(&(o.rv, o.tie, o.seq))
     }
@@ -58,7 +62,11 @@ pub struct ReorderBuffer<T> {
     window_us: i64,
     /// More than this many held writes are released early (memory bound).
     max_held: usize,
-    heap: BinaryHeap<Reverse<Held<T>>>,
+    heap: BinaryHeap<Reverse<Held>>,
+    /// The held writes, by slot (`None`: free).
+    slots: Vec<Option<T>>,
+    /// Free slots, reused first.
+    free: Vec<u32>,
     /// (time, resourceVersion) of the held writes, by time: which resourceVersions are due.
     /// Entries of writes released already are dropped as their time comes.
     arrivals: BinaryHeap<Reverse<(i64, u64)>>,
@@ -84,6 +92,8 @@ impl<T> ReorderBuffer<T> {
             window_us,
             max_held: max_held.max(1),
             heap: BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
             arrivals: BinaryHeap::new(),
             now_us: i64::MIN,
             released_rv: 0,
@@ -132,7 +142,17 @@ impl<T> ReorderBuffer<T> {
             out.push(Released { item, late: true });
             return;
         }
-        self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, placed, item }));
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(item);
+                slot
+            }
+            None => {
+                self.slots.push(Some(item));
+                u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 held writes")
+            }
+        };
+        self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, placed, slot }));
         self.arrivals.push(Reverse((time_us, rv)));
         self.advance(time_us, out);
     }
@@ -176,6 +196,8 @@ impl<T> ReorderBuffer<T> {
         }
         if self.heap.is_empty() {
             self.arrivals.clear();
+            self.slots.clear();
+            self.free.clear();
         }
     }
 
@@ -188,7 +210,7 @@ impl<T> ReorderBuffer<T> {
     /// A write placed for lack of a resourceVersion, as it comes up: a write of its time may
     /// have arrived after it (another API server's batch), and it goes after that one too.
     /// True when it moved (it is then to be held again at its new place).
-    fn place_again(&self, h: &mut Held<T>) -> bool {
+    fn place_again(&self, h: &mut Held) -> bool {
         if !h.placed {
             return false;
         }
@@ -208,11 +230,15 @@ impl<T> ReorderBuffer<T> {
             self.release(h, out);
         }
         self.arrivals.clear();
+        self.slots.clear();
+        self.free.clear();
     }
 
-    fn release(&mut self, h: Held<T>, out: &mut Vec<Released<T>>) {
+    fn release(&mut self, h: Held, out: &mut Vec<Released<T>>) {
         self.released_rv = self.released_rv.max(h.rv);
-        out.push(Released { item: h.item, late: false });
+        let item = self.slots[h.slot as usize].take().expect("a held write is in its slot");
+        self.free.push(h.slot);
+        out.push(Released { item, late: false });
     }
 }
 
@@ -226,6 +252,26 @@ mod tests {
 
     fn items_str(out: Vec<Released<&str>>) -> Vec<(&str, bool)> {
         out.into_iter().map(|r| (r.item, r.late)).collect()
+    }
+
+    #[test]
+    fn slots_of_released_writes_are_reused_and_the_order_is_kept() {
+        // A write every 10 µs, a 1 ms window: about 100 held at a time, 10,000 in all, each
+        // pair swapped on arrival.
+        let mut b = ReorderBuffer::new(1_000, 100_000);
+        let mut out = Vec::new();
+        let mut most_slots = 0;
+        for i in 0..10_000u32 {
+            let rv = (i ^ 1) as u64 + 1;
+            b.push(rv as u32, Some(rv), i as i64 * 10, 0, &mut out);
+            most_slots = most_slots.max(b.slots.len());
+        }
+        assert!(most_slots <= 102, "{most_slots} slots for ~100 held writes");
+        b.flush(&mut out);
+        assert!(b.slots.is_empty() && b.free.is_empty());
+        let got: Vec<u32> = out.iter().map(|r| r.item).collect();
+        assert_eq!(got, (1..=10_000).collect::<Vec<u32>>());
+        assert!(out.iter().all(|r| !r.late));
     }
 
     #[test]

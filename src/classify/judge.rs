@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::policy::{ChildRef, Policy, Resolution};
 use super::trace::{self, Hop, Labels, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
-use crate::decode::time::format_rfc3339_micros;
+use crate::decode::time::rfc3339_micros_arc;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState, Ty};
 use crate::write::{OwnerLink, Uid, Write};
@@ -272,7 +272,7 @@ impl Engine {
                     timestamp: if i == head {
                         (!stage_timestamp.is_empty()).then(|| stage_timestamp.clone())
                     } else {
-                        h.timestamp.map(|us| Arc::from(format_rfc3339_micros(us.get())))
+                        h.timestamp.map(|us| rfc3339_micros_arc(us.get()))
                     },
                     labels: h.labels.iter().flat_map(|l| l.iter()).map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect(),
                 }

@@ -19,8 +19,8 @@ pub struct Released<T> {
 }
 
 /// The key of a held write; the write itself waits in the buffer's slots, so the heap moves
-/// 40 bytes per step, not the write (300 bytes and more), and a heap of tens of thousands of
-/// writes (a 500 ms window at 100,000 events/s) stays small enough for the caches.
+/// 40 bytes per step, not the write (300 bytes and more): the service's window in arrival time
+/// holds tens of thousands of writes (500 ms at 100,000 events/s).
 struct Held {
     rv: u64,
     /// Order among writes at the same resourceVersion: their event time, whichever batch came

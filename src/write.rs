@@ -78,9 +78,7 @@ pub struct Conditions {
 pub struct OwnerLink {
     pub uid: Uid,
     pub uid_text: Arc<str>,
-    pub api_version: Sym,
-    pub kind: Sym,
-    /// The pair above as one handle (what state keeps).
+    /// The owner's (apiVersion, kind).
     pub ty: Ty,
     pub name: Arc<str>,
 }
@@ -104,9 +102,7 @@ impl Annotations {
 pub struct ObjectFacts {
     pub uid: Uid,
     pub uid_text: Arc<str>,
-    pub api_version: Sym,
-    pub kind: Sym,
-    /// The pair above as one handle (what state keeps).
+    /// (apiVersion, kind).
     pub ty: Ty,
     pub namespace: Sym,
     pub name: Arc<str>,
@@ -133,7 +129,8 @@ pub enum Target {
     /// A write through the `scale` subresource: only the UID and new resourceVersion are known.
     Scale { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str>, resource: Sym, api_version: Sym },
     /// A delete answered with a `Status`: the object is gone, known by UID and objectRef only.
-    Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str>, api_version: Sym, kind: Sym },
+    /// `ty`: the objectRef's apiVersion and the kind of its resource.
+    Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str>, ty: Ty },
     /// A deletecollection: every deleted object.
     Many(Vec<ObjectFacts>),
 }
@@ -242,8 +239,7 @@ impl Extractor<'_> {
             uid_text: Arc::from(uid),
             namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
             name: Arc::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
-            api_version: self.interner.intern(&ref_api_version(oref)),
-            kind: self.interner.intern(kind_of_resource(resource)),
+            ty: self.interner.ty(self.interner.intern(&ref_api_version(oref)), self.interner.intern(kind_of_resource(resource))),
         }
     }
 
@@ -269,14 +265,7 @@ impl Extractor<'_> {
             let uid = r.uid.as_deref().unwrap_or("");
             let api_version = self.interner.intern(r.api_version.as_deref().unwrap_or(""));
             let kind = self.interner.intern(r.kind.as_deref().unwrap_or(""));
-            OwnerLink {
-                uid: uid_key(uid),
-                uid_text: Arc::from(uid),
-                api_version,
-                kind,
-                ty: self.interner.ty(api_version, kind),
-                name: Arc::from(r.name.as_deref().unwrap_or("")),
-            }
+            OwnerLink { uid: uid_key(uid), uid_text: Arc::from(uid), ty: self.interner.ty(api_version, kind), name: Arc::from(r.name.as_deref().unwrap_or("")) }
         });
         let annotations = (!md.annotations.is_empty()).then(|| {
             let mut h = Xxh3::new();
@@ -294,13 +283,10 @@ impl Extractor<'_> {
             Box::new(Annotations { entries, hash: h.digest() })
         });
         debug_assert!(annotations.as_ref().is_none_or(|a| a.entries.iter().all(|(k, _)| k.starts_with(ANNOTATION_PREFIX))));
-        let (api_version, kind) = (self.interner.intern(api_version), self.interner.intern(kind));
         Some(ObjectFacts {
             uid: uid_key(uid),
             uid_text: Arc::from(uid),
-            api_version,
-            kind,
-            ty: self.interner.ty(api_version, kind),
+            ty: self.interner.ty(self.interner.intern(api_version), self.interner.intern(kind)),
             namespace: self.interner.intern(md.namespace.as_deref().unwrap_or("")),
             name: Arc::from(md.name.as_deref().unwrap_or("")),
             generation: md.generation,

@@ -415,10 +415,8 @@ fn rebalance_to_a_second_member_loses_nothing() {
     wait_for("every message committed by the group", 180, || kafka.committed(&group, &input, 2).iter().zip(&ends).all(|(c, e)| *c == Some(*e)));
     // The first member may have finished every message before the second one joined: the
     // rebalance still comes, when it joins.
-    let mut revoked = 0;
     wait_for("a rebalance (a member's partitions revoked)", 60, || {
-        revoked += a.logs().iter().chain(b.logs().iter()).filter(|v| v["fields"]["message"] == "kafka source: partitions revoked").count();
-        revoked >= 1
+        a.logs().iter().chain(b.logs().iter()).any(|v| v["fields"]["message"] == "kafka source: partitions revoked")
     });
     let out = kafka.read_until(&output, Duration::from_secs(5), |_| false);
     let seen = counts(&out);

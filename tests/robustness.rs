@@ -10,9 +10,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use common::{feed, processor};
-use kausality_stream::config::ModelConfig;
-use kausality_stream::enriched::Enriched;
+use common::run;
 use proptest::prelude::*;
 use serde_json::Value;
 
@@ -38,14 +36,6 @@ fn stream() -> &'static [String] {
             })
             .collect()
     })
-}
-
-fn run<L: AsRef<[u8]>>(lines: &[L]) -> Vec<Enriched> {
-    let mut p = processor(ModelConfig::default(), 500_000);
-    let mut out = Vec::new();
-    feed(&mut p, lines, &mut out);
-    p.flush(0, &mut out);
-    out
 }
 
 /// What the intact stream classifies: (auditID, object UID).

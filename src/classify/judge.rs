@@ -40,8 +40,7 @@ impl Engine {
     pub(super) fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
         let uid = o.uid();
         let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).flatten().unwrap_or_else(|| Arc::from(""));
-        let (api_version, kind) = self.interner.parts(o.ty);
-        OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), api_version, kind, ty: o.ty, name }
+        OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), ty: o.ty, name }
     }
 
     /// What judging a child needs of its parent `owner`. The parent keeps the owner link's name
@@ -147,9 +146,10 @@ impl Engine {
             event.trace = self.trace_out(&t, &w.stage_timestamp);
             return (event, origin_state);
         };
+        let (owner_api_version, owner_kind) = self.interner.parts(owner.ty);
         let mut parent_out = ParentOut {
-            api_version: self.interner.resolve(owner.api_version),
-            kind: self.interner.resolve(owner.kind),
+            api_version: self.interner.resolve(owner_api_version),
+            kind: self.interner.resolve(owner_kind),
             name: owner.name.clone(),
             uid: owner.uid_text.clone(),
             generation: None,

@@ -83,9 +83,7 @@ impl Engine {
                 (_, Verb::Delete | Verb::Deletecollection) => Applied::Classified(vec![self.delete_object(w, f)]),
             },
             Target::Scale { uid, uid_text, namespace, name, resource, api_version } => self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version),
-            Target::Gone { uid, uid_text, namespace, name, api_version, kind } => {
-                Applied::Classified(vec![self.delete_gone(w, *uid, uid_text, *namespace, name, (*api_version, *kind))])
-            }
+            Target::Gone { uid, uid_text, namespace, name, ty } => Applied::Classified(vec![self.delete_gone(w, *uid, uid_text, *namespace, name, *ty)]),
             Target::Many(items) => Applied::Classified(items.iter().map(|f| self.delete_object(w, f)).collect()),
         }
     }
@@ -110,14 +108,7 @@ impl Engine {
                         user: Sym::EMPTY,
                         resource_version: f.resource_version,
                         resource: Sym::EMPTY,
-                        target: Target::Gone {
-                            uid: f.uid,
-                            uid_text: f.uid_text.clone(),
-                            namespace: f.namespace,
-                            name: f.name.clone(),
-                            api_version: f.api_version,
-                            kind: f.kind,
-                        },
+                        target: Target::Gone { uid: f.uid, uid_text: f.uid_text.clone(), namespace: f.namespace, name: f.name.clone(), ty: f.ty },
                         late: false,
                         silent: false,
                     };
@@ -311,7 +302,7 @@ impl Engine {
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
-    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: (Sym, Sym)) -> Enriched {
+    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: Ty) -> Enriched {
         let key = Self::key(w, uid);
         let known = self.store.update(&key, |s| {
             s.push_updater(w.user);
@@ -326,7 +317,7 @@ impl Engine {
         let (updaters, owner, labels, ty, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
             r.push(w.user);
-            (r, None, None, self.interner.ty(by_ref.0, by_ref.1), 0)
+            (r, None, None, by_ref, 0)
         });
         let child = Child { uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");

@@ -24,7 +24,7 @@ pub fn feed<E: AsRef<[u8]>>(p: &mut Processor, events: &[E], out: &mut Vec<Enric
 }
 
 /// Runs JSON-line audit events through decode → filter → dedupe → reorder → classify.
-pub fn run_with(config: ModelConfig, events: &[String]) -> Vec<Enriched> {
+pub fn run_with<E: AsRef<[u8]>>(config: ModelConfig, events: &[E]) -> Vec<Enriched> {
     let mut p = processor(config, 500_000);
     let mut out = Vec::new();
     feed(&mut p, events, &mut out);
@@ -42,7 +42,7 @@ pub fn run_as_given(events: &[&String]) -> (Processor, Vec<Enriched>) {
     (p, out)
 }
 
-pub fn run(events: &[String]) -> Vec<Enriched> {
+pub fn run<E: AsRef<[u8]>>(events: &[E]) -> Vec<Enriched> {
     run_with(ModelConfig::default(), events)
 }
 

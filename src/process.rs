@@ -533,7 +533,14 @@ mod tests {
             user: Sym::EMPTY,
             resource_version: Some(5),
             resource: foreign,
-            target: Target::Scale { uid: 7, uid_text: Arc::from("7"), namespace: Sym::EMPTY, name: Arc::from("w"), resource: foreign, api_version: Sym::EMPTY },
+            target: Target::Scale {
+                uid: 7,
+                uid_text: Arc::from("7"),
+                namespace: Sym::EMPTY,
+                name: crate::write::Name::from("w"),
+                resource: foreign,
+                api_version: Sym::EMPTY,
+            },
             late: false,
             silent: false,
         };

@@ -16,6 +16,10 @@ use crate::state::{Interner, Sym, Ty};
 /// An object UID as a map key: the 128 bits of a UUID, or a 128-bit hash of any other string.
 pub type Uid = u128;
 
+/// An object's name: one pointer wide (length and count live on the heap beside the text),
+/// shared by a write, the state of an owner, its trace hops and the enriched events naming it.
+pub type Name = arcstr::ArcStr;
+
 pub fn uid_key(uid: &str) -> Uid {
     parse_uuid(uid).unwrap_or_else(|| xxh3_128(uid.as_bytes()))
 }
@@ -80,7 +84,7 @@ pub struct OwnerLink {
     pub uid_text: Arc<str>,
     /// The owner's (apiVersion, kind).
     pub ty: Ty,
-    pub name: Arc<str>,
+    pub name: Name,
 }
 
 /// The `kausality.io/` annotations of an object, raw; parsed into a policy only when they change.
@@ -105,7 +109,7 @@ pub struct ObjectFacts {
     /// (apiVersion, kind).
     pub ty: Ty,
     pub namespace: Sym,
-    pub name: Arc<str>,
+    pub name: Name,
     pub generation: Option<i64>,
     pub resource_version: Option<u64>,
     pub owner: Option<OwnerLink>,
@@ -127,10 +131,10 @@ pub enum Target {
     /// A full object (create, update, patch, status write, or a delete that returned it).
     Object(ObjectFacts),
     /// A write through the `scale` subresource: only the UID and new resourceVersion are known.
-    Scale { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str>, resource: Sym, api_version: Sym },
+    Scale { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, resource: Sym, api_version: Sym },
     /// A delete answered with a `Status`: the object is gone, known by UID and objectRef only.
     /// `ty`: the objectRef's apiVersion and the kind of its resource.
-    Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Arc<str>, ty: Ty },
+    Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, ty: Ty },
     /// A deletecollection: every deleted object.
     Many(Vec<ObjectFacts>),
 }
@@ -188,7 +192,7 @@ impl Extractor<'_> {
                     uid: uid_key(uid),
                     uid_text: Arc::from(uid),
                     namespace: self.interner.intern(obj.metadata.namespace.as_deref().or(oref.and_then(|o| o.namespace.as_deref())).unwrap_or("")),
-                    name: Arc::from(obj.metadata.name.as_deref().or(oref.and_then(|o| o.name.as_deref())).unwrap_or("")),
+                    name: Name::from(obj.metadata.name.as_deref().or(oref.and_then(|o| o.name.as_deref())).unwrap_or("")),
                     resource,
                     api_version: self.interner.intern(&ref_api_version(oref)),
                 }
@@ -238,7 +242,7 @@ impl Extractor<'_> {
             uid: uid_key(uid),
             uid_text: Arc::from(uid),
             namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
-            name: Arc::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
+            name: Name::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
             ty: self.interner.ty(self.interner.intern(&ref_api_version(oref)), self.interner.intern(kind_of_resource(resource))),
         }
     }
@@ -265,7 +269,12 @@ impl Extractor<'_> {
             let uid = r.uid.as_deref().unwrap_or("");
             let api_version = self.interner.intern(r.api_version.as_deref().unwrap_or(""));
             let kind = self.interner.intern(r.kind.as_deref().unwrap_or(""));
-            OwnerLink { uid: uid_key(uid), uid_text: Arc::from(uid), ty: self.interner.ty(api_version, kind), name: Arc::from(r.name.as_deref().unwrap_or("")) }
+            OwnerLink {
+                uid: uid_key(uid),
+                uid_text: Arc::from(uid),
+                ty: self.interner.ty(api_version, kind),
+                name: Name::from(r.name.as_deref().unwrap_or("")),
+            }
         });
         let annotations = (!md.annotations.is_empty()).then(|| {
             let mut h = Xxh3::new();
@@ -288,7 +297,7 @@ impl Extractor<'_> {
             uid_text: Arc::from(uid),
             ty: self.interner.ty(self.interner.intern(api_version), self.interner.intern(kind)),
             namespace: self.interner.intern(md.namespace.as_deref().unwrap_or("")),
-            name: Arc::from(md.name.as_deref().unwrap_or("")),
+            name: Name::from(md.name.as_deref().unwrap_or("")),
             generation: md.generation,
             resource_version: parse_rv(md.resource_version.as_deref()),
             owner,

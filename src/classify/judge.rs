@@ -10,14 +10,14 @@ use super::{decide, identify, Class, Engine, Identity, ParentFacts};
 use crate::decode::time::rfc3339_micros_arc;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState, Ty};
-use crate::write::{OwnerLink, Uid, Write};
+use crate::write::{Name, OwnerLink, Uid, Write};
 
 /// What the judgement of a mutation needs to know about the mutated object.
 pub(super) struct Child<'a> {
     pub uid_text: &'a Arc<str>,
     pub ty: Ty,
     pub namespace: Sym,
-    pub name: &'a Arc<str>,
+    pub name: &'a Name,
     pub generation: Option<i64>,
     pub labels: Option<Labels>,
 }
@@ -39,7 +39,7 @@ impl Engine {
     /// ownerReferences: scale, Status-answered deletes); its name from the owner's own state.
     pub(super) fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
         let uid = o.uid();
-        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).flatten().unwrap_or_else(|| Arc::from(""));
+        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).flatten().unwrap_or_default();
         OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), ty: o.ty, name }
     }
 
@@ -55,22 +55,22 @@ impl Engine {
             }
             let observed = p.observed_generation();
             let labels = trace_labels(p.policy.as_deref());
-            let trace = match &p.trace {
-                TraceState::Node(node) => Some(node.clone()),
+            let trace = match p.trace() {
+                TraceState::Node(node) => Some(node),
                 TraceState::Write { prev, user, time_us } if !user.is_empty() => {
                     let hop = Hop {
                         ty: p.ty,
                         name: p.name.clone().unwrap_or_else(|| owner.name.clone()),
-                        generation: NonZeroI64::new(p.generation),
-                        user: Some(*user),
-                        timestamp: NonZeroI64::new(*time_us),
+                        generation: NonZeroI64::new(p.generation()),
+                        user: Some(user),
+                        timestamp: NonZeroI64::new(time_us),
                         labels: labels.clone(),
                     };
                     let node = match prev {
-                        Some(prev) => trace::extend(prev.clone(), hop),
+                        Some(prev) => trace::extend(prev, hop),
                         None => trace::origin(hop),
                     };
-                    p.trace = TraceState::Node(node.clone());
+                    p.set_trace(TraceState::Node(node.clone()));
                     Some(node)
                 }
                 TraceState::Write { .. } | TraceState::Unknown => None,
@@ -79,7 +79,7 @@ impl Engine {
                 facts: ParentFacts {
                     deleting: p.deleting || p.deleted,
                     initialized: p.initialized,
-                    generation: p.generation,
+                    generation: p.generation(),
                     observed: observed.map(|(g, _)| g),
                 },
                 observed,

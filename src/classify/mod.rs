@@ -18,7 +18,7 @@ use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
 use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty};
-use crate::write::{kind_of_resource, ObjectFacts, Target, Uid, Write};
+use crate::write::{kind_of_resource, Name, ObjectFacts, Target, Uid, Write};
 use policy::PolicyCache;
 
 /// The result of applying one write.
@@ -128,7 +128,7 @@ impl Engine {
 
     /// Keeps `name` in the state of an object whose kind is known to own others.
     /// The object's own write wins over the name a child's ownerReference gave it.
-    fn keep_name(&self, s: &mut ObjectState, name: &Arc<str>) {
+    fn keep_name(&self, s: &mut ObjectState, name: &Name) {
         if name.is_empty() {
             return;
         }
@@ -172,7 +172,7 @@ impl Engine {
         s.namespace = f.namespace;
         self.keep_name(s, &f.name);
         if let Some(g) = f.generation {
-            s.generation = g;
+            s.set_generation(g);
         }
         s.set_observed(f.observed);
         s.set_content_hash(Some(f.content_hash));
@@ -227,7 +227,7 @@ impl Engine {
             |s| {
                 s.push_status_updater(w.user);
                 if !Self::is_stale(s, f) {
-                    s.set_status_write_generation(f.generation.or(Some(s.generation)));
+                    s.set_status_write_generation(f.generation.or(Some(s.generation())));
                     self.refresh(s, f, w);
                 }
             },
@@ -236,7 +236,7 @@ impl Engine {
 
     fn update(&self, w: &Write, f: &ObjectFacts) -> Applied {
         let key = Self::key(w, f.uid);
-        let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash(), s.status_hash(), s.generation));
+        let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash(), s.status_hash(), s.generation()));
         let spec_changed = match prev {
             Some((rv, ..)) if rv != 0 && f.resource_version == Some(rv) => {
                 self.store.update(&key, |s| s.seen_at(w.time_us));
@@ -258,7 +258,7 @@ impl Engine {
             if status_changed {
                 s.push_status_updater(w.user);
                 if !Self::is_stale(s, f) {
-                    s.set_status_write_generation(f.generation.or(Some(s.generation)));
+                    s.set_status_write_generation(f.generation.or(Some(s.generation())));
                 }
             }
             self.refresh(s, f, w);
@@ -269,7 +269,7 @@ impl Engine {
     /// A create, or an update that changed the spec.
     fn mutation(&self, w: &Write, f: &ObjectFacts) -> Enriched {
         let (event, trace) = self.judge_object(w, f, |_| {});
-        self.store.update(&Self::key(w, f.uid), |s| s.trace = trace);
+        self.store.update(&Self::key(w, f.uid), |s| s.set_trace(trace));
         event
     }
 
@@ -302,7 +302,7 @@ impl Engine {
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
-    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, by_ref: Ty) -> Enriched {
+    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Name, by_ref: Ty) -> Enriched {
         let key = Self::key(w, uid);
         let known = self.store.update(&key, |s| {
             s.push_updater(w.user);
@@ -312,7 +312,7 @@ impl Engine {
                 self.store.tombstoned();
             }
             s.seen_at(w.time_us);
-            (s.updaters(), s.owner, trace_labels(s.policy.as_deref()), s.ty, s.generation)
+            (s.updaters(), s.owner, trace_labels(s.policy.as_deref()), s.ty, s.generation())
         });
         let (updaters, owner, labels, ty, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
@@ -326,7 +326,7 @@ impl Engine {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn scale(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Arc<str>, resource: Sym, ref_api_version: Sym) -> Applied {
+    fn scale(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Name, resource: Sym, ref_api_version: Sym) -> Applied {
         let key = Self::key(w, uid);
         let rv = w.resource_version;
         if self.store.read(&key, |s| rv.is_some_and(|rv| rv == s.last_resource_version)) == Some(true) {
@@ -341,8 +341,8 @@ impl Engine {
             self.config.ignored(&kk).is_some_and(|paths| paths.iter().any(|p| p == &["spec", "replicas"]))
         });
         let known = self.store.update(&key, |s| {
-            if s.generation > 0 {
-                s.generation = s.generation.saturating_add(1);
+            if s.generation() > 0 {
+                s.set_generation(s.generation().saturating_add(1));
             }
             if !replicas_ignored {
                 s.set_content_hash(None);
@@ -351,7 +351,7 @@ impl Engine {
                 s.last_resource_version = s.last_resource_version.max(rv);
             }
             s.seen_at(w.time_us);
-            (s.ty, s.generation, s.owner, trace_labels(s.policy.as_deref()))
+            (s.ty, s.generation(), s.owner, trace_labels(s.policy.as_deref()))
         });
         if replicas_ignored {
             return Applied::Ignored(Ignored::NotSpecChange);
@@ -379,7 +379,7 @@ impl Engine {
         let child = Child { uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
-        self.store.update(&key, |s| s.trace = trace);
+        self.store.update(&key, |s| s.set_trace(trace));
         Applied::Classified(vec![event])
     }
 }

@@ -235,13 +235,13 @@ mod tests {
     use crate::classify::policy::Resolution;
     use crate::classify::Class;
     use crate::filter::Verb;
-    use crate::write::ObservedSource;
+    use crate::write::{Name, ObservedSource};
 
     fn hop(name: &str, labels: serde_json::Map<String, serde_json::Value>) -> HopOut {
         HopOut {
             api_version: Arc::from("apps/v1"),
             kind: Arc::from("Deployment"),
-            name: Arc::from(name),
+            name: Name::from(name),
             generation: Some(3),
             user: Some(Arc::from("alice")),
             timestamp: Some(Arc::from("2026-11-23T17:00:00.123456Z")),
@@ -261,13 +261,20 @@ mod tests {
             verb: Verb::Patch,
             user: t.clone(),
             user_hash: Arc::from("5xzgp"),
-            object: ObjectOut { api_version: t.clone(), kind: t.clone(), namespace: t.clone(), name: t.clone(), uid: t.clone(), generation: Some(i64::MIN) },
+            object: ObjectOut {
+                api_version: t.clone(),
+                kind: t.clone(),
+                namespace: t.clone(),
+                name: Name::from(text),
+                uid: t.clone(),
+                generation: Some(i64::MIN),
+            },
             class: Class::Drift,
             reason: text.to_string(),
             parent: Some(ParentOut {
                 api_version: t.clone(),
                 kind: t.clone(),
-                name: t.clone(),
+                name: Name::from(text),
                 uid: t.clone(),
                 generation: Some(i64::MAX),
                 observed_generation: Some(-1),
@@ -309,7 +316,7 @@ mod tests {
             e.parent = Some(ParentOut {
                 api_version: Arc::from("v1"),
                 kind: Arc::from("K"),
-                name: Arc::from("n"),
+                name: Name::from("n"),
                 uid: Arc::from("u"),
                 generation: None,
                 observed_generation: None,

@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use crate::classify::policy::Resolution;
 use crate::classify::Class;
 use crate::filter::Verb;
-use crate::write::ObservedSource;
+use crate::write::{Name, ObservedSource};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -50,7 +50,7 @@ pub struct ObjectOut {
     pub kind: Arc<str>,
     #[serde(skip_serializing_if = "str::is_empty")]
     pub namespace: Arc<str>,
-    pub name: Arc<str>,
+    pub name: Name,
     pub uid: Arc<str>,
     pub generation: Option<i64>,
 }
@@ -78,7 +78,7 @@ impl Phase {
 pub struct ParentOut {
     pub api_version: Arc<str>,
     pub kind: Arc<str>,
-    pub name: Arc<str>,
+    pub name: Name,
     pub uid: Arc<str>,
     pub generation: Option<i64>,
     pub observed_generation: Option<i64>,
@@ -101,7 +101,7 @@ pub struct ActorOut {
 pub struct HopOut {
     pub api_version: Arc<str>,
     pub kind: Arc<str>,
-    pub name: Arc<str>,
+    pub name: Name,
     pub generation: Option<i64>,
     pub user: Option<Arc<str>>,
     pub timestamp: Option<Arc<str>>,

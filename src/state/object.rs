@@ -5,7 +5,7 @@ use std::sync::Arc;
 use super::{ObjKey, Sym, Ty};
 use crate::classify::policy::Policy;
 use crate::classify::trace::Trace;
-use crate::write::{ObservedSource, Uid};
+use crate::write::{Name, ObservedSource, Uid};
 
 /// How many distinct users the updater sets keep (DESIGN §1.2).
 pub const MAX_RECENT: usize = 5;
@@ -75,9 +75,11 @@ pub struct ObjectState {
     /// Kept only for objects of a kind seen as a controller owner: a child's trace and the owner
     /// link of a write without ownerReferences (scale, a delete answered with a `Status`) need
     /// its owner's name, while the many leaves (Pods) never need their own. `None` otherwise.
-    pub name: Option<Arc<str>>,
+    pub name: Option<Name>,
     /// `metadata.generation` as last seen (advanced by one on a scale write); 0 when unknown.
-    pub generation: i64,
+    /// 32 bits: a value that does not fit, or is [`WIDE`] itself, is in `rare` (see
+    /// [`ObjectState::generation`]).
+    generation: i32,
     /// Observed generation from the object itself (status field or conditions), when `has`
     /// holds its source. 32 bits: a value that does not fit (never seen from a real API
     /// server) is in `rare`, marked by `HAS_WIDE_OBSERVED`.
@@ -108,8 +110,15 @@ pub struct ObjectState {
     /// The controller owner: UID and kind only (its name and UID text come with each write
     /// that carries the ownerReference, or from the owner's own state).
     pub owner: Option<OwnerKey>,
-    /// How the current generation came about (the trace of its producing mutation).
-    pub trace: TraceState,
+    /// How the current generation came about (the trace of its producing mutation): a
+    /// [`TraceState`] kept in three fields, so that its parts pack with the other 4-byte fields
+    /// (as an enum it takes 24 bytes with its tag and padding). `trace_user` is `Some` for a
+    /// producing write (`trace_ptr` is then the trace it extended); `None` for the object's own
+    /// node (`trace_ptr` is the node) or, with no pointer either, for no producing write.
+    trace_ptr: Option<Trace>,
+    trace_user: Option<Sym>,
+    /// The producing write's time in µs since the epoch, as two halves (4-byte aligned).
+    trace_time: [u32; 2],
     /// Parsed `kausality.io/` annotations, shared by objects with the same ones; `None` for
     /// the many objects without any.
     pub policy: Option<Arc<Policy>>,
@@ -137,10 +146,13 @@ struct Rare {
     status_updaters: Recent,
     /// `once` approvals already used up, by content hash, oldest first.
     consumed_approvals: Vec<u64>,
-    /// The observed and the status-write generation when they do not fit in 32 bits (in that
-    /// order).
-    wide: [i64; 2],
+    /// The observed, the status-write and the object's generation when they do not fit in 32
+    /// bits (in that order).
+    wide: [i64; 3],
 }
+
+/// The inline generation that says "in the rare box".
+const WIDE: i32 = i32::MIN;
 
 /// How many used-up `once` approvals an object remembers.
 const MAX_CONSUMED_APPROVALS: usize = 32;
@@ -148,7 +160,8 @@ const MAX_CONSUMED_APPROVALS: usize = 32;
 /// The trace of an object's producing mutation (DESIGN §1.6), kept compactly: the trace that
 /// write extended (its parent's, shared by all siblings) and who wrote it when. The object's own
 /// trace node is only built when one of its children extends it, and then replaces them (the
-/// node holds the same in its head hop): most objects are leaves and never need one. 24 bytes.
+/// node holds the same in its head hop): most objects are leaves and never need one. The
+/// state keeps it in three fields ([`ObjectState::trace`]), 20 bytes with no tag.
 #[derive(Clone, Debug, Default)]
 pub enum TraceState {
     /// No producing write was seen.
@@ -168,16 +181,6 @@ pub enum TraceState {
 }
 
 impl TraceState {
-    /// The producing write's (extended trace, user, time in µs) whichever way it is kept;
-    /// `(None, Sym::EMPTY, 0)` when unknown.
-    pub fn parts(&self) -> (Option<&Trace>, Sym, i64) {
-        match self {
-            TraceState::Unknown => (None, Sym::EMPTY, 0),
-            TraceState::Write { prev, user, time_us } => (prev.as_ref(), *user, *time_us),
-            TraceState::Node(n) => (n.prev.as_ref(), n.hop.user.unwrap_or(Sym::EMPTY), n.hop.timestamp.map_or(0, |t| t.get())),
-        }
-    }
-
     /// Kept from its parts (a restore): unknown when all three are.
     pub fn of_parts(prev: Option<Trace>, user: Sym, time_us: i64) -> Self {
         if prev.is_none() && user.is_empty() && time_us == 0 {
@@ -227,7 +230,9 @@ impl ObjectState {
             last_resource_version: 0,
             last_seen_s: 0,
             owner: None,
-            trace: TraceState::default(),
+            trace_ptr: None,
+            trace_user: None,
+            trace_time: [0; 2],
             policy: None,
             rare: None,
         }
@@ -252,6 +257,56 @@ impl ObjectState {
     /// Whole seconds rounded up, clamped to what 32 bits hold (1970 to 2106).
     fn seconds(time_us: i64) -> u32 {
         time_us.div_euclid(1_000_000).saturating_add((time_us.rem_euclid(1_000_000) != 0) as i64).clamp(0, u32::MAX as i64) as u32
+    }
+
+    /// `metadata.generation` as last seen; 0 when unknown.
+    pub fn generation(&self) -> i64 {
+        match (self.generation, &self.rare) {
+            (WIDE, Some(rare)) => rare.wide[2],
+            (g, _) => g as i64,
+        }
+    }
+
+    pub fn set_generation(&mut self, generation: i64) {
+        self.generation = match i32::try_from(generation) {
+            Ok(g) if g != WIDE => g,
+            _ => {
+                self.rare_mut().wide[2] = generation;
+                WIDE
+            }
+        };
+    }
+
+    /// How the current generation came about.
+    pub fn trace(&self) -> TraceState {
+        match (&self.trace_ptr, self.trace_user) {
+            (prev, Some(user)) => TraceState::Write { prev: prev.clone(), user, time_us: self.trace_time_us() },
+            (Some(node), None) => TraceState::Node(node.clone()),
+            (None, None) => TraceState::Unknown,
+        }
+    }
+
+    /// The producing write's (extended trace, user, time in µs) whichever way it is kept;
+    /// `(None, Sym::EMPTY, 0)` when unknown.
+    pub fn trace_parts(&self) -> (Option<&Trace>, Sym, i64) {
+        match (&self.trace_ptr, self.trace_user) {
+            (prev, Some(user)) => (prev.as_ref(), user, self.trace_time_us()),
+            (Some(n), None) => (n.prev.as_ref(), n.hop.user.unwrap_or(Sym::EMPTY), n.hop.timestamp.map_or(0, |t| t.get())),
+            (None, None) => (None, Sym::EMPTY, 0),
+        }
+    }
+
+    fn trace_time_us(&self) -> i64 {
+        let [lo, hi] = self.trace_time;
+        ((hi as u64) << 32 | lo as u64) as i64
+    }
+
+    pub fn set_trace(&mut self, trace: TraceState) {
+        (self.trace_ptr, self.trace_user, self.trace_time) = match trace {
+            TraceState::Unknown => (None, None, [0; 2]),
+            TraceState::Write { prev, user, time_us } => (prev, Some(user), [time_us as u32, (time_us as u64 >> 32) as u32]),
+            TraceState::Node(node) => (Some(node), None, [0; 2]),
+        };
     }
 
     /// The observed generation and its source, first found wins (DESIGN §1.3).
@@ -498,6 +553,15 @@ mod tests {
         s.set_observed(Some((i64::from(i32::MIN), ObservedSource::Status)));
         s.set_status_write_generation(Some(7));
         assert_eq!((s.observed(), s.status_write_generation()), (Some((i64::from(i32::MIN), ObservedSource::Status)), Some(7)));
+        // The generation likewise, with i32::MIN (the inline mark of a wide one) kept exactly.
+        for g in [0, 1, -1, i64::from(i32::MAX), i64::from(i32::MIN), i64::from(i32::MIN) + 1, i64::MAX, i64::MIN, 1 << 40] {
+            s.set_generation(g);
+            assert_eq!(s.generation(), g);
+            assert_eq!(s.observed_generation(), Some((i64::from(i32::MIN), ObservedSource::Status)), "the others stay");
+        }
+        let mut fresh = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        fresh.set_generation(i64::from(i32::MIN));
+        assert_eq!((fresh.generation(), fresh.status_write_generation()), (i64::from(i32::MIN), None));
         let uid = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128;
         assert_eq!(OwnerKey::new(uid, Ty::EMPTY).uid(), uid);
         for (time_us, kept) in [(0, 0), (1, 1_000_000), (2_000_000, 2_000_000), (2_000_001, 3_000_000), (-5, 0), (i64::MAX, u32::MAX as i64 * 1_000_000)] {
@@ -509,10 +573,39 @@ mod tests {
     }
 
     #[test]
+    fn a_trace_kept_in_three_fields_comes_back_as_it_was_set() {
+        use crate::classify::trace::{origin, Hop};
+        let i = super::super::Interner::new();
+        let (u, v) = (i.intern("u"), i.intern("v"));
+        let hop = |user| Hop { ty: Ty::EMPTY, name: Name::from("p"), generation: None, user: Some(user), timestamp: None, labels: None };
+        let node = origin(hop(v));
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        assert!(matches!(s.trace(), TraceState::Unknown));
+        assert_eq!(s.trace_parts(), (None, Sym::EMPTY, 0));
+        for time_us in [0, 1, -1, 1_700_000_000_123_456, i64::MAX, i64::MIN] {
+            for (prev, user) in [(None, u), (Some(node.clone()), Sym::EMPTY)] {
+                s.set_trace(TraceState::Write { prev: prev.clone(), user, time_us });
+                match s.trace() {
+                    TraceState::Write { prev: p, user: got, time_us: t } => {
+                        assert_eq!((p.as_ref().map(Trace::as_ptr), got, t), (prev.as_ref().map(Trace::as_ptr), user, time_us))
+                    }
+                    other => panic!("a write came back as {other:?}"),
+                }
+                assert_eq!(s.trace_parts(), (prev.as_ref(), user, time_us));
+            }
+        }
+        s.set_trace(TraceState::Node(node.clone()));
+        assert!(matches!(s.trace(), TraceState::Node(n) if Trace::ptr_eq(&n, &node)));
+        assert_eq!(s.trace_parts(), (None, v, 0), "a node's parts are its head hop's");
+        s.set_trace(TraceState::Unknown);
+        assert!(matches!(s.trace(), TraceState::Unknown));
+    }
+
+    #[test]
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
-        assert_eq!(std::mem::size_of::<ObjectState>(), 160, "with its key");
-        assert_eq!(std::mem::size_of::<TraceState>(), 24);
+        assert_eq!(std::mem::size_of::<ObjectState>(), 144, "with its key");
+
         assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
         assert_eq!(std::mem::size_of::<Option<OwnerKey>>(), 20);
         assert_eq!(std::mem::size_of::<Option<Sym>>(), 4);

@@ -15,7 +15,7 @@ use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceSt
 use crate::classify::policy::PolicyCache;
 use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
-use crate::write::{Annotations, ObservedSource};
+use crate::write::{Annotations, Name, ObservedSource};
 
 const MAGIC: &[u8] = b"KAUSALITY-STATE 4\n";
 
@@ -70,7 +70,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             sym(api_version, &mut strings);
             sym(kind, &mut strings);
         }
-        let (prev, user, _) = s.trace.parts();
+        let (prev, user, _) = s.trace_parts();
         if !user.is_empty() {
             sym(user, &mut strings);
         }
@@ -79,7 +79,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             let mut chain = Vec::new();
             let mut cur = Some(t);
             while let Some(n) = cur {
-                if nodes.contains_key(&Arc::as_ptr(n)) {
+                if nodes.contains_key(&Trace::as_ptr(n)) {
                     break;
                 }
                 chain.push(n.clone());
@@ -92,7 +92,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
                 if let Some(u) = n.hop.user {
                     sym(u, &mut strings);
                 }
-                nodes.insert(Arc::as_ptr(&n), node_list.len() as u32);
+                nodes.insert(Trace::as_ptr(&n), node_list.len() as u32);
                 node_list.push(n);
             }
         }
@@ -108,7 +108,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
     buf.uint(node_list.len() as u64);
     for n in &node_list {
         let h = &n.hop;
-        buf.uint(n.prev.as_ref().map_or(0, |p| nodes[&Arc::as_ptr(p)] as u64 + 1));
+        buf.uint(n.prev.as_ref().map_or(0, |p| nodes[&Trace::as_ptr(p)] as u64 + 1));
         let (api_version, kind) = interner.parts(h.ty);
         buf.uint(id(api_version));
         buf.uint(id(kind));
@@ -138,7 +138,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         buf.uint(id(kind));
         buf.uint(id(s.namespace));
         buf.str(s.name.as_deref().unwrap_or(""));
-        buf.int(s.generation);
+        buf.int(s.generation());
         match s.observed() {
             Some((g, src)) => {
                 buf.uint(1 + source_code(src));
@@ -168,8 +168,8 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             }
             None => buf.uint(0),
         }
-        let (prev, user, time_us) = s.trace.parts();
-        buf.uint(prev.map_or(0, |t| nodes[&Arc::as_ptr(t)] as u64 + 1));
+        let (prev, user, time_us) = s.trace_parts();
+        buf.uint(prev.map_or(0, |t| nodes[&Trace::as_ptr(t)] as u64 + 1));
         buf.uint(if user.is_empty() { 0 } else { id(user) + 1 });
         buf.int(time_us);
         let annotations = s.policy.as_ref().map(|p| &p.source.entries[..]).unwrap_or(&[]);
@@ -227,7 +227,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             i => Some(nodes.get(i as usize - 1).cloned().ok_or(SnapshotError::Corrupt("trace index"))?),
         };
         let ty = interner.ty(sym(d.uint()?)?, sym(d.uint()?)?);
-        let name: Arc<str> = Arc::from(d.str()?);
+        let name = Name::from(d.str()?);
         let generation = d.opt_int()?.and_then(NonZeroI64::new);
         let user = match d.uint()? {
             0 => None,
@@ -243,7 +243,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             labels.push((Box::from(d.str()?), Box::from(d.str()?)));
         }
         let labels = (!labels.is_empty()).then(|| Arc::new(labels));
-        nodes.push(Arc::new(TraceNode { hop: Hop { ty, name, generation, user, timestamp, labels }, prev }));
+        nodes.push(Trace::new(TraceNode { hop: Hop { ty, name, generation, user, timestamp, labels }, prev }));
     }
     let policies = PolicyCache::default();
     let n = d.len()?;
@@ -252,8 +252,8 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         let uid = d.u128()?;
         let ty = interner.ty(sym(d.uint()?)?, sym(d.uint()?)?);
         let mut s = ObjectState::new(ty, sym(d.uint()?)?);
-        s.name = Some(d.str()?).filter(|n| !n.is_empty()).map(Arc::from);
-        s.generation = d.int()?;
+        s.name = Some(d.str()?).filter(|n| !n.is_empty()).map(Name::from);
+        s.set_generation(d.int()?);
         s.set_observed(match d.uint()? {
             0 => None,
             c => Some((d.int()?, source_of(c - 1)?)),
@@ -285,7 +285,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
             0 => Sym::EMPTY,
             i => sym(i - 1)?,
         };
-        s.trace = TraceState::of_parts(prev, user, d.int()?);
+        s.set_trace(TraceState::of_parts(prev, user, d.int()?));
         let na = d.len()?;
         if na > 0 {
             let mut entries = Vec::with_capacity(na);

@@ -303,13 +303,12 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
 
     use crate::state::Ty;
 
     fn named(name: &str) -> ObjectState {
         let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
-        s.name = Some(Arc::from(name));
+        s.name = Some(crate::write::Name::from(name));
         s
     }
 
@@ -385,8 +384,8 @@ mod tests {
         assert_eq!(store.len(), 1);
         let mut seen = Vec::new();
         store.for_each(|k, s| seen.push((k.uid(), s.name.clone())));
-        assert_eq!(seen, vec![(uid, Some(Arc::from("b")))]);
-        assert_eq!(store.remove(&key).and_then(|s| s.name), Some(Arc::from("b")));
+        assert_eq!(seen, vec![(uid, Some(crate::write::Name::from("b")))]);
+        assert_eq!(store.remove(&key).and_then(|s| s.name), Some(crate::write::Name::from("b")));
         assert!(store.is_empty() && store.remove(&key).is_none());
     }
 

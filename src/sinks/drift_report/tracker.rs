@@ -142,7 +142,7 @@ mod tests {
                 api_version: Arc::from("v1"),
                 kind: Arc::from("ConfigMap"),
                 namespace: Arc::from("ns"),
-                name: Arc::from(child),
+                name: crate::write::Name::from(child),
                 uid: Arc::from(child),
                 generation: None,
             },
@@ -151,7 +151,7 @@ mod tests {
             parent: Some(ParentOut {
                 api_version: Arc::from("example.org/v1"),
                 kind: Arc::from("App"),
-                name: Arc::from("app"),
+                name: crate::write::Name::from("app"),
                 uid: Arc::from("P"),
                 generation: Some(parent_gen),
                 observed_generation: Some(parent_gen),

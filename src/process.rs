@@ -281,6 +281,20 @@ impl Processor {
         }
     }
 
+    /// The time that orders a write among others of its cluster, beside its resourceVersion:
+    /// its stageTimestamp when it has a resourceVersion (it was surely written by then), else
+    /// its requestReceivedTimestamp (it was surely not written before then). A write without
+    /// a resourceVersion (a delete answered with a `Status`) then goes after every write that
+    /// had completed when its request came, and after any write without one whose request came
+    /// first: the garbage collector's delete of a child after its owner's delete, whichever
+    /// response completed first.
+    fn order_time(w: &Write) -> i64 {
+        match (w.resource_version, w.received_us) {
+            (None, received) if received != 0 => received,
+            _ => w.time_us,
+        }
+    }
+
     fn hold(&mut self, seq: u64) {
         if self.held_seqs.is_empty() {
             self.held_base = seq;
@@ -389,8 +403,8 @@ impl Processor {
                 _ => received_us,
             };
             let buffer = self.buffers.entry(item.cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
-            let (rv, event_us, seq) = (write.resource_version, write.time_us, write.seq);
-            buffer.push(write, rv, time, event_us, &mut self.released);
+            let (rv, seq, order_us) = (write.resource_version, write.seq, Self::order_time(&write));
+            buffer.push(write, rv, time, order_us, &mut self.released);
             self.hold(seq);
             self.apply_released(now_us, out);
         }
@@ -527,6 +541,7 @@ mod tests {
             cluster: Sym::EMPTY,
             audit_id: Arc::from("broken"),
             time_us: 1,
+            received_us: 0,
             stage_timestamp: Arc::from(""),
             verb: Verb::Update,
             subresource: Subresource::Scale,

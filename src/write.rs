@@ -147,6 +147,11 @@ pub struct Write {
     pub audit_id: Arc<str>,
     /// Event time (stageTimestamp) in µs since the epoch; 0 when unknown.
     pub time_us: i64,
+    /// When the API server received the request (requestReceivedTimestamp), in µs since the
+    /// epoch; 0 when unknown. Orders a write that has no resourceVersion: a request that
+    /// causes another is always received before it, while their stageTimestamps (taken when
+    /// each response completes) can come in either order under load.
+    pub received_us: i64,
     pub stage_timestamp: Arc<str>,
     pub verb: Verb,
     pub subresource: Subresource,
@@ -224,6 +229,7 @@ impl Extractor<'_> {
             cluster,
             audit_id: Arc::from(ev.audit_id.as_deref().unwrap_or("")),
             time_us: parse_rfc3339_micros(stage_ts).unwrap_or(0),
+            received_us: ev.request_received_timestamp.as_deref().and_then(parse_rfc3339_micros).unwrap_or(0),
             stage_timestamp: Arc::from(stage_ts),
             verb: adm.verb,
             subresource: adm.subresource,

@@ -5,6 +5,7 @@
 mod common;
 
 use common::{classes, processor, run};
+use kausality_stream::decode::time::format_rfc3339_micros;
 use kausality_stream::decode::Location;
 use kausality_stream::enriched::Enriched;
 use kausality_stream::sim::*;
@@ -214,4 +215,61 @@ fn the_window_runs_from_when_the_body_was_received() {
     // Taken in after its window: applied at once.
     let (_, out) = take_in(T, T + WINDOW + 5_000);
     assert_eq!(classes(&out).len(), 2);
+}
+
+/// A delete as the API server answers it when the object had no finalizers left: a `Status`
+/// and no resourceVersion, with the request received at `received_us` and answered at
+/// `stage_us`.
+fn answered_with_status(delete: &str, received_us: i64, stage_us: i64) -> String {
+    let mut ev: serde_json::Value = serde_json::from_str(delete).expect("an event");
+    let obj = ev["responseObject"].take();
+    let details = json!({"name": obj["metadata"]["name"], "group": "apps", "kind": "replicasets", "uid": obj["metadata"]["uid"]});
+    ev["responseObject"] = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details});
+    ev["requestReceivedTimestamp"] = json!(format_rfc3339_micros(received_us));
+    ev["stageTimestamp"] = json!(format_rfc3339_micros(stage_us));
+    ev.to_string()
+}
+
+fn timed(event: &str, received_us: i64, stage_us: i64) -> String {
+    let mut ev: serde_json::Value = serde_json::from_str(event).expect("an event");
+    ev["requestReceivedTimestamp"] = json!(format_rfc3339_micros(received_us));
+    ev["stageTimestamp"] = json!(format_rfc3339_micros(stage_us));
+    ev.to_string()
+}
+
+/// Two API servers under load (docs/e2e.md, `dual-deletes`): the admin's background delete of
+/// a Deployment and the garbage collector's delete of its ReplicaSet are both answered with a
+/// `Status`. The collector's request came after the admin's (it reacts to it), but its response
+/// completed first, as did the collector's delete of a pod (which has a resourceVersion), and
+/// the collector's API server sent its batch first. Ordered by when each request came, the
+/// owner's delete goes first and both of the collector's deletes are teardown; ordered by
+/// stageTimestamp, the ReplicaSet's delete read as a new origin.
+#[test]
+fn an_owners_delete_goes_before_its_dependents_by_when_each_request_came() {
+    let mut api = ApiServer::new();
+    let mut ev = Vec::new();
+    let (d, e) = api.create(ADMIN, deployment("a", "web", 1, "web:1"));
+    ev.push(e);
+    let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&d, "h1", 1, "web:1"));
+    ev.push(e);
+    let (p, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
+    ev.push(e);
+    ev.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
+    ev.push(api.report(DEPLOYMENT_CONTROLLER, &d, &[("Available", "True")]));
+    api.advance_ms(100);
+    let t = api.now_us();
+    let delete_deployment = answered_with_status(&api.delete(ADMIN, &d, &[]), t, t + 40_000);
+    let delete_rs = answered_with_status(&api.delete(GARBAGE_COLLECTOR, &rs, &[]), t + 5_000, t + 10_000);
+    let delete_pod = timed(&api.delete(GARBAGE_COLLECTOR, &p, &[]), t + 12_000, t + 15_000);
+    // The collector's batch first, then the admin's.
+    let mut arrived = ev.clone();
+    arrived.extend([delete_rs.clone(), delete_pod.clone(), delete_deployment.clone()]);
+    let out = common::run_with(Default::default(), &arrived);
+    assert_eq!(common::class_of(&out, &delete_deployment), kausality_stream::classify::Class::Unowned);
+    assert_eq!(common::class_of(&out, &delete_rs), kausality_stream::classify::Class::Deleting, "{:?}", classes(&out));
+    assert_eq!(common::class_of(&out, &delete_pod), kausality_stream::classify::Class::Deleting);
+    // In any order of arrival within the window, the same.
+    let mut reversed = ev;
+    reversed.extend([delete_deployment.clone(), delete_pod.clone(), delete_rs.clone()]);
+    assert_eq!(classes(&common::run_with(Default::default(), &reversed)), classes(&out));
 }

@@ -102,6 +102,7 @@ impl Engine {
                         cluster,
                         audit_id: Arc::from(""),
                         time_us,
+                        received_us: 0,
                         stage_timestamp: Arc::from(""),
                         verb: Verb::Update,
                         subresource: Subresource::None,

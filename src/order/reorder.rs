@@ -112,7 +112,10 @@ impl<T> ReorderBuffer<T> {
     }
 
     /// Adds a write; releases into `out` whatever is due. `time_us` is the buffer's clock
-    /// (event or arrival time); `event_us` the write's own stageTimestamp (0 when unknown).
+    /// (event or arrival time); `event_us` the write's own time (0 when unknown): for a write
+    /// with a resourceVersion, when it was surely written (its stageTimestamp); for one
+    /// without, when it was surely not written yet (its requestReceivedTimestamp), so that it
+    /// is placed after the writes that had completed by then.
     pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, out: &mut Vec<Released<T>>) {
         self.seq += 1;
         let placed = rv.is_none() && event_us != 0;

@@ -98,13 +98,25 @@ async fn finished(task: std::thread::JoinHandle<Summary>) -> Summary {
     panic!("the processor did not stop within 5 s");
 }
 
+/// Waits up to 5 s for the barrier's answer.
+async fn answered(answer: &std::sync::mpsc::Receiver<bool>) -> Option<bool> {
+    for _ in 0..500 {
+        if let Ok(ok) = answer.try_recv() {
+            return Some(ok);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
 #[tokio::test]
 async fn bodies_being_decoded_are_taken_in_intake_order_and_before_a_later_barrier() {
     let h = start();
     let mut api = ApiServer::new();
-    let (a, b) = (h.decoded(&mut api, "a"), h.decoded(&mut api, "b"));
+    let (a, b, c) = (h.decoded(&mut api, "a"), h.decoded(&mut api, "b"), h.decoded(&mut api, "c"));
     let first = h.queue("first").await;
     let second = h.queue("second").await;
+    let third = h.queue("third").await;
     // The second batch is decoded first; the processor must still wait for the first.
     second.send(b).unwrap();
     let (reply, answer) = std::sync::mpsc::channel();
@@ -115,22 +127,25 @@ async fn bodies_being_decoded_are_taken_in_intake_order_and_before_a_later_barri
     assert!(answer.try_recv().is_err(), "the barrier waits for the batches queued before it");
 
     first.send(a).unwrap();
-    let mut answered = None;
     for _ in 0..500 {
-        if let Ok(ok) = answer.try_recv() {
-            answered = Some(ok);
+        if h.delivered.lock().unwrap().len() >= 2 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(answered, Some(true));
-    // When the barrier answers, both batches are in, classified, delivered and done, in order.
-    assert_eq!(*h.done.lock().unwrap(), ["first", "second"]);
-    assert_eq!(*h.delivered.lock().unwrap(), ["a", "b"]);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(*h.delivered.lock().unwrap(), ["a", "b"], "in intake order, up to the undecoded third");
+    assert!(answer.try_recv().is_err(), "the third batch, queued before the barrier, is not in yet");
+
+    third.send(c).unwrap();
+    assert_eq!(answered(&answer).await, Some(true));
+    // When the barrier answers, every batch queued before it is in, delivered and done.
+    assert_eq!(*h.done.lock().unwrap(), ["first", "second", "third"]);
+    assert_eq!(*h.delivered.lock().unwrap(), ["a", "b", "c"]);
     h.stop.send_replace(true);
     let summary = finished(h.task).await;
     assert!(!summary.failed);
-    assert_eq!(summary.batches, 2);
+    assert_eq!(summary.batches, 3);
 }
 
 #[tokio::test]
@@ -138,8 +153,10 @@ async fn a_body_lost_while_decoding_stops_the_processor_before_a_later_one_is_do
     let h = start();
     let mut api = ApiServer::new();
     let b = h.decoded(&mut api, "b");
-    drop(h.queue("lost").await);
+    let lost = h.queue("lost").await;
     h.queue("after").await.send(b).unwrap();
+    // Dropped only once both are queued: the processor stops as soon as it sees the loss.
+    drop(lost);
     let summary = finished(h.task).await;
     assert!(summary.failed);
     // Had "after" been done, its offset would be committed past the lost messages.

@@ -590,3 +590,6 @@ fn probe_lag(consumer: &BaseConsumer<SourceContext>, metrics: &Metrics, ended: &
         shown = now_shown;
     }
 }
+
+#[cfg(test)]
+mod tests;

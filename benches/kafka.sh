@@ -7,6 +7,7 @@
 #                                          # properties of the Kafka sink, as TOML lines
 #   SOURCE_PROPERTIES='"fetch.queue.backoff.ms" = "1000"' benches/kafka.sh   # consumer's
 #   TIMELINE=1 benches/kafka.sh         # received / delivered / lag every 0.5 s of (b)
+#   BIN=/tmp/kausality-stream-old benches/kafka.sh   # (b) with another binary, not built here
 #
 # 1. builds the release binary, starts a local broker (scripts/kafka.sh on its own ports and
 #    state dir; or uses BROKERS=host:port if set), generates EVENTS audit events in the
@@ -30,7 +31,7 @@ export KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19293}"
 export KAFKA_STATE_DIR="${KAFKA_STATE_DIR:-/tmp/kausality-bench-kafka}"
 BROKERS="${BROKERS:-}"
 WORK="$(mktemp -d /tmp/kausality-bench.XXXXXX)"
-BIN=target/release/kausality-stream
+BIN="${BIN:-}"
 RUN_ID="$$-$(date +%s)"
 IN="bench-audit-$RUN_ID"
 OUT="bench-enriched-$RUN_ID"
@@ -57,8 +58,11 @@ if ! dpkg -s libcurl4-openssl-dev >/dev/null 2>&1; then
   apt-get -o DPkg::Lock::Timeout=600 -qq install -y libcurl4-openssl-dev >/dev/null 2>&1 ||
     { apt-get -qq update && apt-get -qq install -y libcurl4-openssl-dev >/dev/null; }
 fi
-log "building the release binary"
-cargo build --release --locked --quiet
+if [[ -z "$BIN" ]]; then
+  log "building the release binary"
+  cargo build --release --locked --quiet
+  BIN=target/release/kausality-stream
+fi
 
 if [[ -z "$BROKERS" ]]; then
   if ! scripts/kafka.sh status >/dev/null 2>&1; then

@@ -387,11 +387,26 @@ topic = ""
 /// from the first (after a barrier and a synchronous commit) and nothing is lost.
 #[test]
 fn rebalance_to_a_second_member_loses_nothing() {
-    if !enabled("rebalance_to_a_second_member_loses_nothing") {
-        return;
+    if enabled("rebalance_to_a_second_member_loses_nothing") {
+        rebalanced(false);
     }
+}
+
+/// With transactions, a revoke commits what was taken in before the partitions go: every
+/// message polled must reach the processor before that barrier (one gathered or being decoded
+/// after it would be committed by a member that no longer owns its partition, and read again
+/// by the next owner).
+#[test]
+fn rebalance_exactly_once_neither_loses_nor_duplicates() {
+    if enabled("rebalance_exactly_once_neither_loses_nor_duplicates") {
+        rebalanced(true);
+    }
+}
+
+/// A second member joins the group in the middle of a stream on two partitions.
+fn rebalanced(exactly_once: bool) {
     let kafka = Kafka::get();
-    let (dir_a, dir_b) = (temp_dir("member-a"), temp_dir("member-b"));
+    let (dir_a, dir_b) = (temp_dir(if exactly_once { "member-a-eos" } else { "member-a" }), temp_dir(if exactly_once { "member-b-eos" } else { "member-b" }));
     let (input, output, group) = (kafka.unique("audit"), kafka.unique("enriched"), kafka.unique("group"));
     kafka.create_topic(&input, 2);
     kafka.create_topic(&output, 2);
@@ -407,9 +422,16 @@ fn rebalance_to_a_second_member_loses_nothing() {
         })
         .collect();
     kafka.produce(&input, &msgs);
-    let a = Serve::start(&pipeline(&dir_a, &kafka.brokers, &input, &output, &group, ""));
+    let extra = |member: &str| {
+        if exactly_once {
+            format!("exactly_once = true\ntransactional_id = \"{group}-{member}-tx\"\ntransaction_interval = \"300ms\"")
+        } else {
+            String::new()
+        }
+    };
+    let a = Serve::start(&pipeline(&dir_a, &kafka.brokers, &input, &output, &group, &extra("a")));
     wait_for("the first member's first outputs", 60, || a.metric("kausality_sink_events_total", &["sink=\"kafka\""]) > 500.0);
-    let b = Serve::start(&pipeline(&dir_b, &kafka.brokers, &input, &output, &group, ""));
+    let b = Serve::start(&pipeline(&dir_b, &kafka.brokers, &input, &output, &group, &extra("b")));
     let ends = kafka.end_offsets(&input, 2);
     assert!(ends.iter().all(|e| *e > 0), "both partitions have messages: {ends:?}");
     wait_for("every message committed by the group", 180, || kafka.committed(&group, &input, 2).iter().zip(&ends).all(|(c, e)| *c == Some(*e)));
@@ -422,7 +444,11 @@ fn rebalance_to_a_second_member_loses_nothing() {
     let seen = counts(&out);
     let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
     assert!(missing.is_empty(), "outputs missing after the rebalance, e.g. {missing:?}");
-    println!("rebalance: {} outputs, {} distinct, {} expected", out.len(), seen.len(), expected.len());
+    let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).take(5).collect();
+    println!("rebalance (exactly_once={exactly_once}): {} outputs, {} distinct, {} expected", out.len(), seen.len(), expected.len());
+    if exactly_once {
+        assert!(duplicated.is_empty(), "exactly-once: outputs written twice across the rebalance, e.g. {duplicated:?}");
+    }
     for s in [a, b] {
         let (code, _) = s.terminate();
         assert_eq!(code, 0);

@@ -2,7 +2,8 @@
 //! [`Processor`] (dedupe window, reorder buffers) and runs on a thread of its own, because
 //! classifying a 400-event batch is CPU work that must not stall the async runtime's workers
 //! serving the webhook. Sources decode on their own threads ([`crate::process::Decoder`]);
-//! a raw body (the file source) is decoded here. It takes bodies from the bounded intake queue,
+//! a raw body (the file source) is decoded here, and a body still being decoded (the Kafka
+//! source's decode stage) is waited for when its turn in the intake comes. It takes bodies from the bounded intake queue,
 //! releases the reorder buffer on a timer, sends enriched events to every sink (waiting when a
 //! sink's queue is full: that is the backpressure) and writes the state snapshot between two
 //! batches. On stop it closes the intake, drains what was queued, flushes the reorder buffer
@@ -155,7 +156,10 @@ impl ProcessorTask {
             match step {
                 Step::Batch(b) => {
                     summary.batches += 1;
-                    self.take(b, &mut out);
+                    if !self.take(b, &mut out).await {
+                        summary.failed = true;
+                        return summary;
+                    }
                 }
                 Step::Observe(o) => {
                     let engine = self.processor.engine();
@@ -214,7 +218,10 @@ impl ProcessorTask {
         while let Some(b) = self.intake.recv().await {
             summary.batches += 1;
             let floor = self.processor.low_water_seq();
-            self.take(b, &mut out);
+            if !self.take(b, &mut out).await {
+                summary.failed = true;
+                return summary;
+            }
             summary.enriched += self.emit(&mut out, floor).await;
         }
         if !self.track {
@@ -251,7 +258,10 @@ impl ProcessorTask {
             while let Ok(b) = self.intake.try_recv() {
                 summary.batches += 1;
                 let floor = self.processor.low_water_seq();
-                self.take(b, out);
+                if !self.take(b, out).await {
+                    summary.failed = true;
+                    return false;
+                }
                 summary.enriched += self.emit(out, floor).await;
             }
         }
@@ -308,16 +318,27 @@ impl ProcessorTask {
         }
     }
 
-    fn take(&mut self, b: Batch, out: &mut Vec<Enriched>) {
+    /// Takes a body in (waiting for its events when they are still being decoded). False when
+    /// they never come (the decoding failed, a defect): the caller stops the processor, so that
+    /// no later message of the source is marked done past the lost ones (their offsets stay
+    /// uncommitted and are read again after the restart).
+    async fn take(&mut self, b: Batch, out: &mut Vec<Enriched>) -> bool {
         let report = match b.body {
             Body::Raw(bytes) => {
                 let unwrap = b.unwrap.unwrap_or(self.processor.options().decode.unwrap);
                 self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &bytes, unwrap, b.source, now_us(), out)
             }
-            Body::Decoded(decoded) => {
-                let now = now_us();
-                self.processor.ingest_decoded(decoded, b.received_us.map_or(now, |r| r.min(now)), now, out)
-            }
+            Body::Decoded(decoded) => self.ingest_decoded(decoded, b.received_us, out),
+            Body::Decoding(events) => match events.await {
+                Ok(decoded) => self.ingest_decoded(decoded, b.received_us, out),
+                Err(_) => {
+                    tracing::error!(
+                        source = b.source,
+                        "a batch was lost while being decoded (see the panic above); stopping, its messages are read again after the restart"
+                    );
+                    return false;
+                }
+            },
         };
         if let Some(ack) = b.ack {
             // The source may have given up waiting (client gone): nothing to do then.
@@ -326,6 +347,12 @@ impl ProcessorTask {
         if let Some(done) = b.done {
             self.checkpoints.message(self.processor.last_seq(), done);
         }
+        true
+    }
+
+    fn ingest_decoded(&mut self, decoded: crate::process::Decoded, received_us: Option<i64>, out: &mut Vec<Enriched>) -> crate::process::IngestReport {
+        let now = now_us();
+        self.processor.ingest_decoded(decoded, received_us.map_or(now, |r| r.min(now)), now, out)
     }
 
     /// Sends the enriched events to every sink, waiting for room in each queue. `floor` is
@@ -373,3 +400,6 @@ impl ProcessorTask {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -88,4 +88,10 @@ pub enum Body {
     /// Decoded on the source's own thread (a [`crate::process::Decoder`]), each message with
     /// its own cluster, so that decoding runs in parallel with classification.
     Decoded(Decoded),
+    /// Being decoded elsewhere (the Kafka source's decode threads): the processor waits for
+    /// the events when it takes the batch in, in intake order, so a batch queued before
+    /// another is taken in before it however long each takes to decode. A closed receiver
+    /// means the decoding failed (a defect); the processor then stops, so that no later
+    /// message is marked done past the lost ones.
+    Decoding(oneshot::Receiver<Decoded>),
 }

@@ -1,16 +1,18 @@
-//! The Kafka consumer: one thread that polls, hands each message to the processor as a
-//! [`Batch`] (waiting when the intake queue is full: that is the backpressure), and stores a
+//! The Kafka consumer: one thread that polls, gathers copies of the messages into a [`Batch`]
+//! for the processor, decoded meanwhile by the decode threads of `stage` (waiting when the
+//! decode queue or the intake queue is full: that is the backpressure), and stores a
 //! partition's offset only once the message is done (every output acknowledged by every sink,
 //! see [`crate::pipeline::checkpoint`]). librdkafka's auto-commit then commits the stored
 //! offsets every second (`enable.auto.offset.store = false`, as in rust-rdkafka's
 //! `at_least_once` example). All consumer calls that change state happen on this thread;
 //! the rebalance callbacks run inside its `poll`.
 //!
-//! Rebalances: before partitions are taken away, the processor is asked for a barrier (take
-//! every queued message in, flush the reorder buffer, wait for the sinks), then what is done
-//! is committed synchronously, so the next owner starts after it. Whatever did not finish in
-//! `revoke_timeout` is read again by the next owner (at-least-once: duplicates are allowed,
-//! and dropped downstream by auditID when they meet the same dedupe window).
+//! Rebalances: before partitions are taken away, the messages gathered so far are sent to the
+//! processor, and the processor is asked for a barrier (take every queued message in, flush
+//! the reorder buffer, wait for the sinks), then what is done is committed synchronously, so
+//! the next owner starts after it. Whatever did not finish in `revoke_timeout` is read again
+//! by the next owner (at-least-once: duplicates are allowed, and dropped downstream by auditID
+//! when they meet the same dedupe window).
 //!
 //! With `exactly_once`, nothing is stored here: done offsets go to the shared
 //! [`Transaction`], which the processor commits together with the sink's output.
@@ -31,13 +33,12 @@ use rdkafka::types::RDKafkaRespErr;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::stage::{Decoders, Gather, Sealed};
 use super::KafkaSourceConfig;
-use crate::decode::Unwrap;
 use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
 use crate::pipeline::checkpoint::{Barrier, Done};
-use crate::pipeline::processor::now_us;
-use crate::process::{Decoded, Decoder};
+use crate::process::Decoder;
 use crate::sources::{Batch, Body};
 
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +47,8 @@ pub enum Error {
     Create(KafkaError),
     #[error("kafka source: cannot subscribe to {topics}: {source}")]
     Subscribe { topics: String, source: KafkaError },
+    #[error("kafka source: cannot start the decode threads: {0}")]
+    Thread(std::io::Error),
 }
 
 /// What the pipeline hands the source.
@@ -57,7 +60,7 @@ pub struct Wiring {
     pub barriers: mpsc::Sender<Barrier>,
     /// Set with `exactly_once`: done offsets go into the transaction.
     pub transaction: Option<Arc<Transaction>>,
-    /// Decodes messages on the polling thread.
+    /// Decodes messages on the decode threads.
     pub decoder: Decoder,
     /// Exactly-once: the positions the restored snapshot covers, by topic and partition.
     pub resume: HashMap<(String, i32), i64>,
@@ -148,9 +151,67 @@ impl Offsets {
     }
 }
 
+/// What the polling thread hands to the processor: the batch being gathered, the decode
+/// threads, and the queues. It sits in the context, not on `run`'s stack, because a revoke
+/// (inside `poll`) must send what was gathered before it asks for the barrier; else those
+/// messages would reach the processor after the barrier, though their partitions are gone.
+struct Outbox {
+    gather: Gather,
+    /// `None` (each of these three) once stopped: nothing more is sent.
+    decoders: Option<Decoders>,
+    intake: Option<mpsc::Sender<Batch>>,
+    /// The shutdown waits until every sender of completions (one in each `Done`) is gone.
+    completed: Option<std_mpsc::Sender<Position>>,
+    transaction: Option<Arc<Transaction>>,
+}
+
+impl Outbox {
+    /// Sends the messages gathered so far to the processor as one batch, its events decoded
+    /// by the decode threads meanwhile; waits while the decode queue or the intake is full.
+    /// False once the processor takes no more.
+    fn flush(&mut self, offsets: &Mutex<Offsets>) -> bool {
+        if self.gather.is_empty() {
+            return true;
+        }
+        let Sealed { raw, last, received_us } = self.gather.seal();
+        let (Some(decoders), Some(intake), Some(completed)) = (&self.decoders, &self.intake, &self.completed) else { return false };
+        let Some(events) = decoders.submit(raw) else { return false };
+        {
+            let mut o = offsets.lock().expect("offsets lock");
+            for (topic, partition, offset) in &last {
+                if let Some(pr) = o.parts.get_mut(&(topic.clone(), *partition)) {
+                    pr.consumed = pr.consumed.max(*offset);
+                }
+            }
+        }
+        let (tx, txn) = (completed.clone(), self.transaction.clone());
+        let done = Done::new(move || {
+            for (topic, partition, offset) in last {
+                if let Some(t) = &txn {
+                    t.done(&topic, partition, offset);
+                }
+                let _ = tx.send(Position { topic, partition, offset });
+            }
+        });
+        let batch =
+            Batch { cluster: None, body: Body::Decoding(events), source: "kafka", ack: None, done: Some(done), unwrap: None, received_us: Some(received_us) };
+        intake.blocking_send(batch).is_ok()
+    }
+
+    /// Stops sending: what is gathered is dropped (read again after the restart: it is not
+    /// `consumed`, so never done), the decode threads finish what they hold and end.
+    fn close(&mut self) {
+        self.gather.seal();
+        self.decoders = None;
+        self.intake = None;
+        self.completed = None;
+    }
+}
+
 /// The consumer's callbacks: rebalances, commits, and librdkafka's log.
 pub struct SourceContext {
     offsets: Mutex<Offsets>,
+    outbox: Mutex<Outbox>,
     /// Exactly-once: the positions the restored snapshot covers, used at a partition's first
     /// assignment.
     resume: Mutex<HashMap<Partition, i64>>,
@@ -280,6 +341,9 @@ impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let Rebalance::Revoke(tpl) = rebalance else { return };
         let parts: Vec<Partition> = tpl.elements().iter().map(|e| (Arc::from(e.topic()), e.partition())).collect();
+        // Every message polled goes into the intake before the barrier is asked for, so the
+        // processor takes it in before the barrier (it drains the intake first).
+        self.outbox.lock().expect("outbox lock").flush(&self.offsets);
         let pending = !self.offsets.lock().expect("offsets lock").all_done(&parts);
         if pending {
             // Finish what was taken in, so its offsets can be committed before another
@@ -368,8 +432,17 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
         ("isolation.level", "read_committed".to_string()),
     ];
     let config = client::client_config(&cfg.brokers, DEFAULTS, &cfg.properties, &managed);
+    let decoders = Decoders::start(w.decoder.clone(), cfg.unwrap, DECODE_THREADS).map_err(Error::Thread)?;
+    let outbox = Outbox {
+        gather: Gather::default(),
+        decoders: Some(decoders),
+        intake: Some(w.intake.clone()),
+        completed: Some(completed),
+        transaction: w.transaction.clone(),
+    };
     let context = SourceContext {
         offsets: Mutex::new(Offsets { completions, parts: HashMap::new(), disconnected: false, last_store_error: None }),
+        outbox: Mutex::new(outbox),
         resume: Mutex::new(if exactly_once { w.resume.iter().map(|((t, p), n)| ((Arc::from(t.as_str()), *p), *n)).collect() } else { HashMap::new() }),
         silent: Mutex::new(HashMap::new()),
         any_silent: AtomicBool::new(false),
@@ -392,7 +465,7 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
     };
     let cfg = cfg.clone();
     Ok(tokio::task::spawn_blocking(move || {
-        run(&cfg, &consumer, completed, &w);
+        run(&cfg, &consumer, &w);
         ended.store(true, Ordering::Relaxed);
         if let Some(t) = lag {
             let _ = t.join();
@@ -400,81 +473,23 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
     }))
 }
 
-/// Most messages, and payload bytes, in one batch. Messages already fetched are gathered into
-/// one batch (one queue hop, one wake-up of the processor for many messages); a batch never
-/// waits for more messages to come.
-const BATCH_MESSAGES: usize = 2000;
-const BATCH_BYTES: usize = 1 << 20;
+/// Decode threads. Two: decoding is most of the source's CPU, and one thread was the
+/// bottleneck of the whole path (docs/performance.md §3); the processor takes their batches
+/// in order whichever finishes first.
+const DECODE_THREADS: usize = 2;
 
-/// A gathered batch: its events, the highest offset per partition, when its first message
-/// was polled (µs).
-type Gathered = (Decoded, Vec<(Arc<str>, i32, i64)>, i64);
-
-/// The batch being gathered: each message is decoded as it is polled, on this thread, while
-/// the processor classifies the previous batch.
-struct Gather {
-    decoder: Decoder,
-    unwrap: Unwrap,
-    decoded: Decoded,
-    messages: usize,
-    bytes: usize,
-    /// Highest offset per partition in this batch.
-    last: Vec<(Arc<str>, i32, i64)>,
-    /// When the batch's first message was polled (wall clock, µs).
-    received_us: i64,
-}
-
-impl Gather {
-    fn new(decoder: Decoder, unwrap: Unwrap) -> Self {
-        Gather { decoder, unwrap, decoded: Decoded::default(), messages: 0, bytes: 0, last: Vec::new(), received_us: 0 }
-    }
-
-    /// Decodes a message on its own (a bad message does not spoil its neighbours).
-    /// `silent`: read again only for the state (see [`Decoded::silence_from`]).
-    fn add(&mut self, topic: &Arc<str>, partition: i32, offset: i64, cluster: Option<&[u8]>, payload: &[u8], silent: bool) {
-        if self.messages == 0 {
-            self.received_us = now_us();
-        }
-        let cluster = cluster.and_then(|c| std::str::from_utf8(c).ok());
-        let from = self.decoded.len();
-        self.decoder.decode(cluster, payload, self.unwrap, "kafka", &mut self.decoded);
-        if silent {
-            self.decoded.silence_from(from);
-        }
-        self.messages += 1;
-        self.bytes += payload.len();
-        match self.last.iter_mut().find(|(t, p, _)| *p == partition && t == topic) {
-            Some(l) => l.2 = offset,
-            None => self.last.push((topic.clone(), partition, offset)),
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.messages == 0
-    }
-
-    fn full(&self) -> bool {
-        self.messages >= BATCH_MESSAGES || self.bytes >= BATCH_BYTES
-    }
-
-    /// The batch so far and when its first message was polled, leaving this one empty.
-    fn take(&mut self) -> Gathered {
-        self.messages = 0;
-        self.bytes = 0;
-        (std::mem::take(&mut self.decoded), std::mem::take(&mut self.last), self.received_us)
-    }
-}
-
-fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, completed: std_mpsc::Sender<Position>, w: &Wiring) {
+fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiring) {
     let topics: Vec<Arc<str>> = cfg.topics.iter().map(|t| Arc::from(t.as_str())).collect();
     let offsets = &consumer.context().offsets;
+    // Never locked across `poll`: a revoke inside it flushes the outbox.
+    let outbox = &consumer.context().outbox;
     let mut last_store = Instant::now();
     let mut last_error: Option<Instant> = None;
     let mut messages = 0u64;
-    let mut gather = Gather::new(w.decoder.clone(), cfg.unwrap);
     while !*w.stop.borrow() {
         // Wait for messages only when there is nothing to hand over.
-        let wait = if gather.is_empty() { Duration::from_millis(100) } else { Duration::ZERO };
+        let idle = outbox.lock().expect("outbox lock").gather.is_empty();
+        let wait = if idle { Duration::from_millis(100) } else { Duration::ZERO };
         let flush = match consumer.poll(wait) {
             None => true,
             Some(Err(e)) => {
@@ -489,42 +504,14 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, complete
                 let topic = topics.iter().find(|t| ***t == *m.topic()).cloned().unwrap_or_else(|| Arc::from(m.topic()));
                 let cluster = m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value));
                 let silent = consumer.context().is_silent(&(topic.clone(), m.partition()), m.offset());
-                gather.add(&topic, m.partition(), m.offset(), cluster, m.payload().unwrap_or_default(), silent);
+                let mut o = outbox.lock().expect("outbox lock");
+                o.gather.add(&topic, m.partition(), m.offset(), cluster, m.payload().unwrap_or_default(), silent);
                 messages += 1;
-                gather.full()
+                o.gather.full()
             }
         };
-        if flush && !gather.is_empty() {
-            let (decoded, last, received_us) = gather.take();
-            {
-                let mut o = offsets.lock().expect("offsets lock");
-                for (topic, partition, offset) in &last {
-                    if let Some(pr) = o.parts.get_mut(&(topic.clone(), *partition)) {
-                        pr.consumed = pr.consumed.max(*offset);
-                    }
-                }
-            }
-            let (tx, txn) = (completed.clone(), w.transaction.clone());
-            let done = Done::new(move || {
-                for (topic, partition, offset) in last {
-                    if let Some(t) = &txn {
-                        t.done(&topic, partition, offset);
-                    }
-                    let _ = tx.send(Position { topic, partition, offset });
-                }
-            });
-            let batch = Batch {
-                cluster: None,
-                body: Body::Decoded(decoded),
-                source: "kafka",
-                ack: None,
-                done: Some(done),
-                unwrap: None,
-                received_us: Some(received_us),
-            };
-            if w.intake.blocking_send(batch).is_err() {
-                break;
-            }
+        if flush && !outbox.lock().expect("outbox lock").flush(offsets) {
+            break;
         }
         if last_store.elapsed() >= Duration::from_millis(100) {
             let mut o = offsets.lock().expect("offsets lock");
@@ -539,7 +526,7 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, complete
     if let Ok(a) = consumer.assignment() {
         let _ = consumer.pause(&a);
     }
-    drop(completed);
+    outbox.lock().expect("outbox lock").close();
     let deadline = Instant::now() + w.shutdown_timeout;
     loop {
         let finished = {
@@ -603,3 +590,6 @@ fn probe_lag(consumer: &BaseConsumer<SourceContext>, metrics: &Metrics, ended: &
         shown = now_shown;
     }
 }
+
+#[cfg(test)]
+mod tests;

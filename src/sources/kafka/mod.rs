@@ -7,10 +7,12 @@
 //! header (`cluster_header`), else the pipeline's `cluster`. Offsets are committed only once
 //! every output of the message has been acknowledged by every sink (at-least-once; see
 //! [`crate::pipeline::checkpoint`]), or, with `exactly_once`, inside the Kafka sink's
-//! transaction. The consumer itself is in [`consumer`].
+//! transaction. The consumer itself is in [`consumer`]; its decode threads in `stage`.
 
 #[cfg(feature = "kafka")]
 pub mod consumer;
+#[cfg(feature = "kafka")]
+mod stage;
 
 use serde::Deserialize;
 

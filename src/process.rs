@@ -162,14 +162,28 @@ impl Decoder {
         let cluster = self.cluster_sym(cluster);
         into.source = source;
         let opts = DecodeOptions { unwrap, ..self.decode.clone() };
-        decode::decode_body(body, &opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into));
+        Self::contained(source, into, |into| decode::decode_body(body, &opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into)));
     }
 
     /// Decodes one JSON document (one line of a log file) and appends its admitted events.
     pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, into: &mut Decoded) {
         let cluster = self.cluster_sym(cluster);
         into.source = source;
-        decode::decode_document(doc, location, &self.decode, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into));
+        Self::contained(source, into, |into| {
+            decode::decode_document(doc, location, &self.decode, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into))
+        });
+    }
+
+    /// Runs one decode so that a panic in it (a defect) costs only the rest of that body: the
+    /// events taken before it are kept, the body is counted invalid (`internal`), and the
+    /// service, and the good bodies around it, go on. Without it a Kafka message that panics
+    /// the decoder would stop the service at every restart, and a webhook batch would be
+    /// answered 500 and sent again by the API server, good events and all.
+    fn contained(source: &'static str, into: &mut Decoded, decode: impl FnOnce(&mut Decoded)) {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode(&mut *into))).is_err() {
+            tracing::error!(source, "the decoder failed on a body (a defect; the panic is logged above): skipped and counted as invalid (internal)");
+            into.reject(Invalid::new(Location::Body, InvalidReason::Internal, "the decoder failed on this body; skipped"));
+        }
     }
 
     fn take(&self, cluster: Sym, r: Result<AuditEvent<'_>, Invalid>, into: &mut Decoded) {
@@ -573,5 +587,31 @@ mod tests {
         p.ingest_document(None, good.as_bytes(), Location::Line(1), "test", 0, &mut out);
         p.flush(0, &mut out);
         assert_eq!(out.iter().map(|e| (&*e.audit_id, e.class)).collect::<Vec<_>>(), [("good", Class::Unowned)]);
+    }
+
+    #[test]
+    fn a_body_the_decoder_fails_on_is_counted_invalid_and_keeps_what_came_before_it() {
+        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+        let metrics = Arc::new(Metrics::new());
+        let mut p = Processor::new(engine, metrics.clone(), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() });
+        let decoder = p.decoder();
+        let good = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"good","stage":"ResponseComplete",
+            "requestURI":"/api/v1/namespaces/x/configmaps","verb":"create","user":{"username":"alice"},
+            "objectRef":{"resource":"configmaps","namespace":"x","name":"c","apiVersion":"v1"},"responseStatus":{"code":201},
+            "responseObject":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c","namespace":"x","uid":"u-1","resourceVersion":"6"},"data":{"k":"v"}},
+            "stageTimestamp":"2023-11-14T22:15:00.000000Z"}"#;
+        // A decode that takes one event in, then fails as a defect would.
+        let mut decoded = Decoded::default();
+        Decoder::contained("test", &mut decoded, |into| {
+            decoder.decode(None, good.as_bytes(), Unwrap::None, "test", into);
+            panic!("a defect in the decoder");
+        });
+        assert_eq!((decoded.len(), decoded.report().events, decoded.report().invalid), (1, 1, 1));
+        assert_eq!(decoded.report().errors[0].reason, InvalidReason::Internal);
+        let mut out = Vec::new();
+        p.ingest_decoded(decoded, 0, 0, &mut out);
+        p.flush(0, &mut out);
+        assert_eq!(out.iter().map(|e| (&*e.audit_id, e.class)).collect::<Vec<_>>(), [("good", Class::Unowned)]);
+        assert_eq!(metrics.invalid_count(InvalidReason::Internal), 1);
     }
 }

@@ -39,10 +39,13 @@ pub enum InvalidReason {
     Wrapper,
     /// Not UTF-8 (e.g. UTF-16 with a BOM).
     Encoding,
+    /// The decoder itself failed on the record (a defect, logged as an error): the record is
+    /// skipped and counted, so that it cannot stop the service or be retried forever.
+    Internal,
 }
 
 impl InvalidReason {
-    pub const ALL: [InvalidReason; 9] = [
+    pub const ALL: [InvalidReason; 10] = [
         InvalidReason::Json,
         InvalidReason::Truncated,
         InvalidReason::InvalidField,
@@ -52,6 +55,7 @@ impl InvalidReason {
         InvalidReason::TooLarge,
         InvalidReason::Wrapper,
         InvalidReason::Encoding,
+        InvalidReason::Internal,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -65,6 +69,7 @@ impl InvalidReason {
             InvalidReason::TooLarge => "too_large",
             InvalidReason::Wrapper => "wrapper",
             InvalidReason::Encoding => "encoding",
+            InvalidReason::Internal => "internal",
         }
     }
 }

@@ -156,7 +156,8 @@ impl Decoders {
                 // queue, the others for the lock, and none holds it while decoding.
                 let job = queue.lock().unwrap_or_else(|e| e.into_inner()).recv();
                 let Ok(job) = job else { return };
-                // A panic drops the reply; the processor then stops rather than let later
+                // The decoder contains a panic on one message (counted invalid, `internal`); one
+                // outside it drops the reply, and the processor then stops rather than let later
                 // offsets be committed past this batch. The thread lives on for the others.
                 if let Ok(decoded) = catch_unwind(AssertUnwindSafe(|| job.raw.decode(&decoder, unwrap))) {
                     let _ = job.reply.send(decoded);

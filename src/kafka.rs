@@ -65,7 +65,7 @@ pub use client::*;
 
 #[cfg(feature = "kafka")]
 mod client {
-    use std::collections::HashMap;
+    use std::collections::{HashMap, HashSet};
     use std::sync::{Arc, Mutex, OnceLock};
     use std::time::Duration;
 
@@ -142,6 +142,11 @@ mod client {
         dirty: bool,
         /// `next` as of the last successful commit: what the committed state covers.
         committed: HashMap<(Arc<str>, i32), i64>,
+        /// Partitions taken away and not assigned again: a message of one that is done late
+        /// (its batch outlived the revoke's wait) must not put the partition back into the
+        /// transaction, whose commit would then write an offset for another member's
+        /// partition.
+        revoked: HashSet<(Arc<str>, i32)>,
     }
 
     /// What a commit did.
@@ -167,7 +172,11 @@ mod client {
         /// A message is done (called by the processor thread).
         pub fn done(&self, topic: &Arc<str>, partition: i32, offset: i64) {
             let mut o = self.offsets.lock().expect("offsets lock");
-            let next = o.next.entry((topic.clone(), partition)).or_insert(0);
+            let key = (topic.clone(), partition);
+            if o.revoked.contains(&key) {
+                return;
+            }
+            let next = o.next.entry(key).or_insert(0);
             // Never backwards: messages read again after a restart (below the group's
             // committed offset) are done again.
             if offset + 1 > *next {
@@ -176,10 +185,16 @@ mod client {
             }
         }
 
+        /// A partition assigned (again): its done messages count from now on.
+        pub fn assigned(&self, topic: &Arc<str>, partition: i32) {
+            self.offsets.lock().expect("offsets lock").revoked.remove(&(topic.clone(), partition));
+        }
+
         /// A partition assigned whose group offset is `committed`: done offsets start there.
         pub fn resume(&self, topic: &Arc<str>, partition: i32, committed: i64) {
             let mut o = self.offsets.lock().expect("offsets lock");
             let key = (topic.clone(), partition);
+            o.revoked.remove(&key);
             let next = o.next.entry(key.clone()).or_insert(committed);
             *next = (*next).max(committed);
             let next = *next;
@@ -201,6 +216,7 @@ mod client {
             for p in parts {
                 o.next.remove(p);
                 o.committed.remove(p);
+                o.revoked.insert(p.clone());
             }
         }
 
@@ -295,6 +311,39 @@ mod client {
         }
         fn error(&self, e: KafkaError, reason: &str) {
             error(self.0, e, reason)
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        fn pending(t: &Transaction) -> Vec<(String, i32, i64)> {
+            let o = t.offsets.lock().expect("offsets lock");
+            let mut v: Vec<_> = o.next.iter().map(|((topic, p), n)| (topic.to_string(), *p, *n)).collect();
+            v.sort();
+            v
+        }
+
+        #[test]
+        fn a_message_done_after_its_partition_was_revoked_stays_out_of_the_transaction() {
+            let t = Transaction::new("t".into(), Duration::from_secs(1));
+            let topic: Arc<str> = Arc::from("audit");
+            t.resume(&topic, 0, 10);
+            t.done(&topic, 0, 12);
+            t.done(&topic, 1, 3);
+            assert_eq!(pending(&t), [("audit".into(), 0, 13), ("audit".into(), 1, 4)]);
+            t.forget(&[(topic.clone(), 0), (topic.clone(), 1)]);
+            // A batch that outlived the revoke's wait is done now: another member owns both.
+            t.done(&topic, 0, 20);
+            t.done(&topic, 1, 5);
+            assert_eq!(pending(&t), []);
+            // Assigned again, with a group offset and without one: counted again.
+            t.resume(&topic, 0, 21);
+            t.assigned(&topic, 1);
+            t.done(&topic, 0, 21);
+            t.done(&topic, 1, 6);
+            assert_eq!(pending(&t), [("audit".into(), 0, 22), ("audit".into(), 1, 7)]);
         }
     }
 }

@@ -242,6 +242,7 @@ impl SourceContext {
         let Some(txn) = &self.transaction else { return };
         let mut query = TopicPartitionList::new();
         for e in tpl.elements() {
+            txn.assigned(&Arc::from(e.topic()), e.partition());
             query.add_partition(e.topic(), e.partition());
         }
         let committed = match consumer.committed_offsets(query, Duration::from_secs(10)) {

@@ -225,9 +225,7 @@ fn answered_with_status(delete: &str, received_us: i64, stage_us: i64) -> String
     let obj = ev["responseObject"].take();
     let details = json!({"name": obj["metadata"]["name"], "group": "apps", "kind": "replicasets", "uid": obj["metadata"]["uid"]});
     ev["responseObject"] = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details});
-    ev["requestReceivedTimestamp"] = json!(format_rfc3339_micros(received_us));
-    ev["stageTimestamp"] = json!(format_rfc3339_micros(stage_us));
-    ev.to_string()
+    timed(&ev.to_string(), received_us, stage_us)
 }
 
 fn timed(event: &str, received_us: i64, stage_us: i64) -> String {

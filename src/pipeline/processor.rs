@@ -3,11 +3,11 @@
 //! classifying a 400-event batch is CPU work that must not stall the async runtime's workers
 //! serving the webhook. Sources decode on their own threads ([`crate::process::Decoder`]);
 //! a raw body (the file source) is decoded here, and a body still being decoded (the Kafka
-//! source's decode stage) is waited for when its turn in the intake comes. It takes bodies from the bounded intake queue,
-//! releases the reorder buffer on a timer, sends enriched events to every sink (waiting when a
-//! sink's queue is full: that is the backpressure) and writes the state snapshot between two
-//! batches. On stop it closes the intake, drains what was queued, flushes the reorder buffer
-//! and writes the final snapshot.
+//! source's decode stage) is waited for when its turn in the intake comes. It takes bodies
+//! from the bounded intake queue, releases the reorder buffer on a timer, sends enriched
+//! events to every sink (waiting when a sink's queue is full: that is the backpressure) and
+//! writes the state snapshot between two batches. On stop it closes the intake, drains what
+//! was queued, flushes the reorder buffer and writes the final snapshot.
 //!
 //! With a Kafka source it also keeps the [`Checkpoints`]: which messages are done, so their
 //! offsets may be committed. Then a snapshot is only written at a barrier (reorder buffer

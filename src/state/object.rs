@@ -616,7 +616,6 @@ mod tests {
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
         assert_eq!(std::mem::size_of::<ObjectState>(), 144, "with its key");
-
         assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
         // With its 8-byte heap header, glibc's 96-byte bin (one byte more: the 112-byte bin).
         assert!(std::mem::size_of::<Rare>() <= 88, "{}", std::mem::size_of::<Rare>());

@@ -54,7 +54,7 @@ impl Engine {
                 p.name = Some(owner.name.clone());
             }
             let observed = p.observed_generation();
-            let labels = trace_labels(p.policy.as_deref());
+            let labels = trace_labels(p.policy());
             let trace = match p.trace() {
                 TraceState::Node(node) => Some(node),
                 TraceState::Write { prev, user, time_us } if !user.is_empty() => {
@@ -86,7 +86,7 @@ impl Engine {
                 status_updaters: p.status_updaters(),
                 deleted: p.deleted,
                 trace,
-                policy: p.policy.clone(),
+                policy: p.policy().cloned(),
                 consumed: p.consumed_approvals().to_vec(),
                 labels,
             }
@@ -288,6 +288,6 @@ fn format_uid(uid: Uid) -> String {
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
-pub(super) fn trace_labels(p: Option<&Policy>) -> Option<Labels> {
+pub(super) fn trace_labels(p: Option<&Arc<Policy>>) -> Option<Labels> {
     p.and_then(|p| p.trace_labels.clone())
 }

@@ -189,9 +189,9 @@ impl Engine {
         }
         s.owner = f.owner.as_ref().map(|o| OwnerKey::new(o.uid, o.ty));
         match &f.annotations {
-            None => s.policy = None,
-            Some(a) if s.policy.as_ref().is_some_and(|p| p.source_hash == a.hash) => {}
-            Some(a) => s.policy = Some(self.policies.get(a)),
+            None => s.set_policy(None),
+            Some(a) if s.policy().is_some_and(|p| p.source_hash == a.hash) => {}
+            Some(a) => s.set_policy(Some(self.policies.get(a))),
         }
         if !s.initialized {
             s.initialized = self.initialized_now(s, f);
@@ -217,7 +217,7 @@ impl Engine {
         (on(LifecycleSignal::InitializedCondition) && f.conditions.initialized)
             || (on(LifecycleSignal::ReadyCondition) && f.conditions.ready)
             || (on(LifecycleSignal::AvailableCondition) && f.conditions.available && observed.is_some())
-            || (on(LifecycleSignal::PhaseAnnotation) && s.policy.as_ref().is_some_and(|p| p.phase_initialized))
+            || (on(LifecycleSignal::PhaseAnnotation) && s.policy().is_some_and(|p| p.phase_initialized))
             || (on(LifecycleSignal::ObservedGeneration) && f.observed.is_some_and(|(g, _)| Some(g) == f.generation))
     }
 
@@ -296,7 +296,7 @@ impl Engine {
                 s.push_updater(w.user);
                 self.refresh(s, f, w);
                 also(s);
-                (s.updaters(), trace_labels(s.policy.as_deref()))
+                (s.updaters(), trace_labels(s.policy()))
             },
         );
         let child = Child { uid_text: &f.uid_text, ty: f.ty, namespace: f.namespace, name: &f.name, generation: f.generation, labels };
@@ -313,7 +313,7 @@ impl Engine {
                 self.store.tombstoned();
             }
             s.seen_at(w.time_us);
-            (s.updaters(), s.owner, trace_labels(s.policy.as_deref()), s.ty, s.generation())
+            (s.updaters(), s.owner, trace_labels(s.policy()), s.ty, s.generation())
         });
         let (updaters, owner, labels, ty, generation) = known.clone().unwrap_or_else(|| {
             let mut r = Recent::default();
@@ -352,7 +352,7 @@ impl Engine {
                 s.last_resource_version = s.last_resource_version.max(rv);
             }
             s.seen_at(w.time_us);
-            (s.ty, s.generation(), s.owner, trace_labels(s.policy.as_deref()))
+            (s.ty, s.generation(), s.owner, trace_labels(s.policy()))
         });
         if replicas_ignored {
             return Applied::Ignored(Ignored::NotSpecChange);

@@ -11,6 +11,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::trace::Labels;
 use crate::decode::time::parse_rfc3339_micros;
+use crate::state::SharedPolicy;
 use crate::write::Annotations;
 
 pub const APPROVALS: &str = "kausality.io/approvals";
@@ -229,9 +230,10 @@ impl Policy {
 
 /// Recently parsed policies by the hash of their annotations. Objects made from one template
 /// carry the same annotations (every Deployment of a team with the same trace label): they share
-/// one parsed policy instead of a copy each.
+/// one parsed policy instead of a copy each, and while they have no other rare part, one box of
+/// rare parts holding it ([`SharedPolicy`]).
 #[derive(Debug)]
-pub struct PolicyCache(Mutex<LruCache<u64, Arc<Policy>>>);
+pub struct PolicyCache(Mutex<LruCache<u64, SharedPolicy>>);
 
 impl Default for PolicyCache {
     /// Room for a thousand distinct policies: more than the templates of a large cluster.
@@ -247,12 +249,12 @@ impl PolicyCache {
 
     /// The policy of `annotations`: the cached one when the same annotations were seen
     /// recently, else parsed now.
-    pub fn get(&self, annotations: &Annotations) -> Arc<Policy> {
+    pub fn get(&self, annotations: &Annotations) -> SharedPolicy {
         let cached = self.0.lock().expect("policy cache lock poisoned").get(&annotations.hash).cloned();
-        if let Some(p) = cached.filter(|p| p.source.entries == annotations.entries) {
+        if let Some(p) = cached.filter(|p| p.policy().source.entries == annotations.entries) {
             return p;
         }
-        let p = Arc::new(Policy::parse(annotations));
+        let p = SharedPolicy::new(Arc::new(Policy::parse(annotations)));
         self.0.lock().expect("policy cache lock poisoned").put(annotations.hash, p.clone());
         p
     }
@@ -362,10 +364,10 @@ mod tests {
         let cache = PolicyCache::new(16);
         let a = |v: &str| Annotations { entries: vec![(Box::from("kausality.io/trace-team"), Box::from(v))], hash: 7 };
         let (p, q) = (cache.get(&a("red")), cache.get(&a("red")));
-        assert!(Arc::ptr_eq(&p, &q));
+        assert!(Arc::ptr_eq(p.policy(), q.policy()));
         let other = cache.get(&a("blue"));
         assert_eq!(
-            other.trace_labels.as_deref().map(Vec::as_slice),
+            other.policy().trace_labels.as_deref().map(Vec::as_slice),
             Some(&[(Box::from("team"), Box::from("blue"))][..]),
             "same hash, other entries: parsed anew"
         );

@@ -172,7 +172,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         buf.uint(prev.map_or(0, |t| nodes[&Trace::as_ptr(t)] as u64 + 1));
         buf.uint(if user.is_empty() { 0 } else { id(user) + 1 });
         buf.int(time_us);
-        let annotations = s.policy.as_ref().map(|p| &p.source.entries[..]).unwrap_or(&[]);
+        let annotations = s.policy().map(|p| &p.source.entries[..]).unwrap_or(&[]);
         buf.uint(annotations.len() as u64);
         for (k, v) in annotations {
             buf.str(k);
@@ -298,7 +298,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
                 h.update(&[0]);
                 entries.push((Box::from(k), Box::from(v)));
             }
-            s.policy = Some(policies.get(&Annotations { entries, hash: h.digest() }));
+            s.set_policy(Some(policies.get(&Annotations { entries, hash: h.digest() })));
         }
         for _ in 0..d.len()? {
             s.consume_approval(d.uint()?);

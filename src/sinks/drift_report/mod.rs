@@ -112,7 +112,7 @@ fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &O
     let parent = ctx
         .engine
         .store
-        .read(&ObjKey::new(cluster, uid_key(parent_uid)), |s| (s.generation(), s.deleted || s.deleting, s.policy.clone(), s.consumed_approvals().to_vec()));
+        .read(&ObjKey::new(cluster, uid_key(parent_uid)), |s| (s.generation(), s.deleted || s.deleting, s.policy().cloned(), s.consumed_approvals().to_vec()));
     let Some((generation, gone, policy, consumed)) = parent else { return false };
     if gone || generation > o.parent_generation {
         return true;

@@ -463,7 +463,7 @@ fn kept_names(p: &kausality_stream::process::Processor, objects: &[&ObjRef]) -> 
             let mut name = None;
             p.engine().store.for_each(|k, s| {
                 if k.uid() == uid {
-                    name = s.name.as_deref().map(str::to_string);
+                    name = s.name().map(|n| n.to_string());
                 }
             });
             name

@@ -39,7 +39,7 @@ impl Engine {
     /// ownerReferences: scale, Status-answered deletes); its name from the owner's own state.
     pub(super) fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
         let uid = o.uid();
-        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name.clone()).flatten().unwrap_or_default();
+        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name().cloned()).flatten().unwrap_or_default();
         OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), ty: o.ty, name }
     }
 
@@ -50,8 +50,8 @@ impl Engine {
         // A write lock: the parent's trace node is built here on first use and kept in place of
         // its producing write.
         self.store.update(key, |p| {
-            if p.name.is_none() && !owner.name.is_empty() {
-                p.name = Some(owner.name.clone());
+            if p.name().is_none() {
+                p.set_name(owner.name.clone());
             }
             let observed = p.observed_generation();
             let labels = trace_labels(p.policy());
@@ -60,7 +60,7 @@ impl Engine {
                 TraceState::Write { prev, user, time_us } if !user.is_empty() => {
                     let hop = Hop {
                         ty: p.ty,
-                        name: p.name.clone().unwrap_or_else(|| owner.name.clone()),
+                        name: p.name().cloned().unwrap_or_else(|| owner.name.clone()),
                         generation: NonZeroI64::new(p.generation()),
                         user: Some(user),
                         timestamp: NonZeroI64::new(time_us),

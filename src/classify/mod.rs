@@ -133,10 +133,10 @@ impl Engine {
         if name.is_empty() {
             return;
         }
-        match &s.name {
+        match s.name() {
             Some(kept) if **kept == **name => {}
-            Some(_) => s.name = Some(name.clone()),
-            None if self.owner_kinds.contains_key(&s.ty) => s.name = Some(name.clone()),
+            Some(_) => s.set_name(name.clone()),
+            None if self.owner_kinds.contains_key(&s.ty) => s.set_name(name.clone()),
             None => {}
         }
     }
@@ -144,7 +144,7 @@ impl Engine {
     /// After a restore: the kinds of the objects that kept a name are owner kinds.
     pub fn note_restored_owner_kinds(&self) {
         self.store.for_each(|_, s| {
-            if s.name.is_some() {
+            if s.name().is_some() {
                 self.note_owner_kind(s.ty);
             }
         });

@@ -1,10 +1,11 @@
 //! What is remembered of one object between its writes.
 
+use std::num::NonZeroI64;
 use std::sync::Arc;
 
 use super::{ObjKey, Sym, Ty};
 use crate::classify::policy::Policy;
-use crate::classify::trace::Trace;
+use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::write::{Name, ObservedSource, Uid};
 
 /// How many distinct users the updater sets keep (DESIGN §1.2).
@@ -73,10 +74,6 @@ pub struct ObjectState {
     /// (apiVersion, kind), one handle for the pair ([`super::Interner::parts`]).
     pub ty: Ty,
     pub namespace: Sym,
-    /// Kept only for objects of a kind seen as a controller owner: a child's trace and the owner
-    /// link of a write without ownerReferences (scale, a delete answered with a `Status`) need
-    /// its owner's name, while the many leaves (Pods) never need their own. `None` otherwise.
-    pub name: Option<Name>,
     /// `metadata.generation` as last seen (advanced by one on a scale write); 0 when unknown.
     /// 32 bits: a value that does not fit, or is [`WIDE`] itself, is in `rare` (see
     /// [`ObjectState::generation`]).
@@ -111,14 +108,26 @@ pub struct ObjectState {
     /// The controller owner: UID and kind only (its name and UID text come with each write
     /// that carries the ownerReference, or from the owner's own state).
     pub owner: Option<OwnerKey>,
-    /// How the current generation came about (the trace of its producing mutation): a
-    /// [`TraceState`] kept in three fields, so that its parts pack with the other 4-byte fields
-    /// (as an enum it takes 24 bytes with its tag and padding). `trace_user` is `Some` for a
-    /// producing write (`trace_ptr` is then the trace it extended); `None` for the object's own
-    /// node (`trace_ptr` is the node) or, with no pointer either, for no producing write.
+    /// How the current generation came about (the trace of its producing mutation) and, for an
+    /// object that keeps its name, the name: a [`TraceState`] kept in three fields, so that its
+    /// parts pack with the other 4-byte fields (as an enum it takes 24 bytes with its tag and
+    /// padding).
+    /// - `trace_user` `Some`: a producing write of an object without a kept name; `trace_ptr`
+    ///   is the trace it extended, `trace_time` its time in µs since the epoch as two halves.
+    /// - `trace_user` `None`, `trace_ptr` `Some`: the object's own node, whose head hop holds
+    ///   its name. Built on its first use as a parent ([`TraceState::Node`]), or, with
+    ///   `trace_time` [`PENDING`], not built yet: the node then only carries the name and the
+    ///   producing write (the trace it extended, user and time; no user and no time when none
+    ///   was seen), and its generation and labels are not filled in.
+    /// - neither: no producing write, no kept name.
+    ///
+    /// An object keeps its name only when its kind has been seen as a controller owner: a
+    /// child's trace and the owner link of a write without ownerReferences (scale, a delete
+    /// answered with a `Status`) need their owner's name, while the many leaves (Pods) never
+    /// need their own. Kept in the node, where a child's trace needs it anyway, it costs no
+    /// pointer of its own in every state.
     trace_ptr: Option<Trace>,
     trace_user: Option<Sym>,
-    /// The producing write's time in µs since the epoch, as two halves (4-byte aligned).
     trace_time: [u32; 2],
     /// What few objects need; `None` for most. Shared, and copied before it changes: the
     /// objects with the same policy and no other rare part share one ([`SharedPolicy`]).
@@ -195,6 +204,10 @@ impl SharedPolicy {
 /// The inline generation that says "in the rare box".
 const WIDE: i32 = i32::MIN;
 
+/// `trace_time` of an own node that is not built yet: only the name and the producing write
+/// are in it (an own node that is built keeps no time there).
+const PENDING: [u32; 2] = [u32::MAX; 2];
+
 /// How many used-up `once` approvals an object remembers.
 const MAX_CONSUMED_APPROVALS: usize = 32;
 
@@ -256,7 +269,6 @@ impl ObjectState {
             key: ObjKey::new(Sym::EMPTY, 0),
             ty,
             namespace,
-            name: None,
             generation: 0,
             observed_generation: 0,
             status_write_generation: 0,
@@ -321,9 +333,53 @@ impl ObjectState {
     pub fn trace(&self) -> TraceState {
         match (&self.trace_ptr, self.trace_user) {
             (prev, Some(user)) => TraceState::Write { prev: prev.clone(), user, time_us: self.trace_time_us() },
+            (Some(node), None) if self.trace_time == PENDING => {
+                TraceState::of_parts(node.prev.clone(), node.hop.user.unwrap_or(Sym::EMPTY), node.hop.timestamp.map_or(0, |t| t.get()))
+            }
             (Some(node), None) => TraceState::Node(node.clone()),
             (None, None) => TraceState::Unknown,
         }
+    }
+
+    /// The name, when the object keeps it (see `trace_ptr`).
+    pub fn name(&self) -> Option<&Name> {
+        match (&self.trace_ptr, self.trace_user) {
+            (Some(node), None) if !node.hop.name.is_empty() => Some(&node.hop.name),
+            _ => None,
+        }
+    }
+
+    /// Keeps `name` (an empty one is no name). The trace stays as it was; an own node already
+    /// built is copied with the new name, so children that extended the old one keep it.
+    pub fn set_name(&mut self, name: Name) {
+        if name.is_empty() || self.name() == Some(&name) {
+            return;
+        }
+        let node = match (&self.trace_ptr, self.trace_user) {
+            (Some(node), None) => TraceNode { hop: Hop { name, ..node.hop.clone() }, prev: node.prev.clone() },
+            _ => {
+                self.pending(name, self.trace());
+                return;
+            }
+        };
+        self.trace_ptr = Some(Trace::new(node));
+    }
+
+    /// Keeps `name` and `trace` (a producing write, or none) in an own node not built yet.
+    fn pending(&mut self, name: Name, trace: TraceState) {
+        let (prev, user, time_us) = match trace {
+            TraceState::Write { prev, user, time_us } => (prev, user, time_us),
+            TraceState::Unknown | TraceState::Node(_) => (None, Sym::EMPTY, 0),
+        };
+        let hop = Hop { ty: self.ty, name, generation: None, user: Some(user).filter(|u| !u.is_empty()), timestamp: NonZeroI64::new(time_us), labels: None };
+        if self.trace_time == PENDING {
+            // The node not built yet is this state's alone (nothing extends it): reused.
+            if let Some(node) = self.trace_ptr.as_mut().and_then(Trace::get_mut) {
+                *node = TraceNode { hop, prev };
+                return;
+            }
+        }
+        (self.trace_ptr, self.trace_user, self.trace_time) = (Some(Trace::new(TraceNode { hop, prev })), None, PENDING);
     }
 
     /// The producing write's (extended trace, user, time in µs) whichever way it is kept;
@@ -341,7 +397,13 @@ impl ObjectState {
         ((hi as u64) << 32 | lo as u64) as i64
     }
 
+    /// Sets how the current generation came about; a kept name stays (a producing write then
+    /// waits in an own node not built yet).
     pub fn set_trace(&mut self, trace: TraceState) {
+        if let (Some(name), TraceState::Write { .. } | TraceState::Unknown) = (self.name().cloned(), &trace) {
+            self.pending(name, trace);
+            return;
+        }
         (self.trace_ptr, self.trace_user, self.trace_time) = match trace {
             TraceState::Unknown => (None, None, [0; 2]),
             TraceState::Write { prev, user, time_us } => (prev, Some(user), [time_us as u32, (time_us as u64 >> 32) as u32]),
@@ -793,6 +855,84 @@ mod tests {
         assert_eq!((s.status_updaters().as_slice(), s.updaters().as_slice()), (&[b, a][..], &[][..]));
         assert_eq!((s.consumed_approvals(), s.generation()), (&[5][..], i64::MIN));
         assert!(red.0.only_policy() && blue.0.only_policy());
+    }
+
+    #[test]
+    fn a_kept_name_lives_in_the_own_node_and_leaves_the_trace_as_it_was() {
+        use crate::classify::trace::{extend, origin, Hop};
+        let i = super::super::Interner::new();
+        let (u, v) = (i.intern("u"), i.intern("v"));
+        let hop = |name: &str, user| Hop { ty: Ty::EMPTY, name: Name::from(name), generation: None, user: Some(user), timestamp: None, labels: None };
+        let parent = origin(hop("parent", v));
+        let write = |s: &ObjectState| match s.trace() {
+            TraceState::Write { prev, user, time_us } => (prev.map(|p| Trace::as_ptr(&p)), user, time_us),
+            other => panic!("expected a write, got {other:?}"),
+        };
+
+        // A leaf keeps no name, and an empty name is none.
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        s.set_name(Name::from(""));
+        assert_eq!(s.name(), None);
+        s.set_trace(TraceState::Write { prev: Some(parent.clone()), user: u, time_us: 7 });
+        assert_eq!(s.name(), None);
+        assert_eq!(write(&s), (Some(Trace::as_ptr(&parent)), u, 7));
+
+        // Named after its producing write: the write comes back unchanged.
+        s.set_name(Name::from("rs"));
+        assert_eq!(s.name().map(|n| &**n), Some("rs"));
+        assert_eq!(write(&s), (Some(Trace::as_ptr(&parent)), u, 7));
+        assert_eq!(s.trace_parts(), (Some(&parent), u, 7));
+
+        // Every producing write keeps the name, whatever its parts.
+        for time_us in [0, 1, -1, i64::MAX, i64::MIN] {
+            for (prev, user) in [(None, u), (Some(parent.clone()), Sym::EMPTY), (Some(parent.clone()), v)] {
+                s.set_trace(TraceState::Write { prev: prev.clone(), user, time_us });
+                assert_eq!(s.name().map(|n| &**n), Some("rs"));
+                if prev.is_none() && user.is_empty() && time_us == 0 {
+                    assert!(matches!(s.trace(), TraceState::Unknown));
+                } else {
+                    assert_eq!(write(&s), (prev.as_ref().map(Trace::as_ptr), user, time_us));
+                }
+                assert_eq!(s.trace_parts(), (prev.as_ref(), user, time_us));
+            }
+        }
+
+        // No producing write: unknown, the name kept.
+        s.set_trace(TraceState::Unknown);
+        assert!(matches!(s.trace(), TraceState::Unknown));
+        assert_eq!(s.name().map(|n| &**n), Some("rs"));
+        let mut unknown = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        unknown.set_name(Name::from("deploy"));
+        assert!(matches!(unknown.trace(), TraceState::Unknown));
+        assert_eq!(unknown.trace_parts(), (None, Sym::EMPTY, 0));
+        assert_eq!(unknown.name().map(|n| &**n), Some("deploy"));
+
+        // The node built on first use as a parent is the trace, and holds the name.
+        s.set_trace(TraceState::Write { prev: Some(parent.clone()), user: u, time_us: 9 });
+        let own = extend(parent.clone(), hop("rs", u));
+        s.set_trace(TraceState::Node(own.clone()));
+        assert!(matches!(s.trace(), TraceState::Node(n) if Trace::ptr_eq(&n, &own)));
+        assert_eq!(s.name().map(|n| &**n), Some("rs"));
+
+        // A new name: a child that extended the built node keeps it as it was; the state's
+        // node is a copy with the new name and the same hop otherwise.
+        let child = extend(own.clone(), hop("pod", u));
+        s.set_name(Name::from("rs-renamed"));
+        assert_eq!(s.name().map(|n| &**n), Some("rs-renamed"));
+        assert_eq!(&*child.prev.as_ref().unwrap().hop.name, "rs");
+        match s.trace() {
+            TraceState::Node(n) => {
+                assert!(!Trace::ptr_eq(&n, &own));
+                assert_eq!((n.hop.user, n.prev.as_ref().map(Trace::as_ptr)), (Some(u), Some(Trace::as_ptr(&parent))));
+            }
+            other => panic!("expected the node, got {other:?}"),
+        }
+
+        // The next producing write replaces the built node (still the children's) and keeps the name.
+        s.set_trace(TraceState::Write { prev: None, user: v, time_us: 11 });
+        assert_eq!(write(&s), (None, v, 11));
+        assert_eq!(s.name().map(|n| &**n), Some("rs-renamed"));
+        assert_eq!(&*child.prev.as_ref().unwrap().hop.name, "rs");
     }
 
     #[test]

@@ -137,7 +137,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         buf.uint(id(api_version));
         buf.uint(id(kind));
         buf.uint(id(s.namespace));
-        buf.str(s.name.as_deref().unwrap_or(""));
+        buf.str(s.name().map_or("", |n| n));
         buf.int(s.generation());
         match s.observed() {
             Some((g, src)) => {
@@ -252,7 +252,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         let uid = d.u128()?;
         let ty = interner.ty(sym(d.uint()?)?, sym(d.uint()?)?);
         let mut s = ObjectState::new(ty, sym(d.uint()?)?);
-        s.name = Some(d.str()?).filter(|n| !n.is_empty()).map(Name::from);
+        s.set_name(Name::from(d.str()?));
         s.set_generation(d.int()?);
         s.set_observed(match d.uint()? {
             0 => None,

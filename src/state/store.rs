@@ -308,7 +308,7 @@ mod tests {
 
     fn named(name: &str) -> ObjectState {
         let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
-        s.name = Some(crate::write::Name::from(name));
+        s.set_name(crate::write::Name::from(name));
         s
     }
 
@@ -337,7 +337,7 @@ mod tests {
             store.upsert(ObjKey::new(Sym::EMPTY, i), || named("y"), |s| s.set_last_seen_us(20_000 * S));
         }
         assert_eq!(store.len(), 150);
-        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name.clone()).flatten().as_deref(), Some("y"), "freed slots are reused");
+        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name().cloned()).flatten().as_deref(), Some("y"), "freed slots are reused");
         assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 149), |s| s.last_seen_us()), Some(1_490 * S));
         let slots: usize = store.shards.iter().map(|s| s.read().unwrap().slots as usize).sum();
         assert!(slots <= 165, "evicted slots were reused: {slots}");
@@ -358,7 +358,7 @@ mod tests {
         }
         assert_eq!(store.len(), 15_000);
         for i in 0..25_000u128 {
-            let name = store.read(&key(i), |s| s.name.as_deref().map(str::to_string)).flatten();
+            let name = store.read(&key(i), |s| s.name().map(|n| n.to_string())).flatten();
             let kept = i % 2 == 0 || i >= 20_000;
             assert_eq!(name, kept.then(|| i.to_string()), "key {i}");
         }
@@ -383,9 +383,9 @@ mod tests {
         store.insert(key, named("b"));
         assert_eq!(store.len(), 1);
         let mut seen = Vec::new();
-        store.for_each(|k, s| seen.push((k.uid(), s.name.clone())));
+        store.for_each(|k, s| seen.push((k.uid(), s.name().cloned())));
         assert_eq!(seen, vec![(uid, Some(crate::write::Name::from("b")))]);
-        assert_eq!(store.remove(&key).and_then(|s| s.name), Some(crate::write::Name::from("b")));
+        assert_eq!(store.remove(&key).and_then(|s| s.name().cloned()), Some(crate::write::Name::from("b")));
         assert!(store.is_empty() && store.remove(&key).is_none());
     }
 

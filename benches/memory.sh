@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-2000000}
 cargo build --release --quiet ${CARGO_ARGS:-}
-bin=target/release/kausality-stream
+bin=${CARGO_TARGET_DIR:-target}/release/kausality-stream
 corpus=$(mktemp --suffix=.jsonl)
 trap 'rm -f "$corpus"' EXIT
 "$bin" generate --no-teardown --events "$events" --namespaces 250 --deployments 1000 -o "$corpus" 2>/dev/null

@@ -938,7 +938,7 @@ mod tests {
     #[test]
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
-        assert_eq!(std::mem::size_of::<ObjectState>(), 136, "with its key");
+        assert_eq!(std::mem::size_of::<ObjectState>(), 128, "with its key");
         assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
         // With the 8-byte count of its `triomphe::Arc` and glibc's 8-byte chunk header,
         // glibc's 96-byte bin (one byte more: the 112-byte bin).

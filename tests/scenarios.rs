@@ -211,7 +211,7 @@ fn an_object_whose_last_finalizer_goes_becomes_a_tombstone() {
     }
     p.flush(0, &mut out);
     let key = kausality_stream::state::ObjKey::new(engine.interner.intern("default"), kausality_stream::write::uid_key(&d.uid));
-    assert_eq!(engine.store.read(&key, |s| (s.deleting, s.deleted)), Some((true, true)));
+    assert_eq!(engine.store.read(&key, |s| (s.deleting(), s.deleted())), Some((true, true)));
 }
 
 #[test]

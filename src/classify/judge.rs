@@ -77,14 +77,14 @@ impl Engine {
             };
             ParentView {
                 facts: ParentFacts {
-                    deleting: p.deleting || p.deleted,
-                    initialized: p.initialized,
+                    deleting: p.deleting() || p.deleted(),
+                    initialized: p.initialized(),
                     generation: p.generation(),
                     observed: observed.map(|(g, _)| g),
                 },
                 observed,
                 status_updaters: p.status_updaters(),
-                deleted: p.deleted,
+                deleted: p.deleted(),
                 trace,
                 policy: p.policy().cloned(),
                 consumed: p.consumed_approvals().to_vec(),

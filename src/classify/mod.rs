@@ -178,10 +178,12 @@ impl Engine {
         s.set_observed(f.observed);
         s.set_content_hash(Some(f.content_hash));
         s.set_status_hash(f.status_hash);
-        s.deleting |= f.deleting;
-        if f.gone && !s.deleted {
+        if f.deleting {
+            s.set_deleting(true);
+        }
+        if f.gone && !s.deleted() {
             // The write that removed the last finalizer of an object being deleted: it is gone.
-            s.deleted = true;
+            s.set_deleted(true);
             self.store.tombstoned();
         }
         if let Some(rv) = f.resource_version {
@@ -193,8 +195,8 @@ impl Engine {
             Some(a) if s.policy().is_some_and(|p| p.source_hash == a.hash) => {}
             Some(a) => s.set_policy(Some(self.policies.get(a))),
         }
-        if !s.initialized {
-            s.initialized = self.initialized_now(s, f);
+        if !s.initialized() {
+            s.set_initialized(self.initialized_now(s, f));
         }
     }
 
@@ -277,9 +279,9 @@ impl Engine {
     fn delete_object(&self, w: &Write, f: &ObjectFacts) -> Enriched {
         self.judge_object(w, f, |s| {
             // Still there (finalizers, graceful deletion) or gone: teardown either way.
-            s.deleting = true;
-            if !f.deleting && !s.deleted {
-                s.deleted = true;
+            s.set_deleting(true);
+            if !f.deleting && !s.deleted() {
+                s.set_deleted(true);
                 self.store.tombstoned();
             }
         })
@@ -307,9 +309,9 @@ impl Engine {
         let key = Self::key(w, uid);
         let known = self.store.update(&key, |s| {
             s.push_updater(w.user);
-            s.deleting = true;
-            if !s.deleted {
-                s.deleted = true;
+            s.set_deleting(true);
+            if !s.deleted() {
+                s.set_deleted(true);
                 self.store.tombstoned();
             }
             s.seen_at(w.time_us);

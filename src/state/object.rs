@@ -75,32 +75,28 @@ pub struct ObjectState {
     pub ty: Ty,
     pub namespace: Sym,
     /// `metadata.generation` as last seen (advanced by one on a scale write); 0 when unknown.
-    /// 32 bits: a value that does not fit, or is [`WIDE`] itself, is in `rare` (see
-    /// [`ObjectState::generation`]).
-    generation: i32,
+    /// 16 bits: a value that does not fit is in `rare`, marked by `HAS_WIDE_GENERATION` (an
+    /// object's 32,768th spec change).
+    generation: i16,
     /// Observed generation from the object itself (status field or conditions), when `has`
-    /// holds its source. 32 bits: a value that does not fit (never seen from a real API
-    /// server) is in `rare`, marked by `HAS_WIDE_OBSERVED`.
-    observed_generation: i32,
-    /// The generation at the latest status write (the synthetic observed generation); 32 bits
-    /// as above (`HAS_WIDE_STATUS_WRITE`).
-    status_write_generation: i32,
+    /// holds its source, as its difference from `generation` (0 or 1 for an object whose
+    /// controller keeps up): 16 bits, a difference that does not fit is in `rare`, marked by
+    /// `HAS_WIDE_OBSERVED`. Kept again whenever the generation changes.
+    observed_generation: i16,
+    /// The generation at the latest status write (the synthetic observed generation), when
+    /// `has` says so; kept as above (`HAS_WIDE_STATUS_WRITE`).
+    status_write_generation: i16,
     /// Hash of the spec; unknown after a scale write, whose response has no spec.
     content_hash: u64,
     status_hash: u64,
-    /// Which of the optional numbers above are known (`HAS_*` bits), and the observed
-    /// generation's source.
-    has: u8,
+    /// Which of the optional numbers above are known and which are in `rare` (`HAS_*` bits),
+    /// the observed generation's source, and the lifecycle (`INITIALIZED`, `DELETING`,
+    /// `DELETED`): one field where three `bool`s and a byte took four bytes.
+    has: u16,
     /// The updater sets while each holds at most one user (`None`: empty); past that, both
     /// sets are in `rare` and these are `None`.
     updater: Option<Sym>,
     status_updater: Option<Sym>,
-    /// Lifecycle high-water mark: once initialized, always initialized.
-    pub initialized: bool,
-    /// `metadata.deletionTimestamp` was seen.
-    pub deleting: bool,
-    /// The object was deleted: a tombstone, so its children's later deletes read as teardown.
-    pub deleted: bool,
     pub last_resource_version: u64,
     /// Event time of the latest write in whole seconds since the epoch, for eviction and
     /// tombstone expiry (4 bytes where microseconds would take 8).
@@ -134,14 +130,21 @@ pub struct ObjectState {
     rare: Option<triomphe::Arc<Rare>>,
 }
 
-const HAS_STATUS_WRITE_GENERATION: u8 = 1;
-const HAS_CONTENT_HASH: u8 = 2;
-const HAS_STATUS_HASH: u8 = 4;
-const HAS_WIDE_OBSERVED: u8 = 64;
-const HAS_WIDE_STATUS_WRITE: u8 = 128;
+const HAS_STATUS_WRITE_GENERATION: u16 = 1;
+const HAS_CONTENT_HASH: u16 = 2;
+const HAS_STATUS_HASH: u16 = 4;
+const HAS_WIDE_OBSERVED: u16 = 64;
+const HAS_WIDE_STATUS_WRITE: u16 = 128;
+const HAS_WIDE_GENERATION: u16 = 256;
+/// Lifecycle high-water mark: once initialized, always initialized.
+const INITIALIZED: u16 = 512;
+/// `metadata.deletionTimestamp` was seen.
+const DELETING: u16 = 1024;
+/// The object was deleted: a tombstone, so its children's later deletes read as teardown.
+const DELETED: u16 = 2048;
 /// Three bits of `has`: 0 when there is no observed generation, else 1 + its source.
 const OBSERVED_SOURCE_SHIFT: u32 = 3;
-const OBSERVED_SOURCE_MASK: u8 = 0b111 << OBSERVED_SOURCE_SHIFT;
+const OBSERVED_SOURCE_MASK: u16 = 0b111 << OBSERVED_SOURCE_SHIFT;
 const OBSERVED_SOURCES: [ObservedSource; 4] =
     [ObservedSource::Status, ObservedSource::SyncedCondition, ObservedSource::ReadyCondition, ObservedSource::Synthetic];
 
@@ -200,9 +203,6 @@ impl SharedPolicy {
         self.0.policy.as_ref().expect("a shared policy holds one")
     }
 }
-
-/// The inline generation that says "in the rare box".
-const WIDE: i32 = i32::MIN;
 
 /// `trace_time` of an own node that is not built yet: only the name and the producing write
 /// are in it (an own node that is built keeps no time there).
@@ -277,9 +277,6 @@ impl ObjectState {
             has: 0,
             updater: None,
             status_updater: None,
-            initialized: false,
-            deleting: false,
-            deleted: false,
             last_resource_version: 0,
             last_seen_s: 0,
             owner: None,
@@ -313,20 +310,61 @@ impl ObjectState {
 
     /// `metadata.generation` as last seen; 0 when unknown.
     pub fn generation(&self) -> i64 {
-        match (self.generation, &self.rare) {
-            (WIDE, Some(rare)) => rare.wide(2),
-            (g, _) => g as i64,
+        match &self.rare {
+            Some(rare) if self.has & HAS_WIDE_GENERATION != 0 => rare.wide(2),
+            _ => self.generation as i64,
         }
     }
 
+    /// Sets the generation; the observed and status-write generations, kept as differences
+    /// from it, are kept again from their values.
     pub fn set_generation(&mut self, generation: i64) {
-        self.generation = match i32::try_from(generation) {
-            Ok(g) if g != WIDE => g,
-            _ => {
-                self.rare_mut().wide_mut()[2] = generation;
-                WIDE
+        if generation == self.generation() {
+            return;
+        }
+        let observed = self.observed().map(|(g, _)| g);
+        let status_write = self.status_write_generation();
+        match i16::try_from(generation) {
+            Ok(g) => {
+                self.has &= !HAS_WIDE_GENERATION;
+                self.generation = g;
             }
-        };
+            Err(_) => {
+                self.rare_mut().wide_mut()[2] = generation;
+                self.has |= HAS_WIDE_GENERATION;
+                self.generation = 0;
+            }
+        }
+        self.observed_generation = self.keep(HAS_WIDE_OBSERVED, observed);
+        self.status_write_generation = self.keep(HAS_WIDE_STATUS_WRITE, status_write);
+    }
+
+    pub fn initialized(&self) -> bool {
+        self.has & INITIALIZED != 0
+    }
+
+    pub fn deleting(&self) -> bool {
+        self.has & DELETING != 0
+    }
+
+    pub fn deleted(&self) -> bool {
+        self.has & DELETED != 0
+    }
+
+    pub fn set_initialized(&mut self, on: bool) {
+        self.flag(INITIALIZED, on);
+    }
+
+    pub fn set_deleting(&mut self, on: bool) {
+        self.flag(DELETING, on);
+    }
+
+    pub fn set_deleted(&mut self, on: bool) {
+        self.flag(DELETED, on);
+    }
+
+    fn flag(&mut self, bit: u16, on: bool) {
+        self.has = if on { self.has | bit } else { self.has & !bit };
     }
 
     /// How the current generation came about.
@@ -419,55 +457,70 @@ impl ObjectState {
     /// Observed generation from the object itself (status field or conditions).
     pub fn observed(&self) -> Option<(i64, ObservedSource)> {
         let code = (self.has & OBSERVED_SOURCE_MASK) >> OBSERVED_SOURCE_SHIFT;
-        let generation = self.widen(HAS_WIDE_OBSERVED, self.observed_generation);
+        let generation = self.widen(HAS_WIDE_OBSERVED, self.observed_generation, self.generation());
         code.checked_sub(1).map(|i| (generation, OBSERVED_SOURCES[i as usize]))
     }
 
     pub fn set_observed(&mut self, observed: Option<(i64, ObservedSource)>) {
         let (generation, code) = match observed {
-            Some((g, src)) => (g, 1 + OBSERVED_SOURCES.iter().position(|&s| s == src).expect("every source is listed") as u8),
-            None => (0, 0),
+            Some((g, src)) => (Some(g), 1 + OBSERVED_SOURCES.iter().position(|&s| s == src).expect("every source is listed") as u16),
+            None => (None, 0),
         };
-        self.observed_generation = self.narrow(HAS_WIDE_OBSERVED, generation);
+        self.observed_generation = self.keep(HAS_WIDE_OBSERVED, generation);
         self.has = (self.has & !OBSERVED_SOURCE_MASK) | code << OBSERVED_SOURCE_SHIFT;
     }
 
     /// The generation at the latest status write (the synthetic observed generation).
     pub fn status_write_generation(&self) -> Option<i64> {
-        let generation = self.widen(HAS_WIDE_STATUS_WRITE, self.status_write_generation);
+        let generation = self.widen(HAS_WIDE_STATUS_WRITE, self.status_write_generation, self.generation());
         self.get(HAS_STATUS_WRITE_GENERATION, generation as u64).map(|g| g as i64)
     }
 
     pub fn set_status_write_generation(&mut self, generation: Option<i64>) {
-        let generation = self.set(HAS_STATUS_WRITE_GENERATION, generation.map(|g| g as u64)) as i64;
-        self.status_write_generation = self.narrow(HAS_WIDE_STATUS_WRITE, generation);
+        self.set(HAS_STATUS_WRITE_GENERATION, generation.map(|g| g as u64));
+        self.status_write_generation = self.keep(HAS_WIDE_STATUS_WRITE, generation);
     }
 
-    /// The generation kept inline as `inline`, or in the rare box when `wide_bit` says so.
-    fn widen(&self, wide_bit: u8, inline: i32) -> i64 {
-        match &self.rare {
-            Some(rare) if self.has & wide_bit != 0 => rare.wide(Self::wide_slot(wide_bit)),
-            _ => inline as i64,
+    /// What to keep inline for an observed or status-write generation (`None`: absent, kept
+    /// as a difference of 0).
+    fn keep(&mut self, wide_bit: u16, value: Option<i64>) -> i16 {
+        match value {
+            Some(v) => self.narrow(wide_bit, v),
+            None => {
+                self.has &= !wide_bit;
+                0
+            }
         }
     }
 
-    /// What to keep inline for `generation`: itself when it fits in 32 bits, else 0 with the
-    /// value in the rare box and `wide_bit` set.
-    fn narrow(&mut self, wide_bit: u8, generation: i64) -> i32 {
-        match i32::try_from(generation) {
-            Ok(g) => {
+    /// The observed or status-write generation kept inline as `inline`, its difference from
+    /// `generation` (the object's, as it was when `inline` was kept), or in the rare box when
+    /// `wide_bit` says so.
+    fn widen(&self, wide_bit: u16, inline: i16, generation: i64) -> i64 {
+        match &self.rare {
+            Some(rare) if self.has & wide_bit != 0 => rare.wide(Self::wide_slot(wide_bit)),
+            _ => generation.wrapping_sub(inline as i64),
+        }
+    }
+
+    /// What to keep inline for `value`, an observed or status-write generation: its difference
+    /// from the object's generation when that fits in 16 bits, else 0 with the value in the
+    /// rare box and `wide_bit` set.
+    fn narrow(&mut self, wide_bit: u16, value: i64) -> i16 {
+        match self.generation().checked_sub(value).and_then(|d| i16::try_from(d).ok()) {
+            Some(d) => {
                 self.has &= !wide_bit;
-                g
+                d
             }
-            Err(_) => {
-                self.rare_mut().wide_mut()[Self::wide_slot(wide_bit)] = generation;
+            None => {
+                self.rare_mut().wide_mut()[Self::wide_slot(wide_bit)] = value;
                 self.has |= wide_bit;
                 0
             }
         }
     }
 
-    fn wide_slot(wide_bit: u8) -> usize {
+    fn wide_slot(wide_bit: u16) -> usize {
         (wide_bit == HAS_WIDE_STATUS_WRITE) as usize
     }
 
@@ -488,12 +541,12 @@ impl ObjectState {
         self.status_hash = self.set(HAS_STATUS_HASH, hash);
     }
 
-    fn get(&self, bit: u8, value: u64) -> Option<u64> {
+    fn get(&self, bit: u16, value: u64) -> Option<u64> {
         (self.has & bit != 0).then_some(value)
     }
 
     /// Records whether `value` is known in `bit`; returns what to store.
-    fn set(&mut self, bit: u8, value: Option<u64>) -> u64 {
+    fn set(&mut self, bit: u16, value: Option<u64>) -> u64 {
         match value {
             Some(v) => {
                 self.has |= bit;
@@ -678,7 +731,7 @@ mod tests {
         assert_eq!((s.content_hash(), s.status_hash()), (None, Some(u64::MAX)));
         s.set_observed(None);
         assert_eq!((s.observed(), s.status_write_generation()), (None, Some(-1)));
-        // Past 32 bits, in the box; back inline when they fit again.
+        // A difference from the generation past 16 bits, in the box; back inline when it fits again.
         let wide = i64::from(i32::MAX) + 1;
         s.set_observed(Some((wide, ObservedSource::Status)));
         s.set_status_write_generation(Some(i64::MIN));
@@ -689,8 +742,9 @@ mod tests {
         s.set_observed(Some((i64::from(i32::MIN), ObservedSource::Status)));
         s.set_status_write_generation(Some(7));
         assert_eq!((s.observed(), s.status_write_generation()), (Some((i64::from(i32::MIN), ObservedSource::Status)), Some(7)));
-        // The generation likewise, with i32::MIN (the inline mark of a wide one) kept exactly.
-        for g in [0, 1, -1, i64::from(i32::MAX), i64::from(i32::MIN), i64::from(i32::MIN) + 1, i64::MAX, i64::MIN, 1 << 40] {
+        // The generation likewise, past 16 bits in the box, the others kept through each change.
+        let edges16 = [i64::from(i16::MAX), i64::from(i16::MAX) + 1, i64::from(i16::MIN), i64::from(i16::MIN) - 1];
+        for g in [0, 1, -1, i64::from(i32::MAX), i64::from(i32::MIN), i64::from(i32::MIN) + 1, i64::MAX, i64::MIN, 1 << 40].into_iter().chain(edges16) {
             s.set_generation(g);
             assert_eq!(s.generation(), g);
             assert_eq!(s.observed_generation(), Some((i64::from(i32::MIN), ObservedSource::Status)), "the others stay");
@@ -935,10 +989,92 @@ mod tests {
         assert_eq!(&*child.prev.as_ref().unwrap().hop.name, "rs");
     }
 
+    /// What the packed numbers and flags must read back as: a plain model of them.
+    #[derive(Debug, Default)]
+    struct Plain {
+        generation: i64,
+        observed: Option<(i64, ObservedSource)>,
+        status_write: Option<i64>,
+        flags: [bool; 3],
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Generation(i64),
+        Observed(Option<(i64, ObservedSource)>),
+        StatusWrite(Option<i64>),
+        Flag(usize, bool),
+        Updater(u32),
+    }
+
+    fn number() -> impl proptest::strategy::Strategy<Value = i64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            -3i64..40_000,
+            Just(i64::from(i16::MAX)),
+            Just(i64::from(i16::MIN)),
+            Just(i64::from(i16::MAX) + 1),
+            Just(i64::from(i16::MIN) - 1),
+            Just(i64::from(i32::MAX) + 1),
+            Just(i64::MAX),
+            Just(i64::MIN),
+            any::<i64>(),
+        ]
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        let source = proptest::sample::select(OBSERVED_SOURCES.to_vec());
+        prop_oneof![
+            number().prop_map(Op::Generation),
+            proptest::option::of((number(), source)).prop_map(Op::Observed),
+            proptest::option::of(number()).prop_map(Op::StatusWrite),
+            (0usize..3, any::<bool>()).prop_map(|(i, on)| Op::Flag(i, on)),
+            (0u32..8).prop_map(Op::Updater),
+        ]
+    }
+
+    proptest::proptest! {
+        /// The generation in 16 bits, the observed and status-write generations as 16-bit
+        /// differences from it, wide values in the box, the lifecycle as bits of `has`: any
+        /// sequence of changes reads back exactly as a plain struct of the same numbers would.
+        #[test]
+        fn packed_numbers_read_back_as_set(ops in proptest::collection::vec(op(), 1..40)) {
+            let interner = super::super::Interner::new();
+            let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+            let mut plain = Plain::default();
+            for op in ops {
+                match op {
+                    Op::Generation(g) => {
+                        s.set_generation(g);
+                        plain.generation = g;
+                    }
+                    Op::Observed(o) => {
+                        s.set_observed(o);
+                        plain.observed = o;
+                    }
+                    Op::StatusWrite(w) => {
+                        s.set_status_write_generation(w);
+                        plain.status_write = w;
+                    }
+                    Op::Flag(i, on) => {
+                        [ObjectState::set_initialized, ObjectState::set_deleting, ObjectState::set_deleted][i](&mut s, on);
+                        plain.flags[i] = on;
+                    }
+                    Op::Updater(u) => s.push_updater(interner.intern(&format!("u{u}"))),
+                }
+                proptest::prop_assert_eq!(s.generation(), plain.generation);
+                proptest::prop_assert_eq!(s.observed(), plain.observed);
+                proptest::prop_assert_eq!(s.status_write_generation(), plain.status_write);
+                proptest::prop_assert_eq!([s.initialized(), s.deleting(), s.deleted()], plain.flags);
+            }
+        }
+    }
+
     #[test]
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
-        assert_eq!(std::mem::size_of::<ObjectState>(), 128, "with its key");
+        assert_eq!(std::mem::size_of::<ObjectState>(), 120, "with its key");
         assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
         // With the 8-byte count of its `triomphe::Arc` and glibc's 8-byte chunk header,
         // glibc's 96-byte bin (one byte more: the 112-byte bin).

@@ -155,7 +155,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
                 buf.uint(id(u));
             }
         }
-        buf.uint(s.initialized as u64 | (s.deleting as u64) << 1 | (s.deleted as u64) << 2);
+        buf.uint(s.initialized() as u64 | (s.deleting() as u64) << 1 | (s.deleted() as u64) << 2);
         buf.uint(s.last_resource_version);
         buf.int(s.last_seen_us());
         match &s.owner {
@@ -270,7 +270,9 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         }
         s.set_updaters(sets[0], sets[1]);
         let flags = d.uint()?;
-        (s.initialized, s.deleting, s.deleted) = (flags & 1 != 0, flags & 2 != 0, flags & 4 != 0);
+        s.set_initialized(flags & 1 != 0);
+        s.set_deleting(flags & 2 != 0);
+        s.set_deleted(flags & 4 != 0);
         s.last_resource_version = d.uint()?;
         s.set_last_seen_us(d.int()?);
         if d.uint()? == 1 {

@@ -268,8 +268,8 @@ impl Store {
             let before = len;
             let mut kept = 0usize;
             self.retain(|s| {
-                let expired = s.deleted && now_us - s.last_seen_us() > ttl;
-                kept += (s.deleted && !expired) as usize;
+                let expired = s.deleted() && now_us - s.last_seen_us() > ttl;
+                kept += (s.deleted() && !expired) as usize;
                 !expired
             });
             self.new_tombstones.store(kept, Ordering::Relaxed);
@@ -324,7 +324,7 @@ mod tests {
                 || ObjectState::new(Ty::EMPTY, Sym::EMPTY),
                 |s| {
                     s.set_last_seen_us(i as i64 * 10 * S);
-                    s.deleted = i < 5;
+                    s.set_deleted(i < 5);
                 },
             );
         }
@@ -397,7 +397,7 @@ mod tests {
         store.maintain(0);
         store.upsert(key(1), new, |s| s.set_last_seen_us(0));
         store.upsert(key(2), new, |s| {
-            s.deleted = true;
+            s.set_deleted(true);
             s.set_last_seen_us(0);
         });
         store.tombstoned();

@@ -105,14 +105,13 @@ fn parent_namespace(ctx: &SinkContext, e: &crate::enriched::Enriched) -> Option<
 fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &Open) -> bool {
     let cluster = ctx.engine.interner.intern(cluster);
     let child = &o.report.spec.child;
-    let child_gone = ctx.engine.store.read(&ObjKey::new(cluster, uid_key(&child.uid)), |s| s.deleted || s.deleting).unwrap_or(false);
+    let child_gone = ctx.engine.store.read(&ObjKey::new(cluster, uid_key(&child.uid)), |s| s.deleted() || s.deleting()).unwrap_or(false);
     if child_gone {
         return true;
     }
-    let parent = ctx
-        .engine
-        .store
-        .read(&ObjKey::new(cluster, uid_key(parent_uid)), |s| (s.generation(), s.deleted || s.deleting, s.policy().cloned(), s.consumed_approvals().to_vec()));
+    let parent = ctx.engine.store.read(&ObjKey::new(cluster, uid_key(parent_uid)), |s| {
+        (s.generation(), s.deleted() || s.deleting(), s.policy().cloned(), s.consumed_approvals().to_vec())
+    });
     let Some((generation, gone, policy, consumed)) = parent else { return false };
     if gone || generation > o.parent_generation {
         return true;

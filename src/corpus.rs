@@ -44,7 +44,17 @@ impl Rng {
     fn below(&mut self, n: usize) -> usize {
         (self.next() % n.max(1) as u64) as usize
     }
+    /// `n` characters of the alphabet Kubernetes uses for generated name suffixes (a
+    /// ReplicaSet's pod-template-hash, a Pod's random suffix).
+    fn suffix(&mut self, n: usize) -> String {
+        const SAFE: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+        (0..n).map(|_| SAFE[self.below(SAFE.len())] as char).collect()
+    }
 }
+
+/// Deployment names as a cluster has them: service and role, 10–24 characters with the index.
+const SERVICES: [&str; 10] = ["checkout", "payments", "inventory", "search", "catalog", "billing", "auth", "orders", "shipping", "reviews"];
+const ROLES: [&str; 5] = ["api", "worker", "web", "gateway", "consumer"];
 
 struct Tree {
     deploy: ObjRef,
@@ -104,19 +114,25 @@ pub fn generate(opts: &CorpusOptions, out: &mut dyn Write) -> io::Result<usize> 
                 if w.written >= opts.events {
                     break;
                 }
-                let name = format!("svc-{d}-g{generation}");
+                let service = SERVICES[d % SERVICES.len()];
+                let role = ROLES[d / SERVICES.len() % ROLES.len()];
+                // Trees of a later round (no teardown) beside those of the first.
+                let name = match generation {
+                    0 => format!("{service}-{role}-{d}"),
+                    g => format!("{service}-{role}-{d}-{g}"),
+                };
                 let namespace = format!("team-{ns}");
                 let replicas = 1 + rng.below(3) as i64;
                 let mut spec = deployment(&namespace, &name, replicas, "registry.example/app:1");
                 spec["metadata"]["annotations"] = json!({"kausality.io/trace-team": format!("team-{ns}")});
                 let (deploy, e) = api.create(ADMIN, spec);
                 w.push(e)?;
-                let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "h0", replicas, "registry.example/app:1"));
+                let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, &rng.suffix(10), replicas, "registry.example/app:1"));
                 w.push(e)?;
                 w.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Progressing", "True"), ("Available", "False")]))?;
                 let mut pods = Vec::new();
-                for p in 0..replicas {
-                    let (pr, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, &format!("p{p}"), "registry.example/app:1"));
+                for _ in 0..replicas {
+                    let (pr, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, &rng.suffix(5), "registry.example/app:1"));
                     pods.push(pr);
                     w.push(e)?;
                 }
@@ -166,7 +182,7 @@ pub fn generate(opts: &CorpusOptions, out: &mut dyn Write) -> io::Result<usize> 
                     if !t.pods.is_empty() {
                         let victim = t.pods.remove(rng.below(t.pods.len()));
                         w.push(api.delete("system:node:worker-1", &victim, &[]))?;
-                        let (pr, e) = api.create(REPLICASET_CONTROLLER, pod(&t.rs, &format!("r{}", rng.next() % 100_000), "registry.example/app:1"));
+                        let (pr, e) = api.create(REPLICASET_CONTROLLER, pod(&t.rs, &rng.suffix(5), "registry.example/app:1"));
                         t.pods.push(pr);
                         w.push(e)?;
                     }

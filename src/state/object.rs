@@ -227,7 +227,7 @@ impl ObjectState {
     /// Observed generation from the object itself (status field or conditions).
     pub fn observed(&self) -> Option<(i64, ObservedSource)> {
         let code = (self.has & OBSERVED_SOURCE_MASK) >> OBSERVED_SOURCE_SHIFT;
-        let generation = self.widen(HAS_WIDE_OBSERVED, self.observed_generation, self.generation());
+        let generation = self.widen(HAS_WIDE_OBSERVED, self.observed_generation);
         code.checked_sub(1).map(|i| (generation, OBSERVED_SOURCES[i as usize]))
     }
 
@@ -242,7 +242,7 @@ impl ObjectState {
 
     /// The generation at the latest status write (the synthetic observed generation).
     pub fn status_write_generation(&self) -> Option<i64> {
-        let generation = self.widen(HAS_WIDE_STATUS_WRITE, self.status_write_generation, self.generation());
+        let generation = self.widen(HAS_WIDE_STATUS_WRITE, self.status_write_generation);
         self.get(HAS_STATUS_WRITE_GENERATION, generation as u64).map(|g| g as i64)
     }
 
@@ -264,12 +264,11 @@ impl ObjectState {
     }
 
     /// The observed or status-write generation kept inline as `inline`, its difference from
-    /// `generation` (the object's, as it was when `inline` was kept), or in the rare box when
-    /// `wide_bit` says so.
-    fn widen(&self, wide_bit: u16, inline: i16, generation: i64) -> i64 {
+    /// the object's generation, or in the rare box when `wide_bit` says so.
+    fn widen(&self, wide_bit: u16, inline: i16) -> i64 {
         match &self.rare {
             Some(rare) if self.has & wide_bit != 0 => rare.wide(Self::wide_slot(wide_bit)),
-            _ => generation.wrapping_sub(inline as i64),
+            _ => self.generation().wrapping_sub(inline as i64),
         }
     }
 

@@ -73,9 +73,10 @@ pub(super) struct Rare {
     /// `once` approvals already used up, by content hash, oldest first. A boxed slice, not a
     /// `Vec` (8 bytes less; it is replaced on each rare use-up).
     consumed_approvals: Box<[u64]>,
-    /// The observed, the status-write and the object's generation when they do not fit in 32
-    /// bits (in that order). Boxed again: never needed with a real API server, and inline it
-    /// would take the box from glibc's 96-byte bin to the 112-byte one.
+    /// The observed, the status-write and the object's generation when the state cannot keep
+    /// them in 16 bits (in that order): a generation past 32,767, an observed generation that
+    /// far from it. Boxed again: rare even in a busy cluster, and inline it would take the box
+    /// from glibc's 96-byte bin to the 112-byte one.
     wide: Option<Box<[i64; 3]>>,
     /// Parsed `kausality.io/` annotations, shared by objects with the same ones; `None` for
     /// the many objects without any.
@@ -196,14 +197,13 @@ impl ObjectState {
     /// holds the policy in its own box.
     pub fn set_policy(&mut self, policy: Option<SharedPolicy>) {
         match &mut self.rare {
-            None => self.rare = policy.map(|p| p.0),
-            Some(rare) if rare.only_policy() => self.rare = policy.map(|p| p.0),
-            Some(rare) => {
+            Some(rare) if !rare.only_policy() => {
                 let policy = policy.map(|p| p.policy().clone());
                 if rare.policy.as_ref().map(Arc::as_ptr) != policy.as_ref().map(Arc::as_ptr) {
                     triomphe::Arc::make_mut(rare).policy = policy;
                 }
             }
+            _ => self.rare = policy.map(|p| p.0),
         }
     }
 

@@ -49,8 +49,9 @@ impl ObjectState {
     pub fn trace(&self) -> TraceState {
         match (&self.trace_ptr, self.trace_user) {
             (prev, Some(user)) => TraceState::Write { prev: prev.clone(), user, time_us: self.trace_time_us() },
-            (Some(node), None) if self.trace_time == PENDING => {
-                TraceState::of_parts(node.prev.clone(), node.hop.user.unwrap_or(Sym::EMPTY), node.hop.timestamp.map_or(0, |t| t.get()))
+            (Some(_), None) if self.trace_time == PENDING => {
+                let (prev, user, time_us) = self.trace_parts();
+                TraceState::of_parts(prev.cloned(), user, time_us)
             }
             (Some(node), None) => TraceState::Node(node.clone()),
             (None, None) => TraceState::Unknown,
@@ -71,14 +72,13 @@ impl ObjectState {
         if name.is_empty() || self.name() == Some(&name) {
             return;
         }
-        let node = match (&self.trace_ptr, self.trace_user) {
-            (Some(node), None) => TraceNode { hop: Hop { name, ..node.hop.clone() }, prev: node.prev.clone() },
-            _ => {
-                self.pending(name, self.trace());
-                return;
+        match (&self.trace_ptr, self.trace_user) {
+            (Some(node), None) => {
+                let renamed = TraceNode { hop: Hop { name, ..node.hop.clone() }, prev: node.prev.clone() };
+                self.trace_ptr = Some(Trace::new(renamed));
             }
-        };
-        self.trace_ptr = Some(Trace::new(node));
+            _ => self.pending(name, self.trace()),
+        }
     }
 
     /// Keeps `name` and `trace` (a producing write, or none) in an own node not built yet.

@@ -4,8 +4,10 @@
 //! `cargo bench --bench classify`; figures are events/s and bytes/s (criterion's throughput),
 //! the ratio is decode+classify / parse floor from the same run.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
+mod support {
+    pub mod floor;
+}
+
 use std::sync::Arc;
 
 use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
@@ -15,83 +17,7 @@ use kausality_stream::corpus::{generate, CorpusOptions};
 use kausality_stream::decode::Location;
 use kausality_stream::metrics::Metrics;
 use kausality_stream::process::{Clock, Processor, ProcessorOptions};
-use serde::Deserialize;
-use serde_json::value::RawValue;
-
-/// The parse floor: the same fields, plain `#[derive(Deserialize)]`, borrowed where possible.
-#[allow(dead_code)]
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Floor<'a> {
-    #[serde(borrow, rename = "auditID")]
-    audit_id: Cow<'a, str>,
-    #[serde(borrow)]
-    stage: Cow<'a, str>,
-    #[serde(borrow, rename = "requestURI")]
-    request_uri: Cow<'a, str>,
-    #[serde(borrow)]
-    verb: Cow<'a, str>,
-    #[serde(borrow)]
-    user: FloorUser<'a>,
-    #[serde(borrow, default)]
-    impersonated_user: Option<FloorUser<'a>>,
-    #[serde(borrow)]
-    object_ref: HashMap<Cow<'a, str>, Cow<'a, str>>,
-    response_status: FloorStatus,
-    #[serde(borrow)]
-    response_object: Option<FloorObject<'a>>,
-    #[serde(borrow)]
-    stage_timestamp: Cow<'a, str>,
-}
-
-#[allow(dead_code)]
-#[derive(Deserialize)]
-struct FloorUser<'a> {
-    #[serde(borrow)]
-    username: Cow<'a, str>,
-}
-
-#[allow(dead_code)]
-#[derive(Deserialize)]
-struct FloorStatus {
-    code: i64,
-}
-
-#[allow(dead_code)]
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FloorObject<'a> {
-    #[serde(borrow, default)]
-    api_version: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    kind: Option<Cow<'a, str>>,
-    #[serde(borrow)]
-    metadata: FloorMeta<'a>,
-    #[serde(borrow, default)]
-    spec: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    status: Option<&'a RawValue>,
-}
-
-#[allow(dead_code)]
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FloorMeta<'a> {
-    #[serde(borrow, default)]
-    name: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    namespace: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    uid: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    resource_version: Option<Cow<'a, str>>,
-    #[serde(default)]
-    generation: Option<i64>,
-    #[serde(borrow, default)]
-    owner_references: Vec<HashMap<Cow<'a, str>, serde_json::Value>>,
-    #[serde(borrow, default)]
-    annotations: HashMap<Cow<'a, str>, Cow<'a, str>>,
-}
+use support::floor::Floor;
 
 fn corpus(events: usize, managed_fields: bool) -> Vec<u8> {
     let mut out = Vec::new();

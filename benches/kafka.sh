@@ -17,8 +17,16 @@
 #    (b) `kausality-stream serve` with a Kafka source on that topic and a Kafka sink to
 #        another, from the first message received until the last enriched event is delivered
 #        and every offset is committed (consumer lag 0);
-# 3. prints events/s of both, the ratio b/a, the CPU seconds and cores used, and events/s per
-#    core (events / CPU seconds of the process).
+#    (c) the byte floor of (b): `kcat -C` of the same topic and, at the same time, `kcat -P` of
+#        the enriched events (b) writes (from `replay` of the same file) with the sink's
+#        producer settings (lz4, idempotent): every byte (b) moves, none of its work;
+#    (d) the work of (b) without Kafka: `replay` of the same file on one thread (decode,
+#        classify, enriched JSON out), CPU seconds;
+# 3. prints events/s of (a)-(c), the ratios b/a and b/c, the CPU seconds and cores used (the
+#    broker's too, when its pid is known), events/s per core of (b) (events / CPU seconds of
+#    the process), and the ceiling of b/a on this machine: (a)'s time over the shortest (b)
+#    could take if it did nothing but (c)'s byte moving and (d)'s work with every core busy,
+#    (CPU of (c), broker included, + CPU of (d)) / cores.
 # A broker it started is stopped (and its data removed) at the end; the service always is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,13 +97,48 @@ cpu_of() { # utime+stime in seconds of a pid (and its threads)
   awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$1/stat"
 }
 
+# The broker's CPU seconds so far, when it runs here and its pid is known (else empty).
+broker_pid=""
+if [[ -f "$KAFKA_STATE_DIR/kafka.pid" && "$BROKERS" == "127.0.0.1:$KAFKA_PORT" ]]; then
+  broker_pid=$(cat "$KAFKA_STATE_DIR/kafka.pid")
+  [[ -r "/proc/$broker_pid/stat" ]] || broker_pid=""
+fi
+broker_cpu() { if [[ -n "$broker_pid" ]]; then cpu_of "$broker_pid"; else echo 0; fi; }
+
 # ---------------------------------------------------------------- (a) kcat
 log "(a) kcat -C -e -o beginning > /dev/null"
+k0=$(broker_cpu)
 t0=$(now)
 /usr/bin/time -f "%U %S" -o "$WORK/kcat.time" kcat -C -b "$BROKERS" -t "$IN" -e -o beginning -q >/dev/null
 t1=$(now)
 kcat_secs=$(echo "$t1 - $t0" | bc -l)
 kcat_cpu=$(awk '{print $1 + $2}' "$WORK/kcat.time")
+a_broker=$(echo "$(broker_cpu) - $k0" | bc -l)
+
+# ---------------------------------------------------------------- (d) the work, no Kafka
+log "(d) replay of the same events (decode, classify, enriched JSON out) on one thread"
+/usr/bin/time -f "%U %S" -o "$WORK/replay.time" "$BIN" replay --no-progress -q "$WORK/events.jsonl" >"$WORK/enriched.jsonl"
+work_cpu=$(awk '{print $1 + $2}' "$WORK/replay.time")
+enriched=$(wc -l <"$WORK/enriched.jsonl")
+
+# ---------------------------------------------------------------- (c) the byte floor
+FLOOR="bench-floor-$RUN_ID"
+if [[ "$BROKERS" == "127.0.0.1:$KAFKA_PORT" ]]; then
+  scripts/kafka.sh topic-create "$FLOOR" "$PARTITIONS" >/dev/null
+fi
+log "(c) kcat -C of $IN and kcat -P of the $enriched enriched events to $FLOOR, at once"
+k0=$(broker_cpu)
+t0=$(now)
+/usr/bin/time -f "%U %S" -o "$WORK/floor-c.time" kcat -C -b "$BROKERS" -t "$IN" -e -o beginning -q >/dev/null &
+floor_c=$!
+/usr/bin/time -f "%U %S" -o "$WORK/floor-p.time" kcat -P -b "$BROKERS" -t "$FLOOR" -l \
+  -X linger.ms=5 -X compression.type=lz4 -X enable.idempotence=true -X acks=all "$WORK/enriched.jsonl" &
+floor_p=$!
+wait "$floor_c" "$floor_p"
+t1=$(now)
+floor_secs=$(echo "$t1 - $t0" | bc -l)
+floor_cpu=$(cat "$WORK/floor-c.time" "$WORK/floor-p.time" | awk '{s += $1 + $2} END {print s}')
+c_broker=$(echo "$(broker_cpu) - $k0" | bc -l)
 
 # ---------------------------------------------------------------- (b) kausality-stream
 cat >"$WORK/pipeline.toml" <<EOF
@@ -130,6 +173,7 @@ done
 
 # Polls /metrics every 50 ms: start = first event received; end = every event received, the
 # sink count stable, and lag 0 on every partition. Prints: start end delivered cpu_seconds.
+k0=$(broker_cpu)
 python3 - "$metrics_addr" "$EVENTS" "$serve_pid" "$(getconf CLK_TCK)" "${TIMELINE:-0}" >"$WORK/b.result" <<'PY'
 import re, sys, time, urllib.request
 addr, events, pid, hz = sys.argv[1], int(sys.argv[2]), sys.argv[3], int(sys.argv[4])
@@ -163,6 +207,7 @@ while time.time() < deadline:
 print(start, end, int(last_out), cpu() - cpu0)
 PY
 read -r b_start b_end delivered serve_cpu_total <"$WORK/b.result"
+b_broker=$(echo "$(broker_cpu) - $k0" | bc -l)
 kill -TERM "$serve_pid" && wait "$serve_pid" || true
 serve_pid=""
 b_secs=$(echo "$b_end - $b_start" | bc -l)
@@ -171,18 +216,38 @@ b_secs=$(echo "$b_end - $b_start" | bc -l)
 serve_cpu=$serve_cpu_total
 
 rate() { echo "$1 / $2" | bc -l | xargs printf '%.0f'; }
+fmt() { printf '%.2f' "$1"; }
 a_rate=$(rate "$EVENTS" "$kcat_secs")
 b_rate=$(rate "$EVENTS" "$b_secs")
+c_rate=$(rate "$EVENTS" "$floor_secs")
 ratio=$(echo "$b_rate / $a_rate" | bc -l | xargs printf '%.2f')
+ratio_c=$(echo "$b_rate / $c_rate" | bc -l | xargs printf '%.2f')
 b_cores=$(echo "$serve_cpu / $b_secs" | bc -l | xargs printf '%.2f')
 a_cores=$(echo "$kcat_cpu / $kcat_secs" | bc -l | xargs printf '%.2f')
 b_per_core=$(rate "$EVENTS" "$serve_cpu")
+work_us=$(echo "$work_cpu * 1000000 / $EVENTS" | bc -l | xargs printf '%.1f')
+cores=$(nproc)
+shortest=$(echo "($floor_cpu + $c_broker + $work_cpu) / $cores" | bc -l)
+ceiling=$(echo "$kcat_secs / $shortest" | bc -l | xargs printf '%.2f')
+if [[ -n "$broker_pid" ]]; then
+  broker_note() { echo "; broker $(fmt "$1")s"; }
+else
+  broker_note() { echo "; broker's CPU not known (BROKERS=$BROKERS)"; }
+fi
 
 cat <<EOF
 
-kausality-stream Kafka bench: $EVENTS events ($((bytes / 1048576)) MiB, $((bytes / EVENTS)) B/event), $PARTITIONS partition(s), $(nproc) cores, broker on the same machine
-(a) kcat -C -e -o beginning > /dev/null : $(printf '%.2f' "$kcat_secs") s  $a_rate events/s   (CPU ${kcat_cpu}s, $a_cores cores)
-(b) kausality-stream consume+classify+produce: $(printf '%.2f' "$b_secs") s  $b_rate events/s   ($delivered enriched events out; CPU $(printf '%.1f' "$serve_cpu")s, $b_cores cores)
+kausality-stream Kafka bench: $EVENTS events ($((bytes / 1048576)) MiB, $((bytes / EVENTS)) B/event), $PARTITIONS partition(s), $cores cores, broker on the same machine
+(a) kcat -C -e -o beginning > /dev/null : $(fmt "$kcat_secs") s  $a_rate events/s   (CPU ${kcat_cpu}s, $a_cores cores$(broker_note "$a_broker"))
+(b) kausality-stream consume+classify+produce: $(fmt "$b_secs") s  $b_rate events/s   ($delivered enriched events out; CPU $(printf '%.1f' "$serve_cpu")s, $b_cores cores$(broker_note "$b_broker"))
+(c) byte floor, kcat -C of the input + kcat -P of the $enriched enriched events, at once: $(fmt "$floor_secs") s  $c_rate events/s   (CPU of the kcats $(fmt "$floor_cpu")s$(broker_note "$c_broker"))
+(d) the work without Kafka, replay on one thread: CPU $(fmt "$work_cpu")s, $work_us us/event
 ratio b/a: $ratio
+ratio b/c: $ratio_c
+ceiling of b/a on this machine, (a) over ((c) CPU + (d) CPU) / $cores cores: $ceiling
 kausality-stream events/s per core (events / CPU seconds): $b_per_core
 EOF
+if [[ "$delivered" -ne "$enriched" ]]; then
+  log "(b) delivered $delivered enriched events, replay of the same events writes $enriched"
+  exit 1
+fi

@@ -1,6 +1,7 @@
 //! Webhook ingest rate: concurrent POSTs of 400-event EventLists (the API server's default
 //! `--audit-webhook-batch-max-size`) to the service, next to a server that only reads and
-//! discards the same bodies on the same HTTP stack, from the same client, in the same run.
+//! discards the same bodies, and one that only parses them (bench 1's typed parse floor), on
+//! the same HTTP stack, from the same client, in the same run.
 //!
 //! ```sh
 //! cargo bench --bench webhook
@@ -11,9 +12,10 @@
 //! pipeline's settings (500 ms reorder window, JSON lines out, here to a temporary file) on a
 //! runtime of its own with a worker per core, plus the processor thread. The bodies come from
 //! the corpus generator (`kausality-stream generate --event-list-size 400`); each round posts
-//! fresh ones (no auditID twice), first to the discard server, then to the service. Figures:
-//! events/s and MiB/s of both sides, the ratio service / discard, and the CPU seconds of each
-//! side's threads. Exits non-zero when an answer is not 200 or 429, or when the enriched
+//! fresh ones (no auditID twice), to the discard server, the parse-only server, then the
+//! service. Figures: events/s and MiB/s of each, the ratio service / discard, the ratio
+//! parse-only / discard (the most any service that reads the events could reach), the ratio
+//! service / parse-only, and the CPU seconds of each side's threads. Exits non-zero when an answer is not 200 or 429, or when the enriched
 //! events written differ in number from what the processing chain makes of the same bodies
 //! in order.
 
@@ -146,6 +148,7 @@ fn main() {
     let out = dir.join("enriched.jsonl");
     let serve_rt = runtime("ks-serve");
     let discard_rt = runtime("ks-discard");
+    let parse_rt = runtime("ks-parse");
     let client_rt = runtime("ks-client");
     let running = start_service(
         &serve_rt,
@@ -173,32 +176,42 @@ listen = "127.0.0.1:0"
     let service_url = format!("http://{}/audit", running.webhook_addrs[0]);
     let (discard_addr, discard_stop) = start_discard(&discard_rt);
     let discard_url = format!("http://{discard_addr}/audit");
+    let (parse_addr, parse_stop) = start_parse(&parse_rt);
+    let parse_url = format!("http://{parse_addr}/audit");
     let client = client();
     let service_threads = ["ks-serve", "processor"];
 
     // Warm-up: connections, allocator, the service's state.
     post_all(&client_rt, &client, &discard_url, &bodies[..warmup], clients, &["ks-discard"]);
+    post_all(&client_rt, &client, &parse_url, &bodies[..warmup], clients, &["ks-parse"]);
     let w = post_all(&client_rt, &client, &service_url, &bodies[..warmup], clients, &service_threads);
     if w.accepted != w.events {
         fail(&format!("warm-up: the service took in {} of {} events", w.accepted, w.events));
     }
 
     let (mut discard_rates, mut service_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut parse_rates, mut parse_ratios, mut to_parse) = (Vec::new(), Vec::new(), Vec::new());
     let (mut service_cpu, mut service_events) = (0.0, 0);
     for r in 0..rounds {
         let batch = &bodies[warmup + r * lists..warmup + (r + 1) * lists];
         let d = post_all(&client_rt, &client, &discard_url, batch, clients, &["ks-discard"]);
+        let p = post_all(&client_rt, &client, &parse_url, batch, clients, &["ks-parse"]);
+        if p.accepted != p.events {
+            fail(&format!("round {}: the parse-only server parsed {} of {} events", r + 1, p.accepted, p.events));
+        }
         let s = post_all(&client_rt, &client, &service_url, batch, clients, &service_threads);
         if s.accepted != s.events {
             fail(&format!("round {}: the service took in {} of {} events", r + 1, s.accepted, s.events));
         }
         println!(
-            "  round {}: discard {:>8.0} events/s {:>6.1} MiB/s (server CPU {:.2}s, client {:.2}s) | service {:>8.0} events/s {:>6.1} MiB/s (server CPU {:.2}s, client {:.2}s, {} answers 429) | ratio {:.2}",
+            "  round {}: discard {:>8.0} events/s {:>6.1} MiB/s (server CPU {:.2}s, client {:.2}s) | parse-only {:>8.0} events/s (server CPU {:.2}s) | service {:>8.0} events/s {:>6.1} MiB/s (server CPU {:.2}s, client {:.2}s, {} answers 429) | ratio {:.2}",
             r + 1,
             d.rate(),
             d.mib_s(),
             d.server_cpu,
             d.client_cpu,
+            p.rate(),
+            p.server_cpu,
             s.rate(),
             s.mib_s(),
             s.server_cpu,
@@ -211,8 +224,12 @@ listen = "127.0.0.1:0"
         service_cpu += s.server_cpu;
         service_events += s.events;
         ratios.push(s.rate() / d.rate());
+        parse_rates.push(p.rate());
+        parse_ratios.push(p.rate() / d.rate());
+        to_parse.push(s.rate() / p.rate());
     }
     discard_stop.send_replace(true);
+    parse_stop.send_replace(true);
 
     // Writes taken in after later ones of their cluster were applied (a 429-retried list comes
     // back behind lists sent after it): classified against a newer state than in order.
@@ -242,5 +259,11 @@ listen = "127.0.0.1:0"
         median(ratios),
         service_events as f64 / service_cpu,
         load_average()
+    );
+    println!(
+        "webhook: parse-only server {:.0} events/s, ratio parse-only / discard {:.2} (the most a service that reads the events reaches here), service / parse-only {:.2} (medians of {rounds} rounds)",
+        median(parse_rates),
+        median(parse_ratios),
+        median(to_parse)
     );
 }

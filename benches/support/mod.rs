@@ -1,8 +1,10 @@
 //! Shared by the `serve` benches (`webhook`, `latency`): EventLists from the corpus generator,
 //! the service started in-process on its own runtime (as `kausality-stream serve` runs it),
-//! a server that only reads and discards bodies on the same HTTP stack, and the machine's
-//! load and per-thread CPU time.
+//! a server that only reads and discards bodies and one that only parses them, on the same
+//! HTTP stack, and the machine's load and per-thread CPU time.
 #![allow(dead_code)]
+
+pub mod floor;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -84,11 +86,33 @@ pub fn start_discard(rt: &Runtime) -> (SocketAddr, watch::Sender<bool>) {
         }
         r#"{"events":0,"invalid":0}"#
     }
+    start_app(rt, Router::new().route("/audit", post(discard)))
+}
+
+/// A server that reads every request body and parses it as bench 1's parse floor does (typed
+/// `serde_json`, on a blocking thread as the webhook decodes), answering 200 with the number
+/// of events, 400 when the body does not parse: every service that reads the events does at
+/// least this much.
+pub fn start_parse(rt: &Runtime) -> (SocketAddr, watch::Sender<bool>) {
+    async fn parse(body: Body) -> (axum::http::StatusCode, String) {
+        let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
+            return (axum::http::StatusCode::BAD_REQUEST, "body not read".into());
+        };
+        match tokio::task::spawn_blocking(move || floor::parse_list(&body)).await {
+            Ok(Some(n)) => (axum::http::StatusCode::OK, format!(r#"{{"events":{n},"invalid":0}}"#)),
+            _ => (axum::http::StatusCode::BAD_REQUEST, "not an EventList".into()),
+        }
+    }
+    start_app(rt, Router::new().route("/audit", post(parse)))
+}
+
+/// Serves `app` on 127.0.0.1 (a free port) with the webhook's accept loop, until the sender
+/// says `true`.
+fn start_app(rt: &Runtime, app: Router) -> (SocketAddr, watch::Sender<bool>) {
     let (stop, stopped) = watch::channel(false);
     let addr = rt.block_on(async {
         let listener = kausality_stream::listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("a bound address");
-        let app = Router::new().route("/audit", post(discard));
         tokio::spawn(kausality_stream::listen::serve(listener, app, None, stopped, Duration::from_secs(1)));
         addr
     });

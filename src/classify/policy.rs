@@ -11,7 +11,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use super::trace::Labels;
 use crate::decode::time::parse_rfc3339_micros;
-use crate::state::SharedPolicy;
+use crate::state::{FastBuild, SharedPolicy};
 use crate::write::Annotations;
 
 pub const APPROVALS: &str = "kausality.io/approvals";
@@ -233,7 +233,7 @@ impl Policy {
 /// one parsed policy instead of a copy each, and while they have no other rare part, one box of
 /// rare parts holding it ([`SharedPolicy`]).
 #[derive(Debug)]
-pub struct PolicyCache(Mutex<LruCache<u64, SharedPolicy>>);
+pub struct PolicyCache(Mutex<LruCache<u64, SharedPolicy, FastBuild>>);
 
 impl Default for PolicyCache {
     /// Room for a thousand distinct policies: more than the templates of a large cluster.
@@ -244,7 +244,7 @@ impl Default for PolicyCache {
 
 impl PolicyCache {
     pub fn new(capacity: usize) -> Self {
-        PolicyCache(Mutex::new(LruCache::new(NonZeroUsize::new(capacity.max(1)).expect("non-zero"))))
+        PolicyCache(Mutex::new(LruCache::with_hasher(NonZeroUsize::new(capacity.max(1)).expect("non-zero"), FastBuild::default())))
     }
 
     /// The policy of `annotations`: the cached one when the same annotations were seen

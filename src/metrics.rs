@@ -31,6 +31,10 @@ pub struct Metrics {
     pub kafka_consumer_lag: IntGaugeVec,
     pub webhook_requests: IntCounterVec,
     pub drift_reports: IntCounterVec,
+    /// The counters of `events_ignored` and `events_invalid` by reason (bounded label values),
+    /// looked up once: a third of a stream is ignored, and a lookup by label hashes and locks.
+    ignored_by: [IntCounter; Ignored::ALL.len()],
+    invalid_by: [IntCounter; InvalidReason::ALL.len()],
 }
 
 impl Default for Metrics {
@@ -72,10 +76,15 @@ impl Metrics {
         )
         .expect("valid metric");
         r.register(Box::new(kafka_consumer_lag.clone())).expect("unique metric");
-        let m = Metrics {
+        let events_ignored = counter_vec(&r, "kausality_events_ignored_total", "Audit events not classified, by reason.", &["reason"]);
+        let events_invalid = counter_vec(&r, "kausality_events_invalid_total", "Records rejected as not decodable audit events, by reason.", &["reason"]);
+        // Created here, so that dashboards show zeros instead of gaps.
+        let ignored_by = Ignored::ALL.map(|reason| events_ignored.with_label_values(&[reason.as_str()]));
+        let invalid_by = InvalidReason::ALL.map(|reason| events_invalid.with_label_values(&[reason.as_str()]));
+        Metrics {
             events_received: counter_vec(&r, "kausality_events_received_total", "Audit events received, by source.", &["source"]),
-            events_ignored: counter_vec(&r, "kausality_events_ignored_total", "Audit events not classified, by reason.", &["reason"]),
-            events_invalid: counter_vec(&r, "kausality_events_invalid_total", "Records rejected as not decodable audit events, by reason.", &["reason"]),
+            events_ignored,
+            events_invalid,
             mutations: counter_vec(&r, "kausality_mutations_total", "Classified mutations, by class, parent kind and kind.", &["class", "parent_kind", "kind"]),
             drift: counter_vec(&r, "kausality_drift_total", "Drift, by parent kind, kind and resolution.", &["parent_kind", "kind", "resolution"]),
             freeze_violations: counter_vec(&r, "kausality_freeze_violations_total", "Child mutations under a parent's freeze.", &["parent_kind"]),
@@ -92,15 +101,9 @@ impl Metrics {
             webhook_requests: counter_vec(&r, "kausality_webhook_requests_total", "Webhook requests, by HTTP status code.", &["code"]),
             drift_reports: counter_vec(&r, "kausality_drift_reports_total", "Drift reports sent, by phase.", &["phase"]),
             registry: r,
-        };
-        // Pre-create the bounded label values so dashboards show zeros instead of gaps.
-        for reason in Ignored::ALL {
-            m.events_ignored.with_label_values(&[reason.as_str()]);
+            ignored_by,
+            invalid_by,
         }
-        for reason in InvalidReason::ALL {
-            m.events_invalid.with_label_values(&[reason.as_str()]);
-        }
-        m
     }
 
     pub fn received(&self, source: &str, n: u64) {
@@ -108,11 +111,11 @@ impl Metrics {
     }
 
     pub fn ignored(&self, reason: Ignored) {
-        self.events_ignored.with_label_values(&[reason.as_str()]).inc();
+        self.ignored_by[reason as usize].inc();
     }
 
     pub fn invalid(&self, reason: InvalidReason) {
-        self.events_invalid.with_label_values(&[reason.as_str()]).inc();
+        self.invalid_by[reason as usize].inc();
     }
 
     pub fn classified(&self, class: Class, parent_kind: &str, kind: &str) {
@@ -124,11 +127,11 @@ impl Metrics {
     }
 
     pub fn ignored_count(&self, reason: Ignored) -> u64 {
-        self.events_ignored.with_label_values(&[reason.as_str()]).get()
+        self.ignored_by[reason as usize].get()
     }
 
     pub fn invalid_count(&self, reason: InvalidReason) -> u64 {
-        self.events_invalid.with_label_values(&[reason.as_str()]).get()
+        self.invalid_by[reason as usize].get()
     }
 
     /// The metrics in the Prometheus text exposition format.
@@ -140,5 +143,28 @@ impl Metrics {
 
     pub fn registry(&self) -> &Registry {
         &self.registry
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_reason_counts_in_its_own_labelled_series() {
+        // The counters are indexed by the enum's discriminant: ALL must list them in order.
+        assert!(Ignored::ALL.iter().enumerate().all(|(i, r)| *r as usize == i));
+        assert!(InvalidReason::ALL.iter().enumerate().all(|(i, r)| *r as usize == i));
+        let m = Metrics::new();
+        m.ignored(Ignored::NoOp);
+        m.ignored(Ignored::NoOp);
+        m.invalid(InvalidReason::Truncated);
+        assert_eq!(m.events_ignored.with_label_values(&["no_op"]).get(), 2);
+        assert_eq!(m.events_ignored.with_label_values(&[Ignored::Stage.as_str()]).get(), 0);
+        assert_eq!(m.events_invalid.with_label_values(&["truncated"]).get(), 1);
+        assert_eq!((m.ignored_count(Ignored::NoOp), m.invalid_count(InvalidReason::Truncated)), (2, 1));
+        let text = m.render();
+        assert!(text.contains(r#"kausality_events_ignored_total{reason="no_op"} 2"#), "{text}");
+        assert!(text.contains(r#"kausality_events_invalid_total{reason="encoding"} 0"#), "zeros are there from the start");
     }
 }

@@ -1,8 +1,8 @@
 //! The Kafka producer of enriched events: an idempotent librdkafka producer fed by a thread
 //! of its own (serializing JSON is CPU work). A full local queue is backpressure: the thread
 //! waits for room and the processor waits for the thread, so nothing is dropped. Each message
-//! carries a copy of its batch; the batch's receipt (the Kafka source's offsets) fires only
-//! when the last message of the batch is delivered. A failed delivery is counted, logged and
+//! carries a share of its batch's flight; the batch's receipt (the Kafka source's offsets)
+//! fires only when the last message of the batch is delivered. A failed delivery is counted, logged and
 //! sent again by a retry thread.
 
 use std::sync::mpsc as std_mpsc;
@@ -23,10 +23,12 @@ use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
 use crate::sinks::{Error, Events};
 
-/// The batch a message came from, and how often it was sent.
+/// The batch a message came from, and how often it was sent: one per batch, shared by its
+/// messages (one allocation per batch, not per message); a message sent again gets one of its
+/// own with the next attempt.
 pub struct Flight {
-    /// Holds the batch's receipt until this message is delivered (or given up).
-    _events: Events,
+    /// Holds the batch's receipt until every message sharing it is delivered (or given up).
+    events: Events,
     attempt: u32,
 }
 
@@ -37,7 +39,7 @@ struct Retry {
     payload: Vec<u8>,
     key: Vec<u8>,
     headers: Vec<(String, Vec<u8>)>,
-    flight: Box<Flight>,
+    flight: Arc<Flight>,
 }
 
 /// Delivery reports: count, and hand failures to the retry thread.
@@ -65,15 +67,15 @@ impl ClientContext for DeliveryContext {
 }
 
 impl ProducerContext for DeliveryContext {
-    type DeliveryOpaque = Box<Flight>;
+    type DeliveryOpaque = Arc<Flight>;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, mut flight: Box<Flight>) {
+    fn delivery(&self, result: &DeliveryResult<'_>, flight: Arc<Flight>) {
         let (e, m) = match result {
             Ok(_) => return self.delivered.inc(),
             Err((e, m)) => (e, m),
         };
         self.failed.inc();
-        flight.attempt += 1;
+        let flight = Arc::new(Flight { events: flight.events.clone(), attempt: flight.attempt + 1 });
         let give_up = self.max_retries > 0 && flight.attempt > self.max_retries;
         {
             let mut quiet = self.quiet.lock().expect("delivery log lock");
@@ -167,6 +169,7 @@ fn send_all(cfg: &KafkaSinkConfig, producer: &KafkaProducer, mut rx: mpsc::Recei
     let mut value = Vec::with_capacity(4096);
     let failed = producer.context().failed.clone();
     while let Some(events) = rx.blocking_recv() {
+        let flight = Arc::new(Flight { events: events.clone(), attempt: 0 });
         for e in events.iter().filter(|e| cfg.selects(e.class)) {
             value.clear();
             e.write_json(&mut value);
@@ -174,8 +177,7 @@ fn send_all(cfg: &KafkaSinkConfig, producer: &KafkaProducer, mut rx: mpsc::Recei
             let headers = OwnedHeaders::new_with_capacity(2)
                 .insert(Header { key: "class", value: Some(e.class.as_str()) })
                 .insert(Header { key: "cluster", value: Some(&*e.cluster) });
-            let flight = Box::new(Flight { _events: events.clone(), attempt: 0 });
-            let record = BaseRecord::with_opaque_to(&cfg.topic, flight).payload(&value).key(key).headers(headers);
+            let record = BaseRecord::with_opaque_to(&cfg.topic, flight.clone()).payload(&value).key(key).headers(headers);
             if let Err(e) = send(producer, record) {
                 failed.inc();
                 tracing::error!(error = %e, "kafka sink: message refused by the producer (too large?); dropped");
@@ -187,7 +189,7 @@ fn send_all(cfg: &KafkaSinkConfig, producer: &KafkaProducer, mut rx: mpsc::Recei
 /// Sends, waiting while the local queue is full (backpressure, never a drop).
 fn send<K: rdkafka::message::ToBytes + ?Sized, P: rdkafka::message::ToBytes + ?Sized>(
     producer: &KafkaProducer,
-    mut record: BaseRecord<'_, K, P, Box<Flight>>,
+    mut record: BaseRecord<'_, K, P, Arc<Flight>>,
 ) -> Result<(), KafkaError> {
     let mut wait = Duration::from_micros(200);
     loop {

@@ -229,11 +229,9 @@ work_us=$(echo "$work_cpu * 1000000 / $EVENTS" | bc -l | xargs printf '%.1f')
 cores=$(nproc)
 shortest=$(echo "($floor_cpu + $c_broker + $work_cpu) / $cores" | bc -l)
 ceiling=$(echo "$kcat_secs / $shortest" | bc -l | xargs printf '%.2f')
-if [[ -n "$broker_pid" ]]; then
-  broker_note() { echo "; broker $(fmt "$1")s"; }
-else
-  broker_note() { echo "; broker's CPU not known (BROKERS=$BROKERS)"; }
-fi
+broker_note() {
+  if [[ -n "$broker_pid" ]]; then echo "; broker $(fmt "$1")s"; else echo "; broker's CPU not known (BROKERS=$BROKERS)"; fi
+}
 
 cat <<EOF
 

@@ -15,9 +15,9 @@
 //! fresh ones (no auditID twice), to the discard server, the parse-only server, then the
 //! service. Figures: events/s and MiB/s of each, the ratio service / discard, the ratio
 //! parse-only / discard (the most any service that reads the events could reach), the ratio
-//! service / parse-only, and the CPU seconds of each side's threads. Exits non-zero when an answer is not 200 or 429, or when the enriched
-//! events written differ in number from what the processing chain makes of the same bodies
-//! in order.
+//! service / parse-only, and the CPU seconds of each side's threads. Exits non-zero when an
+//! answer is not 200 or 429, or when the enriched events written differ in number from what
+//! the processing chain makes of the same bodies in order.
 
 mod support;
 

@@ -9,8 +9,7 @@ use std::collections::HashMap;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-/// The parse floor: the same fields, plain `#[derive(Deserialize)]`, borrowed where possible.
-#[allow(dead_code)]
+/// One audit event, as the floor reads it.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Floor<'a> {
@@ -35,20 +34,17 @@ pub struct Floor<'a> {
     stage_timestamp: Cow<'a, str>,
 }
 
-#[allow(dead_code)]
 #[derive(Deserialize)]
 struct FloorUser<'a> {
     #[serde(borrow)]
     username: Cow<'a, str>,
 }
 
-#[allow(dead_code)]
 #[derive(Deserialize)]
 struct FloorStatus {
     code: i64,
 }
 
-#[allow(dead_code)]
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct FloorObject<'a> {
@@ -64,7 +60,6 @@ struct FloorObject<'a> {
     status: Option<&'a RawValue>,
 }
 
-#[allow(dead_code)]
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct FloorMeta<'a> {

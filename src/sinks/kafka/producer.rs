@@ -2,8 +2,8 @@
 //! of its own (serializing JSON is CPU work). A full local queue is backpressure: the thread
 //! waits for room and the processor waits for the thread, so nothing is dropped. Each message
 //! carries a share of its batch's flight; the batch's receipt (the Kafka source's offsets)
-//! fires only when the last message of the batch is delivered. A failed delivery is counted, logged and
-//! sent again by a retry thread.
+//! fires only when the last message of the batch is delivered. A failed delivery is counted,
+//! logged and sent again by a retry thread.
 
 use std::sync::mpsc as std_mpsc;
 use std::sync::Arc;

@@ -10,11 +10,10 @@
 # ---------------------------------------------------------------- build
 FROM rust:1-bookworm AS builder
 # Native libraries for crates that link C code: librdkafka (built from source by the rdkafka
-# crate, which needs cmake, and curl's headers for its build) and its TLS, SASL and
-# compression dependencies.
+# crate with its configure script and make, without curl) and its compression dependencies.
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      cmake pkg-config libssl-dev libsasl2-dev zlib1g-dev libzstd-dev libcurl4-openssl-dev \
+      make pkg-config libssl-dev libsasl2-dev zlib1g-dev libzstd-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .

@@ -5,11 +5,13 @@
 #      (tests/kafka.rs, scripts/kafka.sh; KAUSALITY_KAFKA_TESTS=0 skips those);
 #   2. the `fetch` feature's test (tests/serve_fetch.rs: unknown parents fetched from a
 #      stand-in API server), and cargo fmt --check and cargo clippy with warnings as errors;
-#   3. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
+#   3. scripts/check-fresh-run.sh: the README's run command on a fresh clone with curl's headers
+#      hidden (a release build, cached in target/fresh-run), fed the README's sample;
+#   4. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
 #      compose file, the kustomize tree and the audit policy;
-#   4. scripts/check-dashboard-live.sh: every dashboard panel's query against a real Prometheus
+#   5. scripts/check-dashboard-live.sh: every dashboard panel's query against a real Prometheus
 #      scraping a running kausality-stream fed a recorded stream (the binary cargo test built);
-#   5. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
+#   6. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
 #      (builds it first: ~15 min on a fresh machine, cached after); KAUSALITY_E2E=0 skips it.
 # Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
 set -uo pipefail
@@ -22,6 +24,22 @@ failed=0
 status=0
 
 step() { printf '\n=== %s\n' "$*"; }
+
+count_script() {
+  # Runs a check script that closes with "NAME: N passed, M failed", and counts that line; a
+  # failure without it counts as one.
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]} line
+  line=$(grep -E '^[a-z-]+: [0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
+  if [ -n "$line" ]; then
+    passed=$((passed + $(echo "$line" | sed -E 's/.*: ([0-9]+) passed.*/\1/')))
+    failed=$((failed + $(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')))
+  elif [ "$rc" -ne 0 ]; then
+    failed=$((failed + 1))
+  fi
+  [ "$rc" -ne 0 ] && status=1
+  return 0
+}
 
 count_cargo() {
   # Sum the "test result:" lines of cargo test.
@@ -48,19 +66,6 @@ command -v bc >/dev/null 2>&1 || {
   apt-get -o DPkg::Lock::Timeout=600 -qq install -y bc >/dev/null 2>&1 || { apt-get -qq update && apt-get -qq install -y bc >/dev/null; }
 }
 
-apt_ensure() {
-  # Debian packages by name, installed only when missing.
-  local missing=()
-  for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  [ "${#missing[@]}" -eq 0 ] && return 0
-  apt-get -o DPkg::Lock::Timeout=600 -qq install -y "${missing[@]}" >/dev/null 2>&1 ||
-    { apt-get -qq update && apt-get -qq install -y "${missing[@]}" >/dev/null; }
-}
-
-# The `kafka` feature builds librdkafka from source: cmake, and curl's headers for its build.
-if command -v dpkg >/dev/null 2>&1; then
-  apt_ensure cmake libcurl4-openssl-dev || echo "warning: could not install cmake/libcurl4-openssl-dev" >&2
-fi
 # The Kafka tests start a broker themselves; fetch what it needs first (Java, kcat, the Kafka
 # jars from Maven Central, cached under ~/.cache/kausality-stream), so a missing piece fails
 # here, clearly, and not inside a test.
@@ -97,6 +102,9 @@ for check in "fmt --all --check" "clippy --locked --all-targets -- -D warnings";
     status=1
   fi
 done
+
+step "the README's run command on a fresh clone, without curl's headers (scripts/check-fresh-run.sh)"
+count_script bash scripts/check-fresh-run.sh
 
 step "deploy checks (promtool, dashboard, compose, kustomize, audit policy)"
 bash scripts/check-deploy.sh 2>&1 | tee "$log"

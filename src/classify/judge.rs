@@ -14,6 +14,7 @@ use crate::write::{Name, OwnerLink, Uid, Write};
 
 /// What the judgement of a mutation needs to know about the mutated object.
 pub(super) struct Child<'a> {
+    pub uid: Uid,
     pub uid_text: &'a Arc<str>,
     pub ty: Ty,
     pub namespace: Sym,
@@ -67,7 +68,7 @@ impl Engine {
                         labels: labels.clone(),
                     };
                     let node = match prev {
-                        Some(prev) => trace::extend(prev, hop),
+                        Some(prev) => trace::extend(trace::bounded(&prev, &hop, self.max_trace_hops), hop),
                         None => trace::origin(hop),
                     };
                     p.set_trace(TraceState::Node(node.clone()));
@@ -138,12 +139,21 @@ impl Engine {
             freeze_violation: false,
             snoozed: false,
             trace: Vec::new(),
+            trace_truncated: false,
             late: w.late,
         };
+        // An object that names itself as its controller owner is the top of its own tree
+        // (docs/model.md): judged against itself, each write would extend its own trace.
+        let self_owned = owner.is_some_and(|o| o.uid == child.uid);
+        let owner = owner.filter(|_| !self_owned);
         let Some(owner) = owner else {
-            event.reason = unowned_reason.unwrap_or("no controller ownerReference: top of a tree").to_string();
+            event.reason = match unowned_reason {
+                Some(r) => r.to_string(),
+                None if self_owned => "the object names itself as its controller owner: top of a tree".to_string(),
+                None => "no controller ownerReference: top of a tree".to_string(),
+            };
             let t = trace::origin(hop);
-            event.trace = self.trace_out(&t, &w.stage_timestamp);
+            self.trace_out(&t, &w.stage_timestamp, &mut event);
             return (event, origin_state);
         };
         let (owner_api_version, owner_kind) = self.interner.parts(owner.ty);
@@ -162,7 +172,7 @@ impl Engine {
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
             let unknown_parent = Hop { ty: owner.ty, name: owner.name.clone(), generation: None, user: None, timestamp: None, labels: None };
             let t = trace::extend(trace::origin(unknown_parent), hop);
-            event.trace = self.trace_out(&t, &w.stage_timestamp);
+            self.trace_out(&t, &w.stage_timestamp, &mut event);
             event.parent = Some(parent_out);
             return (event, origin_state);
         };
@@ -200,12 +210,14 @@ impl Engine {
                     labels: p.labels.clone(),
                 })
             });
+            // Without this object (an ownership cycle) and within the bound on hops.
+            let parent_trace = trace::bounded(&parent_trace, &hop, self.max_trace_hops);
             let state = TraceState::Write { prev: Some(parent_trace.clone()), user: w.user, time_us: w.time_us };
             (trace::extend(parent_trace, hop), state)
         } else {
             (trace::origin(hop), origin_state)
         };
-        event.trace = self.trace_out(&t, &w.stage_timestamp);
+        self.trace_out(&t, &w.stage_timestamp, &mut event);
 
         if let Some(policy) = p.policy.as_deref() {
             let child_ref = ChildRef { api_version: &event.object.api_version, kind: &event.object.kind, name: &event.object.name };
@@ -253,13 +265,15 @@ impl Engine {
         h
     }
 
-    /// The hops of `t` for output, root first. Its head is the write being judged, whose time is
-    /// written as the API server wrote it (`stage_timestamp`; empty when it wrote none); the
-    /// other hops' times are formatted from µs.
-    fn trace_out(&self, t: &Trace, stage_timestamp: &Arc<str>) -> Vec<HopOut> {
-        let hops = trace::hops(t);
+    /// The hops of `t` for the output event, root first, and whether older hops were cut. Its
+    /// head is the write being judged, whose time is written as the API server wrote it
+    /// (`stage_timestamp`; empty when it wrote none); the other hops' times are formatted from µs.
+    fn trace_out(&self, t: &Trace, stage_timestamp: &Arc<str>, event: &mut Enriched) {
+        let (hops, truncated) = trace::hops(t);
         let head = hops.len() - 1;
-        hops.into_iter()
+        event.trace_truncated = truncated;
+        event.trace = hops
+            .into_iter()
             .enumerate()
             .map(|(i, h)| {
                 let (api_version, kind) = self.interner.parts(h.ty);
@@ -277,7 +291,7 @@ impl Engine {
                     labels: h.labels.iter().flat_map(|l| l.iter()).map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect(),
                 }
             })
-            .collect()
+            .collect();
     }
 }
 

@@ -35,11 +35,13 @@ pub enum Applied {
 pub struct EngineOptions {
     pub max_objects: usize,
     pub tombstone_ttl_us: i64,
+    /// Most hops in a trace (the oldest are cut past it).
+    pub max_trace_hops: usize,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { max_objects: 2_000_000, tombstone_ttl_us: 15 * 60 * 1_000_000 }
+        EngineOptions { max_objects: 2_000_000, tombstone_ttl_us: 15 * 60 * 1_000_000, max_trace_hops: trace::DEFAULT_MAX_HOPS }
     }
 }
 
@@ -56,6 +58,8 @@ pub struct Engine {
     user_hashes: DashMap<Sym, Arc<str>, FastBuild>,
     /// Parsed policies, shared by the objects with the same annotations.
     policies: PolicyCache,
+    /// Most hops in a trace, at least 2 (a parent and its child).
+    max_trace_hops: usize,
 }
 
 impl Engine {
@@ -68,6 +72,7 @@ impl Engine {
             owner_kinds: DashMap::with_hasher(FastBuild::default()),
             user_hashes: DashMap::with_hasher(FastBuild::default()),
             policies: PolicyCache::default(),
+            max_trace_hops: options.max_trace_hops.max(2),
         }
     }
 
@@ -301,7 +306,7 @@ impl Engine {
                 (s.updaters(), trace_labels(s.policy()))
             },
         );
-        let child = Child { uid_text: &f.uid_text, ty: f.ty, namespace: f.namespace, name: &f.name, generation: f.generation, labels };
+        let child = Child { uid: f.uid, uid_text: &f.uid_text, ty: f.ty, namespace: f.namespace, name: &f.name, generation: f.generation, labels };
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
@@ -322,7 +327,7 @@ impl Engine {
             r.push(w.user);
             (r, None, None, by_ref, 0)
         });
-        let child = Child { uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
+        let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         self.judge(w, &child, owner.as_ref(), &updaters, unknown).0
@@ -379,7 +384,7 @@ impl Engine {
             s.push_updater(w.user);
             s.updaters()
         });
-        let child = Child { uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
+        let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.store.update(&key, |s| s.set_trace(trace));

@@ -119,6 +119,24 @@ impl Rejection {
     }
 }
 
+/// Most `kausality.io/trace-*` labels an object's hops carry (the first in the annotations'
+/// order); the rest are left out and reported as problems.
+pub const MAX_TRACE_LABELS: usize = 16;
+/// Longest trace label key (after the prefix): Kubernetes allows 63 bytes in a key's name
+/// part, of which the prefix takes 6.
+pub const MAX_TRACE_LABEL_KEY_BYTES: usize = 57;
+/// Longest trace label value kept; a longer one is cut (at a character boundary).
+pub const MAX_TRACE_LABEL_VALUE_BYTES: usize = 256;
+
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut_at(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let end = (0..=max).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+    &s[..end]
+}
+
 /// How a drift was resolved by the parent's policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -190,8 +208,13 @@ impl Policy {
                 PHASE => p.phase_initialized = v.trim() == "initialized",
                 _ => {
                     if let Some(label) = k.strip_prefix(TRACE_LABEL_PREFIX) {
-                        if !label.is_empty() {
-                            labels.push((Box::from(label), Box::from(v)));
+                        if label.is_empty() {
+                        } else if labels.len() == MAX_TRACE_LABELS || label.len() > MAX_TRACE_LABEL_KEY_BYTES {
+                            p.problems.push(format!(
+                                "{k}: left out of traces (at most {MAX_TRACE_LABELS} trace labels of keys up to {MAX_TRACE_LABEL_KEY_BYTES} bytes)"
+                            ));
+                        } else {
+                            labels.push((Box::from(label), Box::from(cut_at(v, MAX_TRACE_LABEL_VALUE_BYTES))));
                         }
                     }
                 }
@@ -357,6 +380,24 @@ mod tests {
         assert!(policy(&[(FREEZE, "true")]).freeze.is_some());
         assert!(policy(&[(FREEZE, "false")]).freeze.is_none());
         assert!(policy(&[(SNOOZE, "2030-01-01T00:00:00Z")]).snooze_until_us.is_some());
+    }
+
+    #[test]
+    fn trace_labels_are_bounded_in_number_key_and_value() {
+        let keys: Vec<String> = (0..40).map(|i| format!("kausality.io/trace-k{i:02}")).collect();
+        let long_value = format!("{}é{}", "v".repeat(255), "x".repeat(100_000));
+        let long_key = format!("kausality.io/trace-{}", "k".repeat(58));
+        let mut entries: Vec<(&str, &str)> = vec![(&long_key, "a"), ("kausality.io/trace-big", &long_value)];
+        entries.extend(keys.iter().map(|k| (k.as_str(), "v")));
+        let p = policy(&entries);
+        let labels = p.trace_labels.as_deref().unwrap();
+        assert_eq!(labels.len(), MAX_TRACE_LABELS);
+        assert_eq!((&*labels[0].0, labels[0].1.len()), ("big", 255), "cut before the two-byte character that would pass 256 bytes");
+        assert_eq!(&*labels[15].0, "k14");
+        assert_eq!(p.problems.len(), 1 + 40 - 15, "the long key and the labels past 16: {:?}", p.problems);
+        assert!(p.problems[0].contains(&long_key));
+        let fits = format!("kausality.io/trace-{}", "k".repeat(57));
+        assert_eq!(policy(&[(&fits, "x")]).trace_labels.as_deref().map(Vec::len), Some(1));
     }
 
     #[test]

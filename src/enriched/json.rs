@@ -50,6 +50,10 @@ impl Enriched {
             hop(out, h);
         }
         out.push(b']');
+        if self.trace_truncated {
+            field(out, "traceTruncated");
+            boolean(out, true);
+        }
         field(out, "late");
         boolean(out, self.late);
         out.push(b'}');
@@ -286,6 +290,7 @@ mod tests {
             freeze_violation: true,
             snoozed: false,
             trace: vec![hop(text, labels), hop("", serde_json::Map::new())],
+            trace_truncated: true,
             late: true,
         }
     }
@@ -310,6 +315,7 @@ mod tests {
             e.resolution = None;
             e.actor = ActorOut { is_controller: None, controllers: Vec::new() };
             e.trace.clear();
+            e.trace_truncated = false;
             same_as_serde(&e);
             e.actor.is_controller = Some(false);
             e.trace = vec![HopOut { generation: None, user: None, timestamp: None, ..hop(text, serde_json::Map::new()) }];

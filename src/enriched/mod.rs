@@ -39,8 +39,16 @@ pub struct Enriched {
     /// Drift under an unexpired `kausality.io/snooze`: no drift report.
     pub snoozed: bool,
     pub trace: Vec<HopOut>,
+    /// The trace's oldest hops were cut (an ownership cycle, or a chain deeper than
+    /// `options.max_trace_hops`); written only when true.
+    #[serde(skip_serializing_if = "is_false")]
+    pub trace_truncated: bool,
     /// Applied after writes with a higher resourceVersion (came later than the reorder window).
     pub late: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -44,6 +44,9 @@ pub struct Options {
     pub reorder_max_held: usize,
     /// Most objects kept in state; the coldest are evicted past it. Default: 2000000.
     pub max_objects: usize,
+    /// Most hops in an enriched event's trace, 2 to 1024; past it the oldest are cut and the
+    /// event says `traceTruncated` (real trees are 2-5 deep). Default: 32.
+    pub max_trace_hops: usize,
     /// How many recent auditIDs are remembered to drop redelivered events. Default: 200000.
     pub dedupe_capacity: usize,
     /// How long a deleted object is remembered, so its children's later deletes read as
@@ -71,6 +74,7 @@ impl Default for Options {
             reorder_window: Span::ms(500),
             reorder_max_held: 100_000,
             max_objects: 2_000_000,
+            max_trace_hops: crate::classify::trace::DEFAULT_MAX_HOPS,
             dedupe_capacity: 200_000,
             tombstone_ttl: Span::secs(15 * 60),
             max_record_bytes: 8 << 20,

@@ -241,6 +241,9 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
             errors.push(key, None, "must be at least 1");
         }
     }
+    if !(2..=1024).contains(&o.max_trace_hops) {
+        errors.push("options.max_trace_hops", None, "must be from 2 to 1024");
+    }
     if o.tick_interval.0.is_zero() {
         errors.push("options.tick_interval", None, "must be more than 0");
     }

@@ -186,7 +186,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         }
     }
     let o = &cfg.options;
-    let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64() };
+    let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64(), max_trace_hops: o.max_trace_hops };
     let engine = Arc::new(Engine::new(model_config(&cfg), engine_options));
     let popts = ProcessorOptions {
         default_cluster: cfg.cluster.clone(),

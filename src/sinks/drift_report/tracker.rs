@@ -163,6 +163,7 @@ mod tests {
             freeze_violation: false,
             snoozed: false,
             trace: vec![],
+            trace_truncated: false,
             late: false,
         }
     }

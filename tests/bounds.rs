@@ -1,0 +1,149 @@
+//! What anyone who can write an object cannot make grow without bound: traces (ownership
+//! cycles, deep chains), metric label values, the clusters of the webhook's paths, interned
+//! names. Each test drives the real processing chain with audit events as the API server
+//! writes them.
+
+mod common;
+
+use common::{find, processor, run};
+use kausality_stream::classify::Class;
+use kausality_stream::config::ModelConfig;
+use kausality_stream::enriched::Enriched;
+use kausality_stream::sim::*;
+use serde_json::json;
+
+const CTRL: &str = "system:serviceaccount:widgets:widget-controller";
+
+fn widget(name: &str, owner: Option<&ObjRef>) -> serde_json::Value {
+    let mut w = json!({"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": name, "namespace": "ns"}, "spec": {"n": 0}});
+    if let Some(o) = owner {
+        w["metadata"]["ownerReferences"] = owner_ref(o);
+    }
+    w
+}
+
+fn bump(w: &mut serde_json::Value) {
+    let n = w["spec"]["n"].as_i64().unwrap_or(0);
+    w["spec"]["n"] = json!(n + 1);
+}
+
+/// No object twice in a trace, and the last hop is the written object.
+fn assert_cycle_free(e: &Enriched) {
+    let hops: Vec<(&str, &str)> = e.trace.iter().map(|h| (&*h.kind, &*h.name)).collect();
+    for (i, h) in hops.iter().enumerate() {
+        assert!(!hops[i + 1..].contains(h), "{h:?} twice in the trace of {}: {hops:?}", e.audit_id);
+    }
+    assert_eq!(hops.last(), Some(&(&*e.object.kind, &*e.object.name)));
+}
+
+fn json_len(e: &Enriched) -> usize {
+    let mut out = Vec::new();
+    e.write_json(&mut out);
+    out.len()
+}
+
+#[test]
+fn an_object_that_owns_itself_is_unowned_and_its_trace_is_one_hop() {
+    let mut api = ApiServer::new();
+    let (w, create) = api.create(ADMIN, widget("loop", None));
+    let own = api.update(ADMIN, &w, |v| v["metadata"]["ownerReferences"] = owner_ref(&w));
+    let mut events = vec![create, own.clone()];
+    for _ in 0..2_000 {
+        events.push(api.update(CTRL, &w, bump));
+    }
+    let out = run(&events);
+    assert_eq!(out.len(), 2_001, "the create and every spec change");
+    for e in &out[1..] {
+        assert_eq!(e.class, Class::Unowned, "{}", e.reason);
+        assert!(e.parent.is_none());
+        assert_eq!(e.trace.len(), 1);
+        assert!(!e.trace_truncated);
+        assert!(json_len(e) < 1_500, "{} bytes", json_len(e));
+    }
+    assert!(out[1..].iter().all(|e| e.reason.contains("names itself as its controller owner")), "{}", out[1].reason);
+    assert!(find(&out, &own).is_none(), "naming the owner changes no spec: state only");
+}
+
+/// Objects that own each other in a ring, each written `rounds` times in turn by its
+/// controller; returns the outputs and the trace nodes the state holds afterwards.
+fn ring(names: &[&str], rounds: usize) -> (Vec<Enriched>, usize) {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (first, create) = api.create(ADMIN, widget(names[0], None));
+    events.push(create);
+    let mut objs = vec![first];
+    for name in &names[1..] {
+        let (o, create) = api.create(CTRL, widget(name, objs.last()));
+        events.push(create);
+        objs.push(o);
+    }
+    let last = objs.last().unwrap().clone();
+    events.push(api.update(ADMIN, &objs[0], |v| v["metadata"]["ownerReferences"] = owner_ref(&last)));
+    for _ in 0..rounds {
+        for o in &objs {
+            events.push(api.update(CTRL, o, bump));
+        }
+    }
+    // Half the writes, a snapshot restored into a fresh processor, the rest: the cut traces
+    // come back cut (their root is recognised by its content, not its address).
+    let half = events.len() / 2;
+    let mut p = processor(ModelConfig::default(), 0);
+    let mut out = Vec::new();
+    common::feed(&mut p, &events[..half], &mut out);
+    p.flush(0, &mut out);
+    let mut snap = Vec::new();
+    p.snapshot(&mut snap).unwrap();
+    let mut p = processor(ModelConfig::default(), 0);
+    p.restore(&mut &snap[..]).unwrap();
+    common::feed(&mut p, &events[half..], &mut out);
+    p.flush(0, &mut out);
+    let stats = p.snapshot(&mut Vec::new()).unwrap();
+    (out, stats.trace_nodes)
+}
+
+#[test]
+fn objects_that_own_each_other_get_traces_cut_at_the_repeat_that_do_not_grow() {
+    for names in [&["a", "b"][..], &["a", "b", "c"][..]] {
+        let (out, trace_nodes) = ring(names, 1_000);
+        let n = names.len();
+        assert_eq!(out.len(), n + 1 + 1_000 * n - 1, "every write but the one that closed the ring");
+        let mut cut = 0;
+        for e in &out {
+            assert_cycle_free(e);
+            assert!(e.trace.len() <= n, "{} hops in a ring of {n}", e.trace.len());
+            assert!(json_len(e) < 3_000, "{} bytes", json_len(e));
+            cut += e.trace_truncated as usize;
+        }
+        // The parents never initialize (no lifecycle signal), so each write extends its parent's
+        // trace (`initializing`, by a user not known to be someone else's child): in the ring
+        // every trace is cut at the repeat.
+        let tail = &out[out.len() - 1_000..];
+        assert!(tail.iter().all(|e| e.class == Class::Initializing && e.trace.len() == n && e.trace_truncated), "{:?}", tail[0]);
+        assert!(cut >= 1_000);
+        assert!(trace_nodes <= 4 * n, "{trace_nodes} trace nodes kept after {} writes", out.len());
+    }
+}
+
+#[test]
+fn a_chain_deeper_than_the_bound_keeps_its_newest_hops() {
+    let mut api = ApiServer::new();
+    let (mut prev, create) = api.create(ADMIN, widget("w0", None));
+    let mut events = vec![create];
+    for i in 1..40 {
+        let (o, create) = api.create(CTRL, widget(&format!("w{i}"), Some(&prev)));
+        events.push(create);
+        prev = o;
+    }
+    let out = run(&events);
+    for (i, e) in out.iter().enumerate() {
+        assert_cycle_free(e);
+        assert_eq!(e.trace.len(), (i + 1).min(32), "w{i}");
+        assert_eq!(e.trace_truncated, i >= 32, "w{i}");
+    }
+    let last = out.last().unwrap();
+    assert_eq!(&*last.trace[0].name, "w8", "the oldest hops went");
+    let mut text = Vec::new();
+    last.write_json(&mut text);
+    assert!(String::from_utf8(text).unwrap().contains(r#""traceTruncated":true"#));
+}
+

@@ -1,6 +1,10 @@
 //! The service's metrics: one struct that owns the Prometheus registry and has a method for
-//! each thing it records. Labels are bounded: reasons, classes, kinds, sinks; never a user or
-//! a UID. The names are listed in `deploy/metrics.txt` and checked against the exporter.
+//! each thing it records. Label values come from closed sets (STYLE 16): reasons, classes,
+//! sinks, status codes, and kinds that are known (built in, or named in the pipeline), else
+//! `other`; never a user, a UID, a cluster name or a kind as written in an ownerReference. The
+//! names are listed in `deploy/metrics.txt` and checked against the exporter.
+
+use std::collections::HashSet;
 
 use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
@@ -35,7 +39,67 @@ pub struct Metrics {
     /// looked up once: a third of a stream is ignored, and a lookup by label hashes and locks.
     ignored_by: [IntCounter; Ignored::ALL.len()],
     invalid_by: [IntCounter; InvalidReason::ALL.len()],
+    /// Kinds written as themselves in the `kind` and `parent_kind` labels; any other is
+    /// [`OTHER_KIND`]. A kind is free text in an ownerReference, and CRDs are many.
+    known_kinds: HashSet<Box<str>>,
 }
+
+/// The label value of a kind that is neither built in nor named in the pipeline.
+pub const OTHER_KIND: &str = "other";
+
+/// Kinds of Kubernetes itself (and the few add-ons every cluster runs), written as
+/// themselves in labels.
+pub const BUILT_IN_KINDS: &[&str] = &[
+    "APIService",
+    "CSIDriver",
+    "CSINode",
+    "CSIStorageCapacity",
+    "CertificateSigningRequest",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ConfigMap",
+    "ControllerRevision",
+    "CronJob",
+    "CustomResourceDefinition",
+    "DaemonSet",
+    "Deployment",
+    "Endpoints",
+    "EndpointSlice",
+    "Event",
+    "FlowSchema",
+    "HorizontalPodAutoscaler",
+    "Ingress",
+    "IngressClass",
+    "Job",
+    "Lease",
+    "LimitRange",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+    "NetworkPolicy",
+    "Node",
+    "PersistentVolume",
+    "PersistentVolumeClaim",
+    "Pod",
+    "PodDisruptionBudget",
+    "PodTemplate",
+    "PriorityClass",
+    "PriorityLevelConfiguration",
+    "ReplicaSet",
+    "ReplicationController",
+    "ResourceQuota",
+    "Role",
+    "RoleBinding",
+    "RuntimeClass",
+    "Secret",
+    "Service",
+    "ServiceAccount",
+    "StatefulSet",
+    "StorageClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "ValidatingWebhookConfiguration",
+    "VolumeAttachment",
+];
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -62,7 +126,14 @@ fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
 }
 
 impl Metrics {
+    /// Metrics whose kind labels are the built-in kinds, else `other`.
     pub fn new() -> Self {
+        Self::with_kinds(std::iter::empty::<&str>())
+    }
+
+    /// Metrics whose kind labels are the built-in kinds and `kinds` (the kinds a pipeline
+    /// names, as `Kind` or `Kind.group`), else `other`.
+    pub fn with_kinds<S: AsRef<str>>(kinds: impl IntoIterator<Item = S>) -> Self {
         let r = Registry::new();
         let processing_lag = Histogram::with_opts(
             HistogramOpts::new("kausality_processing_lag_seconds", "Time from the audit event's stageTimestamp to its classification.")
@@ -103,6 +174,11 @@ impl Metrics {
             registry: r,
             ignored_by,
             invalid_by,
+            known_kinds: BUILT_IN_KINDS
+                .iter()
+                .map(|k| Box::from(*k))
+                .chain(kinds.into_iter().map(|k| Box::from(k.as_ref().split('.').next().unwrap_or_default())))
+                .collect(),
         }
     }
 
@@ -118,12 +194,25 @@ impl Metrics {
         self.invalid_by[reason as usize].inc();
     }
 
+    /// The label value of `kind`: itself when known (or empty: no parent), else `other`.
+    pub fn kind_label<'a>(&self, kind: &'a str) -> &'a str {
+        if kind.is_empty() || self.known_kinds.contains(kind) {
+            kind
+        } else {
+            OTHER_KIND
+        }
+    }
+
     pub fn classified(&self, class: Class, parent_kind: &str, kind: &str) {
-        self.mutations.with_label_values(&[class.as_str(), parent_kind, kind]).inc();
+        self.mutations.with_label_values(&[class.as_str(), self.kind_label(parent_kind), self.kind_label(kind)]).inc();
     }
 
     pub fn drifted(&self, parent_kind: &str, kind: &str, resolution: Resolution) {
-        self.drift.with_label_values(&[parent_kind, kind, resolution.as_str()]).inc();
+        self.drift.with_label_values(&[self.kind_label(parent_kind), self.kind_label(kind), resolution.as_str()]).inc();
+    }
+
+    pub fn freeze_violated(&self, parent_kind: &str) {
+        self.freeze_violations.with_label_values(&[self.kind_label(parent_kind)]).inc();
     }
 
     pub fn ignored_count(&self, reason: Ignored) -> u64 {
@@ -166,5 +255,23 @@ mod tests {
         let text = m.render();
         assert!(text.contains(r#"kausality_events_ignored_total{reason="no_op"} 2"#), "{text}");
         assert!(text.contains(r#"kausality_events_invalid_total{reason="encoding"} 0"#), "zeros are there from the start");
+    }
+
+    #[test]
+    fn kinds_are_labels_only_when_known() {
+        let m = Metrics::with_kinds(["Widget.example.org", "Gadget"]);
+        for (kind, label) in [("Deployment", "Deployment"), ("Widget", "Widget"), ("Gadget", "Gadget"), ("", ""), ("Gizmo", "other"), ("Deployment ", "other")]
+        {
+            assert_eq!(m.kind_label(kind), label, "{kind:?}");
+        }
+        assert_eq!(Metrics::new().kind_label("Widget"), OTHER_KIND);
+        m.classified(Class::Drift, "Anything-1", "Pod");
+        m.classified(Class::Drift, "Anything-2", "Pod");
+        m.drifted("Anything-3", "Thing", Resolution::Unresolved);
+        m.freeze_violated("Anything-4");
+        assert_eq!(m.mutations.with_label_values(&["drift", "other", "Pod"]).get(), 2);
+        assert_eq!(m.drift.with_label_values(&["other", "other", "unresolved"]).get(), 1);
+        assert_eq!(m.freeze_violations.with_label_values(&["other"]).get(), 1);
+        assert!(!m.render().contains("Anything"));
     }
 }

@@ -506,7 +506,7 @@ impl Processor {
             }
         }
         if e.freeze_violation {
-            self.metrics.freeze_violations.with_label_values(&[parent_kind]).inc();
+            self.metrics.freeze_violated(parent_kind);
         }
     }
 

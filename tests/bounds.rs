@@ -147,3 +147,34 @@ fn a_chain_deeper_than_the_bound_keeps_its_newest_hops() {
     assert!(String::from_utf8(text).unwrap().contains(r#""traceTruncated":true"#));
 }
 
+/// Distinct lines of a metric family in the text exposition.
+fn series(text: &str, family: &str) -> usize {
+    text.lines().filter(|l| l.starts_with(family) && l[family.len()..].starts_with('{')).count()
+}
+
+#[test]
+fn ten_thousand_kinds_make_a_bounded_number_of_series() {
+    // Owner kinds are free text in an ownerReference; object kinds are as many as the CRDs.
+    let mut api = ApiServer::new();
+    let (deploy, create) = api.create(ADMIN, deployment("ns", "web", 1, "web:1"));
+    let mut events = vec![create];
+    for i in 0..10_000 {
+        let owner = ObjRef { uid: format!("00000000-0000-4000-8000-{i:012x}"), kind: format!("Kind{i}"), ..deploy.clone() };
+        let mut w = widget(&format!("w{i}"), Some(&owner));
+        w["kind"] = json!(format!("Widget{i}"));
+        events.push(api.create(CTRL, w).1);
+    }
+    events.push(api.create(CTRL, replicaset(&deploy, "1", 1, "web:1")).1);
+    let mut p = processor(ModelConfig::default(), 0);
+    let mut out = Vec::new();
+    common::feed(&mut p, &events, &mut out);
+    p.flush(0, &mut out);
+    assert_eq!(out.len(), 10_002);
+    assert!(out[1..10_001].iter().all(|e| e.class == Class::UnknownParent));
+    let text = p.metrics().render();
+    let n = series(&text, "kausality_mutations_total");
+    assert!(n <= 4, "{n} series of kausality_mutations_total:\n{text}");
+    assert!(text.contains(r#"kausality_mutations_total{class="unknown-parent",kind="other",parent_kind="other"} 10000"#), "{text}");
+    assert!(text.contains(r#"kausality_mutations_total{class="initializing",kind="ReplicaSet",parent_kind="Deployment"} 1"#), "{text}");
+    assert!(!text.contains("Kind1") && !text.contains("Widget1"));
+}

@@ -134,11 +134,15 @@ pub struct LifecycleConfig {
 pub struct MetricsConfig {
     /// Address to listen on. Default: `"127.0.0.1:9090"`.
     pub listen: SocketAddr,
+    /// Kinds (`Kind` or `Kind.group`) written as themselves in the `kind` and `parent_kind`
+    /// labels, besides the built-in kinds and those `[[ignore]]` and `[[lifecycle]]` name;
+    /// any other kind is `other` (kinds are free text in ownerReferences). Default: none.
+    pub kinds: Vec<String>,
 }
 
 impl Default for MetricsConfig {
     fn default() -> Self {
-        MetricsConfig { listen: SocketAddr::from(([127, 0, 0, 1], 9090)) }
+        MetricsConfig { listen: SocketAddr::from(([127, 0, 0, 1], 9090)), kinds: Vec::new() }
     }
 }
 

@@ -174,7 +174,9 @@ fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
 
 /// Starts every part of the pipeline; returns once sources listen and state is restored.
 pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
-    let metrics = Arc::new(Metrics::new());
+    // Kinds the pipeline names are written as themselves in metric labels; others as `other`.
+    let named = cfg.ignore.iter().map(|i| &i.kind).chain(cfg.lifecycle.iter().map(|l| &l.kind)).chain(&cfg.metrics.kinds);
+    let metrics = Arc::new(Metrics::with_kinds(named));
     // Series that exist from the start, at zero, so that rates work from the first scrape.
     for phase in ["detected", "resolved"] {
         metrics.drift_reports.with_label_values(&[phase]);

@@ -24,7 +24,9 @@
 //! - [`sources`]: the audit webhook, Kafka topics, recorded files.
 //! - [`sinks`]: JSON lines, HTTP, Kafka, Kausality drift reports.
 //! - [`kafka`]: what the Kafka source and sink share (client properties, transactions).
-//! - [`listen`]: serving HTTP(S) with a graceful stop.
+//! - [`listen`]: serving HTTP(S) with a graceful stop and bounded connections.
+//! - [`status`]: what the parts report about themselves (a sink that cannot write, a failed
+//!   snapshot), for the webhook, `/readyz` and the exit code.
 
 pub mod classify;
 pub mod config;
@@ -46,4 +48,5 @@ pub mod sim;
 pub mod sinks;
 pub mod sources;
 pub mod state;
+pub mod status;
 pub mod write;

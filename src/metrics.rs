@@ -35,6 +35,15 @@ pub struct Metrics {
     pub kafka_consumer_lag: IntGaugeVec,
     pub webhook_requests: IntCounterVec,
     pub drift_reports: IntCounterVec,
+    /// State snapshots that could not be written (the previous one is kept).
+    pub snapshot_failures: IntCounter,
+    /// Connections closed at once because their listener had `max_connections` open, by
+    /// listener (`webhook`, `metrics`).
+    pub connections_refused: IntCounterVec,
+    /// TLS handshakes that failed, by reason (a closed set: [`crate::listen::HandshakeFailure`]).
+    pub tls_handshake_failures: IntCounterVec,
+    /// Connections cut by a timeout, by listener and phase (`headers`, `idle`).
+    pub connection_timeouts: IntCounterVec,
     /// The counters of `events_ignored` and `events_invalid` by reason (bounded label values),
     /// looked up once: a third of a stream is ignored, and a lookup by label hashes and locks.
     ignored_by: [IntCounter; Ignored::ALL.len()],
@@ -171,6 +180,20 @@ impl Metrics {
             kafka_consumer_lag,
             webhook_requests: counter_vec(&r, "kausality_webhook_requests_total", "Webhook requests, by HTTP status code.", &["code"]),
             drift_reports: counter_vec(&r, "kausality_drift_reports_total", "Drift reports sent, by phase.", &["phase"]),
+            snapshot_failures: counter(&r, "kausality_snapshot_failures_total", "State snapshots that could not be written."),
+            connections_refused: counter_vec(
+                &r,
+                "kausality_connections_refused_total",
+                "Connections closed at once: the listener had max_connections open.",
+                &["listener"],
+            ),
+            tls_handshake_failures: counter_vec(&r, "kausality_tls_handshake_failures_total", "Failed TLS handshakes, by reason.", &["reason"]),
+            connection_timeouts: counter_vec(
+                &r,
+                "kausality_connection_timeouts_total",
+                "Connections closed by a timeout, by listener and phase.",
+                &["listener", "phase"],
+            ),
             registry: r,
             ignored_by,
             invalid_by,

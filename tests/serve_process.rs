@@ -215,6 +215,27 @@ fn uninterrupted_run_classifies_the_next_event_as_drift() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A sink that cannot write at all (/dev/full): the accepted batch is held, and the stop that
+/// could not write it exits non-zero, saying why.
+#[test]
+fn a_stop_that_could_not_write_what_was_accepted_exits_non_zero() {
+    let dir = temp_dir("dev-full");
+    let pipeline = dir.join("pipeline.toml");
+    std::fs::write(
+        &pipeline,
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[[sinks]]\ntype = \"jsonl\"\npath = \"/dev/full\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let serve = Serve::start(&pipeline);
+    assert_eq!(post(serve.webhook, event_list(&deployment_story("f")[..1]))["events"], 1);
+    let (code, log) = serve.terminate();
+    assert_ne!(code, 0, "{log:#?}");
+    let said = |msg: &str| log.iter().any(|v| v["fields"]["message"] == msg);
+    assert!(said("jsonl sink cannot write; holding the batch and trying again (the webhook answers 503 meanwhile)"), "{log:#?}");
+    assert!(said("a sink could not write everything it accepted before the stop"), "{log:#?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn validate_reports_every_error_of_a_file_at_once() {
     let dir = temp_dir("validate");

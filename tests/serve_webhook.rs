@@ -396,6 +396,15 @@ listen = "127.0.0.1:0"
     assert!(refused.is_err(), "a client without a certificate is refused in the handshake");
     let plain = reqwest::Client::new().post(format!("http://{}/audit", running.webhook_addrs[0])).body(body).send().await;
     assert!(plain.map(|r| r.status().as_u16() != 200).unwrap_or(true), "plain HTTP is not served on the TLS port");
+    // Each failed handshake is counted with its reason.
+    let failures = "kausality_tls_handshake_failures_total";
+    assert_eq!(wait_metric(running.metrics_addr, failures, &["reason=\"no_client_certificate\""], 1.0).await, 1.0);
+    assert_eq!(wait_metric(running.metrics_addr, failures, &["reason=\"protocol\""], 1.0).await, 1.0);
+    assert_eq!(
+        metric(running.metrics_addr, "kausality_tls_handshake_failures_total", &["reason=\"timeout\""]).await,
+        0.0,
+        "a series of every reason from the start"
+    );
     assert!(running.shutdown().await.clean);
     std::fs::remove_dir_all(d).unwrap();
 }

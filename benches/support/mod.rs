@@ -113,7 +113,7 @@ fn start_app(rt: &Runtime, app: Router) -> (SocketAddr, watch::Sender<bool>) {
     let addr = rt.block_on(async {
         let listener = kausality_stream::listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("a bound address");
-        tokio::spawn(kausality_stream::listen::serve(listener, app, None, stopped, Duration::from_secs(1)));
+        tokio::spawn(kausality_stream::listen::serve(listener, app, None, stopped, Duration::from_secs(1), Default::default(), None));
         addr
     });
     (addr, stop)

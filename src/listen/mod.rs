@@ -1,8 +1,17 @@
 //! Serving an axum router on a TCP listener, plain or TLS, with a graceful stop: on shutdown
 //! the listener closes, open connections finish their current request (hyper's graceful
 //! shutdown), and whatever is still open after the grace period is cut.
+//!
+//! Every listener is bounded ([`Limits`]), so that slow or idle clients cannot hold the
+//! process's file descriptors: at most `max_connections` open (one more is accepted and closed
+//! at once, counted), the headers of each request (and the TLS handshake) within
+//! `header_read_timeout` of their first byte, and a kept-alive connection closed after
+//! `idle_timeout` without a request. The body's own time limit is the handler's (it answers).
+//! Each listener has its own accept loop and bounds, so a flood of the webhook does not reach
+//! `/metrics`.
 
 pub mod tls;
+mod watch_io;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,12 +20,15 @@ use std::time::Duration;
 use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
+
+use crate::metrics::Metrics;
+pub use watch_io::HandshakeFailure;
+use watch_io::{Activity, Expired, Watched};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -37,12 +49,47 @@ pub async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
-/// How long a client may take to send request headers, or the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// What bounds one listener's connections.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// The `listener` label of the connection metrics (`webhook`, `metrics`).
+    pub name: &'static str,
+    /// Most connections open at once; one more is accepted and closed at once.
+    pub max_connections: usize,
+    /// Longest from the first byte of a request (or from the accept) to its last header
+    /// byte; also the TLS handshake's limit.
+    pub header_read_timeout: Duration,
+    /// Longest a connection may wait for its next request.
+    pub idle_timeout: Duration,
+}
+
+impl Limits {
+    /// The metrics listener's: scrapes and probes are small and few.
+    pub fn metrics() -> Limits {
+        Limits { name: "metrics", max_connections: 64, header_read_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(60) }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { name: "http", max_connections: 1024, header_read_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(120) }
+    }
+}
 
 /// Serves `app` until `shutdown` turns true, then drains open connections for up to `grace`.
-pub async fn serve(listener: TcpListener, app: Router, tls: Option<Arc<ServerConfig>>, mut shutdown: watch::Receiver<bool>, grace: Duration) {
+/// Refused connections, failed handshakes and timeouts are counted in `metrics`, if given.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<Arc<ServerConfig>>,
+    mut shutdown: watch::Receiver<bool>,
+    grace: Duration,
+    limits: Limits,
+    metrics: Option<Arc<Metrics>>,
+) {
     let acceptor = tls.map(TlsAcceptor::from);
+    let limits = Arc::new(limits);
+    let refused = metrics.as_ref().map(|m| m.connections_refused.with_label_values(&[limits.name]));
     let mut conns = JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {
@@ -50,7 +97,7 @@ pub async fn serve(listener: TcpListener, app: Router, tls: Option<Arc<ServerCon
                 Ok(c) => c,
                 Err(e) => {
                     // Out of file descriptors and the like: wait instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
+                    tracing::warn!(error = %e, listener = limits.name, "accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -59,17 +106,27 @@ pub async fn serve(listener: TcpListener, app: Router, tls: Option<Arc<ServerCon
         };
         // Reap finished connections so the set does not grow with the connection count.
         while conns.try_join_next().is_some() {}
+        if conns.len() >= limits.max_connections {
+            drop(stream);
+            if let Some(r) = &refused {
+                r.inc();
+            }
+            tracing::debug!(%peer, listener = limits.name, open = conns.len(), "connection refused: max_connections open");
+            continue;
+        }
         let app = app.clone();
         let acceptor = acceptor.clone();
         let shutdown = shutdown.clone();
+        let limits = limits.clone();
+        let metrics = metrics.clone();
         conns.spawn(async move {
             let _ = stream.set_nodelay(true);
             match acceptor {
-                None => serve_conn(TokioIo::new(stream), app, shutdown).await,
-                Some(acceptor) => match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(tls)) => serve_conn(TokioIo::new(tls), app, shutdown).await,
-                    Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                    Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
+                None => serve_conn(stream, app, shutdown, &limits, metrics.as_deref()).await,
+                Some(acceptor) => match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(tls)) => serve_conn(tls, app, shutdown, &limits, metrics.as_deref()).await,
+                    Ok(Err(e)) => handshake_failed(&peer, HandshakeFailure::of(&e), metrics.as_deref(), &e),
+                    Err(_) => handshake_failed(&peer, HandshakeFailure::Timeout, metrics.as_deref(), &"timed out"),
                 },
             }
         });
@@ -77,26 +134,56 @@ pub async fn serve(listener: TcpListener, app: Router, tls: Option<Arc<ServerCon
     drop(listener);
     let drained = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
-        tracing::warn!(open = conns.len(), "connections still open after the grace period; closing them");
+        tracing::warn!(open = conns.len(), listener = limits.name, "connections still open after the grace period; closing them");
         conns.abort_all();
     }
 }
 
-async fn serve_conn<I>(io: TokioIo<I>, app: Router, mut shutdown: watch::Receiver<bool>)
+fn handshake_failed(peer: &SocketAddr, reason: HandshakeFailure, metrics: Option<&Metrics>, error: &dyn std::fmt::Display) {
+    if let Some(m) = metrics {
+        m.tls_handshake_failures.with_label_values(&[reason.as_str()]).inc();
+    }
+    tracing::debug!(%peer, reason = reason.as_str(), error = %error, "TLS handshake failed");
+}
+
+async fn serve_conn<I>(io: I, app: Router, mut shutdown: watch::Receiver<bool>, limits: &Limits, metrics: Option<&Metrics>)
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let conn = http1::Builder::new().timer(TokioTimer::new()).header_read_timeout(HANDSHAKE_TIMEOUT).serve_connection(io, TowerToHyperService::new(app));
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched::new(io, activity.clone()));
+    let service = watch_io::counted(app, activity.clone());
+    // hyper's own header timer also runs while a kept-alive connection waits, which would make
+    // it the idle timeout too: the watchdog below keeps the two apart.
+    let conn = http1::Builder::new().timer(TokioTimer::new()).header_read_timeout(None).serve_connection(io, service);
     tokio::pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "connection ended with an error");
+    let every = (limits.header_read_timeout.min(limits.idle_timeout) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let mut check = tokio::time::interval(every);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
             }
-        }
-        _ = stopped(&mut shutdown) => {
-            conn.as_mut().graceful_shutdown();
-            let _ = conn.await;
+            _ = stopped(&mut shutdown) => {
+                conn.as_mut().graceful_shutdown();
+                let _ = conn.await;
+                return;
+            }
+            _ = check.tick() => {
+                if let Some(expired) = activity.expired(limits.header_read_timeout, limits.idle_timeout) {
+                    if let Some(m) = metrics {
+                        m.connection_timeouts.with_label_values(&[limits.name, expired.as_str()]).inc();
+                    }
+                    if expired == Expired::Headers {
+                        tracing::debug!(listener = limits.name, "connection closed: headers not received in time");
+                    }
+                    return;
+                }
+            }
         }
     }
 }

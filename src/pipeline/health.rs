@@ -1,6 +1,7 @@
 //! The metrics listener: `/metrics` (Prometheus text format), `/healthz` (the process is up)
 //! and `/readyz` (state restored and sources listening; false again once shutdown begins, so
-//! the Service stops routing audit batches here before intake closes).
+//! the Service stops routing audit batches here before intake closes, and while a sink cannot
+//! write; ready but `degraded` while snapshots fail: see [`crate::status`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,10 +15,14 @@ use axum::Router;
 use prometheus::core::Collector;
 
 use crate::metrics::Metrics;
+use crate::status::{Readiness, Status};
 
 pub struct Health {
     pub metrics: Arc<Metrics>,
+    /// Started and not stopping.
     pub ready: AtomicBool,
+    /// What the parts report while running.
+    pub status: Arc<Status>,
 }
 
 pub fn router(health: Arc<Health>) -> Router {
@@ -34,7 +39,7 @@ async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
 /// family appears as its `# HELP` and `# TYPE` lines, without made-up samples.
 pub fn render_all(m: &Metrics) -> String {
     let mut text = m.render();
-    let families: [(&dyn Collector, &str); 17] = [
+    let families: [(&dyn Collector, &str); 21] = [
         (&m.events_received, "counter"),
         (&m.events_ignored, "counter"),
         (&m.events_invalid, "counter"),
@@ -52,6 +57,10 @@ pub fn render_all(m: &Metrics) -> String {
         (&m.kafka_consumer_lag, "gauge"),
         (&m.webhook_requests, "counter"),
         (&m.drift_reports, "counter"),
+        (&m.snapshot_failures, "counter"),
+        (&m.connections_refused, "counter"),
+        (&m.tls_handshake_failures, "counter"),
+        (&m.connection_timeouts, "counter"),
     ];
     for (collector, kind) in families {
         for d in collector.desc() {
@@ -64,9 +73,12 @@ pub fn render_all(m: &Metrics) -> String {
 }
 
 async fn readyz(State(h): State<Arc<Health>>) -> impl IntoResponse {
-    if h.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready\n")
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "not ready\n")
+    if !h.ready.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "not ready\n".to_string());
+    }
+    match h.status.readiness() {
+        Readiness::Ready => (StatusCode::OK, "ready\n".to_string()),
+        Readiness::Degraded(why) => (StatusCode::OK, format!("ready (degraded: {why})\n")),
+        Readiness::NotReady(why) => (StatusCode::SERVICE_UNAVAILABLE, format!("not ready: {why}\n")),
     }
 }

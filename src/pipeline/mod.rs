@@ -45,6 +45,7 @@ use crate::process::{Clock, Processor, ProcessorOptions};
 use crate::scope::{LabelSelector, Scope};
 use crate::sinks::{self, SinkContext, SinkHandle};
 use crate::sources::{self, SourceConfig};
+use crate::status::Status;
 use health::Health;
 use processor::{ProcessorTask, Summary};
 
@@ -181,6 +182,8 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     for phase in ["detected", "resolved"] {
         metrics.drift_reports.with_label_values(&[phase]);
     }
+    metrics.connections_refused.with_label_values(&["metrics"]);
+    metrics.snapshot_failures.inc_by(0);
     for s in &cfg.sources {
         metrics.events_received.with_label_values(&[s.kind()]);
         if matches!(s, SourceConfig::Webhook(_)) {
@@ -204,6 +207,9 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     #[cfg_attr(not(feature = "kafka"), allow(unused_mut, unused_variables))]
     let mut resume: std::collections::HashMap<(String, i32), i64> = std::collections::HashMap::new();
     if let Some(path) = &cfg.state.snapshot {
+        for stale in snapshot::remove_stale_temporaries(path) {
+            tracing::info!(path = %stale.display(), "removed the temporary snapshot file of a process that was killed while writing it");
+        }
         match snapshot::restore(path, &mut processor)? {
             Some(r) => {
                 tracing::info!(
@@ -236,8 +242,10 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         }
         _ => None,
     });
+    let status = Arc::new(Status::default());
     let ctx = SinkContext {
         metrics: metrics.clone(),
+        status: status.clone(),
         engine: engine.clone(),
         queue_capacity: o.sink_queue_capacity,
         #[cfg(feature = "kafka")]
@@ -295,6 +303,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         positions: None,
         barrier_timeout: (timeout / 2).max(Duration::from_secs(1)),
         unsaved: Vec::new(),
+        status: status.clone(),
     };
     let sink_tasks: Vec<(&'static str, JoinHandle<()>)> = sink_handles.into_iter().map(|h| (h.kind, h.task)).collect();
     let (processor_done_tx, processor_done) = oneshot::channel();
@@ -312,22 +321,32 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         stop_tx.send_replace(true);
         e
     };
-    let health = Arc::new(Health { metrics: metrics.clone(), ready: Default::default() });
+    let health = Arc::new(Health { metrics: metrics.clone(), ready: Default::default(), status: status.clone() });
     let (health_stop_tx, health_stop_rx) = watch::channel(false);
     let metrics_listener = crate::listen::bind(cfg.metrics.listen).await.map_err(|e| fail(e.into()))?;
     let metrics_addr = metrics_listener.local_addr().unwrap_or(cfg.metrics.listen);
     tracing::info!(addr = %metrics_addr, "metrics listening");
-    let health_task = tokio::spawn(crate::listen::serve(metrics_listener, health::router(health.clone()), None, health_stop_rx, grace));
+    let health_task = tokio::spawn(crate::listen::serve(
+        metrics_listener,
+        health::router(health.clone()),
+        None,
+        health_stop_rx,
+        grace,
+        crate::listen::Limits::metrics(),
+        Some(metrics.clone()),
+    ));
 
     let mut webhook_addrs = Vec::new();
     let mut source_tasks: Vec<JoinHandle<()>> = Vec::new();
     for s in &cfg.sources {
         match s {
             SourceConfig::Webhook(w) => {
-                let running = sources::webhook::start(w, intake_tx.clone(), decoder.clone(), metrics.clone(), stop_rx.clone(), grace).await.map_err(|e| {
-                    health_stop_tx.send_replace(true);
-                    fail(e.into())
-                })?;
+                let running = sources::webhook::start(w, intake_tx.clone(), decoder.clone(), metrics.clone(), status.clone(), stop_rx.clone(), grace)
+                    .await
+                    .map_err(|e| {
+                        health_stop_tx.send_replace(true);
+                        fail(e.into())
+                    })?;
                 webhook_addrs.push(running.local_addr);
                 source_tasks.push(running.task);
             }
@@ -400,6 +419,14 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
             if tokio::time::timeout_at(deadline, t).await.is_err() {
                 clean = false;
             }
+        }
+        for sink in status.failing_sinks() {
+            clean = false;
+            tracing::error!(sink = %sink, "a sink could not write everything it accepted before the stop");
+        }
+        if let Some(e) = status.snapshot_error() {
+            clean = false;
+            tracing::error!(error = %e, "the last state snapshot failed: a restart starts from an older one (or none)");
         }
         health_stop_tx.send_replace(true);
         let _ = tokio::time::timeout(grace, health_task).await;

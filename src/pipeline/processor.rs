@@ -36,6 +36,7 @@ use crate::enriched::Enriched;
 use crate::process::Processor;
 use crate::sinks::Events;
 use crate::sources::{Batch, Body};
+use crate::status::Status;
 use crate::write::ObjectFacts;
 
 /// An object fetched from the API server (a parent the stream never showed).
@@ -68,6 +69,8 @@ pub struct ProcessorTask {
     pub barrier_timeout: Duration,
     /// Done messages waiting for the next snapshot (at-least-once with a snapshot file).
     pub unsaved: Vec<crate::pipeline::checkpoint::Done>,
+    /// Where a failed snapshot is reported (`/readyz`, the exit code).
+    pub status: Arc<Status>,
 }
 
 /// Commits a transaction of the source's offsets and the sinks' output.
@@ -383,6 +386,7 @@ impl ProcessorTask {
         let positions = self.positions.as_ref().map(|p| p()).unwrap_or_default();
         match snapshot::save(path, &self.processor, &positions) {
             Ok(stats) => {
+                self.status.snapshot_result(Ok(()));
                 tracing::info!(
                     path = %path.display(),
                     bytes = stats.bytes,
@@ -394,7 +398,10 @@ impl ProcessorTask {
                 Some(stats)
             }
             Err(e) => {
-                tracing::error!(error = %e, "state snapshot failed; the previous one is kept");
+                self.processor.metrics().snapshot_failures.inc();
+                // The error names the path and the OS error.
+                tracing::error!(path = %path.display(), error = %e, "state snapshot failed; the previous one is kept");
+                self.status.snapshot_result(Err(e.to_string()));
                 None
             }
         }

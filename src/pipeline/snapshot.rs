@@ -144,6 +144,36 @@ fn read_positions(input: &mut impl BufRead) -> Result<Vec<Position>, PositionsEr
     }
 }
 
+/// Removes the temporary files that a process killed while writing a snapshot left next to
+/// `path` (`path.tmp-<pid>`): those of a process that is gone, and one with our own pid (a
+/// container restarts with the same pid; nothing of ours writes yet when this runs). Files of
+/// a live process and every other name are left alone. Returns what was removed; a file that
+/// cannot be removed is logged and kept.
+pub fn remove_stale_temporaries(path: &Path) -> Vec<PathBuf> {
+    let Some(name) = path.file_name().and_then(|n| n.to_str()) else { return Vec::new() };
+    let prefix = format!("{name}.tmp-");
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let Ok(entries) = fs::read_dir(dir) else { return Vec::new() };
+    let own = std::process::id();
+    // Without /proc (not Linux) no other pid can be told alive or dead: only ours goes.
+    let proc_fs = Path::new("/proc/self").exists();
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(pid) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let dead = pid == own || (proc_fs && !Path::new("/proc").join(pid.to_string()).exists());
+        if !dead {
+            continue;
+        }
+        let stale = entry.path();
+        match fs::remove_file(&stale) {
+            Ok(()) => removed.push(stale),
+            Err(e) => tracing::warn!(path = %stale.display(), error = %e, "cannot remove a stale temporary snapshot file"),
+        }
+    }
+    removed
+}
+
 fn temp_path(path: &Path) -> PathBuf {
     let mut p = path.as_os_str().to_owned();
     p.push(format!(".tmp-{}", std::process::id()));
@@ -185,6 +215,41 @@ mod tests {
         let err = restore(&path, &mut processor()).unwrap_err();
         assert!(err.to_string().contains("not a kausality-stream state snapshot"), "{err}");
         assert!(restore(&dir.join("none"), &mut processor()).unwrap().is_none());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stale_temporaries_of_dead_processes_are_removed_and_nothing_else() {
+        let dir = std::env::temp_dir().join(format!("ks-snap-stale-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.snapshot");
+        // A pid that is gone: a child that has exited and been reaped.
+        let dead = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = dead.id();
+        let mut dead = dead;
+        dead.wait().unwrap();
+        let mut alive = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let names = [
+            format!("state.snapshot.tmp-{dead_pid}"),
+            format!("state.snapshot.tmp-{}", std::process::id()),
+            format!("state.snapshot.tmp-{}", alive.id()),
+            format!("other.snapshot.tmp-{dead_pid}"),
+            "state.snapshot.tmp-notapid".to_string(),
+            "state.snapshot".to_string(),
+        ];
+        for n in &names {
+            fs::write(dir.join(n), b"x").unwrap();
+        }
+        let mut removed: Vec<String> = remove_stale_temporaries(&path).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        removed.sort();
+        let mut expected = vec![names[0].clone(), names[1].clone()];
+        expected.sort();
+        assert_eq!(removed, expected);
+        for n in &names[2..] {
+            assert!(dir.join(n).exists(), "{n} is kept");
+        }
+        alive.kill().unwrap();
+        alive.wait().unwrap();
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -22,6 +22,7 @@ use crate::enriched::Enriched;
 use crate::metrics::Metrics;
 use crate::pipeline::checkpoint::Receipt;
 use crate::pipeline::load::Errors;
+use crate::status::Status;
 
 /// A batch of enriched events, shared by every sink without copying. When the source must
 /// know that the batch was delivered (Kafka offsets), it carries a receipt that fires once the
@@ -115,6 +116,8 @@ pub struct SinkHandle {
 #[derive(Clone)]
 pub struct SinkContext {
     pub metrics: Arc<Metrics>,
+    /// Where a sink that cannot write says so (the webhook then refuses bodies, `/readyz`).
+    pub status: Arc<Status>,
     /// Read-only: the drift report sink checks open reports against the parent's state.
     pub engine: Arc<Engine>,
     pub queue_capacity: usize,
@@ -131,7 +134,7 @@ pub fn spawn(cfg: &SinkConfig, ctx: &SinkContext) -> Result<SinkHandle, Error> {
     ctx.metrics.sink_events.with_label_values(&[kind]);
     ctx.metrics.sink_errors.with_label_values(&[kind]);
     let task = match cfg {
-        SinkConfig::Jsonl(c) => jsonl::spawn(c.clone(), rx, ctx.metrics.clone())?,
+        SinkConfig::Jsonl(c) => jsonl::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.status.clone())?,
         SinkConfig::Http(c) => http::spawn(c.clone(), rx, ctx.metrics.clone())?,
         SinkConfig::DriftReport(c) => drift_report::spawn(c.clone(), rx, ctx.clone())?,
         #[cfg(feature = "kafka")]

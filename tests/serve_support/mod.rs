@@ -336,3 +336,27 @@ pub fn contract_metrics() -> Vec<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/metrics.txt");
     std::fs::read_to_string(path).unwrap().lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
 }
+
+/// The value of one series on the metrics listener at `addr` (0 when absent): `name` and
+/// the `labels` it must carry, each as `key="value"`.
+pub async fn metric(addr: SocketAddr, name: &str, labels: &[&str]) -> f64 {
+    let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .find(|l| labels.iter().all(|lab| l.contains(lab)))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Polls [`metric`] until it reaches `at_least` (or 10 s pass); returns the last value.
+pub async fn wait_metric(addr: SocketAddr, name: &str, labels: &[&str], at_least: f64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let v = metric(addr, name, labels).await;
+        if v >= at_least || Instant::now() > deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -61,6 +61,7 @@ fn start() -> Harness {
         positions: None,
         barrier_timeout: Duration::from_secs(5),
         unsaved: Vec::new(),
+        status: Default::default(),
     };
     let task = std::thread::spawn(move || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(task.run()));
     Harness { intake, barriers, stop, task, delivered, done: Arc::new(Mutex::new(Vec::new())), decoder }

@@ -7,24 +7,29 @@
 //!   answering 400 would make the API server drop the whole batch, good events included.
 //! - 400: nothing in the body was an audit event (not JSON, another kind, an empty body);
 //!   retrying would not help.
-//! - 401: the bearer token is missing or wrong.
-//! - 413: the body or its event count is over the configured limit.
+//! - 401: the bearer token is missing or wrong (checked before anything else).
+//! - 408 + `Retry-After: 1`: the body did not arrive within `body_read_timeout`.
+//! - 413: the body or its event count is over the configured limit (a declared length over
+//!   it is answered from the headers, before an `Expect: 100-continue` is answered).
 //! - 429 + `Retry-After: 1`: the processor's queue is full. Never accept-and-drop.
-//! - 503 + `Retry-After: 1`: shutting down.
+//! - 503 + `Retry-After: 1`: shutting down, a sink cannot write, or the bytes of bodies being
+//!   read at once are at `max_body_bytes_in_flight`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, HttpBody};
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
 use crate::pipeline::processor::now_us;
 use crate::process::{Decoded, Decoder, IngestReport};
 use crate::sources::{self, Batch};
+use crate::status::Status;
 
 /// What every request of one webhook shares.
 pub struct WebhookState {
@@ -33,8 +38,14 @@ pub struct WebhookState {
     /// classifies), and the event limit is checked on the decoded count.
     pub decoder: Decoder,
     pub metrics: Arc<Metrics>,
+    /// A sink that cannot write makes new bodies 503 (nothing more is accepted than held).
+    pub status: Arc<Status>,
     pub max_body_bytes: usize,
     pub max_events: usize,
+    /// Longest the body of one request may take to arrive, once its headers are in.
+    pub body_read_timeout: Duration,
+    /// Bytes of bodies being read and decoded at once: `max_body_bytes_in_flight` permits.
+    pub in_flight: Arc<Semaphore>,
     /// The expected `Authorization: Bearer` token, if one is configured.
     pub token: Option<String>,
     /// True once shutdown has begun: new bodies are refused with 503 + Retry-After.
@@ -46,14 +57,13 @@ pub async fn audit_default(State(s): State<Arc<WebhookState>>, headers: HeaderMa
 }
 
 pub async fn audit_cluster(State(s): State<Arc<WebhookState>>, Path(cluster): Path<String>, headers: HeaderMap, body: Body) -> Response {
-    if !valid_cluster_name(&cluster) {
-        let msg = format!("cluster name {cluster:?} in the path must be 1-253 characters of a-z, A-Z, 0-9, '-', '_', '.'");
-        return s.answer(StatusCode::BAD_REQUEST, error_body(&msg));
-    }
     s.handle(Some(cluster), &headers, body).await
 }
 
-pub async fn not_found(State(s): State<Arc<WebhookState>>) -> Response {
+pub async fn not_found(State(s): State<Arc<WebhookState>>, headers: HeaderMap) -> Response {
+    if let Some(refused) = s.unauthorized(&headers) {
+        return refused;
+    }
     s.answer(StatusCode::NOT_FOUND, error_body("POST audit events to /audit or /audit/{cluster}"))
 }
 
@@ -63,21 +73,50 @@ fn valid_cluster_name(c: &str) -> bool {
 }
 
 impl WebhookState {
+    /// The checks in order: the token first (nothing else is answered to a client without
+    /// it), then what the headers alone decide, then the body, read within its time limit and
+    /// the memory budget.
     async fn handle(&self, cluster: Option<String>, headers: &HeaderMap, body: Body) -> Response {
-        if let Some(token) = &self.token {
-            if !bearer_matches(headers, token) {
-                let mut r = self.answer(StatusCode::UNAUTHORIZED, error_body("missing or wrong bearer token"));
-                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return r;
-            }
+        if let Some(refused) = self.unauthorized(headers) {
+            return refused;
+        }
+        if let Some(c) = cluster.as_deref().filter(|c| !valid_cluster_name(c)) {
+            let msg = format!("cluster name {c:?} in the path must be 1-253 characters of a-z, A-Z, 0-9, '-', '_', '.'");
+            return self.answer(StatusCode::BAD_REQUEST, error_body(&msg));
         }
         if *self.closing.borrow() {
             return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance");
         }
-        let bytes = match read_body(body, self.max_body_bytes).await {
-            Ok(b) => b,
-            Err(BodyError::TooLarge(size)) => return self.too_large(size),
-            Err(BodyError::Read(e)) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
+        if self.status.sinks_blocked() {
+            return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "a sink cannot write (see /readyz); retry later");
+        }
+        let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+        let mut budget = Budget { semaphore: self.in_flight.clone(), held: None, bytes: 0 };
+        match declared {
+            // Decided on the headers: a client that asked `Expect: 100-continue` is never
+            // invited to send, and one that declares more than the drain limit is not read.
+            Some(len) if len > self.max_body_bytes as u64 && (expects_continue(headers) || len > DRAIN_LIMIT) => {
+                let mut r = self.too_large(len);
+                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return r;
+            }
+            // The declared length is reserved at once: an unfinished body holds its share.
+            Some(len) if len <= self.max_body_bytes as u64 && !budget.reserve(len as usize) => return self.busy(),
+            _ => {}
+        }
+        let read = tokio::time::timeout(self.body_read_timeout, read_body(body, self.max_body_bytes, &mut budget)).await;
+        let bytes = match read {
+            Ok(Ok(b)) => b,
+            Ok(Err(BodyError::TooLarge(size))) => return self.too_large(size),
+            Ok(Err(BodyError::Busy)) => return self.busy(),
+            Ok(Err(BodyError::Read(e))) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
+            Err(_) => {
+                self.metrics.connection_timeouts.with_label_values(&["webhook", "body"]).inc();
+                let msg = format!("the body did not arrive within body_read_timeout ({:?})", self.body_read_timeout);
+                let mut r = self.retry_later(StatusCode::REQUEST_TIMEOUT, &msg);
+                r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                return r;
+            }
         };
         let received_us = now_us();
         if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -91,6 +130,8 @@ impl WebhookState {
             decoded
         })
         .await;
+        // The body is gone (decoded): its bytes leave the budget.
+        drop(budget);
         let Ok(decoded) = decoded else {
             return self.answer(StatusCode::INTERNAL_SERVER_ERROR, error_body("decoding the body failed unexpectedly"));
         };
@@ -125,6 +166,21 @@ impl WebhookState {
             Ok(report) => self.report(report),
             Err(_) => self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the processor stopped before taking the batch"),
         }
+    }
+
+    /// 401 unless the request carries the configured bearer token (or none is configured).
+    fn unauthorized(&self, headers: &HeaderMap) -> Option<Response> {
+        let token = self.token.as_ref()?;
+        if bearer_matches(headers, token) {
+            return None;
+        }
+        let mut r = self.answer(StatusCode::UNAUTHORIZED, error_body("missing or wrong bearer token"));
+        r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        Some(r)
+    }
+
+    fn busy(&self) -> Response {
+        self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "too many bodies are being read at once (max_body_bytes_in_flight); retry after a second")
     }
 
     fn report(&self, r: IngestReport) -> Response {
@@ -164,21 +220,48 @@ impl WebhookState {
 enum BodyError {
     /// Over the limit; the size read (or declared).
     TooLarge(u64),
+    /// The bytes of bodies being read at once are at `max_body_bytes_in_flight`.
+    Busy,
     Read(axum::Error),
 }
 
 /// Most bytes read and thrown away after the limit is passed, so that the client gets to read
 /// the 413 (a client cut off while sending sees a reset connection, which the API server
-/// would retry, again and again).
+/// would retry, again and again). A body declared larger is answered from its headers.
 const DRAIN_LIMIT: u64 = 256 << 20;
 
-/// Reads the body up to `max` bytes; past it, drains (up to [`DRAIN_LIMIT`]) and says so.
-async fn read_body(body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
+/// The share of `max_body_bytes_in_flight` one body holds while it is read and decoded.
+struct Budget {
+    semaphore: Arc<Semaphore>,
+    held: Option<OwnedSemaphorePermit>,
+    bytes: usize,
+}
+
+impl Budget {
+    /// Holds at least `total` bytes, or says there is no room (never waits).
+    fn reserve(&mut self, total: usize) -> bool {
+        if total <= self.bytes {
+            return true;
+        }
+        let Ok(more) = u32::try_from(total - self.bytes) else { return false };
+        let Ok(permit) = self.semaphore.clone().try_acquire_many_owned(more) else { return false };
+        match &mut self.held {
+            Some(held) => held.merge(permit),
+            None => self.held = Some(permit),
+        }
+        self.bytes = total;
+        true
+    }
+}
+
+/// Reads the body up to `max` bytes, each within `budget`; past `max`, drains (up to
+/// [`DRAIN_LIMIT`]) and says so.
+async fn read_body(body: Body, max: usize, budget: &mut Budget) -> Result<Vec<u8>, BodyError> {
     let mut body = body;
     // The declared length (Content-Length), up to the limit: one allocation instead of a
     // copy at every doubling of a 1 MiB body.
     let declared = usize::try_from(HttpBody::size_hint(&body).lower()).unwrap_or(usize::MAX);
-    let mut buf = Vec::with_capacity(declared.min(max));
+    let mut buf = Vec::with_capacity(declared.min(max).min(budget.bytes));
     let mut seen: u64 = 0;
     let mut over = false;
     while let Some(frame) = body.frame().await {
@@ -192,6 +275,8 @@ async fn read_body(body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
         } else if buf.len() + data.len() > max {
             over = true;
             buf = Vec::new();
+        } else if !budget.reserve(buf.len() + data.len()) {
+            return Err(BodyError::Busy);
         } else {
             buf.extend_from_slice(&data);
         }
@@ -201,6 +286,10 @@ async fn read_body(body: Body, max: usize) -> Result<Vec<u8>, BodyError> {
     } else {
         Ok(buf)
     }
+}
+
+fn expects_continue(headers: &HeaderMap) -> bool {
+    headers.get(header::EXPECT).is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 fn error_body(msg: &str) -> serde_json::Value {

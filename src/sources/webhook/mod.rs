@@ -11,16 +11,17 @@ use std::time::Duration;
 
 use axum::routing::post;
 use axum::Router;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
 pub use config::{TlsConfig, WebhookConfig};
 use handler::WebhookState;
 
-use crate::listen::{self, tls};
+use crate::listen::{self, tls, Limits};
 use crate::metrics::Metrics;
 use crate::process::Decoder;
 use crate::sources::Batch;
+use crate::status::Status;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -51,6 +52,7 @@ pub async fn start(
     queue: mpsc::Sender<Batch>,
     decoder: Decoder,
     metrics: Arc<Metrics>,
+    status: Arc<Status>,
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) -> Result<Running, Error> {
@@ -67,15 +69,27 @@ pub async fn start(
     let state = Arc::new(WebhookState {
         queue,
         decoder,
-        metrics,
+        metrics: metrics.clone(),
+        status,
         max_body_bytes: cfg.max_body_bytes,
         max_events: cfg.max_events_per_request,
+        body_read_timeout: cfg.body_read_timeout.0,
+        in_flight: Arc::new(Semaphore::new(cfg.max_body_bytes_in_flight.min(Semaphore::MAX_PERMITS))),
         token,
         closing: shutdown.clone(),
     });
+    // Series at zero from the start, so that alerts on a rate see them.
+    metrics.connections_refused.with_label_values(&["webhook"]);
+    if tls.is_some() {
+        for reason in listen::HandshakeFailure::ALL {
+            metrics.tls_handshake_failures.with_label_values(&[reason.as_str()]);
+        }
+    }
+    let limits =
+        Limits { name: "webhook", max_connections: cfg.max_connections, header_read_timeout: cfg.header_read_timeout.0, idle_timeout: cfg.idle_timeout.0 };
     let https = tls.is_some();
     let mtls = cfg.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     tracing::info!(addr = %local_addr, https, client_certs = mtls, bearer_token = cfg.bearer_token_file.is_some(), "webhook listening");
-    let task = tokio::spawn(listen::serve(listener, router(state), tls, shutdown, grace));
+    let task = tokio::spawn(listen::serve(listener, router(state), tls, shutdown, grace, limits, Some(metrics)));
     Ok(Running { local_addr, task })
 }

@@ -404,6 +404,30 @@ fn approvals_rejections_freeze_and_snooze() {
 }
 
 #[test]
+fn a_child_write_under_a_freeze_is_a_violation_in_every_phase_but_deleting() {
+    let mut api = ApiServer::new();
+    let mut d = deployment("shop", "web", 2, "web:1");
+    d["metadata"]["annotations"] = json!({"kausality.io/freeze": "true"});
+    let (deploy, create_deploy) = api.create(ADMIN, d);
+    // Not initialized yet: the controller's and a person's writes are both under the freeze.
+    let (rs, create_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    let by_hand = api.update("alice", &rs, |rs| rs["spec"]["replicas"] = json!(3));
+    let init = api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]);
+    let drift = api.update(DEPLOYMENT_CONTROLLER, &rs, |rs| rs["spec"]["replicas"] = json!(2));
+    let teardown = api.delete(ADMIN, &deploy, &["foregroundDeletion"]);
+    let gc = api.delete(GARBAGE_COLLECTOR, &rs, &[]);
+    let out = run(&[create_deploy, create_rs.clone(), by_hand.clone(), init, drift.clone(), teardown, gc.clone()]);
+    for (ev, class) in [(&create_rs, Class::Initializing), (&by_hand, Class::Initializing), (&drift, Class::Drift)] {
+        let e = find(&out, ev).unwrap();
+        assert_eq!(e.class, class);
+        assert!(e.freeze_violation, "{class:?} under a freeze");
+    }
+    let e = find(&out, &gc).unwrap();
+    assert_eq!(e.class, Class::Deleting);
+    assert!(!e.freeze_violation, "teardown is not a violation");
+}
+
+#[test]
 fn failed_dry_run_and_read_requests_are_not_classified() {
     let mut r = rollout();
     let failed = r.api.failed(DEPLOYMENT_CONTROLLER, &r.rs, 409);

@@ -229,7 +229,9 @@ impl Engine {
                     self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| s.consume_approval(used));
                 }
             }
-            event.freeze_violation = policy.freeze.is_some() && matches!(class, Class::Drift | Class::Expected | Class::Origin | Class::Undetermined);
+            // As Kausality checks it: a frozen parent's children may not change in any phase but
+            // teardown (an initializing parent's child included).
+            event.freeze_violation = policy.freeze.is_some() && class != Class::Deleting;
         } else if class == Class::Drift {
             event.resolution = Some(Resolution::Unresolved);
         }

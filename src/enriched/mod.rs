@@ -117,17 +117,24 @@ pub struct HopOut {
     pub labels: serde_json::Map<String, serde_json::Value>,
 }
 
-/// The Kausality-compatible 5-character user hash: the first 4 bytes of SHA-256 of the user
-/// name as a big-endian u32, in base 36 (modulo 36^5, so it always fits), left-padded with `0`.
+/// Kausality's `HashUsername`: the first 4 bytes of SHA-256 of the user name as a big-endian
+/// u32, written in base 36, left-padded with `0` to 5 characters, and then its **first** 5
+/// characters (a u32 takes up to 7 base-36 digits: the leading ones are kept, so the hash
+/// matches the one Kausality writes into its annotations).
 pub fn user_hash(user: &str) -> String {
+    const DIGITS: &[u8; 36] = b"0123456789abcdefghijklmnopqrstuvwxyz";
     let digest = Sha256::digest(user.as_bytes());
-    let mut n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % 60_466_176; // 36^5
-    let mut out = [b'0'; 5];
-    for slot in out.iter_mut().rev() {
-        *slot = b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize];
+    let mut n = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    // The base-36 digits, least significant first: at most 7 for a u32.
+    let mut rev = [b'0'; 7];
+    let mut len = 0;
+    while n > 0 {
+        rev[len] = DIGITS[(n % 36) as usize];
         n /= 36;
+        len += 1;
     }
-    String::from_utf8(out.to_vec()).expect("ascii")
+    let len = len.max(5);
+    rev[..len].iter().rev().take(5).map(|&b| b as char).collect()
 }
 
 #[cfg(test)]
@@ -135,13 +142,27 @@ mod tests {
     use super::*;
 
     #[test]
-    fn user_hash_is_five_base36_chars_and_stable() {
-        let h = user_hash("system:serviceaccount:kube-system:deployment-controller");
-        assert_eq!(h.len(), 5);
-        assert!(h.bytes().all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()));
-        assert_eq!(h, user_hash("system:serviceaccount:kube-system:deployment-controller"));
-        assert_ne!(h, user_hash("alice"));
-        // SHA-256("alice") starts 2bd806c9; 0x2bd806c9 mod 36^5 in base 36 is "5xzgp".
-        assert_eq!(user_hash("alice"), "5xzgp");
+    fn user_hash_is_kausalitys_hash_username() {
+        // Each computed independently of this code:
+        // python3 -c 'import hashlib,sys; n=int.from_bytes(hashlib.sha256(sys.argv[1].encode()).digest()[:4],"big");
+        //   d=""; exec("while n: d=\"0123456789abcdefghijklmnopqrstuvwxyz\"[n%36]+d; n//=36"); print(d.rjust(5,"0")[:5])' USER
+        for (user, hash) in [
+            // 0xb2f220d9 = "1dnfu1l" in base 36 (Kausality's own example).
+            ("kubernetes-admin", "1dnfu"),
+            // 0x2bd806c9 = "c5xzgp".
+            ("alice", "c5xzg"),
+            // 0xcf4a98ab = "1likqej".
+            ("system:serviceaccount:kube-system:deployment-controller", "1likq"),
+            // 0x31b95566 = "dsofom".
+            ("system:kube-controller-manager", "dsofo"),
+            // 0xe3b0c442 = "1r6c4le".
+            ("", "1r6c4"),
+            // 0x011ed9f0 = "b6xgw": exactly five digits.
+            ("user-132", "b6xgw"),
+            // 0x0004316f = "5w1b": padded to "05w1b".
+            ("user-399", "05w1b"),
+        ] {
+            assert_eq!(user_hash(user), hash, "{user:?}");
+        }
     }
 }

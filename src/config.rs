@@ -1,10 +1,15 @@
-//! Options of the model: which fields do not count as a spec change, and how each kind of
-//! parent shows that it has finished initializing. Pipelines set these; the defaults here are
-//! what `replay` and the embedded pipeline use.
+//! Options of the model: which fields do not count as a spec change, how each kind of parent
+//! shows that it has finished initializing, and what in its status shows its controller still at
+//! work ([`progress`]). Pipelines set these; the defaults here are what `replay` and the embedded
+//! pipeline use.
+
+pub mod progress;
 
 use std::collections::HashMap;
 
 use serde::Deserialize;
+
+use progress::{Builtin, Comparison, ConditionReason, KindProgress};
 
 /// How a kind of parent shows it has initialized (DESIGN §1.4). Any signal that holds marks
 /// the parent initialized for good (a high-water mark).
@@ -39,6 +44,13 @@ pub struct ModelConfig {
     pub ignored_fields: HashMap<String, Vec<Vec<String>>>,
     /// Lifecycle signals by kind key; kinds not listed use [`DEFAULT_LIFECYCLE`].
     pub lifecycle: HashMap<String, Vec<LifecycleSignal>>,
+    /// Signals of work in progress by kind key (DESIGN §1.3); by default the built-in ones of
+    /// Deployment, StatefulSet, DaemonSet and ReplicaSet. Kinds not listed finish a generation
+    /// when it is observed.
+    progress: HashMap<String, KindProgress>,
+    /// The rule before DESIGN §1.3 was revised: a generation is finished as soon as it is
+    /// observed, whatever its status shows. Default: `false`.
+    pub observed_is_finished: bool,
 }
 
 impl Default for ModelConfig {
@@ -49,7 +61,8 @@ impl Default for ModelConfig {
             signals.push(LifecycleSignal::ObservedGeneration);
             lifecycle.insert((*kind).to_string(), signals);
         }
-        ModelConfig { ignored_fields: HashMap::new(), lifecycle }
+        let progress = Builtin::KINDS.iter().map(|&(kind, b)| (kind.to_string(), KindProgress { builtin: Some(b), ..KindProgress::default() })).collect();
+        ModelConfig { ignored_fields: HashMap::new(), lifecycle, progress, observed_is_finished: false }
     }
 }
 
@@ -65,6 +78,26 @@ impl ModelConfig {
 
     pub fn lifecycle_signals(&self, kind_key: &str) -> &[LifecycleSignal] {
         self.lifecycle.get(kind_key).map_or(DEFAULT_LIFECYCLE, Vec::as_slice)
+    }
+
+    /// What shows `kind_key`'s controller at work; `None` when nothing can (no signal, or the
+    /// old rule: observed is finished).
+    pub fn progress(&self, kind_key: &str) -> Option<&KindProgress> {
+        if self.observed_is_finished {
+            return None;
+        }
+        self.progress.get(kind_key).filter(|p| !p.is_empty())
+    }
+
+    /// Adds signals of work in progress to a kind; `keep_builtin: false` turns the built-in
+    /// signals of a native kind off.
+    pub fn add_progress(&mut self, kind_key: &str, conditions: Vec<ConditionReason>, fields: Vec<Comparison>, keep_builtin: bool) {
+        let p = self.progress.entry(kind_key.to_string()).or_default();
+        if !keep_builtin {
+            p.builtin = None;
+        }
+        p.conditions.extend(conditions);
+        p.fields.extend(fields);
     }
 }
 

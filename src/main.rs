@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 
 use kausality_stream::classify::Class;
+use kausality_stream::config::progress::{Comparison, ConditionReason};
 use kausality_stream::corpus::{self, CorpusOptions};
 use kausality_stream::decode::Unwrap;
 use kausality_stream::pipeline::{self, Overrides};
@@ -112,6 +113,21 @@ struct ReplayArgs {
     /// Leave a field out of the spec comparison for a kind, as KIND=PATH (e.g. Deployment.apps=spec.replicas).
     #[arg(long = "ignore-field", value_parser = parse_ignore_field)]
     ignore_fields: Vec<(String, String)>,
+    /// A condition reason that shows a kind's controller still at work, as KIND=TYPE=REASON
+    /// (e.g. Widget.example.com=Synced=Reconciling); repeat for more. A generation is finished
+    /// at the first status that reports it observed and shows none of the kind's signals.
+    #[arg(long = "in-progress-condition", value_parser = parse_in_progress_condition)]
+    in_progress_conditions: Vec<(String, ConditionReason)>,
+    /// A field comparison that shows a kind's controller still at work, as KIND=FIELD OP VALUE
+    /// (e.g. 'Widget.example.com=status.updatedReplicas != spec.replicas'; OP one of ==, !=, <,
+    /// <=, >, >=; VALUE a spec./status. path, a number, true/false or a string). Added to the
+    /// built-in signals of Deployment, StatefulSet, DaemonSet and ReplicaSet.
+    #[arg(long = "in-progress-field", value_parser = parse_in_progress_field)]
+    in_progress_fields: Vec<(String, Comparison)>,
+    /// The rule before finishing was kept: a generation is finished as soon as its controller
+    /// reports it observed, whatever its status shows (rollouts after that read as drift).
+    #[arg(long)]
+    observed_is_finished: bool,
     /// Most objects kept in state; the coldest are evicted past it.
     #[arg(long, default_value_t = 2_000_000)]
     max_objects: usize,
@@ -158,6 +174,22 @@ fn parse_ignore_field(s: &str) -> Result<(String, String), String> {
     }
 }
 
+fn parse_in_progress_condition(s: &str) -> Result<(String, ConditionReason), String> {
+    let (kind, signal) = s
+        .split_once('=')
+        .filter(|(k, _)| !k.is_empty())
+        .ok_or_else(|| format!("{s:?}: expected KIND=TYPE=REASON, e.g. Widget.example.com=Synced=Reconciling"))?;
+    Ok((kind.to_string(), ConditionReason::parse(signal)?))
+}
+
+fn parse_in_progress_field(s: &str) -> Result<(String, Comparison), String> {
+    let (kind, signal) = s
+        .split_once('=')
+        .filter(|(k, _)| !k.is_empty() && !k.contains(' '))
+        .ok_or_else(|| format!("{s:?}: expected KIND=FIELD OP VALUE, e.g. 'Widget.example.com=status.updatedReplicas != spec.replicas'"))?;
+    Ok((kind.to_string(), Comparison::parse(signal)?))
+}
+
 fn init_logs(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: a log file or collector gets plain text.
@@ -188,6 +220,13 @@ fn replay(args: ReplayArgs) -> Result<ExitCode> {
     for (kind, path) in args.ignore_fields {
         opts.model.ignore_field(&kind, &path);
     }
+    for (kind, c) in args.in_progress_conditions {
+        opts.model.add_progress(&kind, vec![c], Vec::new(), true);
+    }
+    for (kind, c) in args.in_progress_fields {
+        opts.model.add_progress(&kind, Vec::new(), vec![c], true);
+    }
+    opts.model.observed_is_finished = args.observed_is_finished;
     let stdout = io::stdout();
     let outcome = replay::run(&opts, &mut stdout.lock()).context("writing enriched events")?;
     if !args.quiet {

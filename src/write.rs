@@ -9,7 +9,7 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
 use crate::config::{kind_key, ModelConfig};
 use crate::decode::time::parse_rfc3339_micros;
-use crate::decode::{AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX};
+use crate::decode::{in_progress, AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX};
 use crate::filter::{Admitted, Ignored, Subresource, Verb};
 use crate::state::{Interner, Sym, Ty};
 
@@ -119,6 +119,9 @@ pub struct ObjectFacts {
     pub status_hash: Option<u64>,
     pub observed: Option<(i64, ObservedSource)>,
     pub conditions: Conditions,
+    /// The status shows the controller still at work on the generation it reports observed
+    /// (the kind's signals of work in progress, DESIGN §1.3).
+    pub in_progress: bool,
     pub deleting: bool,
     /// Being deleted and no finalizer left: this write was the object's last.
     pub gone: bool,
@@ -315,6 +318,7 @@ impl Extractor<'_> {
                 ready: status.condition_true("Ready"),
                 available: status.condition_true("Available"),
             },
+            in_progress: self.config.progress(&key).is_some_and(|p| in_progress(p, obj, &status)),
             deleting: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()),
             gone: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()) && md.finalizers == 0,
             annotations,

@@ -103,3 +103,49 @@ fn fixtures_cover_every_class_the_scenarios_meet() {
         assert!(seen.contains_key(class), "no recorded write of class {class}: {seen:?}");
     }
 }
+
+/// `replay` of a fixture with extra flags: auditID → class.
+fn replay_classes(fixture: &str, extra: &[&str]) -> BTreeMap<String, String> {
+    let jsonl = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/controlplane/{fixture}.jsonl"));
+    let out = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
+        .args(["replay", "--cluster", "e2e", "--reorder-window", "2s", "--no-progress", "--quiet"])
+        .args(extra)
+        .arg(&jsonl)
+        .output()
+        .expect("run kausality-stream replay");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("an enriched event"))
+        .map(|e| (e["auditID"].as_str().unwrap().to_string(), e["class"].as_str().unwrap().to_string()))
+        .collect()
+}
+
+/// The rollout's last scale-down, made while the Deployment's status showed the rollout under way.
+const ROLLOUT_SCALE_DOWN: &str = "b750645b-b94b-4844-8ec3-71a63fb0b899";
+/// manual-scale: the deployment controller scales a person's ReplicaSet scale back (drift).
+const SCALE_BACK: &str = "e876331a-9d79-4a64-8fa4-4da989754178";
+
+#[test]
+fn replay_can_judge_by_the_old_rule_and_take_signals_from_the_command_line() {
+    let now = replay_classes("rollout", &[]);
+    assert_eq!(now[ROLLOUT_SCALE_DOWN], "expected");
+    let old = replay_classes("rollout", &["--observed-is-finished"]);
+    assert_eq!(old[ROLLOUT_SCALE_DOWN], "drift", "observed is finished: the old rule");
+    let changed: Vec<&String> = now.keys().filter(|id| now[*id] != old[*id]).collect();
+    assert_eq!(changed, [ROLLOUT_SCALE_DOWN], "nothing else differs between the rules on this stream");
+    // Signals from the command line: one that always holds for these Deployments (their spec has a
+    // rolling `strategy`), so their generation never finishes and the scale-back reads expected;
+    // a condition reason the Deployment shows once it is done (`NewReplicaSetAvailable`) likewise.
+    assert_eq!(replay_classes("manual-scale", &[])[SCALE_BACK], "drift");
+    let busy = replay_classes("manual-scale", &["--in-progress-field", "Deployment.apps=spec.strategy.type == RollingUpdate"]);
+    assert_eq!(busy[SCALE_BACK], "expected");
+    let cond = replay_classes("manual-scale", &["--in-progress-condition", "Deployment.apps=Progressing=NewReplicaSetAvailable"]);
+    assert_eq!(cond[SCALE_BACK], "expected");
+    let old = replay_classes("manual-scale", &["--observed-is-finished", "--in-progress-condition", "Deployment.apps=Progressing=NewReplicaSetAvailable"]);
+    assert_eq!(old[SCALE_BACK], "drift", "the old rule reads no signal at all");
+    let bad = Command::new(env!("CARGO_BIN_EXE_kausality-stream")).args(["replay", "--in-progress-field", "Widget=phase == x", "-"]).output().unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a field under spec. or status."), "{}", String::from_utf8_lossy(&bad.stderr));
+}

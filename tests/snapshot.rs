@@ -153,3 +153,72 @@ fn a_parent_whose_trace_node_was_built_keeps_its_hop_through_a_snapshot() {
         vec![("Deployment", Some(ADMIN), Some(&*created.stage_timestamp)), ("ReplicaSet", Some(DEPLOYMENT_CONTROLLER), Some(&*judged.stage_timestamp))]
     );
 }
+
+/// The rollout fixture recorded on a real control plane, as lines.
+fn rollout_lines() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/controlplane/rollout.jsonl");
+    std::fs::read_to_string(path).expect("rollout fixture").lines().map(str::to_string).collect()
+}
+
+/// Line 41 of the rollout fixture: the deployment controller scales the old ReplicaSet to 0
+/// while the Deployment's status reports generation 2 observed with `Progressing:
+/// ReplicaSetUpdated` (the rollout under way).
+const SCALE_DOWN: usize = 40;
+
+#[test]
+fn a_snapshot_of_format_4_is_read_with_its_observed_generations_finished() {
+    // `tests/fixtures/snapshot/rollout-prefix-v4.snap` was written by the format-4 writer (the
+    // release before finishing was kept): `serve` with `reorder_window = "0s"`, a file source of
+    // the rollout fixture's first 40 lines and `[state] snapshot`, stopped with SIGTERM.
+    let v4 = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot/rollout-prefix-v4.snap")).expect("fixture");
+    assert!(v4.starts_with(b"KAUSALITY-STATE 4\n"));
+    let lines = rollout_lines();
+    let mut old = processor(Default::default(), 0);
+    let stats = old.restore(&mut v4.as_slice()).expect("format 4 is read");
+    assert_eq!(stats.objects, 9);
+    let mut out = Vec::new();
+    feed(&mut old, &lines[..=SCALE_DOWN], &mut out);
+    old.flush(0, &mut out);
+    assert_eq!(out.len(), 1, "the first 40 lines are known to the restored dedupe window");
+    let e = &out[0];
+    assert_eq!(e.class, kausality_stream::classify::Class::Drift, "format 4 knew no finishing: its observed generation reads as finished");
+    assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
+
+    // The same state written now (format 5) keeps that the rollout was not finished.
+    let mut first = processor(Default::default(), 0);
+    let mut sink = Vec::new();
+    feed(&mut first, &lines[..SCALE_DOWN], &mut sink);
+    first.flush(0, &mut sink);
+    let mut v5 = Vec::new();
+    first.snapshot(&mut v5).unwrap();
+    assert!(v5.starts_with(b"KAUSALITY-STATE 5\n"));
+    let mut new = processor(Default::default(), 0);
+    new.restore(&mut v5.as_slice()).unwrap();
+    let mut out = Vec::new();
+    feed(&mut new, &lines[SCALE_DOWN..=SCALE_DOWN], &mut out);
+    new.flush(0, &mut out);
+    assert_eq!(out[0].class, kausality_stream::classify::Class::Expected);
+    assert_eq!(out[0].parent.as_ref().unwrap().finished, Some(false));
+}
+
+#[test]
+fn a_snapshot_of_an_unknown_format_version_names_the_version_found_and_those_read() {
+    let mut p = processor(Default::default(), 500_000);
+    let mut out = Vec::new();
+    feed(&mut p, &stream(), &mut out);
+    p.flush(0, &mut out);
+    let mut snap = Vec::new();
+    p.snapshot(&mut snap).unwrap();
+    let body = &snap["KAUSALITY-STATE 5\n".len()..];
+    for found in ["3", "6", "12", "x"] {
+        let mut other = format!("KAUSALITY-STATE {found}\n").into_bytes();
+        other.extend_from_slice(body);
+        let err = processor(Default::default(), 1).restore(&mut other.as_slice()).unwrap_err();
+        assert!(matches!(&err, SnapshotError::UnknownVersion { found: f } if f == found), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.contains(&format!("format version {found},")) && msg.contains("reads 4 and 5"), "{msg}");
+        assert!(!msg.contains("not a kausality-stream state snapshot"), "{msg}");
+    }
+    let err = processor(Default::default(), 1).restore(&mut &b"KAUSALITY-STATE"[..]).unwrap_err();
+    assert!(matches!(err, SnapshotError::BadMagic), "no version line at all: {err:?}");
+}

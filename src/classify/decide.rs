@@ -95,6 +95,8 @@ pub struct ParentFacts {
     pub initialized: bool,
     pub generation: i64,
     pub observed: Option<i64>,
+    /// The controller has finished the observed generation (DESIGN §1.3).
+    pub finished: bool,
 }
 
 /// The class of a mutation of a child of a known parent, in the order of DESIGN §1.1.
@@ -108,8 +110,9 @@ pub fn decide(parent: &ParentFacts, identity: &Identity) -> Class {
     match identity {
         Identity::Undetermined => Class::Undetermined,
         Identity::NotController(_) => Class::Origin,
+        // Reconciling while the generation is not observed, or observed and not finished.
         Identity::Controller(_) => match parent.observed {
-            Some(observed) if observed == parent.generation => Class::Drift,
+            Some(observed) if observed == parent.generation && parent.finished => Class::Drift,
             _ => Class::Expected,
         },
     }
@@ -164,8 +167,10 @@ mod tests {
         let (_i, [ctrl, ..]) = users();
         let c = Identity::Controller(vec![ctrl]);
         let n = Identity::NotController(vec![ctrl]);
-        let stable = ParentFacts { deleting: false, initialized: true, generation: 2, observed: Some(2) };
+        let stable = ParentFacts { deleting: false, initialized: true, generation: 2, observed: Some(2), finished: true };
         assert_eq!(decide(&stable, &c), Class::Drift);
+        assert_eq!(decide(&ParentFacts { finished: false, ..stable }, &c), Class::Expected, "observed, not finished: still reconciling");
+        assert_eq!(decide(&ParentFacts { finished: false, ..stable }, &n), Class::Origin, "not finished changes nothing for others");
         assert_eq!(decide(&stable, &n), Class::Origin);
         assert_eq!(decide(&stable, &Identity::Undetermined), Class::Undetermined);
         assert_eq!(decide(&ParentFacts { observed: Some(1), ..stable }, &c), Class::Expected);

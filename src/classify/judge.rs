@@ -82,6 +82,7 @@ impl Engine {
                     initialized: p.initialized(),
                     generation: p.generation(),
                     observed: observed.map(|(g, _)| g),
+                    finished: p.finished(),
                 },
                 observed,
                 status_updaters: p.status_updaters(),
@@ -165,6 +166,7 @@ impl Engine {
             generation: None,
             observed_generation: None,
             observed_generation_source: None,
+            finished: None,
             phase: None,
         };
         let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid), owner) else {
@@ -181,6 +183,7 @@ impl Engine {
         parent_out.generation = (p.facts.generation != 0).then_some(p.facts.generation);
         parent_out.observed_generation = p.observed.map(|(g, _)| g);
         parent_out.observed_generation_source = p.observed.map(|(_, s)| s);
+        parent_out.finished = p.observed.map(|_| p.facts.finished);
         parent_out.phase = Some(if p.facts.deleting {
             Phase::Deleting
         } else if p.facts.initialized {
@@ -250,10 +253,16 @@ impl Engine {
             }
             Class::Origin => format!("{user} is not the parent's controller ({}): a new causal origin", controllers()),
             Class::Expected => match p.observed {
+                Some((o, _)) if o == p.facts.generation => {
+                    format!("controller is still carrying out generation {o}: the parent's status shows work in progress since it was observed")
+                }
                 Some((o, _)) => format!("controller is reconciling a spec change: parent generation {} != observed {o}", p.facts.generation),
                 None => "controller acting on a parent that reports no observed generation".to_string(),
             },
-            Class::Drift => format!("controller changed a child while the parent is stable (generation {} == observed)", p.facts.generation),
+            Class::Drift => format!(
+                "controller changed a child while the parent is stable (generation {} == observed, and finished: no work in progress)",
+                p.facts.generation
+            ),
             Class::Unowned | Class::UnknownParent => String::new(),
         }
     }

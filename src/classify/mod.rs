@@ -118,7 +118,7 @@ impl Engine {
                         late: false,
                         silent: false,
                     };
-                    self.refresh(s, f, &w);
+                    self.refresh(s, f, &w, false);
                 }
             },
         );
@@ -168,11 +168,16 @@ impl Engine {
         f.resource_version.is_some_and(|rv| rv < s.last_resource_version)
     }
 
-    /// Takes the object's facts into its state.
-    fn refresh(&self, s: &mut ObjectState, f: &ObjectFacts, w: &Write) {
+    /// Takes the object's facts into its state; `status_written`: the write changed the status
+    /// (its generation is the synthetic observed generation).
+    fn refresh(&self, s: &mut ObjectState, f: &ObjectFacts, w: &Write, status_written: bool) {
         s.seen_at(w.time_us);
         if Self::is_stale(s, f) {
             return;
+        }
+        let observed_before = s.observed_generation().map(|(g, _)| g);
+        if status_written {
+            s.set_status_write_generation(f.generation.or(Some(s.generation())));
         }
         s.ty = f.ty;
         s.namespace = f.namespace;
@@ -181,6 +186,9 @@ impl Engine {
             s.set_generation(g);
         }
         s.set_observed(f.observed);
+        // The status as this write's response shows it: the controller's latest status write
+        // (seen again through any write of the object when the status write itself was not).
+        s.observe_progress(observed_before, f.in_progress);
         s.set_content_hash(Some(f.content_hash));
         s.set_status_hash(f.status_hash);
         if f.deleting {
@@ -234,10 +242,7 @@ impl Engine {
             || Self::new_state(f),
             |s| {
                 s.push_status_updater(w.user);
-                if !Self::is_stale(s, f) {
-                    s.set_status_write_generation(f.generation.or(Some(s.generation())));
-                    self.refresh(s, f, w);
-                }
+                self.refresh(s, f, w, true);
             },
         );
     }
@@ -265,11 +270,8 @@ impl Engine {
             // is a status write all the same.
             if status_changed {
                 s.push_status_updater(w.user);
-                if !Self::is_stale(s, f) {
-                    s.set_status_write_generation(f.generation.or(Some(s.generation())));
-                }
             }
-            self.refresh(s, f, w);
+            self.refresh(s, f, w, status_changed);
         });
         Applied::Ignored(Ignored::NotSpecChange)
     }
@@ -301,7 +303,7 @@ impl Engine {
             || Self::new_state(f),
             |s| {
                 s.push_updater(w.user);
-                self.refresh(s, f, w);
+                self.refresh(s, f, w, false);
                 also(s);
                 (s.updaters(), trace_labels(s.policy()))
             },

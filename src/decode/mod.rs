@@ -10,6 +10,7 @@
 mod body;
 mod event;
 mod object;
+mod progress;
 pub mod time;
 
 use std::fmt;
@@ -17,6 +18,7 @@ use std::fmt;
 pub use body::{decode_body, decode_document, DecodeOptions, Unwrap};
 pub use event::{AuditEvent, ObjectRef, ResponseStatus, UserInfo};
 pub use object::{Condition, Metadata, ObjectView, OwnerRef, StatusView, ANNOTATION_PREFIX};
+pub use progress::in_progress;
 
 /// Why a record was rejected; the label of `kausality_events_invalid_total`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

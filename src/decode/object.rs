@@ -96,7 +96,8 @@ impl<'a> Metadata<'a> {
     }
 }
 
-/// The parts of `status` that tell whether the controller has caught up and is ready.
+/// The parts of `status` that tell whether the controller has caught up, is ready, and is
+/// still at work (the counters and revisions of the native workload kinds: DESIGN §1.3).
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusView<'a> {
@@ -104,6 +105,27 @@ pub struct StatusView<'a> {
     pub observed_generation: Option<i64>,
     #[serde(borrow, default, deserialize_with = "lenient_conditions")]
     pub conditions: Vec<Condition<'a>>,
+    /// Deployment, ReplicaSet, StatefulSet.
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub replicas: Option<i64>,
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub updated_replicas: Option<i64>,
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub ready_replicas: Option<i64>,
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub available_replicas: Option<i64>,
+    /// StatefulSet.
+    #[serde(borrow, default, deserialize_with = "lenient_str")]
+    pub current_revision: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "lenient_str")]
+    pub update_revision: Option<Cow<'a, str>>,
+    /// DaemonSet.
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub desired_number_scheduled: Option<i64>,
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub updated_number_scheduled: Option<i64>,
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub number_available: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -115,6 +137,8 @@ pub struct Condition<'a> {
     pub status: Option<Cow<'a, str>>,
     #[serde(default, deserialize_with = "lenient_i64")]
     pub observed_generation: Option<i64>,
+    #[serde(borrow, default, deserialize_with = "lenient_str")]
+    pub reason: Option<Cow<'a, str>>,
 }
 
 impl<'a> StatusView<'a> {
@@ -164,7 +188,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for ObjectView<'a> {
 }
 
 /// An integer that tolerates strings, floats and other shapes (read as absent).
-fn lenient_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+pub(crate) fn lenient_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
     struct V;
     impl<'de> Visitor<'de> for V {
         type Value = Option<i64>;
@@ -190,6 +214,48 @@ fn lenient_i64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error>
             Ok(None)
         }
         fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+            while s.next_element::<IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+            while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+            Ok(None)
+        }
+    }
+    d.deserialize_any(V)
+}
+
+/// A string borrowed from the input when it has no escapes; any other shape reads as absent
+/// (a custom resource's status may hold anything under a well-known name).
+fn lenient_str<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'a, str>>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Borrowed(v)))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Some(Cow::Owned(v.to_string())))
+        }
+        fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
             Ok(None)
         }
         fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {

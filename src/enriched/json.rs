@@ -93,6 +93,11 @@ fn parent(out: &mut Vec<u8>, p: &ParentOut) {
     int(out, p.observed_generation);
     field(out, "observedGenerationSource");
     opt_string(out, p.observed_generation_source.map(|s| s.as_str()));
+    field(out, "finished");
+    match p.finished {
+        Some(b) => boolean(out, b),
+        None => out.extend_from_slice(b"null"),
+    }
     field(out, "phase");
     opt_string(out, p.phase.map(|p| p.as_str()));
     out.push(b'}');
@@ -283,6 +288,7 @@ mod tests {
                 generation: Some(i64::MAX),
                 observed_generation: Some(-1),
                 observed_generation_source: Some(ObservedSource::SyncedCondition),
+                finished: Some(true),
                 phase: Some(Phase::Initialized),
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![t.clone(), Arc::from("b")] },
@@ -327,8 +333,11 @@ mod tests {
                 generation: None,
                 observed_generation: None,
                 observed_generation_source: None,
+                finished: None,
                 phase: None,
             });
+            same_as_serde(&e);
+            e.parent.as_mut().unwrap().finished = Some(false);
             same_as_serde(&e);
         }
     }

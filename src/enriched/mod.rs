@@ -91,6 +91,9 @@ pub struct ParentOut {
     pub generation: Option<i64>,
     pub observed_generation: Option<i64>,
     pub observed_generation_source: Option<ObservedSource>,
+    /// The controller has finished the observed generation: a write reported it observed with
+    /// no work in progress (DESIGN §1.3); `None` without an observed generation.
+    pub finished: Option<bool>,
     /// `None` when the parent was never seen.
     pub phase: Option<Phase>,
 }

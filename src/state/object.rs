@@ -90,6 +90,11 @@ const INITIALIZED: u16 = 512;
 const DELETING: u16 = 1024;
 /// The object was deleted: a tombstone, so its children's later deletes read as teardown.
 const DELETED: u16 = 2048;
+/// The controller has finished the observed generation (DESIGN §1.3): a write reported it
+/// observed with no work in progress. About the observed generation as it is now: cleared or set
+/// again when that changes ([`ObjectState::observe_progress`]); one bit where the finished
+/// generation itself would take a field.
+const FINISHED: u16 = 4096;
 /// Three bits of `has`: 0 when there is no observed generation, else 1 + its source.
 const OBSERVED_SOURCE_SHIFT: u32 = 3;
 const OBSERVED_SOURCE_MASK: u16 = 0b111 << OBSERVED_SOURCE_SHIFT;
@@ -213,6 +218,35 @@ impl ObjectState {
 
     pub fn set_deleted(&mut self, on: bool) {
         self.flag(DELETED, on);
+    }
+
+    /// Whether the controller has finished the observed generation (DESIGN §1.3).
+    pub fn finished(&self) -> bool {
+        self.has & FINISHED != 0
+    }
+
+    pub fn set_finished(&mut self, on: bool) {
+        self.flag(FINISHED, on);
+    }
+
+    /// Takes in a write that reports the observed generation `before` → now (`observed_generation`
+    /// after the write was applied), with work in progress or not. A generation is finished at
+    /// the first write that reports it with no work in progress, and stays finished: a later
+    /// write showing progress again at the same observed generation leaves it finished. A newly
+    /// reported generation is finished only when its first report shows no work in progress.
+    pub fn observe_progress(&mut self, before: Option<i64>, in_progress: bool) {
+        let now = self.observed_generation().map(|(g, _)| g);
+        match now {
+            None => self.set_finished(false),
+            Some(g) if before == Some(g) => {
+                if !in_progress {
+                    self.set_finished(true);
+                }
+            }
+            // A stale report of an older generation than one already finished takes nothing back.
+            Some(g) if self.finished() && before.is_some_and(|b| g < b) => {}
+            Some(_) => self.set_finished(!in_progress),
+        }
     }
 
     fn flag(&mut self, bit: u16, on: bool) {
@@ -390,7 +424,7 @@ mod tests {
         generation: i64,
         observed: Option<(i64, ObservedSource)>,
         status_write: Option<i64>,
-        flags: [bool; 3],
+        flags: [bool; 4],
     }
 
     #[derive(Clone, Debug)]
@@ -424,7 +458,7 @@ mod tests {
             number().prop_map(Op::Generation),
             proptest::option::of((number(), source)).prop_map(Op::Observed),
             proptest::option::of(number()).prop_map(Op::StatusWrite),
-            (0usize..3, any::<bool>()).prop_map(|(i, on)| Op::Flag(i, on)),
+            (0usize..4, any::<bool>()).prop_map(|(i, on)| Op::Flag(i, on)),
             (0u32..8).prop_map(Op::Updater),
         ]
     }
@@ -453,7 +487,7 @@ mod tests {
                         plain.status_write = w;
                     }
                     Op::Flag(i, on) => {
-                        [ObjectState::set_initialized, ObjectState::set_deleting, ObjectState::set_deleted][i](&mut s, on);
+                        [ObjectState::set_initialized, ObjectState::set_deleting, ObjectState::set_deleted, ObjectState::set_finished][i](&mut s, on);
                         plain.flags[i] = on;
                     }
                     Op::Updater(u) => s.push_updater(interner.intern(&format!("u{u}"))),
@@ -461,9 +495,45 @@ mod tests {
                 proptest::prop_assert_eq!(s.generation(), plain.generation);
                 proptest::prop_assert_eq!(s.observed(), plain.observed);
                 proptest::prop_assert_eq!(s.status_write_generation(), plain.status_write);
-                proptest::prop_assert_eq!([s.initialized(), s.deleting(), s.deleted()], plain.flags);
+                proptest::prop_assert_eq!([s.initialized(), s.deleting(), s.deleted(), s.finished()], plain.flags);
             }
         }
+    }
+
+    #[test]
+    fn a_generation_finishes_at_its_first_report_without_work_and_stays_finished() {
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        s.set_generation(2);
+        let report = |s: &mut ObjectState, observed: Option<i64>, busy: bool| {
+            let before = s.observed_generation().map(|(g, _)| g);
+            s.set_observed(observed.map(|g| (g, ObservedSource::Status)));
+            s.observe_progress(before, busy);
+            s.finished()
+        };
+        assert!(!report(&mut s, None, false), "nothing observed, nothing finished");
+        assert!(!report(&mut s, Some(2), true), "first report of 2, still at work");
+        assert!(!report(&mut s, Some(2), true), "a duplicate of it");
+        assert!(report(&mut s, Some(2), false), "2 is finished");
+        assert!(report(&mut s, Some(2), true), "work shows again at 2: it stays finished");
+        assert!(report(&mut s, Some(1), true), "a stale report of 1 takes nothing back");
+        s.set_generation(3);
+        assert!(s.finished(), "a spec change leaves the observed generation's finishing alone");
+        assert!(!report(&mut s, Some(3), true), "3 reported at work: not finished");
+        assert!(report(&mut s, Some(3), false));
+        s.set_generation(4);
+        assert!(report(&mut s, Some(4), false), "a first report without work finishes at once");
+        assert!(!report(&mut s, Some(5), true));
+        assert!(!report(&mut s, Some(4), true), "back to an older generation while not finished: at work");
+        // The synthetic observed generation (a status write's generation) by the same rule.
+        let mut c = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        c.set_generation(7);
+        c.set_status_write_generation(Some(7));
+        c.observe_progress(None, true);
+        assert!(!c.finished());
+        c.observe_progress(Some(7), false);
+        assert!(c.finished());
+        c.set_finished(false);
+        assert!(!c.finished() && c.observed_generation() == Some((7, ObservedSource::Synthetic)), "the bit alone");
     }
 
     #[test]

@@ -17,7 +17,14 @@ use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
 use crate::write::{Annotations, Name, ObservedSource};
 
-const MAGIC: &[u8] = b"KAUSALITY-STATE 4\n";
+/// The first line of a snapshot, before its format version.
+const MAGIC: &[u8] = b"KAUSALITY-STATE ";
+/// The format this build writes. 5: an object's flags hold whether its observed generation is
+/// finished (DESIGN §1.3).
+const VERSION: u32 = 5;
+/// The formats this build reads. 4: as 5, without the finished bit: each observed generation is
+/// read as finished (the rule 4 was written under).
+const READS: [u32; 2] = [4, 5];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -25,6 +32,8 @@ pub enum SnapshotError {
     Io(#[from] io::Error),
     #[error("not a kausality-stream state snapshot (bad header); remove it or point [state] snapshot elsewhere")]
     BadMagic,
+    #[error("state snapshot of format version {found}, which this build does not read (it reads {}); run the version that wrote it, or remove the snapshot (state is then learned again from the stream)", READS.map(|v| v.to_string()).join(" and "))]
+    UnknownVersion { found: String },
     #[error("snapshot is corrupt (checksum mismatch); it was not restored")]
     Checksum,
     #[error("snapshot is corrupt: {0}")]
@@ -101,6 +110,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
     let id = |s: Sym| -> u64 { strings_ref[&s] as u64 };
 
     buf.bytes(MAGIC);
+    buf.bytes(format!("{VERSION}\n").as_bytes());
     buf.uint(string_list.len() as u64);
     for s in &string_list {
         buf.str(&interner.resolve(*s));
@@ -155,7 +165,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
                 buf.uint(id(u));
             }
         }
-        buf.uint(s.initialized() as u64 | (s.deleting() as u64) << 1 | (s.deleted() as u64) << 2);
+        buf.uint(s.initialized() as u64 | (s.deleting() as u64) << 1 | (s.deleted() as u64) << 2 | (s.finished() as u64) << 3);
         buf.uint(s.last_resource_version);
         buf.int(s.last_seen_us());
         match &s.owner {
@@ -200,10 +210,8 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
 pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) -> Result<(SnapshotStats, Vec<u128>), SnapshotError> {
     let mut data = Vec::new();
     input.read_to_end(&mut data)?;
-    if !data.starts_with(MAGIC) {
-        return Err(SnapshotError::BadMagic);
-    }
-    if data.len() < MAGIC.len() + 8 {
+    let (version, header) = version(&data)?;
+    if data.len() < header + 8 {
         return Err(SnapshotError::Corrupt("too short"));
     }
     let (body, sum) = data.split_at(data.len() - 8);
@@ -212,7 +220,7 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
     if hasher.digest().to_le_bytes() != sum {
         return Err(SnapshotError::Checksum);
     }
-    let mut d = Dec { b: &body[MAGIC.len()..] };
+    let mut d = Dec { b: &body[header..] };
     let n = d.len()?;
     let mut syms = Vec::with_capacity(n);
     for _ in 0..n {
@@ -273,6 +281,8 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         s.set_initialized(flags & 1 != 0);
         s.set_deleting(flags & 2 != 0);
         s.set_deleted(flags & 4 != 0);
+        // Version 4 knew no finishing: its observed generations were judged finished.
+        s.set_finished(if version == 4 { s.observed_generation().is_some() } else { flags & 8 != 0 });
         s.last_resource_version = d.uint()?;
         s.set_last_seen_us(d.int()?);
         if d.uint()? == 1 {
@@ -309,6 +319,18 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
     }
     let dedupe: Vec<u128> = (0..d.len()?).map(|_| d.u128()).collect::<Result<_, _>>()?;
     Ok((SnapshotStats { objects: n, trace_nodes: nodes.len(), strings: syms.len(), dedupe_ids: dedupe.len(), bytes: data.len() }, dedupe))
+}
+
+/// The format version of a snapshot and the length of its header line; an error names a
+/// version this build does not read.
+fn version(data: &[u8]) -> Result<(u32, usize), SnapshotError> {
+    let rest = data.strip_prefix(MAGIC).ok_or(SnapshotError::BadMagic)?;
+    let line = rest.iter().position(|&b| b == b'\n').filter(|&n| n <= 20).map(|n| &rest[..n]).ok_or(SnapshotError::BadMagic)?;
+    let text = String::from_utf8_lossy(line);
+    match text.parse::<u32>() {
+        Ok(v) if READS.contains(&v) => Ok((v, MAGIC.len() + line.len() + 1)),
+        _ => Err(SnapshotError::UnknownVersion { found: text.escape_debug().to_string() }),
+    }
 }
 
 fn source_code(s: ObservedSource) -> u64 {

@@ -156,6 +156,7 @@ mod tests {
                 generation: Some(parent_gen),
                 observed_generation: Some(parent_gen),
                 observed_generation_source: None,
+                finished: Some(true),
                 phase: Some(Lifecycle::Initialized),
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![] },

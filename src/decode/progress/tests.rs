@@ -1,0 +1,226 @@
+//! Each signal of DESIGN §1.3, field by field, present and absent, reason by reason.
+
+use serde_json::{json, Value};
+
+use super::in_progress;
+use crate::config::progress::{Builtin, Comparison, ConditionReason, KindProgress};
+use crate::decode::{ObjectView, StatusView};
+
+fn builtin(b: Builtin) -> KindProgress {
+    KindProgress { builtin: Some(b), ..KindProgress::default() }
+}
+
+/// Whether `obj` (spec and status) shows work in progress for `p`.
+fn shows(p: &KindProgress, obj: &Value) -> bool {
+    let text = obj.to_string();
+    let view: ObjectView = serde_json::from_str(&text).expect("object");
+    let status = StatusView::parse(view.status);
+    in_progress(p, &view, &status)
+}
+
+fn with(replicas: Option<i64>, status: Value) -> Value {
+    let spec = match replicas {
+        Some(r) => json!({"replicas": r, "template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}),
+        None => json!({"template": {}}),
+    };
+    json!({"spec": spec, "status": status})
+}
+
+#[test]
+fn deployment_progressing_reasons_under_way_and_done() {
+    let d = builtin(Builtin::Deployment);
+    let cond = |reason: &str| with(Some(3), json!({"observedGeneration": 2, "conditions": [{"type": "Progressing", "status": "True", "reason": reason}]}));
+    for reason in ["NewReplicaSetCreated", "FoundNewReplicaSet", "ReplicaSetUpdated"] {
+        assert!(shows(&d, &cond(reason)), "{reason} is a rollout under way");
+    }
+    for reason in ["NewReplicaSetAvailable", "ProgressDeadlineExceeded", "DeploymentPaused"] {
+        assert!(!shows(&d, &cond(reason)), "{reason} is not");
+    }
+    let other_type = with(Some(3), json!({"conditions": [{"type": "Available", "status": "True", "reason": "ReplicaSetUpdated"}]}));
+    assert!(!shows(&d, &other_type), "only the Progressing condition's reason counts");
+    let no_reason = with(Some(3), json!({"conditions": [{"type": "Progressing", "status": "True"}]}));
+    assert!(!shows(&d, &no_reason));
+}
+
+#[test]
+fn deployment_counters_against_the_desired_replicas() {
+    let d = builtin(Builtin::Deployment);
+    let done = json!({"replicas": 3, "updatedReplicas": 3, "availableReplicas": 3, "readyReplicas": 3});
+    assert!(!shows(&d, &with(Some(3), done.clone())));
+    for field in ["updatedReplicas", "availableReplicas", "replicas"] {
+        let mut st = done.clone();
+        st[field] = json!(2);
+        assert!(shows(&d, &with(Some(3), st.clone())), "{field} below the desired replicas");
+        st[field] = json!(4);
+        assert!(shows(&d, &with(Some(3), st.clone())), "{field} above (a surge)");
+        st.as_object_mut().unwrap().remove(field);
+        assert!(!shows(&d, &with(Some(3), st)), "{field} absent shows nothing");
+    }
+    assert!(!shows(&d, &with(Some(3), json!({"readyReplicas": 1}))), "readyReplicas is not a Deployment signal");
+    assert!(!shows(&d, &with(Some(3), json!({"observedGeneration": 1}))), "a status without counters shows nothing");
+    // spec.replicas left out: Kubernetes defaults it to 1.
+    assert!(!shows(&d, &with(None, json!({"replicas": 1, "updatedReplicas": 1, "availableReplicas": 1}))));
+    assert!(shows(&d, &with(None, json!({"replicas": 2, "updatedReplicas": 1, "availableReplicas": 1}))));
+    // Scaled to 0: the counters are left out when they reach 0.
+    assert!(!shows(&d, &with(Some(0), json!({"observedGeneration": 3}))));
+    assert!(shows(&d, &with(Some(0), json!({"replicas": 1}))));
+    assert!(!shows(&d, &json!({"status": {"replicas": 1}})), "no spec: no desired replicas");
+    assert!(!shows(&d, &with(Some(3), json!("odd"))), "a status of another shape shows nothing");
+}
+
+#[test]
+fn statefulset_revisions_and_counters() {
+    let s = builtin(Builtin::StatefulSet);
+    let done = json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "currentReplicas": 3, "availableReplicas": 3,
+                      "currentRevision": "web-6d4b", "updateRevision": "web-6d4b"});
+    assert!(!shows(&s, &with(Some(3), done.clone())));
+    let mut rolling = done.clone();
+    rolling["updateRevision"] = json!("web-77c9");
+    assert!(shows(&s, &with(Some(3), rolling.clone())), "currentRevision != updateRevision");
+    rolling.as_object_mut().unwrap().remove("currentRevision");
+    assert!(!shows(&s, &with(Some(3), rolling)), "one revision absent: they cannot be compared");
+    for field in ["updatedReplicas", "readyReplicas", "replicas"] {
+        let mut st = done.clone();
+        st[field] = json!(2);
+        assert!(shows(&s, &with(Some(3), st)), "{field} other than the desired replicas");
+    }
+    assert!(
+        !shows(&s, &with(Some(3), json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "availableReplicas": 1}))),
+        "availableReplicas is not one"
+    );
+    // `replicas` is always written: a counter left out is 0 (omitempty).
+    for field in ["updatedReplicas", "readyReplicas"] {
+        let mut st = done.clone();
+        st.as_object_mut().unwrap().remove(field);
+        assert!(shows(&s, &with(Some(3), st)), "{field} absent beside replicas reads as 0");
+    }
+    // Without `replicas` (a producer that does not write it), only what is there counts.
+    assert!(!shows(&s, &with(Some(3), json!({"readyReplicas": 3}))));
+    assert!(shows(&s, &with(Some(3), json!({"readyReplicas": 1}))));
+    assert!(!shows(&s, &with(Some(3), json!({"observedGeneration": 1}))));
+    // The first scale-up of a new StatefulSet: one pod of three so far.
+    assert!(shows(&s, &with(Some(3), json!({"replicas": 1, "currentRevision": "a", "updateRevision": "a"}))));
+    assert!(!shows(&s, &with(None, json!({"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}))), "spec.replicas defaults to 1");
+}
+
+#[test]
+fn daemonset_updated_and_available_below_desired() {
+    let ds = builtin(Builtin::DaemonSet);
+    let done = json!({"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberReady": 3, "numberMisscheduled": 0,
+                      "updatedNumberScheduled": 3, "numberAvailable": 3});
+    let obj = |st: Value| json!({"spec": {"template": {}}, "status": st});
+    assert!(!shows(&ds, &obj(done.clone())));
+    for field in ["updatedNumberScheduled", "numberAvailable"] {
+        let mut st = done.clone();
+        st[field] = json!(2);
+        assert!(shows(&ds, &obj(st.clone())), "{field} below desiredNumberScheduled");
+        st[field] = json!(4);
+        assert!(!shows(&ds, &obj(st.clone())), "{field} above is not below");
+        st.as_object_mut().unwrap().remove(field);
+        assert!(shows(&ds, &obj(st)), "{field} left out is 0 (omitempty): the start of a rolling update");
+    }
+    assert!(!shows(&ds, &obj(json!({"updatedNumberScheduled": 0, "numberAvailable": 0}))), "without desiredNumberScheduled nothing");
+    assert!(!shows(&ds, &obj(json!({"desiredNumberScheduled": 0}))), "nothing to schedule");
+    assert!(
+        !shows(&ds, &obj(json!({"numberReady": 1, "desiredNumberScheduled": 3, "updatedNumberScheduled": 3, "numberAvailable": 3}))),
+        "numberReady is not one"
+    );
+}
+
+#[test]
+fn replicaset_counters_against_the_desired_replicas() {
+    let rs = builtin(Builtin::ReplicaSet);
+    let done = json!({"replicas": 2, "fullyLabeledReplicas": 2, "readyReplicas": 2, "availableReplicas": 2, "observedGeneration": 1});
+    assert!(!shows(&rs, &with(Some(2), done.clone())));
+    for field in ["replicas", "readyReplicas", "availableReplicas"] {
+        let mut st = done.clone();
+        st[field] = json!(1);
+        assert!(shows(&rs, &with(Some(2), st.clone())), "{field} below");
+        st[field] = json!(3);
+        assert!(shows(&rs, &with(Some(2), st)), "{field} above (a scale-down under way)");
+    }
+    let mut st = done.clone();
+    st["fullyLabeledReplicas"] = json!(0);
+    assert!(!shows(&rs, &with(Some(2), st)), "fullyLabeledReplicas is not one");
+    // As the replicaset controller writes it after creating the pods: ready and available are 0
+    // and left out.
+    assert!(shows(&rs, &with(Some(2), json!({"replicas": 2, "fullyLabeledReplicas": 2, "observedGeneration": 1}))));
+    assert!(shows(&rs, &with(Some(2), json!({"replicas": 0, "observedGeneration": 1}))));
+    // Scaled to 0 and done: every counter 0.
+    assert!(!shows(&rs, &with(Some(0), json!({"replicas": 0, "observedGeneration": 3}))));
+    // A status without replicas: only what is there counts.
+    assert!(!shows(&rs, &with(Some(2), json!({"observedGeneration": 1}))));
+    assert!(!shows(&rs, &with(Some(2), json!({"readyReplicas": 2}))));
+    assert!(shows(&rs, &with(Some(2), json!({"availableReplicas": 1}))));
+    assert!(!shows(&rs, &with(None, json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}))), "spec.replicas defaults to 1");
+    assert!(shows(&rs, &json!({"spec": {"replicas": null}, "status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}})), "null is the default 1");
+}
+
+#[test]
+fn configured_conditions_match_type_and_reason() {
+    let p = KindProgress {
+        conditions: vec![ConditionReason::parse("Synced=Reconciling").unwrap(), ConditionReason::parse("Ready=Creating").unwrap()],
+        ..KindProgress::default()
+    };
+    let obj = |conds: Value| json!({"spec": {}, "status": {"conditions": conds}});
+    assert!(shows(&p, &obj(json!([{"type": "Synced", "status": "True", "reason": "Reconciling"}]))));
+    assert!(shows(
+        &p,
+        &obj(json!([{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}, {"type": "Ready", "status": "False", "reason": "Creating"}]))
+    ));
+    assert!(!shows(
+        &p,
+        &obj(json!([{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}, {"type": "Ready", "status": "True", "reason": "Available"}]))
+    ));
+    assert!(!shows(&p, &obj(json!([{"type": "Ready", "status": "False", "reason": "Reconciling"}]))), "the reason of another type");
+    assert!(!shows(&p, &obj(json!([{"type": "Synced", "status": "True"}]))), "no reason");
+    assert!(!shows(&p, &obj(json!([{"type": "Synced", "reason": 5}]))), "a reason of another shape");
+    assert!(!shows(&p, &json!({"spec": {}})), "no status");
+}
+
+#[test]
+fn configured_comparisons_read_fields_numbers_strings_and_booleans() {
+    let p = |c: &str| KindProgress { fields: vec![Comparison::parse(c).unwrap()], ..KindProgress::default() };
+    let obj = json!({"spec": {"replicas": 3, "paused": false, "rollout": {"strategy": "canary"}},
+                     "status": {"updated": 2, "phase": "Updating", "weight": 0.5, "nested": {"deep": {"count": 7}}}});
+    let holds = |c: &str| shows(&p(c), &obj);
+    assert!(holds("status.updated != spec.replicas"));
+    assert!(holds("status.updated < spec.replicas"));
+    assert!(!holds("status.updated >= spec.replicas"));
+    assert!(holds("status.phase == Updating"));
+    assert!(!holds("status.phase != Updating"));
+    assert!(holds(r#"status.phase == "Updating""#));
+    assert!(holds("status.weight < 1"));
+    assert!(holds("status.nested.deep.count > 6"));
+    assert!(holds("spec.rollout.strategy == canary"));
+    assert!(holds("spec.paused == false"));
+    // A string with escapes is read unescaped.
+    let escaped = r#"{"spec": {}, "status": {"phase": "Up\u0064ating"}}"#;
+    let view: ObjectView = serde_json::from_str(escaped).unwrap();
+    assert!(in_progress(&p("status.phase == Updating"), &view, &StatusView::parse(view.status)));
+    // An absent side, or sides of different types, never hold: absent shows nothing.
+    assert!(!holds("status.missing != spec.replicas"));
+    assert!(!holds("status.updated != spec.missing"));
+    assert!(!holds("status.nested.missing.count > 0"));
+    assert!(!holds("status.phase != 3"));
+    assert!(!holds("status.updated == Updating"));
+    assert!(!holds("status.nested != 1"), "an object is not a value");
+    assert!(!shows(&p("status.updated != 1"), &json!({"spec": {}})), "no status");
+}
+
+#[test]
+fn signals_of_a_kind_add_up() {
+    let p = KindProgress {
+        builtin: Some(Builtin::ReplicaSet),
+        conditions: vec![ConditionReason::parse("Scaling=Waiting").unwrap()],
+        fields: vec![Comparison::parse("status.phase == Busy").unwrap()],
+    };
+    let done = json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1});
+    assert!(!shows(&p, &with(Some(1), done.clone())));
+    let mut st = done.clone();
+    st["phase"] = json!("Busy");
+    assert!(shows(&p, &with(Some(1), st)));
+    let mut st = done;
+    st["conditions"] = json!([{"type": "Scaling", "reason": "Waiting"}]);
+    assert!(shows(&p, &with(Some(1), st)));
+}

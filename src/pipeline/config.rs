@@ -23,6 +23,7 @@ pub struct PipelineConfig {
     pub scope: ScopeConfig,
     pub ignore: Vec<IgnoreConfig>,
     pub lifecycle: Vec<LifecycleConfig>,
+    pub in_progress: Vec<InProgressConfig>,
     /// Where audit events come from; at least one.
     pub sources: Vec<SourceConfig>,
     /// Where enriched events go; none is allowed (metrics only).
@@ -126,6 +127,35 @@ pub struct LifecycleConfig {
     /// Any of `initializedCondition`, `readyCondition`, `availableCondition`,
     /// `phaseAnnotation`, `observedGeneration`. Required.
     pub signals: Vec<LifecycleSignal>,
+}
+
+/// `[[in_progress]]`: what in a parent kind's status shows its controller still at work on the
+/// generation it reports observed (DESIGN §1.3). A generation is finished at the first write
+/// that reports it observed and shows none of these; a controller's child write before that is
+/// `expected`, after it `drift`. Entries of one kind add up.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InProgressConfig {
+    /// Kind key: `Kind.group`, or `Kind` for the core group. Required.
+    pub kind: String,
+    /// Conditions whose reason means work in progress, as `Type=Reason` (e.g.
+    /// `Synced=Reconciling`). Default: none.
+    #[serde(default)]
+    pub conditions: Vec<String>,
+    /// Comparisons that hold while the controller is at work, as `FIELD OP VALUE`: `FIELD` a
+    /// dotted path under `spec.` or `status.`, `OP` one of `==`, `!=`, `<`, `<=`, `>`, `>=`,
+    /// `VALUE` another such path, a number, `true`/`false` or a string (e.g.
+    /// `status.updatedReplicas != spec.replicas`). An absent field shows nothing. Default: none.
+    #[serde(default)]
+    pub fields: Vec<String>,
+    /// Keep the built-in signals of Deployment, StatefulSet, DaemonSet and ReplicaSet; `false`
+    /// turns them off for this kind. Default: `true`.
+    #[serde(default = "keep_builtin")]
+    pub builtin: bool,
+}
+
+fn keep_builtin() -> bool {
+    true
 }
 
 /// `[metrics]`: the listener of `/metrics`, `/healthz` and `/readyz`.

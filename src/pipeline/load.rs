@@ -10,7 +10,8 @@ use serde::de::DeserializeOwned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 use toml::Spanned;
 
-use super::config::{MetricsConfig, Options, PipelineConfig, ScopeConfig, StateConfig, UnknownParentsConfig};
+use super::config::{InProgressConfig, MetricsConfig, Options, PipelineConfig, ScopeConfig, StateConfig, UnknownParentsConfig};
+use crate::config::progress::{Comparison, ConditionReason};
 use crate::scope::LabelSelector;
 
 /// One problem in a pipeline file.
@@ -123,6 +124,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
         scope: ScopeConfig::default(),
         ignore: Vec::new(),
         lifecycle: Vec::new(),
+        in_progress: Vec::new(),
         sources: Vec::new(),
         sinks: Vec::new(),
         metrics: MetricsConfig::default(),
@@ -142,6 +144,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
             "scope" => decode_section(&mut errors, k, value).map(|v| cfg.scope = v),
             "ignore" => decode_each(&mut errors, k, value).map(|v| (idx.ignore, cfg.ignore) = v.into_iter().unzip()),
             "lifecycle" => decode_each(&mut errors, k, value).map(|v| (idx.lifecycle, cfg.lifecycle) = v.into_iter().unzip()),
+            "in_progress" => decode_each(&mut errors, k, value).map(|v| (idx.in_progress, cfg.in_progress) = v.into_iter().unzip()),
             "sources" => decode_each(&mut errors, k, value).map(|v| (idx.sources, cfg.sources) = v.into_iter().unzip()),
             "sinks" => decode_each(&mut errors, k, value).map(|v| (idx.sinks, cfg.sinks) = v.into_iter().unzip()),
             "metrics" => decode_section(&mut errors, k, value).map(|v| cfg.metrics = v),
@@ -151,7 +154,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
                 errors.push(
                     other,
                     Some(at),
-                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, sources, sinks, metrics, state, unknown_parents",
+                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, sources, sinks, metrics, state, unknown_parents",
                 );
                 None
             }
@@ -219,6 +222,7 @@ fn decode_each<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: S
 struct Indices {
     ignore: Vec<usize>,
     lifecycle: Vec<usize>,
+    in_progress: Vec<usize>,
     sources: Vec<usize>,
     sinks: Vec<usize>,
 }
@@ -267,6 +271,9 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
             errors.push(format!("lifecycle[{i}].signals"), None, "must name at least one signal");
         }
     }
+    for (&i, ip) in idx.in_progress.iter().zip(&cfg.in_progress) {
+        check_in_progress(&format!("in_progress[{i}]"), ip, errors);
+    }
     if !has_sources {
         errors.push("sources", None, "no source: add a [[sources]] table (type = \"webhook\", \"kafka\" or \"file\")");
     }
@@ -314,6 +321,26 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
                 errors.push("unknown_parents.kubeconfig", None, format!("{} is not a readable file", k.display()));
             }
         }
+    }
+}
+
+/// An `[[in_progress]]` entry: a kind, and signals that parse.
+fn check_in_progress(key: &str, ip: &InProgressConfig, errors: &mut Errors<'_>) {
+    if ip.kind.is_empty() {
+        errors.push(format!("{key}.kind"), None, "must name a kind, e.g. Widget.example.com");
+    }
+    for c in &ip.conditions {
+        if let Err(e) = ConditionReason::parse(c) {
+            errors.push(format!("{key}.conditions"), None, e);
+        }
+    }
+    for f in &ip.fields {
+        if let Err(e) = Comparison::parse(f) {
+            errors.push(format!("{key}.fields"), None, e);
+        }
+    }
+    if ip.builtin && ip.conditions.is_empty() && ip.fields.is_empty() {
+        errors.push(key, None, "names no signal: add conditions or fields, or builtin = false to turn a native kind's built-in signals off");
     }
 }
 
@@ -366,6 +393,46 @@ label_selector = "app in (a)"
         assert!(all.contains("scope.label_selector"), "{all}");
         assert!(all.contains("options.dedupe_capacity: must be at least 1"), "the rest of [options] is still checked: {all}");
         assert!(errs.len() >= 6, "{all}");
+    }
+
+    #[test]
+    fn in_progress_entries_are_checked_with_their_line() {
+        let text = r#"[[sources]]
+type = "webhook"
+plain_http = true
+[[in_progress]]
+kind = "Widget.example.com"
+conditions = ["Synced=Reconciling"]
+fields = ["status.updatedReplicas != spec.replicas", "status.phase == Updating"]
+[[in_progress]]
+kind = "Deployment.apps"
+builtin = false
+[[in_progress]]
+kind = "Gadget.example.com"
+conditions = ["Synced"]
+fields = ["phase == x", "status.a < Busy"]
+[[in_progress]]
+kind = ""
+fields = ["status.a > 1"]
+[[in_progress]]
+kind = "Thing"
+[[in_progress]]
+kind = "Thing"
+signal = "x"
+"#;
+        let errs = load_str("p.toml", text).unwrap_err().0;
+        let all = errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+        assert!(all.contains("p.toml:11: in_progress[2].conditions: \"Synced\" is not a condition and reason"), "{all}");
+        assert!(all.contains("p.toml:11: in_progress[2].fields: \"phase == x\""), "{all}");
+        assert!(all.contains("p.toml:11: in_progress[2].fields: \"status.a < Busy\": < compares numbers only"), "{all}");
+        assert!(all.contains("p.toml:15: in_progress[3].kind: must name a kind"), "{all}");
+        assert!(all.contains("p.toml:18: in_progress[4]: names no signal"), "{all}");
+        assert!(all.contains("p.toml:21: in_progress[5].signal") || all.contains("in_progress[5]") && all.contains("unknown field"), "{all}");
+        assert_eq!(errs.len(), 6, "the good entries give no error: {all}");
+        let good = load_str("p.toml", &text[..text.find("[[in_progress]]\nkind = \"Gadget").unwrap()]).unwrap();
+        assert_eq!(good.in_progress.len(), 2);
+        assert_eq!((good.in_progress[0].conditions.len(), good.in_progress[0].fields.len(), good.in_progress[0].builtin), (1, 2, true));
+        assert!(!good.in_progress[1].builtin);
     }
 
     #[test]

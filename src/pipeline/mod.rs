@@ -38,6 +38,7 @@ pub use config::PipelineConfig;
 pub use load::{load_file, load_str, ConfigError, ConfigErrors};
 
 use crate::classify::{Engine, EngineOptions};
+use crate::config::progress::{Comparison, ConditionReason};
 use crate::config::ModelConfig;
 use crate::decode::DecodeOptions;
 use crate::metrics::Metrics;
@@ -153,6 +154,12 @@ fn model_config(cfg: &PipelineConfig) -> ModelConfig {
     }
     for lc in &cfg.lifecycle {
         model.lifecycle.insert(lc.kind.clone(), lc.signals.clone());
+    }
+    // Checked by `load`: what does not parse was refused there.
+    for ip in &cfg.in_progress {
+        let conditions = ip.conditions.iter().filter_map(|c| ConditionReason::parse(c).ok()).collect();
+        let fields = ip.fields.iter().filter_map(|f| Comparison::parse(f).ok()).collect();
+        model.add_progress(&ip.kind, conditions, fields, ip.builtin);
     }
     model
 }
@@ -462,4 +469,37 @@ async fn start_fetch(
     _stop: watch::Receiver<bool>,
 ) -> Result<Option<mpsc::Sender<Arc<crate::enriched::Enriched>>>, Error> {
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::progress::Builtin;
+
+    #[test]
+    fn in_progress_entries_reach_the_model() {
+        let text = r#"[[sources]]
+type = "webhook"
+plain_http = true
+[[in_progress]]
+kind = "Widget.example.com"
+conditions = ["Synced=Reconciling"]
+[[in_progress]]
+kind = "Widget.example.com"
+fields = ["status.phase == Updating"]
+[[in_progress]]
+kind = "Deployment.apps"
+builtin = false
+[[in_progress]]
+kind = "ReplicaSet.apps"
+conditions = ["Scaling=Waiting"]
+"#;
+        let model = model_config(&load::load_str("p.toml", text).unwrap());
+        let widget = model.progress("Widget.example.com").expect("signals");
+        assert_eq!((widget.builtin, widget.conditions.len(), widget.fields.len()), (None, 1, 1), "entries of one kind add up");
+        assert!(model.progress("Deployment.apps").is_none(), "built-ins off, nothing else: finished when observed");
+        let rs = model.progress("ReplicaSet.apps").expect("signals");
+        assert_eq!((rs.builtin, rs.conditions.len()), (Some(Builtin::ReplicaSet), 1), "added to the built-ins");
+        assert_eq!(model.progress("StatefulSet.apps").and_then(|p| p.builtin), Some(Builtin::StatefulSet), "untouched defaults");
+    }
 }

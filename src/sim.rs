@@ -37,6 +37,8 @@ pub const DEPLOYMENT_CONTROLLER: &str = "system:serviceaccount:kube-system:deplo
 pub const REPLICASET_CONTROLLER: &str = "system:serviceaccount:kube-system:replicaset-controller";
 pub const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
 pub const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
+pub const STATEFULSET_CONTROLLER: &str = "system:serviceaccount:kube-system:statefulset-controller";
+pub const DAEMONSET_CONTROLLER: &str = "system:serviceaccount:kube-system:daemon-set-controller";
 
 pub struct ApiServer {
     rv: u64,
@@ -353,6 +355,26 @@ pub fn replicaset(owner: &ObjRef, hash: &str, replicas: i64, image: &str) -> Val
                      "ownerReferences": owner_ref(owner)},
         "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": owner.name, "pod-template-hash": hash}},
                  "template": {"metadata": {"labels": {"app": owner.name, "pod-template-hash": hash}}, "spec": {"containers": [{"name": "main", "image": image}]}}}
+    })
+}
+
+pub fn statefulset(ns: &str, name: &str, replicas: i64, image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+        "spec": {"replicas": replicas, "serviceName": name, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main", "image": image}]}},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}, "podManagementPolicy": "OrderedReady"}
+    })
+}
+
+pub fn daemonset(ns: &str, name: &str, image: &str) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": ns, "labels": {"app": name}},
+        "spec": {"selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main", "image": image}]}},
+                 "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}}
     })
 }
 

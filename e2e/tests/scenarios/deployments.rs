@@ -40,14 +40,15 @@ async fn stable_deployment(s: &mut Scene<'_>, name: &str, annotations: &[(&str, 
     Ok(created)
 }
 
-/// What the model (DESIGN §1.1) specifies for the deployment controller's spec-changing
+/// What the model (DESIGN §1.1, §1.3) specifies for the deployment controller's spec-changing
 /// ReplicaSet writes after `after_rv`, computed from the audit log alone: `expected` while the
 /// Deployment's generation differs from its `status.observedGeneration` as of the write's
-/// resourceVersion, `drift` once they are equal. Returns (auditID, class, description).
+/// resourceVersion, or until a status has reported that generation with no rollout under way
+/// (finished), `drift` after. Returns (auditID, class, description).
 fn deployment_oracle(lines: &[AuditLine], deployment: &str, after_rv: u64) -> Vec<(String, &'static str, String)> {
     let mut ok: Vec<&AuditLine> = lines.iter().filter(|l| (200..300).contains(&l.code()) && l.resource_version().is_some()).collect();
     ok.sort_by_key(|l| l.resource_version());
-    let (mut generation, mut observed) = (0i64, None::<i64>);
+    let (mut generation, mut observed, mut finished) = (0i64, None::<i64>, None::<i64>);
     let mut specs: HashMap<String, Value> = HashMap::new();
     let mut out = Vec::new();
     for l in ok {
@@ -57,6 +58,9 @@ fn deployment_oracle(lines: &[AuditLine], deployment: &str, after_rv: u64) -> Ve
         if resource.starts_with("deployments") && ro["kind"] == "Deployment" && name == deployment {
             generation = ro.pointer("/metadata/generation").and_then(Value::as_i64).unwrap_or(0);
             observed = ro.pointer("/status/observedGeneration").and_then(Value::as_i64);
+            if let Some(o) = observed.filter(|_| !rollout_under_way(ro)) {
+                finished = finished.max(Some(o));
+            }
         }
         if resource == "replicasets" || resource == "replicasets/status" {
             let spec = ro["spec"].clone();
@@ -64,7 +68,7 @@ fn deployment_oracle(lines: &[AuditLine], deployment: &str, after_rv: u64) -> Ve
             let verb = l.str("/verb").unwrap_or("");
             let rv = l.resource_version().unwrap_or(0);
             if resource == "replicasets" && l.user() == DEPLOYMENT_CONTROLLER && changed && rv > after_rv && verb != "delete" {
-                let class = if observed == Some(generation) { "drift" } else { "expected" };
+                let class = if observed == Some(generation) && finished >= Some(generation) { "drift" } else { "expected" };
                 let replicas = spec["replicas"].as_i64().unwrap_or(-1);
                 out.push((
                     l.audit_id().to_string(),
@@ -78,9 +82,20 @@ fn deployment_oracle(lines: &[AuditLine], deployment: &str, after_rv: u64) -> Ve
     out
 }
 
+/// DESIGN §1.3's signals of a Deployment still at work, read from its status as written.
+fn rollout_under_way(deployment: &Value) -> bool {
+    let reason = deployment
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Progressing").and_then(|c| c["reason"].as_str()));
+    let desired = deployment.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
+    let counter_off = ["updatedReplicas", "availableReplicas", "replicas"].iter().any(|f| deployment["status"][*f].as_i64().is_some_and(|n| n != desired));
+    matches!(reason, Some("NewReplicaSetCreated" | "FoundNewReplicaSet" | "ReplicaSetUpdated")) || counter_off
+}
+
 /// Scenario 1: a Deployment's first rollout, then an image change.
 pub async fn rollout(cluster: &Cluster) -> Result<()> {
-    let mut s = Scene::new(cluster, "rollout", "Deployment create and first rollout (initializing), then an image change: the deployment controller's writes while the Deployment's observedGeneration lags are expected, later ones drift").await?;
+    let mut s = Scene::new(cluster, "rollout", "Deployment create and first rollout (initializing), then an image change: the deployment controller's writes while the Deployment's observedGeneration lags, and while its status shows the rollout under way after it was observed, are expected").await?;
     let deploys: Api<Deployment> = Api::namespaced(s.admin.client.clone(), &s.ns);
     let created = stable_deployment(&mut s, "web", &[(TICKET, "T-1")]).await?;
     check("trace label of the Deployment create", &created, label(&created, 0, "ticket"), Some("T-1".into()))?;

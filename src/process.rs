@@ -1,7 +1,7 @@
 //! The processing chain, synchronous and shared by every front end (replay, webhook, Kafka):
 //! decode → filter → dedupe → reorder → classify, counting everything on the way.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::classify::{Applied, Class, Engine};
@@ -9,6 +9,7 @@ use crate::decode::{self, AuditEvent, DecodeOptions, Invalid, InvalidReason, Loc
 use crate::enriched::Enriched;
 use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
+use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
 use crate::order::{Dedupe, Released, ReorderBuffer};
 use crate::scope::Scope;
 use crate::state::{read_snapshot, write_snapshot, FastBuild, SnapshotError, SnapshotStats, Sym};
@@ -31,6 +32,9 @@ pub struct ProcessorOptions {
     pub reorder_window_us: i64,
     /// Most writes held per cluster before the oldest are released early.
     pub reorder_max_held: usize,
+    /// Most clusters kept (the default one included); a body of a new cluster past it is
+    /// refused.
+    pub max_clusters: usize,
     /// How many recent auditIDs are remembered to drop duplicates.
     pub dedupe_capacity: usize,
     pub decode: DecodeOptions,
@@ -45,6 +49,7 @@ impl Default for ProcessorOptions {
             default_cluster: "default".to_string(),
             reorder_window_us: 500_000,
             reorder_max_held: 100_000,
+            max_clusters: DEFAULT_MAX_CLUSTERS,
             dedupe_capacity: 200_000,
             decode: DecodeOptions::default(),
             clock: Clock::EventTime,
@@ -75,6 +80,8 @@ pub struct Decoder {
     decode: DecodeOptions,
     scope: Option<Arc<Scope>>,
     default_cluster: Sym,
+    /// The clusters admitted, shared by every decoder of the processor.
+    clusters: Arc<Clusters>,
 }
 
 /// Events decoded by a [`Decoder`], in arrival order, waiting for the processor's dedupe,
@@ -149,26 +156,33 @@ impl Decoder {
         self.decode.unwrap
     }
 
-    fn cluster_sym(&self, cluster: Option<&str>) -> Sym {
+    /// The cluster of a body, admitted (or refused: past `max_clusters`).
+    fn cluster_sym(&self, cluster: Option<&str>) -> Result<Sym, Invalid> {
         match cluster {
-            Some(c) if !c.is_empty() => self.engine.interner.intern(c),
-            _ => self.default_cluster,
+            Some(c) if !c.is_empty() => self.clusters.admit(c, &self.engine.interner),
+            _ => Ok(self.default_cluster),
         }
     }
 
     /// Decodes a body of any supported shape (EventList, Event, JSON lines) of one cluster
     /// (`None`: the pipeline's) and appends its admitted events to `into`.
     pub fn decode(&self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &'static str, into: &mut Decoded) {
-        let cluster = self.cluster_sym(cluster);
         into.source = source;
+        let cluster = match self.cluster_sym(cluster) {
+            Ok(c) => c,
+            Err(refused) => return into.reject(refused),
+        };
         let opts = DecodeOptions { unwrap, ..self.decode.clone() };
         Self::contained(source, into, |into| decode::decode_body(body, &opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into)));
     }
 
     /// Decodes one JSON document (one line of a log file) and appends its admitted events.
     pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, into: &mut Decoded) {
-        let cluster = self.cluster_sym(cluster);
         into.source = source;
+        let cluster = match self.cluster_sym(cluster) {
+            Ok(c) => c,
+            Err(refused) => return into.reject(Invalid { location, ..refused }),
+        };
         Self::contained(source, into, |into| {
             decode::decode_document(doc, location, &self.decode, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into))
         });
@@ -223,6 +237,9 @@ pub struct Processor {
     opts: ProcessorOptions,
     dedupe: Dedupe,
     buffers: HashMap<Sym, ReorderBuffer<Write>, FastBuild>,
+    /// The clusters whose buffer holds writes: the only ones the timer looks at, so idle
+    /// clusters cost no CPU; a buffer that empties is trimmed to nothing when it leaves.
+    active: HashSet<Sym, FastBuild>,
     seq: u64,
     /// Reused between bodies.
     decoded: Decoded,
@@ -232,12 +249,17 @@ pub struct Processor {
     /// front is always a held seq, so the oldest is `held_base`. Amortized O(1) per write.
     held_seqs: VecDeque<bool>,
     held_base: u64,
+    /// Writes held (the `true`s of `held_seqs`): counted, not summed over the clusters after
+    /// every body.
+    held: usize,
 }
 
 impl Processor {
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, opts: ProcessorOptions) -> Self {
+        let clusters = Arc::new(Clusters::new(opts.max_clusters));
         let default_cluster = engine.interner.intern(&opts.default_cluster);
-        let decoder = Decoder { engine: engine.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster };
+        let default_cluster = clusters.admit(&opts.default_cluster, &engine.interner).unwrap_or(default_cluster);
+        let decoder = Decoder { engine: engine.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster, clusters };
         Processor {
             decoder,
             dedupe: Dedupe::new(opts.dedupe_capacity),
@@ -245,11 +267,13 @@ impl Processor {
             metrics,
             opts,
             buffers: HashMap::default(),
+            active: HashSet::default(),
             seq: 0,
             decoded: Decoded::default(),
             released: Vec::new(),
             held_seqs: VecDeque::new(),
             held_base: 1,
+            held: 0,
         }
     }
 
@@ -275,7 +299,13 @@ impl Processor {
 
     /// Writes held in the reorder buffers.
     pub fn held(&self) -> usize {
-        self.buffers.values().map(ReorderBuffer::len).sum()
+        self.held
+    }
+
+    /// (clusters with a reorder buffer, clusters whose buffer holds writes, bytes the buffers
+    /// have allocated).
+    pub fn reorder_buffers(&self) -> (usize, usize, usize) {
+        (self.buffers.len(), self.active.len(), self.buffers.values().map(ReorderBuffer::allocated_bytes).sum())
     }
 
     /// The arrival seq of the latest write taken in (0 before the first). The writes of one
@@ -317,10 +347,12 @@ impl Processor {
             self.held_seqs.push_back(false);
         }
         self.held_seqs.push_back(true);
+        self.held += 1;
     }
 
     fn unhold(&mut self, seq: u64) {
         if let Some(h) = seq.checked_sub(self.held_base).and_then(|i| self.held_seqs.get_mut(i as usize)) {
+            self.held -= *h as usize;
             *h = false;
         }
         while self.held_seqs.front() == Some(&false) {
@@ -419,6 +451,9 @@ impl Processor {
             let buffer = self.buffers.entry(item.cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
             let (rv, seq, order_us) = (write.resource_version, write.seq, Self::order_time(&write));
             buffer.push(write, rv, time, order_us, &mut self.released);
+            if !buffer.is_empty() {
+                self.active.insert(item.cluster);
+            }
             self.hold(seq);
             self.apply_released(now_us, out);
         }
@@ -433,29 +468,39 @@ impl Processor {
     /// When [`Processor::tick`] next has something to release (microseconds on the reorder
     /// clock); `None` when nothing is held.
     pub fn next_release_us(&self) -> Option<i64> {
-        self.buffers.values().filter_map(ReorderBuffer::next_due_us).min()
+        self.active.iter().filter_map(|c| self.buffers.get(c).and_then(ReorderBuffer::next_due_us)).min()
     }
 
     /// Releases what is due by the clock (call periodically on a live stream).
     pub fn tick(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
-        for b in self.buffers.values_mut() {
-            b.advance(now_us, &mut self.released);
-        }
+        self.release_active(|b, released| b.advance(now_us, released));
         self.apply_released(now_us, out);
         self.after_batch(now_us, out);
     }
 
     /// Releases everything held (end of input, shutdown).
     pub fn flush(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
-        for b in self.buffers.values_mut() {
-            b.flush(&mut self.released);
-        }
+        self.release_active(|b, released| b.flush(released));
         self.apply_released(now_us, out);
         self.after_batch(now_us, out);
     }
 
+    /// Runs `release` on the buffer of every cluster that holds writes; a buffer left empty is
+    /// trimmed and its cluster no longer active.
+    fn release_active(&mut self, mut release: impl FnMut(&mut ReorderBuffer<Write>, &mut Vec<Released<Write>>)) {
+        let (buffers, released) = (&mut self.buffers, &mut self.released);
+        self.active.retain(|c| {
+            let Some(b) = buffers.get_mut(c) else { return false };
+            release(b, released);
+            if b.is_empty() {
+                b.trim();
+            }
+            !b.is_empty()
+        });
+    }
+
     fn after_batch(&mut self, _now_us: i64, _out: &mut [Enriched]) {
-        self.metrics.reorder_buffer_events.set(self.held() as i64);
+        self.metrics.reorder_buffer_events.set(self.held as i64);
         self.metrics.tracked_objects.set(self.engine.store.len() as i64);
     }
 

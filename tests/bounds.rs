@@ -178,3 +178,70 @@ fn ten_thousand_kinds_make_a_bounded_number_of_series() {
     assert!(text.contains(r#"kausality_mutations_total{class="initializing",kind="ReplicaSet",parent_kind="Deployment"} 1"#), "{text}");
     assert!(!text.contains("Kind1") && !text.contains("Widget1"));
 }
+
+fn cluster_processor(max_clusters: usize) -> kausality_stream::process::Processor {
+    use kausality_stream::classify::{Engine, EngineOptions};
+    use kausality_stream::metrics::Metrics;
+    use kausality_stream::process::{Clock, Processor, ProcessorOptions};
+    use std::sync::Arc;
+    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+    let opts = ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, max_clusters, ..ProcessorOptions::default() };
+    Processor::new(engine, Arc::new(Metrics::new()), opts)
+}
+
+#[test]
+fn new_clusters_past_the_bound_are_refused_and_known_ones_go_on() {
+    use kausality_stream::decode::InvalidReason;
+    let mut api = ApiServer::new();
+    let mut p = cluster_processor(3);
+    let mut out = Vec::new();
+    let strings = p.engine().interner.len();
+    for i in 0..1_000 {
+        let (_, ev) = api.create(ADMIN, widget(&format!("w{i}"), None));
+        let report = p.ingest_body(Some(&format!("cluster-{i}")), ev.as_bytes(), "test", 0, &mut out);
+        if i < 2 {
+            assert_eq!((report.events, report.invalid), (1, 0), "cluster-{i} is admitted (the default one is the third)");
+        } else {
+            assert_eq!((report.events, report.invalid), (0, 1));
+            assert_eq!(report.errors[0].reason, InvalidReason::Cluster);
+        }
+    }
+    let (_, ev) = api.create(ADMIN, widget("again", None));
+    assert_eq!(p.ingest_body(Some("cluster-1"), ev.as_bytes(), "test", 0, &mut out).events, 1, "a known cluster goes on");
+    let (_, ev) = api.create(ADMIN, widget("default", None));
+    assert_eq!(p.ingest_body(None, ev.as_bytes(), "test", 0, &mut out).events, 1);
+    p.flush(0, &mut out);
+    let mut clusters: Vec<&str> = out.iter().map(|e| &*e.cluster).collect();
+    clusters.sort_unstable();
+    assert_eq!(clusters, ["cluster-0", "cluster-1", "cluster-1", "default"]);
+    assert_eq!(p.metrics().invalid_count(InvalidReason::Cluster), 998);
+    assert!(p.engine().interner.len() < strings + 20, "refused names are not interned");
+    assert_eq!(p.reorder_buffers().0, 3);
+}
+
+#[test]
+fn idle_clusters_hold_no_buffer_memory_and_are_not_looked_at() {
+    let mut api = ApiServer::new();
+    let mut p = cluster_processor(100_000);
+    let mut out = Vec::new();
+    for i in 0..20_000 {
+        let (_, ev) = api.create(ADMIN, widget(&format!("w{i}"), None));
+        p.ingest_body(Some(&format!("c{i}")), ev.as_bytes(), "test", 0, &mut out);
+    }
+    let (clusters, active, _) = p.reorder_buffers();
+    assert_eq!(clusters, 20_000);
+    assert!(active > 0 && p.next_release_us().is_some(), "writes are held within their window");
+    // Past the window: everything released, and the timer has nothing to look at.
+    p.tick(api.now_us() + 1_000_000, &mut out);
+    assert_eq!(out.len(), 20_000);
+    assert_eq!(p.reorder_buffers(), (20_000, 0, 0), "no cluster holds writes, no buffer holds memory");
+    assert_eq!((p.held(), p.next_release_us()), (0, None));
+    // A cluster that comes back is ordered as before.
+    api.advance_ms(2_000);
+    let (_, ev) = api.create(ADMIN, widget("back", None));
+    p.ingest_body(Some("c7"), ev.as_bytes(), "test", 0, &mut out);
+    assert_eq!(p.reorder_buffers().1, 1);
+    p.flush(0, &mut out);
+    assert_eq!(out.last().map(|e| (&*e.cluster, &*e.object.name)), Some(("c7", "back")));
+    assert_eq!(p.reorder_buffers(), (20_000, 0, 0));
+}

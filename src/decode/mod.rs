@@ -44,10 +44,13 @@ pub enum InvalidReason {
     /// The decoder itself failed on the record (a defect, logged as an error): the record is
     /// skipped and counted, so that it cannot stop the service or be retried forever.
     Internal,
+    /// A body of a cluster the service does not take: a new one past `options.max_clusters`,
+    /// or a name over 253 bytes (one count per body).
+    Cluster,
 }
 
 impl InvalidReason {
-    pub const ALL: [InvalidReason; 10] = [
+    pub const ALL: [InvalidReason; 11] = [
         InvalidReason::Json,
         InvalidReason::Truncated,
         InvalidReason::InvalidField,
@@ -58,6 +61,7 @@ impl InvalidReason {
         InvalidReason::Wrapper,
         InvalidReason::Encoding,
         InvalidReason::Internal,
+        InvalidReason::Cluster,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -72,6 +76,7 @@ impl InvalidReason {
             InvalidReason::Wrapper => "wrapper",
             InvalidReason::Encoding => "encoding",
             InvalidReason::Internal => "internal",
+            InvalidReason::Cluster => "cluster",
         }
     }
 }

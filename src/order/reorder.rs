@@ -98,7 +98,8 @@ impl<T> ReorderBuffer<T> {
             now_us: i64::MIN,
             released_rv: 0,
             seen_rv: 0,
-            recent: VecDeque::with_capacity(RECENT),
+            // Grows with the writes: a cluster that sends little costs little.
+            recent: VecDeque::new(),
             seq: 0,
         }
     }
@@ -221,6 +222,28 @@ impl<T> ReorderBuffer<T> {
         let moved = at > h.rv;
         h.rv = h.rv.max(at);
         moved
+    }
+
+    /// Frees what an empty buffer holds, so an idle cluster costs the struct alone. The recent
+    /// (time, resourceVersion) pairs go too: with nothing held, every one of them is at most
+    /// the highest resourceVersion released, which places a write without one anyway.
+    pub fn trim(&mut self) {
+        if self.heap.is_empty() {
+            self.heap = BinaryHeap::new();
+            self.slots = Vec::new();
+            self.free = Vec::new();
+            self.arrivals = BinaryHeap::new();
+            self.recent = VecDeque::new();
+        }
+    }
+
+    /// Bytes the buffer has allocated (its struct aside).
+    pub fn allocated_bytes(&self) -> usize {
+        self.heap.capacity() * std::mem::size_of::<Reverse<Held>>()
+            + self.slots.capacity() * std::mem::size_of::<Option<T>>()
+            + self.free.capacity() * 4
+            + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
+            + self.recent.capacity() * std::mem::size_of::<(i64, u64)>()
     }
 
     /// Releases everything (end of input, shutdown).
@@ -366,6 +389,30 @@ mod tests {
         b.advance(200, &mut out);
         b.push(4, Some(40), 210, 0, &mut out);
         assert_eq!(items(out), vec![(5, false), (4, true)]);
+    }
+
+    #[test]
+    fn a_trimmed_buffer_frees_its_memory_and_orders_as_before() {
+        // Two buffers fed the same writes; one is trimmed whenever it is empty.
+        let (mut a, mut b) = (ReorderBuffer::new(100, 1000), ReorderBuffer::new(100, 1000));
+        let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
+        let writes = [(1, Some(10), 0, 5), (2, Some(30), 10, 20), (3, None, 300, 25), (4, Some(20), 310, 15), (5, Some(5), 320, 0), (6, None, 900, 0)];
+        for (item, rv, time, event) in writes {
+            a.push(item, rv, time, event, &mut out_a);
+            b.push(item, rv, time, event, &mut out_b);
+            a.advance(time + 150, &mut out_a);
+            b.advance(time + 150, &mut out_b);
+            if a.is_empty() {
+                a.trim();
+                assert_eq!(a.allocated_bytes(), 0);
+            }
+        }
+        a.flush(&mut out_a);
+        b.flush(&mut out_b);
+        assert_eq!(items(out_a), items(out_b));
+        assert!(b.allocated_bytes() > 0);
+        b.trim();
+        assert_eq!(b.allocated_bytes(), 0);
     }
 
     #[test]

@@ -43,6 +43,9 @@ pub struct Options {
     pub reorder_window: Span,
     /// Most writes held per cluster before the oldest are released early. Default: 100000.
     pub reorder_max_held: usize,
+    /// Most clusters (names from `/audit/{cluster}` or a Kafka header, and `cluster`); a body
+    /// of a new cluster past it is refused (the webhook answers 400). Default: 1000.
+    pub max_clusters: usize,
     /// Most objects kept in state; the coldest are evicted past it. Default: 2000000.
     pub max_objects: usize,
     /// Most hops in an enriched event's trace, 2 to 1024; past it the oldest are cut and the
@@ -74,6 +77,7 @@ impl Default for Options {
         Options {
             reorder_window: Span::ms(500),
             reorder_max_held: 100_000,
+            max_clusters: crate::order::DEFAULT_MAX_CLUSTERS,
             max_objects: 2_000_000,
             max_trace_hops: crate::classify::trace::DEFAULT_MAX_HOPS,
             dedupe_capacity: 200_000,

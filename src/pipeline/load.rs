@@ -239,6 +239,7 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
         ("options.queue_capacity", o.queue_capacity),
         ("options.sink_queue_capacity", o.sink_queue_capacity),
         ("options.reorder_max_held", o.reorder_max_held),
+        ("options.max_clusters", o.max_clusters),
         ("options.max_record_bytes", o.max_record_bytes),
     ] {
         if v == 0 {

@@ -204,6 +204,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         default_cluster: cfg.cluster.clone(),
         reorder_window_us: o.reorder_window.as_micros_i64(),
         reorder_max_held: o.reorder_max_held,
+        max_clusters: o.max_clusters,
         dedupe_capacity: o.dedupe_capacity,
         decode: DecodeOptions { max_record_bytes: o.max_record_bytes, ..DecodeOptions::default() },
         clock: Clock::Arrival,

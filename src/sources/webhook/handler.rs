@@ -5,8 +5,8 @@
 //! - 200: the processor has taken the body in. Items that were not audit events are counted
 //!   (`kausality_events_invalid_total`) and listed in the answer, but the good ones are kept:
 //!   answering 400 would make the API server drop the whole batch, good events included.
-//! - 400: nothing in the body was an audit event (not JSON, another kind, an empty body);
-//!   retrying would not help.
+//! - 400: nothing in the body was an audit event (not JSON, another kind, an empty body), or
+//!   the body's cluster is new past `options.max_clusters`; retrying would not help.
 //! - 401: the bearer token is missing or wrong (checked before anything else).
 //! - 408 + `Retry-After: 1`: the body did not arrive within `body_read_timeout`.
 //! - 413: the body or its event count is over the configured limit (a declared length over
@@ -192,7 +192,10 @@ impl WebhookState {
             body["errors"] = serde_json::Value::Array(errors);
         }
         if code == StatusCode::BAD_REQUEST {
-            body["error"] = "no audit event in the body; expected an audit.k8s.io/v1 EventList or Event".into();
+            body["error"] = match r.errors.first() {
+                Some(e) if e.reason == crate::decode::InvalidReason::Cluster => e.message.clone().into(),
+                _ => "no audit event in the body; expected an audit.k8s.io/v1 EventList or Event".into(),
+            };
         }
         self.answer(code, body)
     }

@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
 use crate::order::{Dedupe, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::{read_snapshot, write_snapshot, FastBuild, SnapshotError, SnapshotStats, Sym};
+use crate::state::{read_snapshot, write_snapshot, FastBuild, Pin, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Write};
 
 /// Which clock the reorder window runs on.
@@ -70,6 +70,10 @@ pub struct IngestReport {
 
 const KEPT_ERRORS: usize = 10;
 const MAINTAIN_EVERY: u64 = 4096;
+/// The interner is swept (at a maintenance point) once it has grown since the last sweep by
+/// as many strings as live state refers to, and by this many at least: a sweep visits every
+/// object, so it runs as the live table doubles.
+const SWEEP_FROM: usize = 4096;
 
 /// Decoding, filtering and extraction of writes: the part of the chain that needs no state of
 /// the processor (only the interner and the model's configuration, both shared), so a source
@@ -96,6 +100,9 @@ pub struct Decoded {
     source: &'static str,
     ignored: Vec<Ignored>,
     invalid: Vec<InvalidReason>,
+    /// Keeps the strings interned for these events from being swept until the processor has
+    /// taken them in.
+    pin: Option<Pin>,
 }
 
 /// One admitted event: its auditID's dedupe key, and the write (or why there is none: judged
@@ -168,6 +175,7 @@ impl Decoder {
     /// (`None`: the pipeline's) and appends its admitted events to `into`.
     pub fn decode(&self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &'static str, into: &mut Decoded) {
         into.source = source;
+        into.pin.get_or_insert_with(|| self.engine.interner.pin());
         let cluster = match self.cluster_sym(cluster) {
             Ok(c) => c,
             Err(refused) => return into.reject(refused),
@@ -179,6 +187,7 @@ impl Decoder {
     /// Decodes one JSON document (one line of a log file) and appends its admitted events.
     pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, into: &mut Decoded) {
         into.source = source;
+        into.pin.get_or_insert_with(|| self.engine.interner.pin());
         let cluster = match self.cluster_sym(cluster) {
             Ok(c) => c,
             Err(refused) => return into.reject(Invalid { location, ..refused }),
@@ -252,6 +261,10 @@ pub struct Processor {
     /// Writes held (the `true`s of `held_seqs`): counted, not summed over the clusters after
     /// every body.
     held: usize,
+    /// A maintenance point passed: sweep the interner when the writes in hand are applied.
+    sweep_due: bool,
+    /// Strings interned at which the next sweep runs.
+    sweep_at: usize,
 }
 
 impl Processor {
@@ -274,6 +287,8 @@ impl Processor {
             held_seqs: VecDeque::new(),
             held_base: 1,
             held: 0,
+            sweep_due: false,
+            sweep_at: SWEEP_FROM,
         }
     }
 
@@ -457,6 +472,8 @@ impl Processor {
             self.hold(seq);
             self.apply_released(now_us, out);
         }
+        // Taken in: held in a buffer (marked by a sweep) or applied.
+        decoded.pin = None;
         report
     }
 
@@ -538,8 +555,36 @@ impl Processor {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };
                 let stats = self.engine.store.maintain(clock);
                 self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);
+                self.sweep_due = true;
             }
         }
+        if std::mem::take(&mut self.sweep_due) {
+            self.sweep_symbols();
+        }
+    }
+
+    /// Sweeps the interner once it has grown enough (see [`SWEEP_FROM`]). Runs with no write
+    /// in hand: what is not in the store is in a reorder buffer (marked here) or in a body
+    /// still pinned.
+    fn sweep_symbols(&mut self) {
+        if self.engine.interner.len() < self.sweep_at {
+            return;
+        }
+        let (buffers, decoder) = (&self.buffers, &self.decoder);
+        let (strings, types, live) = self.engine.sweep_symbols(|m| {
+            m.sym(decoder.default_cluster);
+            decoder.clusters.syms().into_iter().for_each(|c| m.sym(c));
+            for (&cluster, b) in buffers {
+                m.sym(cluster);
+                b.for_each_held(|w| w.mark(m));
+            }
+        });
+        // What is left is what state refers to and what was looked up since the last sweep
+        // (freed by the next one unless state takes it): the next sweep comes after as many
+        // new strings as state refers to, so its cost per string stays constant.
+        let left = self.engine.interner.len();
+        self.sweep_at = left + live.max(SWEEP_FROM);
+        tracing::debug!(strings, types, live, left, "interned strings no state refers to were freed");
     }
 
     fn count(&self, e: &Enriched) {

@@ -11,7 +11,7 @@ use crate::config::{kind_key, ModelConfig};
 use crate::decode::time::parse_rfc3339_micros;
 use crate::decode::{in_progress, AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX};
 use crate::filter::{Admitted, Ignored, Subresource, Verb};
-use crate::state::{Interner, Sym, Ty};
+use crate::state::{Interner, Marks, Sym, Ty};
 
 /// An object UID as a map key: the 128 bits of a UUID, or a 128-bit hash of any other string.
 pub type Uid = u128;
@@ -128,6 +128,17 @@ pub struct ObjectFacts {
     pub annotations: Option<Box<Annotations>>,
 }
 
+impl ObjectFacts {
+    /// Marks the strings and types the facts hold, for a sweep of the interner.
+    pub fn mark(&self, m: &mut Marks) {
+        m.ty(self.ty);
+        m.sym(self.namespace);
+        if let Some(o) = &self.owner {
+            m.ty(o.ty);
+        }
+    }
+}
+
 /// What was written.
 #[derive(Clone, Debug)]
 pub enum Target {
@@ -140,6 +151,25 @@ pub enum Target {
     Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, ty: Ty },
     /// A deletecollection: every deleted object.
     Many(Vec<ObjectFacts>),
+}
+
+impl Write {
+    /// Marks the strings and types the write holds (a write held in a reorder buffer), for a
+    /// sweep of the interner.
+    pub fn mark(&self, m: &mut Marks) {
+        m.sym(self.cluster);
+        m.sym(self.user);
+        m.sym(self.resource);
+        match &self.target {
+            Target::Object(f) => f.mark(m),
+            Target::Scale { namespace, resource, api_version, .. } => [*namespace, *resource, *api_version].into_iter().for_each(|s| m.sym(s)),
+            Target::Gone { namespace, ty, .. } => {
+                m.sym(*namespace);
+                m.ty(*ty);
+            }
+            Target::Many(items) => items.iter().for_each(|f| f.mark(m)),
+        }
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -245,3 +245,47 @@ fn idle_clusters_hold_no_buffer_memory_and_are_not_looked_at() {
     assert_eq!(out.last().map(|e| (&*e.cluster, &*e.object.name)), Some(("c7", "back")));
     assert_eq!(p.reorder_buffers(), (20_000, 0, 0));
 }
+
+#[test]
+fn an_endless_stream_of_new_users_and_namespaces_keeps_the_interner_bounded() {
+    use kausality_stream::classify::{Engine, EngineOptions};
+    use kausality_stream::enriched::user_hash;
+    use kausality_stream::metrics::Metrics;
+    use kausality_stream::process::{Clock, Processor, ProcessorOptions};
+    use std::sync::Arc;
+    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions { max_objects: 100, ..EngineOptions::default() }));
+    let opts = ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() };
+    let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
+    let mut api = ApiServer::new();
+    // A Deployment written now and then stays in state throughout, with its names.
+    let (deploy, create) = api.create(ADMIN, deployment("shop", "web", 1, "web:1"));
+    let mut out = Vec::new();
+    common::feed(&mut p, &[create], &mut out);
+    let mut most = 0;
+    for i in 0..40_000 {
+        let user = format!("system:serviceaccount:tenant-{i}:builder");
+        let ev = api.create(user.as_str(), configmap(&format!("tenant-{i}"), "settings", &[("k", "v")], None)).1;
+        common::feed(&mut p, &[ev], &mut out);
+        if i % 1_000 == 999 {
+            let ev = api.update(ADMIN, &deploy, |d| d["spec"]["replicas"] = json!(i / 1_000 + 2));
+            common::feed(&mut p, &[ev], &mut out);
+        }
+        most = most.max(p.engine().interner.len());
+    }
+    p.flush(0, &mut out);
+    // Two new strings per write: 80,000 without sweeps. With them: what state refers to, what
+    // was interned since the last sweep and before it (sweeps run every 4,096 writes).
+    assert!(most < 20_000, "{most} strings interned at most");
+    assert!(p.engine().store.len() <= 100 + 4_096);
+    // Handles given out again never mix names up: each event names its own user and namespace.
+    for e in &out {
+        assert_eq!(&*e.user_hash, user_hash(&e.user), "{}", e.user);
+        if let Some(tenant) = e.object.namespace.strip_prefix("tenant-") {
+            assert_eq!(&*e.user, format!("system:serviceaccount:tenant-{tenant}:builder"));
+            assert_eq!(&*e.cluster, "default");
+        }
+    }
+    let last = out.iter().rev().find(|e| &*e.object.name == "web").unwrap();
+    assert_eq!((&*last.user, &*last.object.namespace, &*last.object.kind), (ADMIN, "shop", "Deployment"));
+    assert_eq!(out.len(), 40_041);
+}

@@ -7,6 +7,7 @@ mod judge;
 pub mod policy;
 pub mod trace;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use dashmap::DashMap;
@@ -17,7 +18,7 @@ use judge::{trace_labels, Child};
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{FastBuild, Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty};
+use crate::state::{FastBuild, Interner, Marks, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty};
 use crate::write::{kind_of_resource, Name, ObjectFacts, Target, Uid, Write};
 use policy::PolicyCache;
 
@@ -144,6 +145,26 @@ impl Engine {
             None if self.owner_kinds.contains_key(&s.ty) => s.set_name(name.clone()),
             None => {}
         }
+    }
+
+    /// Frees the interned strings and types that no object's state refers to, nor `extra`
+    /// (what the caller holds: writes not applied yet), nor a body still in flight (see
+    /// [`Interner`]); the caches by handle forget the freed ones. Returns (strings freed,
+    /// types freed, strings that live state refers to). Users and namespaces come and go:
+    /// without it the interner would grow without bound while `max_objects` holds the store.
+    pub fn sweep_symbols(&self, extra: impl FnOnce(&mut Marks)) -> (usize, usize, usize) {
+        let mut marks = self.interner.marks();
+        let mut seen = HashSet::new();
+        self.store.for_each(|_, s| s.mark(&mut marks, &mut seen));
+        drop(seen);
+        extra(&mut marks);
+        let swept = self.interner.sweep(marks);
+        self.user_hashes.retain(|u, _| !swept.freed_sym(*u));
+        self.lifecycle_bits.retain(|t, _| !swept.freed_ty(*t));
+        self.owner_kinds.retain(|t, _| !swept.freed_ty(*t));
+        let counts = (swept.strings_freed, swept.types_freed, swept.strings_marked);
+        self.interner.release(swept);
+        counts
     }
 
     /// After a restore: the kinds of the objects that kept a name are owner kinds.

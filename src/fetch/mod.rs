@@ -91,6 +91,7 @@ pub async fn spawn(
             }
             pace.tick().await;
             let outcome = fetcher.get(&p.api_version, &p.kind, &e.object.namespace, &p.name).await;
+            let pin = engine.interner.pin();
             let facts = match outcome {
                 Ok(Some(obj)) => {
                     let json = serde_json::to_string(&obj).unwrap_or_default();
@@ -108,7 +109,7 @@ pub async fn spawn(
                 Some(facts) => {
                     tracing::debug!(kind = %p.kind, name = %p.name, "unknown parent fetched");
                     known.put(p.uid.clone(), Known::Found);
-                    if observe.send(Observed { cluster: cluster.clone(), facts }).await.is_err() {
+                    if observe.send(Observed { cluster: cluster.clone(), facts, pin }).await.is_err() {
                         break;
                     }
                 }

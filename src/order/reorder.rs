@@ -237,6 +237,11 @@ impl<T> ReorderBuffer<T> {
         }
     }
 
+    /// Every write held.
+    pub fn for_each_held(&self, f: impl FnMut(&T)) {
+        self.slots.iter().flatten().for_each(f);
+    }
+
     /// Bytes the buffer has allocated (its struct aside).
     pub fn allocated_bytes(&self) -> usize {
         self.heap.capacity() * std::mem::size_of::<Reverse<Held>>()

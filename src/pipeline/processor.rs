@@ -44,6 +44,8 @@ use crate::write::ObjectFacts;
 pub struct Observed {
     pub cluster: String,
     pub facts: ObjectFacts,
+    /// Keeps the strings interned for `facts` from being swept until they are applied.
+    pub pin: crate::state::Pin,
 }
 
 pub struct ProcessorTask {

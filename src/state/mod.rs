@@ -7,7 +7,7 @@ mod snapshot;
 mod store;
 
 pub use hash::{FastBuild, FastHasher};
-pub use intern::{Interner, Sym, Ty};
+pub use intern::{Interner, Marks, Pin, Swept, Sym, Ty};
 pub use object::{ObjectState, OwnerKey, Recent, SharedPolicy, TraceState, MAX_RECENT};
 pub use snapshot::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats};
 pub use store::{ObjKey, Store, StoreStats};

@@ -96,14 +96,15 @@ pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkCo
 /// The parent's own namespace, from the model (a cluster-scoped parent has none).
 fn parent_namespace(ctx: &SinkContext, e: &crate::enriched::Enriched) -> Option<String> {
     let p = e.parent.as_ref()?;
-    let key = ObjKey::new(ctx.engine.interner.intern(&e.cluster), uid_key(&p.uid));
+    let key = ObjKey::new(ctx.engine.interner.lookup(&e.cluster)?, uid_key(&p.uid));
     let ns = ctx.engine.store.read(&key, |s| s.namespace)?;
     Some(ctx.engine.interner.resolve(ns).to_string())
 }
 
 /// Is an open report over, judging by the parent's and child's state in the model?
 fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &Open) -> bool {
-    let cluster = ctx.engine.interner.intern(cluster);
+    // A cluster the interner no longer knows has no object in the model (as a parent not found).
+    let Some(cluster) = ctx.engine.interner.lookup(cluster) else { return false };
     let child = &o.report.spec.child;
     let child_gone = ctx.engine.store.read(&ObjKey::new(cluster, uid_key(&child.uid)), |s| s.deleted() || s.deleting()).unwrap_or(false);
     if child_gone {

@@ -1,10 +1,11 @@
 //! An object's trace and, for an object that keeps it, its name: three fields of the state.
 
+use std::collections::HashSet;
 use std::num::NonZeroI64;
 
 use super::ObjectState;
 use crate::classify::trace::{Hop, Trace, TraceNode};
-use crate::state::Sym;
+use crate::state::{Marks, Sym};
 use crate::write::Name;
 
 /// `trace_time` of an own node that is not built yet: only the name and the producing write
@@ -45,6 +46,35 @@ impl TraceState {
 }
 
 impl ObjectState {
+    /// Marks every string and type the state refers to, for a sweep of the interner: its
+    /// key's cluster, type, namespace, updaters, owner's type, and its trace's (each trace node
+    /// once: `seen` holds those marked already, shared prefixes are walked once).
+    pub fn mark(&self, m: &mut Marks, seen: &mut HashSet<*const TraceNode>) {
+        m.sym(self.key.cluster);
+        m.ty(self.ty);
+        m.sym(self.namespace);
+        for &u in self.updaters().as_slice().iter().chain(self.status_updaters().as_slice()) {
+            m.sym(u);
+        }
+        if let Some(o) = &self.owner {
+            m.ty(o.ty);
+        }
+        if let Some(u) = self.trace_user {
+            m.sym(u);
+        }
+        let mut cur = self.trace_ptr.as_ref();
+        while let Some(n) = cur {
+            if !seen.insert(Trace::as_ptr(n)) {
+                break;
+            }
+            m.ty(n.hop.ty);
+            if let Some(u) = n.hop.user {
+                m.sym(u);
+            }
+            cur = n.prev.as_ref();
+        }
+    }
+
     /// How the current generation came about.
     pub fn trace(&self) -> TraceState {
         match (&self.trace_ptr, self.trace_user) {

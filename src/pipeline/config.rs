@@ -169,7 +169,8 @@ pub struct MetricsConfig {
     /// Address to listen on. Default: `"127.0.0.1:9090"`.
     pub listen: SocketAddr,
     /// Kinds (`Kind` or `Kind.group`) written as themselves in the `kind` and `parent_kind`
-    /// labels, besides the built-in kinds and those `[[ignore]]` and `[[lifecycle]]` name;
+    /// labels, besides the built-in kinds and those `[[ignore]]`, `[[lifecycle]]` and
+    /// `[[in_progress]]` name;
     /// any other kind is `other` (kinds are free text in ownerReferences). Default: none.
     pub kinds: Vec<String>,
 }

@@ -183,7 +183,8 @@ fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
 /// Starts every part of the pipeline; returns once sources listen and state is restored.
 pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     // Kinds the pipeline names are written as themselves in metric labels; others as `other`.
-    let named = cfg.ignore.iter().map(|i| &i.kind).chain(cfg.lifecycle.iter().map(|l| &l.kind)).chain(&cfg.metrics.kinds);
+    let named = cfg.ignore.iter().map(|i| &i.kind).chain(cfg.lifecycle.iter().map(|l| &l.kind)).chain(cfg.in_progress.iter().map(|p| &p.kind));
+    let named = named.chain(&cfg.metrics.kinds);
     let metrics = Arc::new(Metrics::with_kinds(named));
     // Series that exist from the start, at zero, so that rates work from the first scrape.
     for phase in ["detected", "resolved"] {

@@ -1,6 +1,12 @@
 //! Reading a recorded audit log without holding it in memory: line by line, each line bounded;
 //! a pretty-printed document (one event or EventList spread over lines) is read whole.
+//!
+//! Which of the two a file is, is decided by a bounded look at its start: a first line that
+//! opens a value it does not close is a document only if none of the next lines is a whole
+//! event on its own. A log whose first line was cut by rotation (and happens to start with
+//! `{`) is read line by line, its first line counted as one bad record.
 
+use std::collections::VecDeque;
 use std::io::{self, BufRead};
 
 /// One record of input.
@@ -14,6 +20,11 @@ pub enum Record {
     Document(Vec<u8>),
 }
 
+/// How far the look at a file's start goes to tell a document from JSON lines: this many
+/// lines after the first, or this many bytes, whichever comes first.
+const LOOK_LINES: usize = 16;
+const LOOK_BYTES: usize = 4 << 20;
+
 pub struct Reader<R> {
     inner: R,
     max_line: usize,
@@ -22,31 +33,70 @@ pub struct Reader<R> {
     /// Bytes consumed so far (for progress).
     pub consumed: u64,
     first: bool,
+    /// Lines read by the look at the start, served before reading on: (number, bytes or
+    /// length when too long).
+    looked: VecDeque<(usize, Result<Vec<u8>, usize>)>,
 }
 
 impl<R: BufRead> Reader<R> {
     pub fn new(inner: R, max_line: usize, max_document: usize) -> Self {
-        Reader { inner, max_line, max_document, line_no: 0, consumed: 0, first: true }
+        Reader { inner, max_line, max_document, line_no: 0, consumed: 0, first: true, looked: VecDeque::new() }
     }
 
     /// The next record, or `None` at the end of input. A line's bytes are left in `line`,
     /// which is reused from call to call.
     pub fn next_record(&mut self, line: &mut Vec<u8>) -> io::Result<Option<Record>> {
         loop {
-            let Some(too_long) = self.read_line(line)? else { return Ok(None) };
+            let (line_no, too_long) = match self.looked.pop_front() {
+                Some((n, Ok(bytes))) => {
+                    *line = bytes;
+                    (n, None)
+                }
+                Some((n, Err(len))) => (n, Some(len)),
+                None => {
+                    let Some(too_long) = self.read_line(line)? else { return Ok(None) };
+                    (self.line_no, too_long)
+                }
+            };
             if let Some(len) = too_long {
                 self.first = false;
-                return Ok(Some(Record::TooLong(self.line_no, len)));
+                return Ok(Some(Record::TooLong(line_no, len)));
             }
             let trimmed = trim(line);
             if trimmed.is_empty() {
                 continue;
             }
-            if std::mem::take(&mut self.first) && starts_incomplete_document(trimmed) {
+            if std::mem::take(&mut self.first) && starts_incomplete_document(trimmed) && !self.lines_follow()? {
                 return self.read_document(std::mem::take(line)).map(Some);
             }
-            return Ok(Some(Record::Line(self.line_no)));
+            return Ok(Some(Record::Line(line_no)));
         }
+    }
+
+    /// After a first line that opens a value it does not close: true when one of the next
+    /// lines is a whole JSON object on its own (JSON lines whose first line is cut), false
+    /// for a document spread over lines (a pretty printer never closes an object it opened
+    /// on the same line, unless it is empty). The lines looked at are kept to be served.
+    fn lines_follow(&mut self) -> io::Result<bool> {
+        let mut bytes = 0;
+        let mut line = Vec::new();
+        while self.looked.len() < LOOK_LINES && bytes < LOOK_BYTES {
+            let Some(too_long) = self.read_line(&mut line)? else { break };
+            bytes += line.len();
+            let whole = too_long.is_none() && {
+                let t = trim(&line);
+                t.starts_with(b"{\"") && serde_json::from_slice::<serde::de::IgnoredAny>(t).is_ok()
+            };
+            let record = match too_long {
+                None => Ok(std::mem::take(&mut line)),
+                Some(len) => Err(len),
+            };
+            self.looked.push_back((self.line_no, record));
+            if whole {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Reads one line into `line`, up to `max_line` bytes; past that, skips to the newline and
@@ -88,14 +138,20 @@ impl<R: BufRead> Reader<R> {
         Ok(Some((total > self.max_line).then_some(total)))
     }
 
+    /// The document that starts with `first_line` (and the lines looked at after it), read
+    /// whole up to `max_document` bytes; read into one buffer, so it costs its size once.
     fn read_document(&mut self, first_line: Vec<u8>) -> io::Result<Record> {
         let mut doc = first_line;
         doc.push(b'\n');
-        let mut rest = Vec::new();
+        for (_, l) in self.looked.drain(..) {
+            if let Ok(l) = l {
+                doc.extend_from_slice(&l);
+            }
+            doc.push(b'\n');
+        }
         let limit = self.max_document.saturating_sub(doc.len()) as u64 + 1;
-        let n = io::Read::read_to_end(&mut io::Read::take(&mut self.inner, limit), &mut rest)?;
+        let n = io::Read::read_to_end(&mut io::Read::take(&mut self.inner, limit), &mut doc)?;
         self.consumed += n as u64;
-        doc.extend_from_slice(&rest);
         if doc.len() > self.max_document {
             // Drain the rest so the byte count is honest, then report it as one oversized record.
             let drained = io::copy(&mut self.inner, &mut io::sink())?;
@@ -149,5 +205,34 @@ mod tests {
     #[test]
     fn pretty_printed_document_is_read_whole() {
         assert_eq!(all(b"{\n \"a\": 1\n}\n", 100), vec!["doc:12"]);
+        let list = b"{\n  \"kind\": \"EventList\",\n  \"items\": [\n    {\n      \"auditID\": \"a\"\n    },\n    {}\n  ]\n}\n";
+        assert_eq!(all(list, 100), vec![format!("doc:{}", list.len())]);
+    }
+
+    #[test]
+    fn json_lines_whose_first_line_is_cut_are_read_line_by_line() {
+        // Rotation cut the first event; what is left of it happens to start with `{`.
+        let input = b"{\"username\":\"x\",\"groups\":[\"a\"\n{\"auditID\":\"1\"}\n\n{\"auditID\":\"2\"}\n";
+        assert_eq!(all(input, 100), vec!["1:{\"username\":\"x\",\"groups\":[\"a\"", "2:{\"auditID\":\"1\"}", "4:{\"auditID\":\"2\"}"]);
+        // The lines looked at may be too long or bad themselves: each is still its own record.
+        let input = b"[{\"a\":\n{\"b\":22222222222222}\nnot json\n{\"c\":3}\n{\"d\":4}";
+        assert_eq!(all(input, 12), vec!["1:[{\"a\":", "2:too long 20", "3:not json", "4:{\"c\":3}", "5:{\"d\":4}"]);
+    }
+
+    #[test]
+    fn the_look_at_the_start_is_bounded() {
+        // A cut first line followed by more lines than the look takes, none a whole event:
+        // read as one (broken) document, of bounded size.
+        let mut input = b"{\"a\":[\n".to_vec();
+        for _ in 0..LOOK_LINES + 5 {
+            input.extend_from_slice(b"  1,\n");
+        }
+        input.extend_from_slice(b"{\"late\":1}\n");
+        let mut r = Reader::new(io::BufReader::with_capacity(8, &input[..]), 100, 1 << 20);
+        let mut l = Vec::new();
+        assert!(matches!(r.next_record(&mut l).unwrap(), Some(Record::Document(d)) if d.len() == input.len()));
+        assert_eq!(r.looked.len(), 0);
+        let mut r = Reader::new(io::BufReader::with_capacity(8, &input[..]), 100, 64);
+        assert!(matches!(r.next_record(&mut l).unwrap(), Some(Record::TooLong(1, n)) if n == input.len()));
     }
 }

@@ -68,6 +68,15 @@ pub struct IngestReport {
     pub errors: Vec<Invalid>,
 }
 
+impl IngestReport {
+    /// Nothing in the body can ever be read: no event, and what was rejected is the body
+    /// itself or each of its lines, not items of a list whose framing held (those are read
+    /// one by one, and a list of bad items is still a list that was taken in).
+    pub fn unreadable(&self) -> bool {
+        self.events == 0 && self.invalid > 0 && !self.errors.iter().any(|e| matches!(e.location, Location::Item(_) | Location::LineItem(..)))
+    }
+}
+
 const KEPT_ERRORS: usize = 10;
 const MAINTAIN_EVERY: u64 = 4096;
 /// The interner is swept (at a maintenance point) once it has grown since the last sweep by
@@ -181,7 +190,7 @@ impl Decoder {
             Err(refused) => return into.reject(refused),
         };
         let opts = DecodeOptions { unwrap, ..self.decode.clone() };
-        Self::contained(source, into, |into| decode::decode_body(body, &opts, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into)));
+        Self::contained(source, into, |into| decode::decode_body(body, &opts, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, loc, r, into)));
     }
 
     /// Decodes one JSON document (one line of a log file) and appends its admitted events.
@@ -193,7 +202,7 @@ impl Decoder {
             Err(refused) => return into.reject(Invalid { location, ..refused }),
         };
         Self::contained(source, into, |into| {
-            decode::decode_document(doc, location, &self.decode, &mut |r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, r, into))
+            decode::decode_document(doc, location, &self.decode, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, loc, r, into))
         });
     }
 
@@ -209,7 +218,7 @@ impl Decoder {
         }
     }
 
-    fn take(&self, cluster: Sym, r: Result<AuditEvent<'_>, Invalid>, into: &mut Decoded) {
+    fn take(&self, cluster: Sym, location: Location, r: Result<AuditEvent<'_>, Invalid>, into: &mut Decoded) {
         let ev = match r {
             Ok(ev) => ev,
             Err(invalid) => return into.reject(invalid),
@@ -225,7 +234,7 @@ impl Decoder {
         let dedupe_key = Dedupe::key(ev.audit_id.as_deref().unwrap_or(""));
         let extractor = Extractor { interner: &self.engine.interner, config: &self.engine.config };
         // The arrival seq is given by the processor, after dedupe.
-        let write = extractor.extract(&ev, adm, cluster, 0, Location::Body);
+        let write = extractor.extract(&ev, adm, cluster, 0, location);
         into.items.push(Item { dedupe_key, cluster, write });
     }
 }

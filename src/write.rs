@@ -216,9 +216,9 @@ pub struct Extractor<'c> {
 
 impl Extractor<'_> {
     pub fn extract(&self, ev: &AuditEvent<'_>, adm: Admitted, cluster: Sym, seq: u64, location: Location) -> Result<Write, Rejected> {
-        let user = ev
-            .effective_user()
-            .ok_or_else(|| Rejected::Invalid(Invalid::new(location, InvalidReason::MissingField, "mutating event without user.username or user.uid")))?;
+        let user = ev.effective_user().ok_or_else(|| {
+            Rejected::Invalid(Invalid::new(location, InvalidReason::MissingField, "mutating event without user.username or user.uid").at_field("user"))
+        })?;
         let stage_ts = ev.event_time().unwrap_or("");
         let oref = ev.object_ref.as_ref();
         let resource = self.interner.intern(oref.and_then(|o| o.resource.as_deref()).unwrap_or(""));

@@ -217,3 +217,56 @@ fn the_stream_is_classified_without_damage() {
     let uids: BTreeSet<&str> = classified.iter().map(|(_, u)| u.as_str()).collect();
     assert!(uids.len() >= 70, "{} objects", uids.len());
 }
+
+/// Each kind of bad input through the whole chain (decode → filter → dedupe → reorder →
+/// classify): the reason it is counted under, where it is said to be, what the message says,
+/// and that the good events beside it are classified all the same.
+#[test]
+fn each_kind_of_bad_input_is_counted_and_located_and_the_good_events_go_on() {
+    use kausality_stream::decode::InvalidReason as R;
+    let s = stream();
+    let good = |i: usize| s[i].clone();
+    let list = |items: &[String]| format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}]}}"#, items.join(","));
+    let mut no_user: Value =
+        serde_json::from_str(s.iter().find(|l| l.contains(r#""verb":"create""#) && l.contains(r#""responseObject""#)).expect("a recorded create")).unwrap();
+    no_user.as_object_mut().unwrap().remove("user");
+    no_user["auditID"] = "no-user".into();
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let mut out_of_range: Value = serde_json::from_str(&good(1)).unwrap();
+    out_of_range["responseStatus"] = serde_json::from_str(r#"{"code":1}"#).unwrap();
+    let out_of_range = out_of_range.to_string().replace(r#""code":1}"#, r#""code":1e400}"#);
+    // (what, body, reason, where, message, events read beside it)
+    type Case = (&'static str, Vec<u8>, R, &'static str, &'static str, usize);
+    let cases: Vec<Case> = vec![
+        ("missing user in an item", list(&[good(0), no_user.to_string(), good(1)]).into_bytes(), R::MissingField, "items[1].user", "without user", 3),
+        ("arrays nested in an item", list(&[good(0), deep.clone(), good(1)]).into_bytes(), R::NotAuditEvent, "items[1]", "an array inside", 2),
+        ("arrays nested on a line", format!("{}\n{deep}\n{}\n", good(0), good(1)).into_bytes(), R::NotAuditEvent, "line 2 items[0]", "an array inside", 2),
+        ("number out of range", list(&[good(0), out_of_range]).into_bytes(), R::Json, "items[1]", "number out of range", 1),
+        (
+            "a wrapper",
+            format!("{{\"records\":[{{\"properties\":{{\"log\":{}}}}}]}}\n", serde_json::to_string(&good(0)).unwrap()).into_bytes(),
+            R::Wrapper,
+            "body",
+            "--unwrap aks",
+            0,
+        ),
+        ("a BOM and UTF-16", b"\xEF\xBB\xBF\xFF\xFE{\x00}\x00".to_vec(), R::Encoding, "body", "UTF-16", 0),
+        ("an unknown stage", good(0).replacen("ResponseComplete", "Later", 1).into_bytes(), R::UnknownStage, "body", "known: RequestReceived", 0),
+        ("a wrong kind", list(&[good(0)]).replace("EventList", "PodList").into_bytes(), R::NotAuditEvent, "body", "not an audit EventList", 0),
+        ("a missing auditID", br#"{"kind":"Event","stage":"ResponseComplete","verb":"get"}"#.to_vec(), R::MissingField, "body", "without auditID", 0),
+        ("a truncated body", list(&[good(0), good(1)]).as_bytes()[..s[0].len() + 90].to_vec(), R::Truncated, "items[1]", "truncated", 1),
+        ("an empty array", b"[]".to_vec(), R::NotAuditEvent, "body", "empty JSON array", 0),
+    ];
+    for (what, body, reason, path, message, events) in cases {
+        let mut p = common::processor(kausality_stream::config::ModelConfig::default(), 0);
+        let mut out = Vec::new();
+        let report = p.ingest_body(None, &body, "test", 0, &mut out);
+        p.flush(0, &mut out);
+        assert_eq!(p.metrics().invalid_count(reason), 1, "{what}: counted as {}: {report:?}", reason.as_str());
+        assert_eq!(report.invalid, 1, "{what}: {report:?}");
+        let e = report.errors.iter().find(|e| e.reason == reason).unwrap_or_else(|| panic!("{what}: {report:?}"));
+        assert_eq!(e.path(), path, "{what}");
+        assert!(e.message.contains(message), "{what}: {e}");
+        assert_eq!(report.events, events, "{what}: the events beside it are read: {report:?}");
+    }
+}

@@ -172,7 +172,7 @@ listen = "127.0.0.1:0"
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["events"], 1);
     assert_eq!(body["invalid"], 1);
-    assert_eq!(body["errors"][0]["location"], "item 1");
+    assert_eq!(body["errors"][0]["location"], "items[1]");
     let lines = wait_lines(&out, 1).await;
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["cluster"], "eu-1", "the path names the cluster");
@@ -200,6 +200,106 @@ listen = "127.0.0.1:0"
     let text = reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap();
     assert!(text.contains(r#"kausality_webhook_requests_total{code="413"} 2"#), "{text}");
     assert!(text.contains(r#"kausality_webhook_requests_total{code="400"} 3"#), "{text}");
+    assert!(running.shutdown().await.clean);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What kube-apiserver's batches look like at their largest and at their worst: 400 events of
+/// 23 KB (over the per-event limit as a body, well under it per event), items that cannot be
+/// read beside good ones, bodies nested past any stack, an empty array. A 400 only when nothing
+/// in the body can ever be read: the API server drops a batch answered 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn big_batches_bad_items_and_deep_bodies() {
+    let dir = temp_dir("batches");
+    let out = dir.join("out.jsonl");
+    let running = start(&format!(
+        r#"
+[[sources]]
+type = "webhook"
+listen = "127.0.0.1:0"
+plain_http = true
+[[sinks]]
+type = "jsonl"
+path = "{}"
+[metrics]
+listen = "127.0.0.1:0"
+"#,
+        out.display()
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    let url = format!("http://{}/audit", running.webhook_addrs[0]);
+    let configmap = |i: usize, pad: usize| Ev {
+        audit_id: format!("b-{i}"),
+        verb: "create",
+        user: "alice".into(),
+        resource: "configmaps",
+        api_group: "",
+        subresource: None,
+        object: json!({"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":format!("c{i}"),"namespace":"x","uid":format!("u-{i}"),"resourceVersion":format!("{}", 10 + i)},"data":{"pad":"p".repeat(pad)}}),
+        code: 201,
+        second: 0,
+    };
+
+    // 400 events of about 23 KB: 9.4 MB, over the 8 MiB per-event limit as a whole.
+    let big: Vec<Ev> = (0..400).map(|i| configmap(i, 11_000)).collect();
+    let body = event_list(&big);
+    assert!(body.len() > 9_000_000 && body.len() < 16 << 20, "{}", body.len());
+    let (code, answer, _) = post(&client, &url, body).await;
+    assert_eq!((code, answer["events"].as_u64(), answer["invalid"].as_u64()), (200, Some(400), Some(0)), "{answer}");
+
+    // A number out of range and invalid UTF-8 beside good items: 200, each bad one located.
+    let mut list: Value = serde_json::from_slice(&event_list(&[configmap(500, 0), configmap(501, 0), configmap(502, 0), configmap(503, 0)])).unwrap();
+    list["items"][1]["responseStatus"]["code"] = json!(12345);
+    let mut bytes = serde_json::to_vec(&list).unwrap();
+    let at = bytes.windows(5).position(|w| w == b"12345").unwrap();
+    bytes.splice(at..at + 5, b"1e400".iter().copied());
+    let at = bytes.windows(5).position(|w| w == b"b-503").unwrap();
+    bytes[at + 1] = 0xff;
+    let (code, answer, _) = post(&client, &url, bytes).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!((answer["events"].as_u64(), answer["invalid"].as_u64()), (Some(2), Some(2)), "{answer}");
+    assert_eq!(answer["errors"][0]["location"], "items[1]");
+    assert_eq!(answer["errors"][0]["reason"], "json");
+    assert_eq!(answer["errors"][1]["location"], "items[3]");
+    assert_eq!(answer["errors"][1]["reason"], "encoding");
+
+    // An item without a user is located at its own field.
+    let mut list: Value = serde_json::from_slice(&event_list(&[configmap(600, 0), configmap(601, 0)])).unwrap();
+    list["items"][1].as_object_mut().unwrap().remove("user");
+    let (code, answer, _) = post(&client, &url, serde_json::to_vec(&list).unwrap()).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["errors"][0]["location"], "items[1].user", "{answer}");
+
+    // Every item bad, but the list is sound: 200 (nothing to retry, nothing to drop).
+    let (code, answer, _) = post(&client, &url, br#"{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"verb":5},7]}"#.to_vec()).await;
+    assert_eq!((code, answer["invalid"].as_u64()), (200, Some(2)), "{answer}");
+    // An EventList without items: 200; a bare `[]`: 400, it is not an audit body.
+    let (code, answer, _) = post(&client, &url, br#"{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}"#.to_vec()).await;
+    assert_eq!((code, answer["events"].as_u64()), (200, Some(0)), "{answer}");
+    let (code, answer, _) = post(&client, &url, b"[]".to_vec()).await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(answer["errors"][0]["message"].as_str().unwrap().contains("empty JSON array"), "{answer}");
+
+    // Nested past any stack: nothing recurses with it, the good item beside it is read, and
+    // the service goes on.
+    let deep = format!(r#"{{"auditID":"deep","stage":"ResponseComplete","verb":"get","x":{}1{}}}"#, r#"{"a":["#.repeat(100_000), "]}".repeat(100_000));
+    let list = format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{},{deep}]}}"#, configmap(700, 0).json());
+    let (code, answer, _) = post(&client, &url, list.into_bytes()).await;
+    assert_eq!((code, answer["events"].as_u64(), answer["invalid"].as_u64()), (200, Some(2), Some(0)), "{answer}");
+    let arrays = format!("{}{}", "[".repeat(400), "]".repeat(400));
+    let (code, answer, _) = post(&client, &url, arrays.into_bytes()).await;
+    assert_eq!(code, 200, "an array in an array is an item that is not read: {answer}");
+    assert_eq!(answer["errors"][0]["reason"], "not_audit_event");
+    let (code, answer, _) = post(&client, &url, "[".repeat(3000).into_bytes()).await;
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["errors"][0]["reason"], "truncated");
+    let lines = wait_lines(&out, 400 + 2 + 1 + 1).await;
+    assert!(lines.iter().any(|l| l["auditID"] == "b-700"));
+
+    let text = reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap();
+    assert!(text.contains(r#"kausality_events_invalid_total{reason="not_audit_event"} 3"#), "{text}");
+    assert!(text.contains(r#"kausality_events_invalid_total{reason="encoding"} 1"#), "{text}");
     assert!(running.shutdown().await.clean);
     std::fs::remove_dir_all(&dir).unwrap();
 }

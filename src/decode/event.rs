@@ -11,9 +11,16 @@ use super::object::{opt_str, ObjectView};
 
 /// One audit event (`audit.k8s.io/v1` or `v1beta1`), as far as classification is concerned.
 /// Unknown fields are ignored: the API server adds fields over time.
+pub type AuditEvent<'a> = Event<'a, NoItems>;
+
+/// A document read in one pass: an event, or an EventList whose `items` are events. An item's
+/// own `items` is skipped unread, so a list of lists of lists is never recursed into.
+pub type EventOrList<'a> = Event<'a, Vec<AuditEvent<'a>>>;
+
+/// An audit event whose `items` (set when the document is an EventList) are read as `L`.
 #[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct AuditEvent<'a> {
+#[serde(rename_all = "camelCase", bound(deserialize = "L: Deserialize<'de>"))]
+pub struct Event<'a, L = NoItems> {
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub kind: Option<Cow<'a, str>>,
     #[serde(borrow, default, deserialize_with = "opt_str")]
@@ -50,8 +57,8 @@ pub struct AuditEvent<'a> {
     pub timestamp: Option<Cow<'a, str>>,
     /// Set when the document is an `EventList` (the webhook backend's body), read in the same
     /// pass as a single event would be.
-    #[serde(borrow, default)]
-    pub items: Option<Vec<AuditEvent<'a>>>,
+    #[serde(default)]
+    pub items: Option<L>,
     /// Shippers' envelopes, noticed in the same pass: Azure's `records` list, a single Azure
     /// record's `properties`, a Cloud Logging entry's `protoPayload`.
     #[serde(borrow, default)]
@@ -60,6 +67,63 @@ pub struct AuditEvent<'a> {
     pub properties: Option<&'a RawValue>,
     #[serde(borrow, default)]
     pub proto_payload: Option<&'a RawValue>,
+}
+
+/// The `items` of an event that is not read as a list: skipped, whatever they hold.
+#[derive(Debug, Default)]
+pub struct NoItems;
+
+impl<'de> Deserialize<'de> for NoItems {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| NoItems)
+    }
+}
+
+impl<'a, L> Event<'a, L> {
+    /// The event without its items, and the items.
+    pub fn split_items(self) -> (AuditEvent<'a>, Option<L>) {
+        let Event {
+            kind,
+            api_version,
+            audit_id,
+            stage,
+            request_uri,
+            verb,
+            user,
+            impersonated_user,
+            object_ref,
+            response_status,
+            response_object,
+            stage_timestamp,
+            request_received_timestamp,
+            timestamp,
+            items,
+            records,
+            properties,
+            proto_payload,
+        } = self;
+        let ev = Event {
+            kind,
+            api_version,
+            audit_id,
+            stage,
+            request_uri,
+            verb,
+            user,
+            impersonated_user,
+            object_ref,
+            response_status,
+            response_object,
+            stage_timestamp,
+            request_received_timestamp,
+            timestamp,
+            items: None,
+            records,
+            properties,
+            proto_payload,
+        };
+        (ev, items)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -102,7 +166,7 @@ pub struct ResponseStatus {
     pub code: Option<i64>,
 }
 
-impl AuditEvent<'_> {
+impl<L> Event<'_, L> {
     /// The effective actor: the impersonated user when present, else the authenticated user.
     pub fn effective_user(&self) -> Option<&str> {
         self.impersonated_user.as_ref().and_then(UserInfo::identity).or_else(|| self.user.as_ref().and_then(UserInfo::identity))

@@ -5,18 +5,22 @@
 //! and `v1beta1`, events without `apiVersion`. Wrappers (the AKS diagnostic `records` envelope,
 //! the GKE Cloud Logging `protoPayload`) are rejected with an explanation, or unwrapped where
 //! the source says so. A bad line or item is reported and the good ones around it still come
-//! out; nothing here panics on input.
+//! out; nothing here panics on input, and nothing recurses with it (whatever the nesting, the
+//! stack used is the same): what is read into types has a fixed shape, the rest is skipped or
+//! kept as bytes. A document that cannot be parsed whole is split into its items by a scan, so
+//! that each is judged on its own.
 
 mod body;
 mod event;
 mod object;
 mod progress;
+mod scan;
 pub mod time;
 
 use std::fmt;
 
 pub use body::{decode_body, decode_document, DecodeOptions, Unwrap};
-pub use event::{AuditEvent, ObjectRef, ResponseStatus, UserInfo};
+pub use event::{AuditEvent, Event, EventOrList, NoItems, ObjectRef, ResponseStatus, UserInfo};
 pub use object::{Condition, Metadata, ObjectView, OwnerRef, StatusView, ANNOTATION_PREFIX};
 pub use progress::in_progress;
 
@@ -88,7 +92,7 @@ pub enum Location {
     Body,
     /// 1-based line of a JSON-lines stream.
     Line(usize),
-    /// 0-based index in an `EventList`'s `items` (or a JSON array).
+    /// 0-based index in an `EventList`'s `items` (or a JSON array): `items[3]`.
     Item(usize),
     /// An item inside an item: line, then index in that line's EventList.
     LineItem(usize, usize),
@@ -99,29 +103,47 @@ impl fmt::Display for Location {
         match self {
             Location::Body => f.write_str("body"),
             Location::Line(l) => write!(f, "line {l}"),
-            Location::Item(i) => write!(f, "item {i}"),
-            Location::LineItem(l, i) => write!(f, "line {l} item {i}"),
+            Location::Item(i) => write!(f, "items[{i}]"),
+            Location::LineItem(l, i) => write!(f, "line {l} items[{i}]"),
         }
     }
 }
 
 /// A rejected record: where, why, and a message a person can act on.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{location}: {message}")]
+#[error("{}: {message}", self.path())]
 pub struct Invalid {
     pub location: Location,
+    /// The field of the record that is wrong, when one is (`user`).
+    pub field: Option<&'static str>,
     pub reason: InvalidReason,
     pub message: String,
 }
 
 impl Invalid {
     pub fn new(location: Location, reason: InvalidReason, message: impl Into<String>) -> Self {
-        Invalid { location, reason, message: message.into() }
+        Invalid { location, field: None, reason, message: message.into() }
+    }
+
+    /// The same, about one field of the record.
+    pub fn at_field(self, field: &'static str) -> Self {
+        Invalid { field: Some(field), ..self }
+    }
+
+    /// Where, as the answers and logs show it: `items[3].user`, `line 7`, `body`.
+    pub fn path(&self) -> String {
+        match self.field {
+            Some(f) => format!("{}.{f}", self.location),
+            None => self.location.to_string(),
+        }
     }
 
     pub(crate) fn from_json(location: Location, e: &serde_json::Error) -> Self {
         use serde_json::error::Category;
         let (reason, what) = match e.classify() {
+            // serde_json's own limit (128 levels) on what it reads into types; the types read
+            // here have a fixed shape, so only a defect would reach it: say so plainly.
+            Category::Syntax if e.to_string().starts_with("recursion limit exceeded") => (InvalidReason::Json, "nested too deep"),
             Category::Eof => (InvalidReason::Truncated, "truncated JSON"),
             Category::Data => (InvalidReason::InvalidField, "a field has the wrong type"),
             Category::Syntax | Category::Io => (InvalidReason::Json, "not valid JSON"),
@@ -134,7 +156,7 @@ impl Invalid {
 pub const KNOWN_STAGES: [&str; 4] = ["RequestReceived", "ResponseStarted", "ResponseComplete", "Panic"];
 
 /// Checks that a parsed object is an audit event with the fields the pipeline needs.
-pub fn validate(ev: &AuditEvent<'_>, location: Location) -> Result<(), Invalid> {
+pub fn validate<L>(ev: &Event<'_, L>, location: Location) -> Result<(), Invalid> {
     if let Some(kind) = ev.kind.as_deref() {
         if kind != "Event" {
             return Err(Invalid::new(location, InvalidReason::NotAuditEvent, format!("kind {kind:?} is not an audit Event")));

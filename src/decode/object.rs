@@ -386,6 +386,55 @@ impl<'de> Deserialize<'de> for CowStr<'de> {
     }
 }
 
+/// A string (borrowed when it has no escapes), or `None` for a value of any other type, skipped
+/// without being buffered.
+struct StrOrSkip<'a>(Option<Cow<'a, str>>);
+
+impl<'de> Deserialize<'de> for StrOrSkip<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = StrOrSkip<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(StrOrSkip(Some(Cow::Borrowed(v))))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(StrOrSkip(Some(Cow::Owned(v.to_string()))))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(StrOrSkip(Some(Cow::Owned(v))))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self::Value, E> {
+                Ok(StrOrSkip(None))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self::Value, E> {
+                Ok(StrOrSkip(None))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self::Value, E> {
+                Ok(StrOrSkip(None))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self::Value, E> {
+                Ok(StrOrSkip(None))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(StrOrSkip(None))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut s: A) -> Result<Self::Value, A::Error> {
+                while s.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(StrOrSkip(None))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Self::Value, A::Error> {
+                while m.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(StrOrSkip(None))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// An optional string, borrowed from the input when it has no escapes: serde borrows only a
 /// bare `Cow<str>` field, an `Option<Cow<str>>` would be copied into a fresh `String`.
 pub(crate) fn opt_str<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Option<Cow<'a, str>>, D::Error> {
@@ -430,14 +479,9 @@ fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D, keep: fn(&str) -
             let mut out = Vec::new();
             while let Some(CowStr(k)) = map.next_key::<CowStr<'de>>()? {
                 if (self.keep)(&k) {
-                    // A non-string value (invalid in Kubernetes) is skipped, not fatal.
-                    #[derive(Deserialize)]
-                    #[serde(untagged)]
-                    enum Val<'a> {
-                        S(#[serde(borrow)] Cow<'a, str>),
-                        Other(IgnoredAny),
-                    }
-                    if let Val::S(v) = map.next_value::<Val<'de>>()? {
+                    // A non-string value (invalid in Kubernetes) is skipped, not fatal, and
+                    // without buffering it (an untagged enum would copy it, recursively).
+                    if let StrOrSkip(Some(v)) = map.next_value::<StrOrSkip<'de>>()? {
                         out.push((k, v));
                     }
                 } else {

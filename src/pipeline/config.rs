@@ -56,7 +56,9 @@ pub struct Options {
     /// How long a deleted object is remembered, so its children's later deletes read as
     /// teardown. Default: `"15m"`.
     pub tombstone_ttl: Span,
-    /// Largest single audit event accepted, in bytes. Default: 8388608 (8 MiB).
+    /// Largest audit event accepted, in bytes, each one also inside an EventList (a body's
+    /// own limit is its source's). Default: 8388608 (8 MiB): an event carries the request and
+    /// the response object, each up to the API server's 3 MiB.
     pub max_record_bytes: usize,
     /// Bodies queued between the sources and the processor. When full, the webhook answers
     /// 429 with Retry-After (the API server retries). Default: 64.

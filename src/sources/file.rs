@@ -104,7 +104,7 @@ pub fn spawn(cfg: FileConfig, queue: mpsc::Sender<Batch>, metrics: Arc<Metrics>)
         }
         tracing::info!(file = %name, events = total.events, invalid = total.invalid, "file source replayed");
         for e in &total.errors {
-            tracing::warn!(file = %name, location = %e.location, reason = e.reason.as_str(), "{}", e.message);
+            tracing::warn!(file = %name, location = %e.path(), reason = e.reason.as_str(), "{}", e.message);
         }
         total
     })

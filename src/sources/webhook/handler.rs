@@ -4,9 +4,11 @@
 //! a response with `Retry-After`, or a reset connection; anything else is dropped):
 //! - 200: the processor has taken the body in. Items that were not audit events are counted
 //!   (`kausality_events_invalid_total`) and listed in the answer, but the good ones are kept:
-//!   answering 400 would make the API server drop the whole batch, good events included.
-//! - 400: nothing in the body was an audit event (not JSON, another kind, an empty body), or
-//!   the body's cluster is new past `options.max_clusters`; retrying would not help.
+//!   answering 400 would make the API server drop the whole batch, good events included. An
+//!   EventList whose framing is sound is answered 200 even when every item in it is bad.
+//! - 400: nothing in this body can ever be read (not JSON, another kind, an empty body or
+//!   `[]`, a single event that is not usable), or the body's cluster is new past
+//!   `options.max_clusters`; retrying would not help.
 //! - 401: the bearer token is missing or wrong (checked before anything else).
 //! - 408 + `Retry-After: 1`: the body did not arrive within `body_read_timeout`.
 //! - 413: the body or its event count is over the configured limit (a declared length over
@@ -184,9 +186,9 @@ impl WebhookState {
     }
 
     fn report(&self, r: IngestReport) -> Response {
-        let code = if r.events == 0 && r.invalid > 0 { StatusCode::BAD_REQUEST } else { StatusCode::OK };
+        let code = if r.unreadable() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
         let errors: Vec<serde_json::Value> =
-            r.errors.iter().map(|e| serde_json::json!({"location": e.location.to_string(), "reason": e.reason.as_str(), "message": e.message})).collect();
+            r.errors.iter().map(|e| serde_json::json!({"location": e.path(), "reason": e.reason.as_str(), "message": e.message})).collect();
         let mut body = serde_json::json!({"events": r.events, "invalid": r.invalid});
         if !errors.is_empty() {
             body["errors"] = serde_json::Value::Array(errors);
@@ -194,7 +196,7 @@ impl WebhookState {
         if code == StatusCode::BAD_REQUEST {
             body["error"] = match r.errors.first() {
                 Some(e) if e.reason == crate::decode::InvalidReason::Cluster => e.message.clone().into(),
-                _ => "no audit event in the body; expected an audit.k8s.io/v1 EventList or Event".into(),
+                _ => "no audit event can be read from this body; expected an audit.k8s.io/v1 EventList or Event".into(),
             };
         }
         self.answer(code, body)

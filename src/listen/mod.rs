@@ -64,9 +64,11 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// The metrics listener's: scrapes and probes are small and few.
+    /// The metrics listener's: scrapes and probes are small and few. Idle connections are kept
+    /// longer than a slow scrape interval, so that a scraper's kept-alive connection is not
+    /// closed just as it is used again.
     pub fn metrics() -> Limits {
-        Limits { name: "metrics", max_connections: 64, header_read_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(60) }
+        Limits { name: "metrics", max_connections: 64, header_read_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(120) }
     }
 }
 

@@ -11,7 +11,10 @@
 #      compose file, the kustomize tree and the audit policy;
 #   5. scripts/check-dashboard-live.sh: every dashboard panel's query against a real Prometheus
 #      scraping a running kausality-stream fed a recorded stream (the binary cargo test built);
-#   6. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
+#   6. scripts/fuzz.sh: a bounded run (KAUSALITY_FUZZ_SECONDS, 60 s) of each cargo-fuzz target,
+#      the body decoder and the whole processing chain, from the committed seed corpus
+#      (installs cargo-fuzz; builds on stable); KAUSALITY_FUZZ=0 skips it;
+#   7. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
 #      (builds it first: ~15 min on a fresh machine, cached after); KAUSALITY_E2E=0 skips it.
 # Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
 set -uo pipefail
@@ -134,6 +137,13 @@ elif [ "$rc" -ne 0 ]; then
   failed=$((failed + 1))
 fi
 [ "$rc" -ne 0 ] && status=1
+
+if [ "${KAUSALITY_FUZZ:-1}" != "0" ]; then
+  step "fuzz: the body decoder and the whole chain, a bounded run each (scripts/fuzz.sh; KAUSALITY_FUZZ=0 skips it)"
+  count_script bash scripts/fuzz.sh
+else
+  step "fuzz skipped (KAUSALITY_FUZZ=0)"
+fi
 
 if [ "${KAUSALITY_E2E:-1}" != "0" ]; then
   step "end-to-end against a real control plane (scripts/e2e.sh; KAUSALITY_E2E=0 skips it)"

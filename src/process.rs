@@ -550,10 +550,11 @@ impl Processor {
                 Ok(Applied::Ignored(reason)) => self.metrics.ignored(reason),
                 // Its outputs went out before a restart (see `Decoded::silence_from`).
                 Ok(Applied::Classified(_)) if write.silent => {}
-                Ok(Applied::Classified(events)) => {
-                    for e in events {
-                        self.count(&e);
-                        out.push(e);
+                Ok(Applied::Classified(events)) => self.emit(events, out),
+                Ok(Applied::Items { events, ignored }) => {
+                    ignored.into_iter().for_each(|r| self.metrics.ignored(r));
+                    if !write.silent {
+                        self.emit(events, out);
                     }
                 }
             }
@@ -594,6 +595,13 @@ impl Processor {
         let left = self.engine.interner.len();
         self.sweep_at = left + live.max(SWEEP_FROM);
         tracing::debug!(strings, types, live, left, "interned strings no state refers to were freed");
+    }
+
+    fn emit(&self, events: Vec<Enriched>, out: &mut Vec<Enriched>) {
+        for e in events {
+            self.count(&e);
+            out.push(e);
+        }
     }
 
     fn count(&self, e: &Enriched) {

@@ -39,6 +39,9 @@ pub const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-g
 pub const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
 pub const STATEFULSET_CONTROLLER: &str = "system:serviceaccount:kube-system:statefulset-controller";
 pub const DAEMONSET_CONTROLLER: &str = "system:serviceaccount:kube-system:daemon-set-controller";
+/// The kubelet of a node: its final delete removes a terminating pod.
+pub const KUBELET: &str = "system:node:node-1";
+pub const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
 
 pub struct ApiServer {
     rv: u64,
@@ -212,6 +215,100 @@ impl ApiServer {
         self.event("delete", None, &actor.into(), r, 200, obj)
     }
 
+    /// Deletes a pod with its grace period, as the API server does by default: it stays, with
+    /// `deletionTimestamp` and `deletionGracePeriodSeconds`, until the kubelet's final delete
+    /// ([`delete`](Self::delete) again, which removes it and answers with its last state).
+    pub fn delete_graceful(&mut self, actor: impl Into<Actor>, r: &ObjRef) -> String {
+        self.advance_ms(1);
+        let obj = self.terminate(r);
+        self.event("delete", None, &actor.into(), r, 200, obj)
+    }
+
+    /// Marks the object as terminating (the first write of a graceful deletion); returns it.
+    fn terminate(&mut self, r: &ObjRef) -> Value {
+        let mut obj = self.objects.get(&r.uid).expect("known object").clone();
+        if obj["metadata"].get("deletionTimestamp").is_none() {
+            self.rv += 1;
+            obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+            obj["metadata"]["deletionTimestamp"] = json!(format_rfc3339_micros(self.now_us + 30_000_000)[..19].to_string() + "Z");
+            obj["metadata"]["deletionGracePeriodSeconds"] = json!(30);
+            self.objects.insert(r.uid.clone(), obj.clone());
+        }
+        obj
+    }
+
+    /// Evicts a pod (`kubectl drain`, the cluster autoscaler): `create` of `pods/eviction`
+    /// with a `policy/v1 Eviction` body, answered 201 with a `Status`. The pod is deleted
+    /// gracefully inside the request (no audit event of its own): it stays terminating until
+    /// the kubelet's final delete. An eviction of a pod already terminating succeeds too.
+    pub fn evict(&mut self, actor: impl Into<Actor>, r: &ObjRef) -> String {
+        self.advance_ms(1);
+        self.terminate(r);
+        self.eviction(actor.into(), r, 201, None)
+    }
+
+    /// An eviction that a PodDisruptionBudget refused: 429, nothing changed.
+    pub fn evict_refused(&mut self, actor: impl Into<Actor>, r: &ObjRef) -> String {
+        self.advance_ms(1);
+        self.eviction(actor.into(), r, 429, None)
+    }
+
+    /// A dry-run eviction (`kubectl drain --dry-run=server`: `deleteOptions.dryRun` in the
+    /// body, not in the URI): answered 201, nothing changed.
+    pub fn evict_dry_run(&mut self, actor: impl Into<Actor>, r: &ObjRef) -> String {
+        self.advance_ms(1);
+        self.eviction(actor.into(), r, 201, Some(json!({"dryRun": ["All"]})))
+    }
+
+    fn eviction(&mut self, actor: Actor, r: &ObjRef, code: u16, delete_options: Option<Value>) -> String {
+        let status = if code == 201 {
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": code})
+        } else {
+            json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": code, "reason": "TooManyRequests",
+                   "message": "Cannot evict pod as it would violate the pod's disruption budget.",
+                   "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget needs 1 healthy pods and has 1 currently"}]}})
+        };
+        let mut ev = self.event_value("create", Some("eviction"), &actor, r, code, status);
+        let mut body =
+            json!({"kind": "Eviction", "apiVersion": "policy/v1", "metadata": {"name": r.name, "namespace": r.namespace, "creationTimestamp": null}});
+        if let Some(o) = delete_options {
+            body["deleteOptions"] = o;
+        }
+        ev["requestObject"] = body;
+        serde_json::to_string(&ev).expect("serializable")
+    }
+
+    /// A `deletecollection` of `objects` (of one kind and namespace), answered with the list of
+    /// the deleted objects. `graceful`: each stays terminating (pods with their grace period),
+    /// an object already terminating as it is; else each is gone unless it has finalizers.
+    pub fn delete_collection(&mut self, actor: impl Into<Actor>, objects: &[ObjRef], graceful: bool) -> String {
+        self.advance_ms(1);
+        let first = objects.first().expect("at least one object");
+        let mut items = Vec::new();
+        for r in objects {
+            if graceful {
+                items.push(self.terminate(r));
+                continue;
+            }
+            let mut obj = self.objects.get(&r.uid).expect("known object").clone();
+            self.rv += 1;
+            obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
+            if obj["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty) {
+                self.objects.remove(&r.uid);
+            } else {
+                obj["metadata"]["deletionTimestamp"] = json!(format_rfc3339_micros(self.now_us)[..19].to_string() + "Z");
+                self.objects.insert(r.uid.clone(), obj.clone());
+            }
+            items.push(obj);
+        }
+        let list = json!({"kind": format!("{}List", first.kind), "apiVersion": first.api_version, "metadata": {"resourceVersion": self.rv.to_string()}, "items": items});
+        let mut ev = self.event_value("deletecollection", None, &actor.into(), first, 200, list);
+        ev["objectRef"].as_object_mut().expect("objectRef").remove("name");
+        let uri = ev["requestURI"].as_str().unwrap_or("").to_string();
+        ev["requestURI"] = json!(uri.rsplit_once('/').map_or(uri.as_str(), |(collection, _)| collection));
+        serde_json::to_string(&ev).expect("serializable")
+    }
+
     /// Removes the finalizers of an object being deleted (the last write before it is gone).
     pub fn finalize(&mut self, actor: impl Into<Actor>, r: &ObjRef) -> String {
         self.advance_ms(1);
@@ -238,13 +335,17 @@ impl ApiServer {
         ev.replacen(&format!("\"requestURI\":\"{}\"", uri(r, None)), &format!("\"requestURI\":\"{}?dryRun=All\"", uri(r, None)), 1)
     }
 
-    fn event(&mut self, verb: &str, subresource: Option<&str>, actor: &Actor, r: &ObjRef, code: u16, mut response: Value) -> String {
+    fn event(&mut self, verb: &str, subresource: Option<&str>, actor: &Actor, r: &ObjRef, code: u16, response: Value) -> String {
+        serde_json::to_string(&self.event_value(verb, subresource, actor, r, code, response)).expect("serializable")
+    }
+
+    fn event_value(&mut self, verb: &str, subresource: Option<&str>, actor: &Actor, r: &ObjRef, code: u16, mut response: Value) -> Value {
         let audit_id = self.uuid(0xa0d17);
         let (group, version) = match r.api_version.split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
             None => (String::new(), r.api_version.clone()),
         };
-        if self.managed_fields && response["metadata"].is_object() && response["kind"] != "Scale" {
+        if self.managed_fields && response["metadata"].is_object() && response["kind"] != "Scale" && response["kind"] != "Status" {
             response["metadata"]["managedFields"] = managed_fields_of(&response, &actor.user);
         }
         let mut ev = json!({
@@ -274,7 +375,7 @@ impl ApiServer {
         if let Some(imp) = &actor.impersonate {
             ev["impersonatedUser"] = json!({"username": imp, "groups": ["system:authenticated"]});
         }
-        serde_json::to_string(&ev).expect("serializable")
+        ev
     }
 }
 

@@ -116,14 +116,16 @@ pub struct ObjectFacts {
     /// Hash of `spec` (or, for kinds without one, of every top-level field but apiVersion,
     /// kind, metadata, status), configured ignored fields left out.
     pub content_hash: u64,
-    pub status_hash: Option<u64>,
+    /// 32 bits of the status's hash (see [`crate::state::ObjectState::status_hash`]).
+    pub status_hash: Option<u32>,
     pub observed: Option<(i64, ObservedSource)>,
     pub conditions: Conditions,
     /// The status shows the controller still at work on the generation it reports observed
     /// (the kind's signals of work in progress, DESIGN §1.3).
     pub in_progress: bool,
     pub deleting: bool,
-    /// Being deleted and no finalizer left: this write was the object's last.
+    /// Being deleted, no finalizer left and no grace period left to wait: this write was the
+    /// object's last.
     pub gone: bool,
     pub annotations: Option<Box<Annotations>>,
 }
@@ -151,6 +153,9 @@ pub enum Target {
     Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, ty: Ty },
     /// A deletecollection: every deleted object.
     Many(Vec<ObjectFacts>),
+    /// An eviction (`create pods/eviction`): a delete of the pod, answered with a `Status`, so
+    /// known only by the objectRef's namespace and name; its UID comes from state.
+    Eviction { namespace: Sym, name: Name },
 }
 
 impl Write {
@@ -168,6 +173,7 @@ impl Write {
                 m.ty(*ty);
             }
             Target::Many(items) => items.iter().for_each(|f| f.mark(m)),
+            Target::Eviction { namespace, .. } => m.sym(*namespace),
         }
     }
 }
@@ -223,6 +229,10 @@ impl Extractor<'_> {
         let oref = ev.object_ref.as_ref();
         let resource = self.interner.intern(oref.and_then(|o| o.resource.as_deref()).unwrap_or(""));
         let target = match (adm.subresource, ev.response_object.as_ref()) {
+            (Subresource::Eviction, _) => {
+                let name = oref.and_then(|o| o.name.as_deref()).filter(|n| !n.is_empty()).ok_or(Rejected::Ignored(Ignored::NoObject))?;
+                Target::Eviction { namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")), name: Name::from(name) }
+            }
             (Subresource::Scale, Some(obj)) => {
                 let uid = obj.metadata.uid.as_deref().or(oref.and_then(|o| o.uid.as_deref()));
                 let uid = uid.filter(|u| !u.is_empty()).ok_or(Rejected::Ignored(Ignored::NoObject))?;
@@ -341,7 +351,7 @@ impl Extractor<'_> {
             resource_version: parse_rv(md.resource_version.as_deref()),
             owner,
             content_hash: content_hash(obj, self.config.ignored(&key)),
-            status_hash: obj.status.map(|s| xxh3_64(s.get().as_bytes())),
+            status_hash: obj.status.map(|s| xxh3_64(s.get().as_bytes()) as u32),
             observed,
             conditions: Conditions {
                 initialized: status.condition_true("Initialized"),
@@ -350,7 +360,11 @@ impl Extractor<'_> {
             },
             in_progress: self.config.progress(&key).is_some_and(|p| in_progress(p, obj, &status)),
             deleting: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()),
-            gone: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()) && md.finalizers == 0,
+            // A pod deleted with a grace period stays until the kubelet's final delete, which
+            // answers with a grace period of 0.
+            gone: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty())
+                && md.finalizers == 0
+                && md.deletion_grace_period_seconds.is_none_or(|g| g <= 0),
             annotations,
         })
     }

@@ -2,7 +2,8 @@
 //! `tests/fixtures/controlplane/` is the audit stream of one e2e scenario's namespace, as the
 //! API server(s) wrote it (only the request bodies cut out), with the class kausality-stream gave
 //! each write live (`<scenario>.expected.json`). Replaying a fixture must give the same classes
-//! and the same key facts (resolution, freeze violation, trace). No control plane needed;
+//! and the same key facts (resolution, freeze violation, trace), and leave out the writes listed
+//! as `ignored` (with the reason they are counted under). No control plane needed;
 //! `KAUSALITY_E2E_RECORD=1 scripts/e2e.sh` records them again.
 
 use std::collections::BTreeMap;
@@ -54,6 +55,13 @@ fn check(expected_path: &Path) -> Vec<String> {
                 e["verb"], e["object"]["kind"], e["object"]["name"], e["user"], e["class"]
             )),
             Some(_) => {}
+        }
+    }
+    // Writes the model does not classify (e.g. a delete that completes a deletion judged
+    // before it, DESIGN §1.5), with the reason they are counted under.
+    for (id, reason) in expected.get("ignored").and_then(Value::as_object).into_iter().flatten() {
+        if let Some(e) = events.get(id) {
+            problems.push(format!("{name}: {id} ({reason}) should not be classified, got {}", e["class"]));
         }
     }
     for (id, e) in &events {

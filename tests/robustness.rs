@@ -213,7 +213,9 @@ proptest! {
 #[test]
 fn the_stream_is_classified_without_damage() {
     let classified = reference();
-    assert!(classified.len() >= 130, "{} writes classified", classified.len());
+    // 128 (the kubelets' final deletes of terminating pods complete deletions judged before
+    // them, DESIGN §1.5, and are not classified).
+    assert!(classified.len() >= 120, "{} writes classified", classified.len());
     let uids: BTreeSet<&str> = classified.iter().map(|(_, u)| u.as_str()).collect();
     assert!(uids.len() >= 70, "{} objects", uids.len());
 }

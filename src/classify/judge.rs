@@ -122,6 +122,7 @@ impl Engine {
             cluster: self.interner.resolve(w.cluster),
             stage_timestamp: w.stage_timestamp.clone(),
             verb: w.verb,
+            subresource: w.subresource.as_str(),
             user_hash: self.user_hash(w.user),
             user: user.clone(),
             object: ObjectOut {
@@ -308,7 +309,7 @@ impl Engine {
 
 /// A UID key as text: the UUID it was parsed from (UIDs that are not UUIDs were hashed, and
 /// read as the hash in UUID form).
-fn format_uid(uid: Uid) -> String {
+pub(super) fn format_uid(uid: Uid) -> String {
     let h = format!("{uid:032x}");
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }

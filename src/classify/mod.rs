@@ -18,7 +18,7 @@ use judge::{trace_labels, Child};
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{FastBuild, Interner, Marks, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty};
+use crate::state::{name_key, FastBuild, Interner, Marks, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty};
 use crate::write::{kind_of_resource, Name, ObjectFacts, Target, Uid, Write};
 use policy::PolicyCache;
 
@@ -29,6 +29,9 @@ pub enum Applied {
     Classified(Vec<Enriched>),
     /// Not a mutation of intent; state was fed.
     Ignored(Ignored),
+    /// A deletecollection some of whose items were not classified (their deletion was
+    /// completed, DESIGN §1.5): an event per classified item, a reason per other one.
+    Items { events: Vec<Enriched>, ignored: Vec<Ignored> },
 }
 
 /// Options of the engine beyond the model's configuration.
@@ -86,11 +89,32 @@ impl Engine {
                 }
                 (_, Verb::Create) => Applied::Classified(vec![self.mutation(w, f)]),
                 (_, Verb::Update | Verb::Patch) => self.update(w, f),
-                (_, Verb::Delete | Verb::Deletecollection) => Applied::Classified(vec![self.delete_object(w, f)]),
+                (_, Verb::Delete | Verb::Deletecollection) => Self::one(self.delete_object(w, f)),
             },
             Target::Scale { uid, uid_text, namespace, name, resource, api_version } => self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version),
-            Target::Gone { uid, uid_text, namespace, name, ty } => Applied::Classified(vec![self.delete_gone(w, *uid, uid_text, *namespace, name, *ty)]),
-            Target::Many(items) => Applied::Classified(items.iter().map(|f| self.delete_object(w, f)).collect()),
+            Target::Gone { uid, uid_text, namespace, name, ty } => Self::one(self.delete_gone(w, *uid, uid_text, *namespace, name, *ty)),
+            Target::Many(items) => {
+                let (mut events, mut ignored) = (Vec::with_capacity(items.len()), Vec::new());
+                for f in items {
+                    match self.delete_object(w, f) {
+                        Ok(e) => events.push(e),
+                        Err(reason) => ignored.push(reason),
+                    }
+                }
+                if ignored.is_empty() {
+                    Applied::Classified(events)
+                } else {
+                    Applied::Items { events, ignored }
+                }
+            }
+            Target::Eviction { namespace, name } => Self::one(self.evict(w, *namespace, name)),
+        }
+    }
+
+    fn one(judged: Result<Enriched, Ignored>) -> Applied {
+        match judged {
+            Ok(event) => Applied::Classified(vec![event]),
+            Err(reason) => Applied::Ignored(reason),
         }
     }
 
@@ -202,6 +226,9 @@ impl Engine {
         }
         s.ty = f.ty;
         s.namespace = f.namespace;
+        if !f.name.is_empty() {
+            s.set_name_key(name_key(&f.name));
+        }
         self.keep_name(s, &f.name);
         if let Some(g) = f.generation {
             s.set_generation(g);
@@ -304,16 +331,30 @@ impl Engine {
         event
     }
 
-    fn delete_object(&self, w: &Write, f: &ObjectFacts) -> Enriched {
-        self.judge_object(w, f, |s| {
+    fn delete_object(&self, w: &Write, f: &ObjectFacts) -> Result<Enriched, Ignored> {
+        let removed = |s: &mut ObjectState| {
             // Still there (finalizers, graceful deletion) or gone: teardown either way.
             s.set_deleting(true);
             if !f.deleting && !s.deleted() {
                 s.set_deleted(true);
                 self.store.tombstoned();
             }
-        })
-        .0
+        };
+        // DESIGN §1.5: the object carried a deletionTimestamp before this write (its first
+        // delete, or a status write, showed it): this delete completes a deletion judged then.
+        // What the response shows cannot tell: the first delete's shows the time it just set.
+        let completed = self.store.update(&Self::key(w, f.uid), |s| {
+            let completed = s.deleting() || s.deleted();
+            if completed {
+                self.refresh(s, f, w, false);
+                removed(s);
+            }
+            completed
+        });
+        if completed == Some(true) {
+            return Err(Ignored::DeletionCompleted);
+        }
+        Ok(self.judge_object(w, f, removed).0)
     }
 
     /// Judges a mutation whose response carries the full object: the actor joins the object's
@@ -333,8 +374,22 @@ impl Engine {
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
-    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Name, by_ref: Ty) -> Enriched {
+    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Name, by_ref: Ty) -> Result<Enriched, Ignored> {
         let key = Self::key(w, uid);
+        let completed = self.store.update(&key, |s| {
+            let completed = s.deleting() || s.deleted();
+            if completed {
+                s.seen_at(w.time_us);
+                if !s.deleted() {
+                    s.set_deleted(true);
+                    self.store.tombstoned();
+                }
+            }
+            completed
+        });
+        if completed == Some(true) {
+            return Err(Ignored::DeletionCompleted);
+        }
         let known = self.store.update(&key, |s| {
             s.push_updater(w.user);
             s.set_deleting(true);
@@ -353,7 +408,35 @@ impl Engine {
         let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
-        self.judge(w, &child, owner.as_ref(), &updaters, unknown).0
+        Ok(self.judge(w, &child, owner.as_ref(), &updaters, unknown).0)
+    }
+
+    /// An eviction (DESIGN §1.5): a delete of the pod by the evicting user, the pod found in
+    /// state by cluster, namespace and name. It is then being deleted (the kubelet's final
+    /// delete completes it); a pod not known by that name, or known twice, is not guessed.
+    fn evict(&self, w: &Write, namespace: Sym, name: &Name) -> Result<Enriched, Ignored> {
+        let pod = self.interner.ty(self.interner.intern("v1"), self.interner.intern("Pod"));
+        let found = self.store.find_named(w.cluster, pod, namespace, name_key(name));
+        // Two live pods of one name cannot be: a pod still deleting beside a live one had its
+        // final delete missed, and the live one is meant. Two live ones: a clash of name keys.
+        let key = match found.iter().filter(|(_, deleting)| !deleting).collect::<Vec<_>>()[..] {
+            [(key, _)] => *key,
+            [] if !found.is_empty() => return Err(Ignored::DeletionCompleted),
+            _ => return Err(Ignored::EvictionUnknownPod),
+        };
+        let (updaters, owner, labels, ty, generation) = self
+            .store
+            .update(&key, |s| {
+                s.push_updater(w.user);
+                s.set_deleting(true);
+                s.seen_at(w.time_us);
+                (s.updaters(), s.owner, trace_labels(s.policy()), s.ty, s.generation())
+            })
+            .ok_or(Ignored::EvictionUnknownPod)?;
+        let uid_text: Arc<str> = Arc::from(judge::format_uid(key.uid()));
+        let child = Child { uid: key.uid(), uid_text: &uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
+        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        Ok(self.judge(w, &child, owner.as_ref(), &updaters, None).0)
     }
 
     #[allow(clippy::too_many_arguments)]

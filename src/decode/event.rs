@@ -45,6 +45,9 @@ pub struct Event<'a, L = NoItems> {
     pub object_ref: Option<ObjectRef<'a>>,
     #[serde(default)]
     pub response_status: Option<ResponseStatus>,
+    /// The request's body, kept raw: read only for an eviction, whose dry run is said there.
+    #[serde(borrow, default)]
+    pub request_object: Option<&'a RawValue>,
     /// The persisted object as the API server returned it (RequestResponse level only).
     #[serde(borrow, default)]
     pub response_object: Option<ObjectView<'a>>,
@@ -93,6 +96,7 @@ impl<'a, L> Event<'a, L> {
             impersonated_user,
             object_ref,
             response_status,
+            request_object,
             response_object,
             stage_timestamp,
             request_received_timestamp,
@@ -113,6 +117,7 @@ impl<'a, L> Event<'a, L> {
             impersonated_user,
             object_ref,
             response_status,
+            request_object,
             response_object,
             stage_timestamp,
             request_received_timestamp,

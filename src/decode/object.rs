@@ -59,6 +59,10 @@ pub struct Metadata<'a> {
     pub generation: Option<i64>,
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub deletion_timestamp: Option<Cow<'a, str>>,
+    /// The grace period of an object being deleted (a pod's): while it is above 0 the object
+    /// stays, terminating, until its final delete, finalizers or none.
+    #[serde(default, deserialize_with = "lenient_i64")]
+    pub deletion_grace_period_seconds: Option<i64>,
     /// How many finalizers hold the object (an object being deleted is gone once none are left).
     #[serde(default, deserialize_with = "count_list")]
     pub finalizers: usize,

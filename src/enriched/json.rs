@@ -17,6 +17,10 @@ impl Enriched {
         string(out, &self.stage_timestamp);
         field(out, "verb");
         string(out, self.verb.as_str());
+        if let Some(sr) = self.subresource {
+            field(out, "subresource");
+            string(out, sr);
+        }
         field(out, "user");
         string(out, &self.user);
         field(out, "userHash");
@@ -268,6 +272,7 @@ mod tests {
             cluster: t.clone(),
             stage_timestamp: t.clone(),
             verb: Verb::Patch,
+            subresource: Some("eviction"),
             user: t.clone(),
             user_hash: Arc::from("5xzgp"),
             object: ObjectOut {
@@ -317,6 +322,7 @@ mod tests {
             // The other shapes: what is optional absent, or empty.
             e.object.namespace = Arc::from("");
             e.object.generation = None;
+            e.subresource = None;
             e.parent = None;
             e.resolution = None;
             e.actor = ActorOut { is_controller: None, controllers: Vec::new() };

@@ -22,6 +22,9 @@ pub struct Enriched {
     pub cluster: Arc<str>,
     pub stage_timestamp: Arc<str>,
     pub verb: Verb,
+    /// The subresource written through (`scale`, `eviction`); absent for the object itself.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subresource: Option<&'static str>,
     pub user: Arc<str>,
     pub user_hash: Arc<str>,
     pub object: ObjectOut,

@@ -6,6 +6,11 @@ mod trace;
 use super::{ObjKey, Sym, Ty};
 use crate::classify::trace::Trace;
 use crate::write::{ObservedSource, Uid};
+
+/// The 32 bits of an object's name that its state keeps ([`ObjectState::name_key`]).
+pub fn name_key(name: &str) -> u32 {
+    xxhash_rust::xxh3::xxh3_64(name.as_bytes()) as u32
+}
 use rare::Rare;
 pub use rare::{Recent, SharedPolicy, MAX_RECENT};
 pub use trace::TraceState;
@@ -36,7 +41,13 @@ pub struct ObjectState {
     status_write_generation: i16,
     /// Hash of the spec; unknown after a scale write, whose response has no spec.
     content_hash: u64,
-    status_hash: u64,
+    /// Hash of the status, to notice a status change through the main resource: 32 bits (a
+    /// change missed once in four billion) leave room for `name_key`.
+    status_hash: u32,
+    /// 32 bits of a hash of the object's name ([`name_key`]; 0 when it never had one), for
+    /// the objects that keep no name: an eviction names its pod only by namespace and name,
+    /// and finds its state by comparing this (see `Store::find_named`).
+    name_key: u32,
     /// Which of the optional numbers above are known and which are in `rare` (`HAS_*` bits),
     /// the observed generation's source, and the lifecycle (`INITIALIZED`, `DELETING`,
     /// `DELETED`): one field where three `bool`s and a byte took four bytes.
@@ -131,6 +142,7 @@ impl ObjectState {
             status_write_generation: 0,
             content_hash: 0,
             status_hash: 0,
+            name_key: 0,
             has: 0,
             updater: None,
             status_updater: None,
@@ -336,12 +348,21 @@ impl ObjectState {
         self.content_hash = self.set(HAS_CONTENT_HASH, hash);
     }
 
-    pub fn status_hash(&self) -> Option<u64> {
-        self.get(HAS_STATUS_HASH, self.status_hash)
+    pub fn status_hash(&self) -> Option<u32> {
+        self.get(HAS_STATUS_HASH, self.status_hash as u64).map(|h| h as u32)
     }
 
-    pub fn set_status_hash(&mut self, hash: Option<u64>) {
-        self.status_hash = self.set(HAS_STATUS_HASH, hash);
+    pub fn set_status_hash(&mut self, hash: Option<u32>) {
+        self.status_hash = self.set(HAS_STATUS_HASH, hash.map(u64::from)) as u32;
+    }
+
+    /// 32 bits of the hash of the object's name; 0 when it never had one.
+    pub fn name_key(&self) -> u32 {
+        self.name_key
+    }
+
+    pub fn set_name_key(&mut self, key: u32) {
+        self.name_key = key;
     }
 
     fn get(&self, bit: u16, value: u64) -> Option<u64> {
@@ -372,7 +393,7 @@ mod tests {
         let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
         assert_eq!((s.content_hash(), s.status_hash(), s.status_write_generation(), s.observed()), (None, None, None, None));
         s.set_content_hash(Some(0));
-        s.set_status_hash(Some(u64::MAX));
+        s.set_status_hash(Some(u32::MAX));
         s.set_status_write_generation(Some(-1));
         for src in OBSERVED_SOURCES {
             s.set_observed(Some((4, src)));
@@ -380,11 +401,11 @@ mod tests {
         }
         s.set_observed(Some((3, ObservedSource::ReadyCondition)));
         assert_eq!(s.content_hash(), Some(0));
-        assert_eq!(s.status_hash(), Some(u64::MAX));
+        assert_eq!(s.status_hash(), Some(u32::MAX));
         assert_eq!(s.status_write_generation(), Some(-1));
         assert_eq!(s.observed_generation(), Some((3, ObservedSource::ReadyCondition)));
         s.set_content_hash(None);
-        assert_eq!((s.content_hash(), s.status_hash()), (None, Some(u64::MAX)));
+        assert_eq!((s.content_hash(), s.status_hash()), (None, Some(u32::MAX)));
         s.set_observed(None);
         assert_eq!((s.observed(), s.status_write_generation()), (None, Some(-1)));
         // A difference from the generation past 16 bits, in the box; back inline when it fits again.

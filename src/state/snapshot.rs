@@ -21,10 +21,12 @@ use crate::write::{Annotations, Name, ObservedSource};
 const MAGIC: &[u8] = b"KAUSALITY-STATE ";
 /// The format this build writes. 5: an object's flags hold whether its observed generation is
 /// finished (DESIGN §1.3).
-const VERSION: u32 = 5;
+/// 6: each object keeps its name key (an eviction finds its pod by it, DESIGN §1.5).
+const VERSION: u32 = 6;
 /// The formats this build reads. 4: as 5, without the finished bit: each observed generation is
-/// read as finished (the rule 4 was written under).
-const READS: [u32; 2] = [4, 5];
+/// read as finished (the rule 4 was written under). 4 and 5 have no name keys: an eviction finds
+/// a pod restored from them only once the pod has been written again.
+const READS: [u32; 3] = [4, 5, 6];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -32,7 +34,7 @@ pub enum SnapshotError {
     Io(#[from] io::Error),
     #[error("not a kausality-stream state snapshot (bad header); remove it or point [state] snapshot elsewhere")]
     BadMagic,
-    #[error("state snapshot of format version {found}, which this build does not read (it reads {}); run the version that wrote it, or remove the snapshot (state is then learned again from the stream)", READS.map(|v| v.to_string()).join(" and "))]
+    #[error("state snapshot of format version {found}, which this build does not read (it reads {}); run the version that wrote it, or remove the snapshot (state is then learned again from the stream)", READS.map(|v| v.to_string()).join(", "))]
     UnknownVersion { found: String },
     #[error("snapshot is corrupt (checksum mismatch); it was not restored")]
     Checksum,
@@ -52,6 +54,11 @@ pub struct SnapshotStats {
 
 /// Writes the store (and the dedupe window) to `out`.
 pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut impl Write) -> io::Result<SnapshotStats> {
+    write_format(store, interner, dedupe, out, VERSION)
+}
+
+/// Writes the snapshot in format `version` (an older one only to test reading it).
+fn write_format(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut impl Write, version: u32) -> io::Result<SnapshotStats> {
     let mut buf = Enc::default();
     // Collect strings and trace nodes first.
     let mut strings: HashMap<Sym, u32> = HashMap::new();
@@ -110,7 +117,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
     let id = |s: Sym| -> u64 { strings_ref[&s] as u64 };
 
     buf.bytes(MAGIC);
-    buf.bytes(format!("{VERSION}\n").as_bytes());
+    buf.bytes(format!("{version}\n").as_bytes());
     buf.uint(string_list.len() as u64);
     for s in &string_list {
         buf.str(&interner.resolve(*s));
@@ -158,7 +165,7 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
         }
         buf.opt_int(s.status_write_generation());
         buf.opt_u64(s.content_hash());
-        buf.opt_u64(s.status_hash());
+        buf.opt_u64(s.status_hash().map(u64::from));
         for r in [&s.updaters(), &s.status_updaters()] {
             buf.uint(r.len() as u64);
             for &u in r.as_slice() {
@@ -166,6 +173,9 @@ pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: 
             }
         }
         buf.uint(s.initialized() as u64 | (s.deleting() as u64) << 1 | (s.deleted() as u64) << 2 | (s.finished() as u64) << 3);
+        if version >= 6 {
+            buf.uint(s.name_key() as u64);
+        }
         buf.uint(s.last_resource_version);
         buf.int(s.last_seen_us());
         match &s.owner {
@@ -268,7 +278,8 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         });
         s.set_status_write_generation(d.opt_int()?);
         s.set_content_hash(d.opt_u64()?);
-        s.set_status_hash(d.opt_u64()?);
+        // A 64-bit hash of format 4 keeps the 32 bits that a status is hashed to now.
+        s.set_status_hash(d.opt_u64()?.map(|h| h as u32));
         let mut sets = [Recent::default(); 2];
         for r in &mut sets {
             let users: Vec<Sym> = (0..d.len()?).map(|_| d.uint().and_then(sym)).collect::<Result<_, _>>()?;
@@ -283,6 +294,9 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         s.set_deleted(flags & 4 != 0);
         // Version 4 knew no finishing: its observed generations were judged finished.
         s.set_finished(if version == 4 { s.observed_generation().is_some() } else { flags & 8 != 0 });
+        if version >= 6 {
+            s.set_name_key(u32::try_from(d.uint()?).map_err(|_| SnapshotError::Corrupt("name key"))?);
+        }
         s.last_resource_version = d.uint()?;
         s.set_last_seen_us(d.int()?);
         if d.uint()? == 1 {
@@ -450,5 +464,45 @@ impl<'a> Dec<'a> {
     fn str(&mut self) -> Result<&'a str, SnapshotError> {
         let n = self.len()?;
         std::str::from_utf8(self.take(n)?).map_err(|_| SnapshotError::Corrupt("string is not UTF-8"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{name_key, Ty};
+
+    fn store_of_one(interner: &Interner) -> Store {
+        let store = Store::new(100, 1_000_000);
+        let mut s = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("shop"));
+        s.set_name_key(name_key("web-a"));
+        s.set_status_hash(Some(7));
+        s.set_deleting(true);
+        s.last_resource_version = 42;
+        store.insert(ObjKey::new(interner.intern("prod"), 9), s);
+        store
+    }
+
+    fn read_back(snapshot: &[u8]) -> (Store, Interner) {
+        let (store, interner) = (Store::new(100, 1_000_000), Interner::new());
+        read_snapshot(&store, &interner, &mut &snapshot[..]).unwrap();
+        (store, interner)
+    }
+
+    #[test]
+    fn name_keys_are_kept_and_a_snapshot_of_the_format_before_them_is_read() {
+        let interner = Interner::new();
+        let store = store_of_one(&interner);
+        for (version, kept) in [(VERSION, name_key("web-a")), (5, 0)] {
+            let mut snapshot = Vec::new();
+            write_format(&store, &interner, &[], &mut snapshot, version).unwrap();
+            let (restored, ri) = read_back(&snapshot);
+            let mut seen = Vec::new();
+            restored.for_each(|k, s| {
+                let ty: Ty = ri.ty(ri.intern("v1"), ri.intern("Pod"));
+                seen.push((k.uid(), s.ty == ty, s.name_key(), s.status_hash(), s.deleting(), s.last_resource_version));
+            });
+            assert_eq!(seen, [(9, true, kept, Some(7), true, 42)], "format {version}");
+        }
     }
 }

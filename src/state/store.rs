@@ -14,7 +14,7 @@ use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::HashTable;
 
-use super::{FastBuild, ObjectState, Sym};
+use super::{FastBuild, ObjectState, Sym, Ty};
 use crate::write::Uid;
 
 /// (cluster, UID): 20 bytes, 4-byte aligned (a `u128` field would align the key to 16).
@@ -240,6 +240,24 @@ impl Store {
         }
     }
 
+    /// The objects of type `ty` in `cluster` and `namespace`, not deleted, whose name hashes
+    /// to `name_key` ([`super::name_key`]), each with whether it is being deleted. A scan of
+    /// every state, page by page: only an eviction asks (it names its pod without a UID), and
+    /// an index by name would cost every pod its own bytes (docs/performance.md §4).
+    pub fn find_named(&self, cluster: Sym, ty: Ty, namespace: Sym, name_key: u32) -> Vec<(ObjKey, bool)> {
+        let mut found = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = Self::read_shard(shard);
+            let used = shard.slots as usize;
+            for s in shard.pages.iter().flat_map(|page| page.iter()).take(used).flatten() {
+                if s.name_key() == name_key && s.namespace == namespace && s.ty == ty && s.key.cluster == cluster && !s.deleted() {
+                    found.push((s.key, s.deleting()));
+                }
+            }
+        }
+        found
+    }
+
     /// Keeps the states for which `keep` is true.
     fn retain(&self, mut keep: impl FnMut(&ObjectState) -> bool) {
         for shard in self.shards.iter() {
@@ -303,8 +321,6 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    use crate::state::Ty;
 
     fn named(name: &str) -> ObjectState {
         let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);

@@ -136,6 +136,7 @@ mod tests {
             cluster: Arc::from("c"),
             stage_timestamp: Arc::from("2024-05-01T10:00:00Z"),
             verb: Verb::Update,
+            subresource: None,
             user: Arc::from("ctrl"),
             user_hash: Arc::from("00000"),
             object: ObjectOut {

@@ -1,0 +1,324 @@
+//! Deletions in two writes and evictions (DESIGN §1.5), written the way kube-apiserver writes
+//! them: the first delete (or an eviction) is the intent and is classified; the delete that
+//! completes it (the kubelet's final delete of a terminating pod, a controller's delete after
+//! its finalizer work) is not classified again; an eviction is a delete of the pod by the
+//! evicting user, the pod found by cluster, namespace and name.
+
+mod common;
+
+use common::{audit_id, class_of, feed, find, processor};
+use kausality_stream::classify::Class;
+use kausality_stream::config::ModelConfig;
+use kausality_stream::enriched::Enriched;
+use kausality_stream::filter::{Ignored, Verb};
+use kausality_stream::process::Processor;
+use kausality_stream::sim::*;
+use serde_json::json;
+
+/// A stable tree in `ns`: Deployment → ReplicaSet → Pods `a` and `b`, all initialized, the
+/// ReplicaSet's status written by its controller.
+struct Tree {
+    deploy: ObjRef,
+    rs: ObjRef,
+    pods: Vec<ObjRef>,
+}
+
+fn tree(api: &mut ApiServer, events: &mut Vec<String>, ns: &str) -> Tree {
+    let (deploy, ev) = api.create(ADMIN, deployment(ns, "web", 2, "web:1"));
+    events.push(ev);
+    let (rs, ev) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    events.push(ev);
+    let mut pods = Vec::new();
+    for s in ["a", "b"] {
+        let (p, ev) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
+        pods.push(p);
+        events.push(ev);
+    }
+    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
+    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
+    Tree { deploy, rs, pods }
+}
+
+fn stable(ns: &str) -> (ApiServer, Vec<String>, Tree) {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let t = tree(&mut api, &mut events, ns);
+    (api, events, t)
+}
+
+/// Runs the events through the whole chain; returns the processor (for its metrics) and the
+/// enriched events.
+fn run(events: &[String]) -> (Processor, Vec<Enriched>) {
+    let mut p = processor(ModelConfig::default(), 500_000);
+    let mut out = Vec::new();
+    feed(&mut p, events, &mut out);
+    p.flush(0, &mut out);
+    (p, out)
+}
+
+fn ignored(p: &Processor, reason: Ignored) -> u64 {
+    p.metrics().ignored_count(reason)
+}
+
+fn not_classified(out: &[Enriched], event: &str) -> bool {
+    find(out, event).is_none()
+}
+
+/// The same delete, answered with a `Status` that names the object by UID only (as the API
+/// server answers some deletes): the tombstone path.
+fn answered_with_status(event: &str, uid: &str) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(event).unwrap();
+    v["responseObject"] = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": {"name": v["objectRef"]["name"], "kind": "pods", "uid": uid}});
+    v.to_string()
+}
+
+#[test]
+fn a_final_delete_of_a_terminating_pod_is_not_classified_again() {
+    let (mut api, mut events, t) = stable("shop");
+    // A person deletes a pod: its response already shows the deletionTimestamp it set, but
+    // the state before it did not carry one: this is the intent, and it is classified.
+    let first = api.delete_graceful(ADMIN, &t.pods[0]);
+    let terminating = api.update_status(KUBELET, &t.pods[0], |s| {
+        s.insert("phase".into(), json!("Running"));
+    });
+    let last = api.delete(KUBELET, &t.pods[0], &[]);
+    events.extend([first.clone(), terminating, last.clone()]);
+    let (p, out) = run(&events);
+    assert_eq!(class_of(&out, &first), Class::Origin);
+    assert!(not_classified(&out, &last), "the kubelet's final delete completes a deletion judged at the first");
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 1);
+}
+
+#[test]
+fn a_final_delete_answered_with_a_status_is_not_classified_again() {
+    let (mut api, mut events, t) = stable("shop");
+    let first = api.delete_graceful(REPLICASET_CONTROLLER, &t.pods[1]);
+    let last = answered_with_status(&api.delete(KUBELET, &t.pods[1], &[]), &t.pods[1].uid);
+    events.extend([first.clone(), last.clone()]);
+    let (p, out) = run(&events);
+    assert_eq!(class_of(&out, &first), Class::Drift, "the ReplicaSet's controller deleting a pod of a stable ReplicaSet");
+    assert!(not_classified(&out, &last));
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 1);
+}
+
+#[test]
+fn a_final_delete_of_a_pod_never_seen_is_classified() {
+    let (mut api, events, t) = stable("shop");
+    api.delete_graceful(ADMIN, &t.pods[0]);
+    let last = api.delete(KUBELET, &t.pods[0], &[]);
+    // Neither the pod's create nor its first delete is in the stream: its response shows a
+    // deletionTimestamp, but a missed mutation is worse than a judged one.
+    let seen: Vec<String> = events.iter().filter(|e| !e.contains("\"kind\":\"Pod\"")).cloned().chain([last.clone()]).collect();
+    let (p, out) = run(&seen);
+    assert_eq!(class_of(&out, &last), Class::Origin, "the kubelet is not the ReplicaSet's controller");
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 0);
+    // And answered with a Status, never seen: classified too.
+    let status = answered_with_status(&last, &t.pods[0].uid).replace(&audit_id(&last), "final-by-status");
+    let seen: Vec<String> = events.iter().filter(|e| !e.contains("\"kind\":\"Pod\"")).cloned().chain([status]).collect();
+    let (_, out) = run(&seen);
+    assert_eq!(out.iter().filter(|e| &*e.audit_id == "final-by-status").count(), 1);
+}
+
+#[test]
+fn a_controllers_delete_after_its_finalizer_work_is_not_classified_again() {
+    let (mut api, mut events, t) = stable("shop");
+    let (cm, create) = api.create(DEPLOYMENT_CONTROLLER, configmap("shop", "web-config", &[("k", "1")], Some(&t.deploy)));
+    // A person deletes it; a finalizer keeps it until its controller has cleaned up.
+    let first = api.delete(ADMIN, &cm, &["example.com/cleanup"]);
+    let again = api.delete(DEPLOYMENT_CONTROLLER, &cm, &[]);
+    let finalize = api.finalize(DEPLOYMENT_CONTROLLER, &cm);
+    events.extend([create, first.clone(), again.clone(), finalize.clone()]);
+    let (p, out) = run(&events);
+    assert_eq!(class_of(&out, &first), Class::Origin);
+    assert!(not_classified(&out, &again));
+    assert!(not_classified(&out, &finalize), "removing the finalizer changes no spec");
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 1);
+}
+
+#[test]
+fn an_eviction_is_a_delete_of_the_pod_by_the_evicting_user() {
+    let (mut api, mut events, t) = stable("shop");
+    let evict = api.evict(ADMIN, &t.pods[0]);
+    let last = api.delete(KUBELET, &t.pods[0], &[]);
+    events.extend([evict.clone(), last.clone()]);
+    let (p, out) = run(&events);
+    let e = find(&out, &evict).expect("the eviction is classified");
+    assert_eq!(e.class, Class::Origin, "{}", e.reason);
+    assert_eq!((e.verb, e.subresource), (Verb::Create, Some("eviction")));
+    assert_eq!((&*e.object.kind, &*e.object.namespace, &*e.object.name, &*e.object.uid), ("Pod", "shop", &*t.pods[0].name, &*t.pods[0].uid));
+    assert_eq!(e.parent.as_ref().map(|p| &*p.uid), Some(&*t.rs.uid));
+    assert_eq!(e.actor.is_controller, Some(false));
+    assert_eq!(e.trace.last().and_then(|h| h.user.as_deref()), Some(ADMIN));
+    let mut json = Vec::new();
+    e.write_json(&mut json);
+    let v: serde_json::Value = serde_json::from_slice(&json).unwrap();
+    assert_eq!((v["verb"].as_str(), v["subresource"].as_str()), (Some("create"), Some("eviction")));
+    // The pod is then terminating: the kubelet's final delete completes it.
+    assert!(not_classified(&out, &last));
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 1);
+    assert_eq!(ignored(&p, Ignored::Subresource), 0);
+}
+
+#[test]
+fn an_eviction_by_the_pods_controller_and_under_a_deleting_parent_follow_the_usual_rules() {
+    let (mut api, mut events, t) = stable("shop");
+    let by_controller = api.evict(REPLICASET_CONTROLLER, &t.pods[0]);
+    let delete_rs = api.delete(GARBAGE_COLLECTOR, &t.rs, &["foregroundDeletion"]);
+    let under_deleting = api.evict(ADMIN, &t.pods[1]);
+    events.extend([by_controller.clone(), delete_rs, under_deleting.clone()]);
+    let (_, out) = run(&events);
+    assert_eq!(class_of(&out, &by_controller), Class::Drift, "the controller evicting its own pod of a stable parent");
+    assert_eq!(class_of(&out, &under_deleting), Class::Deleting);
+}
+
+#[test]
+fn an_eviction_of_a_pod_never_seen_is_counted_not_guessed() {
+    let (mut api, events, t) = stable("shop");
+    let evict = api.evict(ADMIN, &t.pods[0]);
+    let seen: Vec<String> = events.iter().filter(|e| !e.contains(&format!("\"name\":\"{}\"", t.pods[0].name))).cloned().chain([evict.clone()]).collect();
+    let (p, out) = run(&seen);
+    assert!(not_classified(&out, &evict));
+    assert_eq!(ignored(&p, Ignored::EvictionUnknownPod), 1);
+    // Another cluster with the same namespace and pod name does not make it known.
+    let mut p = processor(ModelConfig::default(), 0);
+    let mut out = Vec::new();
+    for (i, ev) in events.iter().enumerate() {
+        p.ingest_document(Some("other"), ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
+    }
+    p.ingest_document(Some("prod"), evict.as_bytes(), kausality_stream::decode::Location::Line(99), "test", 0, &mut out);
+    p.flush(0, &mut out);
+    assert!(not_classified(&out, &evict));
+    assert_eq!(p.metrics().ignored_count(Ignored::EvictionUnknownPod), 1);
+}
+
+#[test]
+fn an_eviction_of_a_pod_already_terminating_completes_its_deletion() {
+    let (mut api, mut events, t) = stable("shop");
+    let first = api.delete_graceful(ADMIN, &t.pods[0]);
+    let evict = api.evict(ADMIN, &t.pods[0]);
+    let last = api.delete(KUBELET, &t.pods[0], &[]);
+    events.extend([first.clone(), evict.clone(), last.clone()]);
+    let (p, out) = run(&events);
+    assert_eq!(class_of(&out, &first), Class::Origin);
+    assert!(not_classified(&out, &evict) && not_classified(&out, &last));
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 2);
+}
+
+#[test]
+fn an_eviction_delivered_twice_is_classified_once() {
+    let (mut api, mut events, t) = stable("shop");
+    let evict = api.evict(ADMIN, &t.pods[0]);
+    events.extend([evict.clone(), evict.clone()]);
+    let (p, out) = run(&events);
+    assert_eq!(out.iter().filter(|e| *e.audit_id == *audit_id(&evict)).count(), 1);
+    assert_eq!(p.metrics().dedup_hits.get(), 1);
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 0);
+}
+
+#[test]
+fn an_eviction_finds_the_pod_of_its_own_namespace_among_pods_of_the_same_name() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let shop = tree(&mut api, &mut events, "shop");
+    let cart = tree(&mut api, &mut events, "cart");
+    assert_eq!(shop.pods[0].name, cart.pods[0].name);
+    let evict = api.evict(ADMIN, &cart.pods[0]);
+    // The other namespace's pod of the same name is not terminating: its delete is a first.
+    let other = api.delete_graceful(ADMIN, &shop.pods[0]);
+    events.extend([evict.clone(), other.clone()]);
+    let (p, out) = run(&events);
+    let e = find(&out, &evict).expect("classified");
+    assert_eq!((&*e.object.namespace, &*e.object.uid), ("cart", &*cart.pods[0].uid));
+    assert_eq!(class_of(&out, &other), Class::Origin);
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 0);
+}
+
+#[test]
+fn an_eviction_finds_the_live_pod_of_a_name_used_again() {
+    let (mut api, mut events, t) = stable("shop");
+    // The pod is deleted and a pod of the same name created again (as a StatefulSet does).
+    events.push(api.delete(ADMIN, &t.pods[0], &[]));
+    let mut again = pod(&t.rs, "a", "web:1");
+    again["metadata"]["name"] = json!(t.pods[0].name);
+    let (new, create) = api.create(REPLICASET_CONTROLLER, again);
+    events.push(create);
+    let evict = api.evict(ADMIN, &new);
+    events.push(evict.clone());
+    let (_, out) = run(&events);
+    assert_eq!(find(&out, &evict).map(|e| &*e.object.uid), Some(&*new.uid));
+}
+
+#[test]
+fn an_eviction_prefers_a_live_pod_to_one_whose_final_delete_was_missed_and_never_guesses_between_two() {
+    let (mut api, events, t) = stable("shop");
+    let first = api.delete_graceful(ADMIN, &t.pods[0]);
+    let mut again = pod(&t.rs, "a", "web:1");
+    again["metadata"]["name"] = json!(t.pods[0].name);
+    let (new, create) = api.create(REPLICASET_CONTROLLER, again);
+    let evict = api.evict(ADMIN, &new);
+    // The final delete is missing: the old pod stays terminating in state beside the new one.
+    let stream: Vec<String> = events.iter().cloned().chain([first.clone(), create.clone(), evict.clone()]).collect();
+    let (_, out) = run(&stream);
+    assert_eq!(find(&out, &evict).map(|e| &*e.object.uid), Some(&*new.uid));
+    // The first delete is missing too: two live pods of one name in state. Not guessed.
+    let stream: Vec<String> = events.iter().cloned().chain([create, evict.clone()]).collect();
+    let (p, out) = run(&stream);
+    assert!(not_classified(&out, &evict));
+    assert_eq!(ignored(&p, Ignored::EvictionUnknownPod), 1);
+}
+
+#[test]
+fn evictions_refused_or_dry_run_change_nothing() {
+    let (mut api, mut events, t) = stable("shop");
+    let refused = api.evict_refused(ADMIN, &t.pods[0]);
+    let dry = api.evict_dry_run(ADMIN, &t.pods[0]);
+    // Still not terminating: the pod's delete is a first one.
+    let delete = api.delete_graceful(ADMIN, &t.pods[0]);
+    events.extend([refused.clone(), dry.clone(), delete.clone()]);
+    let (p, out) = run(&events);
+    assert!(not_classified(&out, &refused) && not_classified(&out, &dry));
+    assert_eq!(class_of(&out, &delete), Class::Origin);
+    assert_eq!((ignored(&p, Ignored::StatusCode), ignored(&p, Ignored::DryRun)), (1, 1));
+}
+
+#[test]
+fn a_deletecollection_judges_each_item_on_its_own() {
+    let (mut api, mut events, t) = stable("shop");
+    let first = api.delete_graceful(ADMIN, &t.pods[0]);
+    // Namespace teardown: pod a is already terminating, pod b is not.
+    let collection = api.delete_collection(NAMESPACE_CONTROLLER, &t.pods, true);
+    let finals: Vec<String> = t.pods.iter().map(|p| api.delete(KUBELET, p, &[])).collect();
+    events.push(first.clone());
+    events.push(collection.clone());
+    events.extend(finals.iter().cloned());
+    let (p, out) = run(&events);
+    assert_eq!(class_of(&out, &first), Class::Origin);
+    let items: Vec<&Enriched> = out.iter().filter(|e| *e.audit_id == *audit_id(&collection)).collect();
+    assert_eq!(items.len(), 1, "only pod b's deletion is judged");
+    assert_eq!((&*items[0].object.uid, items[0].verb, items[0].class), (&*t.pods[1].uid, Verb::Deletecollection, Class::Origin));
+    assert!(finals.iter().all(|f| not_classified(&out, f)));
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 3, "pod a in the collection, both final deletes");
+    // Without graceful deletion every item is gone at once, and each is judged.
+    let (mut api, mut events, t) = stable("shop");
+    let collection = api.delete_collection(NAMESPACE_CONTROLLER, &t.pods, false);
+    events.push(collection.clone());
+    let (p, out) = run(&events);
+    assert_eq!(out.iter().filter(|e| *e.audit_id == *audit_id(&collection)).count(), 2);
+    assert_eq!(ignored(&p, Ignored::DeletionCompleted), 0);
+    assert!(api.get(&t.pods[0]).is_none());
+}
+
+#[test]
+fn a_snapshot_keeps_what_an_eviction_finds_a_pod_by() {
+    let (mut api, events, t) = stable("shop");
+    let (p, _) = run(&events);
+    let mut snapshot = Vec::new();
+    p.snapshot(&mut snapshot).unwrap();
+    let mut restored = processor(ModelConfig::default(), 500_000);
+    restored.restore(&mut snapshot.as_slice()).unwrap();
+    let evict = api.evict(ADMIN, &t.pods[1]);
+    let mut out = Vec::new();
+    feed(&mut restored, std::slice::from_ref(&evict), &mut out);
+    restored.flush(0, &mut out);
+    assert_eq!(find(&out, &evict).map(|e| (&*e.object.uid, e.class)), Some((&*t.pods[1].uid, Class::Origin)));
+}

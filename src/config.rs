@@ -51,6 +51,12 @@ pub struct ModelConfig {
     /// The rule before DESIGN §1.3 was revised: a generation is finished as soon as it is
     /// observed, whatever its status shows. Default: `false`.
     pub observed_is_finished: bool,
+    /// Kind keys whose field changes are not tracked for reverts (DESIGN §1.8): their origin
+    /// writes and reverts are still named, without fields. Default: `["Pod"]` (pods are the
+    /// bulk of all writes, their spec is nearly immutable, and a controller replaces a pod
+    /// instead of reverting an edit of it: keeping their contents would only crowd the others
+    /// out of the cache of recent contents).
+    pub untracked_field_kinds: Vec<String>,
 }
 
 impl Default for ModelConfig {
@@ -62,7 +68,7 @@ impl Default for ModelConfig {
             lifecycle.insert((*kind).to_string(), signals);
         }
         let progress = Builtin::KINDS.iter().map(|&(kind, b)| (kind.to_string(), KindProgress { builtin: Some(b), ..KindProgress::default() })).collect();
-        ModelConfig { ignored_fields: HashMap::new(), lifecycle, progress, observed_is_finished: false }
+        ModelConfig { ignored_fields: HashMap::new(), lifecycle, progress, observed_is_finished: false, untracked_field_kinds: vec!["Pod".to_string()] }
     }
 }
 
@@ -74,6 +80,11 @@ impl ModelConfig {
 
     pub fn ignored(&self, kind_key: &str) -> Option<&[Vec<String>]> {
         self.ignored_fields.get(kind_key).map(Vec::as_slice)
+    }
+
+    /// Whether the field changes of `kind_key` are tracked for reverts.
+    pub fn tracks_fields(&self, kind_key: &str) -> bool {
+        !self.untracked_field_kinds.iter().any(|k| k == kind_key)
     }
 
     pub fn lifecycle_signals(&self, kind_key: &str) -> &[LifecycleSignal] {

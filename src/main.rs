@@ -131,6 +131,9 @@ struct ReplayArgs {
     /// Most objects kept in state; the coldest are evicted past it.
     #[arg(long, default_value_t = 2_000_000)]
     max_objects: usize,
+    /// How far back (in event time) a drift looks for the origin writes it reverts, e.g. 168h, 30m.
+    #[arg(long, default_value = "168h", value_parser = parse_duration_us)]
+    revert_horizon: i64,
     /// Longest line read, in bytes; longer lines are counted as invalid (too_large).
     #[arg(long, default_value_t = 16 << 20)]
     max_line_bytes: usize,
@@ -158,7 +161,8 @@ fn parse_duration_us(s: &str) -> Result<i64, String> {
         "ms" => 1e3,
         "s" => 1e6,
         "m" => 60e6,
-        _ => return Err(format!("{s:?}: unit must be one of us, ms, s, m")),
+        "h" => 3600e6,
+        _ => return Err(format!("{s:?}: unit must be one of us, ms, s, m, h")),
     };
     Ok((v * mult) as i64)
 }
@@ -217,6 +221,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode> {
     };
     opts.processor.decode.max_record_bytes = args.max_line_bytes;
     opts.engine.max_objects = args.max_objects;
+    opts.engine.revert_horizon_us = args.revert_horizon;
     for (kind, path) in args.ignore_fields {
         opts.model.ignore_field(&kind, &path);
     }

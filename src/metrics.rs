@@ -20,6 +20,8 @@ pub struct Metrics {
     pub events_invalid: IntCounterVec,
     pub mutations: IntCounterVec,
     pub drift: IntCounterVec,
+    /// Drift that reverts a person's write (DESIGN §1.8).
+    pub person_reverts: IntCounterVec,
     pub freeze_violations: IntCounterVec,
     pub late_events: IntCounter,
     /// Writes whose classification failed inside the engine (a defect, never bad input: that
@@ -167,6 +169,12 @@ impl Metrics {
             events_invalid,
             mutations: counter_vec(&r, "kausality_mutations_total", "Classified mutations, by class, parent kind and kind.", &["class", "parent_kind", "kind"]),
             drift: counter_vec(&r, "kausality_drift_total", "Drift, by parent kind, kind and resolution.", &["parent_kind", "kind", "resolution"]),
+            person_reverts: counter_vec(
+                &r,
+                "kausality_person_reverts_total",
+                "Drift that reverts a person's write (a change of the child, or a removal of a sibling it replaces), by parent kind, kind and resolution.",
+                &["parent_kind", "kind", "resolution"],
+            ),
             freeze_violations: counter_vec(&r, "kausality_freeze_violations_total", "Child mutations under a parent's freeze.", &["parent_kind"]),
             late_events: counter(&r, "kausality_late_events_total", "Writes applied after writes with a higher resourceVersion."),
             classify_failures: counter(&r, "kausality_classify_failures_total", "Writes skipped: classifying them failed (a defect, please report it)."),
@@ -236,6 +244,10 @@ impl Metrics {
 
     pub fn freeze_violated(&self, parent_kind: &str) {
         self.freeze_violations.with_label_values(&[self.kind_label(parent_kind)]).inc();
+    }
+
+    pub fn reverted_person(&self, parent_kind: &str, kind: &str, resolution: Resolution) {
+        self.person_reverts.with_label_values(&[self.kind_label(parent_kind), self.kind_label(kind), resolution.as_str()]).inc();
     }
 
     pub fn ignored_count(&self, reason: Ignored) -> u64 {

@@ -610,6 +610,9 @@ impl Processor {
         if e.class == Class::Drift {
             if let Some(r) = e.resolution {
                 self.metrics.drifted(parent_kind, &e.object.kind, r);
+                if e.reverts.as_ref().is_some_and(|rs| rs.iter().any(|x| x.person)) {
+                    self.metrics.reverted_person(parent_kind, &e.object.kind, r);
+                }
             }
         }
         if e.freeze_violation {
@@ -676,6 +679,7 @@ mod tests {
                 name: crate::write::Name::from("w"),
                 resource: foreign,
                 api_version: Sym::EMPTY,
+                replicas: None,
             },
             late: false,
             silent: false,

@@ -128,6 +128,11 @@ pub struct ObjectFacts {
     /// object's last.
     pub gone: bool,
     pub annotations: Option<Box<Annotations>>,
+    /// What the object wants, as JSON text (`{"spec":...}`, or the other top-level fields of a
+    /// kind without `spec`): kept only for controller-owned objects of kinds whose field
+    /// changes are tracked ([`ModelConfig::tracks_fields`]), so that an origin write can name
+    /// the fields it changed and a drift the fields it reverts (DESIGN §1.8).
+    pub content: Option<Arc<str>>,
 }
 
 impl ObjectFacts {
@@ -146,8 +151,9 @@ impl ObjectFacts {
 pub enum Target {
     /// A full object (create, update, patch, status write, or a delete that returned it).
     Object(ObjectFacts),
-    /// A write through the `scale` subresource: only the UID and new resourceVersion are known.
-    Scale { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, resource: Sym, api_version: Sym },
+    /// A write through the `scale` subresource: only the UID, the new resourceVersion and
+    /// `spec.replicas` are known.
+    Scale { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, resource: Sym, api_version: Sym, replicas: Option<i64> },
     /// A delete answered with a `Status`: the object is gone, known by UID and objectRef only.
     /// `ty`: the objectRef's apiVersion and the kind of its resource.
     Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, ty: Ty },
@@ -243,6 +249,7 @@ impl Extractor<'_> {
                     name: Name::from(obj.metadata.name.as_deref().or(oref.and_then(|o| o.name.as_deref())).unwrap_or("")),
                     resource,
                     api_version: self.interner.intern(&ref_api_version(oref)),
+                    replicas: obj.spec.and_then(scale_replicas),
                 }
             }
             (_, Some(obj)) if obj.is_list() => {
@@ -349,7 +356,6 @@ impl Extractor<'_> {
             name: Name::from(md.name.as_deref().unwrap_or("")),
             generation: md.generation,
             resource_version: parse_rv(md.resource_version.as_deref()),
-            owner,
             content_hash: content_hash(obj, self.config.ignored(&key)),
             status_hash: obj.status.map(|s| xxh3_64(s.get().as_bytes()) as u32),
             observed,
@@ -366,6 +372,8 @@ impl Extractor<'_> {
                 && md.finalizers == 0
                 && md.deletion_grace_period_seconds.is_none_or(|g| g <= 0),
             annotations,
+            content: if owner.is_some() && self.config.tracks_fields(&key) { Some(content_text(obj)) } else { None },
+            owner,
         })
     }
 }
@@ -453,6 +461,35 @@ fn content_hash(obj: &ObjectView<'_>, ignored: Option<&[Vec<String>]>) -> u64 {
         }
     }
     h.digest()
+}
+
+/// What an object wants as one JSON object text: `{"spec":...}`, or for kinds without `spec`
+/// every top-level field but apiVersion, kind, metadata and status (as [`content_hash`] reads it).
+fn content_text(obj: &ObjectView<'_>) -> Arc<str> {
+    let mut out = String::from("{");
+    let mut add = |key: &str, raw: &RawValue| {
+        if out.len() > 1 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+        out.push(':');
+        out.push_str(raw.get());
+    };
+    match obj.spec {
+        Some(spec) => add("spec", spec),
+        None => obj.other.iter().for_each(|(k, v)| add(k, v)),
+    }
+    out.push('}');
+    Arc::from(out)
+}
+
+/// `replicas` of a `Scale`'s spec.
+fn scale_replicas(spec: &RawValue) -> Option<i64> {
+    #[derive(serde::Deserialize)]
+    struct ScaleSpec {
+        replicas: Option<i64>,
+    }
+    serde_json::from_str::<ScaleSpec>(spec.get()).ok().and_then(|s| s.replicas)
 }
 
 fn remove_path(v: &mut serde_json::Value, path: &[String]) {

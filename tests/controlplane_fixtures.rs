@@ -2,9 +2,9 @@
 //! `tests/fixtures/controlplane/` is the audit stream of one e2e scenario's namespace, as the
 //! API server(s) wrote it (only the request bodies cut out), with the class kausality-stream gave
 //! each write live (`<scenario>.expected.json`). Replaying a fixture must give the same classes
-//! and the same key facts (resolution, freeze violation, trace), and leave out the writes listed
-//! as `ignored` (with the reason they are counted under). No control plane needed;
-//! `KAUSALITY_E2E_RECORD=1 scripts/e2e.sh` records them again.
+//! and the same key facts (resolution, freeze violation, trace, who a drift reverts), and leave
+//! out the writes listed as `ignored` (with the reason they are counted under). No control plane
+//! needed; `KAUSALITY_E2E_RECORD=1 scripts/e2e.sh` records them again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -86,6 +86,9 @@ fn check(expected_path: &Path) -> Vec<String> {
         compare("observedGenerationSource", e["parent"]["observedGenerationSource"].clone());
         compare("traceUsers", Value::Array(users));
         compare("traceLabels", e["trace"][0]["labels"].clone());
+        // Who the drift reverts (DESIGN §1.8): absent on other classes.
+        let reverts = e.get("reverts").and_then(Value::as_array).map(|rs| rs.iter().map(|r| r["user"].clone()).collect());
+        compare("revertsUsers", reverts.map_or(Value::Null, Value::Array));
     }
     problems
 }

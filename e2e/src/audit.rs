@@ -269,6 +269,9 @@ impl Fact {
             o.insert("observedGenerationSource".into(), json!(src));
         }
         o.insert("traceUsers".into(), json!(e.trace_users()));
+        if let Some(reverts) = &e.reverts {
+            o.insert("revertsUsers".into(), json!(reverts.iter().map(|r| &r.user).collect::<Vec<_>>()));
+        }
         let labels: BTreeMap<_, _> = e.trace.first().map(|h| h.labels.clone()).unwrap_or_default();
         if !labels.is_empty() {
             o.insert("traceLabels".into(), json!(labels));

@@ -28,6 +28,8 @@ pub struct Event {
     pub reason: String,
     pub parent: Option<Parent>,
     pub resolution: Option<String>,
+    /// Drift only: the origin writes it undoes (DESIGN §1.8).
+    pub reverts: Option<Vec<Revert>>,
     #[serde(default)]
     pub freeze_violation: bool,
     #[serde(default)]
@@ -61,6 +63,15 @@ pub struct Parent {
     pub observed_generation: Option<i64>,
     pub observed_generation_source: Option<String>,
     pub phase: Option<String>,
+}
+
+/// An origin write a drift undoes.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Revert {
+    pub user: String,
+    #[serde(rename = "auditID")]
+    pub audit_id: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]

@@ -5,6 +5,7 @@ use std::num::NonZeroI64;
 use std::sync::Arc;
 
 use super::policy::{ChildRef, Policy, Resolution};
+use super::reverts::Written;
 use super::trace::{self, Hop, Labels, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
 use crate::decode::time::rfc3339_micros_arc;
@@ -21,6 +22,8 @@ pub(super) struct Child<'a> {
     pub name: &'a Name,
     pub generation: Option<i64>,
     pub labels: Option<Labels>,
+    /// What the write says of the child's content (for reverts, DESIGN §1.8).
+    pub written: Written<'a>,
 }
 
 /// A copy of the parent's state, taken so no two map entries are ever locked at once.
@@ -138,6 +141,7 @@ impl Engine {
             parent: None,
             actor: ActorOut { is_controller: None, controllers: Vec::new() },
             resolution: None,
+            reverts: None,
             freeze_violation: false,
             snoozed: false,
             trace: Vec::new(),
@@ -196,6 +200,7 @@ impl Engine {
             ActorOut { is_controller: identity.is_controller(), controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect() };
         event.reason = self.reason(class, &p, &identity, &user);
         event.class = class;
+        event.reverts = self.track_origins(w, child, owner.uid, class, &identity);
 
         // The trace: a controller acting on a parent's change extends the parent's trace.
         let extends = match class {

@@ -5,6 +5,7 @@
 mod decide;
 mod judge;
 pub mod policy;
+mod reverts;
 pub mod trace;
 
 use std::collections::HashSet;
@@ -14,6 +15,8 @@ use dashmap::DashMap;
 
 pub use decide::{decide, identify, Class, Identity, ParentFacts};
 use judge::{trace_labels, Child};
+use reverts::Written;
+pub use reverts::{diff, is_person, leaves, Contents};
 
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::Enriched;
@@ -41,11 +44,30 @@ pub struct EngineOptions {
     pub tombstone_ttl_us: i64,
     /// Most hops in a trace (the oldest are cut past it).
     pub max_trace_hops: usize,
+    /// How far back (event time) a drift looks for the origin writes it reverts (DESIGN §1.8).
+    pub revert_horizon_us: i64,
+    /// Most contents of controller-owned children kept to name the fields an origin write
+    /// changes, by entries and by bytes of JSON text ([`Contents`]).
+    pub contents_max_entries: usize,
+    pub contents_max_bytes: usize,
 }
+
+/// Default revert horizon: 7 days.
+pub const DEFAULT_REVERT_HORIZON_US: i64 = 7 * 24 * 3600 * 1_000_000;
+/// Default bounds of the cache of recent contents: 16,384 entries, 16 MiB of text.
+pub const DEFAULT_CONTENTS_MAX_ENTRIES: usize = 16_384;
+pub const DEFAULT_CONTENTS_MAX_BYTES: usize = 16 << 20;
 
 impl Default for EngineOptions {
     fn default() -> Self {
-        EngineOptions { max_objects: 2_000_000, tombstone_ttl_us: 15 * 60 * 1_000_000, max_trace_hops: trace::DEFAULT_MAX_HOPS }
+        EngineOptions {
+            max_objects: 2_000_000,
+            tombstone_ttl_us: 15 * 60 * 1_000_000,
+            max_trace_hops: trace::DEFAULT_MAX_HOPS,
+            revert_horizon_us: DEFAULT_REVERT_HORIZON_US,
+            contents_max_entries: DEFAULT_CONTENTS_MAX_ENTRIES,
+            contents_max_bytes: DEFAULT_CONTENTS_MAX_BYTES,
+        }
     }
 }
 
@@ -64,6 +86,10 @@ pub struct Engine {
     policies: PolicyCache,
     /// Most hops in a trace, at least 2 (a parent and its child).
     max_trace_hops: usize,
+    /// Recent contents of controller-owned children (DESIGN §1.8).
+    pub contents: Contents,
+    /// How far back a drift looks for the origin writes it reverts, in µs of event time.
+    revert_horizon_us: i64,
 }
 
 impl Engine {
@@ -77,6 +103,8 @@ impl Engine {
             user_hashes: DashMap::with_hasher(FastBuild::default()),
             policies: PolicyCache::default(),
             max_trace_hops: options.max_trace_hops.max(2),
+            contents: Contents::new(options.contents_max_entries, options.contents_max_bytes),
+            revert_horizon_us: options.revert_horizon_us,
         }
     }
 
@@ -91,7 +119,9 @@ impl Engine {
                 (_, Verb::Update | Verb::Patch) => self.update(w, f),
                 (_, Verb::Delete | Verb::Deletecollection) => Self::one(self.delete_object(w, f)),
             },
-            Target::Scale { uid, uid_text, namespace, name, resource, api_version } => self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version),
+            Target::Scale { uid, uid_text, namespace, name, resource, api_version, replicas } => {
+                self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version, *replicas)
+            }
             Target::Gone { uid, uid_text, namespace, name, ty } => Self::one(self.delete_gone(w, *uid, uid_text, *namespace, name, *ty)),
             Target::Many(items) => {
                 let (mut events, mut ignored) = (Vec::with_capacity(items.len()), Vec::new());
@@ -370,7 +400,8 @@ impl Engine {
                 (s.updaters(), trace_labels(s.policy()))
             },
         );
-        let child = Child { uid: f.uid, uid_text: &f.uid_text, ty: f.ty, namespace: f.namespace, name: &f.name, generation: f.generation, labels };
+        let written = f.content.as_ref().map_or(Written::Nothing, Written::Full);
+        let child = Child { uid: f.uid, uid_text: &f.uid_text, ty: f.ty, namespace: f.namespace, name: &f.name, generation: f.generation, labels, written };
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
@@ -405,7 +436,7 @@ impl Engine {
             r.push(w.user);
             (r, None, None, by_ref, 0)
         });
-        let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
+        let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels, written: Written::Nothing };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, unknown).0)
@@ -434,13 +465,32 @@ impl Engine {
             })
             .ok_or(Ignored::EvictionUnknownPod)?;
         let uid_text: Arc<str> = Arc::from(judge::format_uid(key.uid()));
-        let child = Child { uid: key.uid(), uid_text: &uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
+        let child = Child {
+            uid: key.uid(),
+            uid_text: &uid_text,
+            ty,
+            namespace,
+            name,
+            generation: (generation != 0).then_some(generation),
+            labels,
+            written: Written::Nothing,
+        };
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, None).0)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn scale(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Name, resource: Sym, ref_api_version: Sym) -> Applied {
+    fn scale(
+        &self,
+        w: &Write,
+        uid: Uid,
+        uid_text: &Arc<str>,
+        namespace: Sym,
+        name: &Name,
+        resource: Sym,
+        ref_api_version: Sym,
+        replicas: Option<i64>,
+    ) -> Applied {
         let key = Self::key(w, uid);
         let rv = w.resource_version;
         if self.store.read(&key, |s| rv.is_some_and(|rv| rv == s.last_resource_version)) == Some(true) {
@@ -490,7 +540,8 @@ impl Engine {
             s.push_updater(w.user);
             s.updaters()
         });
-        let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels };
+        let written = replicas.map_or(Written::Nothing, Written::Replicas);
+        let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels, written };
         let owner = owner.map(|o| self.owner_link(w.cluster, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.store.update(&key, |s| s.set_trace(trace));

@@ -4,7 +4,7 @@
 //! and copied whole when there are none (nearly always). Tests hold the two writers together:
 //! a field added to the event fails them until it is written here too.
 
-use super::{ActorOut, Enriched, HopOut, ObjectOut, ParentOut};
+use super::{ActorOut, Enriched, FieldOut, HopOut, ObjectOut, ParentOut, RevertOut};
 
 impl Enriched {
     /// Appends the event as one line of compact JSON (no newline).
@@ -40,6 +40,10 @@ impl Enriched {
         if let Some(r) = self.resolution {
             field(out, "resolution");
             string(out, r.as_str());
+        }
+        if let Some(reverts) = &self.reverts {
+            field(out, "reverts");
+            list(out, reverts, revert);
         }
         field(out, "freezeViolation");
         boolean(out, self.freeze_violation);
@@ -122,6 +126,59 @@ fn actor(out: &mut Vec<u8>, a: &ActorOut) {
         string(out, c);
     }
     out.extend_from_slice(b"]}");
+}
+
+fn list<T>(out: &mut Vec<u8>, items: &[T], each: fn(&mut Vec<u8>, &T)) {
+    out.push(b'[');
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        each(out, item);
+    }
+    out.push(b']');
+}
+
+fn revert(out: &mut Vec<u8>, r: &RevertOut) {
+    out.extend_from_slice(b"{\"user\":");
+    string(out, &r.user);
+    field(out, "person");
+    boolean(out, r.person);
+    field(out, "auditID");
+    string(out, &r.audit_id);
+    field(out, "time");
+    string(out, &r.time);
+    field(out, "verb");
+    string(out, r.verb.as_str());
+    field(out, "object");
+    out.extend_from_slice(b"{\"apiVersion\":");
+    string(out, &r.object.api_version);
+    field(out, "kind");
+    string(out, &r.object.kind);
+    field(out, "name");
+    string(out, &r.object.name);
+    out.push(b'}');
+    if let Some(fields) = &r.fields {
+        field(out, "fields");
+        list(out, fields, field_out);
+    }
+    out.push(b'}');
+}
+
+fn field_out(out: &mut Vec<u8>, f: &FieldOut) {
+    out.extend_from_slice(b"{\"path\":");
+    string(out, &f.path);
+    if let Some(v) = &f.before {
+        field(out, "before");
+        out.extend_from_slice(v.get().as_bytes());
+    }
+    if let Some(v) = &f.after {
+        field(out, "after");
+        out.extend_from_slice(v.get().as_bytes());
+    }
+    field(out, "restored");
+    boolean(out, f.restored);
+    out.push(b'}');
 }
 
 fn hop(out: &mut Vec<u8>, h: &HopOut) {
@@ -244,7 +301,7 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::super::{ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
+    use super::super::{ActorOut, Enriched, FieldOut, HopOut, ObjectOut, ParentOut, Phase, RevertOut, RevertedObject};
     use crate::classify::policy::Resolution;
     use crate::classify::Class;
     use crate::filter::Verb;
@@ -298,11 +355,27 @@ mod tests {
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![t.clone(), Arc::from("b")] },
             resolution: Some(Resolution::Approved),
+            reverts: Some(vec![revert(text, true), revert(text, false)]),
             freeze_violation: true,
             snoozed: false,
             trace: vec![hop(text, labels), hop("", serde_json::Map::new())],
             trace_truncated: true,
             late: true,
+        }
+    }
+
+    fn revert(text: &str, fields: bool) -> RevertOut {
+        let raw = |v: &str| Some(serde_json::value::RawValue::from_string(v.to_string()).unwrap());
+        let field = FieldOut { path: Arc::from(text), before: raw(&serde_json::to_string(text).unwrap()), after: raw("{\"a\":[1,null]}"), restored: true };
+        let absent = FieldOut { path: Arc::from("spec.x"), before: None, after: None, restored: false };
+        RevertOut {
+            user: Arc::from(text),
+            person: fields,
+            audit_id: Arc::from(text),
+            time: Arc::from(text),
+            verb: if fields { Verb::Update } else { Verb::Delete },
+            object: RevertedObject { api_version: Arc::from(text), kind: Arc::from(text), name: Name::from(text) },
+            fields: fields.then(|| vec![field, absent]),
         }
     }
 
@@ -325,6 +398,7 @@ mod tests {
             e.subresource = None;
             e.parent = None;
             e.resolution = None;
+            e.reverts = None;
             e.actor = ActorOut { is_controller: None, controllers: Vec::new() };
             e.trace.clear();
             e.trace_truncated = false;
@@ -342,6 +416,7 @@ mod tests {
                 finished: None,
                 phase: None,
             });
+            e.reverts = Some(Vec::new());
             same_as_serde(&e);
             e.parent.as_mut().unwrap().finished = Some(false);
             same_as_serde(&e);

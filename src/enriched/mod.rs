@@ -37,6 +37,10 @@ pub struct Enriched {
     /// Drift only: what the parent's approvals and rejections say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolution: Option<Resolution>,
+    /// Drift only: the origin writes this drift undoes (DESIGN §1.8); empty when it undoes
+    /// nobody's write (its cause is outside the stream).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverts: Option<Vec<RevertOut>>,
     /// The parent carries `kausality.io/freeze` and a child was changed anyway.
     pub freeze_violation: bool,
     /// Drift under an unexpired `kausality.io/snooze`: no drift report.
@@ -108,6 +112,65 @@ pub struct ActorOut {
     pub is_controller: Option<bool>,
     /// Who the controller is (or may be), as far as the stream tells.
     pub controllers: Vec<Arc<str>>,
+}
+
+/// An origin write that a drift undoes.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevertOut {
+    pub user: Arc<str>,
+    /// The user is a person (not a `system:` user: no service account, node or control-plane
+    /// component).
+    pub person: bool,
+    #[serde(rename = "auditID")]
+    pub audit_id: Arc<str>,
+    /// The origin write's stageTimestamp.
+    pub time: Arc<str>,
+    pub verb: crate::filter::Verb,
+    /// What it touched: the drifting child itself, or the sibling it removed.
+    pub object: RevertedObject,
+    /// The fields the drift overwrote (`None`: not known, the content before the origin write
+    /// was not at hand).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Vec<FieldOut>>,
+}
+
+impl RevertOut {
+    /// A removal of a sibling (a delete or an eviction) rather than a change of the child.
+    pub fn is_removal(&self) -> bool {
+        self.verb.is_delete()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevertedObject {
+    pub api_version: Arc<str>,
+    pub kind: Arc<str>,
+    pub name: Name,
+}
+
+/// A leaf field an origin write changed and the drift overwrote.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldOut {
+    /// Dotted path, arrays by index: `spec.replicas`, `spec.template.spec.containers[0].image`.
+    pub path: Arc<str>,
+    /// The value before the origin write; absent when the field was absent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before: Option<Box<serde_json::value::RawValue>>,
+    /// The value the origin write set; absent when it removed the field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<Box<serde_json::value::RawValue>>,
+    /// The drift put back the value before the origin write.
+    pub restored: bool,
+}
+
+impl PartialEq for FieldOut {
+    fn eq(&self, o: &Self) -> bool {
+        let text = |v: &Option<Box<serde_json::value::RawValue>>| v.as_ref().map(|r| r.get().to_string());
+        self.path == o.path && text(&self.before) == text(&o.before) && text(&self.after) == text(&o.after) && self.restored == o.restored
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]

@@ -72,6 +72,18 @@ pub struct Options {
     /// Upper bound on a graceful shutdown (drain, flush sinks, write the snapshot).
     /// Default: `"25s"` (below Kubernetes' default 30 s grace period).
     pub shutdown_timeout: Span,
+    /// How far back (event time) a drift looks for the origin writes it reverts (DESIGN §1.8).
+    /// Default: `"168h"` (7 days).
+    pub revert_horizon: Span,
+    /// Most contents of controller-owned children kept, so that an origin write can name the
+    /// fields it changed (the least recently written go first). Default: 16384.
+    pub revert_contents_max_entries: usize,
+    /// Most bytes of JSON text in that cache (the memory it costs, plus about 100 bytes per
+    /// entry). Default: 16777216 (16 MiB).
+    pub revert_contents_max_bytes: usize,
+    /// Kind keys whose field changes are not tracked (their reverts are named without fields).
+    /// Default: `["Pod"]`.
+    pub revert_untracked_kinds: Vec<String>,
 }
 
 impl Default for Options {
@@ -89,6 +101,10 @@ impl Default for Options {
             sink_queue_capacity: 64,
             tick_interval: Span::ms(50),
             shutdown_timeout: Span::secs(25),
+            revert_horizon: Span::secs(7 * 24 * 3600),
+            revert_contents_max_entries: crate::classify::DEFAULT_CONTENTS_MAX_ENTRIES,
+            revert_contents_max_bytes: crate::classify::DEFAULT_CONTENTS_MAX_BYTES,
+            revert_untracked_kinds: vec!["Pod".to_string()],
         }
     }
 }

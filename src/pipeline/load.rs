@@ -241,6 +241,7 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
         ("options.reorder_max_held", o.reorder_max_held),
         ("options.max_clusters", o.max_clusters),
         ("options.max_record_bytes", o.max_record_bytes),
+        ("options.revert_contents_max_entries", o.revert_contents_max_entries),
     ] {
         if v == 0 {
             errors.push(key, None, "must be at least 1");

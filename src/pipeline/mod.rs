@@ -152,6 +152,7 @@ fn model_config(cfg: &PipelineConfig) -> ModelConfig {
             model.ignore_field(&ig.kind, p);
         }
     }
+    model.untracked_field_kinds = cfg.options.revert_untracked_kinds.clone();
     for lc in &cfg.lifecycle {
         model.lifecycle.insert(lc.kind.clone(), lc.signals.clone());
     }
@@ -199,7 +200,14 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         }
     }
     let o = &cfg.options;
-    let engine_options = EngineOptions { max_objects: o.max_objects, tombstone_ttl_us: o.tombstone_ttl.as_micros_i64(), max_trace_hops: o.max_trace_hops };
+    let engine_options = EngineOptions {
+        max_objects: o.max_objects,
+        tombstone_ttl_us: o.tombstone_ttl.as_micros_i64(),
+        max_trace_hops: o.max_trace_hops,
+        revert_horizon_us: o.revert_horizon.as_micros_i64(),
+        contents_max_entries: o.revert_contents_max_entries,
+        contents_max_bytes: o.revert_contents_max_bytes,
+    };
     let engine = Arc::new(Engine::new(model_config(&cfg), engine_options));
     let popts = ProcessorOptions {
         default_cluster: cfg.cluster.clone(),

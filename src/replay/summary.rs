@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use crate::classify::Class;
 use crate::decode::{Invalid, InvalidReason};
-use crate::enriched::Enriched;
+use crate::enriched::{Enriched, RevertOut};
 use crate::filter::Ignored;
 use crate::metrics::Metrics;
 
@@ -23,11 +23,18 @@ pub struct Summary {
     pub drift_parents: HashMap<String, u64>,
     pub drift_controllers: HashMap<String, u64>,
     pub invalid_examples: Vec<String>,
+    /// Origin writes that a drift reverted (DESIGN §1.8), the first [`REVERTS_SHOWN`] in words.
+    pub reverted: Vec<String>,
+    /// All reverted origin writes, and those of persons.
+    pub reverted_total: u64,
+    pub reverted_persons: u64,
     /// Objects in the state store at the end.
     pub tracked_objects: usize,
 }
 
 const EXAMPLES: usize = 5;
+/// Reverted changes listed by name in the summary.
+pub const REVERTS_SHOWN: usize = 20;
 
 impl Summary {
     pub fn record(&mut self, e: &Enriched) {
@@ -42,6 +49,13 @@ impl Summary {
             });
             *self.drift_parents.entry(parent).or_default() += 1;
             *self.drift_controllers.entry(e.user.to_string()).or_default() += 1;
+            for r in e.reverts.iter().flatten() {
+                self.reverted_total += 1;
+                self.reverted_persons += r.person as u64;
+                if self.reverted.len() < REVERTS_SHOWN {
+                    self.reverted.push(reverted_line(e, r));
+                }
+            }
         }
     }
 
@@ -104,6 +118,15 @@ impl Summary {
             thousands(self.classified()),
             classes.iter().map(|(c, n)| format!("{} {}", c.as_str(), thousands(*n))).collect::<Vec<_>>().join(" · ")
         );
+        if self.reverted_total > 0 {
+            let _ = writeln!(s, "  reverted changes: {} ({} by persons)", thousands(self.reverted_total), thousands(self.reverted_persons));
+            for line in &self.reverted {
+                let _ = writeln!(s, "    {line}");
+            }
+            if self.reverted_total > self.reverted.len() as u64 {
+                let _ = writeln!(s, "    ... and {} more (the `reverts` of the drift events)", thousands(self.reverted_total - self.reverted.len() as u64));
+            }
+        }
         for (title, map) in [("top drifting parents", &self.drift_parents), ("top drifting controllers", &self.drift_controllers)] {
             if map.is_empty() {
                 continue;
@@ -117,6 +140,37 @@ impl Summary {
         }
         s
     }
+}
+
+/// One reverted change in words: when, who, what they did, and which drift undid it.
+fn reverted_line(e: &Enriched, r: &RevertOut) -> String {
+    let ns = if e.object.namespace.is_empty() { String::new() } else { format!("{}/", e.object.namespace) };
+    let fields = match &r.fields {
+        None => String::new(),
+        Some(fields) => {
+            let shown: Vec<String> = fields
+                .iter()
+                .map(|f| {
+                    let v = |x: &Option<Box<serde_json::value::RawValue>>| x.as_ref().map_or("(absent)".to_string(), |r| r.get().to_string());
+                    format!("{} {}→{}", f.path, v(&f.before), v(&f.after))
+                })
+                .collect();
+            format!(" {}", shown.join(", "))
+        }
+    };
+    format!(
+        "{} {}{} {} {} {ns}{}{fields} · undone by {} ({} of {} {ns}{})",
+        r.time,
+        r.user,
+        if r.person { "" } else { " (not a person)" },
+        r.verb.as_str(),
+        r.object.kind,
+        r.object.name,
+        e.user,
+        e.verb.as_str(),
+        e.object.kind,
+        e.object.name
+    )
 }
 
 /// Peak resident memory of this process in KiB (Linux: VmHWM), for the summary.

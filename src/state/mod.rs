@@ -8,6 +8,6 @@ mod store;
 
 pub use hash::{FastBuild, FastHasher};
 pub use intern::{Interner, Marks, Pin, Swept, Sym, Ty};
-pub use object::{name_key, ObjectState, OwnerKey, Recent, SharedPolicy, TraceState, MAX_RECENT};
+pub use object::{name_key, FieldChange, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState, MAX_ORIGIN_WRITES, MAX_RECENT, MAX_REMOVED};
 pub use snapshot::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats};
 pub use store::{ObjKey, Store, StoreStats};

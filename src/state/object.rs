@@ -1,11 +1,13 @@
 //! What is remembered of one object between its writes.
 
+mod origin;
 mod rare;
 mod trace;
 
 use super::{ObjKey, Sym, Ty};
 use crate::classify::trace::Trace;
 use crate::write::{ObservedSource, Uid};
+pub use origin::{FieldChange, OriginWrite, MAX_ORIGIN_WRITES, MAX_REMOVED};
 
 /// The 32 bits of an object's name that its state keeps ([`ObjectState::name_key`]).
 pub fn name_key(name: &str) -> u32 {

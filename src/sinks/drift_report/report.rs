@@ -6,13 +6,14 @@
 //! `operation`, and a `newObject` that carries only the child's identity (the audit event's
 //! full object is not kept past classification). Fields Kausality does not define are
 //! kausality-stream's additions, which Kausality's receivers ignore: `cluster`, `user`,
-//! `timestamp`, `resolution`.
+//! `timestamp`, `resolution`, `reverts` (the origin writes the drift undoes, as in the
+//! enriched event).
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::classify::policy::Resolution;
-use crate::enriched::{Enriched, Phase as LifecyclePhase};
+use crate::enriched::{Enriched, Phase as LifecyclePhase, RevertOut};
 use crate::filter::Verb;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -57,6 +58,10 @@ pub struct Spec {
     pub timestamp: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolution: Option<Resolution>,
+    /// The origin writes the drift undoes (DESIGN §1.8), as in the enriched event; empty when
+    /// it undoes nobody's write.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reverts: Option<Vec<RevertOut>>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -160,6 +165,7 @@ pub fn detected(e: &Enriched, parent_namespace: Option<&str>) -> Option<DriftRep
             user: e.user.to_string(),
             timestamp: e.stage_timestamp.to_string(),
             resolution: e.resolution,
+            reverts: e.reverts.clone(),
         },
     })
 }

@@ -162,12 +162,35 @@ mod tests {
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![] },
             resolution: Some(Resolution::Unresolved),
+            reverts: Some(Vec::new()),
             freeze_violation: false,
             snoozed: false,
             trace: vec![],
             trace_truncated: false,
             late: false,
         }
+    }
+
+    #[test]
+    fn the_report_carries_what_the_drift_reverts() {
+        let mut e = drift("1", "a", 1);
+        let report = |e: &Enriched| serde_json::to_value(super::super::report::detected(e, None).unwrap()).unwrap();
+        assert_eq!(report(&e)["spec"]["reverts"], serde_json::json!([]), "reverts nobody: an empty list");
+        e.reverts = Some(vec![crate::enriched::RevertOut {
+            user: Arc::from("alice"),
+            person: true,
+            audit_id: Arc::from("x-1"),
+            time: Arc::from("2024-05-01T09:00:00.000001Z"),
+            verb: Verb::Update,
+            object: crate::enriched::RevertedObject { api_version: Arc::from("v1"), kind: Arc::from("ConfigMap"), name: crate::write::Name::from("a") },
+            fields: None,
+        }]);
+        let r = report(&e);
+        assert_eq!(r["spec"]["reverts"][0]["user"], "alice");
+        assert_eq!(r["spec"]["reverts"][0]["auditID"], "x-1");
+        assert!(r["spec"]["reverts"][0].get("fields").is_none(), "fields unknown: absent");
+        e.reverts = None;
+        assert!(report(&e)["spec"].get("reverts").is_none());
     }
 
     fn phases(out: &[DriftReport]) -> Vec<(Phase, String)> {

@@ -1,9 +1,11 @@
 //! What few objects need: updater sets past one user, used-up approvals, wide generations,
-//! and the policy, in one box shared by the objects whose box would hold the same policy and
-//! nothing else.
+//! origin writes waiting to be reverted, which platform-policy selectors matched, and the
+//! policy, in one box shared by the objects whose box would hold the same policy and nothing
+//! else.
 
 use std::sync::Arc;
 
+use super::origin::Origins;
 use super::ObjectState;
 use crate::classify::policy::Policy;
 use crate::state::Sym;
@@ -73,11 +75,10 @@ pub(super) struct Rare {
     /// `once` approvals already used up, by content hash, oldest first. A boxed slice, not a
     /// `Vec` (8 bytes less; it is replaced on each rare use-up).
     consumed_approvals: Box<[u64]>,
-    /// The observed, the status-write and the object's generation when the state cannot keep
-    /// them in 16 bits (in that order): a generation past 32,767, an observed generation that
-    /// far from it. Boxed again: rare even in a busy cluster, and inline it would take the box
-    /// from glibc's 96-byte bin to the 112-byte one.
-    wide: Option<Box<[i64; 3]>>,
+    /// The parts rare even among these objects (wide generations, origin writes, matched
+    /// selectors). Boxed again: inline they would take the box from glibc's 96-byte bin to a
+    /// larger one.
+    pub(super) ext: Option<Box<Ext>>,
     /// Parsed `kausality.io/` annotations, shared by objects with the same ones; `None` for
     /// the many objects without any.
     policy: Option<Arc<Policy>>,
@@ -86,7 +87,24 @@ pub(super) struct Rare {
 impl Rare {
     /// Holds a policy and nothing else (or nothing at all).
     fn only_policy(&self) -> bool {
-        self.updaters.is_empty() && self.status_updaters.is_empty() && self.consumed_approvals.is_empty() && self.wide.is_none()
+        self.updaters.is_empty() && self.status_updaters.is_empty() && self.consumed_approvals.is_empty() && self.ext.is_none()
+    }
+
+    /// Holds nothing at all: the state can drop it.
+    pub(super) fn is_empty(&self) -> bool {
+        self.only_policy() && self.policy.is_none()
+    }
+
+    /// The rarest parts, made on first use.
+    pub(super) fn ext_mut(&mut self) -> &mut Ext {
+        self.ext.get_or_insert_with(Box::default)
+    }
+
+    /// Drops the rarest parts once they hold nothing.
+    pub(super) fn drop_empty_ext(&mut self) {
+        if self.ext.as_deref().is_some_and(Ext::is_empty) {
+            self.ext = None;
+        }
     }
 
     /// The updater sets are here, not in the state (either holds more than one user).
@@ -95,11 +113,31 @@ impl Rare {
     }
 
     pub(super) fn wide(&self, slot: usize) -> i64 {
-        self.wide.as_ref().map_or(0, |w| w[slot])
+        self.ext.as_ref().map_or(0, |e| e.wide[slot])
     }
 
     pub(super) fn wide_mut(&mut self) -> &mut [i64; 3] {
-        self.wide.get_or_insert_with(Box::default)
+        &mut self.ext_mut().wide
+    }
+}
+
+/// The rarest parts of an object's state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Ext {
+    /// The observed, the status-write and the object's generation when the state cannot keep
+    /// them in 16 bits (in that order): a generation past 32,767, an observed generation that
+    /// far from it. 0 when unused.
+    pub(super) wide: [i64; 3],
+    /// Origin writes waiting for the controller to revert them (DESIGN §1.8).
+    pub(super) origins: Origins,
+    /// Which of the pipeline's policy label selectors matched the object's labels at its
+    /// latest write, one bit per selector (DESIGN §1.7).
+    pub(super) selectors: u64,
+}
+
+impl Ext {
+    fn is_empty(&self) -> bool {
+        *self == Ext::default()
     }
 }
 

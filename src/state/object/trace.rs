@@ -47,7 +47,8 @@ impl TraceState {
 
 impl ObjectState {
     /// Marks every string and type the state refers to, for a sweep of the interner: its
-    /// key's cluster, type, namespace, updaters, owner's type, and its trace's (each trace node
+    /// key's cluster, type, namespace, updaters, owner's type, its origin writes' users and
+    /// types, and its trace's (each trace node
     /// once: `seen` holds those marked already, shared prefixes are walked once).
     pub fn mark(&self, m: &mut Marks, seen: &mut HashSet<*const TraceNode>) {
         m.sym(self.key.cluster);
@@ -59,6 +60,7 @@ impl ObjectState {
         if let Some(o) = &self.owner {
             m.ty(o.ty);
         }
+        self.mark_origins(m);
         if let Some(u) = self.trace_user {
             m.sym(u);
         }

@@ -1,0 +1,449 @@
+//! What a drift reverts (DESIGN §1.8). A write by someone other than the controller to a
+//! child is kept on the child as an origin write, with the leaf fields it changed when the
+//! child's content before it is in the cache of recent contents; a removal of a child by
+//! someone other than the controller is kept on the parent. A later write of the controller
+//! to the child settles the child's origin writes (those whose fields it overwrites, or all of
+//! them when the fields are unknown) and a controller's create takes the oldest removed
+//! sibling: a drift names them in `reverts`, any other class drops them silently (the parent
+//! asked for the change).
+
+use std::collections::BTreeMap;
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+
+use lru::LruCache;
+use serde_json::value::RawValue;
+use serde_json::Value;
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::judge::Child;
+use super::{Class, Engine, Identity};
+use crate::enriched::{FieldOut, RevertOut, RevertedObject};
+use crate::filter::Verb;
+use crate::state::{FastBuild, FieldChange, ObjKey, OriginWrite};
+use crate::write::{Uid, Write};
+
+/// Most fields an origin write records (the first by path).
+const MAX_FIELDS: usize = 32;
+/// Longest value kept as it is; a longer one is kept as its length and hash.
+const MAX_VALUE_BYTES: usize = 256;
+
+/// A person, for `revertsPerson` and the revert metric: a user whose name does not start with
+/// `system:` (service accounts `system:serviceaccount:...`, nodes `system:node:...`, the
+/// control plane's own `system:kube-controller-manager`, ...). Impersonation counts as the
+/// impersonated user (the effective user of the write).
+pub fn is_person(user: &str) -> bool {
+    !user.is_empty() && !user.starts_with("system:")
+}
+
+/// The leaf fields of a content text: dotted path (`spec.replicas`,
+/// `spec.template.spec.containers[0].image`) to compact JSON text. Leaves are scalars and
+/// empty arrays or objects.
+pub type Leaves = BTreeMap<String, Box<str>>;
+
+pub fn leaves(content: &str) -> Option<Leaves> {
+    let v: Value = serde_json::from_str(content).ok()?;
+    let mut out = Leaves::new();
+    walk(&v, &mut String::new(), &mut out);
+    Some(out)
+}
+
+fn walk(v: &Value, path: &mut String, out: &mut Leaves) {
+    let len = path.len();
+    match v {
+        Value::Object(m) if !m.is_empty() => {
+            for (k, child) in m {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+                walk(child, path, out);
+                path.truncate(len);
+            }
+        }
+        Value::Array(a) if !a.is_empty() => {
+            for (i, child) in a.iter().enumerate() {
+                path.push_str(&format!("[{i}]"));
+                walk(child, path, out);
+                path.truncate(len);
+            }
+        }
+        leaf => {
+            let text = leaf.to_string();
+            let kept = if text.len() > MAX_VALUE_BYTES { format!("\"({} bytes, xxh3 {:016x})\"", text.len(), xxh3_64(text.as_bytes())) } else { text };
+            out.insert(path.clone(), kept.into_boxed_str());
+        }
+    }
+}
+
+/// The leaf fields that differ between `before` and `after`, by path (at most [`MAX_FIELDS`]).
+pub fn diff(before: &Leaves, after: &Leaves) -> Vec<FieldChange> {
+    let mut paths: Vec<&String> = before.keys().chain(after.keys()).collect();
+    paths.sort();
+    paths.dedup();
+    paths
+        .into_iter()
+        .filter(|p| before.get(*p) != after.get(*p))
+        .take(MAX_FIELDS)
+        .map(|p| FieldChange { path: p.as_str().into(), before: before.get(p).cloned(), after: after.get(p).cloned() })
+        .collect()
+}
+
+/// What the controller's write leaves in a child, as far as it is known.
+pub(super) enum Now {
+    /// Its whole content.
+    Full(Leaves),
+    /// Only these fields (a scale write: `spec.replicas`); the others did not change.
+    Partial(Leaves),
+    /// The child was deleted.
+    Removed,
+    /// Not known (kind not tracked, content not cached).
+    Unknown,
+}
+
+impl Now {
+    /// The value of `path` now: `Some(None)` when absent, `None` when not known.
+    fn value(&self, path: &str) -> Option<Option<&Box<str>>> {
+        match self {
+            Now::Full(l) => Some(l.get(path)),
+            Now::Partial(l) => l.get(path).map(Some),
+            Now::Removed => Some(None),
+            Now::Unknown => None,
+        }
+    }
+}
+
+/// What a write leaves in a child, as text.
+enum After {
+    Text(Arc<str>),
+    Replicas(i64),
+    Removed,
+    Unknown,
+}
+
+impl After {
+    fn leaves(&self) -> Now {
+        match self {
+            After::Text(t) => leaves(t).map_or(Now::Unknown, Now::Full),
+            After::Replicas(n) => Now::Partial(Leaves::from([("spec.replicas".to_string(), n.to_string().into_boxed_str())])),
+            After::Removed => Now::Removed,
+            After::Unknown => Now::Unknown,
+        }
+    }
+}
+
+/// A revert found: the origin write, and the fields the controller's write overwrote with, for
+/// each, whether it restored the value before the origin write (`None`: fields unknown).
+pub(super) struct Reverted {
+    pub write: OriginWrite,
+    pub fields: Option<Vec<(FieldChange, bool)>>,
+}
+
+/// Splits a child's origin writes at a controller's write that leaves `now`: those it
+/// reverts, and those it leaves standing. Writes older than `since_us` are dropped.
+pub(super) fn settle(writes: &[OriginWrite], now: &Now, since_us: i64) -> (Vec<Reverted>, Vec<OriginWrite>) {
+    let (mut reverted, mut standing) = (Vec::new(), Vec::new());
+    for w in writes.iter().filter(|w| w.time_us >= since_us) {
+        let Some(fields) = w.fields.as_deref() else {
+            reverted.push(Reverted { write: w.clone(), fields: None });
+            continue;
+        };
+        if matches!(now, Now::Unknown) {
+            reverted.push(Reverted { write: w.clone(), fields: None });
+            continue;
+        }
+        let overwritten: Vec<(FieldChange, bool)> = fields
+            .iter()
+            .filter_map(|f| {
+                let value = now.value(&f.path)?;
+                (value != f.after.as_ref()).then(|| (f.clone(), value == f.before.as_ref()))
+            })
+            .collect();
+        if overwritten.is_empty() {
+            standing.push(w.clone());
+        } else {
+            reverted.push(Reverted { write: w.clone(), fields: Some(overwritten) });
+        }
+    }
+    (reverted, standing)
+}
+
+type ContentMap = LruCache<ObjKey, Arc<str>, FastBuild>;
+
+/// The recent contents of controller-owned children (DESIGN §1.8): what an origin write needs
+/// to name the fields it changed. Bounded by entries and by bytes of text; the least recently
+/// written go first.
+pub struct Contents {
+    /// The contents, and the bytes of text they hold.
+    map: Mutex<(ContentMap, usize)>,
+    max_entries: usize,
+    max_bytes: usize,
+}
+
+impl Contents {
+    pub fn new(max_entries: usize, max_bytes: usize) -> Self {
+        let cap = NonZeroUsize::new(max_entries.max(1)).expect("non-zero");
+        Contents { map: Mutex::new((LruCache::with_hasher(cap, FastBuild::default()), 0)), max_entries: max_entries.max(1), max_bytes }
+    }
+
+    /// Keeps `content` as the object's latest; returns the one it replaces.
+    pub fn swap(&self, key: ObjKey, content: Option<Arc<str>>) -> Option<Arc<str>> {
+        let mut guard = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (map, bytes) = &mut *guard;
+        let old = map.pop(&key);
+        *bytes -= old.as_ref().map_or(0, |o| o.len());
+        if let Some(c) = content.filter(|c| c.len() <= self.max_bytes) {
+            *bytes += c.len();
+            if let Some((_, evicted)) = map.push(key, c) {
+                *bytes -= evicted.len();
+            }
+            while *bytes > self.max_bytes || map.len() > self.max_entries {
+                match map.pop_lru() {
+                    Some((_, evicted)) => *bytes -= evicted.len(),
+                    None => break,
+                }
+            }
+        }
+        old
+    }
+
+    /// (entries, bytes of text) held.
+    pub fn usage(&self) -> (usize, usize) {
+        let guard = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (guard.0.len(), guard.1)
+    }
+}
+
+/// `spec.replicas` set to `replicas` in a content text.
+pub(super) fn with_replicas(content: &str, replicas: i64) -> Option<Arc<str>> {
+    let mut v: Value = serde_json::from_str(content).ok()?;
+    v.get_mut("spec")?.as_object_mut()?.insert("replicas".to_string(), Value::from(replicas));
+    Some(Arc::from(v.to_string()))
+}
+
+/// What a write says of a child's content.
+#[derive(Clone, Copy)]
+pub(super) enum Written<'a> {
+    /// The whole content (create, update, patch; a delete that returned the object).
+    Full(&'a Arc<str>),
+    /// `spec.replicas` only (a scale write).
+    Replicas(i64),
+    /// Nothing (a kind whose fields are not tracked, a delete answered with a Status).
+    Nothing,
+}
+
+impl Engine {
+    /// Keeps the cache of recent contents up to date with a write to a controller-owned child
+    /// and returns the content before it and what it leaves (texts, parsed only when needed).
+    fn contents_at(&self, key: ObjKey, written: Written<'_>, removes: bool) -> (Option<Arc<str>>, After) {
+        if removes {
+            return (self.contents.swap(key, None), After::Removed);
+        }
+        match written {
+            Written::Full(text) => (self.contents.swap(key, Some(text.clone())), After::Text(text.clone())),
+            Written::Replicas(n) => {
+                let before = self.contents.swap(key, None);
+                match before.as_deref().and_then(|b| with_replicas(b, n)) {
+                    Some(after) => {
+                        self.contents.swap(key, Some(after.clone()));
+                        (before, After::Text(after))
+                    }
+                    None => (before, After::Replicas(n)),
+                }
+            }
+            Written::Nothing => (None, After::Unknown),
+        }
+    }
+
+    /// DESIGN §1.8 for one judged write to a controller-owned child of a known parent: a write
+    /// by someone else is kept as an origin write (on the child, or as a removed child on the
+    /// parent); a write by the controller settles the child's origin writes and, when it
+    /// creates, takes the oldest removed sibling. Returns the reverts of a drift (`None` for
+    /// any other class).
+    pub(super) fn track_origins(&self, w: &Write, child: &Child<'_>, parent: Uid, class: Class, identity: &Identity) -> Option<Vec<RevertOut>> {
+        let key = ObjKey::new(w.cluster, child.uid);
+        let removes = w.verb.is_delete();
+        let (before, after) = self.contents_at(key, child.written, removes);
+        if class == Class::Deleting {
+            return None;
+        }
+        let record = || OriginWrite {
+            user: w.user,
+            audit_id: w.audit_id.clone(),
+            stage_timestamp: w.stage_timestamp.clone(),
+            time_us: w.time_us,
+            verb: w.verb,
+            ty: child.ty,
+            name: child.name.clone(),
+            fields: None,
+        };
+        match identity {
+            Identity::Undetermined => None,
+            Identity::NotController(_) if removes => {
+                self.store.update(&ObjKey::new(w.cluster, parent), |p| p.push_removed_child(record()));
+                None
+            }
+            Identity::NotController(_) => {
+                let fields = match (before.as_deref().and_then(leaves), after.leaves()) {
+                    (Some(b), Now::Full(a)) => Some(diff(&b, &a)),
+                    _ => None,
+                };
+                // A write whose tracked fields all stayed as they were has nothing to revert.
+                if fields.as_ref().is_none_or(|f| !f.is_empty()) {
+                    let origin = OriginWrite { fields: fields.map(Vec::into_boxed_slice), ..record() };
+                    self.store.update(&key, |c| c.push_origin_write(origin));
+                }
+                None
+            }
+            Identity::Controller(_) => {
+                let since = self.revert_since(w.time_us);
+                let writes = self.store.read(&key, |c| c.origin_writes().to_vec()).unwrap_or_default();
+                let mut reverted = Vec::new();
+                if !writes.is_empty() {
+                    let (found, standing) = settle(&writes, &after.leaves(), since);
+                    self.store.update(&key, |c| c.set_origin_writes(standing));
+                    reverted = found;
+                }
+                if w.verb == Verb::Create {
+                    let sibling = self.store.update(&ObjKey::new(w.cluster, parent), |p| p.take_removed_child(since)).flatten();
+                    reverted.extend(sibling.map(|write| Reverted { write, fields: None }));
+                }
+                (class == Class::Drift).then(|| reverted.into_iter().map(|r| self.revert_out(r)).collect())
+            }
+        }
+    }
+
+    /// A revert as the enriched event writes it.
+    pub(super) fn revert_out(&self, r: Reverted) -> RevertOut {
+        let w = r.write;
+        let user = self.interner.resolve(w.user);
+        let (api_version, kind) = self.interner.parts(w.ty);
+        let raw = |t: &Option<Box<str>>| t.as_deref().and_then(|t| RawValue::from_string(t.to_string()).ok());
+        RevertOut {
+            person: is_person(&user),
+            user,
+            audit_id: w.audit_id,
+            time: w.stage_timestamp,
+            verb: w.verb,
+            object: RevertedObject { api_version: self.interner.resolve(api_version), kind: self.interner.resolve(kind), name: w.name },
+            fields: r.fields.map(|fields| {
+                fields.into_iter().map(|(f, restored)| FieldOut { before: raw(&f.before), after: raw(&f.after), path: f.path.into(), restored }).collect()
+            }),
+        }
+    }
+
+    /// The oldest time an origin write may have to still count, as of `time_us`.
+    pub(super) fn revert_since(&self, time_us: i64) -> i64 {
+        time_us.saturating_sub(self.revert_horizon_us)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{Sym, Ty};
+    use crate::write::Name;
+
+    fn origin(fields: Option<Vec<FieldChange>>, time_us: i64) -> OriginWrite {
+        OriginWrite {
+            user: Sym::EMPTY,
+            audit_id: Arc::from("a"),
+            stage_timestamp: Arc::from(""),
+            time_us,
+            verb: Verb::Update,
+            ty: Ty::EMPTY,
+            name: Name::from("rs"),
+            fields: fields.map(Vec::into_boxed_slice),
+        }
+    }
+
+    fn l(s: &str) -> Leaves {
+        leaves(s).unwrap()
+    }
+
+    #[test]
+    fn leaves_are_dotted_paths_to_compact_json() {
+        let got = l(r#"{"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"a:1","args":[]}]}},"paused":null,"sel":{}}}"#);
+        let keys: Vec<&str> = got.keys().map(String::as_str).collect();
+        assert_eq!(keys, ["spec.paused", "spec.replicas", "spec.sel", "spec.template.spec.containers[0].args", "spec.template.spec.containers[0].image"]);
+        assert_eq!(&*got["spec.template.spec.containers[0].image"], "\"a:1\"");
+        assert_eq!(&*got["spec.sel"], "{}");
+        let long = format!(r#"{{"data":{{"k":"{}"}}}}"#, "x".repeat(300));
+        let v = &l(&long)["data.k"];
+        assert!(v.starts_with("\"(302 bytes, xxh3 ") && v.len() < 60, "{v}");
+        assert!(leaves("not json").is_none());
+    }
+
+    #[test]
+    fn diff_names_changed_added_and_removed_leaves() {
+        let d = diff(&l(r#"{"spec":{"replicas":2,"a":1}}"#), &l(r#"{"spec":{"replicas":5,"b":true}}"#));
+        let got: Vec<(&str, Option<&str>, Option<&str>)> = d.iter().map(|f| (&*f.path, f.before.as_deref(), f.after.as_deref())).collect();
+        assert_eq!(got, [("spec.a", Some("1"), None), ("spec.b", None, Some("true")), ("spec.replicas", Some("2"), Some("5"))]);
+        let many_before = l(&format!("{{\"spec\":{{{}}}}}", (0..40).map(|i| format!("\"f{i:02}\":1")).collect::<Vec<_>>().join(",")));
+        assert_eq!(diff(&many_before, &Leaves::new()).len(), MAX_FIELDS);
+    }
+
+    #[test]
+    fn settle_reverts_what_the_controller_overwrites_and_keeps_the_rest() {
+        let scale = FieldChange { path: "spec.replicas".into(), before: Some("2".into()), after: Some("5".into()) };
+        let edit = FieldChange { path: "spec.paused".into(), before: None, after: Some("true".into()) };
+        let writes = vec![origin(Some(vec![scale.clone()]), 10), origin(Some(vec![edit.clone()]), 20), origin(None, 30), origin(None, 1)];
+        // Scaled back to 2, paused left as the person set it.
+        let (reverted, standing) = settle(&writes, &Now::Full(l(r#"{"spec":{"replicas":2,"paused":true}}"#)), 5);
+        assert_eq!(reverted.len(), 2, "the scale and the write of unknown fields; the one past the horizon is dropped");
+        assert_eq!(reverted[0].fields.as_ref().unwrap(), &vec![(scale.clone(), true)]);
+        assert!(reverted[1].fields.is_none());
+        assert_eq!(standing, vec![writes[1].clone()]);
+        // Scaled to 3: overwritten, not restored.
+        let (reverted, _) = settle(&writes[..1], &Now::Partial(l(r#"{"spec":{"replicas":3}}"#)), 0);
+        assert_eq!(reverted[0].fields.as_ref().unwrap(), &vec![(scale.clone(), false)]);
+        // A scale leaves the edit standing; a removal reverts it (absent is its value before).
+        let (reverted, standing) = settle(&writes[1..2], &Now::Partial(l(r#"{"spec":{"replicas":3}}"#)), 0);
+        assert!(reverted.is_empty() && standing.len() == 1);
+        let (reverted, _) = settle(&writes[1..2], &Now::Removed, 0);
+        assert_eq!(reverted[0].fields.as_ref().unwrap(), &vec![(edit, true)]);
+        // Nothing known of the controller's write: reverted, fields unknown.
+        let (reverted, standing) = settle(&writes[..1], &Now::Unknown, 0);
+        assert!(reverted[0].fields.is_none() && standing.is_empty());
+    }
+
+    #[test]
+    fn contents_are_bounded_by_entries_and_bytes() {
+        let key = |i: u128| ObjKey::new(Sym::EMPTY, i);
+        let c = Contents::new(3, 10);
+        assert_eq!(c.swap(key(1), Some("aaaa".into())), None);
+        assert_eq!(c.swap(key(1), Some("bbbb".into())).as_deref(), Some("aaaa"));
+        c.swap(key(2), Some("cccc".into()));
+        assert_eq!(c.usage(), (2, 8));
+        c.swap(key(3), Some("dd".into()));
+        assert_eq!(c.usage(), (3, 10));
+        c.swap(key(4), Some("e".into()));
+        assert_eq!(c.usage(), (3, 7), "the least recent went");
+        assert_eq!(c.swap(key(1), None), None, "evicted");
+        assert_eq!(c.swap(key(5), Some("x".repeat(11).into())), None);
+        assert_eq!(c.swap(key(5), None), None, "larger than the whole budget: not kept");
+        assert_eq!(c.swap(key(4), None).as_deref(), Some("e"));
+        assert_eq!(c.usage(), (2, 6));
+    }
+
+    #[test]
+    fn persons_are_users_outside_system() {
+        for (user, person) in [
+            ("alice@example.com", true),
+            ("kubernetes-admin", true),
+            ("oidc:bob", true),
+            ("system:serviceaccount:kube-system:horizontal-pod-autoscaler", false),
+            ("system:node:worker-1", false),
+            ("system:kube-controller-manager", false),
+            ("", false),
+        ] {
+            assert_eq!(is_person(user), person, "{user}");
+        }
+    }
+
+    #[test]
+    fn replicas_are_set_in_a_content_text() {
+        assert_eq!(with_replicas(r#"{"spec":{"replicas":2,"x":1}}"#, 5).as_deref(), Some(r#"{"spec":{"replicas":5,"x":1}}"#));
+        assert_eq!(with_replicas(r#"{"data":{}}"#, 5), None);
+    }
+}

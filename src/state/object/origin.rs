@@ -1,0 +1,215 @@
+//! Origin writes an object keeps until its controller undoes them (DESIGN §1.8): writes by
+//! someone other than the controller to this object (a person's scale, an edit), and, on a
+//! parent, removals of its children by someone other than the controller (a deleted or
+//! evicted pod) waiting for their replacement. Kept in the rare box of the few objects that
+//! had such writes; every list is bounded.
+
+use std::sync::Arc;
+
+use super::ObjectState;
+use crate::filter::Verb;
+use crate::state::{Marks, Sym, Ty};
+use crate::write::Name;
+
+/// Most origin writes a child keeps (the latest; the oldest falls out).
+pub const MAX_ORIGIN_WRITES: usize = 4;
+/// Most removed children a parent keeps waiting for their replacement (oldest falls out).
+pub const MAX_REMOVED: usize = 32;
+
+/// One leaf field an origin write changed: its dotted path and its values before and after
+/// the write, as JSON text (`None`: the field was absent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldChange {
+    pub path: Box<str>,
+    pub before: Option<Box<str>>,
+    pub after: Option<Box<str>>,
+}
+
+/// A write by someone other than the controller, kept until the controller undoes it or it is
+/// older than the horizon.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OriginWrite {
+    pub user: Sym,
+    pub audit_id: Arc<str>,
+    /// As the API server wrote it.
+    pub stage_timestamp: Arc<str>,
+    /// Event time in µs since the epoch, for the horizon.
+    pub time_us: i64,
+    pub verb: Verb,
+    /// The object it touched: the child itself, or the removed sibling.
+    pub ty: Ty,
+    pub name: Name,
+    /// The leaf fields it changed; `None` when the content before the write was not known
+    /// (not in the cache of recent contents), and for removals.
+    pub fields: Option<Box<[FieldChange]>>,
+}
+
+/// The origin writes of one object; boxed in the rare part only while one list is non-empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Origins {
+    /// Writes to this object by others than its controller, oldest first.
+    pub(super) writes: Vec<OriginWrite>,
+    /// Children of this object removed by others than its controller, oldest first.
+    pub(super) removed: Vec<OriginWrite>,
+}
+
+impl Origins {
+    pub(super) fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.removed.is_empty()
+    }
+}
+
+fn push_bounded(list: &mut Vec<OriginWrite>, w: OriginWrite, max: usize) {
+    if list.len() >= max {
+        list.remove(0);
+    }
+    list.push(w);
+}
+
+impl ObjectState {
+    /// Writes to this object by others than its controller, oldest first.
+    pub fn origin_writes(&self) -> &[OriginWrite] {
+        self.rare.as_ref().and_then(|r| r.ext.as_deref()).map_or(&[], |e| &e.origins.writes)
+    }
+
+    /// Children removed by others than the controller, waiting for a replacement, oldest first.
+    pub fn removed_children(&self) -> &[OriginWrite] {
+        self.rare.as_ref().and_then(|r| r.ext.as_deref()).map_or(&[], |e| &e.origins.removed)
+    }
+
+    /// Records a write by someone other than the controller (the oldest falls out past
+    /// [`MAX_ORIGIN_WRITES`]).
+    pub fn push_origin_write(&mut self, w: OriginWrite) {
+        push_bounded(&mut self.origins_mut().writes, w, MAX_ORIGIN_WRITES);
+    }
+
+    /// Records the removal of a child by someone other than the controller (the oldest falls
+    /// out past [`MAX_REMOVED`]).
+    pub fn push_removed_child(&mut self, w: OriginWrite) {
+        push_bounded(&mut self.origins_mut().removed, w, MAX_REMOVED);
+    }
+
+    /// Replaces the origin writes (what a controller's write left of them).
+    pub fn set_origin_writes(&mut self, writes: Vec<OriginWrite>) {
+        if writes.is_empty() && self.origin_writes().is_empty() {
+            return;
+        }
+        self.origins_mut().writes = writes;
+        self.drop_empty_origins();
+    }
+
+    /// Takes the oldest removed child at or after `since_us` (older ones are dropped): the one a
+    /// replacement replaces.
+    pub fn take_removed_child(&mut self, since_us: i64) -> Option<OriginWrite> {
+        if self.removed_children().is_empty() {
+            return None;
+        }
+        let removed = &mut self.origins_mut().removed;
+        removed.retain(|r| r.time_us >= since_us);
+        let taken = (!removed.is_empty()).then(|| removed.remove(0));
+        self.drop_empty_origins();
+        taken
+    }
+
+    /// Marks the users and types of the origin writes, for a sweep of the interner.
+    pub(super) fn mark_origins(&self, m: &mut Marks) {
+        for w in self.origin_writes().iter().chain(self.removed_children()) {
+            m.sym(w.user);
+            m.ty(w.ty);
+        }
+    }
+
+    fn origins_mut(&mut self) -> &mut Origins {
+        &mut self.rare_mut().ext_mut().origins
+    }
+
+    /// Frees the rarest parts once they hold nothing, and the rare box once it holds nothing.
+    pub(super) fn drop_empty_origins(&mut self) {
+        let Some(rare) = self.rare.as_mut() else { return };
+        if rare.ext.as_deref().is_some_and(|e| e.origins.is_empty()) {
+            triomphe::Arc::make_mut(rare).drop_empty_ext();
+        }
+        if self.rare.as_deref().is_some_and(|r| r.is_empty()) {
+            self.rare = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(user: Sym, time_us: i64) -> OriginWrite {
+        OriginWrite {
+            user,
+            audit_id: Arc::from(format!("a{time_us}")),
+            stage_timestamp: Arc::from(""),
+            time_us,
+            verb: Verb::Delete,
+            ty: Ty::EMPTY,
+            name: Name::from("p"),
+            fields: None,
+        }
+    }
+
+    #[test]
+    fn lists_are_bounded_taken_in_order_and_freed_when_empty() {
+        let i = crate::state::Interner::new();
+        let a = i.intern("a");
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        for t in 0..(MAX_ORIGIN_WRITES as i64 + 2) {
+            s.push_origin_write(write(a, t));
+        }
+        assert_eq!(s.origin_writes().len(), MAX_ORIGIN_WRITES);
+        assert_eq!(s.origin_writes()[0].time_us, 2, "the oldest fell out");
+        for t in 0..(MAX_REMOVED as i64 + 1) {
+            s.push_removed_child(write(a, t));
+        }
+        assert_eq!(s.removed_children().len(), MAX_REMOVED);
+        assert_eq!(s.take_removed_child(10).map(|w| w.time_us), Some(10), "older than the horizon dropped, then the oldest");
+        assert_eq!(s.removed_children().len(), MAX_REMOVED - 10);
+        s.set_origin_writes(Vec::new());
+        assert!(s.origin_writes().is_empty());
+        while s.take_removed_child(0).is_some() {}
+        assert!(s.rare.is_none(), "nothing else was rare: the box is gone");
+        assert_eq!(s.take_removed_child(0), None);
+    }
+
+    #[test]
+    fn a_sweep_of_the_interner_keeps_what_origin_writes_name() {
+        let i = crate::state::Interner::new();
+        let (user, gone) = (i.intern("only-in-an-origin-write"), i.intern("nowhere"));
+        let ty = i.ty(i.intern("v1"), i.intern("OnlyHere"));
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        s.push_removed_child(OriginWrite { ty, ..write(user, 1) });
+        let mut t = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        t.push_origin_write(write(user, 2));
+        // Two sweeps: a string looked up lately outlives the first.
+        let mut freed = Vec::new();
+        for _ in 0..2 {
+            let mut m = i.marks();
+            s.mark(&mut m, &mut std::collections::HashSet::new());
+            t.mark(&mut m, &mut std::collections::HashSet::new());
+            let swept = i.sweep(m);
+            freed.push((swept.freed_sym(user), swept.freed_ty(ty), swept.freed_sym(gone)));
+            i.release(swept);
+        }
+        assert_eq!(freed, [(false, false, false), (false, false, true)], "the origin write's user and type stay; an unnamed string goes");
+        assert_eq!(&*i.resolve(user), "only-in-an-origin-write");
+    }
+
+    #[test]
+    fn a_shared_policy_box_is_copied_not_changed() {
+        let i = crate::state::Interner::new();
+        let entries = vec![(Box::from("kausality.io/trace-team"), Box::from("red"))];
+        let team = crate::state::SharedPolicy::new(Arc::new(crate::classify::policy::Policy::parse(&crate::write::Annotations { entries, hash: 1 })));
+        let (mut s, t) = (ObjectState::new(Ty::EMPTY, Sym::EMPTY), ObjectState::new(Ty::EMPTY, Sym::EMPTY));
+        let mut t = t;
+        s.set_policy(Some(team.clone()));
+        t.set_policy(Some(team.clone()));
+        s.push_removed_child(write(i.intern("a"), 1));
+        assert_eq!((s.removed_children().len(), t.removed_children().len()), (1, 0));
+        assert!(s.take_removed_child(0).is_some());
+        assert!(s.policy().is_some(), "the policy stays when the lists are freed");
+    }
+}

@@ -6,9 +6,11 @@
 pub mod progress;
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::scope::LabelSelector;
 use progress::{Builtin, Comparison, ConditionReason, KindProgress};
 
 /// How a kind of parent shows it has initialized (DESIGN §1.4). Any signal that holds marks
@@ -57,7 +59,45 @@ pub struct ModelConfig {
     /// instead of reverting an edit of it: keeping their contents would only crowd the others
     /// out of the cache of recent contents).
     pub untracked_field_kinds: Vec<String>,
+    /// Platform policies (DESIGN §1.7), in the order of the pipeline file.
+    pub policies: Vec<PlatformPolicy>,
+    /// The distinct label selectors of the policies: an object keeps, as one bit per selector,
+    /// which of them its labels matched at its latest write (only what the selectors need,
+    /// never the labels themselves). At most 64.
+    pub policy_selectors: Vec<LabelSelector>,
 }
+
+/// What a platform policy does to the drift it matches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PolicyAction {
+    Approve,
+    Reject,
+}
+
+/// A named rule of the platform that approves or rejects drift (DESIGN §1.7). Every criterion
+/// given must hold; an empty list or an absent value matches anything.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlatformPolicy {
+    pub name: Arc<str>,
+    pub action: PolicyAction,
+    /// Kind keys of the parent (`Kind.group`, or `Kind` for the core group).
+    pub parent_kinds: Vec<String>,
+    /// Kind keys of the drifting child.
+    pub child_kinds: Vec<String>,
+    /// Users: the drift's actor (the controller) must be one of them.
+    pub controllers: Vec<String>,
+    /// Namespaces of the drifting child.
+    pub namespaces: Vec<String>,
+    /// Index into [`ModelConfig::policy_selectors`] of the selector the parent's labels must
+    /// match.
+    pub parent_selector: Option<usize>,
+    /// Whether the drift reverts a person's write (DESIGN §1.8).
+    pub reverts_person: Option<bool>,
+}
+
+/// How many distinct label selectors the policies may use (one bit each per object).
+pub const MAX_POLICY_SELECTORS: usize = 64;
 
 impl Default for ModelConfig {
     fn default() -> Self {
@@ -68,7 +108,15 @@ impl Default for ModelConfig {
             lifecycle.insert((*kind).to_string(), signals);
         }
         let progress = Builtin::KINDS.iter().map(|&(kind, b)| (kind.to_string(), KindProgress { builtin: Some(b), ..KindProgress::default() })).collect();
-        ModelConfig { ignored_fields: HashMap::new(), lifecycle, progress, observed_is_finished: false, untracked_field_kinds: vec!["Pod".to_string()] }
+        ModelConfig {
+            ignored_fields: HashMap::new(),
+            lifecycle,
+            progress,
+            observed_is_finished: false,
+            untracked_field_kinds: vec!["Pod".to_string()],
+            policies: Vec::new(),
+            policy_selectors: Vec::new(),
+        }
     }
 }
 
@@ -80,6 +128,29 @@ impl ModelConfig {
 
     pub fn ignored(&self, kind_key: &str) -> Option<&[Vec<String>]> {
         self.ignored_fields.get(kind_key).map(Vec::as_slice)
+    }
+
+    /// Adds a platform policy; its label selector joins the distinct selectors. Fails past
+    /// [`MAX_POLICY_SELECTORS`] distinct selectors.
+    pub fn add_policy(&mut self, mut policy: PlatformPolicy, parent_labels: Option<LabelSelector>) -> Result<(), String> {
+        policy.parent_selector = match parent_labels.filter(|s| !s.is_empty()) {
+            None => None,
+            Some(sel) => Some(match self.policy_selectors.iter().position(|s| *s == sel) {
+                Some(i) => i,
+                None if self.policy_selectors.len() < MAX_POLICY_SELECTORS => {
+                    self.policy_selectors.push(sel);
+                    self.policy_selectors.len() - 1
+                }
+                None => return Err(format!("more than {MAX_POLICY_SELECTORS} distinct label selectors")),
+            }),
+        };
+        self.policies.push(policy);
+        Ok(())
+    }
+
+    /// Which policy selectors the labels match, one bit each.
+    pub fn selector_bits<'a>(&self, labels: impl Fn(&str) -> Option<&'a str>) -> u64 {
+        self.policy_selectors.iter().enumerate().filter(|(_, s)| s.matches(&labels)).fold(0, |bits, (i, _)| bits | 1 << i)
     }
 
     /// Whether the field changes of `kind_key` are tracked for reverts.

@@ -134,6 +134,9 @@ struct ReplayArgs {
     /// How far back (in event time) a drift looks for the origin writes it reverts, e.g. 168h, 30m.
     #[arg(long, default_value = "168h", value_parser = parse_duration_us)]
     revert_horizon: i64,
+    /// Platform policies that approve or reject drift: the [[policy]] tables of a pipeline file or of a file that holds only those.
+    #[arg(long)]
+    policies: Option<PathBuf>,
     /// Longest line read, in bytes; longer lines are counted as invalid (too_large).
     #[arg(long, default_value_t = 16 << 20)]
     max_line_bytes: usize,
@@ -232,6 +235,10 @@ fn replay(args: ReplayArgs) -> Result<ExitCode> {
         opts.model.add_progress(&kind, Vec::new(), vec![c], true);
     }
     opts.model.observed_is_finished = args.observed_is_finished;
+    if let Some(file) = &args.policies {
+        let policies = pipeline::load_policies(file)?;
+        pipeline::model_policies(&policies, &mut opts.model).map_err(anyhow::Error::msg)?;
+    }
     let stdout = io::stdout();
     let outcome = replay::run(&opts, &mut stdout.lock()).context("writing enriched events")?;
     if !args.quiet {

@@ -133,6 +133,9 @@ pub struct ObjectFacts {
     /// changes are tracked ([`ModelConfig::tracks_fields`]), so that an origin write can name
     /// the fields it changed and a drift the fields it reverts (DESIGN §1.8).
     pub content: Option<Arc<str>>,
+    /// Which of the platform policies' label selectors the object's labels match, one bit each
+    /// ([`ModelConfig::selector_bits`]); 0 when no policy has a selector.
+    pub selector_bits: u64,
 }
 
 impl ObjectFacts {
@@ -372,6 +375,11 @@ impl Extractor<'_> {
                 && md.finalizers == 0
                 && md.deletion_grace_period_seconds.is_none_or(|g| g <= 0),
             annotations,
+            selector_bits: if self.config.policy_selectors.is_empty() {
+                0
+            } else {
+                self.config.selector_bits(|k| md.labels.iter().find(|(lk, _)| lk == k).map(|(_, v)| v.as_ref()))
+            },
             content: if owner.is_some() && self.config.tracks_fields(&key) { Some(content_text(obj)) } else { None },
             owner,
         })

@@ -160,3 +160,31 @@ fn replay_can_judge_by_the_old_rule_and_take_signals_from_the_command_line() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a field under spec. or status."), "{}", String::from_utf8_lossy(&bad.stderr));
 }
+
+/// `replay --policies pipelines/self-healing.toml`: on the recorded deletes, the pod the
+/// ReplicaSet controller creates after alice's delete is approved by the example policy; the
+/// classes stay as recorded.
+#[test]
+fn the_self_healing_example_approves_the_recorded_replacement() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
+        .args(["replay", "--cluster", "e2e", "--reorder-window", "2s", "--no-progress", "--quiet", "--policies"])
+        .arg(root.join("pipelines/self-healing.toml"))
+        .arg(root.join("tests/fixtures/controlplane/deletes.jsonl"))
+        .output()
+        .expect("run kausality-stream replay");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let events: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let drift: Vec<&Value> = events.iter().filter(|e| e["class"] == "drift").collect();
+    assert_eq!(drift.len(), 1);
+    assert_eq!(drift[0]["auditID"], "c42554bc-71b9-460c-b456-d0c963e4e191");
+    assert_eq!((&drift[0]["resolution"], &drift[0]["policy"]), (&Value::from("approved"), &Value::from("native-self-healing")));
+    assert!(events.iter().filter(|e| e["class"] != "drift").all(|e| e.get("policy").is_none()));
+    let bad = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
+        .args(["replay", "--no-progress", "--quiet", "--policies"])
+        .arg(root.join("pipelines/kafka.toml/missing"))
+        .arg(root.join("tests/fixtures/controlplane/deletes.jsonl"))
+        .output()
+        .expect("run kausality-stream replay");
+    assert!(!bad.status.success(), "an unreadable policy file is an error");
+}

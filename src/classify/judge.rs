@@ -4,10 +4,12 @@
 use std::num::NonZeroI64;
 use std::sync::Arc;
 
+use super::platform::{self, DriftFacts};
 use super::policy::{ChildRef, Policy, Resolution};
 use super::reverts::Written;
 use super::trace::{self, Hop, Labels, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
+use crate::config::{kind_key, PlatformPolicy, PolicyAction};
 use crate::decode::time::rfc3339_micros_arc;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState, Ty};
@@ -36,6 +38,8 @@ struct ParentView {
     policy: Option<Arc<Policy>>,
     consumed: Vec<u64>,
     labels: Option<Labels>,
+    /// Which platform-policy selectors the parent's labels matched.
+    selectors: u64,
 }
 
 impl Engine {
@@ -94,6 +98,7 @@ impl Engine {
                 policy: p.policy().cloned(),
                 consumed: p.consumed_approvals().to_vec(),
                 labels,
+                selectors: p.selector_bits(),
             }
         })
     }
@@ -141,6 +146,7 @@ impl Engine {
             parent: None,
             actor: ActorOut { is_controller: None, controllers: Vec::new() },
             resolution: None,
+            policy: None,
             reverts: None,
             freeze_violation: false,
             snoozed: false,
@@ -233,6 +239,11 @@ impl Engine {
             if class == Class::Drift {
                 let (resolution, used) = policy.resolve(child_ref, p.facts.generation, &p.consumed);
                 event.resolution = Some(resolution);
+                event.policy = match resolution {
+                    Resolution::Approved => Some(Arc::from(super::policy::APPROVALS)),
+                    Resolution::Rejected => Some(Arc::from(super::policy::REJECTIONS)),
+                    Resolution::Unresolved => None,
+                };
                 event.snoozed = policy.snoozed_at(w.time_us);
                 if let Some(used) = used {
                     self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| s.consume_approval(used));
@@ -244,8 +255,38 @@ impl Engine {
         } else if class == Class::Drift {
             event.resolution = Some(Resolution::Unresolved);
         }
+        // The platform's policies, where the parent's own annotations left the drift
+        // unresolved and the parent is not frozen (its annotations win).
+        let frozen = p.policy.as_deref().is_some_and(|policy| policy.freeze.is_some());
+        if event.resolution == Some(Resolution::Unresolved) && !frozen && !self.config.policies.is_empty() {
+            if let Some(found) = self.platform_policy(&event, owner.ty, child.ty, p.selectors) {
+                event.resolution = Some(match found.action {
+                    PolicyAction::Approve => Resolution::Approved,
+                    PolicyAction::Reject => Resolution::Rejected,
+                });
+                event.policy = Some(found.name.clone());
+            }
+        }
         event.parent = Some(parent_out);
         (event, state)
+    }
+
+    /// The platform policy that resolves a drift (DESIGN §1.7), if any.
+    fn platform_policy(&self, event: &Enriched, parent: Ty, child: Ty, parent_selectors: u64) -> Option<&PlatformPolicy> {
+        let key = |ty: Ty| {
+            let (api_version, kind) = self.interner.parts(ty);
+            kind_key(&self.interner.resolve(api_version), &self.interner.resolve(kind))
+        };
+        let (parent_kind, child_kind) = (key(parent), key(child));
+        let facts = DriftFacts {
+            parent_kind: &parent_kind,
+            child_kind: &child_kind,
+            controller: &event.user,
+            namespace: &event.object.namespace,
+            parent_selectors,
+            reverts_person: event.reverts.iter().flatten().any(|r| r.person),
+        };
+        platform::resolve(&self.config.policies, &facts)
     }
 
     fn reason(&self, class: Class, p: &ParentView, identity: &Identity, user: &str) -> String {

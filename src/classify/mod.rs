@@ -4,6 +4,7 @@
 
 mod decide;
 mod judge;
+pub mod platform;
 pub mod policy;
 mod reverts;
 pub mod trace;
@@ -281,6 +282,11 @@ impl Engine {
             s.last_resource_version = rv;
         }
         s.owner = f.owner.as_ref().map(|o| OwnerKey::new(o.uid, o.ty));
+        // Which policy selectors its labels match, kept only where a drift can ask: objects
+        // known to own others and the tops of trees (the many leaves never need it).
+        if f.selector_bits != s.selector_bits() && (f.selector_bits == 0 || s.owner.is_none() || self.owner_kinds.contains_key(&s.ty)) {
+            s.set_selector_bits(f.selector_bits);
+        }
         match &f.annotations {
             None => s.set_policy(None),
             Some(a) if s.policy().is_some_and(|p| p.source_hash == a.hash) => {}

@@ -41,6 +41,10 @@ impl Enriched {
             field(out, "resolution");
             string(out, r.as_str());
         }
+        if let Some(p) = &self.policy {
+            field(out, "policy");
+            string(out, p);
+        }
         if let Some(reverts) = &self.reverts {
             field(out, "reverts");
             list(out, reverts, revert);
@@ -355,6 +359,7 @@ mod tests {
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![t.clone(), Arc::from("b")] },
             resolution: Some(Resolution::Approved),
+            policy: Some(t.clone()),
             reverts: Some(vec![revert(text, true), revert(text, false)]),
             freeze_violation: true,
             snoozed: false,
@@ -398,6 +403,7 @@ mod tests {
             e.subresource = None;
             e.parent = None;
             e.resolution = None;
+            e.policy = None;
             e.reverts = None;
             e.actor = ActorOut { is_controller: None, controllers: Vec::new() };
             e.trace.clear();

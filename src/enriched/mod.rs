@@ -37,6 +37,10 @@ pub struct Enriched {
     /// Drift only: what the parent's approvals and rejections say.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolution: Option<Resolution>,
+    /// Drift only: what resolved it: a platform policy's name, or the parent's annotation
+    /// (`kausality.io/approvals`, `kausality.io/rejections`); absent when unresolved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<Arc<str>>,
     /// Drift only: the origin writes this drift undoes (DESIGN §1.8); empty when it undoes
     /// nobody's write (its cause is outside the stream).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::duration::Span;
-use crate::config::LifecycleSignal;
+use crate::config::{LifecycleSignal, PolicyAction};
 use crate::sinks::SinkConfig;
 use crate::sources::SourceConfig;
 
@@ -24,6 +24,8 @@ pub struct PipelineConfig {
     pub ignore: Vec<IgnoreConfig>,
     pub lifecycle: Vec<LifecycleConfig>,
     pub in_progress: Vec<InProgressConfig>,
+    /// Platform policies that approve or reject drift, in order (DESIGN §1.7).
+    pub policies: Vec<PolicyConfig>,
     /// Where audit events come from; at least one.
     pub sources: Vec<SourceConfig>,
     /// Where enriched events go; none is allowed (metrics only).
@@ -178,6 +180,44 @@ pub struct InProgressConfig {
 
 fn keep_builtin() -> bool {
     true
+}
+
+/// `[[policy]]`: a named platform policy that approves or rejects drift (DESIGN §1.7). Every
+/// criterion given must hold; an absent one matches anything. The parent's own annotations
+/// (`kausality.io/approvals`, `rejections`, `freeze`) win over every policy; among policies a
+/// rejection wins over an approval, and the first matching policy of that action in the file
+/// names the resolution (the enriched event's `policy`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyConfig {
+    /// Unique name, written into the enriched event and the drift report. Required.
+    pub name: String,
+    /// `approve` or `reject`. Required.
+    pub action: PolicyAction,
+    /// What the policy is for, in words. Default: none.
+    #[serde(default)]
+    pub description: Option<String>,
+    /// Kind keys of the parent (`ReplicaSet.apps`, `Widget.example.io`). Default: any.
+    #[serde(default)]
+    pub parent_kinds: Vec<String>,
+    /// Kind keys of the drifting child (`Pod`, `ConfigMap`). Default: any.
+    #[serde(default)]
+    pub child_kinds: Vec<String>,
+    /// Users that made the drift (the parent's controller), exactly as in the audit event.
+    /// Default: any.
+    #[serde(default)]
+    pub controllers: Vec<String>,
+    /// Namespaces of the drifting child. Default: any.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Equality-based label selector on the **parent's** labels (`team=platform,!canary`).
+    /// Default: any.
+    #[serde(default)]
+    pub parent_labels: Option<String>,
+    /// `true`: only drift that reverts a person's write (DESIGN §1.8); `false`: only drift that
+    /// reverts none. Default: either.
+    #[serde(default)]
+    pub reverts_person: Option<bool>,
 }
 
 /// `[metrics]`: the listener of `/metrics`, `/healthz` and `/readyz`.

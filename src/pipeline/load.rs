@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 use toml::de::{DeTable, DeValue, ValueDeserializer};
 use toml::Spanned;
 
-use super::config::{InProgressConfig, MetricsConfig, Options, PipelineConfig, ScopeConfig, StateConfig, UnknownParentsConfig};
+use super::config::{InProgressConfig, MetricsConfig, Options, PipelineConfig, PolicyConfig, ScopeConfig, StateConfig, UnknownParentsConfig};
 use crate::config::progress::{Comparison, ConditionReason};
 use crate::scope::LabelSelector;
 
@@ -125,6 +125,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
         ignore: Vec::new(),
         lifecycle: Vec::new(),
         in_progress: Vec::new(),
+        policies: Vec::new(),
         sources: Vec::new(),
         sinks: Vec::new(),
         metrics: MetricsConfig::default(),
@@ -145,6 +146,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
             "ignore" => decode_each(&mut errors, k, value).map(|v| (idx.ignore, cfg.ignore) = v.into_iter().unzip()),
             "lifecycle" => decode_each(&mut errors, k, value).map(|v| (idx.lifecycle, cfg.lifecycle) = v.into_iter().unzip()),
             "in_progress" => decode_each(&mut errors, k, value).map(|v| (idx.in_progress, cfg.in_progress) = v.into_iter().unzip()),
+            "policy" => decode_each(&mut errors, k, value).map(|v| (idx.policies, cfg.policies) = v.into_iter().unzip()),
             "sources" => decode_each(&mut errors, k, value).map(|v| (idx.sources, cfg.sources) = v.into_iter().unzip()),
             "sinks" => decode_each(&mut errors, k, value).map(|v| (idx.sinks, cfg.sinks) = v.into_iter().unzip()),
             "metrics" => decode_section(&mut errors, k, value).map(|v| cfg.metrics = v),
@@ -154,7 +156,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
                 errors.push(
                     other,
                     Some(at),
-                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, sources, sinks, metrics, state, unknown_parents",
+                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, policy, sources, sinks, metrics, state, unknown_parents",
                 );
                 None
             }
@@ -223,6 +225,7 @@ struct Indices {
     ignore: Vec<usize>,
     lifecycle: Vec<usize>,
     in_progress: Vec<usize>,
+    policies: Vec<usize>,
     sources: Vec<usize>,
     sinks: Vec<usize>,
 }
@@ -276,6 +279,7 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
     for (&i, ip) in idx.in_progress.iter().zip(&cfg.in_progress) {
         check_in_progress(&format!("in_progress[{i}]"), ip, errors);
     }
+    check_policies(&idx.policies, &cfg.policies, errors);
     if !has_sources {
         errors.push("sources", None, "no source: add a [[sources]] table (type = \"webhook\", \"kafka\" or \"file\")");
     }
@@ -343,6 +347,105 @@ fn check_in_progress(key: &str, ip: &InProgressConfig, errors: &mut Errors<'_>) 
     }
     if ip.builtin && ip.conditions.is_empty() && ip.fields.is_empty() {
         errors.push(key, None, "names no signal: add conditions or fields, or builtin = false to turn a native kind's built-in signals off");
+    }
+}
+
+/// The checks of `[[policy]]` entries (`at`: their positions in the file): a name, unique and
+/// not one of the annotations', kind keys and selectors that parse, and what `model_policies`
+/// needs to accept them.
+fn check_policies(at: &[usize], policies: &[PolicyConfig], errors: &mut Errors<'_>) {
+    let mut names: Vec<(&str, usize)> = Vec::new();
+    for (&i, p) in at.iter().zip(policies) {
+        let key = format!("policy[{i}]");
+        if p.name.trim().is_empty() {
+            errors.push(format!("{key}.name"), None, "must not be empty");
+        } else if p.name.starts_with("kausality.io/") {
+            errors.push(format!("{key}.name"), None, format!("{:?}: kausality.io/ names the parent's annotations; choose another name", p.name));
+        } else if let Some((_, first)) = names.iter().find(|(n, _)| *n == p.name) {
+            errors.push(format!("{key}.name"), None, format!("{:?} is already the name of policy[{first}]", p.name));
+        } else {
+            names.push((&p.name, i));
+        }
+        for (field, kinds) in [("parent_kinds", &p.parent_kinds), ("child_kinds", &p.child_kinds)] {
+            for k in kinds {
+                if k.is_empty() || k.contains('/') || k.contains(char::is_whitespace) {
+                    errors.push(format!("{key}.{field}"), None, format!("{k:?} is not a kind key like ReplicaSet.apps or Pod"));
+                }
+            }
+        }
+        for (field, list) in [("controllers", &p.controllers), ("namespaces", &p.namespaces)] {
+            if list.iter().any(String::is_empty) {
+                errors.push(format!("{key}.{field}"), None, "must not hold an empty string");
+            }
+        }
+        if let Some(sel) = &p.parent_labels {
+            if let Err(e) = LabelSelector::parse(sel) {
+                errors.push(format!("{key}.parent_labels"), None, e);
+            }
+        }
+    }
+    if let Err(e) = model_policies(policies, &mut crate::config::ModelConfig::default()) {
+        errors.push("policy", None, e);
+    }
+}
+
+/// Puts the checked policies into the model's configuration.
+pub fn model_policies(policies: &[PolicyConfig], model: &mut crate::config::ModelConfig) -> Result<(), String> {
+    for p in policies {
+        let selector = p.parent_labels.as_deref().and_then(|s| LabelSelector::parse(s).ok());
+        let policy = crate::config::PlatformPolicy {
+            name: std::sync::Arc::from(p.name.as_str()),
+            action: p.action,
+            parent_kinds: p.parent_kinds.clone(),
+            child_kinds: p.child_kinds.clone(),
+            controllers: p.controllers.clone(),
+            namespaces: p.namespaces.clone(),
+            parent_selector: None,
+            reverts_person: p.reverts_person,
+        };
+        model.add_policy(policy, selector)?;
+    }
+    Ok(())
+}
+
+/// Reads the `[[policy]]` entries of a pipeline file, or of a file that holds only policies
+/// (`replay --policies`): the other keys of a pipeline are left unread, an unknown key is an
+/// error, every policy is checked as `load` checks it.
+pub fn load_policies(path: &Path) -> Result<Vec<PolicyConfig>, ConfigErrors> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigErrors(vec![ConfigError { file: name.clone(), line: None, key: String::new(), message: format!("cannot read: {e}") }]))?;
+    load_policies_str(&name, &text)
+}
+
+pub fn load_policies_str(file: &str, text: &str) -> Result<Vec<PolicyConfig>, ConfigErrors> {
+    const PIPELINE_KEYS: &[&str] =
+        &["cluster", "options", "scope", "ignore", "lifecycle", "in_progress", "sources", "sinks", "metrics", "state", "unknown_parents"];
+    let mut errors = Errors::new(file, text);
+    let root = DeTable::parse(text).map_err(|e| {
+        errors.push_toml("", e, 0);
+        ConfigErrors(errors.list.clone())
+    })?;
+    let (mut at, mut policies) = (Vec::new(), Vec::new());
+    for (key, value) in root.into_inner() {
+        let k: &str = key.get_ref();
+        errors.anchor(k.to_string(), key.span().start);
+        match k {
+            "policy" => {
+                if let Some(v) = decode_each(&mut errors, k, value) {
+                    (at, policies) = v.into_iter().unzip();
+                }
+            }
+            other if PIPELINE_KEYS.contains(&other) => {}
+            other => errors.push(other, Some(key.span().start), "unknown key; a policy file holds [[policy]] tables (a pipeline file may hold the rest too)"),
+        }
+    }
+    check_policies(&at, &policies, &mut errors);
+    if errors.list.is_empty() {
+        Ok(policies)
+    } else {
+        errors.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
+        Err(ConfigErrors(errors.list))
     }
 }
 
@@ -435,6 +538,73 @@ signal = "x"
         assert_eq!(good.in_progress.len(), 2);
         assert_eq!((good.in_progress[0].conditions.len(), good.in_progress[0].fields.len(), good.in_progress[0].builtin), (1, 2, true));
         assert!(!good.in_progress[1].builtin);
+    }
+
+    #[test]
+    fn policies_are_checked_like_every_other_key_all_errors_at_once() {
+        let text = r#"[[sources]]
+type = "webhook"
+plain_http = true
+[[policy]]
+name = "heal"
+action = "approve"
+parent_kinds = ["ReplicaSet.apps"]
+[[policy]]
+name = "heal"
+action = "approve"
+[[policy]]
+name = "kausality.io/approvals"
+action = "reject"
+parent_labels = "team in (a)"
+[[policy]]
+name = "x"
+action = "allow"
+[[policy]]
+name = "y"
+action = "reject"
+colour = "red"
+[[policy]]
+name = ""
+action = "reject"
+child_kinds = ["apps/v1 Pod"]
+namespaces = [""]
+"#;
+        let errs = load_str("p.toml", text).unwrap_err().0;
+        let all = errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+        assert!(all.contains("p.toml:8: policy[1].name: \"heal\" is already the name of policy[0]"), "{all}");
+        assert!(all.contains("p.toml:11: policy[2].name") && all.contains("kausality.io/ names the parent's annotations"), "{all}");
+        assert!(all.contains("p.toml:11: policy[2].parent_labels"), "{all}");
+        assert!(all.contains("policy[3].action") && all.contains("allow"), "{all}");
+        assert!(all.contains("policy[4]") && all.contains("colour"), "{all}");
+        assert!(all.contains("p.toml:22: policy[5].name: must not be empty"), "{all}");
+        assert!(all.contains("policy[5].child_kinds: \"apps/v1 Pod\" is not a kind key"), "{all}");
+        assert!(all.contains("policy[5].namespaces: must not hold an empty string"), "{all}");
+        assert_eq!(errs.len(), 8, "{all}");
+        let good =
+            load_str("p.toml", "[[sources]]\ntype = \"webhook\"\nplain_http = true\n[[policy]]\nname = \"a\"\naction = \"reject\"\nreverts_person = true\n")
+                .unwrap();
+        assert_eq!((good.policies.len(), good.policies[0].reverts_person), (1, Some(true)));
+    }
+
+    #[test]
+    fn policies_load_from_a_pipeline_or_a_file_of_policies_only() {
+        let only = "[[policy]]\nname = \"a\"\naction = \"approve\"\nparent_labels = \"team=x\"\n[[policy]]\nname = \"b\"\naction = \"reject\"\nparent_labels = \"team=x\"\n";
+        let policies = load_policies_str("only.toml", only).unwrap();
+        let mut model = crate::config::ModelConfig::default();
+        model_policies(&policies, &mut model).unwrap();
+        assert_eq!(model.policies.iter().map(|p| (&*p.name, p.parent_selector)).collect::<Vec<_>>(), [("a", Some(0)), ("b", Some(0))], "one selector, shared");
+        assert_eq!(model.policy_selectors.len(), 1);
+        let pipeline = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/pipelines/self-healing.toml")).unwrap();
+        assert_eq!(load_policies_str("self-healing.toml", &pipeline).unwrap().len(), 1);
+        assert_eq!(load_str("self-healing.toml", &pipeline).unwrap().policies[0].name, "native-self-healing");
+        let e = load_policies_str("bad.toml", "colour = 1\n[[policy]]\nname = \"a\"\n").unwrap_err().0;
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].to_string().starts_with("bad.toml:1: colour: unknown key"), "{}", e[0]);
+        assert!(e[1].to_string().contains("policy[0]") && e[1].to_string().contains("action"), "{}", e[1]);
+        // Past 64 distinct selectors.
+        let many: String = (0..65).map(|i| format!("[[policy]]\nname = \"p{i}\"\naction = \"approve\"\nparent_labels = \"k{i}\"\n")).collect();
+        let e = load_policies_str("many.toml", &many).unwrap_err().0;
+        assert!(e[0].message.contains("more than 64 distinct label selectors"), "{e:?}");
     }
 
     #[test]

@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use config::PipelineConfig;
-pub use load::{load_file, load_str, ConfigError, ConfigErrors};
+pub use load::{load_file, load_policies, load_str, model_policies, ConfigError, ConfigErrors};
 
 use crate::classify::{Engine, EngineOptions};
 use crate::config::progress::{Comparison, ConditionReason};
@@ -153,6 +153,10 @@ fn model_config(cfg: &PipelineConfig) -> ModelConfig {
         }
     }
     model.untracked_field_kinds = cfg.options.revert_untracked_kinds.clone();
+    // Checked by `load`.
+    if let Err(e) = load::model_policies(&cfg.policies, &mut model) {
+        tracing::error!(error = %e, "platform policies left out");
+    }
     for lc in &cfg.lifecycle {
         model.lifecycle.insert(lc.kind.clone(), lc.signals.clone());
     }

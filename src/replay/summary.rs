@@ -22,6 +22,8 @@ pub struct Summary {
     pub late: u64,
     pub drift_parents: HashMap<String, u64>,
     pub drift_controllers: HashMap<String, u64>,
+    /// Drift by what resolved it (a platform policy or the parent's annotation).
+    pub drift_policies: HashMap<String, u64>,
     pub invalid_examples: Vec<String>,
     /// Origin writes that a drift reverted (DESIGN §1.8), the first [`REVERTS_SHOWN`] in words.
     pub reverted: Vec<String>,
@@ -49,6 +51,9 @@ impl Summary {
             });
             *self.drift_parents.entry(parent).or_default() += 1;
             *self.drift_controllers.entry(e.user.to_string()).or_default() += 1;
+            if let (Some(policy), Some(resolution)) = (&e.policy, e.resolution) {
+                *self.drift_policies.entry(format!("{policy} ({})", resolution.as_str())).or_default() += 1;
+            }
             for r in e.reverts.iter().flatten() {
                 self.reverted_total += 1;
                 self.reverted_persons += r.person as u64;
@@ -118,6 +123,11 @@ impl Summary {
             thousands(self.classified()),
             classes.iter().map(|(c, n)| format!("{} {}", c.as_str(), thousands(*n))).collect::<Vec<_>>().join(" · ")
         );
+        if !self.drift_policies.is_empty() {
+            let mut by: Vec<(&String, &u64)> = self.drift_policies.iter().collect();
+            by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+            let _ = writeln!(s, "  drift resolved by: {}", by.iter().map(|(p, n)| format!("{p} {}", thousands(**n))).collect::<Vec<_>>().join(" · "));
+        }
         if self.reverted_total > 0 {
             let _ = writeln!(s, "  reverted changes: {} ({} by persons)", thousands(self.reverted_total), thousands(self.reverted_persons));
             for line in &self.reverted {

@@ -6,8 +6,8 @@
 //! `operation`, and a `newObject` that carries only the child's identity (the audit event's
 //! full object is not kept past classification). Fields Kausality does not define are
 //! kausality-stream's additions, which Kausality's receivers ignore: `cluster`, `user`,
-//! `timestamp`, `resolution`, `reverts` (the origin writes the drift undoes, as in the
-//! enriched event).
+//! `timestamp`, `resolution`, `policy` (what resolved it), `reverts` (the origin writes the
+//! drift undoes, as in the enriched event).
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -58,6 +58,9 @@ pub struct Spec {
     pub timestamp: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolution: Option<Resolution>,
+    /// What resolved the drift: a platform policy's name or the parent's annotation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<String>,
     /// The origin writes the drift undoes (DESIGN §1.8), as in the enriched event; empty when
     /// it undoes nobody's write.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -165,6 +168,7 @@ pub fn detected(e: &Enriched, parent_namespace: Option<&str>) -> Option<DriftRep
             user: e.user.to_string(),
             timestamp: e.stage_timestamp.to_string(),
             resolution: e.resolution,
+            policy: e.policy.as_deref().map(str::to_string),
             reverts: e.reverts.clone(),
         },
     })

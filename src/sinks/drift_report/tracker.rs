@@ -162,6 +162,7 @@ mod tests {
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![] },
             resolution: Some(Resolution::Unresolved),
+            policy: None,
             reverts: Some(Vec::new()),
             freeze_violation: false,
             snoozed: false,
@@ -172,7 +173,7 @@ mod tests {
     }
 
     #[test]
-    fn the_report_carries_what_the_drift_reverts() {
+    fn the_report_carries_what_the_drift_reverts_and_the_policy() {
         let mut e = drift("1", "a", 1);
         let report = |e: &Enriched| serde_json::to_value(super::super::report::detected(e, None).unwrap()).unwrap();
         assert_eq!(report(&e)["spec"]["reverts"], serde_json::json!([]), "reverts nobody: an empty list");
@@ -191,6 +192,10 @@ mod tests {
         assert!(r["spec"]["reverts"][0].get("fields").is_none(), "fields unknown: absent");
         e.reverts = None;
         assert!(report(&e)["spec"].get("reverts").is_none());
+        assert!(report(&e)["spec"].get("policy").is_none(), "unresolved: no policy");
+        e.resolution = Some(Resolution::Rejected);
+        e.policy = Some(Arc::from("no-person-reverts"));
+        assert_eq!(report(&e)["spec"]["policy"], "no-person-reverts");
     }
 
     fn phases(out: &[DriftReport]) -> Vec<(Phase, String)> {

@@ -2,7 +2,8 @@
 //! someone other than the controller to this object (a person's scale, an edit), and, on a
 //! parent, removals of its children by someone other than the controller (a deleted or
 //! evicted pod) waiting for their replacement. Kept in the rare box of the few objects that
-//! had such writes; every list is bounded.
+//! had such writes; every list is bounded. Beside them, which platform-policy label selectors
+//! matched the object (DESIGN §1.7).
 
 use std::sync::Arc;
 
@@ -119,6 +120,20 @@ impl ObjectState {
         }
     }
 
+    /// Which platform-policy label selectors matched the object's labels at its latest write
+    /// (DESIGN §1.7), one bit each; 0 for most objects.
+    pub fn selector_bits(&self) -> u64 {
+        self.rare.as_ref().and_then(|r| r.ext.as_deref()).map_or(0, |e| e.selectors)
+    }
+
+    pub fn set_selector_bits(&mut self, bits: u64) {
+        if bits == self.selector_bits() {
+            return;
+        }
+        self.rare_mut().ext_mut().selectors = bits;
+        self.drop_empty_origins();
+    }
+
     fn origins_mut(&mut self) -> &mut Origins {
         &mut self.rare_mut().ext_mut().origins
     }
@@ -126,7 +141,7 @@ impl ObjectState {
     /// Frees the rarest parts once they hold nothing, and the rare box once it holds nothing.
     pub(super) fn drop_empty_origins(&mut self) {
         let Some(rare) = self.rare.as_mut() else { return };
-        if rare.ext.as_deref().is_some_and(|e| e.origins.is_empty()) {
+        if rare.ext.as_deref().is_some_and(|e| e.origins.is_empty() && e.selectors == 0) {
             triomphe::Arc::make_mut(rare).drop_empty_ext();
         }
         if self.rare.as_deref().is_some_and(|r| r.is_empty()) {
@@ -196,6 +211,19 @@ mod tests {
         }
         assert_eq!(freed, [(false, false, false), (false, false, true)], "the origin write's user and type stay; an unnamed string goes");
         assert_eq!(&*i.resolve(user), "only-in-an-origin-write");
+    }
+
+    #[test]
+    fn selector_bits_live_in_the_box_only_while_set() {
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        assert_eq!(s.selector_bits(), 0);
+        s.set_selector_bits(0b101);
+        assert_eq!(s.selector_bits(), 0b101);
+        s.push_removed_child(write(Sym::EMPTY, 1));
+        s.set_selector_bits(0);
+        assert_eq!((s.selector_bits(), s.removed_children().len()), (0, 1), "the other rare parts stay");
+        assert!(s.take_removed_child(0).is_some());
+        assert!(s.rare.is_none());
     }
 
     #[test]

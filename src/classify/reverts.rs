@@ -221,6 +221,13 @@ pub(super) fn with_replicas(content: &str, replicas: i64) -> Option<Arc<str>> {
     Some(Arc::from(v.to_string()))
 }
 
+/// Whether the write removes the object it names: a delete or a deletecollection (an
+/// eviction, a `create` of `pods/eviction`, is a removal too once the stream classifies it as
+/// a delete of the pod, DESIGN §1.5).
+fn removes(w: &Write) -> bool {
+    w.verb.is_delete()
+}
+
 /// What a write says of a child's content.
 #[derive(Clone, Copy)]
 pub(super) enum Written<'a> {
@@ -262,7 +269,7 @@ impl Engine {
     /// any other class).
     pub(super) fn track_origins(&self, w: &Write, child: &Child<'_>, parent: Uid, class: Class, identity: &Identity) -> Option<Vec<RevertOut>> {
         let key = ObjKey::new(w.cluster, child.uid);
-        let removes = w.verb.is_delete();
+        let removes = removes(w);
         let (before, after) = self.contents_at(key, child.written, removes);
         if class == Class::Deleting {
             return None;

@@ -319,3 +319,16 @@ fn the_replay_summary_lists_reverted_changes_with_who_and_what() {
         "{text}"
     );
 }
+
+#[test]
+fn a_replacement_pod_reverts_the_eviction_of_its_sibling() {
+    let mut t = tree();
+    let evicted = t.api.evict("system:serviceaccount:kube-system:cluster-autoscaler", &t.pods[0]);
+    let (_, replacement) = t.api.create(REPLICASET_CONTROLLER, pod(&t.rs, "c", "web:1"));
+    t.events.extend([evicted.clone(), replacement.clone()]);
+    let (_, out) = run(&t.events);
+    assert_eq!(class_of(&out, &evicted), Class::Origin);
+    let r = reverts(&out, &replacement);
+    assert_eq!(r.len(), 1);
+    assert_eq!((&*r[0].audit_id, &*r[0].object.name, r[0].person), (&*audit_id(&evicted), "web-5d4f-a", false));
+}

@@ -221,11 +221,10 @@ pub(super) fn with_replicas(content: &str, replicas: i64) -> Option<Arc<str>> {
     Some(Arc::from(v.to_string()))
 }
 
-/// Whether the write removes the object it names: a delete or a deletecollection (an
-/// eviction, a `create` of `pods/eviction`, is a removal too once the stream classifies it as
-/// a delete of the pod, DESIGN §1.5).
+/// Whether the write removes the object it names: a delete, a deletecollection, or an
+/// eviction (a `create` of `pods/eviction`: a delete of the pod, DESIGN §1.5).
 fn removes(w: &Write) -> bool {
-    w.verb.is_delete()
+    w.verb.is_delete() || w.subresource == crate::filter::Subresource::Eviction
 }
 
 /// What a write says of a child's content.

@@ -139,13 +139,6 @@ pub struct RevertOut {
     pub fields: Option<Vec<FieldOut>>,
 }
 
-impl RevertOut {
-    /// A removal of a sibling (a delete or an eviction) rather than a change of the child.
-    pub fn is_removal(&self) -> bool {
-        self.verb.is_delete()
-    }
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RevertedObject {

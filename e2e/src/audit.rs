@@ -67,8 +67,9 @@ pub struct AuditLogs {
 }
 
 impl AuditLogs {
-    /// The events of objects in `namespace`, from every API server, merged by stageTimestamp
-    /// (as a log shipper would; kausality-stream orders them by resourceVersion itself).
+    /// The events of objects in `namespace` and of the Namespace itself, from every API
+    /// server, merged by stageTimestamp (as a log shipper would; kausality-stream orders them
+    /// by resourceVersion itself).
     pub fn namespace(&self, namespace: &str) -> Result<Vec<AuditLine>> {
         let mut out = Vec::new();
         for f in &self.files {
@@ -79,13 +80,43 @@ impl AuditLogs {
                     continue;
                 }
                 let value: Value = serde_json::from_str(line).with_context(|| format!("audit log {} has a bad line", f.display()))?;
-                if value.pointer("/objectRef/namespace").and_then(Value::as_str) == Some(namespace) {
+                let str_at = |p: &str| value.pointer(p).and_then(Value::as_str);
+                let own = str_at("/objectRef/resource") == Some("namespaces") && str_at("/objectRef/name") == Some(namespace);
+                if str_at("/objectRef/namespace") == Some(namespace) || own {
                     out.push(AuditLine { raw: line.to_string(), value });
                 }
             }
         }
         out.sort_by(|a, b| a.stage_timestamp().cmp(b.stage_timestamp()));
         Ok(out)
+    }
+
+    /// How many lines name `namespace` (cheap: no JSON parse; a count only tells growth).
+    fn mentions(&self, namespace: &str) -> Result<usize> {
+        let needle = format!("\"namespace\":\"{namespace}\"");
+        let mut n = 0;
+        for f in &self.files {
+            n += fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?.lines().filter(|l| l.contains(&needle)).count();
+        }
+        Ok(n)
+    }
+
+    /// Waits until no new event of `namespace` has been written for `quiet` (the controllers
+    /// are done), and returns the namespace's events.
+    pub async fn quiet(&self, namespace: &str, quiet: Duration) -> Result<Vec<AuditLine>> {
+        let (mut count, mut since) = (self.mentions(namespace)?, Instant::now());
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while since.elapsed() < quiet {
+            tokio::time::sleep(wait::POLL).await;
+            let n = self.mentions(namespace)?;
+            if n != count {
+                (count, since) = (n, Instant::now());
+            }
+            if Instant::now() > deadline {
+                bail!("the audit log of namespace {namespace} never went quiet ({count} events)");
+            }
+        }
+        self.namespace(namespace)
     }
 }
 
@@ -143,12 +174,14 @@ pub fn replay(file: &Path, reorder_window: &str) -> Result<Vec<Event>> {
     parse_lines(&String::from_utf8_lossy(&out.stdout), 0)
 }
 
-/// auditID → class. Fails on two events of one auditID (a deletecollection; none here).
+/// auditID → class (`auditID/uid` for each object of a deletecollection). Fails on two events
+/// of one key.
 pub fn classes(events: &[Event]) -> Result<BTreeMap<String, String>> {
     let mut m = BTreeMap::new();
     for e in events {
-        if m.insert(e.audit_id.clone(), e.class.clone()).is_some() {
-            bail!("two enriched events for auditID {}", e.audit_id);
+        let key = crate::truth::event_key(e);
+        if m.insert(key.clone(), e.class.clone()).is_some() {
+            bail!("two enriched events for {key}");
         }
     }
     Ok(m)
@@ -167,20 +200,7 @@ pub struct ReplayCheck {
 /// write the same class, and classified nothing the log does not hold.
 pub async fn check_replay(logs: &AuditLogs, live: &EnrichedLog, namespace: &str, dir: &Path, reorder_window: &str) -> Result<ReplayCheck> {
     // 1. Quiet: no new audit event of the namespace for a while (controllers done).
-    let quiet = Duration::from_secs(3);
-    let (mut count, mut since) = (logs.namespace(namespace)?.len(), Instant::now());
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while since.elapsed() < quiet {
-        tokio::time::sleep(wait::POLL).await;
-        let n = logs.namespace(namespace)?.len();
-        if n != count {
-            (count, since) = (n, Instant::now());
-        }
-        if Instant::now() > deadline {
-            bail!("the audit log of namespace {namespace} never went quiet ({count} events)");
-        }
-    }
-    let lines = logs.namespace(namespace)?;
+    let lines = logs.quiet(namespace, Duration::from_secs(3)).await?;
     fs::create_dir_all(dir)?;
     let raw = dir.join(format!("{namespace}.audit.jsonl"));
     write_lines(&raw, &lines.iter().map(|l| l.raw.clone()).collect::<Vec<_>>())?;
@@ -200,15 +220,19 @@ pub async fn check_replay(logs: &AuditLogs, live: &EnrichedLog, namespace: &str,
     let live_events =
         wait::until(&format!("the live enriched events of the {} writes replayed from namespace {namespace}", want.len()), Duration::from_secs(30), || {
             let r = live.in_namespace(namespace).map(|evs| {
-                let ids: std::collections::HashSet<&str> = evs.iter().map(|e| e.audit_id.as_str()).collect();
-                want.keys().all(|k| ids.contains(k.as_str())).then(|| evs.clone())
+                let keys: std::collections::HashSet<String> = evs.iter().map(crate::truth::event_key).collect();
+                want.keys().all(|k| keys.contains(k)).then(|| evs.clone())
             });
             async move { r }
         })
         .await?;
     let last = lines.last().map(|l| l.stage_timestamp().to_string()).unwrap_or_default();
-    let got: BTreeMap<String, String> =
-        live_events.iter().filter(|e| want.contains_key(&e.audit_id) || e.stage_timestamp <= last).map(|e| (e.audit_id.clone(), e.class.clone())).collect();
+    let got: BTreeMap<String, String> = live_events
+        .iter()
+        .map(|e| (crate::truth::event_key(e), e))
+        .filter(|(k, e)| want.contains_key(k) || e.stage_timestamp <= last)
+        .map(|(k, e)| (k, e.class.clone()))
+        .collect();
     if got != want {
         let described: Vec<String> = live_events.iter().map(|e| format!("  live   {} {}", e.audit_id, e.describe())).collect();
         let replay_described: Vec<String> = replayed.iter().map(|e| format!("  replay {} {}", e.audit_id, e.describe())).collect();
@@ -286,11 +310,13 @@ pub fn fixtures_dir() -> PathBuf {
 }
 
 /// Writes `<name>.jsonl` (the namespace's audit events, stripped) and `<name>.expected.json`
-/// (auditID → class, and the facts) into `dir`.
-pub fn write_fixture(dir: &Path, name: &str, about: &str, reorder_window: &str, check: &ReplayCheck, facts: &[Fact]) -> Result<()> {
+/// (auditID → class, and the facts) into `dir`. With `truth` (a scenario judged against its
+/// ground truth, [`crate::truth`]), the expectations are the truth's classes, reverts and
+/// reasons instead of what kausality-stream said.
+pub fn write_fixture(dir: &Path, name: &str, about: &str, reorder_window: &str, check: &ReplayCheck, facts: &[Fact], truth: Option<Value>) -> Result<()> {
     fs::create_dir_all(dir)?;
     write_lines(&dir.join(format!("{name}.jsonl")), &check.lines)?;
-    let expected = json!({
+    let mut expected = json!({
         "scenario": name,
         "about": about,
         "recordedWith": "scripts/controlplane.sh: Kubernetes v1.34.4 (kube-apiserver, kube-controller-manager, kube-scheduler), etcd v3.6.4, kwok v0.8.0; deploy/audit-policy.yaml",
@@ -298,6 +324,10 @@ pub fn write_fixture(dir: &Path, name: &str, about: &str, reorder_window: &str, 
         "classes": classes(&check.events)?,
         "facts": facts.iter().map(Fact::to_json).collect::<Vec<_>>(),
     });
+    if let (Some(Value::Object(truth)), Some(o)) = (truth, expected.as_object_mut()) {
+        o.insert("expectations".into(), json!("the ground truth of what the test did (e2e/src/truth.rs), not kausality-stream's output"));
+        o.extend(truth);
+    }
     fs::write(dir.join(format!("{name}.expected.json")), serde_json::to_string_pretty(&expected)? + "\n")?;
     Ok(())
 }

@@ -153,9 +153,10 @@ impl EnrichedLog {
         Ok(events.clone())
     }
 
-    /// The events of objects in `namespace`.
+    /// The events of objects in `namespace`, and of the Namespace itself (the API server's
+    /// audit events of a namespace's own writes name it as their namespace).
     pub fn in_namespace(&self, namespace: &str) -> Result<Vec<Event>> {
-        Ok(self.all()?.into_iter().filter(|e| e.object.namespace == namespace).collect())
+        Ok(self.all()?.into_iter().filter(|e| e.object.namespace == namespace || (e.object.kind == "Namespace" && e.object.name == namespace)).collect())
     }
 
     /// Waits for the first event that satisfies `pred`.

@@ -17,6 +17,7 @@ use crate::audit::{self, AuditLogs, Fact};
 use crate::controlplane::ControlPlane;
 use crate::enriched::{EnrichedLog, Event};
 use crate::serve::Serve;
+use crate::truth::{self, Judgement, Plan};
 use crate::{repo_root, users, widget};
 
 /// The reorder window of the pipeline under test and of the replays: above the API server's
@@ -138,6 +139,9 @@ pub struct Scene<'a> {
     /// The horizontal-pod-autoscaler's service account.
     pub hpa: Actor,
     pub facts: Vec<Fact>,
+    /// The auditID of the Namespace's create, and when the create was sent (µs since the
+    /// epoch): the first write of the scenario.
+    pub created: (String, i64),
     about: String,
 }
 
@@ -145,7 +149,12 @@ impl<'a> Scene<'a> {
     pub async fn new(cluster: &'a Cluster, scenario: &str, about: &str) -> Result<Scene<'a>> {
         let name = format!("{}{scenario}", cluster.prefix);
         let ns = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() }, ..Namespace::default() };
-        Api::<Namespace>::all(cluster.setup.client.clone()).create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
+        let sent = truth::now_us();
+        let (_, id) = cluster
+            .setup
+            .audited(Api::<Namespace>::all(cluster.setup.client.clone()).create(&PostParams::default(), &ns))
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
         let kc = cluster.actor_kubeconfig();
         Ok(Scene {
             cluster,
@@ -155,6 +164,7 @@ impl<'a> Scene<'a> {
             alice: Actor::connect(kc, Some(users::ALICE)).await?,
             hpa: Actor::connect(kc, Some(users::HPA)).await?,
             facts: Vec::new(),
+            created: (id, sent),
             about: about.to_string(),
         })
     }
@@ -205,7 +215,43 @@ impl<'a> Scene<'a> {
             println!("      {}", e.describe());
         }
         let dir = if c.record && recorded(&self.name) { audit::fixtures_dir() } else { c.dir.join("fixtures") };
-        audit::write_fixture(&dir, &self.name, &self.about, REORDER_WINDOW, &check, &self.facts)
+        audit::write_fixture(&dir, &self.name, &self.about, REORDER_WINDOW, &check, &self.facts, None)
+    }
+
+    /// Waits until the namespace's audit log has been quiet for 3 s: the controllers are done
+    /// with what the test did last, so what it does next causes everything that follows.
+    pub async fn settle(&self) -> Result<()> {
+        self.cluster.audit.quiet(&self.ns, Duration::from_secs(3)).await.map(|_| ())
+    }
+
+    /// Ends a scenario judged against its ground truth ([`truth`]): the replay check, every
+    /// write of the namespace labelled from `plan`, the confusion table and the mismatches on
+    /// stdout, the fixture with the truth's expectations (written even when kausality-stream
+    /// disagrees); fails on any mismatch, listing them all.
+    pub async fn finish_judged(self, plan: &Plan) -> Result<()> {
+        let c = self.cluster;
+        let scenarios = c.dir.join("scenarios");
+        std::fs::create_dir_all(&scenarios)?;
+        std::fs::write(scenarios.join(format!("{}.plan.json", self.ns)), serde_json::to_string_pretty(plan)?)?;
+        let check = audit::check_replay(&c.audit, &c.live, &self.ns, &scenarios, crate::harness::REORDER_WINDOW).await?;
+        let labels = truth::label(&c.audit.namespace(&self.ns)?, plan)?;
+        let judged = Judgement::new(&labels, &check.events);
+        println!(
+            "    {}: {} audit events, {} writes labelled, {} classified (live == replay):",
+            self.name,
+            check.lines.len(),
+            labels.len(),
+            check.events.len()
+        );
+        for line in judged.report().lines() {
+            println!("      {line}");
+        }
+        let dir = if c.record && recorded(&self.name) { audit::fixtures_dir() } else { c.dir.join("fixtures") };
+        audit::write_fixture(&dir, &self.name, &self.about, REORDER_WINDOW, &check, &[], Some(Judgement::expectations(&labels)))?;
+        if !judged.mismatches.is_empty() {
+            bail!("{} of {} writes differ from the truth:\n  {}\n{}", judged.mismatches.len(), judged.writes, judged.mismatches.join("\n  "), judged.report());
+        }
+        Ok(())
     }
 }
 

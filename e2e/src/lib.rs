@@ -15,6 +15,8 @@
 //! - [`widget`]: a custom resource and its tiny controller (kube-runtime), for parents that
 //!   report their observed generation in three different ways.
 //! - [`workloads`]: Deployments, and waiting for the real controllers to be done with them.
+//! - [`truth`]: the ground truth of a scenario from what the test did (its steps, its own
+//!   writes), every write of its namespace labelled, compared with kausality-stream's classes.
 //! - [`wait`]: polling a condition until it holds.
 //! - [`harness`]: all of the above together for one cluster, stopped when dropped.
 
@@ -24,6 +26,7 @@ pub mod controlplane;
 pub mod enriched;
 pub mod harness;
 pub mod serve;
+pub mod truth;
 pub mod wait;
 pub mod widget;
 pub mod workloads;

@@ -1,10 +1,13 @@
 //! Ground truth recorded from a real control plane (docs/e2e.md): each fixture in
 //! `tests/fixtures/controlplane/` is the audit stream of one e2e scenario's namespace, as the
-//! API server(s) wrote it (only the request bodies cut out), with the class kausality-stream gave
-//! each write live (`<scenario>.expected.json`). Replaying a fixture must give the same classes
-//! and the same key facts (resolution, freeze violation, trace, who a drift reverts), and leave
-//! out the writes listed as `ignored` (with the reason they are counted under). No control plane
-//! needed; `KAUSALITY_E2E_RECORD=1 scripts/e2e.sh` records them again.
+//! API server(s) wrote it (only the request bodies cut out), with the class each write must get
+//! (`<scenario>.expected.json`): for most scenarios the class kausality-stream gave it live and
+//! the scenario asserted; for `cluster-day` the ground truth of what the test did (its
+//! `expectations` say so), with the origin writes each drift must name in `reverts`. Replaying
+//! a fixture must give those classes, reverts and key facts (resolution, freeze violation,
+//! trace, who a drift reverts), and leave out the writes listed as `ignored` (with the reason
+//! they are counted under). No control plane needed; `KAUSALITY_E2E_RECORD=1 scripts/e2e.sh`
+//! records them again.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,7 +26,8 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-/// `kausality-stream replay` of a fixture: auditID → enriched event.
+/// `kausality-stream replay` of a fixture: auditID → enriched event (`auditID/uid` for each
+/// object of a deletecollection, which is one audit event for many objects).
 fn replay(jsonl: &Path, cluster: &str, window: &str) -> BTreeMap<String, Value> {
     let out = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
         .args(["replay", "--cluster", cluster, "--reorder-window", window, "--no-progress", "--quiet"])
@@ -35,8 +39,17 @@ fn replay(jsonl: &Path, cluster: &str, window: &str) -> BTreeMap<String, Value> 
         .expect("utf-8")
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).expect("an enriched event"))
-        .map(|e| (e["auditID"].as_str().expect("auditID").to_string(), e))
+        .map(|e| {
+            let id = e["auditID"].as_str().expect("auditID");
+            let key = if e["verb"] == "deletecollection" { format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or("")) } else { id.to_string() };
+            (key, e)
+        })
         .collect()
+}
+
+/// The auditIDs an event's `reverts` names.
+fn reverted(e: &Value) -> Vec<&str> {
+    e["reverts"].as_array().into_iter().flatten().filter_map(|r| r["auditID"].as_str()).collect()
 }
 
 /// The differences between a fixture's expectations and its replay, in words.
@@ -47,12 +60,19 @@ fn check(expected_path: &Path) -> Vec<String> {
     let events = replay(&jsonl, expected["replay"]["cluster"].as_str().expect("cluster"), expected["replay"]["reorderWindow"].as_str().expect("window"));
     let mut problems = Vec::new();
     let want = expected["classes"].as_object().expect("classes");
+    // Why the truth says what it says (`cluster-day`), for the messages.
+    let why = |id: &str| expected["why"][id].as_str().map(|w| format!(" (truth: {w})")).unwrap_or_default();
     for (id, class) in want {
         match events.get(id) {
-            None => problems.push(format!("{name}: {id} ({class}) not classified")),
+            None => problems.push(format!("{name}: {id} ({class}) not classified{}", why(id))),
             Some(e) if e["class"] != *class => problems.push(format!(
-                "{name}: {id} {} {}/{} by {}: expected {class}, got {}",
-                e["verb"], e["object"]["kind"], e["object"]["name"], e["user"], e["class"]
+                "{name}: {id} {} {}/{} by {}: expected {class}, got {}{}",
+                e["verb"],
+                e["object"]["kind"],
+                e["object"]["name"],
+                e["user"],
+                e["class"],
+                why(id)
             )),
             Some(_) => {}
         }
@@ -66,7 +86,28 @@ fn check(expected_path: &Path) -> Vec<String> {
     }
     for (id, e) in &events {
         if !want.contains_key(id) {
-            problems.push(format!("{name}: {id} classified {} but not expected", e["class"]));
+            problems.push(format!(
+                "{name}: {id} {} {}/{} by {} classified {} but not expected{}",
+                e["verb"],
+                e["object"]["kind"],
+                e["object"]["name"],
+                e["user"],
+                e["class"],
+                why(id)
+            ));
+        }
+    }
+    // A drift that undoes a person's write names it: at least one of the listed auditIDs (any
+    // one of a drain's evictions of a ReplicaSet's pods is undone by any of its replacements);
+    // an empty list: a drift whose cause is outside the stream names nobody.
+    for (id, list) in expected["reverts"].as_object().into_iter().flatten() {
+        let Some(e) = events.get(id).filter(|e| e["class"] == "drift") else { continue };
+        let named = reverted(e);
+        let listed: Vec<&str> = list.as_array().expect("a list of auditIDs").iter().filter_map(Value::as_str).collect();
+        if listed.is_empty() && !named.is_empty() {
+            problems.push(format!("{name}: {id}: a drift that undoes nobody names {named:?} in reverts{}", why(id)));
+        } else if !listed.is_empty() && !listed.iter().any(|a| named.contains(a)) {
+            problems.push(format!("{name}: {id}: a drift that undoes {listed:?} names {named:?} in reverts{}", why(id)));
         }
     }
     for fact in expected["facts"].as_array().expect("facts") {
@@ -93,12 +134,29 @@ fn check(expected_path: &Path) -> Vec<String> {
     problems
 }
 
+/// Whether a fixture's expectations are the ground truth of what its test did (`cluster-day`)
+/// rather than the classes kausality-stream gave live.
+fn is_truth(expected_path: &Path) -> bool {
+    let expected: Value = serde_json::from_str(&std::fs::read_to_string(expected_path).expect("read")).expect("JSON");
+    expected.get("expectations").is_some()
+}
+
 #[test]
 fn recorded_control_plane_streams_replay_to_the_recorded_classes() {
-    let all = fixtures();
+    let all: Vec<PathBuf> = fixtures().into_iter().filter(|p| !is_truth(p)).collect();
     assert!(all.len() >= 8, "expected the recorded scenarios in tests/fixtures/controlplane, found {}", all.len());
     let problems: Vec<String> = all.iter().flat_map(|p| check(p)).collect();
     assert!(problems.is_empty(), "{} difference(s):\n{}", problems.len(), problems.join("\n"));
+}
+
+/// The cluster day (docs/e2e.md): every write of the recorded stream has the class the ground
+/// truth of what the test did gives it, and every drift that undoes a person's write names it.
+#[test]
+fn the_cluster_day_replays_to_its_ground_truth() {
+    let all: Vec<PathBuf> = fixtures().into_iter().filter(|p| is_truth(p)).collect();
+    assert!(!all.is_empty(), "no fixture states the ground truth (cluster-day.expected.json)");
+    let problems: Vec<String> = all.iter().flat_map(|p| check(p)).collect();
+    assert!(problems.is_empty(), "{} write(s) differ from the truth:\n{}", problems.len(), problems.join("\n"));
 }
 
 #[test]

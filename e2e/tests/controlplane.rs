@@ -19,17 +19,23 @@ use kausality_e2e::harness::Cluster;
 
 /// A scenario must end within this (a stuck wait fails it, the others still run).
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(300);
+/// The day in a namespace does a dozen steps, each waited for.
+const DAY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// (cluster directory, API servers, scenarios)
 const CLUSTERS: [(&str, u8, &[&str]); 2] = [
-    ("single", 1, &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals"]),
-    ("dual", 2, &["dual-rollout", "dual-manual-scale", "dual-hpa-scale", "dual-deletes"]),
+    ("single", 1, &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals", "cluster-day"]),
+    ("dual", 2, &["dual-rollout", "dual-manual-scale", "dual-hpa-scale", "dual-deletes", "dual-cluster-day"]),
 ];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let selected = |name: &str| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str()));
+    // `cluster_day` selects `cluster-day`: a filter may spell the name as a Rust identifier.
+    // `--exact`: the whole name, as with libtest.
+    let exact = args.iter().any(|a| a == "--exact");
+    let matches = |name: &str, f: &str| if exact { name == f } else { name.contains(f) };
+    let selected = |name: &str| filters.is_empty() || filters.iter().any(|f| matches(name, f) || matches(name, &f.replace('_', "-")));
     let all: Vec<&str> = CLUSTERS.iter().flat_map(|(_, _, names)| names.iter().copied()).collect();
     if args.iter().any(|a| a == "--list") {
         for n in &all {
@@ -62,11 +68,12 @@ fn main() -> ExitCode {
         println!("    cluster {dir} ({apiservers} API server(s)) up in {:.1}s: {}", t0.elapsed().as_secs_f64(), cluster.dir.display());
         for name in names {
             let t = Instant::now();
-            let run = async { AssertUnwindSafe(tokio::time::timeout(SCENARIO_TIMEOUT, scenarios::run(&cluster, name))).catch_unwind().await };
+            let limit = if name.ends_with("cluster-day") { DAY_TIMEOUT } else { SCENARIO_TIMEOUT };
+            let run = async { AssertUnwindSafe(tokio::time::timeout(limit, scenarios::run(&cluster, name))).catch_unwind().await };
             let outcome = match rt.block_on(run) {
                 Ok(Ok(Ok(()))) => Ok(()),
                 Ok(Ok(Err(e))) => Err(format!("{e:#}")),
-                Ok(Err(_)) => Err(format!("timed out after {SCENARIO_TIMEOUT:?}")),
+                Ok(Err(_)) => Err(format!("timed out after {limit:?}")),
                 Err(panic) => Err(panic
                     .downcast_ref::<String>()
                     .cloned()

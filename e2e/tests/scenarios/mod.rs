@@ -3,6 +3,7 @@
 //! of the API server's audit log (`Scene::finish`).
 
 mod approvals;
+mod cluster_day;
 mod deployments;
 mod widgets;
 
@@ -21,6 +22,7 @@ pub async fn run(cluster: &Cluster, name: &str) -> Result<()> {
         "widget-conditions" => widgets::widget(cluster, "widget-conditions", StatusStyle::Conditions).await,
         "widget-synthetic" => widgets::widget(cluster, "widget-synthetic", StatusStyle::Synthetic).await,
         "approvals" => approvals::approvals(cluster).await,
+        "cluster-day" => cluster_day::cluster_day(cluster).await,
         other => bail!("no scenario {other}"),
     }
 }

@@ -322,3 +322,59 @@ fn a_snapshot_keeps_what_an_eviction_finds_a_pod_by() {
     restored.flush(0, &mut out);
     assert_eq!(find(&out, &evict).map(|e| (&*e.object.uid, e.class)), Some((&*t.pods[1].uid, Class::Origin)));
 }
+
+fn namespace(name: &str) -> serde_json::Value {
+    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]}})
+}
+
+#[test]
+fn a_namespace_being_deleted_takes_its_children_down_as_teardown() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (shop, ev) = api.create(ADMIN, namespace("shop"));
+    events.push(ev);
+    let t = tree(&mut api, &mut events, "shop");
+    let o = tree(&mut api, &mut events, "other");
+    // The admin deletes the namespace: it stays, Terminating, until the namespace controller
+    // has emptied it, kind by kind, children before their parents.
+    // (The sim keeps a deleted object only while it has metadata finalizers; the API server
+    // keeps a namespace for its spec's `kubernetes` finalizer: the same response.)
+    let ns_delete = api.delete(ADMIN, &shop, &["kubernetes"]);
+    events.push(ns_delete.clone());
+    let pods = api.delete_collection(NAMESPACE_CONTROLLER, &t.pods, true);
+    events.push(pods.clone());
+    let rs = api.delete(NAMESPACE_CONTROLLER, &t.rs, &[]);
+    events.push(rs.clone());
+    // Elsewhere a person's delete of a pod is still a new origin.
+    let elsewhere = api.delete_graceful(ADMIN, &o.pods[0]);
+    events.push(elsewhere.clone());
+    let (_, out) = run(&events);
+
+    assert_eq!(class_of(&out, &ns_delete), Class::Unowned);
+    let items: Vec<&Enriched> = out.iter().filter(|e| *e.audit_id == *audit_id(&pods)).collect();
+    assert_eq!(items.len(), 2, "one event per pod of the deletecollection");
+    for e in items {
+        assert_eq!(e.class, Class::Deleting, "{}: {}", e.object.name, e.reason);
+        assert!(e.reason.contains("namespace shop is being deleted"), "{}", e.reason);
+    }
+    assert_eq!(class_of(&out, &rs), Class::Deleting);
+    assert_eq!(class_of(&out, &elsewhere), Class::Origin);
+}
+
+#[test]
+fn a_namespace_created_again_is_judged_as_usual() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (shop, ev) = api.create(ADMIN, namespace("shop"));
+    events.push(ev);
+    events.push(api.delete(ADMIN, &shop, &["kubernetes"]));
+    events.push(api.finalize(NAMESPACE_CONTROLLER, &shop));
+    // The namespace is gone and made again: its new objects are judged by the usual rules.
+    let (_, ev) = api.create(ADMIN, namespace("shop"));
+    events.push(ev);
+    let t = tree(&mut api, &mut events, "shop");
+    let person = api.delete_graceful(ADMIN, &t.pods[0]);
+    events.push(person.clone());
+    let (_, out) = run(&events);
+    assert_eq!(class_of(&out, &person), Class::Origin);
+}

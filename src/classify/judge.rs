@@ -180,7 +180,7 @@ impl Engine {
             finished: None,
             phase: None,
         };
-        let Some(p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid), owner) else {
+        let Some(mut p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid), owner) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
             let unknown_parent = Hop { ty: owner.ty, name: owner.name.clone(), generation: None, user: None, timestamp: None, labels: None };
@@ -189,6 +189,11 @@ impl Engine {
             event.parent = Some(parent_out);
             return (event, origin_state);
         };
+        // A namespace being deleted takes its children down before their parents.
+        let namespace_teardown = !p.facts.deleting && self.namespace_terminating(w.cluster, child.namespace);
+        if namespace_teardown {
+            p.facts.deleting = true;
+        }
         let identity = identify(w.user, updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);
         parent_out.generation = (p.facts.generation != 0).then_some(p.facts.generation);
@@ -204,7 +209,11 @@ impl Engine {
         });
         event.actor =
             ActorOut { is_controller: identity.is_controller(), controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect() };
-        event.reason = self.reason(class, &p, &identity, &user);
+        event.reason = if namespace_teardown {
+            format!("namespace {} is being deleted: teardown", self.interner.resolve(child.namespace))
+        } else {
+            self.reason(class, &p, &identity, &user)
+        };
         event.class = class;
         event.reverts = self.track_origins(w, child, owner.uid, class, &identity);
 

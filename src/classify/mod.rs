@@ -91,6 +91,12 @@ pub struct Engine {
     pub contents: Contents,
     /// How far back a drift looks for the origin writes it reverts, in µs of event time.
     revert_horizon_us: i64,
+    /// Namespaces being deleted, by (cluster, name), with the event time their deletion was
+    /// seen: every child write in them is teardown (`deleting`). Kept by name, not by symbol,
+    /// so sweeping the interner cannot make an entry name another namespace; forgotten when the
+    /// namespace is created again or after the tombstone TTL.
+    terminating_namespaces: DashMap<(Arc<str>, Arc<str>), i64, FastBuild>,
+    tombstone_ttl_us: i64,
 }
 
 impl Engine {
@@ -106,7 +112,39 @@ impl Engine {
             max_trace_hops: options.max_trace_hops.max(2),
             contents: Contents::new(options.contents_max_entries, options.contents_max_bytes),
             revert_horizon_us: options.revert_horizon_us,
+            terminating_namespaces: DashMap::with_hasher(FastBuild::default()),
+            tombstone_ttl_us: options.tombstone_ttl_us,
         }
+    }
+
+    /// Notes a Namespace's deletion (or its creation again): the namespace controller deletes
+    /// what it holds kind by kind, children before their parents, so their parents' own state
+    /// cannot tell that it is teardown (DESIGN §1.4).
+    fn note_namespace(&self, w: &Write, f: &ObjectFacts) {
+        if f.namespace != Sym::EMPTY {
+            return;
+        }
+        let (api_version, kind) = self.interner.parts(f.ty);
+        if &*self.interner.resolve(kind) != "Namespace" || &*self.interner.resolve(api_version) != "v1" || f.name.is_empty() {
+            return;
+        }
+        let key = (self.interner.resolve(w.cluster), Arc::<str>::from(&*f.name));
+        if f.deleting || f.gone {
+            let horizon = w.time_us.saturating_sub(self.tombstone_ttl_us);
+            self.terminating_namespaces.retain(|_, since| *since >= horizon);
+            self.terminating_namespaces.entry(key).or_insert(w.time_us);
+        } else if w.verb == Verb::Create {
+            self.terminating_namespaces.remove(&key);
+        }
+    }
+
+    /// True when the child's namespace is being deleted (see [`Engine::note_namespace`]).
+    fn namespace_terminating(&self, cluster: Sym, namespace: Sym) -> bool {
+        if self.terminating_namespaces.is_empty() || namespace == Sym::EMPTY {
+            return false;
+        }
+        let key = (self.interner.resolve(cluster), self.interner.resolve(namespace));
+        self.terminating_namespaces.contains_key(&key)
     }
 
     pub fn apply(&self, w: &Write) -> Applied {
@@ -272,6 +310,9 @@ impl Engine {
         s.set_status_hash(f.status_hash);
         if f.deleting {
             s.set_deleting(true);
+        }
+        if f.deleting || f.gone || w.verb == Verb::Create {
+            self.note_namespace(w, f);
         }
         if f.gone && !s.deleted() {
             // The write that removed the last finalizer of an object being deleted: it is gone.

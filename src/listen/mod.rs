@@ -92,6 +92,16 @@ pub async fn serve(
     let acceptor = tls.map(TlsAcceptor::from);
     let limits = Arc::new(limits);
     let refused = metrics.as_ref().map(|m| m.connections_refused.with_label_values(&[limits.name]));
+    if let Some(m) = &metrics {
+        // Series that exist from the start, at zero: their label sets are closed, and a rate
+        // (or an alert) over them works from the first scrape.
+        for phase in [watch_io::Expired::Headers, watch_io::Expired::Idle] {
+            m.connection_timeouts.with_label_values(&[limits.name, phase.as_str()]);
+        }
+        for reason in watch_io::HandshakeFailure::ALL {
+            m.tls_handshake_failures.with_label_values(&[reason.as_str()]);
+        }
+    }
     let mut conns = JoinSet::new();
     loop {
         let (stream, peer) = tokio::select! {

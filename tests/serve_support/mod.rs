@@ -250,13 +250,13 @@ pub async fn start(toml: &str) -> Running {
 pub async fn wait_lines(path: &Path, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let lines: Vec<Value> = std::fs::read_to_string(path)
-            .unwrap_or_default()
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| serde_json::from_str(l).expect("jsonl line is JSON"))
-            .collect();
-        if lines.len() >= n || Instant::now() > deadline {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let late = Instant::now() > deadline;
+        // A line the sink is still writing is not read yet; at the deadline every byte is
+        // (a half line left behind then is a defect, and fails here).
+        let whole = if late { &text[..] } else { &text[..text.rfind('\n').map_or(0, |i| i + 1)] };
+        let lines: Vec<Value> = whole.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("jsonl line is JSON")).collect();
+        if lines.len() >= n || late {
             return lines;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -232,12 +232,17 @@ pub async fn deletes(cluster: &Cluster) -> Result<()> {
     let replacement = s.wait_after("the replacement pod", &deleted, move |e| is(e, "create", "Pod", REPLICASET_CONTROLLER) && parent_name(e) == owner).await?;
     s.expect("replicaset-controller creates a replacement pod", &replacement, "drift")?;
     check("resolution of the replacement", &replacement, replacement.resolution.as_deref(), Some("unresolved"))?;
-    let v = victim.clone();
-    let finalize = s.wait_after("kwok's final delete of the pod", &deleted, move |e| is(e, "delete", "Pod", KWOK) && e.object.name == v).await?;
-    // The kubelet (kwok) ends the graceful deletion alice started: the model knows no
-    // exception for a child that is itself terminating, so this is a second origin.
-    s.expect("kwok (the kubelet) removes the terminating pod", &finalize, "origin")?;
+    // The kubelet (kwok) ends the graceful deletion alice started: that completes a deletion
+    // already judged (DESIGN §1.5), so it is not classified again.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while alice_pods.get_opt(&victim).await?.is_some() {
+        anyhow::ensure!(std::time::Instant::now() < deadline, "pod {victim} was never removed");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     wait_rolled_out(&deploys, "fg").await?;
+    s.settle().await?;
+    let v = victim.clone();
+    anyhow::ensure!(!s.events()?.iter().any(|e| is(e, "delete", "Pod", KWOK) && e.object.name == v), "kwok's final delete of {victim} was classified");
 
     // A background delete of a Deployment is answered with a `Status`, not the object: its
     // audit event has no resourceVersion, and neither has the garbage collector's background

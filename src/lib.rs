@@ -12,6 +12,8 @@
 //! - [`enriched`]: the output record of a classified mutation, and its JSON as sinks write it.
 //! - [`process`]: the chain above, shared by every front end.
 //! - [`metrics`]: what is counted, in the Prometheus format.
+//! - [`history`]: the history store on disk (SQLite): every classified mutation and tombstone,
+//!   for `why` and the query API.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
 //! - [`scope`]: which events a pipeline looks at (groups, resources, namespaces, labels).
 //! - [`corpus`]: a workload generator on top of [`sim`], for benchmarks and soak tests.
@@ -36,6 +38,7 @@ pub mod enriched;
 #[cfg(feature = "fetch")]
 pub mod fetch;
 pub mod filter;
+pub mod history;
 pub mod kafka;
 pub mod listen;
 pub mod metrics;

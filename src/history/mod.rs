@@ -1,0 +1,95 @@
+//! The history store: every classified mutation, every deleted object's tombstone and each
+//! object's identity, kept on disk in an embedded SQLite database (docs/history.md), so an
+//! object's story can be told after the fact (`why`, the query API).
+//!
+//! This module owns the schema and how the database is opened; the `history` sink writes it,
+//! `replay --history` fills it from a log, and the readers query it in SQL.
+
+pub mod schema;
+
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+pub use schema::SCHEMA_VERSION;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("history store {path}: {source}")]
+    Sqlite { path: String, source: rusqlite::Error },
+    #[error("history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; move the file aside or use a matching build")]
+    Version { path: String, found: String },
+    #[error("history store {path} does not exist (start `serve` with a history sink, or fill one with `replay --history {path}`)")]
+    Missing { path: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// How a connection is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The writer: creates the file and the schema when missing.
+    Write,
+    /// A reader (`why`, the query API): never creates, never writes.
+    Read,
+}
+
+/// Opens the store at `path`: WAL journal (readers never block the writer, and a kill -9
+/// loses at most the transaction in flight, never the file), the schema created or checked.
+pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
+    let shown = path.display().to_string();
+    let err = |source| Error::Sqlite { path: shown.clone(), source };
+    if mode == Mode::Read && !path.exists() {
+        return Err(Error::Missing { path: shown });
+    }
+    let flags = match mode {
+        Mode::Write => OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE,
+        Mode::Read => OpenFlags::SQLITE_OPEN_READ_ONLY,
+    } | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(path, flags).map_err(err)?;
+    // A reader waits for a checkpoint rather than failing with SQLITE_BUSY.
+    conn.busy_timeout(Duration::from_secs(5)).map_err(err)?;
+    if mode == Mode::Write {
+        // Before any table exists: incremental vacuum lets retention give pages back to the
+        // file system (docs/history.md "Retention").
+        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;").map_err(err)?;
+        conn.execute_batch(schema::SQL).map_err(err)?;
+        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).map_err(err)?;
+    }
+    let found: Option<String> =
+        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).map_err(err).or_else(|e| match mode {
+            // A store whose writer has not created the schema yet reads as empty.
+            Mode::Read => Err(e),
+            Mode::Write => Ok(None),
+        })?;
+    match found {
+        Some(v) if v == SCHEMA_VERSION => Ok(conn),
+        Some(v) => Err(Error::Version { path: shown, found: v }),
+        None => Err(Error::Version { path: shown, found: "none".into() }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_creates_the_schema_and_read_checks_it() {
+        let dir = std::env::temp_dir().join(format!("kausality-history-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("h.db");
+        let _ = std::fs::remove_file(&path);
+        assert!(matches!(open(&path, Mode::Read), Err(Error::Missing { .. })));
+        let w = open(&path, Mode::Write).unwrap();
+        let mode: String = w.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "wal");
+        let r = open(&path, Mode::Read).unwrap();
+        let n: i64 = r.query_row("SELECT count(*) FROM mutations", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 0);
+        w.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'", []).unwrap();
+        let e = open(&path, Mode::Read).unwrap_err().to_string();
+        assert!(e.contains("schema version 999"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

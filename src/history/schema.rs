@@ -1,0 +1,67 @@
+//! The history store's schema (docs/history.md documents every column). Times are integers,
+//! µs since the Unix epoch, of the API server's `stageTimestamp`; SQL shows them with
+//! `datetime(time_us / 1e6, 'unixepoch')`.
+
+/// Bumped on any change a reader of an older store could not take.
+pub const SCHEMA_VERSION: &str = "1";
+
+/// Created when missing, by the writer only.
+pub const SQL: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+-- meta keys: schema_version; oldest_us (the history reaches back to this time: nothing older
+-- was kept, or retention removed it); newest_us (the newest mutation written).
+
+-- One row per object ever written, live or deleted: its identity and its controller owner.
+CREATE TABLE IF NOT EXISTS objects (
+    id                 INTEGER PRIMARY KEY,
+    cluster            TEXT NOT NULL,
+    uid                TEXT NOT NULL,
+    api_version        TEXT NOT NULL,
+    kind               TEXT NOT NULL,
+    namespace          TEXT NOT NULL,          -- '' for cluster-scoped objects
+    name               TEXT NOT NULL,
+    parent_uid         TEXT,                   -- the controller owner, when it has one
+    parent_api_version TEXT,
+    parent_kind        TEXT,
+    parent_name        TEXT,
+    first_us           INTEGER NOT NULL,       -- first mutation kept
+    last_us            INTEGER NOT NULL,       -- newest mutation kept
+    deleted_us         INTEGER,                -- the tombstone: when it was deleted (or evicted)
+    deleted_by         TEXT,                   -- by whom
+    deleted_audit_id   TEXT,
+    UNIQUE (cluster, uid)
+);
+CREATE INDEX IF NOT EXISTS objects_by_name ON objects (kind, name, namespace, cluster);
+CREATE INDEX IF NOT EXISTS objects_by_parent ON objects (parent_uid, cluster);
+
+-- One row per classified mutation, in the order the service classified them.
+CREATE TABLE IF NOT EXISTS mutations (
+    id             INTEGER PRIMARY KEY,
+    object_id      INTEGER NOT NULL REFERENCES objects (id),
+    time_us        INTEGER NOT NULL,
+    audit_id       TEXT NOT NULL,
+    verb           TEXT NOT NULL,              -- as the enriched event's `verb`
+    subresource    TEXT,                       -- scale, eviction, ...
+    user           TEXT NOT NULL,
+    class          TEXT NOT NULL,              -- drift, expected, origin, ...
+    resolution     TEXT,                       -- drift only: approved, rejected, unresolved
+    policy         TEXT,                       -- drift only: what resolved it
+    reverts_person INTEGER NOT NULL DEFAULT 0, -- 1: a drift that undoes a person's write
+    event          TEXT NOT NULL               -- the enriched event, as the jsonl sink writes it
+);
+CREATE INDEX IF NOT EXISTS mutations_by_object ON mutations (object_id, time_us);
+CREATE INDEX IF NOT EXISTS mutations_by_time ON mutations (time_us);
+CREATE INDEX IF NOT EXISTS mutations_by_class ON mutations (class, time_us);
+
+-- Which origin writes each drift undoes (the enriched event's `reverts`), to find from an
+-- origin write what reverted it.
+CREATE TABLE IF NOT EXISTS reverts (
+    mutation_id     INTEGER NOT NULL REFERENCES mutations (id),
+    origin_audit_id TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS reverts_by_origin ON reverts (origin_audit_id);
+CREATE INDEX IF NOT EXISTS reverts_by_mutation ON reverts (mutation_id);
+"#;

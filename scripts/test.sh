@@ -65,6 +65,20 @@ run_cargo_tests() {
   fi
 }
 
+# A full run builds about 9 GiB (target/: debug, release, the fuzz targets, the e2e crate) and
+# writes Kafka and etcd data under /tmp. On a fuller disk every step fails with ENOSPC in ways
+# that hide the cause, so say it once, here, and stop.
+need_kib=$(( ${KAUSALITY_MIN_FREE_GIB:-12} * 1024 * 1024 ))
+for dir in "${CARGO_TARGET_DIR:-.}" "${TMPDIR:-/tmp}"; do
+  free_kib=$(df -Pk "$dir" 2>/dev/null | awk 'NR==2 {print $4}')
+  if [ -n "$free_kib" ] && [ "$free_kib" -lt "$need_kib" ]; then
+    echo "not enough disk space: $((free_kib / 1024 / 1024)) GiB free under $dir, a full run needs about ${KAUSALITY_MIN_FREE_GIB:-12} GiB" >&2
+    echo "(free some space, e.g. cargo clean, or set KAUSALITY_MIN_FREE_GIB to what you know is enough)" >&2
+    echo "tests: 0 passed, 1 failed"
+    exit 1
+  fi
+done
+
 command -v bc >/dev/null 2>&1 || {
   apt-get -o DPkg::Lock::Timeout=600 -qq install -y bc >/dev/null 2>&1 || { apt-get -qq update && apt-get -qq install -y bc >/dev/null; }
 }

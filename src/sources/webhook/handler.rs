@@ -103,7 +103,18 @@ impl WebhookState {
                 return r;
             }
             // The declared length is reserved at once: an unfinished body holds its share.
-            Some(len) if len <= self.max_body_bytes as u64 && !budget.reserve(len as usize) => return self.busy(),
+            Some(len) if len <= self.max_body_bytes as u64 && !budget.reserve(len as usize) => {
+                // Never invited to send: answered from the headers.
+                if expects_continue(headers) {
+                    let mut r = self.busy();
+                    r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
+                    return r;
+                }
+                // Read and thrown away (no memory held), so the client gets to read the 503
+                // instead of a reset connection while it is still sending.
+                let _ = tokio::time::timeout(self.body_read_timeout, drain(body, len)).await;
+                return self.busy();
+            }
             _ => {}
         }
         let read = tokio::time::timeout(self.body_read_timeout, read_body(body, self.max_body_bytes, &mut budget)).await;
@@ -243,6 +254,12 @@ struct Budget {
 }
 
 impl Budget {
+    /// Gives back what this body holds.
+    fn release(&mut self) {
+        self.held = None;
+        self.bytes = 0;
+    }
+
     /// Holds at least `total` bytes, or says there is no room (never waits).
     fn reserve(&mut self, total: usize) -> bool {
         if total <= self.bytes {
@@ -259,7 +276,7 @@ impl Budget {
     }
 }
 
-/// Reads the body up to `max` bytes, each within `budget`; past `max`, drains (up to
+/// Reads the body up to `max` bytes, each within `budget`; past `max` or out of budget, drains (up to
 /// [`DRAIN_LIMIT`]) and says so.
 async fn read_body(body: Body, max: usize, budget: &mut Budget) -> Result<Vec<u8>, BodyError> {
     let mut body = body;
@@ -268,28 +285,46 @@ async fn read_body(body: Body, max: usize, budget: &mut Budget) -> Result<Vec<u8
     let declared = usize::try_from(HttpBody::size_hint(&body).lower()).unwrap_or(usize::MAX);
     let mut buf = Vec::with_capacity(declared.min(max).min(budget.bytes));
     let mut seen: u64 = 0;
-    let mut over = false;
+    // Once refused (too large, or no room in the budget), the rest is read and thrown away
+    // (up to [`DRAIN_LIMIT`]) so that the client gets to read the answer.
+    let mut refused: Option<BodyError> = None;
     while let Some(frame) = body.frame().await {
         let frame = frame.map_err(BodyError::Read)?;
         let Ok(data) = frame.into_data() else { continue };
         seen += data.len() as u64;
-        if over {
+        if refused.is_some() {
             if seen > DRAIN_LIMIT {
                 break;
             }
         } else if buf.len() + data.len() > max {
-            over = true;
+            refused = Some(BodyError::TooLarge(0));
             buf = Vec::new();
         } else if !budget.reserve(buf.len() + data.len()) {
-            return Err(BodyError::Busy);
+            refused = Some(BodyError::Busy);
+            buf = Vec::new();
+            budget.release();
         } else {
             buf.extend_from_slice(&data);
         }
     }
-    if over {
-        Err(BodyError::TooLarge(seen))
-    } else {
-        Ok(buf)
+    match refused {
+        Some(BodyError::TooLarge(_)) => Err(BodyError::TooLarge(seen)),
+        Some(e) => Err(e),
+        None => Ok(buf),
+    }
+}
+
+/// Reads up to `limit` bytes of a refused body and throws them away.
+async fn drain(body: Body, limit: u64) {
+    let mut body = body;
+    let mut seen: u64 = 0;
+    while let Some(Ok(frame)) = body.frame().await {
+        if let Ok(data) = frame.into_data() {
+            seen += data.len() as u64;
+            if seen >= limit.min(DRAIN_LIMIT) {
+                break;
+            }
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 //! `replay --history` fills it from a log, and the readers query it in SQL.
 
 pub mod schema;
+pub mod story;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,295 @@
+//! The story of one object, read from the history store: who wrote it and what each write was
+//! (oldest first), what reverted each write, and which of its children drifted. `why` renders
+//! it in the terminal; the query API serves it as JSON at `GET /v1/why` (docs/why.md shows the
+//! JSON). All the SQL of the story is in this module and its parts:
+//! - `find`: which object the question names (by UID, or by kind, namespace and name);
+//! - `tree`: its children's drift, by the `parent_uid` of their rows;
+//! - `message`: what to tell a person when the question has no single answer.
+
+mod find;
+mod message;
+mod tree;
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::decode::time::format_rfc3339_micros;
+
+pub use find::kind_matches;
+pub use message::{ambiguous_message, before_history_message, explain, not_found_message};
+
+/// Which object's story, and up to when.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoryQuery {
+    /// Only this cluster; any cluster when `None`.
+    pub cluster: Option<String>,
+    /// The kind as a person types it: `ReplicaSet`, `replicaset`, `replicasets`,
+    /// `Deployment.apps`, `widgets.example.com`; empty with `uid` (any kind).
+    pub kind: String,
+    /// Only this namespace (`""`: a cluster-scoped object); any namespace when `None`.
+    pub namespace: Option<String>,
+    /// The object's name; with `kind`, or `uid` alone.
+    pub name: Option<String>,
+    pub uid: Option<String>,
+    /// Writes (and drift counts, and reverts) up to this time, µs since the epoch.
+    pub at_us: Option<i64>,
+}
+
+/// The object a story is about, as the store knows it; also each candidate of an ambiguous
+/// question, and an object of the query API's `/v1/objects`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub cluster: String,
+    pub api_version: String,
+    pub kind: String,
+    /// `""` for a cluster-scoped object.
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// Its controller owner; `null` when it has none.
+    pub parent: Option<OwnerRef>,
+    /// Its first and newest mutation kept (RFC 3339).
+    pub first_seen: String,
+    pub last_seen: String,
+    /// The tombstone: `null` while the object lives (as far as the store knows).
+    pub deleted: Option<Tombstone>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Who deleted (or evicted) an object, and when.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tombstone {
+    pub time: String,
+    pub user: String,
+    #[serde(rename = "auditID")]
+    pub audit_id: String,
+}
+
+/// The answer: the object, its writes oldest first, its children's drift.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Story {
+    pub object: ObjectRef,
+    /// How far back the store reaches (`meta.oldest_us`): nothing older was kept, or
+    /// retention removed it; `null` for an empty store.
+    pub history_from: Option<String>,
+    /// The `at` bound of the question, when it had one.
+    pub at: Option<String>,
+    pub writes: Vec<Write>,
+    pub children: Vec<Child>,
+}
+
+/// One classified mutation of the object.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Write {
+    /// The enriched event, byte for byte as the `history` sink stored it
+    /// (docs/enriched-events.md).
+    pub event: Box<RawValue>,
+    /// The drifts that undid this write (those that name it in their `reverts`), oldest first.
+    pub reverted_by: Vec<RevertedBy>,
+}
+
+/// A drift that undid a write.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RevertedBy {
+    #[serde(rename = "auditID")]
+    pub audit_id: String,
+    pub time: String,
+    pub user: String,
+    pub class: String,
+    /// The object the drift wrote: the same one, or a replacement of a removed object.
+    pub object: WrittenObject,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrittenObject {
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// A child (grandchild, ...) with drift in its subtree.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Child {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+    /// Deleted by the `at` bound (or at all, without one).
+    pub deleted: bool,
+    /// Its own drift mutations up to `at`.
+    pub drift: u64,
+    pub last_drift: Option<LastDrift>,
+    pub children: Vec<Child>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LastDrift {
+    pub time: String,
+    pub user: String,
+    #[serde(rename = "auditID")]
+    pub audit_id: String,
+    /// approved, rejected or unresolved.
+    pub resolution: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoryError {
+    /// No object in the store matches the question.
+    #[error("no such object in the history store")]
+    NotFound,
+    /// Several objects match: in different clusters or namespaces, or several objects that
+    /// had the same name one after the other (each with its own UID).
+    #[error("{} objects match", .0.len())]
+    Ambiguous(Vec<ObjectRef>),
+    /// `at` is older than anything the store keeps.
+    #[error("the history store reaches back to {history_from} only")]
+    BeforeHistory { history_from: String },
+    /// The question names no object: neither a UID nor a kind and a name.
+    #[error("{0}")]
+    Invalid(String),
+    #[error("history store: {0}")]
+    Store(#[from] rusqlite::Error),
+}
+
+/// A row of `objects`, with the key its mutations and children are found by.
+#[derive(Clone, Debug)]
+pub(crate) struct Found {
+    pub(crate) id: i64,
+    pub(crate) object: ObjectRef,
+}
+
+/// The story of the object `q` names.
+pub fn build(conn: &Connection, q: &StoryQuery) -> Result<Story, StoryError> {
+    let oldest_us = oldest_us(conn)?;
+    if let (Some(at), Some(oldest)) = (q.at_us, oldest_us) {
+        if at < oldest {
+            return Err(StoryError::BeforeHistory { history_from: format_rfc3339_micros(oldest) });
+        }
+    }
+    let found = find::one(conn, q)?;
+    let writes = writes(conn, &found, q.at_us)?;
+    let children = tree::children(conn, &found.object.cluster, &found.object.uid, q.at_us)?;
+    Ok(Story { object: found.object, history_from: oldest_us.map(format_rfc3339_micros), at: q.at_us.map(format_rfc3339_micros), writes, children })
+}
+
+/// How far back the store reaches (`meta.oldest_us`), µs; `None` for an empty store.
+pub fn oldest_us(conn: &Connection) -> Result<Option<i64>, StoryError> {
+    let v: Option<String> = conn.query_row("SELECT value FROM meta WHERE key = 'oldest_us'", [], |r| r.get(0)).optional()?;
+    Ok(v.and_then(|v| v.trim().parse().ok()))
+}
+
+const WRITES: &str = "
+SELECT id, time_us, audit_id, verb, subresource, user, class, resolution, policy, event
+FROM mutations
+WHERE object_id = ?1 AND (?2 IS NULL OR time_us <= ?2)
+ORDER BY time_us, id";
+
+/// The drifts that name an origin write in their `reverts`, in the object's cluster.
+const REVERTED_BY: &str = "
+SELECT DISTINCT m.id, m.audit_id, m.time_us, m.user, m.class, o.kind, o.name, o.uid, m.event
+FROM reverts r
+JOIN mutations m ON m.id = r.mutation_id
+JOIN objects o ON o.id = m.object_id
+WHERE r.origin_audit_id = ?1 AND o.cluster = ?2 AND (?3 IS NULL OR m.time_us <= ?3)
+ORDER BY m.time_us, m.id";
+
+fn writes(conn: &Connection, found: &Found, at_us: Option<i64>) -> Result<Vec<Write>, StoryError> {
+    let mut stmt = conn.prepare(WRITES)?;
+    let rows = stmt.query_map(params![found.id, at_us], |r| {
+        let audit_id: String = r.get(2)?;
+        let text: String = r.get(9)?;
+        let event = RawValue::from_string(text).unwrap_or_else(|_| {
+            // A row whose event is not JSON (written by hand, or damaged) still tells what its
+            // columns hold.
+            let columns = serde_json::json!({
+                "auditID": audit_id,
+                "stageTimestamp": format_rfc3339_micros(r.get::<_, i64>(1).unwrap_or(0)),
+                "verb": r.get::<_, String>(3).unwrap_or_default(),
+                "subresource": r.get::<_, Option<String>>(4).unwrap_or_default(),
+                "user": r.get::<_, String>(5).unwrap_or_default(),
+                "class": r.get::<_, String>(6).unwrap_or_default(),
+                "resolution": r.get::<_, Option<String>>(7).unwrap_or_default(),
+                "policy": r.get::<_, Option<String>>(8).unwrap_or_default(),
+                "unreadable": true,
+            });
+            RawValue::from_string(columns.to_string()).expect("JSON made by serde_json")
+        });
+        Ok((audit_id, event))
+    })?;
+    let mut writes = Vec::new();
+    for row in rows {
+        let (audit_id, event) = row?;
+        let reverted_by = reverted_by(conn, &found.object, &audit_id, at_us)?;
+        writes.push(Write { event, reverted_by });
+    }
+    Ok(writes)
+}
+
+/// What a drift's `reverts` names: an origin write and the object it touched.
+#[derive(Deserialize)]
+struct Reverts<'a> {
+    #[serde(borrow, default)]
+    reverts: Vec<RevertEntry<'a>>,
+}
+
+#[derive(Deserialize)]
+struct RevertEntry<'a> {
+    #[serde(rename = "auditID", borrow)]
+    audit_id: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    object: RevertEntryObject<'a>,
+}
+
+#[derive(Deserialize)]
+struct RevertEntryObject<'a> {
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+}
+
+/// The drifts that undid the write `audit_id` of `object`. One audit event can write several
+/// objects (a deletecollection): a drift counts when its `reverts` names this write of this
+/// object (by kind and name), not another object's item of the same request.
+fn reverted_by(conn: &Connection, object: &ObjectRef, audit_id: &str, at_us: Option<i64>) -> Result<Vec<RevertedBy>, StoryError> {
+    let mut stmt = conn.prepare_cached(REVERTED_BY)?;
+    let rows = stmt.query_map(params![audit_id, object.cluster, at_us], |r| {
+        let event: String = r.get(8)?;
+        let names_it = match serde_json::from_str::<Reverts<'_>>(&event) {
+            Ok(rv) => rv.reverts.iter().any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),
+            // The reverts table says so; an unreadable event cannot say otherwise.
+            Err(_) => true,
+        };
+        let by = RevertedBy {
+            audit_id: r.get(1)?,
+            time: format_rfc3339_micros(r.get(2)?),
+            user: r.get(3)?,
+            class: r.get(4)?,
+            object: WrittenObject { kind: r.get(5)?, name: r.get(6)?, uid: r.get(7)? },
+        };
+        Ok(names_it.then_some(by))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        out.extend(row?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,137 @@
+//! Which object a question names: by UID, or by kind and name (namespace and cluster when
+//! given). A kind is matched the way people type it (`ReplicaSet`, `replicaset`, `replicasets`,
+//! `Deployment.apps`): the store's kinds are listed first (an index seek per distinct kind, not
+//! a scan of the objects), then the objects are looked up by exact kind and name on the index.
+
+use rusqlite::{params, Connection, Row};
+
+use super::{Found, ObjectRef, OwnerRef, StoryError, StoryQuery, Tombstone};
+use crate::decode::time::format_rfc3339_micros;
+
+const COLUMNS: &str = "id, cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
+                       first_us, last_us, deleted_us, deleted_by, deleted_audit_id";
+
+/// Every distinct kind in the store, by a loose index scan of `objects_by_name`: one seek per
+/// kind.
+const KINDS: &str = "
+WITH RECURSIVE kinds(kind) AS (
+    SELECT (SELECT min(kind) FROM objects)
+    UNION ALL
+    SELECT (SELECT min(kind) FROM objects WHERE kind > kinds.kind) FROM kinds WHERE kinds.kind IS NOT NULL
+)
+SELECT kind FROM kinds WHERE kind IS NOT NULL";
+
+/// The one object `q` names.
+pub(super) fn one(conn: &Connection, q: &StoryQuery) -> Result<Found, StoryError> {
+    let mut found = all(conn, q)?;
+    match found.len() {
+        0 => Err(StoryError::NotFound),
+        1 => Ok(found.pop().expect("one")),
+        _ => {
+            found.sort_by(|a, b| {
+                let key = |f: &Found| (f.object.cluster.clone(), f.object.namespace.clone(), f.object.first_seen.clone(), f.object.uid.clone());
+                key(a).cmp(&key(b))
+            });
+            Err(StoryError::Ambiguous(found.into_iter().map(|f| f.object).collect()))
+        }
+    }
+}
+
+/// Every object `q` names.
+fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
+    if let Some(uid) = q.uid.as_deref().filter(|u| !u.is_empty()) {
+        let sql = format!("SELECT {COLUMNS} FROM objects WHERE uid = ?1 AND (?2 IS NULL OR cluster = ?2)");
+        let mut stmt = conn.prepare(&sql)?;
+        let rows = stmt.query_map(params![uid, q.cluster], row)?.collect::<Result<Vec<_>, _>>()?;
+        // Whatever else the question says must hold too.
+        return Ok(rows
+            .into_iter()
+            .filter(|f| {
+                let o = &f.object;
+                (q.kind.is_empty() || kind_matches(&q.kind, &o.kind, &o.api_version))
+                    && q.namespace.as_ref().is_none_or(|n| *n == o.namespace)
+                    && q.name.as_ref().is_none_or(|n| *n == o.name)
+            })
+            .collect());
+    }
+    let name = match q.name.as_deref() {
+        Some(n) if !n.is_empty() && !q.kind.is_empty() => n,
+        _ => return Err(StoryError::Invalid("name an object: a kind and a name (KIND/NAME), or a UID".into())),
+    };
+    let kinds: Vec<String> = conn.prepare(KINDS)?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let sql = format!("SELECT {COLUMNS} FROM objects WHERE kind = ?1 AND name = ?2 AND (?3 IS NULL OR namespace = ?3) AND (?4 IS NULL OR cluster = ?4)");
+    let mut stmt = conn.prepare(&sql)?;
+    let mut out = Vec::new();
+    for kind in kinds.iter().filter(|k| kind_name_matches(&q.kind, k)) {
+        for f in stmt.query_map(params![kind, name, q.namespace, q.cluster], row)? {
+            let f = f?;
+            if kind_matches(&q.kind, &f.object.kind, &f.object.api_version) {
+                out.push(f);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn row(r: &Row<'_>) -> rusqlite::Result<Found> {
+    let parent_uid: Option<String> = r.get(7)?;
+    let deleted_us: Option<i64> = r.get(13)?;
+    Ok(Found {
+        id: r.get(0)?,
+        object: ObjectRef {
+            cluster: r.get(1)?,
+            uid: r.get(2)?,
+            api_version: r.get(3)?,
+            kind: r.get(4)?,
+            namespace: r.get(5)?,
+            name: r.get(6)?,
+            parent: match parent_uid {
+                Some(uid) => Some(OwnerRef {
+                    uid,
+                    api_version: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
+                    kind: r.get::<_, Option<String>>(9)?.unwrap_or_default(),
+                    name: r.get::<_, Option<String>>(10)?.unwrap_or_default(),
+                }),
+                None => None,
+            },
+            first_seen: format_rfc3339_micros(r.get(11)?),
+            last_seen: format_rfc3339_micros(r.get(12)?),
+            deleted: match deleted_us {
+                Some(us) => Some(Tombstone {
+                    time: format_rfc3339_micros(us),
+                    user: r.get::<_, Option<String>>(14)?.unwrap_or_default(),
+                    audit_id: r.get::<_, Option<String>>(15)?.unwrap_or_default(),
+                }),
+                None => None,
+            },
+        },
+    })
+}
+
+/// Whether `asked` (as a person types a kind) names `kind` of `api_version`: the kind in any
+/// case, singular or plural (`replicasets`, `ingresses`, `networkpolicies`), optionally
+/// followed by `.GROUP` (`Deployment.apps`; `core` or nothing for the core group's `v1`).
+pub fn kind_matches(asked: &str, kind: &str, api_version: &str) -> bool {
+    if !kind_name_matches(asked, kind) {
+        return false;
+    }
+    match asked.split_once('.') {
+        None => true,
+        Some((_, group)) => {
+            let have = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+            group.eq_ignore_ascii_case(have) || (have.is_empty() && group.eq_ignore_ascii_case("core"))
+        }
+    }
+}
+
+/// The kind part of `asked` (before any `.GROUP`) against a kind, in any case, singular or
+/// plural.
+fn kind_name_matches(asked: &str, kind: &str) -> bool {
+    let asked = asked.split_once('.').map_or(asked, |(k, _)| k);
+    if asked.eq_ignore_ascii_case(kind) {
+        return true;
+    }
+    let (a, k) = (asked.to_ascii_lowercase(), kind.to_ascii_lowercase());
+    let plural = |suffix: &str, stem: &str| a.strip_suffix(suffix) == Some(stem);
+    plural("s", &k) || plural("es", &k) || k.strip_suffix('y').is_some_and(|stem| plural("ies", stem))
+}

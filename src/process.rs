@@ -10,10 +10,10 @@ use crate::enriched::Enriched;
 use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
 use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
-use crate::order::{Dedupe, Released, ReorderBuffer};
+use crate::order::{Dedupe, Placing, Released, ReorderBuffer};
 use crate::scope::Scope;
 use crate::state::{read_snapshot, write_snapshot, FastBuild, Pin, SnapshotError, SnapshotStats, Sym};
-use crate::write::{Extractor, Rejected, Write};
+use crate::write::{Extractor, Rejected, Target, Write};
 
 /// Which clock the reorder window runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -356,6 +356,19 @@ impl Processor {
     /// had completed when its request came, and after any write without one whose request came
     /// first: the garbage collector's delete of a child after its owner's delete, whichever
     /// response completed first.
+    /// The key of the object a write is of, for the reorder buffer (0: not known by UID).
+    fn object_key(w: &Write) -> u64 {
+        let uid = match &w.target {
+            Target::Object(f) => f.uid,
+            Target::Scale { uid, .. } | Target::Gone { uid, .. } => *uid,
+            Target::Many(_) | Target::Eviction { .. } => return 0,
+        };
+        if uid == 0 {
+            return 0;
+        }
+        ((uid as u64) ^ ((uid >> 64) as u64)) | 1
+    }
+
     fn order_time(w: &Write) -> i64 {
         match (w.resource_version, w.received_us) {
             (None, received) if received != 0 => received,
@@ -474,7 +487,8 @@ impl Processor {
             };
             let buffer = self.buffers.entry(item.cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
             let (rv, seq, order_us) = (write.resource_version, write.seq, Self::order_time(&write));
-            buffer.push(write, rv, time, order_us, &mut self.released);
+            let placing = Placing { object: Self::object_key(&write), done_us: write.time_us };
+            buffer.push_write(write, rv, time, order_us, placing, &mut self.released);
             if !buffer.is_empty() {
                 self.active.insert(item.cluster);
             }

@@ -6,4 +6,4 @@ mod reorder;
 
 pub use clusters::{Clusters, DEFAULT_MAX_CLUSTERS, MAX_CLUSTER_NAME_BYTES};
 pub use dedupe::Dedupe;
-pub use reorder::{Released, ReorderBuffer};
+pub use reorder::{Placing, Released, ReorderBuffer};

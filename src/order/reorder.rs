@@ -33,7 +33,9 @@ struct Held {
     seq: u64,
     time_us: i64,
     /// Placed at `rv` for lack of one of its own, by its event time (in `tie`): placed again
-    /// when it comes up, with the writes that arrived after it.
+    /// when it comes up, with the writes that arrived after it. It goes after every write
+    /// that has `rv` as its own (placed there to go after them: the object's own write that
+    /// completed before it may have a later event time than its request).
     placed: bool,
     /// Where the write waits in [`ReorderBuffer::slots`].
     slot: u32,
@@ -41,7 +43,7 @@ struct Held {
 
 impl PartialEq for Held {
     fn eq(&self, o: &Self) -> bool {
-        (self.rv, self.tie, self.seq) == (o.rv, o.tie, o.seq)
+        (self.rv, self.placed, self.tie, self.seq) == (o.rv, o.placed, o.tie, o.seq)
     }
 }
 impl Eq for Held {}
@@ -52,7 +54,7 @@ impl PartialOrd for Held {
 }
 impl Ord for Held {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (self.rv, self.tie, self.seq).cmp(&(o.rv, o.tie, o.seq))
+        (self.rv, self.placed, self.tie, self.seq).cmp(&(o.rv, o.placed, o.tie, o.seq))
     }
 }
 
@@ -78,9 +80,23 @@ pub struct ReorderBuffer<T> {
     seen_rv: u64,
     /// (event time, resourceVersion) of recent writes, to place a write without a
     /// resourceVersion (a delete answered with a `Status`) after the writes that happened
-    /// before it rather than after whatever arrived last (batches from several API servers).
-    recent: VecDeque<(i64, u64)>,
+    /// before it rather than after whatever arrived last (batches from several API servers);
+    /// with the key of the object written (0: not known), for writes of the same object.
+    recent: VecDeque<(i64, u64, u64)>,
+    /// Of each held write placed for lack of a resourceVersion, by slot: when it completed
+    /// (its stageTimestamp) and the key of its object. Rare: a side table, so that the heap's
+    /// entries stay small.
+    placed_of: Vec<(u32, i64, u64)>,
     seq: u64,
+}
+
+/// Which object a write is of, for placing a write without a resourceVersion.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Placing {
+    /// A key of the object written (e.g. of its UID); 0 when not known.
+    pub object: u64,
+    /// When the write completed (its stageTimestamp, µs); 0 when not known.
+    pub done_us: i64,
 }
 
 /// How many recent (time, resourceVersion) pairs place writes that have no resourceVersion.
@@ -100,6 +116,7 @@ impl<T> ReorderBuffer<T> {
             seen_rv: 0,
             // Grows with the writes: a cluster that sends little costs little.
             recent: VecDeque::new(),
+            placed_of: Vec::new(),
             seq: 0,
         }
     }
@@ -118,6 +135,15 @@ impl<T> ReorderBuffer<T> {
     /// without, when it was surely not written yet (its requestReceivedTimestamp), so that it
     /// is placed after the writes that had completed by then.
     pub fn push(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, out: &mut Vec<Released<T>>) {
+        self.push_write(item, rv, time_us, event_us, Placing::default(), out)
+    }
+
+    /// [`ReorderBuffer::push`], knowing which object the write is of: a write without a
+    /// resourceVersion also goes after every write of the same object that had completed when
+    /// it completed (`placing.done_us`). Its request may have come before them (a kubelet's
+    /// final delete sent while the controller's delete that started it was still in flight),
+    /// but an object's writes after its own completion could not have been acknowledged first.
+    pub fn push_write(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, placing: Placing, out: &mut Vec<Released<T>>) {
         self.seq += 1;
         let placed = rv.is_none() && event_us != 0;
         let tie = match (rv, event_us) {
@@ -132,13 +158,13 @@ impl<T> ReorderBuffer<T> {
                     if self.recent.len() == RECENT {
                         self.recent.pop_front();
                     }
-                    self.recent.push_back((event_us, rv));
+                    self.recent.push_back((event_us, rv, placing.object));
                 }
                 rv
             }
             // After the highest resourceVersion written at or before this write's time; with
             // no time, after everything seen.
-            None if event_us != 0 => self.place(event_us),
+            None if event_us != 0 => self.place(event_us, placing),
             None => self.seen_rv,
         };
         if rv < self.released_rv {
@@ -156,6 +182,9 @@ impl<T> ReorderBuffer<T> {
                 u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 held writes")
             }
         };
+        if placed && placing.object != 0 {
+            self.placed_of.push((slot, placing.done_us, placing.object));
+        }
         self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, placed, slot }));
         self.arrivals.push(Reverse((time_us, rv)));
         self.advance(time_us, out);
@@ -202,13 +231,21 @@ impl<T> ReorderBuffer<T> {
             self.arrivals.clear();
             self.slots.clear();
             self.free.clear();
+            self.placed_of.clear();
         }
     }
 
     /// Where a write without a resourceVersion goes: after the highest resourceVersion written
     /// at or before its event time, and not before what was released already.
-    fn place(&self, event_us: i64) -> u64 {
-        self.recent.iter().filter(|(t, _)| *t <= event_us).map(|(_, rv)| *rv).max().unwrap_or(0).max(self.released_rv)
+    fn place(&self, event_us: i64, placing: Placing) -> u64 {
+        let same = |o: u64| placing.object != 0 && o == placing.object;
+        self.recent
+            .iter()
+            .filter(|&&(t, _, o)| t <= event_us || (same(o) && t <= placing.done_us))
+            .map(|&(_, rv, _)| rv)
+            .max()
+            .unwrap_or(0)
+            .max(self.released_rv)
     }
 
     /// A write placed for lack of a resourceVersion, as it comes up: a write of its time may
@@ -218,7 +255,8 @@ impl<T> ReorderBuffer<T> {
         if !h.placed {
             return false;
         }
-        let at = self.place(h.tie);
+        let placing = self.placed_of.iter().find(|&&(slot, ..)| slot == h.slot).map_or(Placing::default(), |&(_, done_us, object)| Placing { object, done_us });
+        let at = self.place(h.tie, placing);
         let moved = at > h.rv;
         h.rv = h.rv.max(at);
         moved
@@ -234,6 +272,7 @@ impl<T> ReorderBuffer<T> {
             self.free = Vec::new();
             self.arrivals = BinaryHeap::new();
             self.recent = VecDeque::new();
+            self.placed_of = Vec::new();
         }
     }
 
@@ -248,7 +287,8 @@ impl<T> ReorderBuffer<T> {
             + self.slots.capacity() * std::mem::size_of::<Option<T>>()
             + self.free.capacity() * 4
             + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
-            + self.recent.capacity() * std::mem::size_of::<(i64, u64)>()
+            + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64)>()
+            + self.placed_of.capacity() * std::mem::size_of::<(u32, i64, u64)>()
     }
 
     /// Releases everything (end of input, shutdown).
@@ -263,10 +303,14 @@ impl<T> ReorderBuffer<T> {
         self.arrivals.clear();
         self.slots.clear();
         self.free.clear();
+        self.placed_of.clear();
     }
 
     fn release(&mut self, h: Held, out: &mut Vec<Released<T>>) {
         self.released_rv = self.released_rv.max(h.rv);
+        if h.placed && !self.placed_of.is_empty() {
+            self.placed_of.retain(|&(slot, ..)| slot != h.slot);
+        }
         let item = self.slots[h.slot as usize].take().expect("a held write is in its slot");
         self.free.push(h.slot);
         out.push(Released { item, late: false });
@@ -363,6 +407,32 @@ mod tests {
         b.push("update", Some(50), 10, 120, &mut out);
         b.flush(&mut out);
         assert_eq!(items_str(out), vec![("create", false), ("update", false), ("delete", false)]);
+    }
+
+    #[test]
+    fn a_write_without_resource_version_goes_after_its_own_objects_writes_completed_before_it() {
+        // Seen on a control plane with two API servers: the controller's delete of a pod
+        // (rv 1213, received at 438, completed at 447) and the kubelet's final delete of it,
+        // answered without a resourceVersion, received at 442 (before the first completed)
+        // and completed at 455. By its request time alone it went first; the pod's own delete
+        // that completed before it did must go first.
+        let pod = Placing { object: 7, done_us: 0 };
+        for arrival in [["controller", "kubelet"], ["kubelet", "controller"]] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("earlier", Some(1200), 0, 400, Placing { object: 9, done_us: 400 }, &mut out);
+            for (i, who) in arrival.into_iter().enumerate() {
+                match who {
+                    "controller" => b.push_write("controller", Some(1213), 1 + i as i64, 447, Placing { done_us: 447, ..pod }, &mut out),
+                    _ => b.push_write("kubelet", None, 1 + i as i64, 442, Placing { done_us: 455, ..pod }, &mut out),
+                }
+            }
+            // Another object's write that completed between the two: not the pod's, so the
+            // final delete keeps its place by request time before it.
+            b.push_write("other", Some(1214), 5, 444, Placing { object: 11, done_us: 444 }, &mut out);
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("earlier", false), ("controller", false), ("kubelet", false), ("other", false)], "arrival order {arrival:?}");
+        }
     }
 
     #[test]

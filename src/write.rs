@@ -2,6 +2,7 @@
 //! the model needs and nothing else. Built from a borrowed [`AuditEvent`] once the filter has
 //! admitted it; this is what the reorder buffer holds and the classifier consumes.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::value::RawValue;
@@ -256,7 +257,7 @@ impl Extractor<'_> {
                 }
             }
             (_, Some(obj)) if obj.is_list() => {
-                let items = obj.field("items").map(|raw| self.list_items(raw)).unwrap_or_default();
+                let items = obj.field("items").map(|raw| self.list_items(obj, raw)).unwrap_or_default();
                 Target::Many(items)
             }
             (_, Some(obj)) if obj.is_status() || obj.metadata.uid.is_none() => {
@@ -306,8 +307,19 @@ impl Extractor<'_> {
         }
     }
 
-    fn list_items(&self, raw: &RawValue) -> Vec<ObjectFacts> {
-        let items: Vec<ObjectView> = serde_json::from_str(raw.get()).unwrap_or_default();
+    /// The items of a List: the API server leaves each item's apiVersion and kind out (they are
+    /// the list's: a `PodList` of `v1` holds `v1` Pods).
+    fn list_items<'a>(&self, list: &ObjectView<'a>, raw: &'a RawValue) -> Vec<ObjectFacts> {
+        let mut items: Vec<ObjectView<'a>> = serde_json::from_str(raw.get()).unwrap_or_default();
+        let kind = list.kind.as_deref().and_then(|k| k.strip_suffix("List"));
+        for item in &mut items {
+            if item.api_version.as_deref().is_none_or(str::is_empty) {
+                item.api_version = list.api_version.clone();
+            }
+            if item.kind.as_deref().is_none_or(str::is_empty) {
+                item.kind = kind.map(|k| Cow::Owned(k.to_string()));
+            }
+        }
         items.iter().filter_map(|o| self.facts(o)).collect()
     }
 

@@ -308,6 +308,29 @@ fn a_deletecollection_judges_each_item_on_its_own() {
     assert!(api.get(&t.pods[0]).is_none());
 }
 
+/// kube-apiserver answers a deletecollection with a List whose items carry no apiVersion and
+/// no kind (they are the list's): each item's enriched event names the list's kind.
+#[test]
+fn a_deletecollection_item_is_of_the_lists_kind() {
+    let (mut api, mut events, t) = stable("shop");
+    let collection = api.delete_collection(NAMESPACE_CONTROLLER, &t.pods, false);
+    let mut v: serde_json::Value = serde_json::from_str(&collection).unwrap();
+    for item in v["responseObject"]["items"].as_array_mut().unwrap() {
+        let item = item.as_object_mut().unwrap();
+        item.remove("apiVersion");
+        item.remove("kind");
+    }
+    assert_eq!(v["responseObject"]["kind"], "PodList");
+    events.push(v.to_string());
+    let (_, out) = run(&events);
+    let items: Vec<&Enriched> = out.iter().filter(|e| *e.audit_id == *audit_id(&collection)).collect();
+    assert_eq!(items.len(), 2);
+    for e in items {
+        assert_eq!((&*e.object.api_version, &*e.object.kind), ("v1", "Pod"), "{}", e.object.name);
+        assert_eq!((&*e.trace[0].api_version, &*e.trace[0].kind), ("v1", "Pod"));
+    }
+}
+
 #[test]
 fn a_snapshot_keeps_what_an_eviction_finds_a_pod_by() {
     let (mut api, events, t) = stable("shop");

@@ -14,6 +14,8 @@
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`history`]: the history store on disk (SQLite): every classified mutation and tombstone,
 //!   for `why` and the query API.
+//! - [`why`]: the `why` command: an object's story from the history store or the query API,
+//!   for the terminal.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
 //! - [`scope`]: which events a pipeline looks at (groups, resources, namespaces, labels).
 //! - [`corpus`]: a workload generator on top of [`sim`], for benchmarks and soak tests.
@@ -52,4 +54,5 @@ pub mod sinks;
 pub mod sources;
 pub mod state;
 pub mod status;
+pub mod why;
 pub mod write;

@@ -14,6 +14,7 @@ use kausality_stream::corpus::{self, CorpusOptions};
 use kausality_stream::decode::Unwrap;
 use kausality_stream::pipeline::{self, Overrides};
 use kausality_stream::replay::{self, ReplayOptions};
+use kausality_stream::why;
 
 /// For every change a Kubernetes controller makes, whether anyone asked for it.
 #[derive(Parser)]
@@ -44,6 +45,10 @@ enum Command {
     Validate(ValidateArgs),
     /// Write a realistic synthetic audit stream (deterministic from a seed), for benchmarks and soak tests.
     Generate(GenerateArgs),
+    /// An object's story from the history store: each classified write (time, actor, class,
+    /// resolution), its causal chain back to the human intent, what it reverted or what
+    /// reverted it, its parent's state at that moment, and its children's drift.
+    Why(WhyArgs),
 }
 
 #[derive(clap::Args)]
@@ -146,6 +151,49 @@ struct ReplayArgs {
     /// Do not print the summary on stderr.
     #[arg(long, short)]
     quiet: bool,
+}
+
+#[derive(clap::Args)]
+struct WhyArgs {
+    /// The object as KIND/NAME: the kind in any case, singular or plural, with its group if
+    /// needed (pod/web-1, replicasets/web-7d9f, Deployment.apps/web). Leave it out with --uid.
+    #[arg(value_name = "KIND/NAME", required_unless_present = "uid", value_parser = why::parse_object)]
+    object: Option<(String, String)>,
+    /// Its namespace; without it, every namespace is searched ('' for a cluster-scoped object).
+    #[arg(short = 'n', long)]
+    namespace: Option<String>,
+    /// Its cluster (as the service named it); without it, every cluster is searched.
+    #[arg(long)]
+    cluster: Option<String>,
+    /// Its UID: picks one of several objects of the same name.
+    #[arg(long)]
+    uid: Option<String>,
+    /// The story up to this time: RFC 3339 (2026-11-20T10:00:00Z) or how long ago (90s, 30m, 2h, 1d).
+    #[arg(long, value_parser = parse_at)]
+    at: Option<i64>,
+    /// The history store to read [default: kausality-history.db, where the default pipeline writes it].
+    #[arg(long, conflicts_with = "server")]
+    history: Option<PathBuf>,
+    /// Ask the query API of a running service instead (GET URL/v1/why), e.g. http://127.0.0.1:9091.
+    #[arg(long)]
+    server: Option<String>,
+    /// Bearer token for --server (better given in the environment).
+    #[arg(long, env = "KAUSALITY_QUERY_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// text for a person, json (the story as the query API serves it) for scripts.
+    #[arg(long, short, value_enum, default_value_t = WhyOutput::Text)]
+    output: WhyOutput,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum WhyOutput {
+    Text,
+    Json,
+}
+
+fn parse_at(s: &str) -> Result<i64, String> {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
+    why::parse_at(s, now)
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -334,6 +382,29 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+fn why(args: WhyArgs) -> Result<ExitCode> {
+    let (kind, name) = args.object.map_or((String::new(), None), |(k, n)| (k, Some(n)));
+    let q = kausality_stream::history::story::StoryQuery { cluster: args.cluster, kind, namespace: args.namespace, name, uid: args.uid, at_us: args.at };
+    let source = match args.server {
+        Some(url) => why::Source::Server(why::Server { url, token: args.token }),
+        None => why::Source::Store(args.history.unwrap_or_else(|| PathBuf::from(why::DEFAULT_STORE))),
+    };
+    let story = why::story(&source, &q)?;
+    let mut out = io::stdout().lock();
+    match args.output {
+        WhyOutput::Json => {
+            serde_json::to_writer(&mut out, &story)?;
+            io::Write::write_all(&mut out, b"\n")?;
+        }
+        WhyOutput::Text => {
+            // Colours only on a terminal, and never when NO_COLOR is set.
+            let color = io::IsTerminal::is_terminal(&out) && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+            io::Write::write_all(&mut out, why::render(&story, why::Style { color }).as_bytes())?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
@@ -342,6 +413,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Validate(args) => validate(args),
         Command::Generate(args) => generate(args),
+        Command::Why(args) => why(args),
     };
     match result {
         Ok(code) => code,

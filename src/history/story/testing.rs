@@ -119,7 +119,17 @@ impl Store {
 
     /// The write's rows: `mutations`, `reverts`, the object's times and tombstone, `meta`.
     pub(crate) fn write(&self, object_id: i64, o: &Obj, w: &W) -> i64 {
-        let event = event(o, w);
+        // What each reverted write was, as the store holds it.
+        let origins: Vec<(String, i64)> = w
+            .reverts
+            .iter()
+            .map(|r| {
+                self.conn
+                    .query_row("SELECT verb, time_us FROM mutations WHERE audit_id = ?1", [r.0], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .unwrap_or(("patch".to_string(), w.time_us - 1_000_000))
+            })
+            .collect();
+        let event = event(o, w, &origins);
         let reverts_person = w.class == "drift" && w.reverts.iter().any(|r| is_person(r.1));
         self.conn
             .execute(
@@ -165,7 +175,8 @@ impl Store {
 }
 
 /// The enriched event of a write, in the shape `Enriched::write_json` gives.
-pub(crate) fn event(o: &Obj, w: &W) -> Value {
+/// `origins`: the verb and time of each write `w` reverts.
+pub(crate) fn event(o: &Obj, w: &W, origins: &[(String, i64)]) -> Value {
     let mut e = json!({
         "auditID": w.audit_id,
         "cluster": o.cluster,
@@ -208,10 +219,11 @@ pub(crate) fn event(o: &Obj, w: &W) -> Value {
         e["reverts"] = w
             .reverts
             .iter()
-            .map(|(audit_id, user, kind, name, fields)| {
+            .zip(origins)
+            .map(|((audit_id, user, kind, name, fields), (verb, time_us))| {
                 json!({
-                    "user": user, "person": is_person(user), "auditID": audit_id, "time": format_rfc3339_micros(w.time_us - 1_000_000),
-                    "verb": "patch", "object": {"apiVersion": "v1", "kind": kind, "name": name},
+                    "user": user, "person": is_person(user), "auditID": audit_id, "time": format_rfc3339_micros(*time_us),
+                    "verb": verb, "object": {"apiVersion": "v1", "kind": kind, "name": name},
                     "fields": fields.iter().map(|(path, before, after)| json!({"path": path, "before": before, "after": after, "restored": true})).collect::<Vec<_>>(),
                 })
             })

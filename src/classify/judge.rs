@@ -12,7 +12,7 @@ use super::{decide, identify, Class, Engine, Identity, ParentFacts};
 use crate::config::{kind_key, PlatformPolicy, PolicyAction};
 use crate::decode::time::rfc3339_micros_arc;
 use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
-use crate::state::{ObjKey, OwnerKey, Recent, Sym, TraceState, Ty};
+use crate::state::{ObjKey, ObjectState, OwnerKey, Recent, Sym, TraceState, Ty};
 use crate::write::{Name, OwnerLink, Uid, Write};
 
 /// What the judgement of a mutation needs to know about the mutated object.
@@ -29,17 +29,73 @@ pub(super) struct Child<'a> {
 }
 
 /// A copy of the parent's state, taken so no two map entries are ever locked at once.
-struct ParentView {
-    facts: ParentFacts,
-    observed: Option<(i64, crate::write::ObservedSource)>,
-    status_updaters: Recent,
-    deleted: bool,
-    trace: Option<Trace>,
-    policy: Option<Arc<Policy>>,
-    consumed: Vec<u64>,
-    labels: Option<Labels>,
+pub(super) struct ParentView {
+    pub facts: ParentFacts,
+    pub observed: Option<(i64, crate::write::ObservedSource)>,
+    pub status_updaters: Recent,
+    pub deleted: bool,
+    /// The parent's trace node; only the judgement of a write builds it.
+    pub trace: Option<Trace>,
+    pub policy: Option<Arc<Policy>>,
+    pub consumed: Vec<u64>,
+    pub labels: Option<Labels>,
     /// Which platform-policy selectors the parent's labels matched.
-    selectors: u64,
+    pub selectors: u64,
+}
+
+impl ParentView {
+    /// What the judgement of a child's write reads of its parent `p`, but its trace.
+    pub fn of(p: &ObjectState) -> ParentView {
+        let observed = p.observed_generation();
+        ParentView {
+            facts: ParentFacts {
+                deleting: p.deleting() || p.deleted(),
+                initialized: p.initialized(),
+                generation: p.generation(),
+                observed: observed.map(|(g, _)| g),
+                finished: p.finished(),
+            },
+            observed,
+            status_updaters: p.status_updaters(),
+            deleted: p.deleted(),
+            trace: None,
+            policy: p.policy().cloned(),
+            consumed: p.consumed_approvals().to_vec(),
+            labels: trace_labels(p.policy()),
+            selectors: p.selector_bits(),
+        }
+    }
+
+    /// The parent's phase as the enriched event writes it.
+    pub fn phase(&self) -> Phase {
+        if self.facts.deleting {
+            Phase::Deleting
+        } else if self.facts.initialized {
+            Phase::Initialized
+        } else {
+            Phase::Initializing
+        }
+    }
+
+    /// Whether the controller has finished the observed generation; `None` without one.
+    pub fn finished(&self) -> Option<bool> {
+        self.observed.map(|_| self.facts.finished)
+    }
+
+    /// The parent is frozen (`kausality.io/freeze`): its annotations win over every platform
+    /// policy.
+    pub fn frozen(&self) -> bool {
+        self.policy.as_deref().is_some_and(|policy| policy.freeze.is_some())
+    }
+}
+
+/// How a drift is resolved: by the parent's annotations, else by a platform policy.
+pub(super) struct Resolved {
+    pub resolution: Resolution,
+    /// What resolved it: the annotation, or the platform policy's name.
+    pub policy: Option<Arc<str>>,
+    /// A `once` approval this drift uses up (the judgement of a write consumes it).
+    pub used: Option<u64>,
 }
 
 impl Engine {
@@ -61,8 +117,8 @@ impl Engine {
             if p.name().is_none() {
                 p.set_name(owner.name.clone());
             }
-            let observed = p.observed_generation();
-            let labels = trace_labels(p.policy());
+            let view = ParentView::of(p);
+            let labels = view.labels.clone();
             let trace = match p.trace() {
                 TraceState::Node(node) => Some(node),
                 TraceState::Write { prev, user, time_us } if !user.is_empty() => {
@@ -83,23 +139,7 @@ impl Engine {
                 }
                 TraceState::Write { .. } | TraceState::Unknown => None,
             };
-            ParentView {
-                facts: ParentFacts {
-                    deleting: p.deleting() || p.deleted(),
-                    initialized: p.initialized(),
-                    generation: p.generation(),
-                    observed: observed.map(|(g, _)| g),
-                    finished: p.finished(),
-                },
-                observed,
-                status_updaters: p.status_updaters(),
-                deleted: p.deleted(),
-                trace,
-                policy: p.policy().cloned(),
-                consumed: p.consumed_approvals().to_vec(),
-                labels,
-                selectors: p.selector_bits(),
-            }
+            ParentView { trace, ..view }
         })
     }
 
@@ -189,31 +229,17 @@ impl Engine {
             event.parent = Some(parent_out);
             return (event, origin_state);
         };
-        // A namespace being deleted takes its children down before their parents.
-        let namespace_teardown = !p.facts.deleting && self.namespace_terminating(w.cluster, child.namespace);
-        if namespace_teardown {
-            p.facts.deleting = true;
-        }
+        let namespace_teardown = self.namespace_teardown(w.cluster, child.namespace, &mut p);
         let identity = identify(w.user, updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);
         parent_out.generation = (p.facts.generation != 0).then_some(p.facts.generation);
         parent_out.observed_generation = p.observed.map(|(g, _)| g);
         parent_out.observed_generation_source = p.observed.map(|(_, s)| s);
-        parent_out.finished = p.observed.map(|_| p.facts.finished);
-        parent_out.phase = Some(if p.facts.deleting {
-            Phase::Deleting
-        } else if p.facts.initialized {
-            Phase::Initialized
-        } else {
-            Phase::Initializing
-        });
+        parent_out.finished = p.finished();
+        parent_out.phase = Some(p.phase());
         event.actor =
             ActorOut { is_controller: identity.is_controller(), controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect() };
-        event.reason = if namespace_teardown {
-            format!("namespace {} is being deleted: teardown", self.interner.resolve(child.namespace))
-        } else {
-            self.reason(class, &p, &identity, &user)
-        };
+        event.reason = if namespace_teardown { self.teardown_reason(child.namespace) } else { self.reason(class, &p, &identity, &user) };
         event.class = class;
         event.reverts = self.track_origins(w, child, owner.uid, class, &identity);
 
@@ -243,62 +269,87 @@ impl Engine {
         };
         self.trace_out(&t, &w.stage_timestamp, &mut event);
 
-        if let Some(policy) = p.policy.as_deref() {
+        event.freeze_violation = freeze_violation(&p, class);
+        if class == Class::Drift {
             let child_ref = ChildRef { api_version: &event.object.api_version, kind: &event.object.kind, name: &event.object.name };
-            if class == Class::Drift {
-                let (resolution, used) = policy.resolve(child_ref, p.facts.generation, &p.consumed);
-                event.resolution = Some(resolution);
-                event.policy = match resolution {
-                    Resolution::Approved => Some(Arc::from(super::policy::APPROVALS)),
-                    Resolution::Rejected => Some(Arc::from(super::policy::REJECTIONS)),
-                    Resolution::Unresolved => None,
-                };
-                event.snoozed = policy.snoozed_at(w.time_us);
-                if let Some(used) = used {
-                    self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| s.consume_approval(used));
-                }
-            }
-            // As Kausality checks it: a frozen parent's children may not change in any phase but
-            // teardown (an initializing parent's child included).
-            event.freeze_violation = policy.freeze.is_some() && class != Class::Deleting;
-        } else if class == Class::Drift {
-            event.resolution = Some(Resolution::Unresolved);
-        }
-        // The platform's policies, where the parent's own annotations left the drift
-        // unresolved and the parent is not frozen (its annotations win).
-        let frozen = p.policy.as_deref().is_some_and(|policy| policy.freeze.is_some());
-        if event.resolution == Some(Resolution::Unresolved) && !frozen && !self.config.policies.is_empty() {
-            if let Some(found) = self.platform_policy(&event, owner.ty, child.ty, p.selectors) {
-                event.resolution = Some(match found.action {
-                    PolicyAction::Approve => Resolution::Approved,
-                    PolicyAction::Reject => Resolution::Rejected,
-                });
-                event.policy = Some(found.name.clone());
+            let resolved = self.resolve_drift(&p, child_ref, || {
+                let reverts_person = event.reverts.iter().flatten().any(|r| r.person);
+                self.platform_policy(owner.ty, &self.kind_key(child.ty), &event.user, &event.object.namespace, p.selectors, reverts_person)
+            });
+            event.resolution = Some(resolved.resolution);
+            event.policy = resolved.policy;
+            event.snoozed = p.policy.as_deref().is_some_and(|policy| policy.snoozed_at(w.time_us));
+            if let Some(used) = resolved.used {
+                self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| s.consume_approval(used));
             }
         }
         event.parent = Some(parent_out);
         (event, state)
     }
 
+    /// The namespace teardown (DESIGN §1.4): a namespace being deleted takes its children down
+    /// before their parents, so a parent not deleting itself is taken as deleting. True when
+    /// that made the difference.
+    pub(super) fn namespace_teardown(&self, cluster: Sym, namespace: Sym, p: &mut ParentView) -> bool {
+        let teardown = !p.facts.deleting && self.namespace_terminating(cluster, namespace);
+        if teardown {
+            p.facts.deleting = true;
+        }
+        teardown
+    }
+
+    pub(super) fn teardown_reason(&self, namespace: Sym) -> String {
+        format!("namespace {} is being deleted: teardown", self.interner.resolve(namespace))
+    }
+
+    /// How a drift on `child` is resolved (DESIGN §1.7): the parent's annotations first; where
+    /// they leave it unresolved and the parent is not frozen (its annotations win), the
+    /// platform's policies (`platform` finds the one that applies, only when there are any).
+    pub(super) fn resolve_drift<'a>(&'a self, p: &ParentView, child: ChildRef<'_>, platform: impl FnOnce() -> Option<&'a PlatformPolicy>) -> Resolved {
+        let (resolution, used) = match p.policy.as_deref() {
+            Some(policy) => policy.resolve(child, p.facts.generation, &p.consumed),
+            None => (Resolution::Unresolved, None),
+        };
+        let policy = match resolution {
+            Resolution::Approved => Some(Arc::from(super::policy::APPROVALS)),
+            Resolution::Rejected => Some(Arc::from(super::policy::REJECTIONS)),
+            Resolution::Unresolved => None,
+        };
+        let mut resolved = Resolved { resolution, policy, used };
+        if resolution == Resolution::Unresolved && !p.frozen() && !self.config.policies.is_empty() {
+            if let Some(found) = platform() {
+                resolved.resolution = match found.action {
+                    PolicyAction::Approve => Resolution::Approved,
+                    PolicyAction::Reject => Resolution::Rejected,
+                };
+                resolved.policy = Some(found.name.clone());
+            }
+        }
+        resolved
+    }
+
+    /// The kind key (`Kind.group`, `Kind` for the core group) of a type.
+    pub(super) fn kind_key(&self, ty: Ty) -> String {
+        let (api_version, kind) = self.interner.parts(ty);
+        kind_key(&self.interner.resolve(api_version), &self.interner.resolve(kind))
+    }
+
     /// The platform policy that resolves a drift (DESIGN §1.7), if any.
-    fn platform_policy(&self, event: &Enriched, parent: Ty, child: Ty, parent_selectors: u64) -> Option<&PlatformPolicy> {
-        let key = |ty: Ty| {
-            let (api_version, kind) = self.interner.parts(ty);
-            kind_key(&self.interner.resolve(api_version), &self.interner.resolve(kind))
-        };
-        let (parent_kind, child_kind) = (key(parent), key(child));
-        let facts = DriftFacts {
-            parent_kind: &parent_kind,
-            child_kind: &child_kind,
-            controller: &event.user,
-            namespace: &event.object.namespace,
-            parent_selectors,
-            reverts_person: event.reverts.iter().flatten().any(|r| r.person),
-        };
+    pub(super) fn platform_policy(
+        &self,
+        parent: Ty,
+        child_kind: &str,
+        controller: &str,
+        namespace: &str,
+        parent_selectors: u64,
+        reverts_person: bool,
+    ) -> Option<&PlatformPolicy> {
+        let parent_kind = self.kind_key(parent);
+        let facts = DriftFacts { parent_kind: &parent_kind, child_kind, controller, namespace, parent_selectors, reverts_person };
         platform::resolve(&self.config.policies, &facts)
     }
 
-    fn reason(&self, class: Class, p: &ParentView, identity: &Identity, user: &str) -> String {
+    pub(super) fn reason(&self, class: Class, p: &ParentView, identity: &Identity, user: &str) -> String {
         let controllers = || identity.controllers().iter().map(|&u| self.interner.resolve(u).to_string()).collect::<Vec<_>>().join(", ");
         match class {
             Class::Deleting if p.deleted => "parent was deleted: teardown".to_string(),
@@ -371,4 +422,10 @@ pub(super) fn format_uid(uid: Uid) -> String {
 
 pub(super) fn trace_labels(p: Option<&Arc<Policy>>) -> Option<Labels> {
     p.and_then(|p| p.trace_labels.clone())
+}
+
+/// As Kausality checks it: a frozen parent's children may not change in any phase but
+/// teardown (an initializing parent's child included).
+pub(super) fn freeze_violation(p: &ParentView, class: Class) -> bool {
+    p.frozen() && class != Class::Deleting
 }

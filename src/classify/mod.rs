@@ -8,6 +8,7 @@ pub mod platform;
 pub mod policy;
 mod reverts;
 pub mod trace;
+mod verdict;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -18,6 +19,7 @@ pub use decide::{decide, identify, Class, Identity, ParentFacts};
 use judge::{trace_labels, Child};
 use reverts::Written;
 pub use reverts::{diff, is_person, leaves, Contents};
+pub use verdict::{kind_matches, Candidate, ChildQuery, ParentRef, Verdict, VerdictError, VerdictParent, VerdictQuery};
 
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::Enriched;

@@ -31,6 +31,10 @@ impl Sym {
     /// The empty string is always interned first, so `Sym::EMPTY` is valid in every interner.
     pub const EMPTY: Sym = Sym(NonZeroU32::MIN);
 
+    /// A handle no interner gives out (it would take 2^32 - 1 strings): a user the stream never
+    /// showed, asked about without interning it (the verdict). Never resolve it.
+    pub const UNSEEN: Sym = Sym(NonZeroU32::MAX);
+
     pub fn is_empty(self) -> bool {
         self == Sym::EMPTY
     }
@@ -40,7 +44,7 @@ impl Sym {
     }
 
     fn of_index(i: usize) -> Sym {
-        let n = u32::try_from(i + 1).expect("fewer than 2^32 interned strings");
+        let n = u32::try_from(i + 1).ok().filter(|&n| n != u32::MAX).expect("fewer than 2^32 - 1 interned strings (the last is `UNSEEN`)");
         Sym(NonZeroU32::new(n).expect("index + 1 is not zero"))
     }
 }

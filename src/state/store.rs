@@ -245,12 +245,18 @@ impl Store {
     /// every state, page by page: only an eviction asks (it names its pod without a UID), and
     /// an index by name would cost every pod its own bytes (docs/performance.md §4).
     pub fn find_named(&self, cluster: Sym, ty: Ty, namespace: Sym, name_key: u32) -> Vec<(ObjKey, bool)> {
+        self.find_named_of(cluster, |t| t == ty, namespace, name_key)
+    }
+
+    /// As [`Store::find_named`], of every type for which `ty` is true (a kind asked by name
+    /// only, in any API version).
+    pub fn find_named_of(&self, cluster: Sym, ty: impl Fn(Ty) -> bool, namespace: Sym, name_key: u32) -> Vec<(ObjKey, bool)> {
         let mut found = Vec::new();
         for shard in self.shards.iter() {
             let shard = Self::read_shard(shard);
             let used = shard.slots as usize;
             for s in shard.pages.iter().flat_map(|page| page.iter()).take(used).flatten() {
-                if s.name_key() == name_key && s.namespace == namespace && s.ty == ty && s.key.cluster == cluster && !s.deleted() {
+                if s.name_key() == name_key && s.namespace == namespace && ty(s.ty) && s.key.cluster == cluster && !s.deleted() {
                     found.push((s.key, s.deleting()));
                 }
             }

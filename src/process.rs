@@ -10,7 +10,7 @@ use crate::enriched::Enriched;
 use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
 use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
-use crate::order::{Dedupe, Placing, Released, ReorderBuffer};
+use crate::order::{Dedupe, Freshness, Placing, Released, ReorderBuffer};
 use crate::scope::Scope;
 use crate::state::{read_snapshot, write_snapshot, FastBuild, Pin, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Target, Write};
@@ -274,6 +274,10 @@ pub struct Processor {
     sweep_due: bool,
     /// Strings interned at which the next sweep runs.
     sweep_at: usize,
+    /// The newest event time applied per cluster, for readers of the live state; the cells by
+    /// cluster handle (cluster handles are never swept).
+    freshness: Arc<Freshness>,
+    fresh_cells: HashMap<Sym, Arc<std::sync::atomic::AtomicI64>, FastBuild>,
 }
 
 impl Processor {
@@ -282,6 +286,7 @@ impl Processor {
         let default_cluster = engine.interner.intern(&opts.default_cluster);
         let default_cluster = clusters.admit(&opts.default_cluster, &engine.interner).unwrap_or(default_cluster);
         let decoder = Decoder { engine: engine.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster, clusters };
+        let opts_window = opts.reorder_window_us;
         Processor {
             decoder,
             dedupe: Dedupe::new(opts.dedupe_capacity),
@@ -298,7 +303,14 @@ impl Processor {
             held: 0,
             sweep_due: false,
             sweep_at: SWEEP_FROM,
+            freshness: Arc::new(Freshness::new(opts_window)),
+            fresh_cells: HashMap::default(),
         }
+    }
+
+    /// How current the state is, per cluster (shared: the query API reads it).
+    pub fn freshness(&self) -> &Arc<Freshness> {
+        &self.freshness
     }
 
     pub fn engine(&self) -> &Arc<Engine> {
@@ -553,6 +565,7 @@ impl Processor {
                 self.metrics.late_events.inc();
             }
             let time_us = write.time_us;
+            self.note_fresh(write.cluster, time_us);
             // A defect in the engine costs this one write, not the service and not the writes
             // around it (the store's locks survive a panic; see `state::store`).
             let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.engine.apply(&write)));
@@ -585,6 +598,17 @@ impl Processor {
         if std::mem::take(&mut self.sweep_due) {
             self.sweep_symbols();
         }
+    }
+
+    fn note_fresh(&mut self, cluster: Sym, time_us: i64) {
+        let cell = match self.fresh_cells.get(&cluster) {
+            Some(c) => c,
+            None => {
+                let c = self.freshness.cell(&self.engine.interner.resolve(cluster));
+                self.fresh_cells.entry(cluster).or_insert(c)
+            }
+        };
+        Freshness::applied(cell, time_us);
     }
 
     /// Sweeps the interner once it has grown enough (see [`SWEEP_FROM`]). Runs with no write
@@ -662,6 +686,43 @@ mod tests {
     use crate::filter::{Subresource, Verb};
     use crate::state::Interner;
     use crate::write::Target;
+
+    fn configmap_create(id: &str, uid: &str, rv: u64, time: &str) -> String {
+        format!(
+            r#"{{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"{id}","stage":"ResponseComplete",
+            "requestURI":"/api/v1/namespaces/x/configmaps","verb":"create","user":{{"username":"alice"}},
+            "objectRef":{{"resource":"configmaps","namespace":"x","name":"{uid}","apiVersion":"v1"}},"responseStatus":{{"code":201}},
+            "responseObject":{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{uid}","namespace":"x","uid":"{uid}","resourceVersion":"{rv}"}},"data":{{"k":"v"}}}},
+            "stageTimestamp":"{time}"}}"#
+        )
+    }
+
+    #[test]
+    fn freshness_is_the_newest_event_time_applied_per_cluster_not_received() {
+        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+        let mut p = Processor::new(
+            engine,
+            Arc::new(Metrics::new()),
+            ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, ..ProcessorOptions::default() },
+        );
+        let fresh = p.freshness().clone();
+        assert_eq!(fresh.window_us(), 500_000);
+        let mut out = Vec::new();
+        let t = |s: &str| crate::decode::time::parse_rfc3339_micros(s).unwrap();
+        p.ingest_document(Some("a"), configmap_create("1", "c1", 10, "2024-05-01T10:00:05.000000Z").as_bytes(), Location::Line(1), "test", 0, &mut out);
+        assert_eq!(fresh.newest_us("a"), None, "held in the reorder window: not applied yet");
+        // A later write releases the first; an older one arriving late does not move it back.
+        p.ingest_document(Some("a"), configmap_create("2", "c2", 11, "2024-05-01T10:00:09.000000Z").as_bytes(), Location::Line(2), "test", 0, &mut out);
+        assert_eq!(fresh.newest_us("a"), Some(t("2024-05-01T10:00:05Z")));
+        p.ingest_document(Some("b"), configmap_create("3", "c3", 5, "2024-05-01T09:00:00.000000Z").as_bytes(), Location::Line(3), "test", 0, &mut out);
+        p.flush(0, &mut out);
+        p.ingest_document(Some("a"), configmap_create("4", "c4", 9, "2024-05-01T10:00:01.000000Z").as_bytes(), Location::Line(4), "test", 0, &mut out);
+        p.flush(0, &mut out);
+        assert_eq!(out.len(), 4);
+        assert_eq!(fresh.newest_us("a"), Some(t("2024-05-01T10:00:09Z")));
+        assert_eq!(fresh.newest_us("b"), Some(t("2024-05-01T09:00:00Z")));
+        assert_eq!(fresh.newest_us("default"), None);
+    }
 
     #[test]
     fn a_write_the_engine_fails_on_is_skipped_and_counted_and_the_next_one_is_classified() {

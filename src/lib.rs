@@ -29,6 +29,8 @@
 //! - [`sinks`]: JSON lines, HTTP, Kafka, Kausality drift reports.
 //! - [`kafka`]: what the Kafka source and sink share (client properties, transactions).
 //! - [`listen`]: serving HTTP(S) with a graceful stop and bounded connections.
+//! - [`query`]: the query API: the verdict from the live state, objects and the drift feed
+//!   from the history store.
 //! - [`status`]: what the parts report about themselves (a sink that cannot write, a failed
 //!   snapshot), for the webhook, `/readyz` and the exit code.
 
@@ -47,6 +49,7 @@ pub mod metrics;
 pub mod order;
 pub mod pipeline;
 pub mod process;
+pub mod query;
 pub mod replay;
 pub mod scope;
 pub mod sim;

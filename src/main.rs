@@ -63,6 +63,9 @@ struct ServeArgs {
     /// Listen address of /metrics, /healthz and /readyz, replacing the pipeline's.
     #[arg(long)]
     metrics_listen: Option<SocketAddr>,
+    /// Listen address of the query API (docs/query-api.md), replacing the pipeline's.
+    #[arg(long)]
+    query_listen: Option<SocketAddr>,
 }
 
 #[derive(clap::Args)]
@@ -303,7 +306,7 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         Some(path) => pipeline::load_file(path)?,
         None => pipeline::load_str("<embedded pipelines/default.toml>", pipeline::DEFAULT_PIPELINE)?,
     };
-    Overrides { listen: args.listen, metrics_listen: args.metrics_listen }.apply(&mut cfg);
+    Overrides { listen: args.listen, metrics_listen: args.metrics_listen, query_listen: args.query_listen }.apply(&mut cfg);
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kausality-io").build().context("starting the async runtime")?;
     runtime.block_on(async move {
         let running = pipeline::start(cfg).await?;

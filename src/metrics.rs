@@ -36,6 +36,8 @@ pub struct Metrics {
     pub sink_errors: IntCounterVec,
     pub kafka_consumer_lag: IntGaugeVec,
     pub webhook_requests: IntCounterVec,
+    /// Query API requests, by route (a closed set: [`crate::query::Route`]) and status code.
+    pub query_requests: IntCounterVec,
     pub drift_reports: IntCounterVec,
     /// State snapshots that could not be written (the previous one is kept).
     pub snapshot_failures: IntCounter,
@@ -187,6 +189,7 @@ impl Metrics {
             sink_errors: counter_vec(&r, "kausality_sink_errors_total", "Sink delivery errors, by sink.", &["sink"]),
             kafka_consumer_lag,
             webhook_requests: counter_vec(&r, "kausality_webhook_requests_total", "Webhook requests, by HTTP status code.", &["code"]),
+            query_requests: counter_vec(&r, "kausality_query_requests_total", "Query API requests, by route and HTTP status code.", &["route", "code"]),
             drift_reports: counter_vec(&r, "kausality_drift_reports_total", "Drift reports sent, by phase.", &["phase"]),
             snapshot_failures: counter(&r, "kausality_snapshot_failures_total", "State snapshots that could not be written."),
             connections_refused: counter_vec(

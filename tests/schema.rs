@@ -5,64 +5,10 @@ mod common;
 
 use std::path::Path;
 
+use common::schema::check;
 use kausality_stream::corpus::{generate, CorpusOptions};
 use kausality_stream::replay::{run, ReplayOptions};
 use serde_json::Value;
-
-fn check(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), String> {
-    let schema = match schema.get("$ref").and_then(Value::as_str) {
-        Some(r) => &root["$defs"][r.trim_start_matches("#/$defs/")],
-        None => schema,
-    };
-    if let Some(options) = schema.get("enum").and_then(Value::as_array) {
-        if !options.contains(v) {
-            return Err(format!("{path}: {v} not in {options:?}"));
-        }
-    }
-    if let Some(t) = schema.get("type") {
-        let types: Vec<&str> = match t {
-            Value::String(s) => vec![s.as_str()],
-            Value::Array(a) => a.iter().filter_map(Value::as_str).collect(),
-            _ => vec![],
-        };
-        let ok = types.iter().any(|t| match *t {
-            "string" => v.is_string(),
-            "integer" => v.is_i64() || v.is_u64(),
-            "boolean" => v.is_boolean(),
-            "null" => v.is_null(),
-            "array" => v.is_array(),
-            "object" => v.is_object(),
-            _ => false,
-        });
-        if !ok {
-            return Err(format!("{path}: {v} is not {types:?}"));
-        }
-    }
-    if let Some(obj) = v.as_object() {
-        let props = schema.get("properties").and_then(Value::as_object);
-        for r in schema.get("required").and_then(Value::as_array).into_iter().flatten() {
-            if !obj.contains_key(r.as_str().unwrap()) {
-                return Err(format!("{path}: missing {r}"));
-            }
-        }
-        for (k, val) in obj {
-            match props.and_then(|p| p.get(k)) {
-                Some(s) => check(s, root, val, &format!("{path}.{k}"))?,
-                None => match schema.get("additionalProperties") {
-                    Some(Value::Bool(false)) => return Err(format!("{path}: undeclared field {k}")),
-                    Some(s @ Value::Object(_)) => check(s, root, val, &format!("{path}.{k}"))?,
-                    _ => {}
-                },
-            }
-        }
-    }
-    if let (Some(items), Some(arr)) = (schema.get("items"), v.as_array()) {
-        for (i, x) in arr.iter().enumerate() {
-            check(items, root, x, &format!("{path}[{i}]"))?;
-        }
-    }
-    Ok(())
-}
 
 #[test]
 fn every_enriched_event_matches_the_published_schema() {

@@ -27,6 +27,7 @@ use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
 use crate::metrics::Metrics;
+pub use tls::TlsConfig;
 pub use watch_io::HandshakeFailure;
 use watch_io::{Activity, Expired, Watched};
 
@@ -41,6 +42,21 @@ pub enum Error {
 /// Binds `addr` (port 0 picks a free port; see `local_addr`).
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
     TcpListener::bind(addr).await.map_err(|source| Error::Bind { addr, source })
+}
+
+/// Reads a bearer token file (surrounding whitespace is not part of the token).
+pub fn read_token(path: &std::path::Path) -> std::io::Result<String> {
+    Ok(std::fs::read_to_string(path)?.trim().to_string())
+}
+
+/// Whether the request carries `Authorization: Bearer <token>`; compared without an early exit
+/// on the first differing byte.
+pub fn bearer_matches(headers: &axum::http::HeaderMap, token: &str) -> bool {
+    let Some(given) = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")) else {
+        return false;
+    };
+    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Resolves once `rx` turns true (or its sender is gone). Holds no borrow of the value across

@@ -10,6 +10,28 @@ use tokio_rustls::rustls::{self, RootCertStore, ServerConfig};
 
 use super::Error;
 
+/// `tls`: the serving certificate and, for mutual TLS, the client CA (of the webhook source
+/// and of the query API).
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first. Required.
+    pub cert: std::path::PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1). Required.
+    pub key: std::path::PathBuf,
+    /// PEM CA bundle: when set, only clients with a certificate that chains to it are
+    /// accepted (the API server's kubeconfig `client-certificate`). Default: none.
+    #[serde(default)]
+    pub client_ca: Option<std::path::PathBuf>,
+}
+
+impl TlsConfig {
+    /// The rustls configuration of these files.
+    pub fn server_config(&self) -> Result<Arc<ServerConfig>, Error> {
+        server_config(&self.cert, &self.key, self.client_ca.as_deref())
+    }
+}
+
 fn tls_err(path: &Path, message: impl std::fmt::Display) -> Error {
     Error::Tls { path: path.display().to_string(), message: message.to_string() }
 }

@@ -33,6 +33,8 @@ pub struct PipelineConfig {
     pub metrics: MetricsConfig,
     pub state: StateConfig,
     pub unknown_parents: UnknownParentsConfig,
+    /// The query API's listener; `None`: no query API.
+    pub query: Option<crate::query::QueryConfig>,
 }
 
 /// `[options]`: how the processing chain behaves.

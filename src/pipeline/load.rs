@@ -131,6 +131,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
         metrics: MetricsConfig::default(),
         state: StateConfig::default(),
         unknown_parents: UnknownParentsConfig::default(),
+        query: None,
     };
     let mut has_sources = false;
     let mut idx = Indices::default();
@@ -152,11 +153,12 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
             "metrics" => decode_section(&mut errors, k, value).map(|v| cfg.metrics = v),
             "state" => decode_section(&mut errors, k, value).map(|v| cfg.state = v),
             "unknown_parents" => decode_section(&mut errors, k, value).map(|v| cfg.unknown_parents = v),
+            "query" => decode_section(&mut errors, k, value).map(|v| cfg.query = Some(v)),
             other => {
                 errors.push(
                     other,
                     Some(at),
-                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, policy, sources, sinks, metrics, state, unknown_parents",
+                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, policy, sources, sinks, metrics, state, unknown_parents, query",
                 );
                 None
             }
@@ -292,6 +294,10 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
     }
     for (&i, s) in idx.sinks.iter().zip(&cfg.sinks) {
         s.check(&format!("sinks[{i}]"), errors);
+    }
+    if let Some(q) = &cfg.query {
+        q.check("query", errors);
+        listeners.push(("query.listen".to_string(), q.listen));
     }
     let sources: Vec<_> = idx.sources.iter().copied().zip(&cfg.sources).collect();
     crate::sources::kafka::check_pipeline(&sources, &cfg.sinks, errors);
@@ -446,6 +452,24 @@ pub fn load_policies_str(file: &str, text: &str) -> Result<Vec<PolicyConfig>, Co
     } else {
         errors.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
         Err(ConfigErrors(errors.list))
+    }
+}
+
+/// Checks a listener's TLS files and bearer token file (the webhook's, the query API's).
+pub fn check_credentials(errors: &mut Errors<'_>, key: &str, tls: Option<&crate::listen::TlsConfig>, token: Option<&Path>) {
+    if let Some(tls) = tls {
+        check_file(errors, &format!("{key}.tls.cert"), &tls.cert);
+        check_file(errors, &format!("{key}.tls.key"), &tls.key);
+        if let Some(ca) = &tls.client_ca {
+            check_file(errors, &format!("{key}.tls.client_ca"), ca);
+        }
+    }
+    if let Some(t) = token {
+        match std::fs::read_to_string(t) {
+            Ok(s) if s.trim().is_empty() => errors.push(format!("{key}.bearer_token_file"), None, format!("{} is empty", t.display())),
+            Ok(_) => {}
+            Err(e) => errors.push(format!("{key}.bearer_token_file"), None, format!("cannot read {}: {e}", t.display())),
+        }
     }
 }
 

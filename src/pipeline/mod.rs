@@ -66,6 +66,8 @@ pub enum Error {
     Webhook(#[from] sources::webhook::Error),
     #[error(transparent)]
     Sink(#[from] sinks::Error),
+    #[error(transparent)]
+    Query(#[from] crate::query::Error),
     #[cfg(feature = "fetch")]
     #[error(transparent)]
     Fetch(#[from] crate::fetch::Error),
@@ -87,6 +89,8 @@ pub struct Overrides {
     pub listen: Option<SocketAddr>,
     /// Replaces `metrics.listen`.
     pub metrics_listen: Option<SocketAddr>,
+    /// Replaces `query.listen` (and turns the query API on).
+    pub query_listen: Option<SocketAddr>,
 }
 
 impl Overrides {
@@ -100,6 +104,9 @@ impl Overrides {
         if let Some(addr) = self.metrics_listen {
             cfg.metrics.listen = addr;
         }
+        if let Some(addr) = self.query_listen {
+            cfg.query.get_or_insert_with(Default::default).listen = addr;
+        }
     }
 }
 
@@ -108,8 +115,12 @@ pub struct Running {
     /// Bound addresses of the webhook sources, in configuration order.
     pub webhook_addrs: Vec<SocketAddr>,
     pub metrics_addr: SocketAddr,
+    /// Bound address of the query API, when `[query]` is present.
+    pub query_addr: Option<SocketAddr>,
     pub metrics: Arc<Metrics>,
     pub engine: Arc<Engine>,
+    /// How current the live state is, per cluster.
+    pub freshness: Arc<crate::order::Freshness>,
     stop: Arc<watch::Sender<bool>>,
     done: JoinHandle<Outcome>,
 }
@@ -290,6 +301,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone()).await?;
     // Sources decode on their own threads, in parallel with classification.
     let decoder = processor.decoder();
+    let freshness = processor.freshness().clone();
     let task = ProcessorTask {
         processor,
         intake: intake_rx,
@@ -401,6 +413,25 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
             }
         }
     }
+    let query = match &cfg.query {
+        Some(q) => {
+            let ctx = crate::query::Context {
+                engine: engine.clone(),
+                freshness: freshness.clone(),
+                metrics: metrics.clone(),
+                default_cluster: cfg.cluster.clone(),
+                history: q.history.clone(),
+            };
+            let running = crate::query::start(q, ctx, stop_rx.clone(), grace).await.map_err(|e| {
+                health_stop_tx.send_replace(true);
+                fail(e.into())
+            })?;
+            Some(running)
+        }
+        None => None,
+    };
+    let query_addr = query.as_ref().map(|q| q.local_addr);
+    source_tasks.extend(query.map(|q| q.task));
     health.ready.store(true, Ordering::Relaxed);
     tracing::info!(sources = cfg.sources.len(), sinks = cfg.sinks.len(), cluster = %cfg.cluster, "pipeline running");
 
@@ -456,7 +487,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         }
         Outcome { clean, processor: summary }
     });
-    Ok(Running { webhook_addrs, metrics_addr, metrics, engine, stop: stop_tx, done })
+    Ok(Running { webhook_addrs, metrics_addr, query_addr, metrics, engine, freshness, stop: stop_tx, done })
 }
 
 #[cfg(feature = "fetch")]

@@ -1,6 +1,8 @@
 //! Shared helpers for the black-box tests: run audit events through the real processing chain.
 #![allow(dead_code)]
 
+pub mod schema;
+
 use std::sync::Arc;
 
 use kausality_stream::classify::{Class, Engine, EngineOptions};

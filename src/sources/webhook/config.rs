@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::pipeline::duration::Span;
-use crate::pipeline::load::{check_file, Errors};
+use crate::pipeline::load::{check_credentials, Errors};
 
 /// The audit webhook: the API server POSTs `audit.k8s.io/v1` EventLists here.
 #[derive(Clone, Debug, Deserialize)]
@@ -58,19 +58,7 @@ pub struct WebhookConfig {
     pub max_body_bytes_in_flight: usize,
 }
 
-/// `[sources.tls]`: the serving certificate and, for mutual TLS, the client CA.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsConfig {
-    /// PEM certificate chain, leaf first. Required.
-    pub cert: PathBuf,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1). Required.
-    pub key: PathBuf,
-    /// PEM CA bundle: when set, only clients with a certificate that chains to it are
-    /// accepted (the API server's kubeconfig `client-certificate`). Default: none.
-    #[serde(default)]
-    pub client_ca: Option<PathBuf>,
-}
+pub use crate::listen::TlsConfig;
 
 fn default_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 8080))
@@ -132,20 +120,7 @@ impl WebhookConfig {
             (Some(_), true) => errors.push(format!("{key}.plain_http"), None, "plain_http = true and [sources.tls] contradict each other: remove one"),
             _ => {}
         }
-        if let Some(tls) = &self.tls {
-            check_file(errors, &format!("{key}.tls.cert"), &tls.cert);
-            check_file(errors, &format!("{key}.tls.key"), &tls.key);
-            if let Some(ca) = &tls.client_ca {
-                check_file(errors, &format!("{key}.tls.client_ca"), ca);
-            }
-        }
-        if let Some(t) = &self.bearer_token_file {
-            match std::fs::read_to_string(t) {
-                Ok(s) if s.trim().is_empty() => errors.push(format!("{key}.bearer_token_file"), None, format!("{} is empty", t.display())),
-                Ok(_) => {}
-                Err(e) => errors.push(format!("{key}.bearer_token_file"), None, format!("cannot read {}: {e}", t.display())),
-            }
-        }
+        check_credentials(errors, key, self.tls.as_ref(), self.bearer_token_file.as_deref());
         if self.max_body_bytes == 0 {
             errors.push(format!("{key}.max_body_bytes"), None, "must be at least 1");
         }

@@ -184,7 +184,7 @@ impl WebhookState {
     /// 401 unless the request carries the configured bearer token (or none is configured).
     fn unauthorized(&self, headers: &HeaderMap) -> Option<Response> {
         let token = self.token.as_ref()?;
-        if bearer_matches(headers, token) {
+        if crate::listen::bearer_matches(headers, token) {
             return None;
         }
         let mut r = self.answer(StatusCode::UNAUTHORIZED, error_body("missing or wrong bearer token"));
@@ -334,15 +334,6 @@ fn expects_continue(headers: &HeaderMap) -> bool {
 
 fn error_body(msg: &str) -> serde_json::Value {
     serde_json::json!({ "error": msg })
-}
-
-/// Compares the bearer token without an early exit on the first differing byte.
-fn bearer_matches(headers: &HeaderMap, token: &str) -> bool {
-    let Some(given) = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")) else {
-        return false;
-    };
-    let (a, b) = (given.trim().as_bytes(), token.as_bytes());
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 pub use config::{TlsConfig, WebhookConfig};
 use handler::WebhookState;
 
-use crate::listen::{self, tls, Limits};
+use crate::listen::{self, Limits};
 use crate::metrics::Metrics;
 use crate::process::Decoder;
 use crate::sources::Batch;
@@ -57,11 +57,11 @@ pub async fn start(
     grace: Duration,
 ) -> Result<Running, Error> {
     let token = match &cfg.bearer_token_file {
-        Some(p) => Some(std::fs::read_to_string(p).map_err(|source| Error::Token { path: p.display().to_string(), source })?.trim().to_string()),
+        Some(p) => Some(listen::read_token(p).map_err(|source| Error::Token { path: p.display().to_string(), source })?),
         None => None,
     };
     let tls = match &cfg.tls {
-        Some(t) => Some(tls::server_config(&t.cert, &t.key, t.client_ca.as_deref())?),
+        Some(t) => Some(t.server_config()?),
         None => None,
     };
     let listener = listen::bind(cfg.listen).await?;

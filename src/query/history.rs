@@ -1,0 +1,326 @@
+//! `GET /v1/objects` and `GET /v1/drift`: reads of the history store (src/history/schema.rs),
+//! on blocking threads, through a few kept read-only connections.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+use rusqlite::types::Value as Sql;
+use rusqlite::Connection;
+use serde::Serialize;
+use serde_json::value::RawValue;
+
+use super::params::Params;
+use super::{ApiError, QueryState, Route};
+use crate::classify::Class;
+use crate::decode::time::format_rfc3339_micros;
+use crate::history::{self, Mode};
+
+/// Read-only connections kept between requests.
+const KEPT: usize = 4;
+
+/// The history store and the read connections kept open on it.
+pub struct Store {
+    path: PathBuf,
+    idle: Mutex<Vec<Connection>>,
+}
+
+impl Store {
+    pub fn new(path: PathBuf) -> Store {
+        Store { path, idle: Mutex::new(Vec::new()) }
+    }
+
+    /// Runs `f` on a read connection (call on a blocking thread).
+    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, ApiError>) -> Result<T, ApiError> {
+        let kept = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
+        let conn = match kept {
+            Some(c) => c,
+            None => history::open(&self.path, Mode::Read).map_err(|e| match e {
+                history::Error::Sqlite { .. } => ApiError::Internal(e.to_string()),
+                history::Error::Missing { .. } | history::Error::Version { .. } => ApiError::Unavailable(e.to_string()),
+            })?,
+        };
+        let r = f(&conn);
+        let mut idle = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if idle.len() < KEPT {
+            idle.push(conn);
+        }
+        r
+    }
+}
+
+fn sql_error(e: rusqlite::Error) -> ApiError {
+    ApiError::Internal(format!("reading the history store failed: {e}"))
+}
+
+/// An object as the history store knows it (the Story's `object`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    pub cluster: String,
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub parent: Option<OwnerRef>,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub deleted: Option<Tombstone>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerRef {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub uid: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Tombstone {
+    pub time: String,
+    pub user: Option<String>,
+    #[serde(rename = "auditID")]
+    pub audit_id: Option<String>,
+}
+
+/// A `WHERE` clause built with its parameters.
+#[derive(Default)]
+struct Filter {
+    clauses: Vec<String>,
+    args: Vec<Sql>,
+}
+
+impl Filter {
+    fn add(&mut self, clause: &str, args: impl IntoIterator<Item = Sql>) {
+        self.clauses.push(clause.to_string());
+        self.args.extend(args);
+    }
+
+    /// `kind` as `Kind` (any group) or `Kind.group`, case-insensitive, on the objects `o`.
+    fn kind(&mut self, kind: &str) {
+        let (k, group) = match kind.split_once('.') {
+            Some((k, g)) => (k, Some(g)),
+            None => (kind, None),
+        };
+        self.add("o.kind = ? COLLATE NOCASE", [Sql::Text(k.to_string())]);
+        match group {
+            None => {}
+            Some("") => self.add("instr(o.api_version, '/') = 0", []),
+            Some(g) => self.add("lower(substr(o.api_version, 1, instr(o.api_version, '/') - 1)) = lower(?)", [Sql::Text(g.to_string())]),
+        }
+    }
+
+    fn sql(&self) -> String {
+        if self.clauses.is_empty() {
+            String::new()
+        } else {
+            format!(" WHERE {}", self.clauses.join(" AND "))
+        }
+    }
+}
+
+const OBJECT_PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "limit"];
+
+pub async fn objects(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+    let query = uri.query().map(str::to_string);
+    s.serve(Route::Objects, &headers, |s| async move {
+        let p = Params::parse(query.as_deref(), OBJECT_PARAMS)?;
+        let limit = p.limit()?;
+        let mut f = Filter::default();
+        for (param, column) in [("cluster", "o.cluster"), ("name", "o.name"), ("uid", "o.uid")] {
+            if let Some(v) = p.get(param) {
+                f.add(&format!("{column} = ?"), [Sql::Text(v.to_string())]);
+            }
+        }
+        if let Some(ns) = p.get_raw("namespace") {
+            f.add("o.namespace = ?", [Sql::Text(ns.to_string())]);
+        }
+        if let Some(kind) = p.get("kind") {
+            f.kind(kind);
+        }
+        s.blocking(move |s| {
+            let (objects, truncated) = s.history()?.read(|c| find_objects(c, &f, limit))?;
+            serde_json::to_string(&serde_json::json!({"objects": objects, "truncated": truncated})).map_err(|e| ApiError::Internal(e.to_string()))
+        })
+        .await
+    })
+    .await
+}
+
+/// The objects matching `f`, at most `limit`, and whether there were more.
+fn find_objects(c: &Connection, f: &Filter, limit: usize) -> Result<(Vec<ObjectRef>, bool), ApiError> {
+    let sql = format!(
+        "SELECT o.cluster, o.api_version, o.kind, o.namespace, o.name, o.uid, o.parent_api_version, o.parent_kind, o.parent_name, o.parent_uid, \
+         o.first_us, o.last_us, o.deleted_us, o.deleted_by, o.deleted_audit_id FROM objects o{} ORDER BY o.kind, o.namespace, o.name, o.id LIMIT {}",
+        f.sql(),
+        limit + 1
+    );
+    let mut stmt = c.prepare_cached(&sql).map_err(sql_error)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(f.args.iter()), |r| {
+        let parent_uid: Option<String> = r.get(9)?;
+        let parent = match parent_uid {
+            Some(uid) => Some(OwnerRef {
+                api_version: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
+                kind: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
+                name: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
+                uid,
+            }),
+            None => None,
+        };
+        let deleted_us: Option<i64> = r.get(12)?;
+        Ok(ObjectRef {
+            cluster: r.get(0)?,
+            api_version: r.get(1)?,
+            kind: r.get(2)?,
+            namespace: r.get(3)?,
+            name: r.get(4)?,
+            uid: r.get(5)?,
+            parent,
+            first_seen: format_rfc3339_micros(r.get(10)?),
+            last_seen: format_rfc3339_micros(r.get(11)?),
+            deleted: match deleted_us {
+                Some(t) => Some(Tombstone { time: format_rfc3339_micros(t), user: r.get(13)?, audit_id: r.get(14)? }),
+                None => None,
+            },
+        })
+    });
+    let mut objects = rows.map_err(sql_error)?.collect::<Result<Vec<_>, _>>().map_err(sql_error)?;
+    let truncated = objects.len() > limit;
+    objects.truncate(limit);
+    Ok((objects, truncated))
+}
+
+const DRIFT_PARAMS: &[&str] = &["cluster", "namespace", "kind", "class", "resolution", "revertsPerson", "since", "until", "limit", "after"];
+
+/// A page of the drift feed.
+#[derive(Serialize)]
+struct Page {
+    events: Vec<Box<RawValue>>,
+    /// Pass as `after` for the next page; `None` on the last.
+    next: Option<String>,
+}
+
+pub async fn drift(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+    let query = uri.query().map(str::to_string);
+    s.serve(Route::Drift, &headers, |s| async move {
+        let p = Params::parse(query.as_deref(), DRIFT_PARAMS)?;
+        let (f, limit) = drift_filter(&p)?;
+        s.blocking(move |s| {
+            let page = s.history()?.read(|c| drift_page(c, &f, limit))?;
+            serde_json::to_string(&page).map_err(|e| ApiError::Internal(e.to_string()))
+        })
+        .await
+    })
+    .await
+}
+
+fn drift_filter(p: &Params) -> Result<(Filter, usize), ApiError> {
+    let limit = p.limit()?;
+    let classes: Vec<&str> = Class::ALL.iter().map(|c| c.as_str()).collect();
+    let class = p.one_of("class", &classes)?.unwrap_or("drift");
+    let resolution = p.one_of("resolution", &["approved", "rejected", "unresolved"])?;
+    let (since, until) = (p.time("since")?, p.time("until")?);
+    if let (Some(s), Some(u)) = (since, until) {
+        if s >= u {
+            return Err(ApiError::BadRequest("since must be before until".into()));
+        }
+    }
+    let after = match p.get("after") {
+        None => None,
+        Some(a) => Some(cursor(a).ok_or_else(|| ApiError::BadRequest(format!("after={a:?} is not a cursor this API gave (the `next` of a page)")))?),
+    };
+    let mut f = Filter::default();
+    f.add("m.class = ?", [Sql::Text(class.to_string())]);
+    if let Some(c) = p.get("cluster") {
+        f.add("o.cluster = ?", [Sql::Text(c.to_string())]);
+    }
+    if let Some(ns) = p.get_raw("namespace") {
+        f.add("o.namespace = ?", [Sql::Text(ns.to_string())]);
+    }
+    if let Some(kind) = p.get("kind") {
+        f.kind(kind);
+    }
+    if let Some(r) = resolution {
+        f.add("m.resolution = ?", [Sql::Text(r.to_string())]);
+    }
+    if let Some(person) = p.flag("revertsPerson")? {
+        f.add("m.reverts_person = ?", [Sql::Integer(person as i64)]);
+    }
+    if let Some(t) = since {
+        f.add("m.time_us >= ?", [Sql::Integer(t)]);
+    }
+    if let Some(t) = until {
+        f.add("m.time_us < ?", [Sql::Integer(t)]);
+    }
+    if let Some((t, id)) = after {
+        f.add("(m.time_us, m.id) > (?, ?)", [Sql::Integer(t), Sql::Integer(id)]);
+    }
+    Ok((f, limit))
+}
+
+/// A cursor: the (time, id) of the last mutation of a page.
+fn cursor(text: &str) -> Option<(i64, i64)> {
+    let (t, id) = text.split_once('-')?;
+    Some((t.parse().ok()?, id.parse().ok()?))
+}
+
+fn drift_page(c: &Connection, f: &Filter, limit: usize) -> Result<Page, ApiError> {
+    let sql = format!(
+        "SELECT m.time_us, m.id, m.event FROM mutations m JOIN objects o ON o.id = m.object_id{} ORDER BY m.time_us, m.id LIMIT {}",
+        f.sql(),
+        limit + 1
+    );
+    let mut stmt = c.prepare_cached(&sql).map_err(sql_error)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(f.args.iter()), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)));
+    let mut rows = rows.map_err(sql_error)?.collect::<Result<Vec<_>, _>>().map_err(sql_error)?;
+    let more = rows.len() > limit;
+    rows.truncate(limit);
+    let next = if more { rows.last().map(|(t, id, _)| format!("{t}-{id}")) } else { None };
+    let events = rows
+        .into_iter()
+        .map(|(_, _, event)| RawValue::from_string(event).map_err(|e| ApiError::Internal(format!("a stored event is not JSON: {e}"))))
+        .collect::<Result<_, _>>()?;
+    Ok(Page { events, next })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_read_back_what_pages_give() {
+        assert_eq!(cursor("1714557600000000-42"), Some((1_714_557_600_000_000, 42)));
+        assert_eq!(cursor("-5-1"), None, "a time before 1970 is no cursor this API gives");
+        assert!(cursor("42").is_none() && cursor("a-b").is_none() && cursor("").is_none());
+    }
+
+    #[test]
+    fn kinds_filter_by_name_and_group() {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch(crate::history::schema::SQL).unwrap();
+        for (i, (av, kind)) in [("apps/v1", "Deployment"), ("example.com/v1", "Deployment"), ("v1", "Pod")].iter().enumerate() {
+            c.execute(
+                "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', ?1, ?2, ?3, 'ns', 'web', 1, 2)",
+                rusqlite::params![format!("u{i}"), av, kind],
+            )
+            .unwrap();
+        }
+        let found = |kind: &str| {
+            let mut f = Filter::default();
+            f.kind(kind);
+            find_objects(&c, &f, 10).unwrap().0.into_iter().map(|o| o.uid).collect::<Vec<_>>()
+        };
+        assert_eq!(found("deployment").len(), 2);
+        assert_eq!(found("Deployment.APPS"), ["u0"]);
+        assert_eq!(found("Deployment.example.com"), ["u1"]);
+        assert_eq!(found("Pod."), ["u2"]);
+        assert!(found("Pod.apps").is_empty());
+        let (page, truncated) = find_objects(&c, &Filter::default(), 2).unwrap();
+        assert_eq!((page.len(), truncated), (2, true));
+    }
+}

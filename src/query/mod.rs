@@ -1,0 +1,231 @@
+//! The query API (docs/query-api.md, docs/query-api.openapi.json): its own listener, loopback by
+//! default, with the webhook's TLS, client-certificate and bearer-token options.
+//!
+//! - `GET /v1/verdict`: what a write by a user to a child of a parent would be now, from the
+//!   live engine ([`crate::classify::Engine::verdict`]), with how current the state is.
+//! - `GET /v1/objects`, `GET /v1/drift`, `GET /v1/why`: from the history store, read on
+//!   blocking threads ([`history`]).
+//!
+//! Every answer is JSON; an error is `{"error": "..."}`: 400 malformed parameters, 401 without
+//! the bearer token, 404 unknown object or route, 409 ambiguous name (with `candidates`), 410
+//! a time before the history, 503 no history store.
+
+mod config;
+mod history;
+mod params;
+mod verdict;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinHandle;
+
+pub use config::QueryConfig;
+pub use params::{DEFAULT_LIMIT, MAX_LIMIT};
+
+use crate::classify::Engine;
+use crate::listen::{self, Limits};
+use crate::metrics::Metrics;
+use crate::order::Freshness;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Listen(#[from] listen::Error),
+    #[error("query.bearer_token_file {path}: {source}")]
+    Token { path: String, source: std::io::Error },
+}
+
+/// What the query API reads: the live engine and how current it is, and the history store.
+pub struct Context {
+    pub engine: Arc<Engine>,
+    pub freshness: Arc<Freshness>,
+    pub metrics: Arc<Metrics>,
+    /// The cluster of a request that names none (the pipeline's `cluster`).
+    pub default_cluster: String,
+    /// The history store, when there is one.
+    pub history: Option<PathBuf>,
+}
+
+/// A query API that is listening.
+pub struct Running {
+    pub local_addr: SocketAddr,
+    pub task: JoinHandle<()>,
+}
+
+/// The routes, as the `route` label of `kausality_query_requests_total` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    Verdict,
+    Objects,
+    Drift,
+    Why,
+    Other,
+}
+
+impl Route {
+    pub const ALL: [Route; 5] = [Route::Verdict, Route::Objects, Route::Drift, Route::Why, Route::Other];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Verdict => "verdict",
+            Route::Objects => "objects",
+            Route::Drift => "drift",
+            Route::Why => "why",
+            Route::Other => "other",
+        }
+    }
+}
+
+/// An answer other than 200.
+#[derive(Debug)]
+pub enum ApiError {
+    BadRequest(String),
+    Unauthorized,
+    NotFound(String),
+    /// Several objects answer to the name; they are listed.
+    Ambiguous {
+        message: String,
+        candidates: serde_json::Value,
+    },
+    /// The time asked for is older than the history store reaches.
+    Gone(String),
+    /// No history store to read.
+    Unavailable(String),
+    Internal(String),
+}
+
+impl ApiError {
+    fn code(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Ambiguous { .. } => StatusCode::CONFLICT,
+            ApiError::Gone(_) => StatusCode::GONE,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    fn body(&self) -> serde_json::Value {
+        match self {
+            ApiError::Unauthorized => serde_json::json!({"error": "missing or wrong bearer token"}),
+            ApiError::Ambiguous { message, candidates } => serde_json::json!({"error": message, "candidates": candidates}),
+            ApiError::BadRequest(m) | ApiError::NotFound(m) | ApiError::Gone(m) | ApiError::Unavailable(m) | ApiError::Internal(m) => {
+                serde_json::json!({"error": m})
+            }
+        }
+    }
+}
+
+/// What every request shares.
+pub struct QueryState {
+    ctx: Context,
+    token: Option<String>,
+    /// Requests being answered at once (each holds a blocking thread while it reads).
+    reads: Semaphore,
+    history: Option<history::Store>,
+}
+
+impl QueryState {
+    pub fn new(ctx: Context, token: Option<String>, max_concurrent_reads: usize) -> Arc<QueryState> {
+        let history = ctx.history.clone().map(history::Store::new);
+        for route in Route::ALL {
+            for code in ["200", "400", "401", "404"] {
+                ctx.metrics.query_requests.with_label_values(&[route.as_str(), code]);
+            }
+        }
+        Arc::new(QueryState { ctx, token, reads: Semaphore::new(max_concurrent_reads.max(1)), history })
+    }
+
+    /// Answers one request: the token first, then `answer` with a permit to read.
+    async fn serve<F, Fut>(self: &Arc<Self>, route: Route, headers: &HeaderMap, answer: F) -> Response
+    where
+        F: FnOnce(Arc<QueryState>) -> Fut,
+        Fut: std::future::Future<Output = Result<String, ApiError>>,
+    {
+        let result = match &self.token {
+            Some(token) if !listen::bearer_matches(headers, token) => Err(ApiError::Unauthorized),
+            _ => match self.reads.acquire().await {
+                Ok(_permit) => answer(self.clone()).await,
+                Err(_) => Err(ApiError::Unavailable("shutting down".into())),
+            },
+        };
+        let (code, body) = match result {
+            Ok(body) => (StatusCode::OK, body),
+            Err(e) => (e.code(), e.body().to_string()),
+        };
+        self.ctx.metrics.query_requests.with_label_values(&[route.as_str(), code.as_str()]).inc();
+        let mut r = (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if code == StatusCode::UNAUTHORIZED {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        r
+    }
+
+    /// Runs `f` on a blocking thread (SQLite reads, scans of the live state).
+    async fn blocking<T: Send + 'static>(self: Arc<Self>, f: impl FnOnce(&QueryState) -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
+        tokio::task::spawn_blocking(move || f(&self)).await.map_err(|e| ApiError::Internal(format!("the request failed inside kausality-stream: {e}")))?
+    }
+
+    fn history(&self) -> Result<&history::Store, ApiError> {
+        self.history.as_ref().ok_or_else(|| {
+            ApiError::Unavailable("this service keeps no history store: add a `history` sink to the pipeline, or set [query] history = PATH".into())
+        })
+    }
+}
+
+/// The routes, for serving and for in-process tests.
+pub fn router(state: Arc<QueryState>) -> Router {
+    Router::new()
+        .route("/v1/verdict", get(verdict::handle))
+        .route("/v1/objects", get(history::objects))
+        .route("/v1/drift", get(history::drift))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+    let path = uri.path().to_string();
+    s.serve(Route::Other, &headers, |_| async move {
+        Err(ApiError::NotFound(format!("no route {path}; the API serves GET /v1/verdict, /v1/objects, /v1/drift, /v1/why")))
+    })
+    .await
+}
+
+/// Wall-clock time, µs since the epoch.
+fn now_us() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
+}
+
+/// Binds the listener and serves until `shutdown`.
+pub async fn start(cfg: &QueryConfig, ctx: Context, shutdown: watch::Receiver<bool>, grace: Duration) -> Result<Running, Error> {
+    let token = match &cfg.bearer_token_file {
+        Some(p) => Some(listen::read_token(p).map_err(|source| Error::Token { path: p.display().to_string(), source })?),
+        None => None,
+    };
+    let tls = match &cfg.tls {
+        Some(t) => Some(t.server_config()?),
+        None => None,
+    };
+    let listener = listen::bind(cfg.listen).await?;
+    let local_addr = listener.local_addr().unwrap_or(cfg.listen);
+    let metrics = ctx.metrics.clone();
+    metrics.connections_refused.with_label_values(&["query"]);
+    let history = ctx.history.as_ref().map(|p| p.display().to_string());
+    let state = QueryState::new(ctx, token, cfg.max_concurrent_reads);
+    let limits =
+        Limits { name: "query", max_connections: cfg.max_connections, header_read_timeout: cfg.header_read_timeout.0, idle_timeout: cfg.idle_timeout.0 };
+    tracing::info!(addr = %local_addr, https = tls.is_some(), bearer_token = cfg.bearer_token_file.is_some(), history = ?history, "query API listening");
+    let task = tokio::spawn(listen::serve(listener, router(state), tls, shutdown, grace, limits, Some(metrics)));
+    Ok(Running { local_addr, task })
+}

@@ -11,10 +11,13 @@
 #      compose file, the kustomize tree and the audit policy;
 #   5. scripts/check-dashboard-live.sh: every dashboard panel's query against a real Prometheus
 #      scraping a running kausality-stream fed a recorded stream (the binary cargo test built);
-#   6. scripts/fuzz.sh: a bounded run (KAUSALITY_FUZZ_SECONDS, 60 s) of each cargo-fuzz target,
+#   6. scripts/leaf-controller.sh: the Go leaf-controller example (examples/leaf-controller)
+#      against a real `kausality-stream serve` (the binary cargo test built), its Go modules
+#      from the Go module proxy, cached; KAUSALITY_LEAF=0 skips it;
+#   7. scripts/fuzz.sh: a bounded run (KAUSALITY_FUZZ_SECONDS, 60 s) of each cargo-fuzz target,
 #      the body decoder and the whole processing chain, from the committed seed corpus
 #      (installs cargo-fuzz; builds on stable); KAUSALITY_FUZZ=0 skips it;
-#   7. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
+#   8. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
 #      (builds it first: ~15 min on a fresh machine, cached after); KAUSALITY_E2E=0 skips it.
 # Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
 set -uo pipefail
@@ -151,6 +154,13 @@ elif [ "$rc" -ne 0 ]; then
   failed=$((failed + 1))
 fi
 [ "$rc" -ne 0 ] && status=1
+
+if [ "${KAUSALITY_LEAF:-1}" != "0" ]; then
+  step "leaf-controller example: go test against a real serve (scripts/leaf-controller.sh; KAUSALITY_LEAF=0 skips it)"
+  count_script bash scripts/leaf-controller.sh
+else
+  step "leaf-controller example skipped (KAUSALITY_LEAF=0)"
+fi
 
 if [ "${KAUSALITY_FUZZ:-1}" != "0" ]; then
   step "fuzz: the body decoder and the whole chain, a bounded run each (scripts/fuzz.sh; KAUSALITY_FUZZ=0 skips it)"

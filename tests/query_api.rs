@@ -9,7 +9,9 @@ use std::path::Path;
 use std::time::Duration;
 
 use kausality_stream::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
+use kausality_stream::history::story::StoryQuery;
 use kausality_stream::history::{self, Mode};
+use kausality_stream::why;
 use serde_json::{json, Value};
 use serve_support::*;
 
@@ -49,6 +51,8 @@ impl Api {
             let schema = &op["get"]["responses"][code.to_string()]["content"]["application/json"]["schema"];
             assert!(!schema.is_null(), "{route} answered {code}, which the document does not list: {body}");
             common::schema::check(schema, &self.doc, &body, "$").unwrap_or_else(|e| panic!("{route} {code}: {e}\nin {body}"));
+        } else {
+            assert!([401, 404].contains(&code), "{route} answers {code} but the document does not list it: {body}");
         }
         (code, body)
     }
@@ -110,6 +114,13 @@ fn fill_history(path: &Path, events: &[Value]) {
             ],
         )
         .unwrap();
+        let mutation_id = c.last_insert_rowid();
+        for r in e["reverts"].as_array().into_iter().flatten() {
+            c.execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", rusqlite::params![mutation_id, r["auditID"].as_str()]).unwrap();
+        }
+        for (key, t) in [("oldest_us", "min"), ("newest_us", "max")] {
+            c.execute(&format!("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, (SELECT CAST({t}(time_us) AS TEXT) FROM mutations))"), [key]).unwrap();
+        }
     }
 }
 
@@ -320,6 +331,48 @@ history = "{}"
     let (_, objects) = api.get("/v1/objects?name=web&limit=1").await;
     assert_eq!((objects["objects"].as_array().unwrap().len(), objects["truncated"].as_bool()), (1, Some(true)));
     assert_eq!(api.get("/v1/objects?kind=Deployment.example.com").await.1["objects"][0]["uid"], "0d0d0d0d-0000-4000-8000-000000000001");
+
+    // An object's story.
+    let (code, story) = api.get("/v1/why?kind=ReplicaSet&namespace=shop&name=web-7d4b9c").await;
+    assert_eq!(code, 200, "{story}");
+    let writes: Vec<(&str, &str)> =
+        story["writes"].as_array().unwrap().iter().map(|w| (w["event"]["auditID"].as_str().unwrap(), w["event"]["class"].as_str().unwrap())).collect();
+    assert_eq!(writes, [("q-create-rs", "initializing"), ("q-bob-scales-rs", "origin"), ("q-ctrl-scales-back", "drift")]);
+    assert_eq!(story["writes"][1]["revertedBy"][0]["auditID"], "q-ctrl-scales-back");
+    assert_eq!(story["historyFrom"], "2024-05-01T10:00:00.000000Z");
+    let (_, story) = api.get(&format!("/v1/why?uid={DEPLOY_UID}")).await;
+    assert_eq!((story["children"][0]["uid"].as_str(), story["children"][0]["drift"].as_u64()), (Some(RS_UID), Some(1)), "{story}");
+    let (code, body) = api.get("/v1/why?kind=Deployment&namespace=shop&name=web").await;
+    assert_eq!((code, body["candidates"].as_array().map(Vec::len)), (409, Some(2)), "{body}");
+    let (code, body) = api.get("/v1/why?kind=Pod&namespace=shop&name=nope").await;
+    assert_eq!(code, 404);
+    assert!(body["error"].as_str().unwrap().contains("no Pod shop/nope in the history store (it keeps from 2024-05-01T10:00:00.000000Z)"), "{body}");
+    let (code, body) = api.get("/v1/why?kind=ReplicaSet&namespace=shop&name=web-7d4b9c&at=2024-04-01T00:00:00Z").await;
+    assert_eq!(code, 410, "{body}");
+    let (code, body) = api.get("/v1/why?kind=ReplicaSet").await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("name an object"), "{body}");
+    assert_eq!(api.get("/v1/why?uid=x&at=noon").await.0, 400);
+
+    // `why --server` against this API tells what `why --history` tells from the file.
+    let (url, file) = (api.base.clone(), store.clone());
+    let (remote, local, remote_missing, local_missing) = tokio::task::spawn_blocking(move || {
+        let server = why::Source::Server(why::Server { url, token: Some(TOKEN.into()) });
+        let file = why::Source::Store(file);
+        let q = StoryQuery { kind: "replicaset".into(), namespace: Some("shop".into()), name: Some("web-7d4b9c".into()), ..StoryQuery::default() };
+        let missing = StoryQuery { kind: "Pod".into(), name: Some("nope".into()), ..StoryQuery::default() };
+        let text = |s: Result<_, why::Error>| serde_json::to_string(&s.unwrap()).unwrap();
+        (
+            text(why::story(&server, &q)),
+            text(why::story(&file, &q)),
+            why::story(&server, &missing).unwrap_err().to_string(),
+            why::story(&file, &missing).unwrap_err().to_string(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(remote, local);
+    assert_eq!(remote_missing, local_missing);
 
     // Requests are counted by route and code.
     assert!(metric(running.metrics_addr, "kausality_query_requests_total", &["route=\"verdict\"", "code=\"200\""]).await >= 5.0);

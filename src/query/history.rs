@@ -16,6 +16,7 @@ use super::params::Params;
 use super::{ApiError, QueryState, Route};
 use crate::classify::Class;
 use crate::decode::time::format_rfc3339_micros;
+use crate::history::story::{ObjectRef, OwnerRef, Tombstone};
 use crate::history::{self, Mode};
 
 /// Read-only connections kept between requests.
@@ -53,39 +54,6 @@ impl Store {
 
 fn sql_error(e: rusqlite::Error) -> ApiError {
     ApiError::Internal(format!("reading the history store failed: {e}"))
-}
-
-/// An object as the history store knows it (the Story's `object`).
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ObjectRef {
-    pub cluster: String,
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub parent: Option<OwnerRef>,
-    pub first_seen: String,
-    pub last_seen: String,
-    pub deleted: Option<Tombstone>,
-}
-
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerRef {
-    pub api_version: String,
-    pub kind: String,
-    pub name: String,
-    pub uid: String,
-}
-
-#[derive(Debug, Serialize)]
-pub struct Tombstone {
-    pub time: String,
-    pub user: Option<String>,
-    #[serde(rename = "auditID")]
-    pub audit_id: Option<String>,
 }
 
 /// A `WHERE` clause built with its parameters.
@@ -184,7 +152,11 @@ fn find_objects(c: &Connection, f: &Filter, limit: usize) -> Result<(Vec<ObjectR
             first_seen: format_rfc3339_micros(r.get(10)?),
             last_seen: format_rfc3339_micros(r.get(11)?),
             deleted: match deleted_us {
-                Some(t) => Some(Tombstone { time: format_rfc3339_micros(t), user: r.get(13)?, audit_id: r.get(14)? }),
+                Some(t) => Some(Tombstone {
+                    time: format_rfc3339_micros(t),
+                    user: r.get::<_, Option<String>>(13)?.unwrap_or_default(),
+                    audit_id: r.get::<_, Option<String>>(14)?.unwrap_or_default(),
+                }),
                 None => None,
             },
         })

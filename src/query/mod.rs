@@ -3,8 +3,8 @@
 //!
 //! - `GET /v1/verdict`: what a write by a user to a child of a parent would be now, from the
 //!   live engine ([`crate::classify::Engine::verdict`]), with how current the state is.
-//! - `GET /v1/objects`, `GET /v1/drift`, `GET /v1/why`: from the history store, read on
-//!   blocking threads ([`history`]).
+//! - `GET /v1/objects`, `GET /v1/drift`, `GET /v1/why` (an object's story,
+//!   `history::story`): from the history store, read on blocking threads.
 //!
 //! Every answer is JSON; an error is `{"error": "..."}`: 400 malformed parameters, 401 without
 //! the bearer token, 404 unknown object or route, 409 ambiguous name (with `candidates`), 410
@@ -14,6 +14,7 @@ mod config;
 mod history;
 mod params;
 mod verdict;
+mod why;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -190,6 +191,7 @@ pub fn router(state: Arc<QueryState>) -> Router {
         .route("/v1/verdict", get(verdict::handle))
         .route("/v1/objects", get(history::objects))
         .route("/v1/drift", get(history::drift))
+        .route("/v1/why", get(why::handle))
         .fallback(not_found)
         .with_state(state)
 }

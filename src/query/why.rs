@@ -1,0 +1,47 @@
+//! `GET /v1/why`: an object's story from the history store (`history::story::build`), the JSON
+//! that `why --output json` prints, with the messages `why` gives for what it cannot tell.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::response::Response;
+
+use super::params::Params;
+use super::{ApiError, QueryState, Route};
+use crate::history::story::{self, StoryError, StoryQuery};
+
+const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at"];
+
+pub async fn handle(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+    let query = uri.query().map(str::to_string);
+    s.serve(Route::Why, &headers, |s| async move {
+        let p = Params::parse(query.as_deref(), PARAMS)?;
+        let q = StoryQuery {
+            cluster: p.get("cluster").map(str::to_string),
+            kind: p.get("kind").unwrap_or("").to_string(),
+            namespace: p.get_raw("namespace").map(str::to_string),
+            name: p.get("name").map(str::to_string),
+            uid: p.get("uid").map(str::to_string),
+            at_us: p.time("at")?,
+        };
+        s.blocking(move |s| {
+            let story = s.history()?.read(|c| story::build(c, &q).map_err(|e| answer_error(c, &q, e)))?;
+            serde_json::to_string(&story).map_err(|e| ApiError::Internal(e.to_string()))
+        })
+        .await
+    })
+    .await
+}
+
+/// What the store could not tell, as `why` says it.
+fn answer_error(c: &rusqlite::Connection, q: &StoryQuery, e: StoryError) -> ApiError {
+    let message = story::explain(c, q, &e);
+    match e {
+        StoryError::NotFound => ApiError::NotFound(message),
+        StoryError::Ambiguous(candidates) => ApiError::Ambiguous { message, candidates: serde_json::to_value(candidates).unwrap_or_default() },
+        StoryError::BeforeHistory { .. } => ApiError::Gone(message),
+        StoryError::Invalid(_) => ApiError::BadRequest(message),
+        StoryError::Store(_) => ApiError::Internal(message),
+    }
+}

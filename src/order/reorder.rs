@@ -9,7 +9,7 @@
 //! never holds back writes that were due before it came.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 /// A write ready to apply, and whether it came too late to be put in order.
 #[derive(Debug)]
@@ -37,6 +37,8 @@ struct Held {
     /// that has `rv` as its own (placed there to go after them: the object's own write that
     /// completed before it may have a later event time than its request).
     placed: bool,
+    /// Came after a higher resourceVersion was released (see [`ReorderBuffer::push_write`]).
+    late: bool,
     /// Where the write waits in [`ReorderBuffer::slots`].
     slot: u32,
 }
@@ -86,7 +88,7 @@ pub struct ReorderBuffer<T> {
     /// Of each held write placed for lack of a resourceVersion, by slot: when it completed
     /// (its stageTimestamp) and the key of its object. Rare: a side table, so that the heap's
     /// entries stay small.
-    placed_of: Vec<(u32, i64, u64)>,
+    placed_of: HashMap<u32, (i64, u64)>,
     seq: u64,
 }
 
@@ -116,7 +118,7 @@ impl<T> ReorderBuffer<T> {
             seen_rv: 0,
             // Grows with the writes: a cluster that sends little costs little.
             recent: VecDeque::new(),
-            placed_of: Vec::new(),
+            placed_of: HashMap::new(),
             seq: 0,
         }
     }
@@ -167,10 +169,16 @@ impl<T> ReorderBuffer<T> {
             None if event_us != 0 => self.place(event_us, placing),
             None => self.seen_rv,
         };
+        let (mut rv, mut placed, mut tie, mut late) = (rv, placed, tie, false);
         if rv < self.released_rv {
-            // Later writes were applied already: apply now, flagged.
-            out.push(Released { item, late: true });
-            return;
+            // Later writes were applied already: apply now, flagged; unless writes without a
+            // resourceVersion that came before it are held (placed at or past what was
+            // released): it goes among them by its event time, not before them all.
+            if self.placed_of.is_empty() || event_us == 0 {
+                out.push(Released { item, late: true });
+                return;
+            }
+            (rv, placed, tie, late) = (self.released_rv, true, event_us, true);
         }
         let slot = match self.free.pop() {
             Some(slot) => {
@@ -182,10 +190,10 @@ impl<T> ReorderBuffer<T> {
                 u32::try_from(self.slots.len() - 1).expect("fewer than 2^32 held writes")
             }
         };
-        if placed && placing.object != 0 {
-            self.placed_of.push((slot, placing.done_us, placing.object));
+        if placed {
+            self.placed_of.insert(slot, (placing.done_us, placing.object));
         }
-        self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, placed, slot }));
+        self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, placed, late, slot }));
         self.arrivals.push(Reverse((time_us, rv)));
         self.advance(time_us, out);
     }
@@ -255,7 +263,7 @@ impl<T> ReorderBuffer<T> {
         if !h.placed {
             return false;
         }
-        let placing = self.placed_of.iter().find(|&&(slot, ..)| slot == h.slot).map_or(Placing::default(), |&(_, done_us, object)| Placing { object, done_us });
+        let placing = self.placed_of.get(&h.slot).map_or(Placing::default(), |&(done_us, object)| Placing { object, done_us });
         let at = self.place(h.tie, placing);
         let moved = at > h.rv;
         h.rv = h.rv.max(at);
@@ -272,7 +280,7 @@ impl<T> ReorderBuffer<T> {
             self.free = Vec::new();
             self.arrivals = BinaryHeap::new();
             self.recent = VecDeque::new();
-            self.placed_of = Vec::new();
+            self.placed_of = HashMap::new();
         }
     }
 
@@ -288,7 +296,7 @@ impl<T> ReorderBuffer<T> {
             + self.free.capacity() * 4
             + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
             + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64)>()
-            + self.placed_of.capacity() * std::mem::size_of::<(u32, i64, u64)>()
+            + self.placed_of.capacity() * std::mem::size_of::<(u32, (i64, u64))>()
     }
 
     /// Releases everything (end of input, shutdown).
@@ -308,12 +316,12 @@ impl<T> ReorderBuffer<T> {
 
     fn release(&mut self, h: Held, out: &mut Vec<Released<T>>) {
         self.released_rv = self.released_rv.max(h.rv);
-        if h.placed && !self.placed_of.is_empty() {
-            self.placed_of.retain(|&(slot, ..)| slot != h.slot);
+        if h.placed {
+            self.placed_of.remove(&h.slot);
         }
         let item = self.slots[h.slot as usize].take().expect("a held write is in its slot");
         self.free.push(h.slot);
-        out.push(Released { item, late: false });
+        out.push(Released { item, late: h.late });
     }
 }
 
@@ -433,6 +441,27 @@ mod tests {
             b.flush(&mut out);
             assert_eq!(items_str(out), vec![("earlier", false), ("controller", false), ("kubelet", false), ("other", false)], "arrival order {arrival:?}");
         }
+    }
+
+    #[test]
+    fn a_late_write_does_not_overtake_a_held_write_without_resource_version_of_before_it() {
+        // rv 100 is released; an eviction (no resourceVersion, requested at 500) is held; a
+        // late write (rv 50, done at 600) then comes: it goes after the eviction, by time,
+        // still flagged late. A late write of before the eviction goes before it.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push("rv100", Some(100), 0, 400, &mut out);
+        b.advance(200, &mut out);
+        assert_eq!(items_str(std::mem::take(&mut out)), vec![("rv100", false)]);
+        b.push("eviction", None, 210, 500, &mut out);
+        b.push("late-after", Some(50), 220, 600, &mut out);
+        b.push("late-before", Some(40), 230, 450, &mut out);
+        assert!(out.is_empty(), "held with the eviction");
+        b.advance(1000, &mut out);
+        assert_eq!(items_str(std::mem::take(&mut out)), vec![("late-before", true), ("eviction", false), ("late-after", true)]);
+        // With nothing without a resourceVersion held, a late write goes at once.
+        b.push("late-alone", Some(60), 1010, 700, &mut out);
+        assert_eq!(items_str(out), vec![("late-alone", true)]);
     }
 
     #[test]

@@ -5,15 +5,19 @@
 //! This module owns the schema and how the database is opened; the `history` sink writes it,
 //! `replay --history` fills it from a log, and the readers query it in SQL.
 
+pub mod retention;
 pub mod schema;
 pub mod story;
+pub mod writer;
 
 use std::path::Path;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
+pub use retention::{Retained, Retention};
 pub use schema::SCHEMA_VERSION;
+pub use writer::{Store, Written};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

@@ -55,6 +55,10 @@ CREATE TABLE IF NOT EXISTS mutations (
 CREATE INDEX IF NOT EXISTS mutations_by_object ON mutations (object_id, time_us);
 CREATE INDEX IF NOT EXISTS mutations_by_time ON mutations (time_us);
 CREATE INDEX IF NOT EXISTS mutations_by_class ON mutations (class, time_us);
+-- A mutation by its auditID (what a `reverts` row names), and each written once: a log
+-- replayed again, or a batch the API server sent again, adds nothing. One auditID may name
+-- several objects (a deletecollection).
+CREATE UNIQUE INDEX IF NOT EXISTS mutations_by_audit ON mutations (audit_id, object_id);
 
 -- Which origin writes each drift undoes (the enriched event's `reverts`), to find from an
 -- origin write what reverted it.

@@ -1,0 +1,167 @@
+//! Retention: the history store keeps mutations for `max_age` and within `max_bytes` on disk.
+//!
+//! A pass (the writer runs one every so many transactions or seconds):
+//! 1. by age: mutations older than `max_age` before the newest one written (event time, so
+//!    that a replayed log of last month is not thrown away as it is written);
+//! 2. by size: while the pages in use are over the database's share of `max_bytes`, the
+//!    oldest mutations, in chunks sized from the average row, down to 90% of that share (so
+//!    that the next pass does not start at once);
+//!
+//! each chunk a transaction of its own, with the chunk's `reverts` rows and the objects left
+//! without any mutation (tombstoned or not: an object is written with each of its mutations,
+//! so one without any has no history left in the store); then `meta.oldest_us` moves to the
+//! oldest mutation left, `PRAGMA incremental_vacuum` gives the free pages back and a WAL
+//! checkpoint (TRUNCATE) makes the file shrink on disk.
+
+use std::time::Duration;
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+/// How much the store keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retention {
+    /// Mutations older than this (before the newest one written) are removed; zero keeps
+    /// them whatever their age.
+    pub max_age: Duration,
+    /// The store's database and WAL are kept under this many bytes; zero: no limit.
+    pub max_bytes: u64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention { max_age: Duration::from_secs(30 * 86_400), max_bytes: 10 << 30 }
+    }
+}
+
+impl Retention {
+    /// The WAL's share of `max_bytes`: it is checkpointed and cut back to this size.
+    pub fn wal_bytes(&self) -> u64 {
+        match self.max_bytes {
+            0 => 64 << 20,
+            m => (m / 16).clamp(256 << 10, 64 << 20),
+        }
+    }
+
+    /// The database file's share of `max_bytes` (zero: no limit).
+    fn database_bytes(&self) -> u64 {
+        match self.max_bytes {
+            0 => 0,
+            m => m.saturating_sub(self.wal_bytes()).max(m / 2),
+        }
+    }
+}
+
+/// What a pass removed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Retained {
+    pub mutations: u64,
+    pub objects: u64,
+    /// `meta.oldest_us` after the pass, when it moved.
+    pub oldest_us: Option<i64>,
+}
+
+/// Most mutations removed in one transaction.
+const CHUNK_MAX: i64 = 20_000;
+const CHUNK_MIN: i64 = 64;
+
+pub(crate) fn retain(conn: &mut Connection, r: &Retention) -> rusqlite::Result<Retained> {
+    let mut done = Retained::default();
+    let mut newest_removed: Option<i64> = None;
+    if !r.max_age.is_zero() {
+        let newest: Option<i64> = conn.query_row("SELECT max(time_us) FROM mutations", [], |r| r.get(0))?;
+        if let Some(newest) = newest {
+            let cutoff = newest.saturating_sub(i64::try_from(r.max_age.as_micros()).unwrap_or(i64::MAX));
+            loop {
+                let n = remove_chunk(conn, Some(cutoff), CHUNK_MAX, &mut done, &mut newest_removed)?;
+                if n < CHUNK_MAX as u64 {
+                    break;
+                }
+            }
+        }
+    }
+    let budget = r.database_bytes();
+    if budget > 0 {
+        let target = budget / 10 * 9;
+        let mut started = false;
+        loop {
+            let used = used_bytes(conn)?;
+            if used <= if started { target } else { budget } {
+                break;
+            }
+            started = true;
+            let (count, per_row) = rows_and_size(conn, used)?;
+            if count == 0 {
+                break;
+            }
+            let excess = used.saturating_sub(target);
+            let n = (excess / per_row.max(1) + 1).clamp(CHUNK_MIN as u64, CHUNK_MAX as u64) as i64;
+            if remove_chunk(conn, None, n, &mut done, &mut newest_removed)? == 0 {
+                break;
+            }
+        }
+    }
+    if done.mutations > 0 {
+        let oldest: Option<i64> = conn.query_row("SELECT min(time_us) FROM mutations", [], |r| r.get(0))?;
+        let oldest = oldest.or(newest_removed).unwrap_or(0);
+        conn.execute("INSERT INTO meta (key, value) VALUES ('oldest_us', ?1) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [oldest.to_string()])?;
+        done.oldest_us = Some(oldest);
+        // Each step of the pragma frees one page: run it to the end.
+        let mut vacuum = conn.prepare("PRAGMA incremental_vacuum")?;
+        let mut pages = vacuum.query([])?;
+        while pages.next()?.is_some() {}
+    }
+    // Also without removals: the WAL of the writes since the last pass goes into the file.
+    conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+    Ok(done)
+}
+
+/// Bytes of the database's pages in use (the file, less its free pages).
+fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
+    let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+    let free: i64 = conn.query_row("PRAGMA freelist_count", [], |r| r.get(0))?;
+    let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+    Ok(((pages - free).max(0) * size) as u64)
+}
+
+/// About how many mutations the store holds (from their ids: no scan) and the bytes each
+/// takes with its share of objects, reverts and indexes.
+fn rows_and_size(conn: &Connection, used: u64) -> rusqlite::Result<(u64, u64)> {
+    let (lo, hi): (Option<i64>, Option<i64>) = conn.query_row("SELECT min(id), max(id) FROM mutations", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let count = match (lo, hi) {
+        (Some(lo), Some(hi)) => (hi - lo + 1).max(1) as u64,
+        _ => 0,
+    };
+    Ok((count, used / count.max(1)))
+}
+
+/// Removes up to `n` of the oldest mutations (older than `before`, when given), their
+/// `reverts` rows and the objects left without a mutation, in one transaction. Returns how
+/// many mutations went.
+fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut Retained, newest_removed: &mut Option<i64>) -> rusqlite::Result<u64> {
+    let tx = conn.transaction()?;
+    tx.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS retire (id INTEGER PRIMARY KEY, object_id INTEGER NOT NULL, time_us INTEGER NOT NULL); DELETE FROM retire;",
+    )?;
+    let picked = tx
+        .prepare_cached(
+            "INSERT INTO retire (id, object_id, time_us)
+         SELECT id, object_id, time_us FROM mutations WHERE time_us < ?1 ORDER BY time_us LIMIT ?2",
+        )?
+        .execute(params![before.unwrap_or(i64::MAX), n])? as u64;
+    if picked == 0 {
+        return Ok(0);
+    }
+    let newest: Option<i64> = tx.query_row("SELECT max(time_us) FROM retire", [], |r| r.get(0)).optional()?.flatten();
+    *newest_removed = (*newest_removed).max(newest);
+    tx.execute("DELETE FROM reverts WHERE mutation_id IN (SELECT id FROM retire)", [])?;
+    tx.execute("DELETE FROM mutations WHERE id IN (SELECT id FROM retire)", [])?;
+    let objects = tx.execute(
+        "DELETE FROM objects WHERE id IN (SELECT DISTINCT object_id FROM retire)
+           AND NOT EXISTS (SELECT 1 FROM mutations m WHERE m.object_id = objects.id)",
+        [],
+    )? as u64;
+    tx.commit()?;
+    done.mutations += picked;
+    done.objects += objects;
+    Ok(picked)
+}

@@ -1,0 +1,404 @@
+//! Writing the history store: batches of enriched events in, one transaction per group of
+//! batches out, on a thread of its own (never the processor's, never a tokio worker).
+//!
+//! Each enriched event becomes: its object's row in `objects` (upserted: identity, owner,
+//! first/last time, the tombstone of a delete or an eviction), one row in `mutations` (the
+//! event's JSON as [`Enriched::write_json`] writes it), one row in `reverts` per origin write
+//! it undoes; `meta.oldest_us`/`newest_us` follow. A transaction is all or nothing: a store
+//! that cannot write (a full disk) keeps no part of the batches, which are held and tried
+//! again. The same auditID on the same object is written once (the unique index
+//! `mutations_by_audit`), so replaying a log twice, or a batch the API server sent again,
+//! adds nothing.
+
+use std::ops::Deref;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+
+use super::retention::{self, Retained, Retention};
+use super::{Error, Mode, Result};
+use crate::classify::Class;
+use crate::decode::time::parse_rfc3339_micros;
+use crate::enriched::Enriched;
+
+const UPSERT_OBJECT: &str = "
+INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version,
+                     parent_kind, parent_name, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)
+ON CONFLICT (cluster, uid) DO UPDATE SET
+    api_version = excluded.api_version, kind = excluded.kind, namespace = excluded.namespace,
+    name = excluded.name,
+    parent_uid = coalesce(excluded.parent_uid, parent_uid),
+    parent_api_version = coalesce(excluded.parent_api_version, parent_api_version),
+    parent_kind = coalesce(excluded.parent_kind, parent_kind),
+    parent_name = coalesce(excluded.parent_name, parent_name),
+    first_us = min(first_us, excluded.first_us),
+    last_us = max(last_us, excluded.last_us),
+    deleted_by = CASE WHEN excluded.deleted_us < coalesce(deleted_us, 9223372036854775807)
+                      THEN excluded.deleted_by ELSE deleted_by END,
+    deleted_audit_id = CASE WHEN excluded.deleted_us < coalesce(deleted_us, 9223372036854775807)
+                            THEN excluded.deleted_audit_id ELSE deleted_audit_id END,
+    deleted_us = CASE WHEN excluded.deleted_us < coalesce(deleted_us, 9223372036854775807)
+                      THEN excluded.deleted_us ELSE deleted_us END
+RETURNING id";
+
+const INSERT_MUTATION: &str = "
+INSERT INTO mutations (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+ON CONFLICT (audit_id, object_id) DO NOTHING";
+
+const INSERT_REVERT: &str = "INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)";
+
+/// `meta.oldest_us` is the oldest time written (retention moves it forward), `newest_us` the
+/// newest.
+const SET_TIMES: &str = "
+INSERT INTO meta (key, value) VALUES ('oldest_us', ?1), ('newest_us', ?2)
+ON CONFLICT (key) DO UPDATE SET value = CASE key
+    WHEN 'oldest_us' THEN CAST(min(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)
+    ELSE CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT) END";
+
+/// What one transaction wrote.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    /// Enriched events taken (each either written or a duplicate).
+    pub events: u64,
+    /// Rows added to `mutations` (events minus duplicates).
+    pub mutations: u64,
+    pub duplicates: u64,
+}
+
+/// An open store and what writing it needs.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+    retention: Retention,
+    /// One enriched event's JSON, reused.
+    json: Vec<u8>,
+    /// Newest `stageTimestamp` written: the time of an event whose timestamp cannot be read.
+    newest_us: i64,
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path` for writing.
+    pub fn open(path: &Path, retention: Retention) -> Result<Store> {
+        let conn = super::open(path, Mode::Write)?;
+        let shown = path.display().to_string();
+        let err = |source| Error::Sqlite { path: shown.clone(), source };
+        // The WAL is cut back to this size at each checkpoint: without it, it keeps the size
+        // of its largest transaction (a retention pass) for good.
+        // Checkpoints come as often, so that the WAL never grows far past it between passes.
+        let wal = retention.wal_bytes();
+        let pages = (wal / 4096).max(16);
+        conn.execute_batch(&format!(
+            "PRAGMA journal_size_limit = {wal}; PRAGMA wal_autocheckpoint = {pages}; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384;"
+        ))
+        .map_err(err)?;
+        conn.set_prepared_statement_cache_capacity(16);
+        let newest_us =
+            conn.query_row("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'newest_us'", [], |r| r.get(0)).optional().map_err(err)?.unwrap_or(0);
+        Ok(Store { conn, path: path.to_path_buf(), retention, json: Vec::with_capacity(4096), newest_us })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn connection(&self) -> &Connection {
+        &self.conn
+    }
+
+    fn err(&self, source: rusqlite::Error) -> Error {
+        sqlite_err(&self.path, source)
+    }
+
+    /// Writes `batches` in one transaction: all of them, or (on an error) none.
+    pub fn write<B: Deref<Target = [Enriched]>>(&mut self, batches: &[B]) -> Result<Written> {
+        let mut written = Written::default();
+        let mut newest = self.newest_us;
+        let path = &self.path;
+        let tx = self.conn.transaction().map_err(|e| sqlite_err(path, e))?;
+        let result = (|| -> rusqlite::Result<(i64, i64)> {
+            let mut oldest = i64::MAX;
+            for batch in batches {
+                for e in batch.iter() {
+                    let time_us = parse_rfc3339_micros(&e.stage_timestamp).unwrap_or(newest);
+                    oldest = oldest.min(time_us);
+                    newest = newest.max(time_us);
+                    written.events += 1;
+                    if insert(&tx, e, time_us, &mut self.json)? {
+                        written.mutations += 1;
+                    } else {
+                        written.duplicates += 1;
+                    }
+                }
+            }
+            Ok((oldest, newest))
+        })();
+        let (oldest, newest) = result.map_err(|e| sqlite_err(path, e))?;
+        if written.events > 0 {
+            tx.prepare_cached(SET_TIMES).and_then(|mut s| s.execute(params![oldest.to_string(), newest.to_string()])).map_err(|e| sqlite_err(path, e))?;
+        }
+        tx.commit().map_err(|e| sqlite_err(path, e))?;
+        self.newest_us = newest;
+        Ok(written)
+    }
+
+    /// Applies the retention (age, then size): see [`retention`].
+    pub fn retain(&mut self) -> Result<Retained> {
+        retention::retain(&mut self.conn, &self.retention).map_err(|e| self.err(e))
+    }
+
+    /// Bytes of the store on disk: the database and its WAL.
+    pub fn disk_bytes(&self) -> u64 {
+        disk_bytes(&self.path)
+    }
+
+    /// Moves the WAL into the database and cuts it to nothing (at a stop).
+    pub fn checkpoint(&self) -> Result<()> {
+        self.conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(())).map_err(|e| self.err(e))
+    }
+}
+
+fn sqlite_err(path: &Path, source: rusqlite::Error) -> Error {
+    Error::Sqlite { path: path.display().to_string(), source }
+}
+
+/// Bytes of the store at `path` on disk: the database and its WAL.
+pub fn disk_bytes(path: &Path) -> u64 {
+    let size = |p: &Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    size(path) + size(Path::new(&wal))
+}
+
+/// A delete, an item of a deletecollection or an eviction removes the object it names.
+fn removes(e: &Enriched) -> bool {
+    e.verb.is_delete() || e.subresource == Some("eviction")
+}
+
+/// One enriched event's rows; false when the mutation was already in the store.
+fn insert(tx: &Transaction<'_>, e: &Enriched, time_us: i64, json: &mut Vec<u8>) -> rusqlite::Result<bool> {
+    let o = &e.object;
+    let p = e.parent.as_ref();
+    let gone = removes(e);
+    // An object without a UID (an API server that left it out) is known by its name.
+    let named_uid;
+    let uid: &str = if o.uid.is_empty() {
+        named_uid = format!("name:{}/{}/{}/{}", o.api_version, o.kind, o.namespace, o.name);
+        &named_uid
+    } else {
+        &o.uid
+    };
+    let object_id: i64 = tx.prepare_cached(UPSERT_OBJECT)?.query_row(
+        params![
+            &*e.cluster,
+            uid,
+            &*o.api_version,
+            &*o.kind,
+            &*o.namespace,
+            o.name.as_str(),
+            p.map(|p| &*p.uid),
+            p.map(|p| &*p.api_version),
+            p.map(|p| &*p.kind),
+            p.map(|p| p.name.as_str()),
+            time_us,
+            gone.then_some(time_us),
+            gone.then_some(&*e.user),
+            gone.then_some(&*e.audit_id),
+        ],
+        |r| r.get(0),
+    )?;
+    json.clear();
+    e.write_json(json);
+    let event = std::str::from_utf8(json).map_err(|err| rusqlite::Error::Utf8Error(10, err))?;
+    let reverts = e.reverts.as_deref().unwrap_or_default();
+    let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
+    let added = tx.prepare_cached(INSERT_MUTATION)?.execute(params![
+        object_id,
+        time_us,
+        &*e.audit_id,
+        e.verb.as_str(),
+        e.subresource,
+        &*e.user,
+        e.class.as_str(),
+        e.resolution.map(|r| r.as_str()),
+        e.policy.as_deref(),
+        person,
+        event,
+    ])?;
+    if added == 0 {
+        return Ok(false);
+    }
+    if !reverts.is_empty() {
+        let mutation_id = tx.last_insert_rowid();
+        let mut stmt = tx.prepare_cached(INSERT_REVERT)?;
+        for r in reverts {
+            stmt.execute(params![mutation_id, &*r.audit_id])?;
+        }
+    }
+    Ok(true)
+}
+
+/// Where the writer thread takes batches from: the sink's tokio queue, or replay's channel.
+pub trait Queue<B>: Send {
+    /// The next batch, waiting for it; `None` once the queue is closed and empty.
+    fn next(&mut self) -> Option<B>;
+    /// A batch already waiting, if any.
+    fn waiting(&mut self) -> Option<B>;
+    /// No batch will come any more (what is waiting may still be taken).
+    fn is_closed(&self) -> bool;
+}
+
+impl<B: Send> Queue<B> for tokio::sync::mpsc::Receiver<B> {
+    fn next(&mut self) -> Option<B> {
+        self.blocking_recv()
+    }
+    fn waiting(&mut self) -> Option<B> {
+        self.try_recv().ok()
+    }
+    fn is_closed(&self) -> bool {
+        tokio::sync::mpsc::Receiver::is_closed(self)
+    }
+}
+
+impl<B: Send> Queue<B> for std::sync::mpsc::Receiver<B> {
+    fn next(&mut self) -> Option<B> {
+        self.recv().ok()
+    }
+    fn waiting(&mut self) -> Option<B> {
+        self.try_recv().ok()
+    }
+    fn is_closed(&self) -> bool {
+        false
+    }
+}
+
+/// What the writer thread tells whoever started it.
+#[derive(Debug)]
+pub enum Report {
+    /// A transaction was committed; `bytes`: the store's size on disk after it.
+    Written { written: Written, bytes: u64 },
+    /// A transaction failed (rolled back): its batches are held and tried again.
+    Failing(String),
+    /// Writing works again after [`Report::Failing`].
+    Recovered,
+    /// A retention pass removed something.
+    Retained(Retained),
+    /// The thread ends with events it could not write.
+    Lost { events: u64, error: String },
+}
+
+/// How the writer thread runs.
+#[derive(Clone, Debug)]
+pub struct WriterOptions {
+    /// Most events in one transaction (queued batches are grouped up to it).
+    pub max_events_per_transaction: usize,
+    /// Retention runs after this many transactions, or this long after the last pass.
+    pub retention_every_transactions: u32,
+    pub retention_every: Duration,
+    /// How long a failing transaction is tried again: forever while the queue is open
+    /// (`serve`: the queue fills and holds intake back), this long once it is closed. With
+    /// `give_up_at_once` (`replay`), the first failure ends the thread.
+    pub retry_after_stop: Duration,
+    pub give_up_at_once: bool,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            max_events_per_transaction: 20_000,
+            retention_every_transactions: 64,
+            retention_every: Duration::from_secs(10),
+            retry_after_stop: Duration::from_secs(5),
+            give_up_at_once: false,
+        }
+    }
+}
+
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Starts the writer thread: it takes batches from `queue` until it is closed, writes each
+/// group of waiting batches in one transaction, runs the retention now and then, and calls
+/// `report` after each step. Ends with a checkpoint once the queue is closed and drained.
+pub fn spawn<B, Q, R>(mut store: Store, mut queue: Q, opts: WriterOptions, mut report: R) -> std::io::Result<std::thread::JoinHandle<()>>
+where
+    B: Deref<Target = [Enriched]> + Send + 'static,
+    Q: Queue<B> + 'static,
+    R: FnMut(Report) + Send + 'static,
+{
+    std::thread::Builder::new().name("history-writer".into()).spawn(move || {
+        let mut held: Vec<B> = Vec::new();
+        let mut since_retention = 0u32;
+        let mut last_retention = Instant::now();
+        while let Some(first) = queue.next() {
+            let mut events = first.len();
+            held.push(first);
+            while events < opts.max_events_per_transaction {
+                let Some(more) = queue.waiting() else { break };
+                events += more.len();
+                held.push(more);
+            }
+            if !write_held(&mut store, &mut queue, &mut held, &opts, &mut report) {
+                return;
+            }
+            since_retention += 1;
+            if since_retention >= opts.retention_every_transactions || last_retention.elapsed() >= opts.retention_every {
+                since_retention = 0;
+                last_retention = Instant::now();
+                match store.retain() {
+                    Ok(r) if r.mutations > 0 || r.objects > 0 => report(Report::Retained(r)),
+                    Ok(_) => {}
+                    // Writing goes on; the next pass tries again.
+                    Err(e) => tracing::warn!(error = %e, "history store: retention failed"),
+                }
+            }
+        }
+        if let Err(e) = store.checkpoint() {
+            tracing::debug!(error = %e, "history store: final checkpoint");
+        }
+    })
+}
+
+/// Writes the held batches, trying again until it works (see [`WriterOptions`]). False when
+/// it gave up (what was held and queued is reported lost).
+fn write_held<B, Q, R>(store: &mut Store, queue: &mut Q, held: &mut Vec<B>, opts: &WriterOptions, report: &mut R) -> bool
+where
+    B: Deref<Target = [Enriched]>,
+    Q: Queue<B>,
+    R: FnMut(Report),
+{
+    let mut wait = RETRY_FIRST;
+    let mut failing = false;
+    let mut closed_since: Option<Instant> = None;
+    loop {
+        let error = match store.write(held) {
+            Ok(written) => {
+                held.clear();
+                if failing {
+                    report(Report::Recovered);
+                }
+                report(Report::Written { written, bytes: store.disk_bytes() });
+                return true;
+            }
+            Err(e) => e.to_string(),
+        };
+        failing = true;
+        report(Report::Failing(error.clone()));
+        let closed = queue.is_closed();
+        let since = closed.then(|| *closed_since.get_or_insert_with(Instant::now));
+        if opts.give_up_at_once || since.is_some_and(|s| s.elapsed() >= opts.retry_after_stop) {
+            let mut lost: u64 = held.iter().map(|b| b.len() as u64).sum();
+            if !opts.give_up_at_once {
+                while let Some(rest) = queue.waiting() {
+                    lost += rest.len() as u64;
+                }
+            }
+            report(Report::Lost { events: lost, error });
+            return false;
+        }
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(RETRY_MAX);
+    }
+}

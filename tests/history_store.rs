@@ -1,0 +1,429 @@
+//! The history store's writer: the rows each event makes (identity, owner, tombstones,
+//! reverts), no duplicates when a log is written twice, retention by age and by size on an
+//! endless stream, and a `serve` killed with SIGKILL while it writes.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{audit_id, class_of, feed, find, processor};
+use kausality_stream::classify::Class;
+use kausality_stream::config::ModelConfig;
+use kausality_stream::corpus::{self, CorpusOptions};
+use kausality_stream::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
+use kausality_stream::enriched::Enriched;
+use kausality_stream::history::{self, Mode, Retention, Store};
+use kausality_stream::sim::*;
+use rusqlite::{Connection, OptionalExtension};
+use serde_json::json;
+
+fn temp_store(name: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("ks-history-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("h.db");
+    (dir, path)
+}
+
+fn keep_all() -> Retention {
+    Retention { max_age: Duration::ZERO, max_bytes: 0 }
+}
+
+fn run(events: &[String]) -> Vec<Enriched> {
+    let mut p = processor(ModelConfig::default(), 500_000);
+    let mut out = Vec::new();
+    feed(&mut p, events, &mut out);
+    p.flush(0, &mut out);
+    out
+}
+
+fn time_of(event: &str) -> i64 {
+    let v: serde_json::Value = serde_json::from_str(event).unwrap();
+    parse_rfc3339_micros(v["stageTimestamp"].as_str().unwrap()).unwrap()
+}
+
+/// The tombstone of the object with this UID: (deleted_us, deleted_by, deleted_audit_id).
+fn tombstone(conn: &Connection, uid: &str) -> Option<(i64, String, String)> {
+    conn.query_row("SELECT deleted_us, deleted_by, deleted_audit_id FROM objects WHERE uid = ?1 AND deleted_us IS NOT NULL", [uid], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })
+    .optional()
+    .unwrap()
+}
+
+fn count(conn: &Connection, sql: &str) -> i64 {
+    conn.query_row(sql, [], |r| r.get(0)).unwrap()
+}
+
+/// Deployment → ReplicaSet → pods a, b, stable.
+fn tree(api: &mut ApiServer, events: &mut Vec<String>) -> (ObjRef, ObjRef, Vec<ObjRef>) {
+    let (deploy, e) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
+    events.push(e);
+    let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    events.push(e);
+    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "False")]));
+    let mut pods = Vec::new();
+    for s in ["a", "b"] {
+        let (p, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
+        pods.push(p);
+        events.push(e);
+    }
+    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
+    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
+    (deploy, rs, pods)
+}
+
+#[test]
+fn each_object_is_one_row_with_its_identity_owner_and_times() {
+    let (dir, path) = temp_store("objects");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (deploy, rs, pods) = tree(&mut api, &mut events);
+    api.advance_ms(5_000);
+    let edit = api.update("alice@example.com", &pods[0], |p| p["spec"]["containers"][0]["image"] = json!("web:2"));
+    events.push(edit.clone());
+    let out = run(&events);
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    let w = store.write(&[out.as_slice()]).unwrap();
+    assert_eq!((w.events, w.mutations, w.duplicates), (out.len() as u64, out.len() as u64, 0));
+    let conn = history::open(&path, Mode::Read).unwrap();
+    let row = conn
+        .query_row(
+            "SELECT cluster, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name, first_us, last_us, deleted_us
+             FROM objects WHERE uid = ?1",
+            [&pods[0].uid],
+            |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, Option<String>>(5)?,
+                    r.get::<_, Option<String>>(6)?,
+                    r.get::<_, Option<String>>(7)?,
+                    r.get::<_, Option<String>>(8)?,
+                    r.get::<_, i64>(9)?,
+                    r.get::<_, i64>(10)?,
+                    r.get::<_, Option<i64>>(11)?,
+                ))
+            },
+        )
+        .unwrap();
+    // events[3]: pod a's create.
+    let created = &events[3];
+    assert_eq!(
+        row,
+        (
+            "default".into(),
+            "v1".into(),
+            "Pod".into(),
+            "shop".into(),
+            "web-5d4f-a".into(),
+            Some(rs.uid.clone()),
+            Some("apps/v1".into()),
+            Some("ReplicaSet".into()),
+            Some("web-5d4f".into()),
+            time_of(created),
+            time_of(&edit),
+            None
+        )
+    );
+    // The Deployment has no owner; one row per object.
+    let top: Option<String> = conn.query_row("SELECT parent_uid FROM objects WHERE uid = ?1", [&deploy.uid], |r| r.get(0)).unwrap();
+    assert_eq!(top, None);
+    assert_eq!(count(&conn, "SELECT count(*) FROM objects"), 4);
+    // One mutation per enriched event, with its facts and its JSON.
+    let (class, user, verb, event): (String, String, String, String) = conn
+        .query_row("SELECT class, user, verb, event FROM mutations WHERE audit_id = ?1", [audit_id(&edit)], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+        })
+        .unwrap();
+    assert_eq!((class.as_str(), user.as_str(), verb.as_str()), (class_of(&out, &edit).as_str(), "alice@example.com", "update"));
+    let mut json = Vec::new();
+    find(&out, &edit).unwrap().write_json(&mut json);
+    assert_eq!(event.as_bytes(), json.as_slice());
+    let (oldest, newest): (String, String) = conn
+        .query_row("SELECT (SELECT value FROM meta WHERE key = 'oldest_us'), (SELECT value FROM meta WHERE key = 'newest_us')", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!((oldest.parse::<i64>().unwrap(), newest.parse::<i64>().unwrap()), (time_of(&events[0]), time_of(&edit)));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_delete_an_eviction_and_a_deletecollection_tombstone_their_objects_with_who_and_when() {
+    let (dir, path) = temp_store("tombstones");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, rs, pods) = tree(&mut api, &mut events);
+    let (other, e) = api.create(ADMIN, configmap("shop", "settings", &[("a", "1")], None));
+    events.push(e);
+    let (third, e) = api.create(ADMIN, configmap("shop", "flags", &[("b", "2")], None));
+    events.push(e);
+    // a: deleted by alice with its grace period; b: evicted by a drain.
+    let alice = api.delete_graceful("alice@example.com", &pods[0]);
+    let drain = api.evict("bob@example.com", &pods[1]);
+    // Two config maps in one request.
+    let collection = api.delete_collection(ADMIN, &[other.clone(), third.clone()], false);
+    events.extend([alice.clone(), drain.clone(), collection.clone()]);
+    let out = run(&events);
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    store.write(&[out.as_slice()]).unwrap();
+    let conn = history::open(&path, Mode::Read).unwrap();
+    assert_eq!(tombstone(&conn, &pods[0].uid), Some((time_of(&alice), "alice@example.com".into(), audit_id(&alice))));
+    assert_eq!(tombstone(&conn, &pods[1].uid), Some((time_of(&drain), "bob@example.com".into(), audit_id(&drain))));
+    assert_eq!(tombstone(&conn, &rs.uid), None);
+    // A later delete of the same object (a kubelet's final one) keeps the first tombstone;
+    // one that comes later but happened earlier (out of order) takes its place.
+    let first = find(&out, &alice).unwrap().clone();
+    let mut later = first.clone();
+    later.audit_id = "kubelet-final".into();
+    later.user = KUBELET.into();
+    later.stage_timestamp = format_rfc3339_micros(time_of(&alice) + 30_000_000).into();
+    let mut earlier = first.clone();
+    earlier.audit_id = "earlier-delete".into();
+    earlier.user = "dave@example.com".into();
+    earlier.stage_timestamp = format_rfc3339_micros(time_of(&alice) - 1_000).into();
+    store.write(&[[later].as_slice()]).unwrap();
+    assert_eq!(tombstone(&conn, &pods[0].uid), Some((time_of(&alice), "alice@example.com".into(), audit_id(&alice))), "the first delete is kept");
+    store.write(&[[earlier].as_slice()]).unwrap();
+    assert_eq!(tombstone(&conn, &pods[0].uid), Some((time_of(&alice) - 1_000, "dave@example.com".into(), "earlier-delete".into())));
+    for cm in [&other, &third] {
+        assert_eq!(tombstone(&conn, &cm.uid), Some((time_of(&collection), ADMIN.into(), audit_id(&collection))));
+    }
+    // One auditID, one mutation per object it deleted.
+    assert_eq!(count(&conn, &format!("SELECT count(*) FROM mutations WHERE audit_id = '{}'", audit_id(&collection))), 2);
+    let evicted: (String, Option<String>) =
+        conn.query_row("SELECT verb, subresource FROM mutations WHERE audit_id = ?1", [audit_id(&drain)], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    assert_eq!(evicted, ("create".into(), Some("eviction".into())));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_drift_s_reverts_rows_name_the_origin_writes_it_undoes() {
+    let (dir, path) = temp_store("reverts");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, rs, pods) = tree(&mut api, &mut events);
+    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
+    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
+    // The ReplicaSet reports its generation done; then a pod deleted by a person and replaced
+    // by the controller: the replacement reverts the delete.
+    let done = api.report(REPLICASET_CONTROLLER, &rs, &[]);
+    let del = api.delete("carol@example.com", &pods[1], &[]);
+    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
+    events.extend([by_hand.clone(), back.clone(), done, del.clone(), replacement.clone()]);
+    let out = run(&events);
+    assert_eq!(class_of(&out, &back), Class::Drift);
+    assert_eq!(class_of(&out, &replacement), Class::Drift);
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    store.write(&[out.as_slice()]).unwrap();
+    let conn = history::open(&path, Mode::Read).unwrap();
+    let reverted = |drift: &str| -> Vec<(String, String, i64)> {
+        let mut s = conn
+            .prepare(
+                "SELECT r.origin_audit_id, o.user, d.reverts_person FROM reverts r
+                 JOIN mutations d ON d.id = r.mutation_id
+                 JOIN mutations o ON o.audit_id = r.origin_audit_id
+                 WHERE d.audit_id = ?1",
+            )
+            .unwrap();
+        s.query_map([drift], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect()
+    };
+    assert_eq!(reverted(&audit_id(&back)), vec![(audit_id(&by_hand), "alice@example.com".to_string(), 1)]);
+    assert_eq!(reverted(&audit_id(&replacement)), vec![(audit_id(&del), "carol@example.com".to_string(), 1)]);
+    assert_eq!(count(&conn, "SELECT count(*) FROM reverts"), 2, "only drift carries reverts");
+    let (class, resolution): (String, Option<String>) =
+        conn.query_row("SELECT class, resolution FROM mutations WHERE audit_id = ?1", [audit_id(&back)], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    assert_eq!((class.as_str(), resolution.as_deref()), ("drift", Some("unresolved")));
+    assert_eq!(count(&conn, &format!("SELECT reverts_person FROM mutations WHERE audit_id = '{}'", audit_id(&by_hand))), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn writing_the_same_events_again_adds_nothing() {
+    let (dir, path) = temp_store("again");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, rs, pods) = tree(&mut api, &mut events);
+    events.push(api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5)));
+    events.push(api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3)));
+    events.push(api.delete("carol@example.com", &pods[1], &[]));
+    let out = run(&events);
+    let n = out.len() as u64;
+    let rows = |conn: &Connection| ["objects", "mutations", "reverts"].map(|t| count(conn, &format!("SELECT count(*) FROM {t}"))).to_vec();
+    {
+        let mut store = Store::open(&path, keep_all()).unwrap();
+        store.write(&[out.as_slice()]).unwrap();
+    }
+    let first = rows(&history::open(&path, Mode::Read).unwrap());
+    assert_eq!(first[1], n as i64);
+    // The same log again, through a new writer and split differently; and once more within
+    // one transaction.
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    let (a, b) = out.split_at(3);
+    let w = store.write(&[b, a]).unwrap();
+    assert_eq!((w.events, w.mutations, w.duplicates), (n, 0, n));
+    let w = store.write(&[out.as_slice(), out.as_slice()]).unwrap();
+    assert_eq!((w.mutations, w.duplicates), (0, 2 * n));
+    assert_eq!(rows(&history::open(&path, Mode::Read).unwrap()), first);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn retention_by_age_removes_old_mutations_their_reverts_and_objects_left_without_any() {
+    let (dir, path) = temp_store("age");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, rs, pods) = tree(&mut api, &mut events);
+    events.push(api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5)));
+    let old_drift = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
+    events.push(old_drift.clone());
+    let gone = api.delete("carol@example.com", &pods[1], &[]);
+    events.push(gone.clone());
+    // Two days later: pod a is written again.
+    api.advance_ms(2 * 86_400_000);
+    let recent = api.update("alice@example.com", &pods[0], |p| p["spec"]["containers"][0]["image"] = json!("web:2"));
+    events.push(recent.clone());
+    let out = run(&events);
+    let mut store = Store::open(&path, Retention { max_age: Duration::from_secs(86_400), max_bytes: 0 }).unwrap();
+    store.write(&[out.as_slice()]).unwrap();
+    let r = store.retain().unwrap();
+    assert_eq!(r.mutations, out.len() as u64 - 1, "everything but the recent write is older than a day before it");
+    let conn = history::open(&path, Mode::Read).unwrap();
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutations"), 1);
+    assert_eq!(count(&conn, "SELECT count(*) FROM reverts"), 0, "the old drift's reverts went with it");
+    // Only pod a keeps a mutation, so only its row stays (the deleted pod b and the others go).
+    let uids: Vec<String> = conn.prepare("SELECT uid FROM objects").unwrap().query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    assert_eq!(uids, vec![pods[0].uid.clone()]);
+    let oldest: String = conn.query_row("SELECT value FROM meta WHERE key = 'oldest_us'", [], |r| r.get(0)).unwrap();
+    assert_eq!(oldest.parse::<i64>().unwrap(), time_of(&recent));
+    assert_eq!(r.oldest_us, Some(time_of(&recent)));
+    // A second pass has nothing to do.
+    assert_eq!(store.retain().unwrap().mutations, 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Audit events of the corpus generator, from `seed`, as JSON lines.
+fn corpus_lines(seed: u64, events: usize) -> Vec<Vec<u8>> {
+    let mut buf = Vec::new();
+    let opts = CorpusOptions { seed, namespaces: 4, deployments_per_namespace: 4, events, ..CorpusOptions::default() };
+    corpus::generate(&opts, &mut buf).unwrap();
+    buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec).collect()
+}
+
+#[test]
+fn retention_by_size_keeps_the_file_bounded_on_an_endless_stream() {
+    let (dir, path) = temp_store("size");
+    const MAX: u64 = 4 << 20;
+    let mut store = Store::open(&path, Retention { max_age: Duration::ZERO, max_bytes: MAX }).unwrap();
+    // One round of the generator, classified once; each round after it is the same writes to
+    // new objects, an hour later (new auditIDs, UIDs and times): an endless stream of new
+    // history, 12x the bound in JSON.
+    let mut p = processor(ModelConfig::default(), 0);
+    let mut round_one = Vec::new();
+    feed(&mut p, &corpus_lines(1, 3_000), &mut round_one);
+    p.flush(0, &mut round_one);
+    let mut written = 0u64;
+    let mut peak = 0u64;
+    let mut json_bytes = 0u64;
+    let mut round = 0i64;
+    while json_bytes < 12 * MAX {
+        round += 1;
+        let out: Vec<Enriched> = round_one
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                e.audit_id = format!("{}-{round}", e.audit_id).into();
+                e.object.uid = format!("{}-{round}", e.object.uid).into();
+                e.stage_timestamp = format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap() + round * 3_600_000_000).into();
+                e
+            })
+            .collect();
+        for chunk in out.chunks(500) {
+            let w = store.write(&[chunk]).unwrap();
+            written += w.mutations;
+            let mut j = Vec::new();
+            chunk.iter().for_each(|e| e.write_json(&mut j));
+            json_bytes += j.len() as u64;
+            peak = peak.max(store.disk_bytes());
+        }
+        store.retain().unwrap();
+        peak = peak.max(store.disk_bytes());
+        assert!(store.disk_bytes() <= MAX, "after a pass: {} bytes on disk, over {MAX}", store.disk_bytes());
+    }
+    // Between passes the store grows by what was written since the last one (here one round): bounded too.
+    assert!(peak <= MAX + (6 << 20), "peak {peak}");
+    let conn = history::open(&path, Mode::Read).unwrap();
+    let kept = count(&conn, "SELECT count(*) FROM mutations") as u64;
+    assert!(kept > 0 && kept < written / 4, "kept {kept} of {written}");
+    let (oldest, min): (i64, i64) = conn
+        .query_row("SELECT CAST((SELECT value FROM meta WHERE key = 'oldest_us') AS INTEGER), (SELECT min(time_us) FROM mutations)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
+    assert_eq!(oldest, min, "meta.oldest_us is the oldest mutation kept");
+    let orphans = count(&conn, "SELECT count(*) FROM objects o WHERE NOT EXISTS (SELECT 1 FROM mutations m WHERE m.object_id = o.id)");
+    assert_eq!(orphans, 0);
+    let dangling = count(&conn, "SELECT count(*) FROM reverts r WHERE NOT EXISTS (SELECT 1 FROM mutations m WHERE m.id = r.mutation_id)");
+    assert_eq!(dangling, 0);
+    let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(ok, "ok");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_writer_thread_groups_queued_batches_and_reports_each_transaction() {
+    use kausality_stream::history::writer::{self, Report, WriterOptions};
+    let (dir, path) = temp_store("thread");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    tree(&mut api, &mut events);
+    let out = Arc::new(run(&events));
+    let store = Store::open(&path, keep_all()).unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Enriched>>(64);
+    // Queued before the thread starts: taken in one transaction.
+    for e in out.iter() {
+        tx.send(vec![e.clone()]).unwrap();
+    }
+    drop(tx);
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = reports.clone();
+    let t = writer::spawn(store, rx, WriterOptions::default(), move |r| seen.lock().unwrap().push(r)).unwrap();
+    t.join().unwrap();
+    let reports = reports.lock().unwrap();
+    let written: Vec<u64> = reports.iter().filter_map(|r| if let Report::Written { written, .. } = r { Some(written.mutations) } else { None }).collect();
+    assert_eq!(written, vec![out.len() as u64]);
+    let conn = history::open(&path, Mode::Read).unwrap();
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutations"), out.len() as i64);
+    // The final checkpoint leaves no WAL behind.
+    assert_eq!(std::fs::metadata(dir.join("h.db-wal")).map_or(0, |m| m.len()), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_store_that_cannot_write_keeps_no_part_of_the_batch() {
+    let (dir, path) = temp_store("readonly");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    tree(&mut api, &mut events);
+    let out = run(&events);
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    store.write(&[&out[..2]]).unwrap();
+    // Another connection holds the write lock: the transaction fails after its first rows.
+    let other = Connection::open(&path).unwrap();
+    other.execute_batch("BEGIN IMMEDIATE").unwrap();
+    store.connection().busy_timeout(Duration::from_millis(50)).unwrap();
+    assert!(store.write(&[&out[2..]]).is_err());
+    other.execute_batch("ROLLBACK").unwrap();
+    let conn = history::open(&path, Mode::Read).unwrap();
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutations"), 2);
+    // Tried again, it is written once.
+    let w = store.write(&[&out[2..]]).unwrap();
+    assert_eq!(w.mutations, out.len() as u64 - 2);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -12,6 +12,7 @@ use kausality_stream::classify::Class;
 use kausality_stream::config::progress::{Comparison, ConditionReason};
 use kausality_stream::corpus::{self, CorpusOptions};
 use kausality_stream::decode::Unwrap;
+use kausality_stream::history::Retention;
 use kausality_stream::pipeline::{self, Overrides};
 use kausality_stream::replay::{self, ReplayOptions};
 use kausality_stream::why;
@@ -148,6 +149,16 @@ struct ReplayArgs {
     /// Longest line read, in bytes; longer lines are counted as invalid (too_large).
     #[arg(long, default_value_t = 16 << 20)]
     max_line_bytes: usize,
+    /// Write the enriched events into this history store (SQLite, created when missing, read
+    /// by `why`) instead of stdout; events already in it are not written again.
+    #[arg(long, value_name = "FILE")]
+    history: Option<PathBuf>,
+    /// With --history: remove mutations older than this before the newest one (e.g. 30d; 0 keeps all).
+    #[arg(long, default_value = "30d", value_parser = parse_duration_us)]
+    history_max_age: i64,
+    /// With --history: keep the store (database and WAL) under this many bytes (0: no limit).
+    #[arg(long, default_value_t = 10 << 30)]
+    history_max_bytes: u64,
     /// Do not show a progress bar (it only shows on a terminal anyway).
     #[arg(long)]
     no_progress: bool,
@@ -216,7 +227,8 @@ fn parse_duration_us(s: &str) -> Result<i64, String> {
         "s" => 1e6,
         "m" => 60e6,
         "h" => 3600e6,
-        _ => return Err(format!("{s:?}: unit must be one of us, ms, s, m, h")),
+        "d" => 86400e6,
+        _ => return Err(format!("{s:?}: unit must be one of us, ms, s, m, h, d")),
     };
     Ok((v * mult) as i64)
 }
@@ -260,11 +272,16 @@ fn init_logs(format: LogFormat) {
 }
 
 fn replay(args: ReplayArgs) -> Result<ExitCode> {
+    if args.history_max_bytes != 0 && args.history_max_bytes < kausality_stream::sinks::history::MIN_BYTES {
+        bail!("--history-max-bytes {} is too small: 0 (no limit) or at least 1048576 (1 MiB)", args.history_max_bytes);
+    }
     let mut opts = ReplayOptions {
         inputs: args.files,
         classes: args.classes,
         progress: !args.no_progress,
         max_line_bytes: args.max_line_bytes,
+        history: args.history,
+        history_retention: Retention { max_age: std::time::Duration::from_micros(args.history_max_age.max(0) as u64), max_bytes: args.history_max_bytes },
         ..ReplayOptions::default()
     };
     opts.processor.default_cluster = args.cluster;

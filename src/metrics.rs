@@ -41,6 +41,8 @@ pub struct Metrics {
     pub drift_reports: IntCounterVec,
     /// State snapshots that could not be written (the previous one is kept).
     pub snapshot_failures: IntCounter,
+    /// The history store's size on disk (database and WAL), after its last transaction.
+    pub history_bytes: IntGauge,
     /// Connections closed at once because their listener had `max_connections` open, by
     /// listener (`webhook`, `metrics`).
     pub connections_refused: IntCounterVec,
@@ -192,6 +194,7 @@ impl Metrics {
             query_requests: counter_vec(&r, "kausality_query_requests_total", "Query API requests, by route and HTTP status code.", &["route", "code"]),
             drift_reports: counter_vec(&r, "kausality_drift_reports_total", "Drift reports sent, by phase.", &["phase"]),
             snapshot_failures: counter(&r, "kausality_snapshot_failures_total", "State snapshots that could not be written."),
+            history_bytes: gauge(&r, "kausality_history_store_bytes", "Bytes of the history store on disk (database and WAL)."),
             connections_refused: counter_vec(
                 &r,
                 "kausality_connections_refused_total",

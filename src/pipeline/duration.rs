@@ -31,7 +31,7 @@ impl fmt::Display for Span {
     }
 }
 
-/// Parses `500ms`, `1.5s`, `10m`, `1h`, `250us`, or `0`.
+/// Parses `500ms`, `1.5s`, `10m`, `1h`, `30d`, `250us`, or `0`.
 pub fn parse(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(s.len());
@@ -44,8 +44,9 @@ pub fn parse(s: &str) -> Result<Duration, String> {
         "s" => v,
         "m" => v * 60.0,
         "h" => v * 3600.0,
+        "d" => v * 86400.0,
         "" => return Err(format!("{s:?} has no unit: write e.g. {s}s or {s}ms")),
-        _ => return Err(format!("{s:?}: the unit must be one of us, ms, s, m, h")),
+        _ => return Err(format!("{s:?}: the unit must be one of us, ms, s, m, h, d")),
     };
     if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
         return Err(format!("{s:?} is out of range"));
@@ -88,7 +89,8 @@ mod tests {
         assert_eq!(parse("1h"), Ok(Duration::from_secs(3600)));
         assert_eq!(parse("0"), Ok(Duration::ZERO));
         assert!(parse("10").unwrap_err().contains("no unit"));
-        assert!(parse("5d").unwrap_err().contains("unit must be"));
+        assert_eq!(parse("30d"), Ok(Duration::from_secs(30 * 86_400)));
+        assert!(parse("5w").unwrap_err().contains("unit must be"));
         assert!(parse("fast").is_err());
     }
 }

@@ -51,7 +51,8 @@ use health::Health;
 use processor::{ProcessorTask, Summary};
 
 /// The embedded default pipeline (`pipelines/default.toml`): webhook on 127.0.0.1:8080 (plain
-/// HTTP), JSON lines on stdout, metrics on 127.0.0.1:9090, a snapshot in the working directory.
+/// HTTP), JSON lines on stdout, metrics on 127.0.0.1:9090, the history store and a snapshot in
+/// the working directory.
 pub const DEFAULT_PIPELINE: &str = include_str!("../../pipelines/default.toml");
 
 #[derive(Debug, thiserror::Error)]

@@ -2,6 +2,7 @@
 //! summary on stderr. Memory stays bounded whatever the size of the input: lines are read one at
 //! a time and enriched events are written as they come.
 
+mod history;
 mod reader;
 mod summary;
 
@@ -17,6 +18,7 @@ use crate::decode::{Invalid, InvalidReason, Location};
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;
 use crate::process::{Clock, IngestReport, Processor, ProcessorOptions};
+pub use history::HistoryWritten;
 pub use reader::{Reader, Record};
 pub use summary::Summary;
 
@@ -33,6 +35,9 @@ pub struct ReplayOptions {
     pub max_line_bytes: usize,
     /// Largest multi-line document read whole.
     pub max_document_bytes: usize,
+    /// Write the enriched events into this history store instead of `out`.
+    pub history: Option<PathBuf>,
+    pub history_retention: crate::history::Retention,
 }
 
 impl Default for ReplayOptions {
@@ -46,6 +51,8 @@ impl Default for ReplayOptions {
             progress: true,
             max_line_bytes: 16 << 20,
             max_document_bytes: 1 << 30,
+            history: None,
+            history_retention: crate::history::Retention::default(),
         }
     }
 }
@@ -82,6 +89,10 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
     let total: u64 = opts.inputs.iter().filter_map(|p| std::fs::metadata(p).ok()).map(|m| m.len()).sum();
     let bar = progress_bar(opts.progress, total);
     let mut done_before = 0u64;
+    let mut history = match &opts.history {
+        Some(path) => Some(history::HistoryOut::open(path, opts.history_retention)?),
+        None => None,
+    };
 
     for path in &opts.inputs {
         let name = path.display().to_string();
@@ -119,7 +130,7 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
                 }
             };
             merge(&mut report, r, &name, &mut summary);
-            write_batch(&mut batch, &mut summary, &opts.classes, &mut out)?;
+            write_batch(&mut batch, &mut summary, &opts.classes, &mut out, history.as_mut())?;
             if let Some(b) = &bar {
                 b.set_position(done_before + reader.consumed);
             }
@@ -128,9 +139,12 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
         summary.bytes += reader.consumed;
     }
     processor.flush(0, &mut batch);
-    write_batch(&mut batch, &mut summary, &opts.classes, &mut out)?;
+    write_batch(&mut batch, &mut summary, &opts.classes, &mut out, history.as_mut())?;
     summary.tracked_objects = processor.engine().store.len();
     out.flush()?;
+    if let Some(h) = history {
+        summary.history = Some(h.finish()?);
+    }
     if let Some(b) = bar {
         b.finish_and_clear();
     }
@@ -146,7 +160,22 @@ fn merge(total: &mut IngestReport, r: IngestReport, file: &str, summary: &mut Su
     }
 }
 
-fn write_batch(batch: &mut Vec<Enriched>, summary: &mut Summary, classes: &[Class], out: &mut impl Write) -> io::Result<()> {
+/// The enriched events to `out` as JSON lines (only `classes`, when given), or all of them to
+/// the history store.
+fn write_batch(
+    batch: &mut Vec<Enriched>,
+    summary: &mut Summary,
+    classes: &[Class],
+    out: &mut impl Write,
+    history: Option<&mut history::HistoryOut>,
+) -> io::Result<()> {
+    if let Some(h) = history {
+        for e in batch.drain(..) {
+            summary.record(&e);
+            h.push(e)?;
+        }
+        return Ok(());
+    }
     let mut lines = Vec::with_capacity(batch.len() * 1024);
     for e in batch.drain(..) {
         summary.record(&e);

@@ -32,6 +32,8 @@ pub struct Summary {
     pub reverted_persons: u64,
     /// Objects in the state store at the end.
     pub tracked_objects: usize,
+    /// `--history`: what went into the history store.
+    pub history: Option<super::HistoryWritten>,
 }
 
 const EXAMPLES: usize = 5;
@@ -136,6 +138,16 @@ impl Summary {
             if self.reverted_total > self.reverted.len() as u64 {
                 let _ = writeln!(s, "    ... and {} more (the `reverts` of the drift events)", thousands(self.reverted_total - self.reverted.len() as u64));
             }
+        }
+        if let Some(h) = &self.history {
+            let _ = writeln!(
+                s,
+                "  history        {:>12}   mutations written to {} ({} on disk{})",
+                thousands(h.mutations),
+                h.path,
+                bytes(h.bytes),
+                if h.duplicates > 0 { format!(" · {} already there", thousands(h.duplicates)) } else { String::new() }
+            );
         }
         for (title, map) in [("top drifting parents", &self.drift_parents), ("top drifting controllers", &self.drift_controllers)] {
             if map.is_empty() {

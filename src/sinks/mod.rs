@@ -7,6 +7,7 @@
 //! arms in [`SinkConfig::check`] and [`spawn`].
 
 pub mod drift_report;
+pub mod history;
 pub mod http;
 pub mod jsonl;
 pub mod kafka;
@@ -72,6 +73,8 @@ pub enum SinkConfig {
     DriftReport(drift_report::DriftReportConfig),
     /// JSON messages to a Kafka topic, keyed by the parent's UID.
     Kafka(kafka::KafkaSinkConfig),
+    /// The history store (SQLite) that `why` and the query API read.
+    History(history::HistoryConfig),
 }
 
 impl SinkConfig {
@@ -82,6 +85,7 @@ impl SinkConfig {
             SinkConfig::Http(_) => "http",
             SinkConfig::DriftReport(_) => "drift_report",
             SinkConfig::Kafka(_) => "kafka",
+            SinkConfig::History(_) => "history",
         }
     }
 
@@ -91,6 +95,7 @@ impl SinkConfig {
             SinkConfig::Http(c) => c.check(key, errors),
             SinkConfig::DriftReport(c) => c.check(key, errors),
             SinkConfig::Kafka(c) => c.check(key, errors),
+            SinkConfig::History(c) => c.check(key, errors),
         }
     }
 }
@@ -103,6 +108,8 @@ pub enum Error {
     Client { sink: &'static str, source: reqwest::Error },
     #[error("kafka sink: {0}")]
     Kafka(String),
+    #[error("history sink: {0}")]
+    History(String),
 }
 
 /// A running sink: its queue and its task (which ends once the queue is closed and drained).
@@ -135,6 +142,7 @@ pub fn spawn(cfg: &SinkConfig, ctx: &SinkContext) -> Result<SinkHandle, Error> {
     ctx.metrics.sink_errors.with_label_values(&[kind]);
     let task = match cfg {
         SinkConfig::Jsonl(c) => jsonl::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.status.clone())?,
+        SinkConfig::History(c) => history::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.status.clone())?,
         SinkConfig::Http(c) => http::spawn(c.clone(), rx, ctx.metrics.clone())?,
         SinkConfig::DriftReport(c) => drift_report::spawn(c.clone(), rx, ctx.clone())?,
         #[cfg(feature = "kafka")]

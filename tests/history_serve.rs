@@ -163,3 +163,35 @@ fn a_serve_killed_while_writing_leaves_a_sound_store_with_everything_it_had_writ
     eprintln!("answered 200 {answered} stream batches; {} of their events in the store; {before_kill} delivered at the kill", kept);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn the_query_api_reads_the_history_sink_s_store_unless_told_otherwise() {
+    let dir = std::env::temp_dir().join(format!("ks-history-query-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = dir.join("h.db");
+    let toml = format!(
+        "[options]\nreorder_window = \"0\"\n[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n\
+         [[sinks]]\ntype = \"history\"\npath = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\n",
+        store.display()
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let running = rt.block_on(async { kausality_stream::pipeline::start(kausality_stream::pipeline::load_str("q.toml", &toml).unwrap()).await.unwrap() });
+    let (webhook, metrics, query) = (running.webhook_addrs[0], running.metrics_addr, running.query_addr.expect("the query API listens"));
+    let mut api = ApiServer::new();
+    let (body, _) = bodies(&mut api, 0, 1).remove(0);
+    assert_eq!(post(webhook, &body), Some(200));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while delivered(metrics) < PER_BATCH as u64 {
+        assert!(Instant::now() < deadline, "not written");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (code, answer) = request(query, "GET", "/v1/objects?kind=ConfigMap&namespace=load&name=cm-0-3", b"").unwrap();
+    assert_eq!(code, 200, "{answer}");
+    let v: Value = serde_json::from_str(answer.trim()).unwrap_or_else(|e| panic!("{e}: {answer}"));
+    let names: Vec<&str> = v["objects"].as_array().unwrap().iter().map(|o| o["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["cm-0-3"]);
+    running.stop();
+    let _ = rt.block_on(running.shutdown());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -421,7 +421,13 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
                 freshness: freshness.clone(),
                 metrics: metrics.clone(),
                 default_cluster: cfg.cluster.clone(),
-                history: q.history.clone(),
+                // Default: what the pipeline's history sink writes.
+                history: q.history.clone().or_else(|| {
+                    cfg.sinks.iter().find_map(|s| match s {
+                        sinks::SinkConfig::History(h) => Some(std::path::PathBuf::from(&h.path)),
+                        _ => None,
+                    })
+                }),
             };
             let running = crate::query::start(q, ctx, stop_rx.clone(), grace).await.map_err(|e| {
                 health_stop_tx.send_replace(true);

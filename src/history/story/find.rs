@@ -21,6 +21,15 @@ WITH RECURSIVE kinds(kind) AS (
 )
 SELECT kind FROM kinds WHERE kind IS NOT NULL";
 
+/// Every distinct cluster, the same way on the `(cluster, uid)` index.
+const CLUSTERS: &str = "
+WITH RECURSIVE clusters(cluster) AS (
+    SELECT (SELECT min(cluster) FROM objects)
+    UNION ALL
+    SELECT (SELECT min(cluster) FROM objects WHERE cluster > clusters.cluster) FROM clusters WHERE clusters.cluster IS NOT NULL
+)
+SELECT cluster FROM clusters WHERE cluster IS NOT NULL";
+
 /// The one object `q` names.
 pub(super) fn one(conn: &Connection, q: &StoryQuery) -> Result<Found, StoryError> {
     let mut found = all(conn, q)?;
@@ -40,9 +49,18 @@ pub(super) fn one(conn: &Connection, q: &StoryQuery) -> Result<Found, StoryError
 /// Every object `q` names.
 fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
     if let Some(uid) = q.uid.as_deref().filter(|u| !u.is_empty()) {
-        let sql = format!("SELECT {COLUMNS} FROM objects WHERE uid = ?1 AND (?2 IS NULL OR cluster = ?2)");
-        let mut stmt = conn.prepare(&sql)?;
-        let rows = stmt.query_map(params![uid, q.cluster], row)?.collect::<Result<Vec<_>, _>>()?;
+        // A UID is looked up per cluster on the `(cluster, uid)` index: alone it would scan it.
+        let clusters: Vec<String> = match &q.cluster {
+            Some(c) => vec![c.clone()],
+            None => conn.prepare(CLUSTERS)?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?,
+        };
+        let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM objects WHERE cluster = ?1 AND uid = ?2"))?;
+        let mut rows = Vec::new();
+        for cluster in &clusters {
+            for f in stmt.query_map(params![cluster, uid], row)? {
+                rows.push(f?);
+            }
+        }
         // Whatever else the question says must hold too.
         return Ok(rows
             .into_iter()

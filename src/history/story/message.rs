@@ -63,6 +63,8 @@ pub fn ambiguous_message(q: &StoryQuery, candidates: &[ObjectRef]) -> String {
     let pick = if flags.is_empty() {
         // The same name in the same place: objects that had the name one after the other.
         "pick one with --uid UID".to_string()
+    } else if q.uid.is_some() {
+        format!("pick one with {}", flags.join(" and "))
     } else {
         format!("pick one with {} (or --uid UID)", flags.join(" and "))
     };

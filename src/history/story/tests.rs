@@ -268,8 +268,19 @@ fn a_name_in_two_namespaces_or_clusters_or_twice_in_one_is_ambiguous() {
     assert_eq!(build(&store.conn, &one).unwrap().object.uid, "u-3");
     // A cluster-scoped object is asked for with the empty namespace.
     assert_eq!(build(&store.conn, &q("ConfigMap", Some(""), "cfg")).unwrap().object.uid, "u-4");
-    // A UID picks one.
+    // A UID picks one, in whichever cluster it is.
     assert_eq!(build(&store.conn, &StoryQuery { uid: Some("u-2".into()), ..q("ConfigMap", None, "cfg") }).unwrap().object.namespace, "b");
+    assert_eq!(build(&store.conn, &StoryQuery { uid: Some("u-4".into()), ..StoryQuery::default() }).unwrap().object.cluster, "other");
+    // The same UID in two clusters (a restored backup): the cluster picks one.
+    let copy = obj("ConfigMap", "a", "cfg", "u-1").in_cluster("zeta");
+    let id = store.object(&copy);
+    store.write(id, &copy, &w(T0, "y", "create", "alice", "unowned"));
+    let by_uid = StoryQuery { uid: Some("u-1".into()), ..StoryQuery::default() };
+    let e = build(&store.conn, &by_uid).unwrap_err();
+    let StoryError::Ambiguous(c) = &e else { panic!("{e:?}") };
+    assert_eq!(c.iter().map(|c| c.cluster.as_str()).collect::<Vec<_>>(), ["default", "zeta"]);
+    assert!(ambiguous_message(&by_uid, c).starts_with("2 objects match object with UID u-1; pick one with --cluster CLUSTER:"));
+    assert_eq!(build(&store.conn, &StoryQuery { cluster: Some("zeta".into()), ..by_uid }).unwrap().object.cluster, "zeta");
 
     // The same name, twice in one namespace (deleted and created again): only the UID tells.
     let again = Store::new();

@@ -50,63 +50,12 @@ fn fill(db: &Path, scenario: &str, cluster: Option<&str>) {
     let out = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
         .args(["replay", "--no-progress", "--quiet", "--cluster", cluster, "--reorder-window"])
         .arg(exp["replay"]["reorderWindow"].as_str().expect("window"))
+        .arg("--history")
+        .arg(db)
         .arg(fixture(&format!("{scenario}.jsonl")))
         .output()
         .expect("run replay");
-    assert!(out.status.success(), "replay of {scenario}: {}", String::from_utf8_lossy(&out.stderr));
-    load(db, &String::from_utf8(out.stdout).unwrap());
-}
-
-/// Rows as the schema's comments say the history sink writes them.
-fn load(db: &Path, events: &str) {
-    use rusqlite::params;
-    let conn = history::open(db, Mode::Write).unwrap();
-    let (mut lo, mut hi) = (i64::MAX, i64::MIN);
-    for line in events.lines() {
-        let e: Value = serde_json::from_str(line).unwrap();
-        let o = &e["object"];
-        let p = &e["parent"];
-        let t = kausality_stream::decode::time::parse_rfc3339_micros(e["stageTimestamp"].as_str().unwrap()).unwrap();
-        lo = lo.min(t);
-        hi = hi.max(t);
-        let gone = e["verb"] == "delete" || e["verb"] == "deletecollection" || e["subresource"] == "eviction";
-        let s = |v: &Value| v.as_str().map(str::to_string);
-        let id: i64 = conn
-            .query_row(
-                "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)
-                 ON CONFLICT (cluster, uid) DO UPDATE SET last_us = max(last_us, excluded.last_us),
-                   parent_uid = coalesce(excluded.parent_uid, parent_uid), parent_api_version = coalesce(excluded.parent_api_version, parent_api_version),
-                   parent_kind = coalesce(excluded.parent_kind, parent_kind), parent_name = coalesce(excluded.parent_name, parent_name),
-                   deleted_us = coalesce(deleted_us, excluded.deleted_us), deleted_by = coalesce(deleted_by, excluded.deleted_by),
-                   deleted_audit_id = coalesce(deleted_audit_id, excluded.deleted_audit_id)
-                 RETURNING id",
-                params![
-                    s(&e["cluster"]), s(&o["uid"]), s(&o["apiVersion"]), s(&o["kind"]), s(&o["namespace"]).unwrap_or_default(), s(&o["name"]),
-                    s(&p["uid"]), s(&p["apiVersion"]), s(&p["kind"]), s(&p["name"]), t,
-                    gone.then_some(t), if gone { s(&e["user"]) } else { None }, if gone { s(&e["auditID"]) } else { None }
-                ],
-                |r| r.get(0),
-            )
-            .unwrap();
-        let reverts = e["reverts"].as_array().cloned().unwrap_or_default();
-        conn.execute(
-            "INSERT INTO mutations (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
-            params![id, t, s(&e["auditID"]), s(&e["verb"]), s(&e["subresource"]), s(&e["user"]), s(&e["class"]), s(&e["resolution"]), s(&e["policy"]), reverts.iter().any(|r| r["person"] == true), line],
-        )
-        .unwrap();
-        let m = conn.last_insert_rowid();
-        for r in reverts {
-            conn.execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", params![m, s(&r["auditID"])]).unwrap();
-        }
-    }
-    conn.execute(
-        "INSERT INTO meta (key, value) VALUES ('oldest_us', ?1), ('newest_us', ?2) ON CONFLICT (key) DO UPDATE SET value = CASE key
-           WHEN 'oldest_us' THEN CAST(min(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT)
-           ELSE CAST(max(CAST(value AS INTEGER), CAST(excluded.value AS INTEGER)) AS TEXT) END",
-        params![lo.to_string(), hi.to_string()],
-    )
-    .unwrap();
+    assert!(out.status.success(), "replay --history of {scenario}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 fn why_in(dir: &Path, args: &[&str]) -> Output {

@@ -13,7 +13,9 @@
 //! runtime of its own with a worker per core, plus the processor thread. The bodies come from
 //! the corpus generator (`kausality-stream generate --event-list-size 400`); each round posts
 //! fresh ones (no auditID twice), to the discard server, the parse-only server, then the
-//! service. Figures: events/s and MiB/s of each, the ratio service / discard, the ratio
+//! service, then the service with the history store on (a second service, the same pipeline
+//! plus a `history` sink, as the embedded default runs). Figures: events/s and MiB/s of each,
+//! the ratio service / discard, the ratio history on / off (same bodies, same round), the ratio
 //! parse-only / discard (the most any service that reads the events could reach), the ratio
 //! service / parse-only, and the CPU seconds of each side's threads. Exits non-zero when an
 //! answer is not 200 or 429, or when the enriched events written differ in number from what
@@ -150,9 +152,9 @@ fn main() {
     let discard_rt = runtime("ks-discard");
     let parse_rt = runtime("ks-parse");
     let client_rt = runtime("ks-client");
-    let running = start_service(
-        &serve_rt,
-        &format!(
+    let pipeline = |out: &std::path::Path, history: Option<&std::path::Path>| {
+        let history = history.map_or(String::new(), |h| format!("[[sinks]]\ntype = \"history\"\npath = \"{}\"\n", h.display()));
+        format!(
             r#"
 cluster = "default"
 [options]
@@ -166,13 +168,21 @@ plain_http = true
 [[sinks]]
 type = "jsonl"
 path = "{}"
+{history}
 [metrics]
 listen = "127.0.0.1:0"
 "#,
             REORDER_WINDOW.as_millis(),
             out.display()
-        ),
-    );
+        )
+    };
+    let running = start_service(&serve_rt, &pipeline(&out, None));
+    let out_h = dir.join("enriched-h.jsonl");
+    let store = dir.join("history.db");
+    let serveh_rt = runtime("ks-serveh");
+    let running_h = start_service(&serveh_rt, &pipeline(&out_h, Some(&store)));
+    let history_url = format!("http://{}/audit", running_h.webhook_addrs[0]);
+    let history_threads = ["ks-serveh", "processor", "history-writer"];
     let service_url = format!("http://{}/audit", running.webhook_addrs[0]);
     let (discard_addr, discard_stop) = start_discard(&discard_rt);
     let discard_url = format!("http://{discard_addr}/audit");
@@ -188,6 +198,11 @@ listen = "127.0.0.1:0"
     if w.accepted != w.events {
         fail(&format!("warm-up: the service took in {} of {} events", w.accepted, w.events));
     }
+    let w = post_all(&client_rt, &client, &history_url, &bodies[..warmup], clients, &history_threads);
+    if w.accepted != w.events {
+        fail(&format!("warm-up: the service with the history store took in {} of {} events", w.accepted, w.events));
+    }
+    let (mut history_rates, mut history_ratios, mut history_cpu) = (Vec::new(), Vec::new(), 0.0);
 
     let (mut discard_rates, mut service_rates, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
     let (mut parse_rates, mut parse_ratios, mut to_parse) = (Vec::new(), Vec::new(), Vec::new());
@@ -203,6 +218,21 @@ listen = "127.0.0.1:0"
         if s.accepted != s.events {
             fail(&format!("round {}: the service took in {} of {} events", r + 1, s.accepted, s.events));
         }
+        let h = post_all(&client_rt, &client, &history_url, batch, clients, &history_threads);
+        if h.accepted != h.events {
+            fail(&format!("round {}: the service with the history store took in {} of {} events", r + 1, h.accepted, h.events));
+        }
+        println!(
+            "  round {}: service with the history store {:>8.0} events/s (server CPU {:.2}s, {} answers 429) | history on / off {:.2}",
+            r + 1,
+            h.rate(),
+            h.server_cpu,
+            h.throttled,
+            h.rate() / s.rate()
+        );
+        history_rates.push(h.rate());
+        history_ratios.push(h.rate() / s.rate());
+        history_cpu += h.server_cpu;
         println!(
             "  round {}: discard {:>8.0} events/s {:>6.1} MiB/s (server CPU {:.2}s, client {:.2}s) | parse-only {:>8.0} events/s (server CPU {:.2}s) | service {:>8.0} events/s {:>6.1} MiB/s (server CPU {:.2}s, client {:.2}s, {} answers 429) | ratio {:.2}",
             r + 1,
@@ -235,12 +265,23 @@ listen = "127.0.0.1:0"
     // back behind lists sent after it): classified against a newer state than in order.
     let late = running.metrics.late_events.get();
     let outcome = serve_rt.block_on(running.shutdown());
+    let outcome_h = serveh_rt.block_on(running_h.shutdown());
+    let store_bytes = kausality_stream::history::writer::disk_bytes(&store);
+    let stored: usize = kausality_stream::history::open(&store, kausality_stream::history::Mode::Read)
+        .and_then(|c| {
+            c.query_row("SELECT count(*) FROM mutations", [], |r| r.get::<_, i64>(0))
+                .map_err(|source| kausality_stream::history::Error::Sqlite { path: store.display().to_string(), source })
+        })
+        .unwrap_or_else(|e| fail(&format!("reading the history store: {e}"))) as usize;
     let lines = std::fs::read(&out).unwrap_or_default();
     let written = lines.split(|&b| b == b'\n').filter(|l| !l.is_empty()).count();
     let distinct = lines.split(|&b| b == b'\n').filter_map(audit_id_of).collect::<std::collections::HashSet<_>>().len();
     let _ = std::fs::remove_dir_all(&dir);
-    if !outcome.clean {
-        fail("the service did not stop cleanly");
+    if !outcome.clean || !outcome_h.clean {
+        fail("a service did not stop cleanly");
+    }
+    if stored != expected {
+        fail(&format!("{stored} mutations in the history store; the processing chain in order makes {expected} of these bodies"));
     }
     // Lists taken in out of order within the reorder window give the classes of the ordered
     // stream: the same number of enriched events.
@@ -259,6 +300,14 @@ listen = "127.0.0.1:0"
         median(ratios),
         service_events as f64 / service_cpu,
         load_average()
+    );
+    println!(
+        "webhook: service with the history store {:.0} events/s, ratio history on / off {:.2} (medians of {rounds} rounds); {:.0} events per CPU second of its threads (writer included); store {:.1} MiB for {stored} mutations, {:.2} GiB per million",
+        median(history_rates),
+        median(history_ratios),
+        (rounds * lists * LIST_SIZE) as f64 / history_cpu,
+        store_bytes as f64 / (1 << 20) as f64,
+        store_bytes as f64 / stored.max(1) as f64 * 1e6 / (1u64 << 30) as f64
     );
     println!(
         "webhook: parse-only server {:.0} events/s, ratio parse-only / discard {:.2} (the most a service that reads the events reaches here), service / parse-only {:.2} (medians of {rounds} rounds)",

@@ -150,6 +150,10 @@ $kafka_source
 type = "jsonl"
 path = "$tmp/enriched.jsonl"
 
+[[sinks]]
+type = "history"
+path = "$tmp/history.db"
+
 # Nothing listens there: every batch is a sink error.
 [[sinks]]
 type = "http"

@@ -17,6 +17,8 @@
 //! - [`why`]: the `why` command: an object's story from the history store or the query API,
 //!   for the terminal.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
+//! - [`route`]: where an audit event goes on a keyed topic (its judged and state-only keys),
+//!   for the ingest tier of a scaled-out deployment.
 //! - [`scope`]: which events a pipeline looks at (groups, resources, namespaces, labels).
 //! - [`corpus`]: a workload generator on top of [`sim`], for benchmarks and soak tests.
 //! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
@@ -51,6 +53,7 @@ pub mod pipeline;
 pub mod process;
 pub mod query;
 pub mod replay;
+pub mod route;
 pub mod scope;
 pub mod sim;
 pub mod sinks;

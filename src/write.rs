@@ -444,7 +444,8 @@ fn parse_rv(rv: Option<&str>) -> Option<u64> {
     rv.and_then(|s| s.parse().ok())
 }
 
-fn status_details_uid(obj: &ObjectView<'_>) -> Option<String> {
+/// The UID a `Status` answer to a delete names in its `details`.
+pub(crate) fn status_details_uid(obj: &ObjectView<'_>) -> Option<String> {
     #[derive(serde::Deserialize)]
     struct Details {
         #[serde(default)]

@@ -1,0 +1,207 @@
+//! Routing: where an audit event goes on a keyed topic, so that the process judging a write
+//! holds the state its judgement needs (docs/kafka.md, "Partitioning for scale-out").
+//!
+//! A child's write is judged against its controller's state, so it is keyed by the
+//! **controller-owner UID** (the `ownerReferences` entry with `controller: true`), or by the
+//! object's own UID when it has no controller: the *judged* copy. Every object with a UID may
+//! be a parent (Deployments own ReplicaSets, Services own EndpointSlices, Nodes own mirror
+//! Pods, and every operator's custom resources own what they make: no closed list of owner
+//! kinds would hold), so a write of an object that has a controller is produced a second time,
+//! keyed by its own UID, where its children are judged: the *state-only* copy, which the
+//! classifying process applies to state without emitting anything for it.
+//!
+//! Writes whose answer names no UID are keyed by what the event itself tells:
+//! - a delete answered with a `Status`: the UID in the Status' `details`, else the objectRef's:
+//!   keyed by the object's own UID (its controller is not named in the event);
+//! - an eviction: the pod UID of the request's `deleteOptions.preconditions`, else the pod's
+//!   namespace and name ([`Key::Name`]);
+//! - a deletecollection: judged with its first item's key; a state-only copy goes to every
+//!   other item's controller and own UID, so the deletions reach every partition holding
+//!   those objects;
+//! - a `scale` write: the object's own UID (a `Scale` carries no ownerReferences).
+//!
+//! What each of these costs (the judgement lacks the controller's state when the key is not
+//! the controller's) is in docs/scale-out.md, "Ingest tier". The function here is pure: the
+//! ingest tier (`kafka_route` sink), the tests and the classify tier's tests share it.
+
+mod partition;
+#[cfg(test)]
+mod tests;
+
+use std::borrow::Cow;
+
+pub use partition::{murmur2, partition_of};
+
+use crate::decode::{AuditEvent, ObjectRef, ObjectView};
+use crate::filter::{admit, Ignored, Subresource, Verb};
+use crate::write::status_details_uid;
+
+/// Where one audit event goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Route<'a> {
+    /// The key of the copy that is judged (classified and emitted).
+    pub judged: Key<'a>,
+    /// Keys of the state-only copies: each differs from `judged` and from the others.
+    pub state: Vec<Key<'a>>,
+}
+
+/// A message key.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Key<'a> {
+    /// An object's UID: the controller owner's, or the object's own.
+    Uid(Cow<'a, str>),
+    /// No UID can be told (an eviction without a precondition UID): the object by resource,
+    /// namespace and name. Its partition is in general not its controller's.
+    Name { resource: Cow<'a, str>, namespace: Cow<'a, str>, name: Cow<'a, str> },
+}
+
+impl Key<'_> {
+    /// The key's bytes on the topic: the UID as it is, or `resource/namespace/name` (a `/`
+    /// never occurs in a UID the API server makes, so the two never meet).
+    pub fn text(&self) -> Cow<'_, str> {
+        match self {
+            Key::Uid(u) => Cow::Borrowed(u.as_ref()),
+            Key::Name { resource, namespace, name } => Cow::Owned(format!("{resource}/{namespace}/{name}")),
+        }
+    }
+
+    pub fn into_owned(self) -> Key<'static> {
+        match self {
+            Key::Uid(u) => Key::Uid(Cow::Owned(u.into_owned())),
+            Key::Name { resource, namespace, name } => {
+                Key::Name { resource: Cow::Owned(resource.into_owned()), namespace: Cow::Owned(namespace.into_owned()), name: Cow::Owned(name.into_owned()) }
+            }
+        }
+    }
+}
+
+/// Why an event is not produced.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Skip {
+    /// Not a completed, successful, persisted write (the filter's reason): the classify tier
+    /// would ignore it too, so it does not cost broker bytes.
+    Ignored(Ignored),
+    /// A write that names no object the classify tier could key state by.
+    Unroutable(Unroutable),
+}
+
+/// The label of `kausality_route_unroutable_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Unroutable {
+    /// No UID in the answer, the objectRef or a precondition, and no name to key an eviction
+    /// by (an audit level below RequestResponse; an empty deletecollection). The classify
+    /// tier would ignore it as `no_object`.
+    NoObject,
+}
+
+impl Unroutable {
+    pub const ALL: [Unroutable; 1] = [Unroutable::NoObject];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unroutable::NoObject => "no_object",
+        }
+    }
+}
+
+/// Where `ev` goes: its judged key and its state-only keys, or why it goes nowhere.
+pub fn route<'a>(ev: &'a AuditEvent<'a>) -> Result<Route<'a>, Skip> {
+    let adm = admit(ev).map_err(Skip::Ignored)?;
+    let oref = ev.object_ref.as_ref();
+    let oref_uid = || oref.and_then(|o| nonempty(o.uid.as_deref()));
+    let no_object = Skip::Unroutable(Unroutable::NoObject);
+    let own = |uid: &'a str| Route { judged: Key::Uid(Cow::Borrowed(uid)), state: Vec::new() };
+    match (adm.subresource, ev.response_object.as_ref()) {
+        (Subresource::Eviction, _) => eviction(ev, oref).ok_or(no_object),
+        (Subresource::Scale, Some(obj)) => nonempty(obj.metadata.uid.as_deref()).or_else(oref_uid).map(own).ok_or(no_object),
+        (_, Some(obj)) if obj.is_list() => list(obj).ok_or(no_object),
+        (_, Some(obj)) if obj.is_status() || nonempty(obj.metadata.uid.as_deref()).is_none() => match adm.verb {
+            Verb::Delete => match status_details_uid(obj).filter(|u| !u.is_empty()) {
+                Some(uid) => Ok(Route { judged: Key::Uid(Cow::Owned(uid)), state: Vec::new() }),
+                None => oref_uid().map(own).ok_or(no_object),
+            },
+            _ => Err(no_object),
+        },
+        (_, Some(obj)) => Ok(object(obj)),
+        (_, None) => match adm.verb {
+            Verb::Delete => oref_uid().map(own).ok_or(no_object),
+            _ => Err(no_object),
+        },
+    }
+}
+
+/// A full object with a UID: judged at its controller, state-only at itself when it has one.
+fn object<'a>(obj: &'a ObjectView<'a>) -> Route<'a> {
+    let (judged, own) = keys(obj).expect("called with an object that has a UID");
+    let state = if judged == own { Vec::new() } else { vec![own] };
+    Route { judged, state }
+}
+
+/// The judged key and the own-UID key of an object; `None` without a UID.
+fn keys<'a>(obj: &'a ObjectView<'a>) -> Option<(Key<'a>, Key<'a>)> {
+    let own = nonempty(obj.metadata.uid.as_deref())?;
+    let judged = obj.metadata.controller_ref().and_then(|r| nonempty(r.uid.as_deref())).unwrap_or(own);
+    Some((Key::Uid(Cow::Borrowed(judged)), Key::Uid(Cow::Borrowed(own))))
+}
+
+/// A deletecollection's list: judged with its first item; every other key its items have
+/// gets a state-only copy.
+fn list<'a>(obj: &'a ObjectView<'a>) -> Option<Route<'a>> {
+    let raw = obj.field("items")?;
+    let items: Vec<ObjectView<'a>> = serde_json::from_str(raw.get()).ok()?;
+    let mut all: Vec<Key<'a>> = Vec::new();
+    for item in &items {
+        let Some((judged, own)) = item_keys(item) else { continue };
+        for k in [judged, own] {
+            if !all.contains(&k) {
+                all.push(k);
+            }
+        }
+    }
+    let mut all = all.into_iter();
+    let judged = all.next()?;
+    Some(Route { judged, state: all.collect() })
+}
+
+/// [`keys`] of a list item, owned (the items are read into a vector local to [`list`]).
+fn item_keys(item: &ObjectView<'_>) -> Option<(Key<'static>, Key<'static>)> {
+    let own = nonempty(item.metadata.uid.as_deref())?;
+    let judged = item.metadata.controller_ref().and_then(|r| nonempty(r.uid.as_deref())).unwrap_or(own);
+    Some((Key::Uid(Cow::Owned(judged.to_string())), Key::Uid(Cow::Owned(own.to_string()))))
+}
+
+/// An eviction: the pod's UID when the request states it as a precondition, else the pod's
+/// namespace and name.
+fn eviction<'a>(ev: &'a AuditEvent<'a>, oref: Option<&'a ObjectRef<'a>>) -> Option<Route<'a>> {
+    if let Some(uid) = ev.request_object.and_then(|raw| precondition_uid(raw.get())) {
+        return Some(Route { judged: Key::Uid(Cow::Owned(uid)), state: Vec::new() });
+    }
+    let name = oref.and_then(|o| nonempty(o.name.as_deref()))?;
+    let namespace = oref.and_then(|o| o.namespace.as_deref()).unwrap_or("");
+    Some(Route { judged: Key::Name { resource: Cow::Borrowed("pods"), namespace: Cow::Borrowed(namespace), name: Cow::Borrowed(name) }, state: Vec::new() })
+}
+
+/// `deleteOptions.preconditions.uid` of an `Eviction` request body.
+fn precondition_uid(request: &str) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Eviction {
+        #[serde(default)]
+        delete_options: Option<Options>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Options {
+        #[serde(default)]
+        preconditions: Option<Preconditions>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Preconditions {
+        #[serde(default)]
+        uid: Option<String>,
+    }
+    serde_json::from_str::<Eviction>(request).ok()?.delete_options?.preconditions?.uid.filter(|u| !u.is_empty())
+}
+
+fn nonempty(s: Option<&str>) -> Option<&str> {
+    s.filter(|s| !s.is_empty())
+}

@@ -9,7 +9,7 @@ use std::fmt;
 
 use serde::Deserialize;
 
-use crate::pipeline::load::Errors;
+use crate::shell::Errors;
 
 /// A librdkafka property value as written in TOML: `"SASL_SSL"`, `5000`, `true`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]

@@ -30,6 +30,8 @@
 //! - [`sources`]: the audit webhook, Kafka topics, recorded files.
 //! - [`sinks`]: JSON lines, HTTP, Kafka, Kausality drift reports.
 //! - [`kafka`]: what the Kafka source and sink share (client properties, transactions).
+//! - [`shell`]: what the runner and its components share, below both: the pipeline file's
+//!   errors, durations, checkpoints and receipts, the wall clock.
 //! - [`listen`]: serving HTTP(S) with a graceful stop and bounded connections.
 //! - [`query`]: the query API: the verdict from the live state, objects and the drift feed
 //!   from the history store.
@@ -55,6 +57,7 @@ pub mod query;
 pub mod replay;
 pub mod route;
 pub mod scope;
+pub mod shell;
 pub mod sim;
 pub mod sinks;
 pub mod sources;

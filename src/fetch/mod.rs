@@ -27,8 +27,7 @@ use crate::classify::Engine;
 use crate::decode::ObjectView;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;
-use crate::pipeline::config::UnknownParentsConfig;
-use crate::pipeline::processor::Observed;
+use crate::shell::{Observed, UnknownParentsConfig};
 use crate::write::Extractor;
 
 #[derive(Debug, thiserror::Error)]

@@ -18,9 +18,7 @@
 //!   drained, reorder buffer flushed, sinks flushed, snapshot written, all within
 //!   `options.shutdown_timeout`.
 
-pub mod checkpoint;
 pub mod config;
-pub mod duration;
 pub mod health;
 pub mod load;
 pub mod processor;
@@ -35,7 +33,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 pub use config::PipelineConfig;
-pub use load::{load_file, load_policies, load_str, model_policies, ConfigError, ConfigErrors};
+pub use load::{load_file, load_policies, load_str, model_policies};
 
 use crate::classify::{Engine, EngineOptions};
 use crate::config::progress::{Comparison, ConditionReason};
@@ -44,6 +42,7 @@ use crate::decode::DecodeOptions;
 use crate::metrics::Metrics;
 use crate::process::{Clock, Processor, ProcessorOptions};
 use crate::scope::{LabelSelector, Scope};
+use crate::shell::{ConfigErrors, Observed};
 use crate::sinks::{self, SinkContext, SinkHandle};
 use crate::sources::{self, SourceConfig};
 use crate::status::Status;
@@ -502,7 +501,7 @@ async fn start_fetch(
     cfg: &PipelineConfig,
     engine: &Arc<Engine>,
     metrics: &Arc<Metrics>,
-    observe: mpsc::Sender<processor::Observed>,
+    observe: mpsc::Sender<Observed>,
     stop: watch::Receiver<bool>,
 ) -> Result<Option<mpsc::Sender<Arc<crate::enriched::Enriched>>>, Error> {
     if !cfg.unknown_parents.fetch {
@@ -517,7 +516,7 @@ async fn start_fetch(
     _cfg: &PipelineConfig,
     _engine: &Arc<Engine>,
     _metrics: &Arc<Metrics>,
-    _observe: mpsc::Sender<processor::Observed>,
+    _observe: mpsc::Sender<Observed>,
     _stop: watch::Receiver<bool>,
 ) -> Result<Option<mpsc::Sender<Arc<crate::enriched::Enriched>>>, Error> {
     Ok(None)

@@ -24,29 +24,19 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
-use super::checkpoint::{Barrier, Checkpoints};
 use super::snapshot;
 use crate::classify::Class;
 use crate::enriched::Enriched;
 use crate::process::Processor;
+use crate::shell::{now_us, Barrier, Checkpoints, Done, Observed};
 use crate::sinks::Events;
 use crate::sources::{Batch, Body};
 use crate::status::Status;
-use crate::write::ObjectFacts;
-
-/// An object fetched from the API server (a parent the stream never showed).
-#[derive(Debug)]
-pub struct Observed {
-    pub cluster: String,
-    pub facts: ObjectFacts,
-    /// Keeps the strings interned for `facts` from being swept until they are applied.
-    pub pin: crate::state::Pin,
-}
 
 pub struct ProcessorTask {
     pub processor: Processor,
@@ -70,7 +60,7 @@ pub struct ProcessorTask {
     /// Longest wait for the sinks at a barrier before a snapshot, and at shutdown.
     pub barrier_timeout: Duration,
     /// Done messages waiting for the next snapshot (at-least-once with a snapshot file).
-    pub unsaved: Vec<crate::pipeline::checkpoint::Done>,
+    pub unsaved: Vec<Done>,
     /// Where a failed snapshot is reported (`/readyz`, the exit code).
     pub status: Arc<Status>,
 }
@@ -90,10 +80,6 @@ pub struct Summary {
     /// The processor stopped on a failure (a Kafka transaction that could not commit): its
     /// state is ahead of what was committed, so nothing was flushed or saved.
     pub failed: bool,
-}
-
-pub fn now_us() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
 enum Step {

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use crate::listen::TlsConfig;
-use crate::pipeline::duration::Span;
-use crate::pipeline::load::{check_credentials, Errors};
+use crate::shell::{check_credentials, Errors, Span};
 
 /// The query API (docs/query-api.md): the verdict from the live state, objects, the drift feed
 /// and an object's story from the history store. On when the section is present.

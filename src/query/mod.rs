@@ -204,11 +204,6 @@ async fn not_found(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Ur
     .await
 }
 
-/// Wall-clock time, µs since the epoch.
-fn now_us() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
-}
-
 /// Binds the listener and serves until `shutdown`.
 pub async fn start(cfg: &QueryConfig, ctx: Context, shutdown: watch::Receiver<bool>, grace: Duration) -> Result<Running, Error> {
     let token = match &cfg.bearer_token_file {

@@ -80,7 +80,7 @@ fn answer(s: &QueryState, a: &Asked) -> Result<String, ApiError> {
         (None, None) => return Err(ApiError::BadRequest("a parent is required".into())),
     };
     let child = a.child.as_ref().map(|(kind, name, namespace)| ChildQuery { kind, name: name.as_deref(), namespace: namespace.as_deref() });
-    let now = super::now_us();
+    let now = crate::shell::now_us();
     let q = VerdictQuery { cluster: &a.cluster, parent, user: &a.user, child, now_us: now };
     let verdict = s.ctx.engine.verdict(&q).map_err(|e| match e {
         VerdictError::NotFound(m) => ApiError::NotFound(m),

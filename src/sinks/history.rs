@@ -18,8 +18,7 @@ use super::{Error, Events};
 use crate::history::writer::{self, Report, WriterOptions};
 use crate::history::{Retention, Store};
 use crate::metrics::Metrics;
-use crate::pipeline::duration::Span;
-use crate::pipeline::load::Errors;
+use crate::shell::{Errors, Span};
 use crate::status::Status;
 
 /// The store's default file, in the working directory (what `why` reads without a flag).

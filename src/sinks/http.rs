@@ -16,8 +16,7 @@ use tokio::time::Instant;
 
 use super::{Error, Events};
 use crate::metrics::Metrics;
-use crate::pipeline::duration::Span;
-use crate::pipeline::load::Errors;
+use crate::shell::{Errors, Span};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::{Error, Events};
 use crate::metrics::Metrics;
-use crate::pipeline::load::Errors;
+use crate::shell::Errors;
 use crate::status::Status;
 
 #[derive(Clone, Debug, Deserialize)]

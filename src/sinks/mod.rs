@@ -21,8 +21,7 @@ use tokio::task::JoinHandle;
 use crate::classify::Engine;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;
-use crate::pipeline::checkpoint::Receipt;
-use crate::pipeline::load::Errors;
+use crate::shell::{Errors, Receipt};
 use crate::status::Status;
 
 /// A batch of enriched events, shared by every sink without copying. When the source must

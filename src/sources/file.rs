@@ -13,9 +13,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::decode::InvalidReason;
 use crate::metrics::Metrics;
-use crate::pipeline::load::{check_file, Errors};
 use crate::process::IngestReport;
 use crate::replay::{Reader, Record};
+use crate::shell::{check_file, Errors};
 use crate::sources::{Batch, Body};
 
 #[derive(Clone, Debug, Deserialize)]

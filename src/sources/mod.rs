@@ -15,9 +15,8 @@ use serde::Deserialize;
 use tokio::sync::oneshot;
 
 use crate::decode::Unwrap;
-use crate::pipeline::checkpoint::Done;
-use crate::pipeline::load::Errors;
 use crate::process::{Decoded, IngestReport};
+use crate::shell::{Done, Errors};
 
 /// `[[sources]]`: one source, chosen by `type`.
 #[derive(Clone, Debug, Deserialize)]
@@ -70,7 +69,7 @@ pub struct Batch {
     /// then, so a 200 means the events are in the pipeline.
     pub ack: Option<oneshot::Sender<IngestReport>>,
     /// Called once every output of the body is acknowledged by every sink (a Kafka message's
-    /// offset may then be committed). See [`crate::pipeline::checkpoint`].
+    /// offset may then be committed). See [`crate::shell::checkpoint`].
     pub done: Option<Done>,
     /// Envelope around the events, when the source's differs from the pipeline's.
     pub unwrap: Option<Unwrap>,

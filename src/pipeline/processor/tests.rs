@@ -10,8 +10,8 @@ use super::*;
 use crate::classify::{Engine, EngineOptions};
 use crate::config::ModelConfig;
 use crate::metrics::Metrics;
-use crate::pipeline::checkpoint::{Checkpoints, Done};
 use crate::process::{Clock, Decoded, Decoder, ProcessorOptions};
+use crate::shell::{Checkpoints, Done};
 use crate::sim::{deployment, ApiServer, ADMIN};
 
 struct Harness {

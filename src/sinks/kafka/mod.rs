@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::classify::Class;
 use crate::kafka::{check_client, Properties};
-use crate::pipeline::load::Errors;
+use crate::shell::Errors;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -2,7 +2,7 @@
 //! for the processor, decoded meanwhile by the decode threads of `stage` (waiting when the
 //! decode queue or the intake queue is full: that is the backpressure), and stores a
 //! partition's offset only once the message is done (every output acknowledged by every sink,
-//! see [`crate::pipeline::checkpoint`]). librdkafka's auto-commit then commits the stored
+//! see [`crate::shell::checkpoint`]). librdkafka's auto-commit then commits the stored
 //! offsets every second (`enable.auto.offset.store = false`, as in rust-rdkafka's
 //! `at_least_once` example). All consumer calls that change state happen on this thread;
 //! the rebalance callbacks run inside its `poll`.
@@ -37,8 +37,8 @@ use super::stage::{Decoders, Gather, Sealed};
 use super::KafkaSourceConfig;
 use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
-use crate::pipeline::checkpoint::{Barrier, Done};
 use crate::process::Decoder;
+use crate::shell::{Barrier, Done};
 use crate::sources::{Batch, Body};
 
 #[derive(Debug, thiserror::Error)]

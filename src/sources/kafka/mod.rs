@@ -6,7 +6,7 @@
 //! A message holds one audit `Event`, an `EventList`, or JSON lines; its cluster comes from a
 //! header (`cluster_header`), else the pipeline's `cluster`. Offsets are committed only once
 //! every output of the message has been acknowledged by every sink (at-least-once; see
-//! [`crate::pipeline::checkpoint`]), or, with `exactly_once`, inside the Kafka sink's
+//! [`crate::shell::checkpoint`]), or, with `exactly_once`, inside the Kafka sink's
 //! transaction. The consumer itself is in [`consumer`]; its decode threads in `stage`.
 
 #[cfg(feature = "kafka")]
@@ -18,8 +18,7 @@ use serde::Deserialize;
 
 use crate::decode::Unwrap;
 use crate::kafka::{check_client, Properties};
-use crate::pipeline::duration::Span;
-use crate::pipeline::load::Errors;
+use crate::shell::{Errors, Span};
 use crate::sinks::SinkConfig;
 use crate::sources::SourceConfig;
 

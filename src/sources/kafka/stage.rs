@@ -24,8 +24,8 @@ use std::thread::JoinHandle;
 use tokio::sync::oneshot;
 
 use crate::decode::Unwrap;
-use crate::pipeline::processor::now_us;
 use crate::process::{Decoded, Decoder};
+use crate::shell::now_us;
 
 /// Most messages, and payload bytes, in one batch. Messages already fetched are gathered into
 /// one batch (one queue hop, one wake-up of the processor for many messages); a batch never

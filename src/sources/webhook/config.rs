@@ -5,8 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use crate::pipeline::duration::Span;
-use crate::pipeline::load::{check_credentials, Errors};
+use crate::shell::{check_credentials, Errors, Span};
 
 /// The audit webhook: the API server POSTs `audit.k8s.io/v1` EventLists here.
 #[derive(Clone, Debug, Deserialize)]

@@ -28,8 +28,8 @@ use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
-use crate::pipeline::processor::now_us;
 use crate::process::{Decoded, Decoder, IngestReport};
+use crate::shell::now_us;
 use crate::sources::{self, Batch};
 use crate::status::Status;
 

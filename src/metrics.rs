@@ -34,6 +34,13 @@ pub struct Metrics {
     pub processing_lag: Histogram,
     pub sink_events: IntCounterVec,
     pub sink_errors: IntCounterVec,
+    /// Ingest tier: audit events produced to the keyed topic and acknowledged, by copy
+    /// (`judged`, `state`).
+    pub route_messages: IntCounterVec,
+    /// Ingest tier: messages the broker did not acknowledge (their body was answered 503).
+    pub route_errors: IntCounter,
+    /// Ingest tier: writes that name no object to key them by, by reason.
+    pub route_unroutable: IntCounterVec,
     pub kafka_consumer_lag: IntGaugeVec,
     pub webhook_requests: IntCounterVec,
     /// Query API requests, by route (a closed set: [`crate::query::Route`]) and status code.
@@ -189,6 +196,9 @@ impl Metrics {
             processing_lag,
             sink_events: counter_vec(&r, "kausality_sink_events_total", "Enriched events delivered, by sink.", &["sink"]),
             sink_errors: counter_vec(&r, "kausality_sink_errors_total", "Sink delivery errors, by sink.", &["sink"]),
+            route_messages: counter_vec(&r, "kausality_route_messages_total", "Audit events produced to the keyed topic and acknowledged, by copy.", &["copy"]),
+            route_errors: counter(&r, "kausality_route_errors_total", "Messages to the keyed topic the broker did not acknowledge."),
+            route_unroutable: counter_vec(&r, "kausality_route_unroutable_total", "Writes that name no object to key them by, by reason.", &["reason"]),
             kafka_consumer_lag,
             webhook_requests: counter_vec(&r, "kausality_webhook_requests_total", "Webhook requests, by HTTP status code.", &["code"]),
             query_requests: counter_vec(&r, "kausality_query_requests_total", "Query API requests, by route and HTTP status code.", &["route", "code"]),

@@ -320,6 +320,98 @@ where
     }
 }
 
+/// Like [`decode_body`], with each event's own bytes as they are in the body (an item of an
+/// EventList or array, a line, the document): for a stage that forwards events unchanged (the
+/// ingest tier). Envelopes are not unwrapped (an envelope is one rejected record). Every
+/// item is found by a scan and parsed on its own, so a bad item costs only itself.
+pub fn decode_body_raw<F>(body: &[u8], opts: &DecodeOptions, out: &mut F)
+where
+    F: FnMut(Location, Result<(&[u8], AuditEvent<'_>), Invalid>),
+{
+    let body = body.strip_prefix(UTF8_BOM).unwrap_or(body);
+    if body.starts_with(b"\xFF\xFE") || body.starts_with(b"\xFE\xFF") {
+        let invalid = Invalid::new(Location::Body, InvalidReason::Encoding, "UTF-16 input; audit events are UTF-8 JSON");
+        return out(invalid.location, Err(invalid));
+    }
+    let trimmed = trim_ascii(body);
+    if trimmed.is_empty() {
+        return;
+    }
+    if is_single_document(trimmed) {
+        raw_document(trimmed, Location::Body, opts, out);
+    } else {
+        for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+            let line = trim_ascii(line);
+            if !line.is_empty() {
+                raw_document(line, Location::Line(i + 1), opts, out);
+            }
+        }
+    }
+}
+
+/// One document of [`decode_body_raw`]: an EventList's or an array's items, or one event.
+fn raw_document<F>(doc: &[u8], location: Location, opts: &DecodeOptions, out: &mut F)
+where
+    F: FnMut(Location, Result<(&[u8], AuditEvent<'_>), Invalid>),
+{
+    let reject = |out: &mut F, invalid: Invalid| out(invalid.location, Err(invalid));
+    let items = match doc.first() {
+        Some(b'[') => scan::split_array(doc, 0),
+        Some(b'{') => {
+            let parts = scan::split_object(doc);
+            match parts.items {
+                Some(items) => {
+                    if let Err(e) = check_list_kind(parts.kind.map(raw_text).as_deref(), parts.api_version.map(raw_text).as_deref(), location) {
+                        return reject(out, e);
+                    }
+                    if let Some(b) = parts.broken {
+                        raw_items(&items, location, opts, out);
+                        return reject(out, broken(location, b, "after its items"));
+                    }
+                    items
+                }
+                None => return raw_event(doc, location, opts, out),
+            }
+        }
+        _ => return reject(out, Invalid::new(location, InvalidReason::Json, "not JSON; audit events are JSON objects")),
+    };
+    raw_items(&items, location, opts, out);
+}
+
+fn raw_items<F>(items: &scan::Items<'_>, location: Location, opts: &DecodeOptions, out: &mut F)
+where
+    F: FnMut(Location, Result<(&[u8], AuditEvent<'_>), Invalid>),
+{
+    for (i, item) in items.items.iter().enumerate() {
+        let loc = item_location(location, i);
+        match item.first() {
+            Some(b'{') => raw_event(item, loc, opts, out),
+            _ => out(loc, Err(Invalid::new(loc, InvalidReason::NotAuditEvent, "not an object; expected an audit event"))),
+        }
+    }
+    if let Some((i, b)) = items.broken {
+        let invalid = broken(item_location(location, i), b, "here; nothing after it was read");
+        out(invalid.location, Err(invalid));
+    }
+}
+
+fn raw_event<F>(bytes: &[u8], location: Location, opts: &DecodeOptions, out: &mut F)
+where
+    F: FnMut(Location, Result<(&[u8], AuditEvent<'_>), Invalid>),
+{
+    if let Some(e) = record_error(bytes, location, opts) {
+        return out(location, Err(e));
+    }
+    match serde_json::from_slice::<AuditEvent>(bytes) {
+        Ok(ev) if ev.records.is_some() || (ev.audit_id.is_none() && (ev.properties.is_some() || ev.proto_payload.is_some())) => out(
+            location,
+            Err(Invalid::new(location, InvalidReason::Wrapper, "a shipper's envelope, not an audit event; the ingest tier takes the API server's own events")),
+        ),
+        Ok(ev) => out(location, validate(&ev, location).map(|()| (bytes, ev))),
+        Err(e) => out(location, Err(Invalid::from_json(location, &e))),
+    }
+}
+
 /// A raw JSON value as text: a string's content, anything else as it is written.
 fn raw_text(raw: &[u8]) -> String {
     serde_json::from_slice::<String>(raw).unwrap_or_else(|_| String::from_utf8_lossy(raw).into_owned())
@@ -365,6 +457,42 @@ mod tests {
     }
 
     const EV: &str = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"a1","stage":"ResponseComplete","verb":"create"}"#;
+
+    /// `decode_body_raw`'s events as (location, bytes, auditID) or the reasons of rejections.
+    fn raw(body: &[u8]) -> Vec<Result<(Location, String, String), InvalidReason>> {
+        let mut v = Vec::new();
+        decode_body_raw(body, &DecodeOptions::default(), &mut |loc, r| {
+            v.push(r.map(|(b, ev)| (loc, String::from_utf8(b.to_vec()).unwrap(), ev.audit_id.unwrap().into_owned())).map_err(|e| e.reason))
+        });
+        v
+    }
+
+    #[test]
+    fn raw_events_come_with_their_own_bytes() {
+        let (a, b) = (ev("a"), ev("b"));
+        let listed = list(&[a.clone(), "5".to_string(), b.clone()]);
+        let got = raw(listed.as_bytes());
+        assert_eq!(got[0], Ok((Location::Item(0), a.clone(), "a".to_string())));
+        assert_eq!(got[1], Err(InvalidReason::NotAuditEvent));
+        assert_eq!(got[2], Ok((Location::Item(2), b.clone(), "b".to_string())));
+        // JSON lines with a broken line; a single event; an array.
+        let lines = format!("{a}\n{{\"kind\":\n{b}\n");
+        let got = raw(lines.as_bytes());
+        assert_eq!((got.len(), got[0].as_ref().map(|x| x.2.as_str()), got[2].as_ref().map(|x| x.1.as_str())), (3, Ok("a"), Ok(b.as_str())));
+        assert!(got[1].is_err());
+        assert_eq!(raw(a.as_bytes()), vec![Ok((Location::Body, a.clone(), "a".to_string()))]);
+        assert_eq!(raw(format!("[{a},{b}]").as_bytes()).len(), 2);
+        // A cut list keeps the items before the cut.
+        let cut = &listed[..listed.len() - 10];
+        let got = raw(cut.as_bytes());
+        assert_eq!(got[0].as_ref().map(|x| x.2.as_str()), Ok("a"));
+        assert!(got.last().unwrap().is_err());
+        // Not a list of audit events, an envelope, UTF-16, nothing.
+        assert_eq!(raw(br#"{"kind":"PodList","items":[]}"#), vec![Err(InvalidReason::NotAuditEvent)]);
+        assert_eq!(raw(br#"{"records":[]}"#), vec![Err(InvalidReason::Wrapper)]);
+        assert_eq!(raw(b"\xFF\xFEx"), vec![Err(InvalidReason::Encoding)]);
+        assert!(raw(b"  ").is_empty());
+    }
 
     #[test]
     fn json_lines_with_a_bad_line_in_the_middle() {

@@ -215,6 +215,10 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
     }
     let sources: Vec<_> = idx.sources.iter().copied().zip(&cfg.sources).collect();
     crate::sources::kafka::check_pipeline(&sources, &cfg.sinks, errors);
+    let sinks: Vec<_> = idx.sinks.iter().copied().zip(&cfg.sinks).collect();
+    let stateful = [("state.snapshot", cfg.state.snapshot.is_some()), ("query", cfg.query.is_some()), ("unknown_parents.fetch", cfg.unknown_parents.fetch)];
+    let stateful: Vec<&str> = stateful.iter().filter(|(_, set)| *set).map(|(k, _)| *k).collect();
+    crate::sinks::kafka_route::check_pipeline(&sources, &sinks, &stateful, errors);
     for (i, (key, addr)) in listeners.iter().enumerate() {
         if addr.port() == 0 {
             continue;

@@ -43,7 +43,7 @@ use crate::metrics::Metrics;
 use crate::process::{Clock, Processor, ProcessorOptions};
 use crate::scope::{LabelSelector, Scope};
 use crate::shell::{ConfigErrors, Observed};
-use crate::sinks::{self, SinkContext, SinkHandle};
+use crate::sinks::{self, SinkConfig, SinkContext, SinkHandle};
 use crate::sources::{self, SourceConfig};
 use crate::status::Status;
 use health::Health;
@@ -196,6 +196,28 @@ fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
     (!scope.is_everything()).then(|| Arc::new(scope))
 }
 
+/// The ingest tier's producer and what it routes with, when the pipeline has a `kafka_route`
+/// sink (its only sink, behind webhooks only: checked by `load`).
+fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>) -> Result<Option<sources::webhook::RouteIntake>, Error> {
+    let Some(rc) = cfg.sinks.iter().find_map(|s| match s {
+        SinkConfig::KafkaRoute(r) => Some(r),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    #[cfg(feature = "kafka")]
+    {
+        let producer = sinks::kafka_route::producer::RouteProducer::new(rc, metrics.clone())?;
+        let decode = DecodeOptions { max_record_bytes: cfg.options.max_record_bytes, ..DecodeOptions::default() };
+        Ok(Some(sources::webhook::RouteIntake { producer, decode, scope: scope(cfg) }))
+    }
+    #[cfg(not(feature = "kafka"))]
+    {
+        let _ = (rc, metrics);
+        Err(sinks::Error::Kafka("this binary was built without the `kafka` feature".into()).into())
+    }
+}
+
 /// Starts every part of the pipeline; returns once sources listen and state is restored.
 pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     // Kinds the pipeline names are written as themselves in metric labels; others as `other`.
@@ -284,7 +306,9 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         transaction: transaction.as_ref().map(|(t, _)| t.clone()),
     };
     let mut sink_handles: Vec<SinkHandle> = Vec::new();
-    for s in &cfg.sinks {
+    // The ingest tier's sink is fed by the webhook itself.
+    let route = route_intake(&cfg, &metrics)?;
+    for s in cfg.sinks.iter().filter(|s| !matches!(s, SinkConfig::KafkaRoute(_))) {
         match sinks::spawn(s, &ctx) {
             Ok(h) => sink_handles.push(h),
             Err(e) => {
@@ -374,12 +398,11 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     for s in &cfg.sources {
         match s {
             SourceConfig::Webhook(w) => {
-                let running = sources::webhook::start(w, intake_tx.clone(), decoder.clone(), metrics.clone(), status.clone(), stop_rx.clone(), grace)
-                    .await
-                    .map_err(|e| {
-                        health_stop_tx.send_replace(true);
-                        fail(e.into())
-                    })?;
+                let intake = sources::webhook::Intake { queue: intake_tx.clone(), decoder: decoder.clone(), route: route.clone() };
+                let running = sources::webhook::start(w, intake, metrics.clone(), status.clone(), stop_rx.clone(), grace).await.map_err(|e| {
+                    health_stop_tx.send_replace(true);
+                    fail(e.into())
+                })?;
                 webhook_addrs.push(running.local_addr);
                 source_tasks.push(running.task);
             }

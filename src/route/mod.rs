@@ -24,17 +24,40 @@
 //! the controller's) is in docs/scale-out.md, "Ingest tier". The function here is pure: the
 //! ingest tier (`kafka_route` sink), the tests and the classify tier's tests share it.
 
+mod body;
 mod partition;
 #[cfg(test)]
 mod tests;
 
 use std::borrow::Cow;
 
+pub use body::{route_body, Copy, Message, Routed};
 pub use partition::{murmur2, partition_of};
+
+/// The header that marks a state-only copy, and its value.
+pub const COPY_HEADER: &str = "kausality-copy";
+pub const COPY_STATE: &str = "state";
+/// The header of a state-only copy naming the partition of its judged copy (decimal): a
+/// process that also reads that partition leaves the state-only copy out, as the judged copy
+/// brings the same write.
+pub const JUDGED_PARTITION_HEADER: &str = "kausality-judged-partition";
 
 use crate::decode::{AuditEvent, ObjectRef, ObjectView};
 use crate::filter::{admit, Ignored, Subresource, Verb};
 use crate::write::status_details_uid;
+
+/// What the ingest tier's webhook needs of the producer of the keyed topic (the
+/// `kafka_route` sink), so that the webhook does not depend on Kafka.
+pub trait Producer: Send + Sync {
+    /// The topic's partition count; 0 while it is not known (bodies are then refused with 503).
+    fn partitions(&self) -> i32;
+    /// Produces `messages` (ranges of `body`) and resolves once the broker has acknowledged
+    /// every one, or with what went wrong.
+    fn send<'a>(&'a self, cluster: Option<&'a str>, body: &'a [u8], messages: &'a [Message]) -> SendFuture<'a>;
+}
+
+/// What [`Producer::send`] returns.
+pub type SendFuture<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
 
 /// Where one audit event goes.
 #[derive(Clone, Debug, PartialEq, Eq)]

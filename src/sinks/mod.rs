@@ -11,6 +11,7 @@ pub mod history;
 pub mod http;
 pub mod jsonl;
 pub mod kafka;
+pub mod kafka_route;
 
 use std::sync::Arc;
 
@@ -74,6 +75,9 @@ pub enum SinkConfig {
     Kafka(kafka::KafkaSinkConfig),
     /// The history store (SQLite) that `why` and the query API read.
     History(history::HistoryConfig),
+    /// The ingest tier: every audit event of the webhook, unchanged, to a keyed topic (nothing
+    /// is classified; the only sink of its pipeline).
+    KafkaRoute(kafka_route::KafkaRouteConfig),
 }
 
 impl SinkConfig {
@@ -85,6 +89,7 @@ impl SinkConfig {
             SinkConfig::DriftReport(_) => "drift_report",
             SinkConfig::Kafka(_) => "kafka",
             SinkConfig::History(_) => "history",
+            SinkConfig::KafkaRoute(_) => "kafka_route",
         }
     }
 
@@ -95,6 +100,7 @@ impl SinkConfig {
             SinkConfig::DriftReport(c) => c.check(key, errors),
             SinkConfig::Kafka(c) => c.check(key, errors),
             SinkConfig::History(c) => c.check(key, errors),
+            SinkConfig::KafkaRoute(c) => c.check(key, errors),
         }
     }
 }
@@ -148,6 +154,8 @@ pub fn spawn(cfg: &SinkConfig, ctx: &SinkContext) -> Result<SinkHandle, Error> {
         SinkConfig::Kafka(c) => kafka::producer::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.transaction.clone())?,
         #[cfg(not(feature = "kafka"))]
         SinkConfig::Kafka(_) => return Err(Error::Kafka("this binary was built without the `kafka` feature".into())),
+        // Fed by the webhook itself, not by the processor (`pipeline::start`).
+        SinkConfig::KafkaRoute(_) => return Err(Error::Kafka("the kafka_route sink takes no enriched events".into())),
     };
     Ok(SinkHandle { kind, queue, task })
 }

@@ -27,8 +27,11 @@ use axum::response::{IntoResponse, Response};
 use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::decode::DecodeOptions;
 use crate::metrics::Metrics;
 use crate::process::{Decoded, Decoder, IngestReport};
+use crate::route::{self, route_body, Producer};
+use crate::scope::Scope;
 use crate::shell::now_us;
 use crate::sources::{self, Batch};
 use crate::status::Status;
@@ -52,6 +55,17 @@ pub struct WebhookState {
     pub token: Option<String>,
     /// True once shutdown has begun: new bodies are refused with 503 + Retry-After.
     pub closing: watch::Receiver<bool>,
+    /// The ingest tier: bodies go to the keyed topic instead of the processor.
+    pub route: Option<RouteIntake>,
+}
+
+/// What the ingest tier's webhook routes with.
+#[derive(Clone)]
+pub struct RouteIntake {
+    pub producer: Arc<dyn Producer>,
+    pub decode: DecodeOptions,
+    /// The pipeline's scope: what is out of it is not produced.
+    pub scope: Option<Arc<Scope>>,
 }
 
 pub async fn audit_default(State(s): State<Arc<WebhookState>>, headers: HeaderMap, body: Body) -> Response {
@@ -135,6 +149,10 @@ impl WebhookState {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return self.answer(StatusCode::BAD_REQUEST, error_body("empty body: expected an audit.k8s.io/v1 EventList or Event"));
         }
+        if let Some(route) = &self.route {
+            // The body's bytes stay in the budget until the broker has acknowledged them.
+            return self.route(route, cluster, bytes).await;
+        }
         let decoder = self.decoder.clone();
         let label = cluster.clone();
         let decoded = tokio::task::spawn_blocking(move || {
@@ -179,6 +197,52 @@ impl WebhookState {
             Ok(report) => self.report(report),
             Err(_) => self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the processor stopped before taking the batch"),
         }
+    }
+
+    /// The ingest tier: each event of the body to the keyed topic, answered 200 once the
+    /// broker has acknowledged every message, 503 + Retry-After when it has not (the API
+    /// server sends the body again; copies delivered before the failure are dropped by
+    /// auditID where they are classified).
+    async fn route(&self, route: &RouteIntake, cluster: Option<String>, bytes: Vec<u8>) -> Response {
+        let partitions = route.producer.partitions();
+        if partitions <= 0 {
+            return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the keyed topic's partitions are not known yet (is the broker reachable?); retry later");
+        }
+        let (decode, scope) = (route.decode.clone(), route.scope.clone());
+        let routed = tokio::task::spawn_blocking(move || {
+            let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| route_body(&bytes, &decode, scope.as_deref(), partitions)));
+            (bytes, routed)
+        })
+        .await;
+        let (bytes, routed) = match routed {
+            Ok((bytes, Ok(r))) => (bytes, r),
+            _ => {
+                tracing::error!("the router failed on a body (a defect; the panic is logged above)");
+                return self.answer(StatusCode::INTERNAL_SERVER_ERROR, error_body("routing the body failed unexpectedly"));
+            }
+        };
+        let items = routed.report.events + routed.report.invalid;
+        if items > self.max_events {
+            let msg = format!(
+                "{items} events in one request is over the limit of {}; lower --audit-webhook-batch-max-size or raise max_events_per_request",
+                self.max_events
+            );
+            return self.answer(StatusCode::PAYLOAD_TOO_LARGE, error_body(&msg));
+        }
+        if !routed.report.unreadable() {
+            if let Err(e) = route.producer.send(cluster.as_deref(), &bytes, &routed.messages).await {
+                return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, &format!("the keyed topic did not take the body: {e}; retry later"));
+            }
+        }
+        // Counted once taken (a body answered 503 comes again).
+        let route::Routed { report, invalid, ignored, unroutable, .. } = routed;
+        if report.events > 0 {
+            self.metrics.received("webhook", report.events as u64);
+        }
+        invalid.into_iter().for_each(|r| self.metrics.invalid(r));
+        ignored.into_iter().for_each(|r| self.metrics.ignored(r));
+        unroutable.into_iter().for_each(|r| self.metrics.route_unroutable.with_label_values(&[r.as_str()]).inc());
+        self.report(report)
     }
 
     /// 401 unless the request carries the configured bearer token (or none is configured).

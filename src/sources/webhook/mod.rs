@@ -15,6 +15,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::task::JoinHandle;
 
 pub use config::{TlsConfig, WebhookConfig};
+pub use handler::RouteIntake;
 use handler::WebhookState;
 
 use crate::listen::{self, Limits};
@@ -46,11 +47,18 @@ pub fn router(state: Arc<WebhookState>) -> Router {
         .with_state(state)
 }
 
-/// Binds the listener and serves until `shutdown`; bodies go to `queue`.
+/// Where the webhook's bodies go: the processor's queue (decoded here first), or with `route`
+/// (the ingest tier) the keyed topic.
+pub struct Intake {
+    pub queue: mpsc::Sender<Batch>,
+    pub decoder: Decoder,
+    pub route: Option<RouteIntake>,
+}
+
+/// Binds the listener and serves until `shutdown`; bodies go to `intake`.
 pub async fn start(
     cfg: &WebhookConfig,
-    queue: mpsc::Sender<Batch>,
-    decoder: Decoder,
+    intake: Intake,
     metrics: Arc<Metrics>,
     status: Arc<Status>,
     shutdown: watch::Receiver<bool>,
@@ -66,6 +74,7 @@ pub async fn start(
     };
     let listener = listen::bind(cfg.listen).await?;
     let local_addr = listener.local_addr().unwrap_or(cfg.listen);
+    let Intake { queue, decoder, route } = intake;
     let state = Arc::new(WebhookState {
         queue,
         decoder,
@@ -77,6 +86,7 @@ pub async fn start(
         in_flight: Arc::new(Semaphore::new(cfg.max_body_bytes_in_flight.min(Semaphore::MAX_PERMITS))),
         token,
         closing: shutdown.clone(),
+        route,
     });
     // Series at zero from the start, so that alerts on a rate see them.
     metrics.connections_refused.with_label_values(&["webhook"]);

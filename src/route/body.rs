@@ -1,0 +1,165 @@
+//! A body of audit events (a webhook batch) into the messages the ingest tier produces: each
+//! event's bytes unchanged, its key and partition, and which copy it is.
+
+use std::ops::Range;
+
+use super::{partition_of, route, Skip, Unroutable};
+use crate::decode::{decode_body_raw, DecodeOptions, Invalid, InvalidReason};
+use crate::filter::Ignored;
+use crate::process::IngestReport;
+use crate::scope::Scope;
+
+/// Which copy of an event a message is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Copy {
+    /// Classified and emitted where it lands.
+    Judged,
+    /// Applied to state where it lands, nothing emitted ([`super::COPY_HEADER`]).
+    State,
+}
+
+impl Copy {
+    /// The `copy` label of `kausality_route_messages_total`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Copy::Judged => "judged",
+            Copy::State => "state",
+        }
+    }
+}
+
+/// One message to produce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// The event's bytes in the body.
+    pub range: Range<usize>,
+    pub key: String,
+    pub partition: i32,
+    pub copy: Copy,
+    /// The partition of the event's judged copy (a state-only copy names it in
+    /// [`super::JUDGED_PARTITION_HEADER`]).
+    pub judged_partition: i32,
+}
+
+/// What a body brought.
+#[derive(Debug, Default)]
+pub struct Routed {
+    pub messages: Vec<Message>,
+    /// Events decoded, records rejected (the first few, for the webhook's answer).
+    pub report: IngestReport,
+    pub invalid: Vec<InvalidReason>,
+    pub ignored: Vec<Ignored>,
+    pub unroutable: Vec<Unroutable>,
+}
+
+const KEPT_ERRORS: usize = 10;
+
+/// Routes every event of `body` among `partitions` (> 0). A state-only copy that would land
+/// on its judged copy's partition is not produced: the judged copy brings the state there.
+pub fn route_body(body: &[u8], opts: &DecodeOptions, scope: Option<&Scope>, partitions: i32) -> Routed {
+    let mut out = Routed::default();
+    let base = body.as_ptr() as usize;
+    decode_body_raw(body, opts, &mut |_, r| {
+        let (bytes, ev) = match r {
+            Ok(x) => x,
+            Err(invalid) => return reject(&mut out, invalid),
+        };
+        out.report.events += 1;
+        if scope.is_some_and(|s| !s.admits(&ev)) && crate::filter::admit(&ev).is_ok() {
+            return out.ignored.push(Ignored::Excluded);
+        }
+        let routed = match route(&ev) {
+            Ok(r) => r,
+            Err(Skip::Ignored(reason)) => return out.ignored.push(reason),
+            Err(Skip::Unroutable(reason)) => return out.unroutable.push(reason),
+        };
+        let start = bytes.as_ptr() as usize - base;
+        let range = start..start + bytes.len();
+        let key = routed.judged.text().into_owned();
+        let judged_partition = partition_of(key.as_bytes(), partitions);
+        out.messages.push(Message { range: range.clone(), key, partition: judged_partition, copy: Copy::Judged, judged_partition });
+        for k in &routed.state {
+            let key = k.text().into_owned();
+            let partition = partition_of(key.as_bytes(), partitions);
+            if partition != judged_partition {
+                out.messages.push(Message { range: range.clone(), key, partition, copy: Copy::State, judged_partition });
+            }
+        }
+    });
+    out
+}
+
+fn reject(out: &mut Routed, invalid: Invalid) {
+    out.invalid.push(invalid.reason);
+    out.report.invalid += 1;
+    if out.report.errors.len() < KEPT_ERRORS {
+        out.report.errors.push(invalid);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::route::murmur2;
+
+    const DEP: &str = "22222222-2222-2222-2222-222222222222";
+
+    fn write(id: &str, uid: &str, owner: Option<&str>, resource: &str) -> String {
+        let owners = owner.map(|o| format!(r#","ownerReferences":[{{"uid":"{o}","controller":true,"kind":"Deployment","name":"d"}}]"#)).unwrap_or_default();
+        format!(
+            r#"{{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"{id}","stage":"ResponseComplete","verb":"update","requestURI":"/apis/apps/v1/namespaces/ns/{resource}/x","user":{{"username":"u"}},"objectRef":{{"resource":"{resource}","namespace":"ns","name":"x","apiGroup":"apps","apiVersion":"v1"}},"responseStatus":{{"code":200}},"responseObject":{{"kind":"ReplicaSet","apiVersion":"apps/v1","metadata":{{"name":"x","namespace":"ns","uid":"{uid}"{owners}}},"spec":{{}}}}}}"#
+        )
+    }
+
+    /// Two UIDs on different partitions of `n`.
+    fn apart(n: i32) -> (String, String) {
+        let owner = DEP.to_string();
+        let own =
+            (0..).map(|i| format!("00000000-0000-0000-0000-{i:012}")).find(|u| partition_of(u.as_bytes(), n) != partition_of(owner.as_bytes(), n)).unwrap();
+        (owner, own)
+    }
+
+    #[test]
+    fn every_event_goes_unchanged_with_its_keys_and_partitions() {
+        let (owner, own) = apart(8);
+        let (a, b) = (write("a", &own, Some(&owner), "replicasets"), write("b", &owner, None, "deployments"));
+        let body = format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{a},{{"kind":"Event"}},{b}]}}"#);
+        let r = route_body(body.as_bytes(), &DecodeOptions::default(), None, 8);
+        assert_eq!((r.report.events, r.report.invalid), (2, 1));
+        let texts: Vec<&str> = r.messages.iter().map(|m| &body[m.range.clone()]).collect();
+        assert_eq!(texts, [a.as_str(), a.as_str(), b.as_str()]);
+        let p = |k: &str| (murmur2(k.as_bytes()) & 0x7fff_ffff) % 8;
+        let expect = [(owner.as_str(), Copy::Judged, p(&owner)), (own.as_str(), Copy::State, p(&owner)), (owner.as_str(), Copy::Judged, p(&owner))];
+        for (m, (key, copy, judged)) in r.messages.iter().zip(expect) {
+            assert_eq!((m.key.as_str(), m.copy, m.partition, m.judged_partition), (key, copy, p(key), judged));
+        }
+    }
+
+    #[test]
+    fn a_state_copy_on_its_judged_partition_is_left_out() {
+        let (owner, own) = apart(8);
+        let ev = write("a", &own, Some(&owner), "replicasets");
+        // One partition: both keys land together.
+        let r = route_body(ev.as_bytes(), &DecodeOptions::default(), None, 1);
+        assert_eq!(r.messages.iter().map(|m| m.copy).collect::<Vec<_>>(), [Copy::Judged]);
+        assert_eq!(route_body(ev.as_bytes(), &DecodeOptions::default(), None, 8).messages.len(), 2);
+    }
+
+    #[test]
+    fn ignored_unroutable_and_excluded_events_are_counted_not_produced() {
+        let ok = write("a", DEP, None, "replicasets");
+        let read = ok.replace(r#""verb":"update""#, r#""verb":"get""#);
+        let no_uid = ok.replace(&format!(r#","uid":"{DEP}""#), "");
+        let body = format!("{ok}\n{read}\n{no_uid}\nnot json\n");
+        let scope = Scope { exclude_resources: ["deployments".to_string()].into_iter().collect(), ..Scope::default() };
+        let r = route_body(body.as_bytes(), &DecodeOptions::default(), Some(&scope), 4);
+        assert_eq!((r.report.events, r.report.invalid, r.messages.len()), (3, 1, 1));
+        assert_eq!(r.ignored, [Ignored::ReadVerb]);
+        assert_eq!(r.unroutable, [Unroutable::NoObject]);
+        assert_eq!(r.invalid, [InvalidReason::Json]);
+        // Out of scope.
+        let dep = write("d", DEP, None, "deployments");
+        let r = route_body(dep.as_bytes(), &DecodeOptions::default(), Some(&scope), 4);
+        assert_eq!((r.messages.len(), r.ignored.as_slice()), (0, [Ignored::Excluded].as_slice()));
+    }
+}

@@ -33,6 +33,7 @@ use rdkafka::types::RDKafkaRespErr;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::copies;
 use super::stage::{Decoders, Gather, Sealed};
 use super::KafkaSourceConfig;
 use crate::kafka::{self as client, Transaction};
@@ -221,6 +222,8 @@ pub struct SourceContext {
     barriers: mpsc::Sender<Barrier>,
     revoke_timeout: Duration,
     transaction: Option<Arc<Transaction>>,
+    /// The partitions assigned, for the ingest tier's state-only copies.
+    assigned: copies::Assigned,
 }
 
 impl ClientContext for SourceContext {
@@ -336,6 +339,7 @@ impl ConsumerContext for SourceContext {
         if let Err(e) = result {
             tracing::warn!(error = %e, "kafka source: applying the rebalance failed");
         }
+        self.assigned.update(consumer);
         self.post_rebalance(consumer, &rebalance);
     }
 
@@ -450,6 +454,7 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
         barriers: w.barriers.clone(),
         revoke_timeout: cfg.revoke_timeout.0,
         transaction: w.transaction.clone(),
+        assigned: copies::Assigned::default(),
     };
     let consumer: Arc<BaseConsumer<SourceContext>> = Arc::new(config.create_with_context(context).map_err(Error::Create)?);
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
@@ -504,9 +509,17 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiri
             Some(Ok(m)) => {
                 let topic = topics.iter().find(|t| ***t == *m.topic()).cloned().unwrap_or_else(|| Arc::from(m.topic()));
                 let cluster = m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value));
-                let silent = consumer.context().is_silent(&(topic.clone(), m.partition()), m.offset());
+                let take = copies::take(copies::state_copy(m.headers()), |p| consumer.context().assigned.holds(&topic, p));
+                let silent = take == copies::Take::Silent || consumer.context().is_silent(&(topic.clone(), m.partition()), m.offset());
+                // A skipped copy stays in the batch, empty, so that its offset is done with it.
+                let payload = if take == copies::Take::Skip {
+                    w.metrics.received("kafka", 1);
+                    &[][..]
+                } else {
+                    m.payload().unwrap_or_default()
+                };
                 let mut o = outbox.lock().expect("outbox lock");
-                o.gather.add(&topic, m.partition(), m.offset(), cluster, m.payload().unwrap_or_default(), silent);
+                o.gather.add(&topic, m.partition(), m.offset(), cluster, payload, silent);
                 messages += 1;
                 o.gather.full()
             }

@@ -12,6 +12,8 @@
 #[cfg(feature = "kafka")]
 pub mod consumer;
 #[cfg(feature = "kafka")]
+mod copies;
+#[cfg(feature = "kafka")]
 mod stage;
 
 use serde::Deserialize;

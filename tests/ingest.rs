@@ -1,0 +1,422 @@
+//! The ingest tier against a real Apache Kafka broker (`scripts/kafka.sh`): two `serve`
+//! processes with a webhook and a `kafka_route` sink take the recorded control-plane streams,
+//! every event lands on the keyed topic once per copy it should have (keys computed here from
+//! the fixture), a classify process on that topic gives every write `replay`'s class, and a
+//! broker outage is answered 503 without losing anything accepted. Skipped (with
+//! `SKIPPED: ...`) only when `KAUSALITY_KAFKA_TESTS=0`.
+#![cfg(feature = "kafka")]
+
+mod kafka_support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kafka_support::*;
+use kausality_stream::route::partition_of;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::ClientConfig;
+use serde_json::Value;
+
+/// One message of the keyed topic.
+#[derive(Debug)]
+struct Routed {
+    partition: i32,
+    key: String,
+    payload: String,
+    headers: BTreeMap<String, String>,
+}
+
+fn read_topic(brokers: &str, topic: &str, want: usize, idle: Duration) -> Vec<Routed> {
+    let c: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", format!("reader-{topic}"))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .expect("reader");
+    c.subscribe(&[topic]).unwrap();
+    let mut out = Vec::new();
+    let mut last = Instant::now();
+    while last.elapsed() < idle && out.len() < want {
+        match c.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                let headers = m
+                    .headers()
+                    .map(|h| h.iter().map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).to_string())).collect())
+                    .unwrap_or_default();
+                out.push(Routed {
+                    partition: m.partition(),
+                    key: String::from_utf8_lossy(m.key().unwrap_or_default()).to_string(),
+                    payload: String::from_utf8_lossy(m.payload().unwrap_or_default()).to_string(),
+                    headers,
+                });
+                last = Instant::now();
+            }
+            Some(Err(e)) => panic!("reading {topic}: {e}"),
+            None => {}
+        }
+    }
+    out
+}
+
+/// An ingest pipeline: a plain-HTTP webhook on an ephemeral loopback port, the route sink.
+fn ingest_pipeline(dir: &Path, name: &str, brokers: &str, topic: &str, delivery_timeout: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        r#"[[sources]]
+type = "webhook"
+listen = "127.0.0.1:0"
+plain_http = true
+[[sinks]]
+type = "kafka_route"
+brokers = "{brokers}"
+topic = "{topic}"
+delivery_timeout = "{delivery_timeout}"
+metadata_refresh = "1s"
+[metrics]
+listen = "127.0.0.1:0"
+"#
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// A classify pipeline on the keyed topic: the cluster from the header, a reorder window
+/// longer than reading the whole backlog takes, so that partitions read in any interleaving
+/// are put back in resourceVersion order, as `replay` with a window over the whole fixture.
+fn classify_pipeline(dir: &Path, brokers: &str, input: &str, output: &str) -> PathBuf {
+    let path = dir.join("classify.toml");
+    let text = format!(
+        r#"cluster = "default"
+[options]
+reorder_window = "15s"
+[[sources]]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{input}"]
+group_id = "classify-{input}"
+cluster_header = "cluster"
+[[sinks]]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{output}"
+[metrics]
+listen = "127.0.0.1:0"
+"#
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The webhook address a started `serve` logs.
+fn webhook_addr(serve: &Serve) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = serve.logs().into_iter().find(|v| v["fields"]["message"] == "webhook listening") {
+            return v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "serve logs its webhook address");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// POSTs `body` and returns the status code and the `Retry-After` header.
+fn post(addr: SocketAddr, path: &str, body: &[u8]) -> (u16, Option<String>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
+    s.write_all(body).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let code = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let retry = answer.lines().find_map(|l| l.strip_prefix("retry-after: ").or_else(|| l.strip_prefix("Retry-After: "))).map(str::to_string);
+    (code, retry)
+}
+
+fn event_list(lines: &[String]) -> Vec<u8> {
+    format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}]}}"#, lines.join(",")).into_bytes()
+}
+
+/// POSTs until answered 200 (a 503 or 429 is retried, as the API server does).
+fn post_until_taken(addr: SocketAddr, path: &str, body: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match post(addr, path, body) {
+            (200, _) => return,
+            (503 | 429, Some(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            other => panic!("POST {path}: {other:?}"),
+        }
+    }
+}
+
+/// What the test expects of one event: its judged key and its own UID when it is a state
+/// copy's key, worked out here from the event's JSON (not by the service's code). `None`:
+/// not produced (not a completed, successful, persisted write, or no object to key by).
+fn expected_keys(ev: &Value) -> Option<(String, Vec<String>)> {
+    let s = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    let verb = ev["verb"].as_str()?;
+    let code = ev["responseStatus"]["code"].as_i64().unwrap_or(0);
+    if ev["stage"] != "ResponseComplete" || !(200..300).contains(&code) || !["create", "update", "patch", "delete", "deletecollection"].contains(&verb) {
+        return None;
+    }
+    if ev["requestURI"].as_str().unwrap_or("").contains("dryRun=") {
+        return None;
+    }
+    let oref = &ev["objectRef"];
+    let resp = &ev["responseObject"];
+    let judged_of = |o: &Value| -> Option<(String, String)> {
+        let own = s(&o["metadata"]["uid"])?;
+        let controller = o["metadata"]["ownerReferences"].as_array().and_then(|rs| rs.iter().find(|r| r["controller"] == true).and_then(|r| s(&r["uid"])));
+        Some((controller.unwrap_or_else(|| own.clone()), own))
+    };
+    let subresource = oref["subresource"].as_str().unwrap_or("");
+    if !subresource.is_empty() && verb.starts_with("delete") {
+        return None;
+    }
+    match subresource {
+        "" | "status" => {}
+        "scale" if resp.is_object() => return s(&resp["metadata"]["uid"]).or_else(|| s(&oref["uid"])).map(|u| (u, vec![])),
+        "scale" => return None,
+        "eviction" if verb == "create" => {
+            let uid = s(&ev["requestObject"]["deleteOptions"]["preconditions"]["uid"]);
+            return Some((uid.unwrap_or(format!("pods/{}/{}", oref["namespace"].as_str().unwrap_or(""), s(&oref["name"])?)), vec![]));
+        }
+        _ => return None,
+    }
+    if resp["kind"].as_str().is_some_and(|k| k.ends_with("List")) && resp["items"].is_array() {
+        let mut keys: Vec<String> = Vec::new();
+        for (judged, own) in resp["items"].as_array().unwrap().iter().filter_map(judged_of) {
+            for k in [judged, own] {
+                if !keys.contains(&k) {
+                    keys.push(k);
+                }
+            }
+        }
+        let judged = keys.first()?.clone();
+        return Some((judged, keys[1..].to_vec()));
+    }
+    if resp["kind"] == "Status" || (resp.is_object() && s(&resp["metadata"]["uid"]).is_none()) || resp.is_null() {
+        if verb != "delete" {
+            return None;
+        }
+        return s(&resp["details"]["uid"]).or_else(|| s(&oref["uid"])).map(|u| (u, vec![]));
+    }
+    let (judged, own) = judged_of(resp)?;
+    Some(if judged == own { (judged, vec![]) } else { (judged, vec![own]) })
+}
+
+fn fixtures() -> Vec<(String, Vec<String>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/controlplane");
+    let mut v: Vec<(String, Vec<String>)> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .map(|p| {
+            let name = p.file_stem().unwrap().to_string_lossy().to_string();
+            let lines = std::fs::read_to_string(&p).unwrap().lines().filter(|l| !l.trim().is_empty()).map(String::from).collect();
+            (name, lines)
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// `replay` of one fixture as cluster `name`: (auditID, or auditID/uid for each object of a
+/// deletecollection) → class. Its reorder window holds the whole fixture, as the classify
+/// process's holds the whole backlog: both apply each cluster's writes in resourceVersion
+/// order (a keyed topic keeps no order across partitions; the classes of some deletes depend
+/// on the order, e.g. a deletecollection and the kubelet's deletes of the same pods).
+fn replay(dir: &Path, name: &str, lines: &[String]) -> HashMap<String, String> {
+    let file = dir.join(format!("{name}.jsonl"));
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let o =
+        std::process::Command::new(BIN).args(["replay", "--quiet", "--no-progress", "--reorder-window", "24h", "--cluster", name]).arg(&file).output().unwrap();
+    assert!(o.status.success(), "replay failed: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap().lines().map(|l| class_key(&serde_json::from_str(l).unwrap())).collect()
+}
+
+fn class_key(e: &Value) -> (String, String) {
+    let id = e["auditID"].as_str().unwrap();
+    let key = if e["verb"] == "deletecollection" { format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or("")) } else { id.to_string() };
+    (key, e["class"].as_str().unwrap().to_string())
+}
+
+fn config_errors(text: &str) -> Vec<(String, String)> {
+    match kausality_stream::pipeline::load_str("t.toml", text) {
+        Ok(_) => Vec::new(),
+        Err(e) => e.0.iter().map(|e| (e.key.clone(), e.message.clone())).collect(),
+    }
+}
+
+const INGEST: &str = r#"
+[[sources]]
+type = "webhook"
+listen = "127.0.0.1:0"
+plain_http = true
+[[sinks]]
+type = "kafka_route"
+brokers = "127.0.0.1:9092"
+topic = "audit"
+"#;
+
+/// No broker needed: what a pipeline with a `kafka_route` sink may hold.
+#[test]
+fn an_ingest_pipeline_is_webhooks_and_this_one_sink() {
+    assert_eq!(config_errors(INGEST), Vec::<(String, String)>::new());
+    let more = format!("{INGEST}[[sinks]]\ntype = \"jsonl\"\npath = \"-\"\n[state]\nsnapshot = \"s.snap\"\n[query]\nlisten = \"127.0.0.1:0\"\n");
+    let keys: Vec<String> = config_errors(&more).into_iter().map(|(k, _)| k).collect();
+    assert_eq!(keys, ["sinks[1]", "state.snapshot", "query"]);
+    let kafka_in = INGEST.replace("type = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true", "type = \"file\"\npath = \"Cargo.toml\"");
+    let e = config_errors(&kafka_in);
+    assert!(e.iter().any(|(k, m)| k == "sources[0]" && m.contains("webhook sources only")), "{e:?}");
+    let bad = format!("{INGEST}delivery_timeout = \"0s\"\ncluster_header = \"\"\n[sinks.properties]\n\"acks\" = \"1\"\n");
+    let keys: Vec<String> = config_errors(&bad).into_iter().map(|(k, _)| k).collect();
+    for k in ["sinks[0].cluster_header", "sinks[0].delivery_timeout"] {
+        assert!(keys.iter().any(|x| x == k), "{k} in {keys:?}");
+    }
+    assert!(keys.iter().any(|x| x.contains("acks")), "acks is the sink's own: {keys:?}");
+}
+
+const PARTITIONS: i32 = 4;
+
+#[test]
+fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
+    if !enabled("two_ingest_processes_route_every_fixture_event_and_classify_equals_replay") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let dir = temp_dir("ingest");
+    let (topic, output) = (kafka.unique("audit-keyed"), kafka.unique("enriched"));
+    kafka.create_topic(&topic, PARTITIONS);
+    kafka.create_topic(&output, 1);
+    let ingest = [
+        Serve::start(&ingest_pipeline(&dir, "ingest-a", &kafka.brokers, &topic, "10s")),
+        Serve::start(&ingest_pipeline(&dir, "ingest-b", &kafka.brokers, &topic, "10s")),
+    ];
+    let addrs = [webhook_addr(&ingest[0]), webhook_addr(&ingest[1])];
+
+    // Every fixture as its own cluster, in batches of 25 taken by the two processes in turn.
+    // (auditID, copy, key) → (partition of the judged copy, the event's line, cluster).
+    let mut expected: BTreeMap<(String, &'static str, String), (i32, String, String)> = BTreeMap::new();
+    let mut replayed: HashMap<String, String> = HashMap::new();
+    let mut turn = 0;
+    for (name, lines) in fixtures() {
+        replayed.extend(replay(&dir, &name, &lines));
+        for line in &lines {
+            let ev: Value = serde_json::from_str(line).unwrap();
+            let Some((judged, state)) = expected_keys(&ev) else { continue };
+            let id = ev["auditID"].as_str().unwrap().to_string();
+            let jp = partition_of(judged.as_bytes(), PARTITIONS);
+            assert!(expected.insert((id.clone(), "judged", judged), (jp, line.clone(), name.clone())).is_none(), "auditIDs are unique");
+            for k in state.into_iter().filter(|k| partition_of(k.as_bytes(), PARTITIONS) != jp) {
+                expected.insert((id.clone(), "state", k), (jp, line.clone(), name.clone()));
+            }
+        }
+        for batch in lines.chunks(25) {
+            post_until_taken(addrs[turn % 2], &format!("/audit/{name}"), &event_list(batch));
+            turn += 1;
+        }
+    }
+    let state_copies = expected.keys().filter(|k| k.1 == "state").count();
+    assert!(state_copies > 300, "the fixtures' trees give state copies: {state_copies}");
+
+    // Each message is the event's line, unchanged, with its key, partition and headers.
+    let got = read_topic(&kafka.brokers, &topic, expected.len() + 1, Duration::from_secs(20));
+    let mut seen: BTreeMap<(String, &'static str, String), usize> = BTreeMap::new();
+    for m in &got {
+        let ev: Value = serde_json::from_str(&m.payload).expect("the event's JSON");
+        let copy = if m.headers.get("kausality-copy").map(String::as_str) == Some("state") { "state" } else { "judged" };
+        let key = (ev["auditID"].as_str().unwrap().to_string(), copy, m.key.clone());
+        let Some((jp, line, cluster)) = expected.get(&key) else { panic!("a message that should not be: {key:?}") };
+        assert_eq!(&m.payload, line, "the event unchanged");
+        assert_eq!(m.partition, partition_of(m.key.as_bytes(), PARTITIONS), "{key:?}");
+        assert_eq!(m.headers.get("cluster"), Some(cluster));
+        let judged_header = m.headers.get("kausality-judged-partition").cloned();
+        assert_eq!(judged_header, (copy == "state").then(|| jp.to_string()), "{key:?}");
+        *seen.entry(key).or_default() += 1;
+    }
+    let missing: Vec<_> = expected.keys().filter(|k| !seen.contains_key(*k)).take(5).collect();
+    assert!(missing.is_empty(), "{} of {} copies missing, e.g. {missing:?}", expected.len() - seen.len(), expected.len());
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(twice.is_empty(), "copies written twice: {twice:?}");
+    assert_eq!(got.len(), expected.len());
+    let routed = |copy: &str| ingest.iter().map(|s| s.metric("kausality_route_messages_total", &[&format!("copy=\"{copy}\"")])).sum::<f64>() as usize;
+    assert_eq!((routed("judged"), routed("state")), (expected.len() - state_copies, state_copies));
+
+    // One classify process on the keyed topic: every class as `replay` gives it.
+    let classify = Serve::start(&classify_pipeline(&dir, &kafka.brokers, &topic, &output));
+    let out = kafka.read_until(&output, Duration::from_secs(60), |o| o.len() >= replayed.len());
+    let classes: HashMap<String, String> = out.iter().map(|o| class_key(&o.value)).collect();
+    assert_eq!(out.len(), replayed.len(), "one output per classified mutation\n{}", classify.explain());
+    let differ: Vec<_> = replayed.iter().filter(|(id, c)| classes.get(*id) != Some(c)).map(|(id, c)| (id, c, classes.get(id))).collect();
+    let extra: Vec<_> = classes.iter().filter(|(id, _)| !replayed.contains_key(*id)).take(5).collect();
+    let line_of = |id: &str| {
+        expected.iter().find(|(k, _)| k.0 == id.split('/').next().unwrap()).map(|(_, (_, l, c))| (c.clone(), l.chars().take(400).collect::<String>()))
+    };
+    assert!(
+        differ.is_empty(),
+        "{} classes differ from replay, e.g. {:?}\nthe first: {:?}\noutputs not in replay: {extra:?}",
+        differ.len(),
+        &differ[..differ.len().min(10)],
+        differ.first().and_then(|d| line_of(d.0))
+    );
+    // State copies were read by the same process as their judged copies: left out, counted.
+    let received = classify.metric("kausality_events_received_total", &["source=\"kafka\""]) as usize;
+    assert_eq!(received, expected.len());
+    kafka.delete_topics(&[&topic, &output]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_webhook_answers_503_while_the_broker_is_down_and_loses_nothing_it_took() {
+    if !enabled("the_webhook_answers_503_while_the_broker_is_down_and_loses_nothing_it_took") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let dir = temp_dir("ingest-outage");
+    let topic = kafka.unique("audit-keyed");
+    kafka.create_topic(&topic, 2);
+    let ingest = Serve::start(&ingest_pipeline(&dir, "ingest", &kafka.brokers, &topic, "3s"));
+    let addr = webhook_addr(&ingest);
+    let (_, lines) = fixtures().into_iter().find(|(n, _)| n == "rollout").unwrap();
+    let writes = |batch: &[String]| batch.iter().filter(|l| expected_keys(&serde_json::from_str(l).unwrap()).is_some()).count();
+    let (first, second) = lines.split_at(lines.len() / 2);
+
+    // A 200 means the broker has the messages: they are readable at once.
+    post_until_taken(addr, "/audit", &event_list(first));
+    let ids = |msgs: &[Routed]| {
+        msgs.iter()
+            .filter(|m| !m.headers.contains_key("kausality-copy"))
+            .map(|m| serde_json::from_str::<Value>(&m.payload).unwrap()["auditID"].as_str().unwrap().to_string())
+            .collect::<std::collections::HashSet<_>>()
+    };
+    let now = read_topic(&kafka.brokers, &topic, usize::MAX, Duration::from_secs(3));
+    assert_eq!(ids(&now).len(), writes(first), "every write of the first batch is on the topic when it is answered");
+
+    script(&["stop", "--keep-data"]);
+    let started = Instant::now();
+    let (code, retry) = post(addr, "/audit", &event_list(second));
+    assert_eq!((code, retry.as_deref()), (503, Some("1")), "the broker is down: retry later");
+    assert!(started.elapsed() < Duration::from_secs(15), "answered within the delivery timeout: {:?}", started.elapsed());
+    assert!(ingest.metric("kausality_route_errors_total", &[]) >= 1.0);
+    script(&["start", "--keep-data"]);
+    // The API server sends the batch again until it is taken.
+    post_until_taken(addr, "/audit", &event_list(second));
+
+    let all = read_topic(&kafka.brokers, &topic, usize::MAX, Duration::from_secs(5));
+    let got = ids(&all);
+    let want: std::collections::HashSet<String> = lines
+        .iter()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|v| expected_keys(v).is_some())
+        .map(|v| v["auditID"].as_str().unwrap().to_string())
+        .collect();
+    let lost: Vec<_> = want.difference(&got).take(5).collect();
+    assert!(lost.is_empty(), "writes taken but not on the topic: {lost:?}\n{}", ingest.explain());
+    kafka.delete_topics(&[&topic]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

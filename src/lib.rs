@@ -28,7 +28,8 @@
 //! - [`pipeline`]: the pipeline file, and the runner that joins sources → processor → sinks
 //!   with bounded queues, the snapshot and the graceful shutdown.
 //! - [`sources`]: the audit webhook, Kafka topics, recorded files.
-//! - [`sinks`]: JSON lines, HTTP, Kafka, Kausality drift reports.
+//! - [`sinks`]: JSON lines, HTTP, Kafka, Kausality drift reports, and the ingest tier's keyed
+//!   topic (`kafka_route`).
 //! - [`kafka`]: what the Kafka source and sink share (client properties, transactions).
 //! - [`shell`]: what the runner and its components share, below both: the pipeline file's
 //!   errors, durations, checkpoints and receipts, the wall clock.

@@ -4,7 +4,9 @@
 #      black-box tests that start servers on 127.0.0.1, among them a real Apache Kafka broker
 #      (tests/kafka.rs, scripts/kafka.sh; KAUSALITY_KAFKA_TESTS=0 skips those);
 #   2. the `fetch` feature's test (tests/serve_fetch.rs: unknown parents fetched from a
-#      stand-in API server), and cargo fmt --check and cargo clippy with warnings as errors;
+#      stand-in API server), the state's tests on the `dashmap-store` feature's store (the
+#      variant benches/state-map.sh measures), and cargo fmt --check and cargo clippy with
+#      warnings as errors (the `dashmap-store` build's too);
 #   3. scripts/check-fresh-run.sh: the README's run command on a fresh clone with curl's headers
 #      hidden (a release build, cached in target/fresh-run), fed the README's sample;
 #   4. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
@@ -104,9 +106,12 @@ run_cargo_tests cargo test --locked --no-fail-fast
 step "cargo test --features fetch (fetching unknown parents from a stand-in API server)"
 run_cargo_tests cargo test --locked --features fetch --test serve_fetch
 
+step "cargo test --features dashmap-store --lib state:: (the store on a DashMap, as benches/state-map.sh builds it)"
+run_cargo_tests cargo test --locked --features dashmap-store --lib state::
+
 step "format and lints (cargo fmt --check; cargo clippy, warnings are errors)"
 # Each is one test. Skipped with a warning when the toolchain lacks the component.
-for check in "fmt --all --check" "clippy --locked --all-targets -- -D warnings"; do
+for check in "fmt --all --check" "clippy --locked --all-targets -- -D warnings" "clippy --locked --lib --benches --features dashmap-store -- -D warnings"; do
   tool=${check%% *}
   if ! cargo "$tool" --version >/dev/null 2>&1; then
     echo "warning: cargo $tool is not installed: skipped" >&2

@@ -2,19 +2,26 @@
 //! number of objects. Past the cap the coldest objects (oldest last write) are evicted in
 //! batches; tombstones expire after a while.
 //!
-//! Each shard is an index of slots plus the states in fixed-size pages. A state keeps its own
-//! key, so the index holds only a 4-byte slot per entry (a hash table keeps up to half of its
-//! entries empty after growing: a key and a slot there would cost 24 bytes each); a state costs
-//! its own size, with no allocation of its own, and a page is never moved, so growing the store
-//! never copies it.
+//! The map is a hand-written table (`store/table.rs`): shards of 4-byte slots into pages of
+//! states that keep their own key. Measured against a `DashMap<ObjKey, ObjectState>` holding
+//! the same states (the `dashmap-store` feature builds the store on one, `store/dash.rs`): the table takes
+//! about half the bytes per object at 1M objects and restores a partition's states faster;
+//! figures, commands and the choice in docs/performance.md §7.
 
-use std::hash::{BuildHasher, Hash, Hasher};
+#[cfg(feature = "dashmap-store")]
+mod dash;
+#[cfg(not(feature = "dashmap-store"))]
+mod table;
+
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use hashbrown::HashTable;
+#[cfg(feature = "dashmap-store")]
+use dash::Table;
+#[cfg(not(feature = "dashmap-store"))]
+use table::Table;
 
-use super::{FastBuild, ObjectState, Sym, Ty};
+use super::{ObjectState, Sym, Ty};
 use crate::write::Uid;
 
 /// (cluster, UID): 20 bytes, 4-byte aligned (a `u128` field would align the key to 16).
@@ -41,100 +48,9 @@ impl Hash for ObjKey {
     }
 }
 
-/// States per page of a shard.
-const PAGE: usize = 1024;
-
-#[derive(Debug, Default)]
-struct Shard {
-    /// Slots (page * PAGE + offset) of the states, by the hash of their key.
-    index: HashTable<u32>,
-    /// Every slot ever handed out; `None` in a free one.
-    pages: Vec<Box<[Option<ObjectState>]>>,
-    /// Free slots, reused first.
-    free: Vec<u32>,
-    /// Slots handed out so far, free ones included.
-    slots: u32,
-}
-
-fn cell(pages: &[Box<[Option<ObjectState>]>], slot: u32) -> &ObjectState {
-    let slot = slot as usize;
-    pages[slot / PAGE][slot % PAGE].as_ref().expect("an indexed slot holds a state")
-}
-
-impl Shard {
-    fn slot(&self, hash: u64, key: &ObjKey) -> Option<u32> {
-        let pages = &self.pages;
-        self.index.find(hash, |&slot| cell(pages, slot).key == *key).copied()
-    }
-
-    fn get(&self, hash: u64, key: &ObjKey) -> Option<&ObjectState> {
-        self.slot(hash, key).map(|slot| self.at(slot))
-    }
-
-    fn get_mut(&mut self, hash: u64, key: &ObjKey) -> Option<&mut ObjectState> {
-        let slot = self.slot(hash, key)?;
-        Some(self.at_mut(slot))
-    }
-
-    fn at(&self, slot: u32) -> &ObjectState {
-        cell(&self.pages, slot)
-    }
-
-    fn at_mut(&mut self, slot: u32) -> &mut ObjectState {
-        let slot = slot as usize;
-        self.pages[slot / PAGE][slot % PAGE].as_mut().expect("an indexed slot holds a state")
-    }
-
-    /// Puts `state` under `key`, replacing any state it had; returns it. `hasher` hashes keys
-    /// as `hash` was (the index rehashes its slots when it grows).
-    fn insert(&mut self, hash: u64, key: ObjKey, mut state: ObjectState, hasher: &FastBuild) -> &mut ObjectState {
-        state.key = key;
-        if let Some(slot) = self.slot(hash, &key) {
-            let cell = self.at_mut(slot);
-            *cell = state;
-            return cell;
-        }
-        let slot = self.free.pop().unwrap_or_else(|| {
-            if self.slots as usize == self.pages.len() * PAGE {
-                self.pages.push((0..PAGE).map(|_| None).collect());
-            }
-            self.slots += 1;
-            self.slots - 1
-        });
-        self.pages[slot as usize / PAGE][slot as usize % PAGE] = Some(state);
-        let Shard { index, pages, .. } = self;
-        index.insert_unique(hash, slot, |&s| hasher.hash_one(cell(pages, s).key));
-        self.at_mut(slot)
-    }
-
-    fn remove(&mut self, hash: u64, key: &ObjKey) -> Option<ObjectState> {
-        let Shard { index, pages, free, .. } = self;
-        let (slot, _) = index.find_entry(hash, |&slot| cell(pages, slot).key == *key).ok()?.remove();
-        free.push(slot);
-        pages[slot as usize / PAGE][slot as usize % PAGE].take()
-    }
-
-    /// Keeps the states for which `keep` is true.
-    fn retain(&mut self, mut keep: impl FnMut(&ObjectState) -> bool) {
-        let Shard { index, pages, free, .. } = self;
-        index.retain(|&mut slot| {
-            let cell = &mut pages[slot as usize / PAGE][slot as usize % PAGE];
-            if keep(cell.as_ref().expect("an indexed slot holds a state")) {
-                return true;
-            }
-            *cell = None;
-            free.push(slot);
-            false
-        });
-    }
-}
-
 #[derive(Debug)]
 pub struct Store {
-    shards: Box<[RwLock<Shard>]>,
-    /// Bits of a key's hash that pick its shard.
-    shard_bits: u32,
-    hasher: FastBuild,
+    map: Table,
     /// Most objects kept; past it the coldest tenth is evicted.
     max_objects: usize,
     /// How long (event time) a tombstone of a deleted object is kept.
@@ -159,9 +75,7 @@ impl Store {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let shards = (cores * 4).next_power_of_two();
         Store {
-            shards: (0..shards).map(|_| RwLock::default()).collect(),
-            shard_bits: shards.trailing_zeros(),
-            hasher: FastBuild::default(),
+            map: Table::new(shards),
             max_objects: max_objects.max(16),
             tombstone_ttl_us,
             last_sweep_us: AtomicI64::new(i64::MIN),
@@ -169,27 +83,8 @@ impl Store {
         }
     }
 
-    /// The key's hash and its shard.
-    fn shard(&self, key: &ObjKey) -> (u64, &RwLock<Shard>) {
-        let hash = self.hasher.hash_one(key);
-        if self.shard_bits == 0 {
-            return (hash, &self.shards[0]);
-        }
-        // Below the top 7 bits, which the shard's own table uses to tell keys apart.
-        (hash, &self.shards[((hash << 7) >> (64 - self.shard_bits)) as usize])
-    }
-
-    fn read_shard(shard: &RwLock<Shard>) -> RwLockReadGuard<'_, Shard> {
-        // A panic in a caller's closure leaves the shard as it was; carry on with it.
-        shard.read().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    fn write_shard(shard: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
-        shard.write().unwrap_or_else(PoisonError::into_inner)
-    }
-
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| Self::read_shard(s).index.len()).sum()
+        self.map.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -198,46 +93,31 @@ impl Store {
 
     /// Reads an object's state under its shard's read lock. Never call with another entry held.
     pub fn read<R>(&self, key: &ObjKey, f: impl FnOnce(&ObjectState) -> R) -> Option<R> {
-        let (hash, shard) = self.shard(key);
-        Self::read_shard(shard).get(hash, key).map(f)
+        self.map.read(key, f)
     }
 
     /// Changes an object's state, creating it with `init` when absent.
     pub fn upsert<R>(&self, key: ObjKey, init: impl FnOnce() -> ObjectState, f: impl FnOnce(&mut ObjectState) -> R) -> R {
-        let (hash, shard) = self.shard(&key);
-        let mut shard = Self::write_shard(shard);
-        match shard.slot(hash, &key) {
-            Some(slot) => f(shard.at_mut(slot)),
-            None => f(shard.insert(hash, key, init(), &self.hasher)),
-        }
+        self.map.upsert(key, init, f)
     }
 
     /// Changes an existing object's state.
     pub fn update<R>(&self, key: &ObjKey, f: impl FnOnce(&mut ObjectState) -> R) -> Option<R> {
-        let (hash, shard) = self.shard(key);
-        Self::write_shard(shard).get_mut(hash, key).map(f)
+        self.map.update(key, f)
     }
 
     /// Puts a whole state in place (restore).
     pub fn insert(&self, key: ObjKey, state: ObjectState) {
-        let (hash, shard) = self.shard(&key);
-        Self::write_shard(shard).insert(hash, key, state, &self.hasher);
+        self.map.insert(key, state);
     }
 
     pub fn remove(&self, key: &ObjKey) -> Option<ObjectState> {
-        let (hash, shard) = self.shard(key);
-        Self::write_shard(shard).remove(hash, key)
+        self.map.remove(key)
     }
 
     /// Every entry, for snapshots.
     pub fn for_each(&self, mut f: impl FnMut(&ObjKey, &ObjectState)) {
-        for shard in self.shards.iter() {
-            let shard = Self::read_shard(shard);
-            for &slot in shard.index.iter() {
-                let s = shard.at(slot);
-                f(&s.key, s);
-            }
-        }
+        self.map.for_each(|s| f(&s.key, s));
     }
 
     /// The objects of type `ty` in `cluster` and `namespace`, not deleted, whose name hashes
@@ -252,23 +132,17 @@ impl Store {
     /// only, in any API version).
     pub fn find_named_of(&self, cluster: Sym, ty: impl Fn(Ty) -> bool, namespace: Sym, name_key: u32) -> Vec<(ObjKey, bool)> {
         let mut found = Vec::new();
-        for shard in self.shards.iter() {
-            let shard = Self::read_shard(shard);
-            let used = shard.slots as usize;
-            for s in shard.pages.iter().flat_map(|page| page.iter()).take(used).flatten() {
-                if s.name_key() == name_key && s.namespace == namespace && ty(s.ty) && s.key.cluster == cluster && !s.deleted() {
-                    found.push((s.key, s.deleting()));
-                }
+        self.map.scan(|s| {
+            if s.name_key() == name_key && s.namespace == namespace && ty(s.ty) && s.key.cluster == cluster && !s.deleted() {
+                found.push((s.key, s.deleting()));
             }
-        }
+        });
         found
     }
 
     /// Keeps the states for which `keep` is true.
-    fn retain(&self, mut keep: impl FnMut(&ObjectState) -> bool) {
-        for shard in self.shards.iter() {
-            Self::write_shard(shard).retain(&mut keep);
-        }
+    fn retain(&self, keep: impl FnMut(&ObjectState) -> bool) {
+        self.map.retain(keep);
     }
 
     /// Counts a new tombstone (a deleted object), to be swept after its TTL.
@@ -359,10 +233,8 @@ mod tests {
             store.upsert(ObjKey::new(Sym::EMPTY, i), || named("y"), |s| s.set_last_seen_us(20_000 * S));
         }
         assert_eq!(store.len(), 150);
-        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name().cloned()).flatten().as_deref(), Some("y"), "freed slots are reused");
+        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name().cloned()).flatten().as_deref(), Some("y"), "written after an eviction");
         assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 149), |s| s.last_seen_us()), Some(1_490 * S));
-        let slots: usize = store.shards.iter().map(|s| s.read().unwrap().slots as usize).sum();
-        assert!(slots <= 165, "evicted slots were reused: {slots}");
     }
 
     #[test]
@@ -384,14 +256,12 @@ mod tests {
             let kept = i % 2 == 0 || i >= 20_000;
             assert_eq!(name, kept.then(|| i.to_string()), "key {i}");
         }
-        let mut keys = 0;
-        store.for_each(|k, s| {
-            keys += 1;
-            assert_eq!(store.hasher.hash_one(k), store.hasher.hash_one(s.key), "for_each gives each state's own key");
-        });
-        assert_eq!(keys, 15_000);
-        let slots: usize = store.shards.iter().map(|s| s.read().unwrap().slots as usize).sum();
-        assert_eq!(slots, 20_000, "removed slots were reused");
+        let mut seen = Vec::new();
+        store.for_each(|k, s| seen.push((k.uid(), s.name().map(|n| n.to_string()))));
+        seen.sort_unstable();
+        let mut kept: Vec<_> = (0..25_000u128).filter(|i| i % 2 == 0 || *i >= 20_000).map(|i| (key(i).uid(), Some(i.to_string()))).collect();
+        kept.sort_unstable();
+        assert_eq!(seen, kept, "for_each gives every kept key once, with its own state");
     }
 
     #[test]

@@ -5,14 +5,24 @@
 #
 # Usage: benches/memory.sh [EVENTS]   (default 2,000,000 events ≈ 1M live objects, 2.8 GiB)
 # CARGO_ARGS adds build flags, e.g. CARGO_ARGS=--no-default-features to skip the Kafka build.
+# KAUSALITY_BIN measures that binary instead of building one, KAUSALITY_CORPUS replays that
+# corpus instead of generating one (benches/state-map.sh measures two builds on one corpus).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 events=${1:-2000000}
-cargo build --release --quiet ${CARGO_ARGS:-}
-bin=${CARGO_TARGET_DIR:-target}/release/kausality-stream
-corpus=$(mktemp --suffix=.jsonl)
-trap 'rm -f "$corpus"' EXIT
-"$bin" generate --no-teardown --events "$events" --namespaces 250 --deployments 1000 -o "$corpus" 2>/dev/null
+if [ -n "${KAUSALITY_BIN:-}" ]; then
+  bin=$KAUSALITY_BIN
+else
+  cargo build --release --quiet ${CARGO_ARGS:-}
+  bin=${CARGO_TARGET_DIR:-target}/release/kausality-stream
+fi
+if [ -n "${KAUSALITY_CORPUS:-}" ]; then
+  corpus=$KAUSALITY_CORPUS
+else
+  corpus=$(mktemp --suffix=.jsonl)
+  trap 'rm -f "$corpus"' EXIT
+  "$bin" generate --no-teardown --events "$events" --namespaces 250 --deployments 1000 -o "$corpus" 2>/dev/null
+fi
 measure() {
   "$bin" replay --no-progress --max-objects "$1" "$corpus" 2>&1 >/dev/null | awk '/^  state/ {
     gsub(",", "", $2); objects = $2

@@ -96,9 +96,18 @@ mod client {
         fn commit(&self, timeout: Duration) -> Result<(), KafkaError>;
         fn begin(&self) -> Result<(), KafkaError>;
         fn abort(&self, timeout: Duration) -> Result<(), KafkaError>;
+        /// Produces a state changelog record (`None`: a tombstone) into the open transaction,
+        /// waiting while the local queue is full.
+        fn send_state(&self, topic: &str, partition: i32, key: &[u8], value: Option<&[u8]>) -> Result<(), KafkaError>;
     }
 
-    impl<C: ProducerContext + 'static> Transactional for rdkafka::producer::ThreadedProducer<C> {
+    impl<C: ProducerContext + 'static> Transactional for rdkafka::producer::ThreadedProducer<C>
+    where
+        C::DeliveryOpaque: Default,
+    {
+        fn send_state(&self, topic: &str, partition: i32, key: &[u8], value: Option<&[u8]>) -> Result<(), KafkaError> {
+            send_record(self, topic, partition, key, value)
+        }
         fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError> {
             self.send_offsets_to_transaction(offsets, group, timeout)
         }
@@ -220,6 +229,11 @@ mod client {
             }
         }
 
+        /// The transactional producer, once the sink has it ready.
+        pub fn producer(&self) -> Option<&Arc<dyn Transactional>> {
+            self.producer.get()
+        }
+
         /// Whether the sink has its transactional producer ready.
         pub fn ready(&self) -> bool {
             self.producer.get().is_some()
@@ -260,6 +274,36 @@ mod client {
             }
             producer.begin()?;
             Ok(Some(Committed { partitions: tpl.count() }))
+        }
+    }
+
+    /// Sends one keyed record to a partition (`None`: a tombstone), waiting while the local
+    /// queue is full.
+    pub fn send_record<C: ProducerContext + 'static>(
+        producer: &rdkafka::producer::ThreadedProducer<C>,
+        topic: &str,
+        partition: i32,
+        key: &[u8],
+        value: Option<&[u8]>,
+    ) -> Result<(), KafkaError>
+    where
+        C::DeliveryOpaque: Default,
+    {
+        let mut record = rdkafka::producer::BaseRecord::<[u8], [u8], C::DeliveryOpaque>::with_opaque_to(topic, Default::default()).partition(partition).key(key);
+        if let Some(v) = value {
+            record = record.payload(v);
+        }
+        let mut wait = Duration::from_micros(200);
+        loop {
+            match producer.send(record) {
+                Ok(()) => return Ok(()),
+                Err((KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
+                    record = r;
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_millis(50));
+                }
+                Err((e, _)) => return Err(e),
+            }
         }
     }
 
@@ -304,6 +348,8 @@ mod client {
 
     /// The plain context of a client that only needs its logs routed.
     pub struct Logged(pub &'static str);
+
+    impl ConsumerContext for Logged {}
 
     impl ClientContext for Logged {
         fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {

@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
 use crate::order::{Dedupe, Freshness, Placing, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::{read_snapshot, write_snapshot, FastBuild, Pin, SnapshotError, SnapshotStats, Sym};
+use crate::state::{read_snapshot, write_snapshot, FastBuild, ObjKey, Partitions, Pin, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Target, Write};
 
 /// Which clock the reorder window runs on.
@@ -164,9 +164,32 @@ impl Decoded {
             }
         }
     }
+
+
 }
 
 impl Decoder {
+    /// Marks the events of `decoded` from the `from`th on as coming from Kafka partition
+    /// `partition`, for a state kept per partition: each reads and changes the state of its
+    /// partition (its cluster's, scoped `cluster#pN`), and a copy of the same event on another
+    /// partition (a write routed twice) is not a duplicate: each partition applies its own.
+    pub fn partition_from(&self, decoded: &mut Decoded, from: usize, partition: i32) {
+        let mut scopes: Vec<(Sym, Sym)> = Vec::new();
+        for item in decoded.items.iter_mut().skip(from) {
+            item.dedupe_key ^= (partition as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
+            let Ok(w) = &mut item.write else { continue };
+            w.partition = Some(partition);
+            w.scope = match scopes.iter().find(|(c, _)| *c == w.cluster) {
+                Some((_, s)) => *s,
+                None => {
+                    let s = self.engine.interner.intern(&format!("{}#p{partition}", self.engine.interner.resolve(w.cluster)));
+                    scopes.push((w.cluster, s));
+                    s
+                }
+            };
+        }
+    }
+
     /// The pipeline's envelope setting.
     pub fn unwrap(&self) -> Unwrap {
         self.decode.unwrap
@@ -278,6 +301,10 @@ pub struct Processor {
     /// cluster handle (cluster handles are never swept).
     freshness: Arc<Freshness>,
     fresh_cells: HashMap<Sym, Arc<std::sync::atomic::AtomicI64>, FastBuild>,
+    /// With a state changelog: the partitions of the objects, told what each write changed.
+    partitions: Option<Arc<Partitions>>,
+    /// The store's journal, taken after each write (reused).
+    journal: Vec<ObjKey>,
 }
 
 impl Processor {
@@ -305,7 +332,16 @@ impl Processor {
             sweep_at: SWEEP_FROM,
             freshness: Arc::new(Freshness::new(opts_window)),
             fresh_cells: HashMap::default(),
+            partitions: None,
+            journal: Vec::new(),
         }
+    }
+
+    /// Keeps the state per partition: the objects each write changes belong to its partition
+    /// (docs/scale-out.md, "Classify tier").
+    pub fn keep_partitions(&mut self, partitions: Arc<Partitions>) {
+        self.engine.store.keep_journal();
+        self.partitions = Some(partitions);
     }
 
     /// How current the state is, per cluster (shared: the query API reads it).
@@ -478,6 +514,13 @@ impl Processor {
         for item in decoded.items.drain(..) {
             if !self.dedupe.first_sight_key(item.dedupe_key) {
                 self.metrics.dedup_hits.inc();
+                if let (Some(parts), Ok(w)) = (&self.partitions, &item.write) {
+                    // The other copy of a write routed twice (judged, and state-only): its
+                    // objects belong to this partition too.
+                    if let Some(p) = w.partition {
+                        w.uids().for_each(|uid| parts.copied(ObjKey::new(w.cluster, uid), p));
+                    }
+                }
                 continue;
             }
             let mut write = match item.write {
@@ -568,7 +611,19 @@ impl Processor {
             self.note_fresh(write.cluster, time_us);
             // A defect in the engine costs this one write, not the service and not the writes
             // around it (the store's locks survive a panic; see `state::store`).
+            if self.partitions.is_some() {
+                // Changes made outside a write (a fetched parent) belong to no partition.
+                self.engine.store.take_journal(&mut self.journal);
+                self.journal.clear();
+            }
             let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.engine.apply(&write)));
+            if let Some(parts) = &self.partitions {
+                self.engine.store.take_journal(&mut self.journal);
+                if let Some(p) = write.partition {
+                    parts.changed(&self.journal, p);
+                }
+                self.journal.clear();
+            }
             match applied {
                 Err(_) => {
                     self.metrics.classify_failures.inc();
@@ -758,6 +813,8 @@ mod tests {
             },
             late: false,
             silent: false,
+            partition: None,
+            scope: Sym::EMPTY,
         };
         p.released.push(Released { item: broken, late: false });
         let mut out = Vec::new();

@@ -169,10 +169,22 @@ pub enum Target {
 }
 
 impl Write {
+    /// The UIDs of the objects the write names (none for an eviction, which names its pod).
+    pub fn uids(&self) -> impl Iterator<Item = Uid> + '_ {
+        let (one, many): (Option<Uid>, &[ObjectFacts]) = match &self.target {
+            Target::Object(f) => (Some(f.uid), &[]),
+            Target::Scale { uid, .. } | Target::Gone { uid, .. } => (Some(*uid), &[]),
+            Target::Many(items) => (None, items),
+            Target::Eviction { .. } => (None, &[]),
+        };
+        one.into_iter().chain(many.iter().map(|f| f.uid)).filter(|u| *u != 0)
+    }
+
     /// Marks the strings and types the write holds (a write held in a reorder buffer), for a
     /// sweep of the interner.
     pub fn mark(&self, m: &mut Marks) {
         m.sym(self.cluster);
+        m.sym(self.scope);
         m.sym(self.user);
         m.sym(self.resource);
         match &self.target {
@@ -215,6 +227,13 @@ pub struct Write {
     /// Read again after a restart only to bring the state up to date: its outputs were
     /// written before the restart, so it is classified and applied but not emitted.
     pub silent: bool,
+    /// The Kafka partition the write came from, when its state is kept per partition (a
+    /// state changelog): the objects it changes belong to that partition.
+    pub partition: Option<i32>,
+    /// Whose state the write reads and changes: its cluster, or, with a state kept per
+    /// partition, the cluster's state of its partition (each partition judges its writes by
+    /// what that partition showed, as the process that owned it before did).
+    pub scope: Sym,
 }
 
 /// Why an admitted event still could not become a [`Write`].
@@ -293,6 +312,8 @@ impl Extractor<'_> {
             target,
             late: false,
             silent: false,
+            partition: None,
+            scope: cluster,
         })
     }
 

@@ -220,7 +220,7 @@ impl Engine {
             finished: None,
             phase: None,
         };
-        let Some(mut p) = self.parent_view(&ObjKey::new(w.cluster, owner.uid), owner) else {
+        let Some(mut p) = self.parent_view(&ObjKey::new(w.scope, owner.uid), owner) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
             let unknown_parent = Hop { ty: owner.ty, name: owner.name.clone(), generation: None, user: None, timestamp: None, labels: None };
@@ -280,7 +280,7 @@ impl Engine {
             event.policy = resolved.policy;
             event.snoozed = p.policy.as_deref().is_some_and(|policy| policy.snoozed_at(w.time_us));
             if let Some(used) = resolved.used {
-                self.store.update(&ObjKey::new(w.cluster, owner.uid), |s| s.consume_approval(used));
+                self.store.update(&ObjKey::new(w.scope, owner.uid), |s| s.consume_approval(used));
             }
         }
         event.parent = Some(parent_out);

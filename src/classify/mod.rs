@@ -213,6 +213,8 @@ impl Engine {
                         target: Target::Gone { uid: f.uid, uid_text: f.uid_text.clone(), namespace: f.namespace, name: f.name.clone(), ty: f.ty },
                         late: false,
                         silent: false,
+                        partition: None,
+                        scope: cluster,
                     };
                     self.refresh(s, f, &w, false);
                 }
@@ -221,7 +223,7 @@ impl Engine {
     }
 
     fn key(w: &Write, uid: Uid) -> ObjKey {
-        ObjKey::new(w.cluster, uid)
+        ObjKey::new(w.scope, uid)
     }
 
     fn new_state(f: &ObjectFacts) -> ObjectState {
@@ -487,7 +489,7 @@ impl Engine {
         });
         let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels, written: Written::Nothing };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
-        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        let owner = owner.map(|o| self.owner_link(w.scope, o));
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, unknown).0)
     }
 
@@ -496,7 +498,7 @@ impl Engine {
     /// delete completes it); a pod not known by that name, or known twice, is not guessed.
     fn evict(&self, w: &Write, namespace: Sym, name: &Name) -> Result<Enriched, Ignored> {
         let pod = self.interner.ty(self.interner.intern("v1"), self.interner.intern("Pod"));
-        let found = self.store.find_named(w.cluster, pod, namespace, name_key(name));
+        let found = self.store.find_named(w.scope, pod, namespace, name_key(name));
         // Two live pods of one name cannot be: a pod still deleting beside a live one had its
         // final delete missed, and the live one is meant. Two live ones: a clash of name keys.
         let key = match found.iter().filter(|(_, deleting)| !deleting).collect::<Vec<_>>()[..] {
@@ -524,7 +526,7 @@ impl Engine {
             labels,
             written: Written::Nothing,
         };
-        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        let owner = owner.map(|o| self.owner_link(w.scope, o));
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, None).0)
     }
 
@@ -591,7 +593,7 @@ impl Engine {
         });
         let written = replicas.map_or(Written::Nothing, Written::Replicas);
         let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels, written };
-        let owner = owner.map(|o| self.owner_link(w.cluster, o));
+        let owner = owner.map(|o| self.owner_link(w.scope, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.store.update(&key, |s| s.set_trace(trace));
         Applied::Classified(vec![event])

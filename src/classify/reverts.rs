@@ -267,7 +267,7 @@ impl Engine {
     /// creates, takes the oldest removed sibling. Returns the reverts of a drift (`None` for
     /// any other class).
     pub(super) fn track_origins(&self, w: &Write, child: &Child<'_>, parent: Uid, class: Class, identity: &Identity) -> Option<Vec<RevertOut>> {
-        let key = ObjKey::new(w.cluster, child.uid);
+        let key = ObjKey::new(w.scope, child.uid);
         let removes = removes(w);
         let (before, after) = self.contents_at(key, child.written, removes);
         if class == Class::Deleting {
@@ -286,7 +286,7 @@ impl Engine {
         match identity {
             Identity::Undetermined => None,
             Identity::NotController(_) if removes => {
-                self.store.update(&ObjKey::new(w.cluster, parent), |p| p.push_removed_child(record()));
+                self.store.update(&ObjKey::new(w.scope, parent), |p| p.push_removed_child(record()));
                 None
             }
             Identity::NotController(_) => {
@@ -311,7 +311,7 @@ impl Engine {
                     reverted = found;
                 }
                 if w.verb == Verb::Create {
-                    let sibling = self.store.update(&ObjKey::new(w.cluster, parent), |p| p.take_removed_child(since)).flatten();
+                    let sibling = self.store.update(&ObjKey::new(w.scope, parent), |p| p.take_removed_child(since)).flatten();
                     reverted.extend(sibling.map(|write| Reverted { write, fields: None }));
                 }
                 (class == Class::Drift).then(|| reverted.into_iter().map(|r| self.revert_out(r)).collect())

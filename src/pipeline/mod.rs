@@ -74,6 +74,9 @@ pub enum Error {
     #[cfg(feature = "kafka")]
     #[error(transparent)]
     KafkaSource(#[from] sources::kafka::consumer::Error),
+    #[cfg(feature = "kafka")]
+    #[error(transparent)]
+    Changelog(#[from] sources::kafka::changelog::Error),
     #[error("cannot start the processor thread: {0}")]
     Thread(std::io::Error),
 }
@@ -257,10 +260,25 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         scope: scope(&cfg),
     };
     let mut processor = Processor::new(engine.clone(), metrics.clone(), popts);
+    // A Kafka source with a changelog keeps the state per partition, in the changelog.
+    #[cfg(feature = "kafka")]
+    let changelog = start_changelog(&cfg, &engine).await?;
+    #[cfg(feature = "kafka")]
+    if let Some(c) = &changelog {
+        processor.keep_partitions(c.partitions.clone());
+    }
+    #[cfg(feature = "kafka")]
+    let with_changelog = changelog.is_some();
+    #[cfg(not(feature = "kafka"))]
+    let with_changelog = false;
+    let snapshot_path = cfg.state.snapshot.as_ref().filter(|_| !with_changelog);
+    if with_changelog && cfg.state.snapshot.is_some() {
+        tracing::warn!("[state] snapshot is neither read nor written with a state changelog: each partition's state comes from the changelog");
+    }
     // Exactly-once Kafka: the positions the restored state covers.
     #[cfg_attr(not(feature = "kafka"), allow(unused_mut, unused_variables))]
     let mut resume: std::collections::HashMap<(String, i32), i64> = std::collections::HashMap::new();
-    if let Some(path) = &cfg.state.snapshot {
+    if let Some(path) = snapshot_path {
         for stale in snapshot::remove_stale_temporaries(path) {
             tracing::info!(path = %stale.display(), "removed the temporary snapshot file of a process that was killed while writing it");
         }
@@ -333,7 +351,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         sinks: sink_handles.iter().map(|h| (h.kind, h.queue.clone())).collect(),
         unknown_parents,
         tick: o.tick_interval.0,
-        snapshot: cfg.state.snapshot.clone().map(|p| (p, cfg.state.snapshot_interval.0)),
+        snapshot: snapshot_path.cloned().map(|p| (p, cfg.state.snapshot_interval.0)),
         stop: stop_rx.clone(),
         track,
         checkpoints: Default::default(),
@@ -358,6 +376,10 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         }),
         #[cfg(not(feature = "kafka"))]
         positions: None,
+        #[cfg(feature = "kafka")]
+        changelog: changelog_writer(&cfg, changelog.as_ref(), transaction.as_ref().map(|(t, _)| t.clone())),
+        #[cfg(not(feature = "kafka"))]
+        changelog: None,
         barrier_timeout: (timeout / 2).max(Duration::from_secs(1)),
         unsaved: Vec::new(),
         status: status.clone(),
@@ -417,6 +439,7 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
                     decoder: decoder.clone(),
                     resume: std::mem::take(&mut resume),
                     shutdown_timeout: timeout,
+                    changelog: changelog.clone(),
                 };
                 let t = sources::kafka::consumer::start(k, wiring).map_err(|e| {
                     health_stop_tx.send_replace(true);
@@ -517,6 +540,53 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
         Outcome { clean, processor: summary }
     });
     Ok(Running { webhook_addrs, metrics_addr, query_addr, metrics, engine, freshness, stop: stop_tx, done })
+}
+
+/// The state changelog of the pipeline's Kafka source, when it has one on: its topic is
+/// created or checked before anything is read.
+#[cfg(feature = "kafka")]
+async fn start_changelog(cfg: &PipelineConfig, engine: &Arc<Engine>) -> Result<Option<Arc<sources::kafka::changelog::Changelog>>, Error> {
+    let Some(k) = cfg.sources.iter().find_map(|s| match s {
+        SourceConfig::Kafka(k) if k.changelog_on().is_some() => Some(k),
+        _ => None,
+    }) else {
+        return Ok(None);
+    };
+    let changelog = sources::kafka::changelog::Changelog::new(k, engine.clone())?;
+    changelog.ensure_topic(&k.topics[0]).await?;
+    tracing::info!(topic = %changelog.topic, exactly_once = k.exactly_once, "state kept per partition in the changelog");
+    Ok(Some(Arc::new(changelog)))
+}
+
+/// What the processor calls to write the changelog: into the transaction (exactly-once), or
+/// through the changelog's own producer every `transaction_interval`.
+#[cfg(feature = "kafka")]
+fn changelog_writer(
+    cfg: &PipelineConfig,
+    changelog: Option<&Arc<sources::kafka::changelog::Changelog>>,
+    transaction: Option<Arc<crate::kafka::Transaction>>,
+) -> Option<(processor::ChangelogWriter, Duration)> {
+    let changelog = changelog?.clone();
+    let every = cfg.sources.iter().find_map(|s| match s {
+        SourceConfig::Kafka(k) => Some(k.transaction_interval.0),
+        _ => None,
+    })?;
+    let write: processor::ChangelogWriter = Box::new(move || {
+        let via = match &transaction {
+            // Not ready yet: nothing is committed either; the changes wait for the first commit.
+            Some(t) => match t.producer() {
+                Some(p) => Some(p.clone()),
+                None => return Ok(()),
+            },
+            None => None,
+        };
+        let written = changelog.write(via.as_deref())?;
+        if written.records + written.tombstones > 0 {
+            tracing::debug!(records = written.records, tombstones = written.tombstones, bytes = written.bytes, "state changelog written");
+        }
+        Ok(())
+    });
+    Some((write, every))
 }
 
 #[cfg(feature = "fetch")]

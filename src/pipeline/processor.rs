@@ -57,6 +57,10 @@ pub struct ProcessorTask {
     pub commit: Option<(Committer, Duration)>,
     /// Exactly-once: the positions to save with a snapshot.
     pub positions: Option<Positions>,
+    /// The state changelog's writer, and (at-least-once) how often it writes: with
+    /// exactly-once it writes into each transaction before the commit; else done messages are
+    /// handed back only once the changelog holds their effect.
+    pub changelog: Option<(ChangelogWriter, Duration)>,
     /// Longest wait for the sinks at a barrier before a snapshot, and at shutdown.
     pub barrier_timeout: Duration,
     /// Done messages waiting for the next snapshot (at-least-once with a snapshot file).
@@ -67,6 +71,9 @@ pub struct ProcessorTask {
 
 /// Commits a transaction of the source's offsets and the sinks' output.
 pub type Committer = Box<dyn FnMut() -> Result<bool, String> + Send>;
+
+/// Writes the state changelog's records of what changed since the last call.
+pub type ChangelogWriter = Box<dyn FnMut() -> Result<(), String> + Send>;
 
 /// The source positions the state covers after the last commit, saved with each snapshot.
 pub type Positions = Box<dyn Fn() -> Vec<snapshot::Position> + Send>;
@@ -118,14 +125,20 @@ impl ProcessorTask {
         let mut snap = tokio::time::interval_at(tokio::time::Instant::now() + snapshot_every, snapshot_every);
         snap.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let snapshots = self.snapshot.is_some();
-        let commit_every = self.commit.as_ref().map_or(Duration::from_secs(3600), |(_, d)| *d);
+        let transactional = self.commit.is_some();
+        // At-least-once with a changelog: it is written every interval, and offsets follow.
+        let changelog_alo = self.changelog.is_some() && !transactional;
+        let commit_every = match (&self.commit, &self.changelog) {
+            (Some((_, d)), _) | (None, Some((_, d))) => *d,
+            (None, None) => Duration::from_secs(3600),
+        };
         let mut commit_tick = tokio::time::interval_at(tokio::time::Instant::now() + commit_every, commit_every);
         commit_tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        let transactional = self.commit.is_some();
         // Exactly-once: a snapshot waits for the next successful commit.
         let mut snapshot_due = false;
-        // At-least-once with a snapshot file: offsets are committed at snapshots.
-        let commit_at_snapshots = self.track && snapshots && !transactional;
+        // At-least-once with a snapshot file or a changelog: offsets are committed once the
+        // snapshot or the changelog holds the messages' effect.
+        let commit_at_snapshots = self.track && !transactional && (snapshots || changelog_alo);
         loop {
             // Timers before the intake: under a backlog the intake is always ready, and a
             // biased select would never get to the reorder tick, the commit or the snapshot.
@@ -137,7 +150,7 @@ impl ProcessorTask {
                 Some(b) = next_barrier(&mut self.barriers) => Step::Barrier(b),
                 _ = tick.tick() => Step::Tick,
                 _ = release_due(due) => Step::Tick,
-                _ = commit_tick.tick(), if transactional => Step::Commit,
+                _ = commit_tick.tick(), if transactional || changelog_alo => Step::Commit,
                 _ = snap.tick(), if snapshots => Step::Snapshot,
                 b = self.intake.recv() => b.map_or(Step::Stop, Step::Batch),
                 Some(o) = self.observe.recv() => Step::Observe(o),
@@ -164,14 +177,21 @@ impl ProcessorTask {
                     // partitions go to another member.
                     let ok = ok && (!transactional || self.commit_now(&mut summary, &mut snapshot_due));
                     if commit_at_snapshots {
-                        if ok {
+                        if ok && self.write_changelog() {
                             summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                            self.release_unsaved();
+                        } else if !changelog_alo {
+                            self.release_unsaved();
                         }
-                        self.release_unsaved();
                     }
                     let _ = b.reply.send(ok);
                     if summary.failed {
                         return summary;
+                    }
+                }
+                Step::Commit if changelog_alo => {
+                    if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await && self.write_changelog() {
+                        self.release_unsaved();
                     }
                 }
                 Step::Commit => {
@@ -189,7 +209,7 @@ impl ProcessorTask {
                 }
                 Step::Snapshot if transactional => snapshot_due = true,
                 Step::Snapshot if self.track => {
-                    if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await {
+                    if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await && self.write_changelog() {
                         // Even when the write failed (logged): holding offsets back would only
                         // grow the redelivery after a crash, not save the state.
                         summary.snapshot = self.save_snapshot().or(summary.snapshot);
@@ -229,7 +249,7 @@ impl ProcessorTask {
                 if !summary.failed {
                     summary.snapshot = self.save_snapshot().or(summary.snapshot);
                 }
-            } else {
+            } else if self.write_changelog() {
                 summary.snapshot = self.save_snapshot().or(summary.snapshot);
                 self.release_unsaved();
             }
@@ -260,7 +280,7 @@ impl ProcessorTask {
         self.processor.flush(now_us(), out);
         summary.enriched += self.emit(out, floor).await;
         let deadline = Instant::now() + timeout;
-        let hold = self.snapshot.is_some() && self.commit.is_none();
+        let hold = self.commit.is_none() && (self.snapshot.is_some() || self.changelog.is_some());
         loop {
             self.settle(hold);
             if self.checkpoints.is_idle() {
@@ -286,6 +306,22 @@ impl ProcessorTask {
         }
     }
 
+    /// At-least-once: writes the changelog (a no-op without one); false when it failed (the
+    /// records are written with the next ones, and the offsets wait until then).
+    fn write_changelog(&mut self) -> bool {
+        if self.commit.is_some() {
+            return true;
+        }
+        let Some((write, _)) = self.changelog.as_mut() else { return true };
+        match write() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "state changelog not written; the offsets wait for it");
+                false
+            }
+        }
+    }
+
     fn release_unsaved(&mut self) {
         std::mem::take(&mut self.unsaved).into_iter().for_each(|d| d.fire());
     }
@@ -293,8 +329,16 @@ impl ProcessorTask {
     /// Exactly-once: commits the transaction after a complete barrier; a failure stops the
     /// processor (its state holds writes whose outputs were just aborted).
     fn commit_now(&mut self, summary: &mut Summary, snapshot_due: &mut bool) -> bool {
+        if self.commit.is_none() {
+            return true;
+        }
+        // The changelog's records go into the transaction that commits their outputs.
+        let written = match self.changelog.as_mut() {
+            Some((write, _)) => write(),
+            None => Ok(()),
+        };
         let Some((commit, _)) = self.commit.as_mut() else { return true };
-        match commit() {
+        match written.and_then(|()| commit()) {
             Ok(committed) => {
                 if committed && std::mem::take(snapshot_due) {
                     summary.snapshot = self.save_snapshot().or(summary.snapshot);

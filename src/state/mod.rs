@@ -3,11 +3,15 @@
 mod hash;
 mod intern;
 mod object;
+mod partitions;
+mod record;
 mod snapshot;
 mod store;
 
 pub use hash::{FastBuild, FastHasher};
 pub use intern::{Interner, Marks, Pin, Swept, Sym, Ty};
 pub use object::{name_key, FieldChange, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState, MAX_ORIGIN_WRITES, MAX_RECENT, MAX_REMOVED};
+pub use partitions::{Partitions, Parts};
+pub use record::{encode_record, record_key, RecordReader};
 pub use snapshot::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats};
 pub use store::{ObjKey, Store, StoreStats};

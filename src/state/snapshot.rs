@@ -147,62 +147,9 @@ fn write_format(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut i
         }
     }
     buf.uint(objects.len() as u64);
+    let table = Table { ids: strings_ref, nodes: &nodes };
     for (k, s) in &objects {
-        buf.uint(id(k.cluster));
-        buf.u128(k.uid());
-        let (api_version, kind) = interner.parts(s.ty);
-        buf.uint(id(api_version));
-        buf.uint(id(kind));
-        buf.uint(id(s.namespace));
-        buf.str(s.name().map_or("", |n| n));
-        buf.int(s.generation());
-        match s.observed() {
-            Some((g, src)) => {
-                buf.uint(1 + source_code(src));
-                buf.int(g);
-            }
-            None => buf.uint(0),
-        }
-        buf.opt_int(s.status_write_generation());
-        buf.opt_u64(s.content_hash());
-        buf.opt_u64(s.status_hash().map(u64::from));
-        for r in [&s.updaters(), &s.status_updaters()] {
-            buf.uint(r.len() as u64);
-            for &u in r.as_slice() {
-                buf.uint(id(u));
-            }
-        }
-        buf.uint(s.initialized() as u64 | (s.deleting() as u64) << 1 | (s.deleted() as u64) << 2 | (s.finished() as u64) << 3);
-        if version >= 6 {
-            buf.uint(s.name_key() as u64);
-        }
-        buf.uint(s.last_resource_version);
-        buf.int(s.last_seen_us());
-        match &s.owner {
-            Some(o) => {
-                buf.uint(1);
-                buf.u128(o.uid());
-                let (api_version, kind) = interner.parts(o.ty);
-                buf.uint(id(api_version));
-                buf.uint(id(kind));
-            }
-            None => buf.uint(0),
-        }
-        let (prev, user, time_us) = s.trace_parts();
-        buf.uint(prev.map_or(0, |t| nodes[&Trace::as_ptr(t)] as u64 + 1));
-        buf.uint(if user.is_empty() { 0 } else { id(user) + 1 });
-        buf.int(time_us);
-        let annotations = s.policy().map(|p| &p.source.entries[..]).unwrap_or(&[]);
-        buf.uint(annotations.len() as u64);
-        for (k, v) in annotations {
-            buf.str(k);
-            buf.str(v);
-        }
-        let consumed = s.consumed_approvals();
-        buf.uint(consumed.len() as u64);
-        for c in consumed {
-            buf.uint(*c);
-        }
+        put_object(&mut buf, k, s, interner, version, &table);
     }
     buf.uint(dedupe.len() as u64);
     for h in dedupe {
@@ -265,74 +212,196 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
     }
     let policies = PolicyCache::default();
     let n = d.len()?;
+    let mut table = Ids { syms: &syms, nodes: &nodes };
     for _ in 0..n {
-        let cluster = sym(d.uint()?)?;
-        let uid = d.u128()?;
-        let ty = interner.ty(sym(d.uint()?)?, sym(d.uint()?)?);
-        let mut s = ObjectState::new(ty, sym(d.uint()?)?);
-        s.set_name(Name::from(d.str()?));
-        s.set_generation(d.int()?);
-        s.set_observed(match d.uint()? {
-            0 => None,
-            c => Some((d.int()?, source_of(c - 1)?)),
-        });
-        s.set_status_write_generation(d.opt_int()?);
-        s.set_content_hash(d.opt_u64()?);
-        // A 64-bit hash of format 4 keeps the 32 bits that a status is hashed to now.
-        s.set_status_hash(d.opt_u64()?.map(|h| h as u32));
-        let mut sets = [Recent::default(); 2];
-        for r in &mut sets {
-            let users: Vec<Sym> = (0..d.len()?).map(|_| d.uint().and_then(sym)).collect::<Result<_, _>>()?;
-            for u in users.into_iter().rev() {
-                r.push(u);
-            }
-        }
-        s.set_updaters(sets[0], sets[1]);
-        let flags = d.uint()?;
-        s.set_initialized(flags & 1 != 0);
-        s.set_deleting(flags & 2 != 0);
-        s.set_deleted(flags & 4 != 0);
-        // Version 4 knew no finishing: its observed generations were judged finished.
-        s.set_finished(if version == 4 { s.observed_generation().is_some() } else { flags & 8 != 0 });
-        if version >= 6 {
-            s.set_name_key(u32::try_from(d.uint()?).map_err(|_| SnapshotError::Corrupt("name key"))?);
-        }
-        s.last_resource_version = d.uint()?;
-        s.set_last_seen_us(d.int()?);
-        if d.uint()? == 1 {
-            let uid = d.u128()?;
-            s.owner = Some(OwnerKey::new(uid, interner.ty(sym(d.uint()?)?, sym(d.uint()?)?)));
-        }
-        let prev = match d.uint()? {
-            0 => None,
-            i => Some(nodes.get(i as usize - 1).cloned().ok_or(SnapshotError::Corrupt("trace index"))?),
-        };
-        let user = match d.uint()? {
-            0 => Sym::EMPTY,
-            i => sym(i - 1)?,
-        };
-        s.set_trace(TraceState::of_parts(prev, user, d.int()?));
-        let na = d.len()?;
-        if na > 0 {
-            let mut entries = Vec::with_capacity(na);
-            let mut h = Xxh3::new();
-            for _ in 0..na {
-                let (k, v) = (d.str()?, d.str()?);
-                h.update(k.as_bytes());
-                h.update(&[0]);
-                h.update(v.as_bytes());
-                h.update(&[0]);
-                entries.push((Box::from(k), Box::from(v)));
-            }
-            s.set_policy(Some(policies.get(&Annotations { entries, hash: h.digest() })));
-        }
-        for _ in 0..d.len()? {
-            s.consume_approval(d.uint()?);
-        }
-        store.insert(ObjKey::new(cluster, uid), s);
+        let (key, s) = get_object(&mut d, interner, version, &mut table, &policies)?;
+        store.insert(key, s);
     }
     let dedupe: Vec<u128> = (0..d.len()?).map(|_| d.u128()).collect::<Result<_, _>>()?;
     Ok((SnapshotStats { objects: n, trace_nodes: nodes.len(), strings: syms.len(), dedupe_ids: dedupe.len(), bytes: data.len() }, dedupe))
+}
+
+/// How an object's strings and trace are written: as indexes into the snapshot's tables, or
+/// inline (a changelog record stands alone).
+pub(super) trait Put {
+    fn sym(&self, e: &mut Enc, s: Sym);
+    fn opt_sym(&self, e: &mut Enc, s: Option<Sym>);
+    fn trace(&self, e: &mut Enc, t: Option<&Trace>);
+}
+
+/// How they are read back.
+pub(super) trait Get {
+    fn sym(&mut self, d: &mut Dec<'_>) -> Result<Sym, SnapshotError>;
+    fn opt_sym(&mut self, d: &mut Dec<'_>) -> Result<Option<Sym>, SnapshotError>;
+    fn trace(&mut self, d: &mut Dec<'_>) -> Result<Option<Trace>, SnapshotError>;
+}
+
+/// The snapshot's string and trace-node tables, by index (0: none, else index + 1).
+struct Table<'a> {
+    ids: &'a HashMap<Sym, u32>,
+    nodes: &'a HashMap<*const TraceNode, u32>,
+}
+
+impl Put for Table<'_> {
+    fn sym(&self, e: &mut Enc, s: Sym) {
+        e.uint(self.ids[&s] as u64);
+    }
+    fn opt_sym(&self, e: &mut Enc, s: Option<Sym>) {
+        e.uint(s.map_or(0, |s| self.ids[&s] as u64 + 1));
+    }
+    fn trace(&self, e: &mut Enc, t: Option<&Trace>) {
+        e.uint(t.map_or(0, |t| self.nodes[&Trace::as_ptr(t)] as u64 + 1));
+    }
+}
+
+struct Ids<'a> {
+    syms: &'a [Sym],
+    nodes: &'a [Trace],
+}
+
+impl Get for Ids<'_> {
+    fn sym(&mut self, d: &mut Dec<'_>) -> Result<Sym, SnapshotError> {
+        self.syms.get(d.uint()? as usize).copied().ok_or(SnapshotError::Corrupt("string index"))
+    }
+    fn opt_sym(&mut self, d: &mut Dec<'_>) -> Result<Option<Sym>, SnapshotError> {
+        match d.uint()? {
+            0 => Ok(None),
+            i => self.syms.get(i as usize - 1).copied().map(Some).ok_or(SnapshotError::Corrupt("string index")),
+        }
+    }
+    fn trace(&mut self, d: &mut Dec<'_>) -> Result<Option<Trace>, SnapshotError> {
+        match d.uint()? {
+            0 => Ok(None),
+            i => self.nodes.get(i as usize - 1).cloned().map(Some).ok_or(SnapshotError::Corrupt("trace index")),
+        }
+    }
+}
+
+/// Writes one object (its key and state) in format `version`.
+pub(super) fn put_object(buf: &mut Enc, k: &ObjKey, s: &ObjectState, interner: &Interner, version: u32, p: &impl Put) {
+    p.sym(buf, k.cluster);
+    buf.u128(k.uid());
+    let (api_version, kind) = interner.parts(s.ty);
+    p.sym(buf, api_version);
+    p.sym(buf, kind);
+    p.sym(buf, s.namespace);
+    buf.str(s.name().map_or("", |n| n));
+    buf.int(s.generation());
+    match s.observed() {
+        Some((g, src)) => {
+            buf.uint(1 + source_code(src));
+            buf.int(g);
+        }
+        None => buf.uint(0),
+    }
+    buf.opt_int(s.status_write_generation());
+    buf.opt_u64(s.content_hash());
+    buf.opt_u64(s.status_hash().map(u64::from));
+    for r in [&s.updaters(), &s.status_updaters()] {
+        buf.uint(r.len() as u64);
+        for &u in r.as_slice() {
+            p.sym(buf, u);
+        }
+    }
+    buf.uint(s.initialized() as u64 | (s.deleting() as u64) << 1 | (s.deleted() as u64) << 2 | (s.finished() as u64) << 3);
+    if version >= 6 {
+        buf.uint(s.name_key() as u64);
+    }
+    buf.uint(s.last_resource_version);
+    buf.int(s.last_seen_us());
+    match &s.owner {
+        Some(o) => {
+            buf.uint(1);
+            buf.u128(o.uid());
+            let (api_version, kind) = interner.parts(o.ty);
+            p.sym(buf, api_version);
+            p.sym(buf, kind);
+        }
+        None => buf.uint(0),
+    }
+    let (prev, user, time_us) = s.trace_parts();
+    p.trace(buf, prev);
+    p.opt_sym(buf, (!user.is_empty()).then_some(user));
+    buf.int(time_us);
+    let annotations = s.policy().map(|p| &p.source.entries[..]).unwrap_or(&[]);
+    buf.uint(annotations.len() as u64);
+    for (k, v) in annotations {
+        buf.str(k);
+        buf.str(v);
+    }
+    let consumed = s.consumed_approvals();
+    buf.uint(consumed.len() as u64);
+    for c in consumed {
+        buf.uint(*c);
+    }
+}
+
+/// Reads one object written by [`put_object`] in format `version`.
+pub(super) fn get_object(
+    d: &mut Dec<'_>,
+    interner: &Interner,
+    version: u32,
+    g: &mut impl Get,
+    policies: &PolicyCache,
+) -> Result<(ObjKey, ObjectState), SnapshotError> {
+    let cluster = g.sym(d)?;
+    let uid = d.u128()?;
+    let ty = interner.ty(g.sym(d)?, g.sym(d)?);
+    let mut s = ObjectState::new(ty, g.sym(d)?);
+    s.set_name(Name::from(d.str()?));
+    s.set_generation(d.int()?);
+    s.set_observed(match d.uint()? {
+        0 => None,
+        c => Some((d.int()?, source_of(c - 1)?)),
+    });
+    s.set_status_write_generation(d.opt_int()?);
+    s.set_content_hash(d.opt_u64()?);
+    // A 64-bit hash of format 4 keeps the 32 bits that a status is hashed to now.
+    s.set_status_hash(d.opt_u64()?.map(|h| h as u32));
+    let mut sets = [Recent::default(); 2];
+    for r in &mut sets {
+        let users: Vec<Sym> = (0..d.len()?).map(|_| g.sym(d)).collect::<Result<_, _>>()?;
+        for u in users.into_iter().rev() {
+            r.push(u);
+        }
+    }
+    s.set_updaters(sets[0], sets[1]);
+    let flags = d.uint()?;
+    s.set_initialized(flags & 1 != 0);
+    s.set_deleting(flags & 2 != 0);
+    s.set_deleted(flags & 4 != 0);
+    // Version 4 knew no finishing: its observed generations were judged finished.
+    s.set_finished(if version == 4 { s.observed_generation().is_some() } else { flags & 8 != 0 });
+    if version >= 6 {
+        s.set_name_key(u32::try_from(d.uint()?).map_err(|_| SnapshotError::Corrupt("name key"))?);
+    }
+    s.last_resource_version = d.uint()?;
+    s.set_last_seen_us(d.int()?);
+    if d.uint()? == 1 {
+        let uid = d.u128()?;
+        s.owner = Some(OwnerKey::new(uid, interner.ty(g.sym(d)?, g.sym(d)?)));
+    }
+    let prev = g.trace(d)?;
+    let user = g.opt_sym(d)?.unwrap_or(Sym::EMPTY);
+    s.set_trace(TraceState::of_parts(prev, user, d.int()?));
+    let na = d.len()?;
+    if na > 0 {
+        let mut entries = Vec::with_capacity(na);
+        let mut h = Xxh3::new();
+        for _ in 0..na {
+            let (k, v) = (d.str()?, d.str()?);
+            h.update(k.as_bytes());
+            h.update(&[0]);
+            h.update(v.as_bytes());
+            h.update(&[0]);
+            entries.push((Box::from(k), Box::from(v)));
+        }
+        s.set_policy(Some(policies.get(&Annotations { entries, hash: h.digest() })));
+    }
+    for _ in 0..d.len()? {
+        s.consume_approval(d.uint()?);
+    }
+    Ok((ObjKey::new(cluster, uid), s))
 }
 
 /// The format version of a snapshot and the length of its header line; an error names a
@@ -367,23 +436,23 @@ fn source_of(c: u64) -> Result<ObservedSource, SnapshotError> {
 }
 
 #[derive(Default)]
-struct Enc(Vec<u8>);
+pub(super) struct Enc(pub(super) Vec<u8>);
 
 impl Enc {
-    fn bytes(&mut self, b: &[u8]) {
+    pub(super) fn bytes(&mut self, b: &[u8]) {
         self.0.extend_from_slice(b);
     }
-    fn uint(&mut self, mut v: u64) {
+    pub(super) fn uint(&mut self, mut v: u64) {
         while v >= 0x80 {
             self.0.push((v as u8) | 0x80);
             v >>= 7;
         }
         self.0.push(v as u8);
     }
-    fn int(&mut self, v: i64) {
+    pub(super) fn int(&mut self, v: i64) {
         self.uint(((v << 1) ^ (v >> 63)) as u64);
     }
-    fn opt_int(&mut self, v: Option<i64>) {
+    pub(super) fn opt_int(&mut self, v: Option<i64>) {
         match v {
             Some(v) => {
                 self.uint(1);
@@ -392,7 +461,7 @@ impl Enc {
             None => self.uint(0),
         }
     }
-    fn opt_u64(&mut self, v: Option<u64>) {
+    pub(super) fn opt_u64(&mut self, v: Option<u64>) {
         match v {
             Some(v) => {
                 self.uint(1);
@@ -401,21 +470,21 @@ impl Enc {
             None => self.uint(0),
         }
     }
-    fn u128(&mut self, v: u128) {
+    pub(super) fn u128(&mut self, v: u128) {
         self.0.extend_from_slice(&v.to_le_bytes());
     }
-    fn str(&mut self, s: &str) {
+    pub(super) fn str(&mut self, s: &str) {
         self.uint(s.len() as u64);
         self.0.extend_from_slice(s.as_bytes());
     }
 }
 
-struct Dec<'a> {
-    b: &'a [u8],
+pub(super) struct Dec<'a> {
+    pub(super) b: &'a [u8],
 }
 
 impl<'a> Dec<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], SnapshotError> {
         if self.b.len() < n {
             return Err(SnapshotError::Corrupt("unexpected end"));
         }
@@ -423,7 +492,7 @@ impl<'a> Dec<'a> {
         self.b = t;
         Ok(h)
     }
-    fn uint(&mut self) -> Result<u64, SnapshotError> {
+    pub(super) fn uint(&mut self) -> Result<u64, SnapshotError> {
         let mut v = 0u64;
         for shift in (0..64).step_by(7) {
             let b = self.take(1)?[0];
@@ -435,33 +504,33 @@ impl<'a> Dec<'a> {
         Err(SnapshotError::Corrupt("varint too long"))
     }
     /// A count, bounded by what is left (guards allocations against corrupt input).
-    fn len(&mut self) -> Result<usize, SnapshotError> {
+    pub(super) fn len(&mut self) -> Result<usize, SnapshotError> {
         let n = self.uint()?;
         if n > self.b.len() as u64 {
             return Err(SnapshotError::Corrupt("count larger than the data"));
         }
         Ok(n as usize)
     }
-    fn int(&mut self) -> Result<i64, SnapshotError> {
+    pub(super) fn int(&mut self) -> Result<i64, SnapshotError> {
         let v = self.uint()?;
         Ok((v >> 1) as i64 ^ -((v & 1) as i64))
     }
-    fn opt_int(&mut self) -> Result<Option<i64>, SnapshotError> {
+    pub(super) fn opt_int(&mut self) -> Result<Option<i64>, SnapshotError> {
         Ok(match self.uint()? {
             0 => None,
             _ => Some(self.int()?),
         })
     }
-    fn opt_u64(&mut self) -> Result<Option<u64>, SnapshotError> {
+    pub(super) fn opt_u64(&mut self) -> Result<Option<u64>, SnapshotError> {
         Ok(match self.uint()? {
             0 => None,
             _ => Some(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"))),
         })
     }
-    fn u128(&mut self) -> Result<u128, SnapshotError> {
+    pub(super) fn u128(&mut self) -> Result<u128, SnapshotError> {
         Ok(u128::from_le_bytes(self.take(16)?.try_into().expect("16 bytes")))
     }
-    fn str(&mut self) -> Result<&'a str, SnapshotError> {
+    pub(super) fn str(&mut self) -> Result<&'a str, SnapshotError> {
         let n = self.len()?;
         std::str::from_utf8(self.take(n)?).map_err(|_| SnapshotError::Corrupt("string is not UTF-8"))
     }

@@ -15,7 +15,8 @@ mod dash;
 mod table;
 
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Mutex, PoisonError};
 
 #[cfg(feature = "dashmap-store")]
 use dash::Table;
@@ -61,6 +62,10 @@ pub struct Store {
     last_sweep_us: AtomicI64,
     /// Tombstones made since the last sweep (a sweep with none to find is skipped).
     new_tombstones: AtomicUsize,
+    /// With a state changelog: the keys of the states changed or removed since the journal was
+    /// last taken ([`Store::take_journal`]). Off (and costing one load per change) otherwise.
+    journaling: AtomicBool,
+    journal: Mutex<Vec<ObjKey>>,
 }
 
 /// What an eviction sweep did.
@@ -81,6 +86,26 @@ impl Store {
             tombstone_ttl_us,
             last_sweep_us: AtomicI64::new(i64::MIN),
             new_tombstones: AtomicUsize::new(0),
+            journaling: AtomicBool::new(false),
+            journal: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Keeps a journal of the keys whose state changes or goes (a state changelog writes them).
+    pub fn keep_journal(&self) {
+        self.journaling.store(true, Ordering::Relaxed);
+    }
+
+    /// The keys changed or removed since the last call, in order, possibly repeated.
+    pub fn take_journal(&self, into: &mut Vec<ObjKey>) {
+        if self.journaling.load(Ordering::Relaxed) {
+            into.append(&mut self.journal.lock().unwrap_or_else(PoisonError::into_inner));
+        }
+    }
+
+    fn note(&self, key: &ObjKey) {
+        if self.journaling.load(Ordering::Relaxed) {
+            self.journal.lock().unwrap_or_else(PoisonError::into_inner).push(*key);
         }
     }
 
@@ -99,20 +124,46 @@ impl Store {
 
     /// Changes an object's state, creating it with `init` when absent.
     pub fn upsert<R>(&self, key: ObjKey, init: impl FnOnce() -> ObjectState, f: impl FnOnce(&mut ObjectState) -> R) -> R {
+        self.note(&key);
         self.map.upsert(key, init, f)
     }
 
     /// Changes an existing object's state.
     pub fn update<R>(&self, key: &ObjKey, f: impl FnOnce(&mut ObjectState) -> R) -> Option<R> {
-        self.map.update(key, f)
+        let changed = self.map.update(key, f);
+        if changed.is_some() {
+            self.note(key);
+        }
+        changed
     }
 
     /// Puts a whole state in place (restore).
     pub fn insert(&self, key: ObjKey, state: ObjectState) {
+        self.note(&key);
         self.map.insert(key, state);
     }
 
     pub fn remove(&self, key: &ObjKey) -> Option<ObjectState> {
+        let removed = self.map.remove(key);
+        if removed.is_some() {
+            self.note(key);
+        }
+        removed
+    }
+
+    /// Puts `state` in place unless the store holds a state of the object at least as new
+    /// (by resourceVersion): a changelog record never rolls an object back. True when it was
+    /// put in place. Not journaled: the state came from the changelog.
+    pub fn restore_newer(&self, key: ObjKey, state: ObjectState) -> bool {
+        if self.map.read(&key, |s| s.last_resource_version >= state.last_resource_version) == Some(true) {
+            return false;
+        }
+        self.map.insert(key, state);
+        true
+    }
+
+    /// Removes a state without a journal entry (a partition given up: its changelog keeps it).
+    pub fn forget(&self, key: &ObjKey) -> Option<ObjectState> {
         self.map.remove(key)
     }
 
@@ -142,8 +193,14 @@ impl Store {
     }
 
     /// Keeps the states for which `keep` is true.
-    fn retain(&self, keep: impl FnMut(&ObjectState) -> bool) {
-        self.map.retain(keep);
+    fn retain(&self, mut keep: impl FnMut(&ObjectState) -> bool) {
+        self.map.retain(|s| {
+            let kept = keep(s);
+            if !kept {
+                self.note(&s.key);
+            }
+            kept
+        });
     }
 
     /// Counts a new tombstone (a deleted object), to be swept after its TTL.

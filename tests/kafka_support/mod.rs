@@ -168,6 +168,29 @@ impl Kafka {
         assert!(failed.is_empty(), "{} test messages not delivered to {topic}, e.g. {:?}", failed.len(), failed.first());
     }
 
+    /// Produces each (key, value, headers) and waits until all are delivered.
+    pub fn produce_with_headers(&self, topic: &str, messages: &[(Option<String>, Vec<u8>, Vec<(String, String)>)]) {
+        let p: ThreadedProducer<Delivery> = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("linger.ms", "5")
+            .set("enable.idempotence", "true")
+            .create_with_context(Delivery::default())
+            .expect("producer");
+        for (key, value, headers) in messages {
+            let h = headers.iter().fold(OwnedHeaders::new(), |h, (k, v)| h.insert(Header { key: k, value: Some(v.as_str()) }));
+            let mut r: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value.as_slice()).headers(h);
+            if let Some(k) = key {
+                r = r.key(k.as_str());
+            }
+            while let Err((_, back)) = p.send(r) {
+                r = back;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        p.flush(Duration::from_secs(60)).expect("every test message delivered");
+        assert!(p.context().failed.lock().unwrap().is_empty(), "test messages not delivered to {topic}");
+    }
+
     /// Reads `topic` from the start (committed data only) until `done` says so or nothing new
     /// came for `idle`; returns the messages as (value JSON, class header).
     pub fn read_until(&self, topic: &str, idle: Duration, done: impl Fn(&[Out]) -> bool) -> Vec<Out> {

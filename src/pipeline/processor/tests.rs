@@ -59,6 +59,7 @@ fn start() -> Harness {
         barriers: Some(barriers_rx),
         commit: None,
         positions: None,
+        changelog: None,
         barrier_timeout: Duration::from_secs(5),
         unsaved: Vec::new(),
         status: Default::default(),

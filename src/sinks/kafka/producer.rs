@@ -30,6 +30,15 @@ pub struct Flight {
     /// Holds the batch's receipt until every message sharing it is delivered (or given up).
     events: Events,
     attempt: u32,
+    /// A record of the state changelog, sent through this producer in its transaction.
+    changelog: bool,
+}
+
+/// The flight of a state changelog record (what the transaction's `send_state` gives it).
+impl Default for Flight {
+    fn default() -> Self {
+        Flight { events: Events::new(Vec::new(), None), attempt: 0, changelog: true }
+    }
 }
 
 /// A message to send again.
@@ -70,12 +79,17 @@ impl ProducerContext for DeliveryContext {
     type DeliveryOpaque = Arc<Flight>;
 
     fn delivery(&self, result: &DeliveryResult<'_>, flight: Arc<Flight>) {
+        if flight.changelog {
+            // Sent in the transaction: a failed one fails the commit, nothing to count or
+            // send again here.
+            return;
+        }
         let (e, m) = match result {
             Ok(_) => return self.delivered.inc(),
             Err((e, m)) => (e, m),
         };
         self.failed.inc();
-        let flight = Arc::new(Flight { events: flight.events.clone(), attempt: flight.attempt + 1 });
+        let flight = Arc::new(Flight { events: flight.events.clone(), attempt: flight.attempt + 1, changelog: false });
         let give_up = self.max_retries > 0 && flight.attempt > self.max_retries;
         {
             let mut quiet = self.quiet.lock().expect("delivery log lock");
@@ -169,7 +183,7 @@ fn send_all(cfg: &KafkaSinkConfig, producer: &KafkaProducer, mut rx: mpsc::Recei
     let mut value = Vec::with_capacity(4096);
     let failed = producer.context().failed.clone();
     while let Some(events) = rx.blocking_recv() {
-        let flight = Arc::new(Flight { events: events.clone(), attempt: 0 });
+        let flight = Arc::new(Flight { events: events.clone(), attempt: 0, changelog: false });
         for e in events.iter().filter(|e| cfg.selects(e.class)) {
             value.clear();
             e.write_json(&mut value);

@@ -33,6 +33,7 @@ use rdkafka::types::RDKafkaRespErr;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use super::changelog::Changelog;
 use super::copies;
 use super::stage::{Decoders, Gather, Sealed};
 use super::KafkaSourceConfig;
@@ -67,6 +68,9 @@ pub struct Wiring {
     pub resume: HashMap<(String, i32), i64>,
     /// How long, once stopping, to wait for the processor to finish the messages taken in.
     pub shutdown_timeout: Duration,
+    /// The state changelog: partitions assigned are restored from it before they are read,
+    /// partitions revoked leave the state.
+    pub changelog: Option<Arc<Changelog>>,
 }
 
 type Partition = (Arc<str>, i32);
@@ -224,6 +228,8 @@ pub struct SourceContext {
     transaction: Option<Arc<Transaction>>,
     /// The partitions assigned, for the ingest tier's state-only copies.
     assigned: copies::Assigned,
+    changelog: Option<Arc<Changelog>>,
+    stop: watch::Receiver<bool>,
 }
 
 impl ClientContext for SourceContext {
@@ -301,6 +307,41 @@ impl SourceContext {
         self.any_silent.store(!silent.is_empty(), Ordering::Relaxed);
     }
 
+    /// With a changelog, before partitions are read: their state, from the changelog. The
+    /// consumer reads nothing meanwhile (this runs inside its `poll`). A partition whose
+    /// changelog cannot be read is tried again until it can (or the service stops): reading
+    /// it without its state would misjudge its writes.
+    fn restore(&self, tpl: &TopicPartitionList) {
+        let Some(changelog) = &self.changelog else { return };
+        for e in tpl.elements() {
+            let mut attempt = 0u32;
+            loop {
+                match changelog.restore(e.partition()) {
+                    Ok(r) => {
+                        tracing::info!(
+                            topic = %changelog.topic,
+                            partition = e.partition(),
+                            records = r.records,
+                            tombstones = r.tombstones,
+                            bytes = r.bytes,
+                            millis = r.millis as u64,
+                            "kafka source: partition state restored from the changelog"
+                        );
+                        break;
+                    }
+                    Err(err) => {
+                        attempt += 1;
+                        tracing::error!(error = %err, attempt, "kafka source: restoring a partition's state failed (tried again)");
+                        if *self.stop.borrow() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_secs(1).min(Duration::from_millis(200) * attempt));
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether a message is read again only for the state (and ends that when caught up).
     fn is_silent(&self, partition: &Partition, offset: i64) -> bool {
         if !self.any_silent.load(Ordering::Relaxed) {
@@ -322,6 +363,7 @@ impl ConsumerContext for SourceContext {
     fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, tpl: &mut TopicPartitionList) {
         if err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS {
             self.plan_assignment(consumer, tpl);
+            self.restore(tpl);
         }
         let rebalance = match err {
             RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign(tpl),
@@ -349,7 +391,9 @@ impl ConsumerContext for SourceContext {
         // Every message polled goes into the intake before the barrier is asked for, so the
         // processor takes it in before the barrier (it drains the intake first).
         self.outbox.lock().expect("outbox lock").flush(&self.offsets);
-        let pending = !self.offsets.lock().expect("offsets lock").all_done(&parts);
+        // With a changelog, always: the records of what is done must be written (and
+        // committed) before another member restores the partitions.
+        let pending = !self.offsets.lock().expect("offsets lock").all_done(&parts) || self.changelog.is_some();
         if pending {
             // Finish what was taken in, so its offsets can be committed before another
             // member takes the partitions over.
@@ -377,6 +421,12 @@ impl ConsumerContext for SourceContext {
         }
         if let Some(t) = &self.transaction {
             t.forget(&parts);
+        }
+        drop(offsets);
+        if let Some(changelog) = &self.changelog {
+            let numbers: Vec<i32> = parts.iter().map(|(_, p)| *p).collect();
+            let dropped = changelog.give_up(&numbers);
+            tracing::info!(objects = dropped, "kafka source: the state of the revoked partitions left (their changelog keeps it)");
         }
         tracing::info!(partitions = %names(&parts), "kafka source: partitions revoked");
     }
@@ -455,6 +505,8 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
         revoke_timeout: cfg.revoke_timeout.0,
         transaction: w.transaction.clone(),
         assigned: copies::Assigned::default(),
+        changelog: w.changelog.clone(),
+        stop: w.stop.clone(),
     };
     let consumer: Arc<BaseConsumer<SourceContext>> = Arc::new(config.create_with_context(context).map_err(Error::Create)?);
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
@@ -492,6 +544,8 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiri
     let mut last_store = Instant::now();
     let mut last_error: Option<Instant> = None;
     let mut messages = 0u64;
+    // Writes are tagged with their partition only for a changelog.
+    let keyed = w.changelog.is_some();
     while !*w.stop.borrow() {
         // Wait for messages only when there is nothing to hand over.
         let idle = outbox.lock().expect("outbox lock").gather.is_empty();
@@ -509,7 +563,12 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiri
             Some(Ok(m)) => {
                 let topic = topics.iter().find(|t| ***t == *m.topic()).cloned().unwrap_or_else(|| Arc::from(m.topic()));
                 let cluster = m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value));
-                let take = copies::take(copies::state_copy(m.headers()), |p| consumer.context().assigned.holds(&topic, p));
+                let take = match copies::take(copies::state_copy(m.headers()), |p| consumer.context().assigned.holds(&topic, p)) {
+                    // With a changelog each partition keeps its own state: the copy is applied
+                    // to this partition's, even when this member reads the judged one too.
+                    copies::Take::Skip if keyed => copies::Take::Silent,
+                    t => t,
+                };
                 let silent = take == copies::Take::Silent || consumer.context().is_silent(&(topic.clone(), m.partition()), m.offset());
                 // A skipped copy stays in the batch, empty, so that its offset is done with it.
                 let payload = if take == copies::Take::Skip {
@@ -519,7 +578,7 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiri
                     m.payload().unwrap_or_default()
                 };
                 let mut o = outbox.lock().expect("outbox lock");
-                o.gather.add(&topic, m.partition(), m.offset(), cluster, payload, silent);
+                o.gather.add(&topic, m.partition(), m.offset(), cluster, payload, silent, keyed);
                 messages += 1;
                 o.gather.full()
             }

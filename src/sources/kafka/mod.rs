@@ -10,6 +10,8 @@
 //! transaction. The consumer itself is in [`consumer`]; its decode threads in `stage`.
 
 #[cfg(feature = "kafka")]
+pub mod changelog;
+#[cfg(feature = "kafka")]
 pub mod consumer;
 #[cfg(feature = "kafka")]
 mod copies;
@@ -66,11 +68,32 @@ pub struct KafkaSourceConfig {
     /// Default: `"10s"`.
     #[serde(default = "default_lag_interval")]
     pub lag_interval: Span,
+    /// `[sources.changelog]`: keep each partition's state in a compacted changelog topic, so
+    /// that a partition moved to another process takes its state along (docs/scale-out.md).
+    /// Default: none (each process keeps the state of what it reads, and its snapshot).
+    #[serde(default)]
+    pub changelog: Option<ChangelogConfig>,
     /// librdkafka consumer properties (TLS, SASL, `auto.offset.reset`, ...), passed as they
     /// are. The ones the source manages (`group.id`, offset storing and committing) are
     /// refused. Default: none (`auto.offset.reset` is `earliest` unless set here).
     #[serde(default)]
     pub properties: Properties,
+}
+
+/// `[sources.changelog]` of a Kafka source.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangelogConfig {
+    /// The changelog topic: created (compacted, with the input topic's partition count) when
+    /// missing, checked when present. Required.
+    pub topic: String,
+    /// Turns the changelog off while keeping the table. Default: `true`.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 fn default_group() -> String {
@@ -106,12 +129,31 @@ impl KafkaSourceConfig {
         if self.group_id.trim().is_empty() {
             errors.push(format!("{key}.group_id"), None, "must not be empty");
         }
+        if let Some(c) = self.changelog.as_ref() {
+            if c.topic.trim().is_empty() {
+                errors.push(format!("{key}.changelog.topic"), None, "must name the changelog topic, e.g. \"kausality-state\"");
+            } else if self.topics.contains(&c.topic) {
+                errors.push(format!("{key}.changelog.topic"), None, "must not be an input topic");
+            }
+            if c.enabled && self.topics.len() > 1 {
+                errors.push(
+                    format!("{key}.changelog"),
+                    None,
+                    format!("needs exactly one input topic (its partition N keeps its state in the changelog's partition N), found {}", self.topics.len()),
+                );
+            }
+        }
         for (name, span) in [("transaction_interval", self.transaction_interval), ("revoke_timeout", self.revoke_timeout), ("lag_interval", self.lag_interval)]
         {
             if span.0.is_zero() {
                 errors.push(format!("{key}.{name}"), None, "must be more than 0");
             }
         }
+    }
+
+    /// The changelog, when it is on.
+    pub fn changelog_on(&self) -> Option<&ChangelogConfig> {
+        self.changelog.as_ref().filter(|c| c.enabled)
     }
 
     /// `transactional.id` of the exactly-once producer.
@@ -144,5 +186,45 @@ pub fn check_pipeline(sources: &[(usize, &SourceConfig)], sinks: &[SinkConfig], 
         if kafka_sources != 1 {
             errors.push(format!("sources[{i}].exactly_once"), None, "needs the Kafka source to be the pipeline's only one");
         }
+    }
+}
+
+#[cfg(all(test, feature = "kafka"))]
+mod tests {
+    use crate::pipeline::load_str;
+
+    fn errors(text: &str) -> Vec<(Option<usize>, String, String)> {
+        match load_str("p.toml", text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.into_iter().map(|e| (e.line, e.key, e.message)).collect(),
+        }
+    }
+
+    #[test]
+    fn a_changelog_needs_a_topic_of_its_own_and_one_input_topic_with_the_line_of_its_table() {
+        let base = "[[sources]]\ntype = \"kafka\"\nbrokers = \"k:9092\"\n";
+        let ok = format!("{base}topics = [\"audit\"]\n[sources.changelog]\ntopic = \"audit-state\"\n");
+        assert!(errors(&ok).is_empty(), "{:?}", errors(&ok));
+        let cfg = load_str("p.toml", &ok).unwrap();
+        let crate::sources::SourceConfig::Kafka(k) = &cfg.sources[0] else { panic!("a kafka source") };
+        assert_eq!(k.changelog_on().map(|c| c.topic.as_str()), Some("audit-state"));
+
+        let two = format!("{base}topics = [\"a\", \"b\"]\n[sources.changelog]\ntopic = \"a\"\n");
+        let e = errors(&two);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e.iter().all(|(line, _, _)| *line == Some(5)), "the line of [sources.changelog]: {e:?}");
+        assert!(e.iter().any(|(_, k, m)| k == "sources[0].changelog.topic" && m.contains("not be an input topic")), "{e:?}");
+        assert!(e.iter().any(|(_, k, m)| k == "sources[0].changelog" && m.contains("exactly one input topic")), "{e:?}");
+
+        let empty = format!("{base}topics = [\"a\", \"b\"]\n[sources.changelog]\ntopic = \" \"\nenabled = false\n");
+        let e = errors(&empty);
+        assert_eq!(e.len(), 1, "off: two topics are fine, the empty name is not: {e:?}");
+        assert_eq!(e[0].1, "sources[0].changelog.topic");
+        let unknown = format!("{base}topics = [\"a\"]\n[sources.changelog]\ntopic = \"s\"\npartitions = 3\n");
+        assert!(errors(&unknown).iter().any(|(_, _, m)| m.contains("partitions")), "unknown keys are refused");
+        let off = format!("{base}topics = [\"a\"]\n[sources.changelog]\ntopic = \"s\"\nenabled = false\n");
+        let cfg = load_str("p.toml", &off).unwrap();
+        let crate::sources::SourceConfig::Kafka(k) = &cfg.sources[0] else { panic!("a kafka source") };
+        assert!(k.changelog_on().is_none());
     }
 }

@@ -1,0 +1,343 @@
+//! The state changelog: each input partition's state kept in a compacted Kafka topic, so that
+//! a partition moved to another process (a rebalance, a crash, a scale-out) arrives with its
+//! state (the Kafka Streams design; docs/scale-out.md, "Classify tier").
+//!
+//! - **Records**: one per object and input partition, keyed `cluster/uid`, the value the
+//!   object's whole state ([`crate::state::encode_record`]); a tombstone (no value) when the
+//!   object leaves the state (expired, evicted). Written to the changelog partition with the
+//!   input partition's number, at each commit: with `exactly_once`, inside the transaction that
+//!   commits the outputs and the input offsets; else after the outputs, and the input offsets
+//!   are stored only once the records are delivered.
+//! - **Restore**: before a partition assigned to this process is read, its changelog partition
+//!   is read from the start to its end (`read_committed`: what the last owner committed).
+//! - **Give up**: a partition taken away takes with it the objects that belong to no
+//!   partition still held here ([`Partitions`]).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
+use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::Message;
+use rdkafka::producer::{Producer, ProducerContext, ThreadedProducer};
+use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::ClientConfig;
+
+use super::KafkaSourceConfig;
+use crate::classify::Engine;
+use crate::kafka::{self as client, Logged, Transactional};
+use crate::state::{encode_record, record_key, ObjKey, Partitions, RecordReader};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("state changelog {topic}: {what}: {source}")]
+    Kafka { topic: String, what: &'static str, source: KafkaError },
+    #[error("state changelog {topic}: {message}")]
+    Mismatch { topic: String, message: String },
+    #[error("state changelog {topic}, partition {partition}: record at offset {offset}: {message}")]
+    Record { topic: String, partition: i32, offset: i64, message: String },
+}
+
+/// Longest wait for the broker while checking the topic or reading a partition to its end.
+const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The changelog of one pipeline: the topic, the state it keeps, and (at-least-once) the
+/// producer that writes it.
+pub struct Changelog {
+    pub topic: String,
+    /// Where each object belongs, and what changed since the last write.
+    pub partitions: Arc<Partitions>,
+    engine: Arc<Engine>,
+    /// Consumer and admin settings: the source's brokers and properties.
+    client: ClientConfig,
+    /// At-least-once: the changelog's own idempotent producer. Exactly-once writes through the
+    /// transaction's producer instead.
+    producer: Option<ThreadedProducer<Counted>>,
+}
+
+/// What one write of the changelog sent.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Written {
+    pub records: usize,
+    pub tombstones: usize,
+    pub bytes: usize,
+}
+
+/// What restoring one partition read.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub records: usize,
+    pub tombstones: usize,
+    pub bytes: usize,
+    pub millis: u128,
+}
+
+/// The at-least-once producer's delivery reports: failures are counted, and a write with a
+/// failure is done again.
+pub struct Counted {
+    failed: AtomicU64,
+}
+
+impl ClientContext for Counted {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        client::log("changelog", level, fac, message)
+    }
+    fn error(&self, e: KafkaError, reason: &str) {
+        client::error("changelog", e, reason)
+    }
+}
+
+impl ProducerContext for Counted {
+    type DeliveryOpaque = ();
+    fn delivery(&self, result: &rdkafka::message::DeliveryResult<'_>, _: ()) {
+        if result.is_err() {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Changelog {
+    /// The changelog of the Kafka source `cfg` (whose `changelog` is set and on). With
+    /// `exactly_once`, records go through the transaction; else through a producer of its own.
+    pub fn new(cfg: &KafkaSourceConfig, engine: Arc<Engine>) -> Result<Changelog, Error> {
+        let topic = cfg.changelog.as_ref().map(|c| c.topic.clone()).unwrap_or_default();
+        let client = client::client_config(&cfg.brokers, &[], &cfg.properties, &[]);
+        let producer = if cfg.exactly_once {
+            None
+        } else {
+            // The consumer's properties (TLS, SASL) serve the producer too; consumer-only ones
+            // are ignored by librdkafka with a warning.
+            let managed = [("enable.idempotence", "true".to_string()), ("acks", "all".to_string())];
+            let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &Default::default(), &managed);
+            let mut config = config;
+            for (k, v) in &cfg.properties {
+                if k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") {
+                    config.set(k, v.to_string());
+                }
+            }
+            let p = config.create_with_context(Counted { failed: AtomicU64::new(0) }).map_err(|source| Error::Kafka { topic: topic.clone(), what: "cannot create its producer", source })?;
+            Some(p)
+        };
+        engine.store.keep_journal();
+        Ok(Changelog { topic, partitions: Arc::new(Partitions::default()), engine, client, producer })
+    }
+
+    /// Creates the topic (compacted, with the input topic's partition count) when it is
+    /// missing, or checks the one there: the same partition count, and compacted.
+    pub async fn ensure_topic(&self, input: &str) -> Result<(), Error> {
+        let kafka = |what: &'static str| move |source| Error::Kafka { topic: self.topic.clone(), what, source };
+        let mismatch = |message: String| Error::Mismatch { topic: self.topic.clone(), message };
+        let probe: BaseConsumer<Logged> = self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create a client"))?;
+        let input_parts = partition_count(&probe, input).map_err(kafka("cannot read the input topic's metadata"))?;
+        let Some(input_parts) = input_parts else {
+            return Err(mismatch(format!("the input topic {input} does not exist (create it first: the changelog takes its partition count)")));
+        };
+        let admin: AdminClient<Logged> = self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create an admin client"))?;
+        let options = AdminOptions::new().request_timeout(Some(BROKER_TIMEOUT));
+        match partition_count(&probe, &self.topic).map_err(kafka("cannot read its metadata"))? {
+            None => {
+                let new = NewTopic::new(&self.topic, input_parts, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
+                let created = admin.create_topics(&[new], &options).await.map_err(kafka("cannot create it"))?;
+                for r in created {
+                    match r {
+                        Ok(_) => tracing::info!(topic = %self.topic, partitions = input_parts, "state changelog topic created (compacted)"),
+                        // Another process of the group created it meanwhile.
+                        Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                        Err((_, code)) => return Err(mismatch(format!("cannot create it: {code}"))),
+                    }
+                }
+                Ok(())
+            }
+            Some(n) if n != input_parts => Err(mismatch(format!(
+                "has {n} partitions and the input topic {input} has {input_parts}: each input partition keeps its state in the changelog partition of the same number; give them the same count"
+            ))),
+            Some(_) => {
+                let described = admin.describe_configs(&[ResourceSpecifier::Topic(&self.topic)], &options).await.map_err(kafka("cannot read its configuration"))?;
+                let policy = described
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .flat_map(|r| r.entries)
+                    .find(|e| e.name == "cleanup.policy")
+                    .and_then(|e| e.value)
+                    .unwrap_or_default();
+                if !policy.split(',').any(|p| p.trim() == "compact") {
+                    return Err(mismatch(format!("has cleanup.policy={policy:?}; a changelog must be compacted (cleanup.policy=compact), or it grows without bound and old states expire")));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes the record of every object changed since the last write, to each partition it
+    /// belongs to: into the open transaction (`via`), or through the changelog's producer,
+    /// waiting until every record is delivered. On an error the changes are kept for the next
+    /// write.
+    pub fn write(&self, via: Option<&dyn Transactional>) -> Result<Written, String> {
+        let changed = self.partitions.take_changed();
+        if changed.is_empty() {
+            return Ok(Written::default());
+        }
+        let failed_before = self.producer.as_ref().map_or(0, |p| p.context().failed.load(Ordering::Relaxed));
+        let mut written = Written::default();
+        let interner = &self.engine.interner;
+        let result = (|| -> Result<(), KafkaError> {
+            for (key, parts) in &changed {
+                let name = record_key(interner, key);
+                let record = self.engine.store.read(key, |s| encode_record(interner, key, s));
+                let to = match &record {
+                    Some(_) => parts.clone(),
+                    None => {
+                        // Gone from the state: a tombstone everywhere it was.
+                        let mut all = self.partitions.homes(key);
+                        parts.iter().for_each(|p| all.add(p));
+                        self.partitions.gone(key);
+                        all
+                    }
+                };
+                for p in to.iter() {
+                    match (via, &self.producer) {
+                        (Some(t), _) => t.send_state(&self.topic, p, name.as_bytes(), record.as_deref())?,
+                        (None, Some(producer)) => client::send_record(producer, &self.topic, p, name.as_bytes(), record.as_deref())?,
+                        (None, None) => return Err(KafkaError::MessageProduction(RDKafkaErrorCode::State)),
+                    }
+                    match &record {
+                        Some(r) => {
+                            written.records += 1;
+                            written.bytes += r.len() + name.len();
+                        }
+                        None => {
+                            written.tombstones += 1;
+                            written.bytes += name.len();
+                        }
+                    }
+                }
+            }
+            if let (None, Some(producer)) = (via, &self.producer) {
+                producer.flush(BROKER_TIMEOUT)?;
+            }
+            Ok(())
+        })();
+        let failed = self.producer.as_ref().is_some_and(|p| p.context().failed.load(Ordering::Relaxed) > failed_before);
+        match result {
+            Ok(()) if !failed => Ok(written),
+            Ok(()) => {
+                self.partitions.put_back(changed);
+                Err("a changelog record was not delivered (written again with the next ones)".to_string())
+            }
+            Err(e) => {
+                self.partitions.put_back(changed);
+                Err(format!("writing the state changelog: {e}"))
+            }
+        }
+    }
+
+    /// Reads `partition`'s changelog from the start to its end (committed records only) into
+    /// the state. Called before the input partition is read.
+    pub fn restore(&self, partition: i32) -> Result<Restored, Error> {
+        let started = Instant::now();
+        let kafka = |what: &'static str| move |source| Error::Kafka { topic: self.topic.clone(), what, source };
+        let mut config = self.client.clone();
+        config.set("group.id", format!("{}-restore", self.topic));
+        config.set("enable.auto.commit", "false");
+        config.set("enable.partition.eof", "true");
+        config.set("isolation.level", "read_committed");
+        config.set("auto.offset.reset", "earliest");
+        let consumer: BaseConsumer<Logged> = config.create_with_context(Logged("changelog")).map_err(kafka("cannot create its reader"))?;
+        let (low, high) = consumer.fetch_watermarks(&self.topic, partition, BROKER_TIMEOUT).map_err(kafka("cannot read its end offsets"))?;
+        let mut restored = Restored::default();
+        if high <= low {
+            return Ok(restored);
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, partition, Offset::Beginning).map_err(kafka("cannot assign the partition"))?;
+        consumer.assign(&tpl).map_err(kafka("cannot assign the partition"))?;
+        let interner = &self.engine.interner;
+        // Strings interned here are not freed by a sweep before their states are in the store.
+        let _pin = interner.pin();
+        let mut reader = RecordReader::new(interner);
+        let mut last_progress = Instant::now();
+        loop {
+            match consumer.poll(Duration::from_millis(200)) {
+                None => {
+                    if last_progress.elapsed() > BROKER_TIMEOUT {
+                        return Err(Error::Kafka { topic: self.topic.clone(), what: "reading it to its end timed out", source: KafkaError::NoMessageReceived });
+                    }
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
+                Some(Err(e)) => {
+                    tracing::warn!(topic = %self.topic, partition, error = %e, "state changelog: reading (retrying)");
+                }
+                Some(Ok(m)) => {
+                    last_progress = Instant::now();
+                    let record = |message: String| Error::Record { topic: self.topic.clone(), partition, offset: m.offset(), message };
+                    match m.payload() {
+                        Some(value) => {
+                            let (key, state) = reader.read(value).map_err(|e| record(e.to_string()))?;
+                            restored.records += 1;
+                            restored.bytes += value.len();
+                            self.engine.store.restore_newer(key, state);
+                            self.partitions.restored(key, partition);
+                        }
+                        None => {
+                            let key = m.key().and_then(|k| parse_key(interner, k)).ok_or_else(|| record("a tombstone whose key is not cluster/uid".to_string()))?;
+                            restored.tombstones += 1;
+                            if self.partitions.tombstoned(&key, partition) {
+                                self.engine.store.forget(&key);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        self.engine.note_restored_owner_kinds();
+        restored.millis = started.elapsed().as_millis();
+        Ok(restored)
+    }
+
+    /// Partitions taken away: the objects that belong to no partition still held here leave
+    /// the state (their changelog keeps them for the next owner). Returns how many.
+    pub fn give_up(&self, partitions: &[i32]) -> usize {
+        let orphans = self.partitions.give_up(partitions);
+        for k in &orphans {
+            self.engine.store.forget(k);
+        }
+        orphans.len()
+    }
+}
+
+/// The partition count of `topic`; `None` when it does not exist.
+fn partition_count(client: &BaseConsumer<Logged>, topic: &str) -> Result<Option<i32>, KafkaError> {
+    let md = client.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
+    Ok(md.topics().iter().find(|t| t.name() == topic).filter(|t| t.error().is_none() && !t.partitions().is_empty()).map(|t| t.partitions().len() as i32))
+}
+
+/// The object of a record key, `cluster/uid` ([`record_key`]).
+fn parse_key(interner: &crate::state::Interner, key: &[u8]) -> Option<ObjKey> {
+    let text = std::str::from_utf8(key).ok()?;
+    let (cluster, uid) = text.rsplit_once('/')?;
+    let uid = u128::from_str_radix(uid, 16).ok()?;
+    Some(ObjKey::new(interner.intern(cluster), uid))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::Interner;
+
+    #[test]
+    fn a_record_key_reads_back_and_a_malformed_one_is_refused() {
+        let interner = Interner::new();
+        let key = ObjKey::new(interner.intern("eu/prod"), 0xabc);
+        let text = record_key(&interner, &key);
+        assert_eq!(text, "eu/prod/00000000000000000000000000000abc");
+        assert_eq!(parse_key(&interner, text.as_bytes()), Some(key), "a cluster name may hold a slash");
+        for bad in ["no-slash", "c/xyz", "c/"] {
+            assert_eq!(parse_key(&interner, bad.as_bytes()), None, "{bad}");
+        }
+    }
+}

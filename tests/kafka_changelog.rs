@@ -1,0 +1,319 @@
+//! The classify tier on a real broker (docs/scale-out.md): three `serve` processes in one
+//! consumer group over a keyed audit topic, each partition's state in a compacted changelog
+//! topic. The recorded control-plane streams are keyed by the routing rule (the judged copy by
+//! the controller-owner UID, a state-only copy by the object's own UID), and every class
+//! written must be `replay`'s on the same stream, through a SIGKILL of one process, the
+//! rebalances that follow, and a restart of every process from the changelog alone.
+//! Skipped (with `SKIPPED: ...`) only when `KAUSALITY_KAFKA_TESTS=0`.
+#![cfg(feature = "kafka")]
+
+mod kafka_support;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use kafka_support::*;
+use serde_json::Value;
+
+/// The recorded streams of one cluster each (the `dual-*` ones hold two clusters' events in
+/// one file and are left out): fixture name → lines.
+fn fixtures() -> Vec<(String, Vec<String>)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/controlplane");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.strip_suffix(".jsonl").map(String::from))
+        .filter(|n| !n.starts_with("dual-"))
+        .collect();
+    names.sort();
+    names.into_iter().map(|n| (n.clone(), std::fs::read_to_string(dir.join(format!("{n}.jsonl"))).unwrap().lines().map(String::from).collect())).collect()
+}
+
+/// (cluster, auditID) → class of `replay` of each fixture, as its own cluster.
+fn replayed(dir: &Path, fixtures: &[(String, Vec<String>)]) -> HashMap<(String, String), String> {
+    let mut all = HashMap::new();
+    for (name, lines) in fixtures {
+        let file = dir.join(format!("{name}.jsonl"));
+        std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+        let o = Command::new(BIN).args(["replay", "--cluster", name, "--reorder-window", "2s", "--quiet", "--no-progress"]).arg(&file).output().unwrap();
+        assert!(o.status.success(), "replay of {name}: {}", String::from_utf8_lossy(&o.stderr));
+        for l in String::from_utf8(o.stdout).unwrap().lines() {
+            let v: Value = serde_json::from_str(l).unwrap();
+            all.insert((name.clone(), output_key(&v)), v["class"].as_str().unwrap().to_string());
+            if std::env::var("DEBUG_CHANGELOG").is_ok() {
+                println!("REPLAY {name} {} {} {} {} {}", output_key(&v), v["class"], v["verb"], v["object"]["kind"], v["reason"]);
+            }
+        }
+    }
+    all
+}
+
+/// An output's auditID and object UID (a deletecollection writes one output per item, under
+/// the list's auditID).
+fn output_key(v: &Value) -> String {
+    format!("{}/{}", v["auditID"].as_str().unwrap(), v["object"]["uid"].as_str().unwrap_or(""))
+}
+
+/// The routing rule: the judged copy keyed by the controller-owner UID (else the object's own
+/// UID); a state-only copy keyed by the object's own UID when that differs.
+fn routed(line: &str) -> Vec<(String, bool)> {
+    let v: Value = serde_json::from_str(line).unwrap();
+    let obj = &v["responseObject"];
+    let own = obj["metadata"]["uid"].as_str().or(obj["details"]["uid"].as_str()).or(v["objectRef"]["uid"].as_str());
+    let controller = obj["metadata"]["ownerReferences"].as_array().and_then(|refs| refs.iter().find(|r| r["controller"] == true)).and_then(|r| r["uid"].as_str());
+    let name = || format!("{}/{}", v["objectRef"]["namespace"].as_str().unwrap_or(""), v["objectRef"]["name"].as_str().unwrap_or(""));
+    match (controller, own) {
+        (Some(c), Some(o)) if c != o => vec![(c.to_string(), false), (o.to_string(), true)],
+        (Some(c), _) => vec![(c.to_string(), false)],
+        (None, Some(o)) => vec![(o.to_string(), false)],
+        (None, None) => vec![(name(), false)],
+    }
+}
+
+/// Every fixture's messages, keyed, with their cluster and the state-only header.
+fn messages(fixtures: &[(String, Vec<String>)]) -> Vec<Message> {
+    let mut out = Vec::new();
+    for (name, lines) in fixtures {
+        for l in lines {
+            for (key, state_only) in routed(l) {
+                out.push(Message { key, value: l.clone(), cluster: name.clone(), state_only });
+            }
+        }
+    }
+    out
+}
+
+/// The writes the routing rule cannot judge where `replay` does, (cluster, auditID or
+/// object UID): a deletecollection (judged on its first item's partition, its other items'
+/// parents are elsewhere) and every later write of its items (marked being deleted where their
+/// state is not), an eviction (its answer names no pod: keyed by the pod's name, on no
+/// partition of its state) and every later write of the evicted pod, and a `scale` write (a
+/// `Scale` names no owner: keyed by the object's own UID, away from its controller's state).
+/// docs/scale-out.md says what each costs.
+fn routing_limits(fixtures: &[(String, Vec<String>)]) -> std::collections::HashSet<(String, String)> {
+    let mut out = std::collections::HashSet::new();
+    for (name, lines) in fixtures {
+        let mut uids: HashMap<(String, String), String> = HashMap::new();
+        for l in lines {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let (ns, n) = (v["objectRef"]["namespace"].as_str().unwrap_or("").to_string(), v["objectRef"]["name"].as_str().unwrap_or("").to_string());
+            if let Some(uid) = v["responseObject"]["metadata"]["uid"].as_str() {
+                uids.insert((ns.clone(), n.clone()), uid.to_string());
+            }
+            let eviction = v["objectRef"]["subresource"] == "eviction";
+            let scale = v["objectRef"]["subresource"] == "scale";
+            if eviction || scale || v["verb"] == "deletecollection" {
+                out.insert((name.clone(), v["auditID"].as_str().unwrap().to_string()));
+            }
+            for item in v["responseObject"]["items"].as_array().into_iter().flatten() {
+                if let Some(uid) = item["metadata"]["uid"].as_str() {
+                    out.insert((name.clone(), uid.to_string()));
+                }
+            }
+            if eviction {
+                if let Some(uid) = uids.get(&(ns, n)) {
+                    out.insert((name.clone(), uid.clone()));
+                }
+            }
+        }
+    }
+    out
+}
+
+struct Message {
+    key: String,
+    value: String,
+    cluster: String,
+    state_only: bool,
+}
+
+const PARTITIONS: i32 = 6;
+
+fn produce(kafka: &Kafka, topic: &str, msgs: &[Message]) {
+    kafka.produce_with_headers(
+        topic,
+        &msgs
+            .iter()
+            .map(|m| {
+                let mut headers = vec![("cluster".to_string(), m.cluster.clone())];
+                if m.state_only {
+                    headers.push((kausality_stream::route::COPY_HEADER.to_string(), kausality_stream::route::COPY_STATE.to_string()));
+                }
+                (Some(m.key.clone()), m.value.clone().into_bytes(), headers)
+            })
+            .collect::<Vec<_>>(),
+    );
+}
+
+/// The classify tier's pipeline of one process.
+fn classify_pipeline(dir: &Path, kafka: &Kafka, topics: &Topics, member: &str) -> PathBuf {
+    let path = dir.join(format!("classify-{member}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"cluster = "test"
+[options]
+reorder_window = "2s"
+[[sources]]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{input}"]
+group_id = "{group}"
+lag_interval = "1s"
+exactly_once = true
+transactional_id = "{group}-{member}"
+transaction_interval = "300ms"
+revoke_timeout = "20s"
+[sources.changelog]
+topic = "{changelog}"
+[sources.properties]
+"session.timeout.ms" = 6000
+"heartbeat.interval.ms" = 1000
+[[sinks]]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{output}"
+[sinks.properties]
+"transaction.timeout.ms" = 10000
+[metrics]
+listen = "127.0.0.1:0"
+"#,
+            brokers = kafka.brokers,
+            input = topics.input,
+            group = topics.group,
+            changelog = topics.changelog,
+            output = topics.output,
+        ),
+    )
+    .unwrap();
+    path
+}
+
+struct Topics {
+    input: String,
+    output: String,
+    changelog: String,
+    group: String,
+}
+
+/// The classes written for each (cluster, auditID/uid), in order.
+fn written(out: &[Out]) -> HashMap<(String, String), Vec<String>> {
+    let mut seen: HashMap<(String, String), Vec<String>> = HashMap::new();
+    for o in out {
+        let cluster = o.value["cluster"].as_str().unwrap().to_string();
+        seen.entry((cluster, output_key(&o.value))).or_default().push(o.value["class"].as_str().unwrap().to_string());
+    }
+    seen
+}
+
+fn all_committed(kafka: &Kafka, t: &Topics) -> bool {
+    let ends = kafka.end_offsets(&t.input, PARTITIONS);
+    kafka.committed(&t.group, &t.input, PARTITIONS).iter().zip(&ends).all(|(c, e)| *c == Some(*e))
+}
+
+/// Three processes; one killed mid-stream (its partitions move to the others with their
+/// state); then every process stopped and two new ones started, with nothing but the
+/// changelog: every class equals `replay`'s, none is missing, none is written twice.
+#[test]
+fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_changelog() {
+    if !enabled("three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_changelog") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let dir = temp_dir("changelog");
+    let t = Topics { input: kafka.unique("audit"), output: kafka.unique("enriched"), changelog: kafka.unique("state"), group: kafka.unique("classify") };
+    kafka.create_topic(&t.input, PARTITIONS);
+    kafka.create_topic(&t.output, PARTITIONS);
+    let fixtures = fixtures();
+    let limits = routing_limits(&fixtures);
+    let limited = |k: &(String, String)| {
+        let (id, uid) = k.1.split_once('/').unwrap_or((&k.1, ""));
+        limits.contains(&(k.0.clone(), id.to_string())) || limits.contains(&(k.0.clone(), uid.to_string()))
+    };
+    let expected: HashMap<_, _> = replayed(&dir, &fixtures).into_iter().filter(|(k, _)| !limited(k)).collect();
+    let msgs = messages(&fixtures);
+    let (first, rest) = msgs.split_at(msgs.len() / 2);
+    let (second, third) = rest.split_at(rest.len() / 2);
+    produce(&kafka, &t.input, first);
+
+    let mut members: Vec<Serve> = ["a", "b", "c"].iter().map(|m| Serve::start(&classify_pipeline(&dir, &kafka, &t, m))).collect();
+    let delivered = |s: &Serve| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.metric("kausality_sink_events_total", &["sink=\"kafka\""]))).unwrap_or(0.0);
+    wait_or_explain("outputs of the first part", 120, || members.iter().map(delivered).sum::<f64>() > 100.0, || members.iter().map(Serve::explain).collect());
+    // SIGKILL: its open transaction (outputs, changelog records, offsets) is aborted; the
+    // others take its partitions and restore their state from the changelog.
+    if std::env::var("DEBUG_CHANGELOG_NO_KILL").is_err() {
+        members.remove(0).kill();
+    }
+    produce(&kafka, &t.input, second);
+    wait_or_explain("every message of two parts committed after the kill", 180, || all_committed(&kafka, &t), || members.iter().map(Serve::explain).collect());
+    for s in members.drain(..) {
+        if std::env::var("DEBUG_CHANGELOG").is_ok() {
+            for v in s.logs().iter().filter(|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR"))) {
+                println!("LOG {v}");
+            }
+        }
+        let (code, _) = s.terminate();
+        assert_eq!(code, 0, "a clean stop");
+    }
+    // Everything again from the changelog alone: two fresh processes, no snapshot files.
+    let fresh = temp_dir("changelog-fresh");
+    produce(&kafka, &t.input, third);
+    let members: Vec<Serve> = ["d", "e"].iter().map(|m| Serve::start(&classify_pipeline(&fresh, &kafka, &t, m))).collect();
+    wait_or_explain("every message committed after the restart", 180, || all_committed(&kafka, &t), || members.iter().map(Serve::explain).collect());
+    let restored: usize = members
+        .iter()
+        .flat_map(|s| s.logs())
+        .filter(|v| v["fields"]["message"] == "kafka source: partition state restored from the changelog")
+        .map(|v| v["fields"]["records"].as_u64().unwrap_or(0) as usize)
+        .sum();
+    assert!(restored > 0, "the fresh processes restored state from the changelog");
+
+    let out = kafka.read_until(&t.output, Duration::from_secs(5), |_| false);
+    if std::env::var("DEBUG_CHANGELOG").is_ok() {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::message::Message as _;
+        for topic in [&t.changelog, &t.input] {
+            let c: BaseConsumer = rdkafka::ClientConfig::new().set("bootstrap.servers", &kafka.brokers).set("group.id", kafka.unique("dbg")).set("auto.offset.reset", "earliest").set("isolation.level", "read_committed").create().unwrap();
+            c.subscribe(&[topic.as_str()]).unwrap();
+            let mut last = std::time::Instant::now();
+            while last.elapsed() < Duration::from_secs(3) {
+                if let Some(Ok(m)) = c.poll(Duration::from_millis(100)) {
+                    last = std::time::Instant::now();
+                    let v = m.payload().map(|p| if topic == &t.input { serde_json::from_slice::<Value>(p).ok().map(|v| format!("{} {} {}", v["verb"], v["objectRef"]["resource"], v["objectRef"]["name"])).unwrap_or_default() } else { format!("{}B", p.len()) });
+                    println!("DUMP {} {} {} {:?} {:?}", if topic == &t.input { "in" } else { "cl" }, m.partition(), m.offset(), m.key().map(|k| String::from_utf8_lossy(k).to_string()), v);
+                }
+            }
+        }
+    }
+    let seen: HashMap<_, _> = written(&out).into_iter().filter(|(k, _)| !limited(k)).collect();
+    if std::env::var("DEBUG_CHANGELOG").is_ok() {
+        for o in &out {
+            println!("OUT {} {} {} {} {} {}", o.value["cluster"], output_key(&o.value), o.value["class"], o.value["verb"], o.value["object"]["kind"], o.value["reason"]);
+        }
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, c)| c.len() > 1).map(|(k, _)| k).take(5).collect();
+    assert!(twice.is_empty(), "exactly-once: outputs written twice, e.g. {twice:?}");
+    let missing_all: Vec<_> = expected.iter().filter(|(k, _)| !seen.contains_key(*k)).collect();
+    let mut by_class: HashMap<&str, usize> = HashMap::new();
+    missing_all.iter().for_each(|(_, c)| *by_class.entry(c.as_str()).or_default() += 1);
+    let mut wrong_by: HashMap<(String, String), usize> = HashMap::new();
+    for (k, c) in &seen {
+        if expected.get(k) != Some(&c[0]) {
+            *wrong_by.entry((expected.get(k).cloned().unwrap_or_else(|| "(none)".into()), c[0].clone())).or_default() += 1;
+        }
+    }
+    println!("changelog: missing {} by replay's class {by_class:?}; differing (replay's, written): {wrong_by:?}", missing_all.len());
+    let missing: Vec<_> = missing_all.iter().map(|(k, _)| k).take(5).collect();
+    assert!(missing.is_empty(), "classified by replay, missing downstream, e.g. {missing:?}");
+    let wrong: Vec<_> = seen.iter().filter(|(k, c)| expected.get(*k) != Some(&c[0])).map(|(k, c)| (k.clone(), c[0].clone(), expected.get(k).cloned())).take(10).collect();
+    println!("changelog: {} outputs, {} expected, {restored} records restored by the fresh processes", out.len(), expected.len());
+    assert!(wrong.is_empty(), "classes that differ from replay's (key, class, replay's): {wrong:?}");
+    for s in members {
+        let (code, _) = s.terminate();
+        assert_eq!(code, 0);
+    }
+    kafka.delete_topics(&[&t.input, &t.output, &t.changelog]);
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&fresh).unwrap();
+}

@@ -289,7 +289,8 @@ mod client {
     where
         C::DeliveryOpaque: Default,
     {
-        let mut record = rdkafka::producer::BaseRecord::<[u8], [u8], C::DeliveryOpaque>::with_opaque_to(topic, Default::default()).partition(partition).key(key);
+        let mut record =
+            rdkafka::producer::BaseRecord::<[u8], [u8], C::DeliveryOpaque>::with_opaque_to(topic, Default::default()).partition(partition).key(key);
         if let Some(v) = value {
             record = record.payload(v);
         }

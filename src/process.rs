@@ -164,8 +164,6 @@ impl Decoded {
             }
         }
     }
-
-
 }
 
 impl Decoder {

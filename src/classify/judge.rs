@@ -229,7 +229,7 @@ impl Engine {
             event.parent = Some(parent_out);
             return (event, origin_state);
         };
-        let namespace_teardown = self.namespace_teardown(w.cluster, child.namespace, &mut p);
+        let namespace_teardown = self.namespace_teardown(w.scope, child.namespace, &mut p);
         let identity = identify(w.user, updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);
         parent_out.generation = (p.facts.generation != 0).then_some(p.facts.generation);

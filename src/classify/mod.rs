@@ -130,7 +130,9 @@ impl Engine {
         if &*self.interner.resolve(kind) != "Namespace" || &*self.interner.resolve(api_version) != "v1" || f.name.is_empty() {
             return;
         }
-        let key = (self.interner.resolve(w.cluster), Arc::<str>::from(&*f.name));
+        // By the write's scope: with a state kept per partition, a partition knows of the
+        // deletions its own messages showed, whichever partitions its process also holds.
+        let key = (self.interner.resolve(w.scope), Arc::<str>::from(&*f.name));
         if f.deleting || f.gone {
             let horizon = w.time_us.saturating_sub(self.tombstone_ttl_us);
             self.terminating_namespaces.retain(|_, since| *since >= horizon);

@@ -127,6 +127,14 @@ fn decode_each<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: S
     for (i, item) in items.into_iter().enumerate() {
         let item_key = format!("{key}[{i}]");
         errors.anchor(item_key.clone(), item.span().start);
+        // Its own tables too (`[sources.changelog]`): a mistake in one names its line.
+        if let DeValue::Table(t) = item.get_ref() {
+            for (k, v) in t.iter() {
+                if matches!(v.get_ref(), DeValue::Table(_)) {
+                    errors.anchor(format!("{item_key}.{}", k.get_ref()), k.span().start);
+                }
+            }
+        }
         if let Some(v) = decode(errors, &item_key, item) {
             out.push((i, v));
         }

@@ -101,6 +101,23 @@ impl ProducerContext for Counted {
     }
 }
 
+/// The restoring reader's context: reaching the end of the partition is what it waits for,
+/// not an error to log.
+struct Restoring;
+
+impl ClientContext for Restoring {
+    fn log(&self, level: RDKafkaLogLevel, fac: &str, message: &str) {
+        client::log("changelog", level, fac, message)
+    }
+    fn error(&self, e: KafkaError, reason: &str) {
+        if !matches!(e, KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)) {
+            client::error("changelog", e, reason)
+        }
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for Restoring {}
+
 impl Changelog {
     /// The changelog of the Kafka source `cfg` (whose `changelog` is set and on). With
     /// `exactly_once`, records go through the transaction; else through a producer of its own.
@@ -120,7 +137,11 @@ impl Changelog {
                     config.set(k, v.to_string());
                 }
             }
-            let p = config.create_with_context(Counted { failed: AtomicU64::new(0) }).map_err(|source| Error::Kafka { topic: topic.clone(), what: "cannot create its producer", source })?;
+            let p = config.create_with_context(Counted { failed: AtomicU64::new(0) }).map_err(|source| Error::Kafka {
+                topic: topic.clone(),
+                what: "cannot create its producer",
+                source,
+            })?;
             Some(p)
         };
         engine.store.keep_journal();
@@ -247,7 +268,7 @@ impl Changelog {
         config.set("enable.partition.eof", "true");
         config.set("isolation.level", "read_committed");
         config.set("auto.offset.reset", "earliest");
-        let consumer: BaseConsumer<Logged> = config.create_with_context(Logged("changelog")).map_err(kafka("cannot create its reader"))?;
+        let consumer: BaseConsumer<Restoring> = config.create_with_context(Restoring).map_err(kafka("cannot create its reader"))?;
         let (low, high) = consumer.fetch_watermarks(&self.topic, partition, BROKER_TIMEOUT).map_err(kafka("cannot read its end offsets"))?;
         let mut restored = Restored::default();
         if high <= low {
@@ -284,7 +305,8 @@ impl Changelog {
                             self.partitions.restored(key, partition);
                         }
                         None => {
-                            let key = m.key().and_then(|k| parse_key(interner, k)).ok_or_else(|| record("a tombstone whose key is not cluster/uid".to_string()))?;
+                            let key =
+                                m.key().and_then(|k| parse_key(interner, k)).ok_or_else(|| record("a tombstone whose key is not cluster/uid".to_string()))?;
                             restored.tombstones += 1;
                             if self.partitions.tombstoned(&key, partition) {
                                 self.engine.store.forget(&key);

@@ -169,7 +169,7 @@ impl Kafka {
     }
 
     /// Produces each (key, value, headers) and waits until all are delivered.
-    pub fn produce_with_headers(&self, topic: &str, messages: &[(Option<String>, Vec<u8>, Vec<(String, String)>)]) {
+    pub fn produce_with_headers(&self, topic: &str, messages: &[Keyed]) {
         let p: ThreadedProducer<Delivery> = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             .set("linger.ms", "5")
@@ -255,6 +255,9 @@ impl Kafka {
         (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
     }
 }
+
+/// A message with a key and headers: (key, value, (header, value)s).
+pub type Keyed = (Option<String>, Vec<u8>, Vec<(String, String)>);
 
 /// The test producer's delivery reports: every failure is kept, so that a message lost on its
 /// way into a topic fails the test where it happened.

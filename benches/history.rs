@@ -5,6 +5,7 @@
 //!
 //! ```sh
 //! cargo bench --bench history
+//! cargo bench --bench history -- --cpu 5   # CPU time per event, robust to other load
 //! ```
 //!
 //! Figures: events/s of each (criterion's throughput), and, printed first, the bytes on disk
@@ -18,7 +19,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{black_box, criterion_group, BatchSize, Criterion, Throughput};
 use kausality_stream::classify::{Engine, EngineOptions};
 use kausality_stream::config::ModelConfig;
 use kausality_stream::corpus::{generate, CorpusOptions};
@@ -72,8 +73,12 @@ fn fresh(dir: &Path, name: &str) -> PathBuf {
 }
 
 fn sqlite_write(path: &Path, events: &[Enriched]) -> Store {
+    sqlite_write_by(path, events, BATCH)
+}
+
+fn sqlite_write_by(path: &Path, events: &[Enriched], batch: usize) -> Store {
     let mut store = Store::open(path, Retention { max_age: Duration::ZERO, max_bytes: 0 }).unwrap();
-    for chunk in events.chunks(BATCH) {
+    for chunk in events.chunks(batch) {
         store.write(&[chunk]).unwrap();
     }
     store
@@ -166,5 +171,64 @@ fn bench(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// CPU seconds (user and system) this process has used, from /proc (Linux).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // Fields after the command name (which may hold spaces): utime and stime are the 12th and
+    // 13th of them, in clock ticks (100 per second on Linux).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest.split_whitespace().map(|x| x.parse().unwrap_or(0.0)).collect();
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+}
+
+/// `cargo bench --bench history -- --cpu [ROUNDS]`: the SQLite writer's CPU time per event
+/// (user and system, this process), over ROUNDS new stores (default 5) of the same events,
+/// next to the JSON floor's. CPU time, unlike events/s, hardly moves with the load of other
+/// processes on the machine: the figure that says whether the writer keeps up with the
+/// processor on a core of its own.
+fn cpu_mode(rounds: usize) {
+    let dir = std::env::temp_dir().join(format!("ks-bench-history-cpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let events = enriched(20_000);
+    let n = (events.len() * rounds) as f64;
+    let (cpu0, wall0) = (cpu_seconds(), std::time::Instant::now());
+    let mut out = Vec::with_capacity(1 << 16);
+    for _ in 0..rounds {
+        for e in &events {
+            out.clear();
+            e.write_json(&mut out);
+        }
+    }
+    let json_cpu = cpu_seconds() - cpu0;
+    let json_wall = wall0.elapsed().as_secs_f64();
+    let (cpu0, wall0) = (cpu_seconds(), std::time::Instant::now());
+    let batch = std::env::var("HISTORY_BATCH").ok().and_then(|b| b.parse().ok()).unwrap_or(BATCH);
+    let mut objects = 0;
+    for _ in 0..rounds {
+        let store = sqlite_write_by(&fresh(&dir, "cpu.db"), &events, batch);
+        objects = store.connection().query_row("SELECT count(*) FROM objects", [], |r| r.get::<_, i64>(0)).unwrap();
+    }
+    let cpu = cpu_seconds() - cpu0;
+    let wall = wall0.elapsed().as_secs_f64();
+    println!(
+        "history cpu: {} events ({objects} objects) x {rounds}, {batch} per transaction: SQLite writer {:.1} us CPU per event ({:.0} events/s wall); JSON floor {:.2} us CPU per event ({:.0} events/s wall)",
+        events.len(),
+        cpu / n * 1e6,
+        n / wall,
+        json_cpu / n * 1e6,
+        n / json_wall
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--cpu") {
+        cpu_mode(args.get(i + 1).and_then(|r| r.parse().ok()).unwrap_or(5));
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

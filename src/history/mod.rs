@@ -59,6 +59,7 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
         // Before any table exists: incremental vacuum lets retention give pages back to the
         // file system (docs/history.md "Retention").
         conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;").map_err(err)?;
+        conn.execute_batch(schema::DROPPED).map_err(err)?;
         conn.execute_batch(schema::SQL).map_err(err)?;
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).map_err(err)?;
     }

@@ -7,14 +7,16 @@
 //! it undoes; `meta.oldest_us`/`newest_us` follow. A transaction is all or nothing: a store
 //! that cannot write (a full disk) keeps no part of the batches, which are held and tried
 //! again. The same auditID on the same object is written once (the unique index
-//! `mutations_by_audit`), so replaying a log twice, or a batch the API server sent again,
+//! `mutations_by_time_audit`: an audit event keeps its stageTimestamp), so replaying a log twice, or a batch the API server sent again,
 //! adds nothing.
 
+use std::collections::HashMap;
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 use super::retention::{self, Retained, Retention};
 use super::{Error, Mode, Result};
@@ -43,10 +45,30 @@ ON CONFLICT (cluster, uid) DO UPDATE SET
                       THEN excluded.deleted_us ELSE deleted_us END
 RETURNING id";
 
+/// A new object's row; nothing when the store already has it (then [`UPSERT_OBJECT`]).
+const INSERT_OBJECT: &str = "
+INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version,
+                     parent_kind, parent_name, first_us, last_us)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+ON CONFLICT (cluster, uid) DO NOTHING";
+
 const INSERT_MUTATION: &str = "
 INSERT INTO mutations (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-ON CONFLICT (audit_id, object_id) DO NOTHING";
+ON CONFLICT (time_us, audit_id, object_id) DO NOTHING";
+
+/// A known object's times, once per object per transaction (its identity unchanged).
+const TOUCH_OBJECT: &str = "UPDATE objects SET first_us = min(first_us, ?2), last_us = max(last_us, ?3) WHERE id = ?1";
+
+/// The tombstone of a known object whose identity and owner are unchanged: no column of an
+/// index is set, so no index entry is rewritten (the upsert sets them all).
+const TOMBSTONE_OBJECT: &str = "
+UPDATE objects SET
+    first_us = min(first_us, ?2), last_us = max(last_us, ?2),
+    deleted_by = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?3 ELSE deleted_by END,
+    deleted_audit_id = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?4 ELSE deleted_audit_id END,
+    deleted_us = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?2 ELSE deleted_us END
+WHERE id = ?1";
 
 const INSERT_REVERT: &str = "INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)";
 
@@ -77,7 +99,28 @@ pub struct Store {
     json: Vec<u8>,
     /// Newest `stageTimestamp` written: the time of an event whose timestamp cannot be read.
     newest_us: i64,
+    /// Objects whose row the writer knows, by (cluster, UID): a write that changes nothing of
+    /// its row but the times skips the upsert (which rewrites the row and two index entries)
+    /// and only moves the times, once per object per transaction (`touched`). Emptied when a
+    /// transaction fails (its rows are gone), after retention removed objects, and when full.
+    known: HashMap<u128, Known>,
+    /// Times of known objects written in the transaction under way: id → (first, last).
+    touched: HashMap<i64, (i64, i64)>,
 }
+
+/// What the writer knows of an object's row.
+#[derive(Clone, Copy, Debug)]
+struct Known {
+    id: i64,
+    /// Hash of apiVersion, kind, namespace and name as the row holds them.
+    identity: u64,
+    /// Hash of the controller owner the row holds, if any.
+    parent: Option<u64>,
+}
+
+/// Most objects the writer keeps in [`Store::known`] (about 64 bytes each with the map's share): past it, the map
+/// starts again empty and fills with the objects written next.
+const KNOWN_MAX: usize = 1 << 18;
 
 impl Store {
     /// Opens (or creates) the store at `path` for writing.
@@ -94,10 +137,15 @@ impl Store {
             "PRAGMA journal_size_limit = {wal}; PRAGMA wal_autocheckpoint = {pages}; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384;"
         ))
         .map_err(err)?;
+        // The writer keeps the references right itself (a mutation's object is the row it has
+        // just upserted or inserted, a revert's mutation the row just inserted; retention
+        // removes reverts, mutations and objects together): SQLite's check of each reference
+        // (a lookup per row written, on by default in this build) is left out.
+        conn.execute_batch("PRAGMA foreign_keys = OFF").map_err(err)?;
         conn.set_prepared_statement_cache_capacity(16);
         let newest_us =
             conn.query_row("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'newest_us'", [], |r| r.get(0)).optional().map_err(err)?.unwrap_or(0);
-        Ok(Store { conn, path: path.to_path_buf(), retention, json: Vec::with_capacity(4096), newest_us })
+        Ok(Store { conn, path: path.to_path_buf(), retention, json: Vec::with_capacity(4096), newest_us, known: HashMap::new(), touched: HashMap::new() })
     }
 
     pub fn path(&self) -> &Path {
@@ -114,10 +162,21 @@ impl Store {
 
     /// Writes `batches` in one transaction: all of them, or (on an error) none.
     pub fn write<B: Deref<Target = [Enriched]>>(&mut self, batches: &[B]) -> Result<Written> {
+        let result = self.write_tx(batches);
+        if result.is_err() {
+            // The rows of the rolled-back transaction, new objects among them, are gone.
+            self.known.clear();
+        }
+        self.touched.clear();
+        result
+    }
+
+    fn write_tx<B: Deref<Target = [Enriched]>>(&mut self, batches: &[B]) -> Result<Written> {
         let mut written = Written::default();
         let mut newest = self.newest_us;
         let path = &self.path;
         let tx = self.conn.transaction().map_err(|e| sqlite_err(path, e))?;
+        let mut rows = Rows { known: &mut self.known, touched: &mut self.touched, json: &mut self.json };
         let result = (|| -> rusqlite::Result<(i64, i64)> {
             let mut oldest = i64::MAX;
             for batch in batches {
@@ -126,12 +185,16 @@ impl Store {
                     oldest = oldest.min(time_us);
                     newest = newest.max(time_us);
                     written.events += 1;
-                    if insert(&tx, e, time_us, &mut self.json)? {
+                    if rows.insert(&tx, e, time_us)? {
                         written.mutations += 1;
                     } else {
                         written.duplicates += 1;
                     }
                 }
+            }
+            let mut touch = tx.prepare_cached(TOUCH_OBJECT)?;
+            for (id, (first, last)) in rows.touched.iter() {
+                touch.execute(params![id, first, last])?;
             }
             Ok((oldest, newest))
         })();
@@ -146,7 +209,12 @@ impl Store {
 
     /// Applies the retention (age, then size): see [`retention`].
     pub fn retain(&mut self) -> Result<Retained> {
-        retention::retain(&mut self.conn, &self.retention).map_err(|e| self.err(e))
+        let retained = retention::retain(&mut self.conn, &self.retention);
+        if !matches!(retained, Ok(Retained { objects: 0, .. })) {
+            // Rows of known objects may be gone.
+            self.known.clear();
+        }
+        retained.map_err(|e| self.err(e))
     }
 
     /// Bytes of the store on disk: the database and its WAL.
@@ -177,67 +245,147 @@ fn removes(e: &Enriched) -> bool {
     e.verb.is_delete() || e.subresource == Some("eviction")
 }
 
-/// One enriched event's rows; false when the mutation was already in the store.
-fn insert(tx: &Transaction<'_>, e: &Enriched, time_us: i64, json: &mut Vec<u8>) -> rusqlite::Result<bool> {
-    let o = &e.object;
-    let p = e.parent.as_ref();
-    let gone = removes(e);
-    // An object without a UID (an API server that left it out) is known by its name.
-    let named_uid;
-    let uid: &str = if o.uid.is_empty() {
-        named_uid = format!("name:{}/{}/{}/{}", o.api_version, o.kind, o.namespace, o.name);
-        &named_uid
-    } else {
-        &o.uid
-    };
-    let object_id: i64 = tx.prepare_cached(UPSERT_OBJECT)?.query_row(
-        params![
-            &*e.cluster,
-            uid,
-            &*o.api_version,
-            &*o.kind,
-            &*o.namespace,
-            o.name.as_str(),
-            p.map(|p| &*p.uid),
-            p.map(|p| &*p.api_version),
-            p.map(|p| &*p.kind),
-            p.map(|p| p.name.as_str()),
+/// What writing one transaction's rows keeps between events.
+struct Rows<'a> {
+    known: &'a mut HashMap<u128, Known>,
+    touched: &'a mut HashMap<i64, (i64, i64)>,
+    json: &'a mut Vec<u8>,
+}
+
+fn hash_fields(fields: &[&str]) -> u64 {
+    let mut bytes = Vec::with_capacity(128);
+    for f in fields {
+        bytes.extend_from_slice(f.as_bytes());
+        bytes.push(0);
+    }
+    xxh3_64(&bytes)
+}
+
+impl Rows<'_> {
+    /// One enriched event's rows; false when the mutation was already in the store.
+    fn insert(&mut self, tx: &Transaction<'_>, e: &Enriched, time_us: i64) -> rusqlite::Result<bool> {
+        let object_id = self.object(tx, e, time_us)?;
+        let json = &mut *self.json;
+        json.clear();
+        e.write_json(json);
+        let event = std::str::from_utf8(json).map_err(|err| rusqlite::Error::Utf8Error(10, err))?;
+        let reverts = e.reverts.as_deref().unwrap_or_default();
+        let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
+        let added = tx.prepare_cached(INSERT_MUTATION)?.execute(params![
+            object_id,
             time_us,
-            gone.then_some(time_us),
-            gone.then_some(&*e.user),
-            gone.then_some(&*e.audit_id),
-        ],
-        |r| r.get(0),
-    )?;
-    json.clear();
-    e.write_json(json);
-    let event = std::str::from_utf8(json).map_err(|err| rusqlite::Error::Utf8Error(10, err))?;
-    let reverts = e.reverts.as_deref().unwrap_or_default();
-    let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
-    let added = tx.prepare_cached(INSERT_MUTATION)?.execute(params![
-        object_id,
-        time_us,
-        &*e.audit_id,
-        e.verb.as_str(),
-        e.subresource,
-        &*e.user,
-        e.class.as_str(),
-        e.resolution.map(|r| r.as_str()),
-        e.policy.as_deref(),
-        person,
-        event,
-    ])?;
-    if added == 0 {
-        return Ok(false);
-    }
-    if !reverts.is_empty() {
-        let mutation_id = tx.last_insert_rowid();
-        let mut stmt = tx.prepare_cached(INSERT_REVERT)?;
-        for r in reverts {
-            stmt.execute(params![mutation_id, &*r.audit_id])?;
+            &*e.audit_id,
+            e.verb.as_str(),
+            e.subresource,
+            &*e.user,
+            e.class.as_str(),
+            e.resolution.map(|r| r.as_str()),
+            e.policy.as_deref(),
+            person,
+            event,
+        ])?;
+        if added == 0 {
+            return Ok(false);
         }
+        if !reverts.is_empty() {
+            let mutation_id = tx.last_insert_rowid();
+            let mut stmt = tx.prepare_cached(INSERT_REVERT)?;
+            for r in reverts {
+                stmt.execute(params![mutation_id, &*r.audit_id])?;
+            }
+        }
+        Ok(true)
     }
-    Ok(true)
+
+    /// The id of the event's object's row. For a known object whose identity and owner are
+    /// what the row holds: its times noted (written at the end of the transaction), or its
+    /// tombstone set. Else the row inserted (a new object) or upserted.
+    fn object(&mut self, tx: &Transaction<'_>, e: &Enriched, time_us: i64) -> rusqlite::Result<i64> {
+        let o = &e.object;
+        let p = e.parent.as_ref();
+        let gone = removes(e);
+        // An object without a UID (an API server that left it out) is known by its name.
+        let named_uid;
+        let uid: &str = if o.uid.is_empty() {
+            named_uid = format!("name:{}/{}/{}/{}", o.api_version, o.kind, o.namespace, o.name);
+            &named_uid
+        } else {
+            &o.uid
+        };
+        let key = {
+            let mut k = Vec::with_capacity(e.cluster.len() + uid.len() + 1);
+            k.extend_from_slice(e.cluster.as_bytes());
+            k.push(0);
+            k.extend_from_slice(uid.as_bytes());
+            xxh3_128(&k)
+        };
+        let identity = hash_fields(&[&o.api_version, &o.kind, &o.namespace, o.name.as_str()]);
+        let parent = p.map(|p| hash_fields(&[&p.uid, &p.api_version, &p.kind, p.name.as_str()]));
+        if let Some(&Known { id, identity: known_identity, parent: known_parent }) = self.known.get(&key) {
+            if known_identity == identity && (parent.is_none() || parent == known_parent) {
+                if gone {
+                    tx.prepare_cached(TOMBSTONE_OBJECT)?.execute(params![id, time_us, &*e.user, &*e.audit_id])?;
+                } else {
+                    let t = self.touched.entry(id).or_insert((time_us, time_us));
+                    t.0 = t.0.min(time_us);
+                    t.1 = t.1.max(time_us);
+                }
+                return Ok(id);
+            }
+        }
+        // Not known and not removed: most often a new object, inserted without the upsert's
+        // RETURNING (a result table per statement).
+        if !gone && !self.known.contains_key(&key) {
+            let added = tx.prepare_cached(INSERT_OBJECT)?.execute(params![
+                &*e.cluster,
+                uid,
+                &*o.api_version,
+                &*o.kind,
+                &*o.namespace,
+                o.name.as_str(),
+                p.map(|p| &*p.uid),
+                p.map(|p| &*p.api_version),
+                p.map(|p| &*p.kind),
+                p.map(|p| p.name.as_str()),
+                time_us,
+            ])?;
+            if added == 1 {
+                let id = tx.last_insert_rowid();
+                self.remember(key, Known { id, identity, parent });
+                return Ok(id);
+            }
+        }
+        let id: i64 = tx.prepare_cached(UPSERT_OBJECT)?.query_row(
+            params![
+                &*e.cluster,
+                uid,
+                &*o.api_version,
+                &*o.kind,
+                &*o.namespace,
+                o.name.as_str(),
+                p.map(|p| &*p.uid),
+                p.map(|p| &*p.api_version),
+                p.map(|p| &*p.kind),
+                p.map(|p| p.name.as_str()),
+                time_us,
+                gone.then_some(time_us),
+                gone.then_some(&*e.user),
+                gone.then_some(&*e.audit_id),
+            ],
+            |r| r.get(0),
+        )?;
+        // The row keeps an owner once it had one (coalesce): so does what is known of it.
+        let parent = parent.or_else(|| self.known.get(&key).and_then(|k| k.parent));
+        self.remember(key, Known { id, identity, parent });
+        Ok(id)
+    }
+
+    fn remember(&mut self, key: u128, known: Known) {
+        if self.known.len() >= KNOWN_MAX {
+            self.known.clear();
+        }
+        self.known.insert(key, known);
+    }
 }
 
 /// Where the writer thread takes batches from: the sink's tokio queue, or replay's channel.

@@ -7,7 +7,10 @@
 #   - the audit policy: shape, a comment per rule, and the level chosen for sample requests;
 #   - docker-compose.yml, Dockerfile and .dockerignore (structure, files, ports);
 #   - the kustomize tree: it builds, and its objects agree with each other and with
-#     pipeline.toml, the webhook kubeconfig and the Grafana provisioning files.
+#     pipeline.toml, the webhook kubeconfig and the Grafana provisioning files;
+#   - the scale-out trees (deploy/kubernetes/scale-out/ingest and .../classify): each builds,
+#     its objects agree with each other and with its pipeline.toml, which is a copy of
+#     pipelines/ingest.toml or pipelines/classify.toml, and the two tiers agree on the topic.
 #
 # Installs promtool from Debian's `prometheus` package when missing (idempotent; the package's
 # daemon is kept from starting). Exits non-zero if any check fails.
@@ -37,17 +40,18 @@ run() {
 # shellcheck source=scripts/lib/prometheus.sh
 . scripts/lib/prometheus.sh
 
-# kustomize build of deploy/kubernetes into $1: kubectl's built-in kustomize, a standalone
-# kustomize, or (with Go) kustomize from the Go module proxy.
+# kustomize build of the tree $2 (default deploy/kubernetes) into $1: kubectl's built-in
+# kustomize, a standalone kustomize, or (with Go) kustomize from the Go module proxy.
 kustomize_build() {
+  local dir=${2:-deploy/kubernetes}
   if command -v kubectl >/dev/null 2>&1; then
-    kubectl kustomize deploy/kubernetes >"$1"
+    kubectl kustomize "$dir" >"$1"
   elif command -v kustomize >/dev/null 2>&1; then
-    kustomize build deploy/kubernetes >"$1"
+    kustomize build "$dir" >"$1"
   elif command -v go >/dev/null 2>&1; then
-    go run sigs.k8s.io/kustomize/kustomize/v5@v5.5.0 build deploy/kubernetes >"$1"
+    go run sigs.k8s.io/kustomize/kustomize/v5@v5.5.0 build "$dir" >"$1"
   else
-    echo "no kubectl, kustomize or go to build deploy/kubernetes" >&2
+    echo "no kubectl, kustomize or go to build $dir" >&2
     return 1
   fi
 }
@@ -100,6 +104,15 @@ if run "kustomize build" kustomize_build "$tmp/kubernetes.yaml"; then
 else
   run "kubernetes objects (parse only)" python3 scripts/check-kubernetes.py
 fi
+
+step "kustomize: scale-out tiers"
+for tier in ingest classify; do
+  if run "kustomize build $tier" kustomize_build "$tmp/$tier.yaml" "deploy/kubernetes/scale-out/$tier"; then
+    run "$tier objects" python3 scripts/check-kubernetes.py --tier "$tier" --built "$tmp/$tier.yaml"
+  else
+    run "$tier objects (parse only)" python3 scripts/check-kubernetes.py --tier "$tier"
+  fi
+done
 
 echo
 if [ "${#failures[@]}" -gt 0 ]; then

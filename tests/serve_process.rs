@@ -292,7 +292,15 @@ fn shipped_pipelines_have_only_the_keys_serve_knows() {
     // The deploy files name TLS files and directories of the target machine; everything else
     // must be right here.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    for file in ["pipelines/default.toml", "pipelines/webhook-tls.toml", "pipelines/ingest.toml", "deploy/kubernetes/pipeline.toml"] {
+    for file in [
+        "pipelines/default.toml",
+        "pipelines/webhook-tls.toml",
+        "pipelines/ingest.toml",
+        "pipelines/classify.toml",
+        "deploy/kubernetes/pipeline.toml",
+        "deploy/kubernetes/scale-out/ingest/pipeline.toml",
+        "deploy/kubernetes/scale-out/classify/pipeline.toml",
+    ] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
         if let Err(e) = kausality_stream::pipeline::load_str(file, &text) {
             let real: Vec<_> = e.0.iter().filter(|e| !e.message.starts_with("cannot read") && !e.message.starts_with("directory")).collect();

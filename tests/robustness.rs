@@ -177,6 +177,17 @@ fn apply(line: &str, d: &Damage) -> Option<Vec<u8>> {
 }
 
 /// The UID of the object the event writes, as recorded.
+/// The verb of the recorded event with this auditID.
+fn verb_of(audit_id: &str) -> Option<&'static str> {
+    let line = stream().iter().find(|l| l.contains(audit_id))?;
+    let v: Value = serde_json::from_str(line).ok()?;
+    match v.get("verb").and_then(Value::as_str)? {
+        "delete" => Some("delete"),
+        "deletecollection" => Some("deletecollection"),
+        _ => Some("other"),
+    }
+}
+
 fn object_uid(line: &str) -> Option<String> {
     let v: Value = serde_json::from_str(line).ok()?;
     v.pointer("/responseObject/metadata/uid").or(v.pointer("/objectRef/uid")).and_then(Value::as_str).map(str::to_string)
@@ -199,10 +210,25 @@ proptest! {
         let damaged_id = common::audit_id(&s[which]);
         let damaged_uid = object_uid(&s[which]);
         for (id, uid) in reference() {
-            if *id == damaged_id || Some(uid) == damaged_uid.as_ref() {
+            if *id == damaged_id || Some(uid) == damaged_uid.as_ref() || got.contains(id.as_str()) {
                 continue;
             }
-            prop_assert!(got.contains(id.as_str()), "{id} (object {uid}) was classified without the damage to line {}: {d:?}", which + 1);
+            // One exception, which no input can avoid: a node's final delete and a long
+            // deletecollection that set the object's deletionTimestamp, completed further apart
+            // than the reorder window. Which is applied first hangs on whether some event moved
+            // the window's clock past the final delete before the deletecollection came, and any
+            // event may be that one. Applied first, the final delete is classified and the
+            // item finds the object gone; applied second, it completes the deletion the item
+            // started and is not classified (DESIGN §1.5). The deletion is reported either
+            // way: the write may be missing only if it is a delete and another delete of the
+            // same object is classified instead.
+            let deleted_instead = verb_of(id) == Some("delete")
+                && out.iter().any(|e| &*e.object.uid == uid.as_str() && e.verb.is_delete() && &*e.audit_id != id.as_str());
+            prop_assert!(
+                deleted_instead,
+                "{id} (object {uid}) was classified without the damage to line {}: {d:?}",
+                which + 1
+            );
         }
         if matches!(d, Damage::Twice | Damage::Bom) {
             prop_assert_eq!(out.len(), reference().len(), "a line sent twice or behind a BOM is the same event");

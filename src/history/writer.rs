@@ -15,7 +15,7 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, ToSql, Transaction};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 use super::retention::{self, Retained, Retention};
@@ -333,47 +333,29 @@ impl Rows<'_> {
                 return Ok(id);
             }
         }
+        // The row's identity, owner and time: INSERT_OBJECT's parameters, UPSERT_OBJECT's first.
+        let row: [&dyn ToSql; 11] = [
+            &&*e.cluster,
+            &uid,
+            &&*o.api_version,
+            &&*o.kind,
+            &&*o.namespace,
+            &o.name.as_str(),
+            &p.map(|p| &*p.uid),
+            &p.map(|p| &*p.api_version),
+            &p.map(|p| &*p.kind),
+            &p.map(|p| p.name.as_str()),
+            &time_us,
+        ];
         // Not known and not removed: most often a new object, inserted without the upsert's
         // RETURNING (a result table per statement).
-        if !gone && !self.known.contains_key(&key) {
-            let added = tx.prepare_cached(INSERT_OBJECT)?.execute(params![
-                &*e.cluster,
-                uid,
-                &*o.api_version,
-                &*o.kind,
-                &*o.namespace,
-                o.name.as_str(),
-                p.map(|p| &*p.uid),
-                p.map(|p| &*p.api_version),
-                p.map(|p| &*p.kind),
-                p.map(|p| p.name.as_str()),
-                time_us,
-            ])?;
-            if added == 1 {
-                let id = tx.last_insert_rowid();
-                self.remember(key, Known { id, identity, parent });
-                return Ok(id);
-            }
+        if !gone && !self.known.contains_key(&key) && tx.prepare_cached(INSERT_OBJECT)?.execute(&row[..])? == 1 {
+            let id = tx.last_insert_rowid();
+            self.remember(key, Known { id, identity, parent });
+            return Ok(id);
         }
-        let id: i64 = tx.prepare_cached(UPSERT_OBJECT)?.query_row(
-            params![
-                &*e.cluster,
-                uid,
-                &*o.api_version,
-                &*o.kind,
-                &*o.namespace,
-                o.name.as_str(),
-                p.map(|p| &*p.uid),
-                p.map(|p| &*p.api_version),
-                p.map(|p| &*p.kind),
-                p.map(|p| p.name.as_str()),
-                time_us,
-                gone.then_some(time_us),
-                gone.then_some(&*e.user),
-                gone.then_some(&*e.audit_id),
-            ],
-            |r| r.get(0),
-        )?;
+        let tombstone: [&dyn ToSql; 3] = [&gone.then_some(time_us), &gone.then_some(&*e.user), &gone.then_some(&*e.audit_id)];
+        let id: i64 = tx.prepare_cached(UPSERT_OBJECT)?.query_row(params_from_iter(row.iter().chain(tombstone.iter())), |r| r.get(0))?;
         // The row keeps an owner once it had one (coalesce): so does what is known of it.
         let parent = parent.or_else(|| self.known.get(&key).and_then(|k| k.parent));
         self.remember(key, Known { id, identity, parent });

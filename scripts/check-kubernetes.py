@@ -113,7 +113,9 @@ def matches(selector: dict, labels: dict) -> bool:
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
-def check_built(objs, pipeline, url, errors):
+def by_kind_of(objs, errors, prefix=""):
+    """The built objects by kind, and `one(kind)`: the single object of a kind, or None with an
+    error when there is not exactly one."""
     by_kind = {}
     for o in objs:
         by_kind.setdefault(o["kind"], []).append(o)
@@ -121,9 +123,15 @@ def check_built(objs, pipeline, url, errors):
     def one(kind):
         items = by_kind.get(kind) or []
         if len(items) != 1:
-            errors.append(f"expected exactly one {kind}, found {len(items)}")
+            errors.append(f"{prefix}expected exactly one {kind}, found {len(items)}")
             return None
         return items[0]
+
+    return by_kind, one
+
+
+def check_built(objs, pipeline, url, errors):
+    by_kind, one = by_kind_of(objs, errors)
 
     ns, dep, svc = one("Namespace"), one("Deployment"), one("Service")
     sm, netpol = one("ServiceMonitor"), one("NetworkPolicy")
@@ -286,16 +294,7 @@ def check_tier_pipelines(tier, pipeline, errors):
 
 
 def check_tier_built(tier, objs, pipeline, errors):
-    by_kind = {}
-    for o in objs:
-        by_kind.setdefault(o["kind"], []).append(o)
-
-    def one(kind):
-        items = by_kind.get(kind) or []
-        if len(items) != 1:
-            errors.append(f"{tier}: expected exactly one {kind}, found {len(items)}")
-            return None
-        return items[0]
+    by_kind, one = by_kind_of(objs, errors, f"{tier}: ")
 
     workload_kind = "Deployment" if tier == "ingest" else "StatefulSet"
     ns, wl, svc = one("Namespace"), one(workload_kind), one("Service")

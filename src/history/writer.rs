@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, ToSql, Transaction};
-use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
+use xxhash_rust::xxh3::Xxh3;
 
 use super::retention::{self, Retained, Retention};
 use super::{Error, Mode, Result};
@@ -252,13 +252,18 @@ struct Rows<'a> {
     json: &'a mut Vec<u8>,
 }
 
-fn hash_fields(fields: &[&str]) -> u64 {
-    let mut bytes = Vec::with_capacity(128);
+/// The fields, each followed by a 0 byte, through xxh3 (without copying them first).
+fn hashed(fields: &[&str]) -> Xxh3 {
+    let mut h = Xxh3::new();
     for f in fields {
-        bytes.extend_from_slice(f.as_bytes());
-        bytes.push(0);
+        h.update(f.as_bytes());
+        h.update(&[0]);
     }
-    xxh3_64(&bytes)
+    h
+}
+
+fn hash_fields(fields: &[&str]) -> u64 {
+    hashed(fields).digest()
 }
 
 impl Rows<'_> {
@@ -312,13 +317,7 @@ impl Rows<'_> {
         } else {
             &o.uid
         };
-        let key = {
-            let mut k = Vec::with_capacity(e.cluster.len() + uid.len() + 1);
-            k.extend_from_slice(e.cluster.as_bytes());
-            k.push(0);
-            k.extend_from_slice(uid.as_bytes());
-            xxh3_128(&k)
-        };
+        let key = hashed(&[&e.cluster, uid]).digest128();
         let identity = hash_fields(&[&o.api_version, &o.kind, &o.namespace, o.name.as_str()]);
         let parent = p.map(|p| hash_fields(&[&p.uid, &p.api_version, &p.kind, p.name.as_str()]));
         if let Some(&Known { id, identity: known_identity, parent: known_parent }) = self.known.get(&key) {

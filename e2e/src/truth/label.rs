@@ -86,7 +86,11 @@ struct Written<'a> {
 }
 
 /// The lines in etcd order: by resourceVersion; a write without one (a delete answered with a
-/// `Status`, an eviction) after the writes received before it.
+/// `Status`, an eviction) after the writes received before it, but before a deletecollection
+/// that lists the object it deleted. A delete answered 2xx with a `Status` removed the object
+/// (had another request removed it first, this one would have been answered 404); a
+/// deletecollection answers with the list it read before deleting, items that a concurrent
+/// request removed included (the API server skips their NotFound).
 fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
     let ok: Vec<Written> = lines
         .iter()
@@ -98,8 +102,26 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
     // (the index of the write it follows, 0 for a write with a resourceVersion, received).
     let mut keyed: Vec<((i64, u8, i64), Written)> = with_rv.into_iter().enumerate().map(|(i, w)| ((i as i64, 0, 0), w)).collect();
     let places: Vec<(i64, i64)> = keyed.iter().map(|((i, ..), w)| (w.received_us, *i)).collect();
+    // UID → index of the first deletecollection listing it.
+    let mut listed: HashMap<&str, i64> = HashMap::new();
+    for ((i, ..), w) in &keyed {
+        if w.line.str("/verb") != Some("deletecollection") {
+            continue;
+        }
+        for item in w.line.value.pointer("/responseObject/items").and_then(Value::as_array).into_iter().flatten() {
+            if let Some(uid) = item.pointer("/metadata/uid").and_then(Value::as_str) {
+                listed.entry(uid).or_insert(*i);
+            }
+        }
+    }
     for w in without {
-        let after = places.iter().filter(|(r, _)| *r <= w.received_us).map(|(_, i)| *i).max().unwrap_or(-1);
+        let mut after = places.iter().filter(|(r, _)| *r <= w.received_us).map(|(_, i)| *i).max().unwrap_or(-1);
+        let removed = (w.line.str("/verb") == Some("delete") && w.line.str("/responseObject/kind") == Some("Status"))
+            .then(|| w.line.str("/responseObject/details/uid"))
+            .flatten();
+        if let Some(&dc) = removed.and_then(|uid| listed.get(uid)) {
+            after = after.min(dc - 1);
+        }
         keyed.push(((after, 1, w.received_us), w));
     }
     keyed.sort_by_key(|(k, _)| *k);
@@ -558,6 +580,25 @@ mod tests {
         assert_eq!(at(&labels, "p4"), ("drift", Some(Reverts::AnyOf(vec!["evict".into()]))));
         assert_eq!(at(&labels, "kwok-live").0, "origin", "kwok is not the ReplicaSet's controller");
         assert_eq!(at(&labels, "p4-again"), ("drift", Some(Reverts::AnyOf(vec!["kwok-live".into()]))), "the latest removal of that name");
+    }
+
+    #[test]
+    fn a_delete_answered_with_a_status_goes_before_a_deletecollection_listing_its_object() {
+        let gone = |uid: &str| json!({"kind": "Status", "status": "Success", "metadata": {}, "details": {"name": uid, "uid": uid}});
+        let lines = vec![
+            line("p1", 0, "create pods", RSC, 5, pod("p1", false)),
+            line("p2", 1, "create pods", RSC, 6, pod("p2", false)),
+            // The namespace controller reads p1 and p2 at 7 and deletes them; the garbage
+            // collector's delete of p1, received after that read, removed p1 first.
+            line("dc", 10, "deletecollection pods", "system:serviceaccount:kube-system:namespace-controller", 7, {
+                json!({"kind": "PodList", "metadata": {}, "items": [pod("p1", false), pod("p2", false)]})
+            }),
+            line("gc", 11, "delete pods", "system:serviceaccount:kube-system:generic-garbage-collector", 0, gone("u-p1")),
+            // A Status delete of an object no deletecollection lists keeps its place.
+            line("other", 12, "delete pods", "alice", 0, gone("u-p9")),
+        ];
+        let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
+        assert_eq!(order, ["p1", "p2", "gc", "dc", "other"]);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
 use crate::order::{Dedupe, Freshness, Placing, Released, ReorderBuffer};
 use crate::scope::Scope;
 use crate::state::{read_snapshot, write_snapshot, FastBuild, ObjKey, Partitions, Pin, SnapshotError, SnapshotStats, Sym};
-use crate::write::{Extractor, Rejected, Target, Write};
+use crate::write::{Extractor, Rejected, Target, Uid, Write};
 
 /// Which clock the reorder window runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -409,6 +409,11 @@ impl Processor {
             Target::Scale { uid, .. } | Target::Gone { uid, .. } => *uid,
             Target::Many(_) | Target::Eviction { .. } => return 0,
         };
+        Self::uid_key(uid)
+    }
+
+    /// The key of an object in a reorder buffer, from its UID (0: none).
+    fn uid_key(uid: Uid) -> u64 {
         if uid == 0 {
             return 0;
         }
@@ -540,7 +545,10 @@ impl Processor {
             };
             let buffer = self.buffers.entry(item.cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
             let (rv, seq, order_us) = (write.resource_version, write.seq, Self::order_time(&write));
-            let placing = Placing { object: Self::object_key(&write), done_us: write.time_us };
+            if let (Target::Many(items), Some(rv)) = (&write.target, rv) {
+                buffer.note_listed(rv, items.iter().map(|f| Self::uid_key(f.uid)));
+            }
+            let placing = Placing { object: Self::object_key(&write), done_us: write.time_us, removed: matches!(write.target, Target::Gone { .. }) };
             buffer.push_write(write, rv, time, order_us, placing, &mut self.released);
             if !buffer.is_empty() {
                 self.active.insert(item.cluster);

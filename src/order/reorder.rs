@@ -86,9 +86,13 @@ pub struct ReorderBuffer<T> {
     /// with the key of the object written (0: not known), for writes of the same object.
     recent: VecDeque<(i64, u64, u64)>,
     /// Of each held write placed for lack of a resourceVersion, by slot: when it completed
-    /// (its stageTimestamp) and the key of its object. Rare: a side table, so that the heap's
-    /// entries stay small.
-    placed_of: HashMap<u32, (i64, u64)>,
+    /// (its stageTimestamp), the key of its object, whether it removed it. Rare: a side
+    /// table, so that the heap's entries stay small.
+    placed_of: HashMap<u32, Placing>,
+    /// (resourceVersion, object key) of the objects recent deletecollections listed: a
+    /// removal of one of them goes before the deletecollection (see
+    /// [`ReorderBuffer::note_listed`]).
+    listed: VecDeque<(u64, u64)>,
     seq: u64,
 }
 
@@ -99,6 +103,8 @@ pub struct Placing {
     pub object: u64,
     /// When the write completed (its stageTimestamp, µs); 0 when not known.
     pub done_us: i64,
+    /// A delete answered without the object (a `Status`): it removed the object.
+    pub removed: bool,
 }
 
 /// How many recent (time, resourceVersion) pairs place writes that have no resourceVersion.
@@ -119,6 +125,7 @@ impl<T> ReorderBuffer<T> {
             // Grows with the writes: a cluster that sends little costs little.
             recent: VecDeque::new(),
             placed_of: HashMap::new(),
+            listed: VecDeque::new(),
             seq: 0,
         }
     }
@@ -191,7 +198,7 @@ impl<T> ReorderBuffer<T> {
             }
         };
         if placed {
-            self.placed_of.insert(slot, (placing.done_us, placing.object));
+            self.placed_of.insert(slot, placing);
         }
         self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, placed, late, slot }));
         self.arrivals.push(Reverse((time_us, rv)));
@@ -243,17 +250,51 @@ impl<T> ReorderBuffer<T> {
         }
     }
 
+    /// Notes the objects a deletecollection at `rv` lists (their keys). A deletecollection
+    /// answers with the list it read before deleting, items that a concurrent request removed
+    /// included (the API server skips their NotFound); a delete answered 2xx with a `Status`
+    /// did remove its object (had another request removed it first, it would have been
+    /// answered 404). So such a delete of a listed object goes before the deletecollection,
+    /// whenever its request came: held already, it is moved.
+    pub fn note_listed(&mut self, rv: u64, objects: impl IntoIterator<Item = u64>) {
+        let mut new = Vec::new();
+        for o in objects.into_iter().filter(|&o| o != 0) {
+            if self.listed.len() == RECENT {
+                self.listed.pop_front();
+            }
+            self.listed.push_back((rv, o));
+            new.push(o);
+        }
+        let moves = |p: &Placing| p.removed && new.contains(&p.object);
+        if rv <= self.released_rv || !self.placed_of.values().any(moves) {
+            return;
+        }
+        let held = std::mem::take(&mut self.heap).into_vec();
+        self.heap = held
+            .into_iter()
+            .map(|Reverse(mut h)| {
+                if let Some(p) = self.placed_of.get(&h.slot).filter(|p| h.placed && h.rv >= rv && moves(p)) {
+                    h.rv = h.rv.min(self.place(h.tie, *p));
+                }
+                Reverse(h)
+            })
+            .collect();
+    }
+
     /// Where a write without a resourceVersion goes: after the highest resourceVersion written
-    /// at or before its event time, and not before what was released already.
+    /// at or before its event time, and not before what was released already. A removal goes
+    /// before a deletecollection that lists its object ([`ReorderBuffer::note_listed`]), yet
+    /// after the writes of its object that had completed when it completed.
     fn place(&self, event_us: i64, placing: Placing) -> u64 {
         let same = |o: u64| placing.object != 0 && o == placing.object;
-        self.recent
-            .iter()
-            .filter(|&&(t, _, o)| t <= event_us || (same(o) && t <= placing.done_us))
-            .map(|&(_, rv, _)| rv)
-            .max()
-            .unwrap_or(0)
-            .max(self.released_rv)
+        let mut at = self.recent.iter().filter(|&&(t, _, o)| t <= event_us || (same(o) && t <= placing.done_us)).map(|&(_, rv, _)| rv).max().unwrap_or(0);
+        if placing.removed {
+            if let Some(list_rv) = self.listed.iter().filter(|&&(_, o)| same(o)).map(|&(rv, _)| rv).min() {
+                let own = self.recent.iter().filter(|&&(t, _, o)| same(o) && t <= placing.done_us).map(|&(_, rv, _)| rv).max().unwrap_or(0);
+                at = at.min(list_rv.saturating_sub(1)).max(own);
+            }
+        }
+        at.max(self.released_rv)
     }
 
     /// A write placed for lack of a resourceVersion, as it comes up: a write of its time may
@@ -263,7 +304,7 @@ impl<T> ReorderBuffer<T> {
         if !h.placed {
             return false;
         }
-        let placing = self.placed_of.get(&h.slot).map_or(Placing::default(), |&(done_us, object)| Placing { object, done_us });
+        let placing = self.placed_of.get(&h.slot).copied().unwrap_or_default();
         let at = self.place(h.tie, placing);
         let moved = at > h.rv;
         h.rv = h.rv.max(at);
@@ -281,6 +322,7 @@ impl<T> ReorderBuffer<T> {
             self.arrivals = BinaryHeap::new();
             self.recent = VecDeque::new();
             self.placed_of = HashMap::new();
+            self.listed = VecDeque::new();
         }
     }
 
@@ -296,7 +338,8 @@ impl<T> ReorderBuffer<T> {
             + self.free.capacity() * 4
             + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
             + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64)>()
-            + self.placed_of.capacity() * std::mem::size_of::<(u32, (i64, u64))>()
+            + self.placed_of.capacity() * std::mem::size_of::<(u32, Placing)>()
+            + self.listed.capacity() * std::mem::size_of::<(u64, u64)>()
     }
 
     /// Releases everything (end of input, shutdown).
@@ -424,11 +467,11 @@ mod tests {
         // answered without a resourceVersion, received at 442 (before the first completed)
         // and completed at 455. By its request time alone it went first; the pod's own delete
         // that completed before it did must go first.
-        let pod = Placing { object: 7, done_us: 0 };
+        let pod = Placing { object: 7, ..Placing::default() };
         for arrival in [["controller", "kubelet"], ["kubelet", "controller"]] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
-            b.push_write("earlier", Some(1200), 0, 400, Placing { object: 9, done_us: 400 }, &mut out);
+            b.push_write("earlier", Some(1200), 0, 400, Placing { object: 9, done_us: 400, ..Placing::default() }, &mut out);
             for (i, who) in arrival.into_iter().enumerate() {
                 match who {
                     "controller" => b.push_write("controller", Some(1213), 1 + i as i64, 447, Placing { done_us: 447, ..pod }, &mut out),
@@ -437,10 +480,69 @@ mod tests {
             }
             // Another object's write that completed between the two: not the pod's, so the
             // final delete keeps its place by request time before it.
-            b.push_write("other", Some(1214), 5, 444, Placing { object: 11, done_us: 444 }, &mut out);
+            b.push_write("other", Some(1214), 5, 444, Placing { object: 11, done_us: 444, ..Placing::default() }, &mut out);
             b.flush(&mut out);
             assert_eq!(items_str(out), vec![("earlier", false), ("controller", false), ("kubelet", false), ("other", false)], "arrival order {arrival:?}");
         }
+    }
+
+    #[test]
+    fn a_removal_goes_before_a_deletecollection_that_lists_its_object_in_any_arrival_order() {
+        // Seen on a control plane with two API servers, in a namespace's teardown: the
+        // namespace controller's deletecollection of ReplicaSets read them at rv 100 (done at
+        // 90) and listed rs-7; the garbage collector's delete of rs-7, received at 60 (after
+        // the read), was answered with a Status: it removed rs-7. Another write (rv 105) had
+        // completed by 60, so by its request time alone the delete went after the list.
+        let gc = Placing { object: 7, done_us: 62, removed: true };
+        for order in [["dc", "gc"], ["gc", "dc"]] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("other", Some(105), 0, 50, Placing { object: 11, done_us: 50, ..Placing::default() }, &mut out);
+            for (i, what) in order.into_iter().enumerate() {
+                let at = 1 + i as i64;
+                if what == "dc" {
+                    b.note_listed(100, [7, 8]);
+                    b.push_write("dc", Some(100), at, 90, Placing::default(), &mut out);
+                } else {
+                    b.push_write("gc", None, at, 60, gc, &mut out);
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("gc", false), ("dc", false), ("other", false)], "arrival order {order:?}");
+        }
+        // A write without a resourceVersion that removed nothing (an eviction) keeps its
+        // place; so does a removal of an object the list does not name.
+        for (what, placing) in [("eviction", Placing { object: 7, done_us: 62, removed: false }), ("gc-9", Placing { object: 9, ..gc })] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("other", Some(105), 0, 50, Placing::default(), &mut out);
+            b.note_listed(100, [7, 8]);
+            b.push_write("dc", Some(100), 1, 90, Placing::default(), &mut out);
+            b.push_write(what, None, 2, 60, placing, &mut out);
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("dc", false), ("other", false), (what, false)]);
+        }
+        // The object's own writes that completed before the removal still go first.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.note_listed(100, [7]);
+        b.push_write("dc", Some(100), 0, 90, Placing::default(), &mut out);
+        b.push_write("rs-7 status", Some(103), 1, 55, Placing { object: 7, done_us: 55, ..Placing::default() }, &mut out);
+        b.push_write("gc", None, 2, 60, gc, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), vec![("dc", false), ("rs-7 status", false), ("gc", false)]);
+        // A deletecollection released already: the removal comes after it, no panic on a
+        // list at resourceVersion 0.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.note_listed(0, [7]);
+        b.push_write("dc0", Some(0), 0, 10, Placing::default(), &mut out);
+        b.note_listed(100, [7]);
+        b.push_write("dc", Some(100), 1, 90, Placing::default(), &mut out);
+        b.advance(500, &mut out);
+        b.push_write("gc", None, 501, 60, gc, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), vec![("dc0", false), ("dc", false), ("gc", false)]);
     }
 
     #[test]

@@ -339,51 +339,37 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let (intake_tx, intake_rx) = mpsc::channel(o.queue_capacity);
     #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
     let (barrier_tx, barrier_rx) = mpsc::channel(4);
-    let (observe_tx, observe_rx) = mpsc::channel(256);
-    let unknown_parents = start_fetch(&cfg, &engine, &metrics, observe_tx, stop_rx.clone()).await?;
+    let fetcher = start_fetch(&cfg, &engine, &metrics, stop_rx.clone()).await?;
     // Sources decode on their own threads, in parallel with classification.
     let decoder = processor.decoder();
     let freshness = processor.freshness().clone();
-    let task = ProcessorTask {
-        processor,
-        intake: intake_rx,
-        observe: observe_rx,
-        sinks: sink_handles.iter().map(|h| (h.kind, h.queue.clone())).collect(),
-        unknown_parents,
-        tick: o.tick_interval.0,
-        snapshot: snapshot_path.cloned().map(|p| (p, cfg.state.snapshot_interval.0)),
-        stop: stop_rx.clone(),
-        track,
-        checkpoints: Default::default(),
-        barriers: track.then_some(barrier_rx),
-        #[cfg(feature = "kafka")]
-        commit: transaction.as_ref().map(|(t, every)| {
-            let t = t.clone();
-            let commit: processor::Committer = Box::new(move || t.commit().map(|c| c.is_some()).map_err(|e| e.to_string()));
-            (commit, *every)
-        }),
-        #[cfg(not(feature = "kafka"))]
-        commit: None,
-        // Exactly-once: the positions of the last commit go into each snapshot (taken right
-        // after a commit), for the silent re-read after a restart.
-        #[cfg(feature = "kafka")]
-        positions: transaction.as_ref().map(|(t, _)| {
-            let t = t.clone();
-            let positions: processor::Positions = Box::new(move || {
-                t.committed_positions().into_iter().map(|(topic, partition, next)| snapshot::Position { topic: topic.to_string(), partition, next }).collect()
-            });
-            positions
-        }),
-        #[cfg(not(feature = "kafka"))]
-        positions: None,
-        #[cfg(feature = "kafka")]
-        changelog: changelog_writer(&cfg, changelog.as_ref(), transaction.as_ref().map(|(t, _)| t.clone())),
-        #[cfg(not(feature = "kafka"))]
-        changelog: None,
-        barrier_timeout: (timeout / 2).max(Duration::from_secs(1)),
-        unsaved: Vec::new(),
-        status: status.clone(),
-    };
+    let queues = sink_handles.iter().map(|h| (h.kind, h.queue.clone())).collect();
+    let mut task = ProcessorTask::new(processor, intake_rx, queues, o.tick_interval.0, stop_rx.clone(), status.clone());
+    if let Some((unknown_parents, observe)) = fetcher {
+        task = task.fetcher(unknown_parents, observe);
+    }
+    if let Some(path) = snapshot_path {
+        task = task.snapshot(path.clone(), cfg.state.snapshot_interval.0);
+    }
+    if track {
+        task = task.checkpoints(barrier_rx, (timeout / 2).max(Duration::from_secs(1)));
+    }
+    // Exactly-once: the positions of the last commit go into each snapshot (taken right
+    // after a commit), for the silent re-read after a restart.
+    #[cfg(feature = "kafka")]
+    if let Some((t, every)) = &transaction {
+        let committer = t.clone();
+        let commit: processor::Committer = Box::new(move || committer.commit().map(|c| c.is_some()).map_err(|e| e.to_string()));
+        let t = t.clone();
+        let positions: processor::Positions = Box::new(move || {
+            t.committed_positions().into_iter().map(|(topic, partition, next)| snapshot::Position { topic: topic.to_string(), partition, next }).collect()
+        });
+        task = task.transaction(commit, *every, positions);
+    }
+    #[cfg(feature = "kafka")]
+    if let Some((write, every)) = changelog_writer(&cfg, changelog.as_ref(), transaction.as_ref().map(|(t, _)| t.clone())) {
+        task = task.changelog(write, every);
+    }
     let sink_tasks: Vec<(&'static str, JoinHandle<()>)> = sink_handles.into_iter().map(|h| (h.kind, h.task)).collect();
     let (processor_done_tx, processor_done) = oneshot::channel();
     let rt = tokio::runtime::Handle::current();
@@ -589,31 +575,26 @@ fn changelog_writer(
     Some((write, every))
 }
 
+/// With `[unknown_parents] fetch = true`: starts the fetcher; returns where the processor
+/// hands it `unknown-parent` events, and where the fetched parents come back.
 #[cfg(feature = "fetch")]
-async fn start_fetch(
-    cfg: &PipelineConfig,
-    engine: &Arc<Engine>,
-    metrics: &Arc<Metrics>,
-    observe: mpsc::Sender<Observed>,
-    stop: watch::Receiver<bool>,
-) -> Result<Option<mpsc::Sender<Arc<crate::enriched::Enriched>>>, Error> {
+async fn start_fetch(cfg: &PipelineConfig, engine: &Arc<Engine>, metrics: &Arc<Metrics>, stop: watch::Receiver<bool>) -> Result<Option<Fetcher>, Error> {
     if !cfg.unknown_parents.fetch {
         return Ok(None);
     }
+    let (observe_tx, observe_rx) = mpsc::channel(256);
     let cluster = cfg.unknown_parents.cluster.clone().unwrap_or_else(|| cfg.cluster.clone());
-    Ok(Some(crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe, stop).await?))
+    let unknown_parents = crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe_tx, stop).await?;
+    Ok(Some((unknown_parents, observe_rx)))
 }
 
 #[cfg(not(feature = "fetch"))]
-async fn start_fetch(
-    _cfg: &PipelineConfig,
-    _engine: &Arc<Engine>,
-    _metrics: &Arc<Metrics>,
-    _observe: mpsc::Sender<Observed>,
-    _stop: watch::Receiver<bool>,
-) -> Result<Option<mpsc::Sender<Arc<crate::enriched::Enriched>>>, Error> {
+async fn start_fetch(_cfg: &PipelineConfig, _engine: &Arc<Engine>, _metrics: &Arc<Metrics>, _stop: watch::Receiver<bool>) -> Result<Option<Fetcher>, Error> {
     Ok(None)
 }
+
+/// The fetcher's ends: where `unknown-parent` events go, where fetched parents come back.
+type Fetcher = (mpsc::Sender<Arc<crate::enriched::Enriched>>, mpsc::Receiver<Observed>);
 
 #[cfg(test)]
 mod tests {

@@ -38,35 +38,42 @@ use crate::sinks::Events;
 use crate::sources::{Batch, Body};
 use crate::status::Status;
 
+/// The processor task: made with [`ProcessorTask::new`] and the methods that add what a
+/// pipeline has (the fetcher, a snapshot file, Kafka checkpoints, a transaction), then
+/// [`ProcessorTask::run`] on a thread of its own.
 pub struct ProcessorTask {
-    pub processor: Processor,
-    pub intake: mpsc::Receiver<Batch>,
-    pub observe: mpsc::Receiver<Observed>,
-    pub sinks: Vec<(&'static str, mpsc::Sender<Events>)>,
+    processor: Processor,
+    /// Bodies from the sources, in arrival order.
+    intake: mpsc::Receiver<Batch>,
+    /// Parents the fetcher got from the API server; closed when there is no fetcher.
+    observe: mpsc::Receiver<Observed>,
+    sinks: Vec<(&'static str, mpsc::Sender<Events>)>,
     /// Enriched `unknown-parent` events for the fetcher; best effort (never waits).
-    pub unknown_parents: Option<mpsc::Sender<Arc<Enriched>>>,
-    pub tick: Duration,
-    pub snapshot: Option<(PathBuf, Duration)>,
-    pub stop: watch::Receiver<bool>,
+    unknown_parents: Option<mpsc::Sender<Arc<Enriched>>>,
+    /// How often the reorder buffer is checked for writes whose window has passed.
+    tick: Duration,
+    /// The snapshot file and how often it is written.
+    snapshot: Option<(PathBuf, Duration)>,
+    stop: watch::Receiver<bool>,
     /// Sources that commit positions are fed (Kafka): batches carry receipts.
-    pub track: bool,
-    pub checkpoints: Checkpoints,
+    track: bool,
+    checkpoints: Checkpoints,
     /// Barrier requests of the sources (a Kafka rebalance).
-    pub barriers: Option<mpsc::Receiver<Barrier>>,
+    barriers: Option<mpsc::Receiver<Barrier>>,
     /// Exactly-once: commits the Kafka transaction (`Ok(true)`: committed), and how often.
-    pub commit: Option<(Committer, Duration)>,
+    commit: Option<(Committer, Duration)>,
     /// Exactly-once: the positions to save with a snapshot.
-    pub positions: Option<Positions>,
+    positions: Option<Positions>,
     /// The state changelog's writer, and (at-least-once) how often it writes: with
     /// exactly-once it writes into each transaction before the commit; else done messages are
     /// handed back only once the changelog holds their effect.
-    pub changelog: Option<(ChangelogWriter, Duration)>,
+    changelog: Option<(ChangelogWriter, Duration)>,
     /// Longest wait for the sinks at a barrier before a snapshot, and at shutdown.
-    pub barrier_timeout: Duration,
+    barrier_timeout: Duration,
     /// Done messages waiting for the next snapshot (at-least-once with a snapshot file).
-    pub unsaved: Vec<Done>,
+    unsaved: Vec<Done>,
     /// Where a failed snapshot is reported (`/readyz`, the exit code).
-    pub status: Arc<Status>,
+    status: Arc<Status>,
 }
 
 /// Commits a transaction of the source's offsets and the sinks' output.
@@ -116,6 +123,77 @@ async fn next_barrier(barriers: &mut Option<mpsc::Receiver<Barrier>>) -> Option<
 }
 
 impl ProcessorTask {
+    /// Classifies the bodies of `intake` and sends the enriched events to every sink, checking
+    /// the reorder buffer every `tick`, until `stop`; `status` hears of failed snapshots.
+    pub fn new(
+        processor: Processor,
+        intake: mpsc::Receiver<Batch>,
+        sinks: Vec<(&'static str, mpsc::Sender<Events>)>,
+        tick: Duration,
+        stop: watch::Receiver<bool>,
+        status: Arc<Status>,
+    ) -> ProcessorTask {
+        ProcessorTask {
+            processor,
+            intake,
+            // Closed (no fetcher) until `fetcher` gives one.
+            observe: mpsc::channel(1).1,
+            sinks,
+            unknown_parents: None,
+            tick,
+            snapshot: None,
+            stop,
+            track: false,
+            checkpoints: Checkpoints::default(),
+            barriers: None,
+            commit: None,
+            positions: None,
+            changelog: None,
+            barrier_timeout: Duration::ZERO,
+            unsaved: Vec::new(),
+            status,
+        }
+    }
+
+    /// With a fetcher: hands it `unknown-parent` events (best effort, never waits) and
+    /// teaches the model the parents it sends back on `observe`.
+    pub fn fetcher(mut self, unknown_parents: mpsc::Sender<Arc<Enriched>>, observe: mpsc::Receiver<Observed>) -> Self {
+        self.unknown_parents = Some(unknown_parents);
+        self.observe = observe;
+        self
+    }
+
+    /// Writes the state to `path` every `every` and on stop.
+    pub fn snapshot(mut self, path: PathBuf, every: Duration) -> Self {
+        self.snapshot = Some((path, every));
+        self
+    }
+
+    /// Sources that commit positions (Kafka): keeps the [`Checkpoints`] of their messages,
+    /// and answers their barriers, waiting at most `timeout` for the sinks (also at stop).
+    pub fn checkpoints(mut self, barriers: mpsc::Receiver<Barrier>, timeout: Duration) -> Self {
+        self.track = true;
+        self.barriers = Some(barriers);
+        self.barrier_timeout = timeout;
+        self
+    }
+
+    /// Exactly-once (with [`ProcessorTask::checkpoints`]): `commit` commits the transaction
+    /// every `every` and at barriers; `positions` are saved with each snapshot.
+    pub fn transaction(mut self, commit: Committer, every: Duration, positions: Positions) -> Self {
+        self.commit = Some((commit, every));
+        self.positions = Some(positions);
+        self
+    }
+
+    /// The state changelog's writer: with [`ProcessorTask::transaction`] it writes into each
+    /// transaction before the commit; without, every `every`, and done messages are handed
+    /// back only once the changelog holds their effect.
+    pub fn changelog(mut self, write: ChangelogWriter, every: Duration) -> Self {
+        self.changelog = Some((write, every));
+        self
+    }
+
     pub async fn run(mut self) -> Summary {
         let mut summary = Summary::default();
         let mut out = Vec::new();

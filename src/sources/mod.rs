@@ -3,7 +3,7 @@
 //!
 //! Adding a source type: a module here with its config struct (`deny_unknown_fields`, a doc
 //! line with the default on each field), a variant in [`SourceConfig`], and an arm in
-//! [`SourceConfig::check`] and in `pipeline::run`'s `start_source`.
+//! [`SourceConfig::check`] and in `start_sources` of the runner (`src/pipeline/spawn.rs`).
 
 pub mod file;
 pub mod kafka;

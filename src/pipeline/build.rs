@@ -9,7 +9,9 @@ use std::sync::Arc;
 #[cfg(feature = "kafka")]
 use std::time::Duration;
 
-use super::{load, snapshot, Error, PipelineConfig};
+use super::config::PipelineConfig;
+use super::error::Error;
+use super::{load, snapshot};
 use crate::classify::{Engine, EngineOptions};
 use crate::config::progress::{Comparison, ConditionReason};
 use crate::config::ModelConfig;

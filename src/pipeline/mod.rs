@@ -21,6 +21,7 @@
 
 mod build;
 pub mod config;
+mod error;
 pub mod health;
 pub mod load;
 pub mod processor;
@@ -35,13 +36,12 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 pub use config::PipelineConfig;
+pub use error::Error;
 pub use load::{load_file, load_policies, load_str, model_policies};
 
 use crate::classify::Engine;
 use crate::metrics::Metrics;
-use crate::shell::ConfigErrors;
-use crate::sinks;
-use crate::sources::{self, SourceConfig};
+use crate::sources::SourceConfig;
 use crate::status::Status;
 use processor::Summary;
 use spawn::{Spawned, Stop, Tasks};
@@ -50,33 +50,6 @@ use spawn::{Spawned, Stop, Tasks};
 /// HTTP), JSON lines on stdout, metrics on 127.0.0.1:9090, the history store and a snapshot in
 /// the working directory.
 pub const DEFAULT_PIPELINE: &str = include_str!("../../pipelines/default.toml");
-
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{0}")]
-    Config(#[from] ConfigErrors),
-    #[error(transparent)]
-    Snapshot(#[from] snapshot::Error),
-    #[error(transparent)]
-    Listen(#[from] crate::listen::Error),
-    #[error(transparent)]
-    Webhook(#[from] sources::webhook::Error),
-    #[error(transparent)]
-    Sink(#[from] sinks::Error),
-    #[error(transparent)]
-    Query(#[from] crate::query::Error),
-    #[cfg(feature = "fetch")]
-    #[error(transparent)]
-    Fetch(#[from] crate::fetch::Error),
-    #[cfg(feature = "kafka")]
-    #[error(transparent)]
-    KafkaSource(#[from] sources::kafka::consumer::Error),
-    #[cfg(feature = "kafka")]
-    #[error(transparent)]
-    Changelog(#[from] sources::kafka::changelog::Error),
-    #[error("cannot start the processor thread: {0}")]
-    Thread(std::io::Error),
-}
 
 /// Command-line overrides of a pipeline file.
 #[derive(Clone, Debug, Default)]

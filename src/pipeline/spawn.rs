@@ -14,9 +14,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::build::Parts;
+use super::config::PipelineConfig;
+use super::error::Error;
 use super::health::{self, Health};
 use super::processor::{ProcessorTask, Summary};
-use super::{Error, PipelineConfig};
 use crate::classify::Engine;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;

@@ -13,6 +13,8 @@ use super::config::{InProgressConfig, MetricsConfig, Options, PipelineConfig, Po
 use crate::config::progress::{Comparison, ConditionReason};
 use crate::scope::LabelSelector;
 use crate::shell::{ConfigError, ConfigErrors, Errors, UnknownParentsConfig};
+use crate::sinks::SinkConfig;
+use crate::sources::SourceConfig;
 
 /// Reads and checks a pipeline file.
 pub fn load_file(path: &Path) -> Result<PipelineConfig, ConfigErrors> {
@@ -222,11 +224,11 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
         listeners.push(("query.listen".to_string(), q.listen));
     }
     let sources: Vec<_> = idx.sources.iter().copied().zip(&cfg.sources).collect();
-    crate::sources::kafka::check_pipeline(&sources, &cfg.sinks, errors);
+    check_exactly_once(&sources, &cfg.sinks, errors);
     let sinks: Vec<_> = idx.sinks.iter().copied().zip(&cfg.sinks).collect();
     let stateful = [("state.snapshot", cfg.state.snapshot.is_some()), ("query", cfg.query.is_some()), ("unknown_parents.fetch", cfg.unknown_parents.fetch)];
     let stateful: Vec<&str> = stateful.iter().filter(|(_, set)| *set).map(|(k, _)| *k).collect();
-    crate::sinks::kafka_route::check_pipeline(&sources, &sinks, &stateful, errors);
+    check_ingest_tier(&sources, &sinks, &stateful, errors);
     for (i, (key, addr)) in listeners.iter().enumerate() {
         if addr.port() == 0 {
             continue;
@@ -378,6 +380,53 @@ pub fn load_policies_str(file: &str, text: &str) -> Result<Vec<PolicyConfig>, Co
     } else {
         errors.list.sort_by_key(|e| e.line.unwrap_or(usize::MAX));
         Err(ConfigErrors(errors.list))
+    }
+}
+
+/// Checks across sources and sinks: exactly-once joins one Kafka source and one Kafka sink in
+/// one transaction, so it needs exactly one of each.
+fn check_exactly_once(sources: &[(usize, &SourceConfig)], sinks: &[SinkConfig], errors: &mut Errors<'_>) {
+    let kafka_sources = sources.iter().filter(|(_, s)| matches!(s, SourceConfig::Kafka(_))).count();
+    let kafka_sinks = sinks.iter().filter(|s| matches!(s, SinkConfig::Kafka(_))).count();
+    for (i, s) in sources {
+        let SourceConfig::Kafka(k) = s else { continue };
+        if !k.exactly_once {
+            continue;
+        }
+        if kafka_sinks != 1 {
+            errors.push(
+                format!("sources[{i}].exactly_once"),
+                None,
+                format!("needs exactly one [[sinks]] of type \"kafka\" (the transaction's producer), found {kafka_sinks}"),
+            );
+        }
+        if kafka_sources != 1 {
+            errors.push(format!("sources[{i}].exactly_once"), None, "needs the Kafka source to be the pipeline's only one");
+        }
+    }
+}
+
+/// What else the pipeline of a `kafka_route` sink holds: it is an ingest tier, so webhooks in,
+/// this one sink out, and nothing that keeps state (a snapshot, the query API, fetches).
+/// `sources` and `sinks` come with their index in the file; `stateful` names the keys set
+/// that only a classifying pipeline uses.
+fn check_ingest_tier(sources: &[(usize, &SourceConfig)], sinks: &[(usize, &SinkConfig)], stateful: &[&str], errors: &mut Errors<'_>) {
+    let Some(&(at, _)) = sinks.iter().find(|(_, s)| matches!(s, SinkConfig::KafkaRoute(_))) else { return };
+    if !cfg!(feature = "kafka") {
+        errors.push(format!("sinks[{at}]"), None, "this binary was built without the `kafka` feature");
+    }
+    for (i, _) in sinks {
+        if *i != at {
+            errors.push(format!("sinks[{i}]"), None, format!("a pipeline with a kafka_route sink (sinks[{at}]) classifies nothing: it takes no other sink"));
+        }
+    }
+    for (i, s) in sources {
+        if !matches!(s, SourceConfig::Webhook(_)) {
+            errors.push(format!("sources[{i}]"), None, format!("a kafka_route sink (sinks[{at}]) takes webhook sources only, not {}", s.kind()));
+        }
+    }
+    for key in stateful {
+        errors.push(*key, None, format!("a pipeline with a kafka_route sink (sinks[{at}]) keeps no state; remove it"));
     }
 }
 
@@ -537,5 +586,45 @@ namespaces = [""]
         let e = load_str("x.toml", "cluster = \n").unwrap_err().0;
         assert_eq!(e.len(), 1);
         assert_eq!(e[0].line, Some(1));
+    }
+}
+
+#[cfg(all(test, feature = "kafka"))]
+mod changelog_tests {
+    use crate::pipeline::load_str;
+
+    fn errors(text: &str) -> Vec<(Option<usize>, String, String)> {
+        match load_str("p.toml", text) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.into_iter().map(|e| (e.line, e.key, e.message)).collect(),
+        }
+    }
+
+    #[test]
+    fn a_changelog_needs_a_topic_of_its_own_and_one_input_topic_with_the_line_of_its_table() {
+        let base = "[[sources]]\ntype = \"kafka\"\nbrokers = \"k:9092\"\n";
+        let ok = format!("{base}topics = [\"audit\"]\n[sources.changelog]\ntopic = \"audit-state\"\n");
+        assert!(errors(&ok).is_empty(), "{:?}", errors(&ok));
+        let cfg = load_str("p.toml", &ok).unwrap();
+        let crate::sources::SourceConfig::Kafka(k) = &cfg.sources[0] else { panic!("a kafka source") };
+        assert_eq!(k.changelog_on().map(|c| c.topic.as_str()), Some("audit-state"));
+
+        let two = format!("{base}topics = [\"a\", \"b\"]\n[sources.changelog]\ntopic = \"a\"\n");
+        let e = errors(&two);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e.iter().all(|(line, _, _)| *line == Some(5)), "the line of [sources.changelog]: {e:?}");
+        assert!(e.iter().any(|(_, k, m)| k == "sources[0].changelog.topic" && m.contains("not be an input topic")), "{e:?}");
+        assert!(e.iter().any(|(_, k, m)| k == "sources[0].changelog" && m.contains("exactly one input topic")), "{e:?}");
+
+        let empty = format!("{base}topics = [\"a\", \"b\"]\n[sources.changelog]\ntopic = \" \"\nenabled = false\n");
+        let e = errors(&empty);
+        assert_eq!(e.len(), 1, "off: two topics are fine, the empty name is not: {e:?}");
+        assert_eq!(e[0].1, "sources[0].changelog.topic");
+        let unknown = format!("{base}topics = [\"a\"]\n[sources.changelog]\ntopic = \"s\"\npartitions = 3\n");
+        assert!(errors(&unknown).iter().any(|(_, _, m)| m.contains("partitions")), "unknown keys are refused");
+        let off = format!("{base}topics = [\"a\"]\n[sources.changelog]\ntopic = \"s\"\nenabled = false\n");
+        let cfg = load_str("p.toml", &off).unwrap();
+        let crate::sources::SourceConfig::Kafka(k) = &cfg.sources[0] else { panic!("a kafka source") };
+        assert!(k.changelog_on().is_none());
     }
 }

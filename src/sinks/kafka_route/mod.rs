@@ -12,8 +12,6 @@ use serde::Deserialize;
 
 use crate::kafka::{check_client, Properties};
 use crate::shell::{Errors, Span};
-use crate::sinks::SinkConfig;
-use crate::sources::SourceConfig;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -73,29 +71,5 @@ impl KafkaRouteConfig {
         if self.metadata_refresh.0.is_zero() {
             errors.push(format!("{key}.metadata_refresh"), None, "must be more than 0");
         }
-    }
-}
-
-/// What else the pipeline of a `kafka_route` sink holds: it is an ingest tier, so webhooks in,
-/// this one sink out, and nothing that keeps state (a snapshot, the query API, fetches).
-/// `sources` and `sinks` come with their index in the file; `stateful` names the keys set
-/// that only a classifying pipeline uses.
-pub fn check_pipeline(sources: &[(usize, &SourceConfig)], sinks: &[(usize, &SinkConfig)], stateful: &[&str], errors: &mut Errors<'_>) {
-    let Some(&(at, _)) = sinks.iter().find(|(_, s)| matches!(s, SinkConfig::KafkaRoute(_))) else { return };
-    if !cfg!(feature = "kafka") {
-        errors.push(format!("sinks[{at}]"), None, "this binary was built without the `kafka` feature");
-    }
-    for (i, _) in sinks {
-        if *i != at {
-            errors.push(format!("sinks[{i}]"), None, format!("a pipeline with a kafka_route sink (sinks[{at}]) classifies nothing: it takes no other sink"));
-        }
-    }
-    for (i, s) in sources {
-        if !matches!(s, SourceConfig::Webhook(_)) {
-            errors.push(format!("sources[{i}]"), None, format!("a kafka_route sink (sinks[{at}]) takes webhook sources only, not {}", s.kind()));
-        }
-    }
-    for key in stateful {
-        errors.push(*key, None, format!("a pipeline with a kafka_route sink (sinks[{at}]) keeps no state; remove it"));
     }
 }

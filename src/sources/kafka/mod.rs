@@ -23,8 +23,6 @@ use serde::Deserialize;
 use crate::decode::Unwrap;
 use crate::kafka::{check_client, Properties};
 use crate::shell::{Errors, Span};
-use crate::sinks::SinkConfig;
-use crate::sources::SourceConfig;
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -163,68 +161,5 @@ impl KafkaSourceConfig {
             let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or(host);
             format!("kausality-stream-{}-{}", self.group_id, host)
         })
-    }
-}
-
-/// Checks across sources and sinks: exactly-once joins one Kafka source and one Kafka sink in
-/// one transaction, so it needs exactly one of each.
-pub fn check_pipeline(sources: &[(usize, &SourceConfig)], sinks: &[SinkConfig], errors: &mut Errors<'_>) {
-    let kafka_sources = sources.iter().filter(|(_, s)| matches!(s, SourceConfig::Kafka(_))).count();
-    let kafka_sinks = sinks.iter().filter(|s| matches!(s, SinkConfig::Kafka(_))).count();
-    for (i, s) in sources {
-        let SourceConfig::Kafka(k) = s else { continue };
-        if !k.exactly_once {
-            continue;
-        }
-        if kafka_sinks != 1 {
-            errors.push(
-                format!("sources[{i}].exactly_once"),
-                None,
-                format!("needs exactly one [[sinks]] of type \"kafka\" (the transaction's producer), found {kafka_sinks}"),
-            );
-        }
-        if kafka_sources != 1 {
-            errors.push(format!("sources[{i}].exactly_once"), None, "needs the Kafka source to be the pipeline's only one");
-        }
-    }
-}
-
-#[cfg(all(test, feature = "kafka"))]
-mod tests {
-    use crate::pipeline::load_str;
-
-    fn errors(text: &str) -> Vec<(Option<usize>, String, String)> {
-        match load_str("p.toml", text) {
-            Ok(_) => Vec::new(),
-            Err(e) => e.0.into_iter().map(|e| (e.line, e.key, e.message)).collect(),
-        }
-    }
-
-    #[test]
-    fn a_changelog_needs_a_topic_of_its_own_and_one_input_topic_with_the_line_of_its_table() {
-        let base = "[[sources]]\ntype = \"kafka\"\nbrokers = \"k:9092\"\n";
-        let ok = format!("{base}topics = [\"audit\"]\n[sources.changelog]\ntopic = \"audit-state\"\n");
-        assert!(errors(&ok).is_empty(), "{:?}", errors(&ok));
-        let cfg = load_str("p.toml", &ok).unwrap();
-        let crate::sources::SourceConfig::Kafka(k) = &cfg.sources[0] else { panic!("a kafka source") };
-        assert_eq!(k.changelog_on().map(|c| c.topic.as_str()), Some("audit-state"));
-
-        let two = format!("{base}topics = [\"a\", \"b\"]\n[sources.changelog]\ntopic = \"a\"\n");
-        let e = errors(&two);
-        assert_eq!(e.len(), 2, "{e:?}");
-        assert!(e.iter().all(|(line, _, _)| *line == Some(5)), "the line of [sources.changelog]: {e:?}");
-        assert!(e.iter().any(|(_, k, m)| k == "sources[0].changelog.topic" && m.contains("not be an input topic")), "{e:?}");
-        assert!(e.iter().any(|(_, k, m)| k == "sources[0].changelog" && m.contains("exactly one input topic")), "{e:?}");
-
-        let empty = format!("{base}topics = [\"a\", \"b\"]\n[sources.changelog]\ntopic = \" \"\nenabled = false\n");
-        let e = errors(&empty);
-        assert_eq!(e.len(), 1, "off: two topics are fine, the empty name is not: {e:?}");
-        assert_eq!(e[0].1, "sources[0].changelog.topic");
-        let unknown = format!("{base}topics = [\"a\"]\n[sources.changelog]\ntopic = \"s\"\npartitions = 3\n");
-        assert!(errors(&unknown).iter().any(|(_, _, m)| m.contains("partitions")), "unknown keys are refused");
-        let off = format!("{base}topics = [\"a\"]\n[sources.changelog]\ntopic = \"s\"\nenabled = false\n");
-        let cfg = load_str("p.toml", &off).unwrap();
-        let crate::sources::SourceConfig::Kafka(k) = &cfg.sources[0] else { panic!("a kafka source") };
-        assert!(k.changelog_on().is_none());
     }
 }

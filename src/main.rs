@@ -194,6 +194,15 @@ struct WhyArgs {
     /// Bearer token for --server (better given in the environment).
     #[arg(long, env = "KAUSALITY_QUERY_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// CA certificates (PEM) to trust for an https --server, besides the system's.
+    #[arg(long, value_name = "FILE", requires = "server", conflicts_with = "history")]
+    ca: Option<PathBuf>,
+    /// Client certificate (PEM) for an https --server that asks for one; with --key.
+    #[arg(long, value_name = "FILE", requires_all = ["server", "key"], conflicts_with = "history")]
+    cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM); with --cert.
+    #[arg(long, value_name = "FILE", requires_all = ["server", "cert"], conflicts_with = "history")]
+    key: Option<PathBuf>,
     /// text for a person, json (the story as the query API serves it) for scripts.
     #[arg(long, short, value_enum, default_value_t = WhyOutput::Text)]
     output: WhyOutput,
@@ -406,7 +415,7 @@ fn why(args: WhyArgs) -> Result<ExitCode> {
     let (kind, name) = args.object.map_or((String::new(), None), |(k, n)| (k, Some(n)));
     let q = kausality_stream::history::story::StoryQuery { cluster: args.cluster, kind, namespace: args.namespace, name, uid: args.uid, at_us: args.at };
     let source = match args.server {
-        Some(url) => why::Source::Server(why::Server { url, token: args.token }),
+        Some(url) => why::Source::Server(why::Server { url, token: args.token, tls: why::ClientTls { ca: args.ca, cert: args.cert, key: args.key } }),
         None => why::Source::Store(args.history.unwrap_or_else(|| PathBuf::from(why::DEFAULT_STORE))),
     };
     let story = why::story(&source, &q)?;

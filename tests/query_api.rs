@@ -357,7 +357,7 @@ history = "{}"
     // `why --server` against this API tells what `why --history` tells from the file.
     let (url, file) = (api.base.clone(), store.clone());
     let (remote, local, remote_missing, local_missing) = tokio::task::spawn_blocking(move || {
-        let server = why::Source::Server(why::Server { url, token: Some(TOKEN.into()) });
+        let server = why::Source::Server(why::Server { url, token: Some(TOKEN.into()), tls: why::ClientTls::default() });
         let file = why::Source::Store(file);
         let q = StoryQuery { kind: "replicaset".into(), namespace: Some("shop".into()), name: Some("web-7d4b9c".into()), ..StoryQuery::default() };
         let missing = StoryQuery { kind: "Pod".into(), name: Some("nope".into()), ..StoryQuery::default() };

@@ -1,10 +1,13 @@
 //! The live service, black-box: a pipeline started in-process with its webhook on
 //! 127.0.0.1:0, fed real-format EventLists over HTTP(S), judged by what its sinks write.
 
+#[path = "common/pki.rs"]
+mod pki;
 mod serve_support;
 
 use std::time::Duration;
 
+use pki::{pki, Pki};
 use serde_json::{json, Value};
 use serve_support::*;
 
@@ -422,42 +425,6 @@ listen = "127.0.0.1:0"
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-struct Pki {
-    dir: std::path::PathBuf,
-    ca_pem: String,
-    client_pem: String,
-    client_key: String,
-}
-
-/// A CA, a serving certificate for 127.0.0.1, and a client certificate, all made here.
-fn pki(name: &str) -> Pki {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, SanType};
-    let dir = temp_dir(name);
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.distinguished_name.push(DnType::CommonName, "kausality-stream test CA");
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let server_key = KeyPair::generate().unwrap();
-    let mut sp = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    sp.subject_alt_names.push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
-    sp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let server_cert = sp.signed_by(&server_key, &issuer).unwrap();
-
-    let client_key = KeyPair::generate().unwrap();
-    let mut cp = CertificateParams::new(Vec::<String>::new()).unwrap();
-    cp.distinguished_name.push(DnType::CommonName, "kube-apiserver");
-    cp.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    let client_cert = cp.signed_by(&client_key, &issuer).unwrap();
-
-    std::fs::write(dir.join("ca.crt"), ca_cert.pem()).unwrap();
-    std::fs::write(dir.join("tls.crt"), server_cert.pem()).unwrap();
-    std::fs::write(dir.join("tls.key"), server_key.serialize_pem()).unwrap();
-    Pki { ca_pem: ca_cert.pem(), client_pem: client_cert.pem(), client_key: client_key.serialize_pem(), dir }
-}
-
 fn tls_client(pki: &Pki, with_client_cert: bool) -> reqwest::Client {
     let mut b = reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(pki.ca_pem.as_bytes()).unwrap());
     if with_client_cert {
@@ -469,7 +436,7 @@ fn tls_client(pki: &Pki, with_client_cert: bool) -> reqwest::Client {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_client_certificates() {
-    let pki = pki("mtls");
+    let pki = pki(temp_dir("mtls"));
     let d = &pki.dir;
     let running = start(&format!(
         r#"
@@ -511,7 +478,7 @@ listen = "127.0.0.1:0"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_without_client_certificates() {
-    let pki = pki("tls");
+    let pki = pki(temp_dir("tls"));
     let d = &pki.dir;
     let running = start(&format!(
         r#"

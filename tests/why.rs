@@ -5,6 +5,9 @@
 //! message path of the command: an unknown object, an ambiguous name, a time older than the
 //! store, a missing store file, a server that answers.
 
+#[path = "common/pki.rs"]
+mod pki;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::TcpListener;
@@ -360,5 +363,54 @@ fn a_server_answer_renders_as_the_store_does() {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let e = failure(&why_in(&dir, &["pod/x", "--server", &format!("http://127.0.0.1:{port}")]));
     assert!(e.contains(&format!("cannot ask http://127.0.0.1:{port}/v1/why")), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_https_query_api_with_client_certificates_is_asked_with_ca_cert_and_key() {
+    let dir = scratch("tls");
+    let db = dir.join("h.db");
+    fill(&db, "cluster-day", None);
+    let pki = pki::pki(dir.clone());
+    let file = |name: &str| pki.dir.join(name).to_str().unwrap().to_string();
+    let toml = format!(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [query]\nlisten = \"127.0.0.1:0\"\nhistory = \"{}\"\n[query.tls]\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n",
+        db.display(),
+        file("tls.crt"),
+        file("tls.key"),
+        file("ca.crt")
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let running = rt.block_on(async { kausality_stream::pipeline::start(kausality_stream::pipeline::load_str("q.toml", &toml).unwrap()).await.unwrap() });
+    let url = format!("https://127.0.0.1:{}", running.query_addr.expect("the query API listens").port());
+    let rs = "replicaset/web-79969874f7";
+    let local = text(&why_in(&dir, &[rs, "--history", db.to_str().unwrap()]));
+    let (ca, cert, key) = (file("ca.crt"), file("client.crt"), file("client.key"));
+
+    let served = text(&why_in(&dir, &[rs, "--server", &url, "--ca", &ca, "--cert", &cert, "--key", &key]));
+    assert_eq!(served, local, "the story over HTTPS with a client certificate");
+    // No client certificate: refused in the handshake.
+    let e = failure(&why_in(&dir, &[rs, "--server", &url, "--ca", &ca]));
+    assert!(e.contains(&format!("cannot ask {url}/v1/why")), "{e}");
+    // The server's certificate is from a CA the system does not know.
+    let e = failure(&why_in(&dir, &[rs, "--server", &url, "--cert", &cert, "--key", &key]));
+    assert!(e.contains(&format!("cannot ask {url}/v1/why")) && e.to_lowercase().contains("certificate"), "{e}");
+    // What cannot be used is said before anything is asked.
+    let e = failure(&why_in(&dir, &[rs, "--server", &url, "--cert", &cert]));
+    assert!(e.contains("--key"), "a certificate without its key: {e}");
+    let e = failure(&why_in(&dir, &[rs, "--history", db.to_str().unwrap(), "--ca", &ca]));
+    assert!(e.contains("'--history <HISTORY>' cannot be used with '--ca <FILE>'"), "--ca is for --server: {e}");
+    let e = failure(&why_in(&dir, &[rs, "--ca", &ca]));
+    assert!(e.contains("--server"), "--ca is for --server: {e}");
+    std::fs::write(dir.join("empty.pem"), "not a certificate\n").unwrap();
+    let e = failure(&why_in(&dir, &[rs, "--server", &url, "--ca", dir.join("empty.pem").to_str().unwrap()]));
+    assert!(e.contains("no PEM certificate"), "{e}");
+    let e = failure(&why_in(&dir, &[rs, "--server", &url, "--ca", dir.join("missing.pem").to_str().unwrap()]));
+    assert!(e.contains("cannot read --ca"), "{e}");
+    let e = failure(&why_in(&dir, &[rs, "--server", &url, "--ca", &ca, "--cert", &ca, "--key", &ca]));
+    assert!(e.contains("not a PEM certificate and its private key"), "{e}");
+    running.stop();
+    let _ = rt.block_on(running.shutdown());
     std::fs::remove_dir_all(&dir).unwrap();
 }

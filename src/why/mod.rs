@@ -12,7 +12,7 @@ use crate::history::story::{self, Story, StoryQuery};
 use crate::history::{self, Mode};
 
 pub use render::{render, Style};
-pub use server::Server;
+pub use server::{ClientTls, Server};
 
 /// The store `why` reads when neither a file nor a server is given: where the embedded default
 /// pipeline writes it (the working directory).

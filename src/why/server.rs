@@ -1,6 +1,7 @@
 //! `why --server URL`: the story from the query API of a running service (`GET /v1/why`,
 //! docs/query-api.md), with the same messages as a store read on disk.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -18,6 +19,48 @@ pub struct Server {
     pub url: String,
     /// Sent as `Authorization: Bearer ...` when the API requires one.
     pub token: Option<String>,
+    /// HTTPS: whom to trust and what to show.
+    pub tls: ClientTls,
+}
+
+/// HTTPS to a query API with its own CA or client certificates (its `[query.tls]`): PEM files.
+#[derive(Clone, Debug, Default)]
+pub struct ClientTls {
+    /// CA certificates trusted besides the system's (a private CA that signed the API's).
+    pub ca: Option<PathBuf>,
+    /// A client certificate and its key, for an API with `client_ca`.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+impl ClientTls {
+    fn apply(&self, mut b: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, Error> {
+        let read = |flag: &str, path: &Path| std::fs::read(path).map_err(|e| Error::Server(format!("cannot read {flag} {}: {e}", path.display())));
+        if let Some(ca) = &self.ca {
+            let pem = read("--ca", ca)?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| Error::Server(format!("--ca {}: {e}", ca.display())))?;
+            if certs.is_empty() {
+                return Err(Error::Server(format!("--ca {}: no PEM certificate in it", ca.display())));
+            }
+            for c in certs {
+                b = b.add_root_certificate(c);
+            }
+        }
+        match (&self.cert, &self.key) {
+            (Some(cert), Some(key)) => {
+                let mut pem = read("--cert", cert)?;
+                pem.push(b'\n');
+                pem.extend(read("--key", key)?);
+                let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                    Error::Server(format!("--cert {} with --key {}: not a PEM certificate and its private key: {e}", cert.display(), key.display()))
+                })?;
+                b = b.identity(id);
+            }
+            (None, None) => {}
+            _ => return Err(Error::Server("--cert and --key go together: the client certificate and its private key".into())),
+        }
+        Ok(b)
+    }
 }
 
 /// An error answer: `{"error": "...", "candidates": [...]}` (candidates with a 409).
@@ -51,7 +94,7 @@ impl Server {
         put("name", q.name.as_ref());
         put("uid", q.uid.as_ref());
         put("at", q.at_us.map(format_rfc3339_micros).as_ref());
-        let client = reqwest::Client::builder().timeout(TIMEOUT).build().map_err(|e| Error::Server(format!("HTTP client: {e}")))?;
+        let client = self.tls.apply(reqwest::Client::builder().timeout(TIMEOUT))?.build().map_err(|e| Error::Server(format!("HTTP client: {e}")))?;
         let mut req = client.get(&url).query(&params);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
@@ -178,7 +221,7 @@ mod tests {
         ask.at_us = Some(2_000_000);
         let local = crate::history::story::build(&store.conn, &ask).unwrap();
         let (url, handle) = serve_once(200, serde_json::to_string(&local).unwrap());
-        let server = Server { url, token: Some("s3cret".into()) };
+        let server = Server { url, token: Some("s3cret".into()), tls: ClientTls::default() };
         let got = server.story(&ask).unwrap();
         assert_eq!(serde_json::to_string(&got).unwrap(), serde_json::to_string(&local).unwrap());
         let req = handle.join().unwrap();
@@ -187,7 +230,7 @@ mod tests {
         assert!(req.to_ascii_lowercase().contains("authorization: bearer s3cret"), "{req}");
         // No token: no header.
         let (url, handle) = serve_once(404, r#"{"error":"no Pod a/p"}"#.into());
-        let e = Server { url, token: None }.story(&ask).unwrap_err();
+        let e = Server { url, token: None, tls: ClientTls::default() }.story(&ask).unwrap_err();
         assert_eq!(e.to_string(), "no Pod a/p");
         assert!(!handle.join().unwrap().to_ascii_lowercase().contains("authorization"));
     }
@@ -196,7 +239,7 @@ mod tests {
     fn an_unreachable_server_says_so() {
         // A port that was free a moment ago.
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let e = Server { url: format!("http://127.0.0.1:{port}"), token: None }.story(&q()).unwrap_err();
+        let e = Server { url: format!("http://127.0.0.1:{port}"), token: None, tls: ClientTls::default() }.story(&q()).unwrap_err();
         let m = e.to_string();
         assert!(m.starts_with(&format!("cannot ask http://127.0.0.1:{port}/v1/why")), "{m}");
         assert!(m.to_lowercase().contains("connect"), "{m}");

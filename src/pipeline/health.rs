@@ -39,7 +39,7 @@ async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
 /// family appears as its `# HELP` and `# TYPE` lines, without made-up samples.
 pub fn render_all(m: &Metrics) -> String {
     let mut text = m.render();
-    let families: [(&dyn Collector, &str); 22] = [
+    let families: [(&dyn Collector, &str); 26] = [
         (&m.events_received, "counter"),
         (&m.events_ignored, "counter"),
         (&m.events_invalid, "counter"),
@@ -62,6 +62,10 @@ pub fn render_all(m: &Metrics) -> String {
         (&m.connections_refused, "counter"),
         (&m.tls_handshake_failures, "counter"),
         (&m.connection_timeouts, "counter"),
+        (&m.route_messages, "counter"),
+        (&m.route_errors, "counter"),
+        (&m.route_unroutable, "counter"),
+        (&m.query_requests, "counter"),
     ];
     for (collector, kind) in families {
         for d in collector.desc() {

@@ -10,7 +10,7 @@
 
 mod kafka_support;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -64,17 +64,21 @@ fn routed(line: &str) -> Vec<(String, bool)> {
     }
 }
 
-/// Every fixture's messages, keyed, with their cluster and the state-only header.
-fn messages(fixtures: &[(String, Vec<String>)]) -> Vec<Message> {
+/// The messages of `lines` (fixture name, line), keyed, with their cluster and the
+/// state-only header.
+fn messages<'a>(lines: impl IntoIterator<Item = (&'a String, &'a String)>) -> Vec<Message> {
     let mut out = Vec::new();
-    for (name, lines) in fixtures {
-        for l in lines {
-            for (key, state_only) in routed(l) {
-                out.push(Message { key, value: l.clone(), cluster: name.clone(), state_only });
-            }
+    for (name, l) in lines {
+        for (key, state_only) in routed(l) {
+            out.push(Message { key, value: l.clone(), cluster: name.clone(), state_only });
         }
     }
     out
+}
+
+/// Every fixture's lines, one fixture after the other.
+fn in_turn(fixtures: &[(String, Vec<String>)]) -> Vec<(&String, &String)> {
+    fixtures.iter().flat_map(|(name, lines)| lines.iter().map(move |l| (name, l))).collect()
 }
 
 /// The writes the routing rule cannot judge where `replay` does, (cluster, auditID or
@@ -86,8 +90,8 @@ fn messages(fixtures: &[(String, Vec<String>)]) -> Vec<Message> {
 /// every later write of the scaled object (a `Scale` names no owner: keyed by the object's own
 /// UID, the partition of its controller never sees the new replicas).
 /// docs/scale-out.md says what each costs.
-fn routing_limits(fixtures: &[(String, Vec<String>)]) -> std::collections::HashSet<(String, String)> {
-    let mut out = std::collections::HashSet::new();
+fn routing_limits(fixtures: &[(String, Vec<String>)]) -> HashSet<(String, String)> {
+    let mut out = HashSet::new();
     for (name, lines) in fixtures {
         let mut uids: HashMap<(String, String), String> = HashMap::new();
         for l in lines {
@@ -142,8 +146,18 @@ fn produce(kafka: &Kafka, topic: &str, msgs: &[Message]) {
     );
 }
 
+/// How the classify processes run.
+#[derive(Clone, Copy, Debug)]
+struct Mode {
+    /// Else at-least-once: the changelog written every `transaction_interval`, after the
+    /// outputs.
+    exactly_once: bool,
+}
+
+const EXACTLY_ONCE: Mode = Mode { exactly_once: true };
+
 /// The classify tier's pipeline of one process.
-fn classify_pipeline(dir: &Path, kafka: &Kafka, topics: &Topics, member: &str) -> PathBuf {
+fn classify_pipeline(dir: &Path, kafka: &Kafka, topics: &Topics, member: &str, mode: Mode) -> PathBuf {
     let path = dir.join(format!("classify-{member}.toml"));
     std::fs::write(
         &path,
@@ -157,7 +171,7 @@ brokers = "{brokers}"
 topics = ["{input}"]
 group_id = "{group}"
 lag_interval = "1s"
-exactly_once = true
+exactly_once = {exactly_once}
 transactional_id = "{group}-{member}"
 transaction_interval = "300ms"
 revoke_timeout = "20s"
@@ -180,6 +194,7 @@ listen = "127.0.0.1:0"
             group = topics.group,
             changelog = topics.changelog,
             output = topics.output,
+            exactly_once = mode.exactly_once,
         ),
     )
     .unwrap();
@@ -208,6 +223,84 @@ fn all_committed(kafka: &Kafka, t: &Topics) -> bool {
     kafka.committed(&t.group, &t.input, PARTITIONS).iter().zip(&ends).all(|(c, e)| *c == Some(*e))
 }
 
+/// What a test needs: its broker, its topics, the stream keyed as the ingest tier keys it,
+/// and `replay`'s class of every output but those the routing cannot judge as `replay` does.
+struct Case {
+    kafka: Kafka,
+    dir: PathBuf,
+    t: Topics,
+    msgs: Vec<Message>,
+    limits: HashSet<(String, String)>,
+    expected: HashMap<(String, String), String>,
+}
+
+impl Case {
+    fn new(name: &str) -> Case {
+        let kafka = Kafka::get();
+        let dir = temp_dir(name);
+        let t = Topics { input: kafka.unique("audit"), output: kafka.unique("enriched"), changelog: kafka.unique("state"), group: kafka.unique("classify") };
+        kafka.create_topic(&t.input, PARTITIONS);
+        kafka.create_topic(&t.output, PARTITIONS);
+        let fixtures = fixtures();
+        let limits = routing_limits(&fixtures);
+        let mut case = Case { kafka, dir, t, msgs: messages(in_turn(&fixtures)), limits, expected: HashMap::new() };
+        case.expected = replayed(&case.dir, &fixtures).into_iter().filter(|(k, _)| !case.limited(k)).collect();
+        case
+    }
+
+    /// An output the routing rule cannot judge where `replay` does ([`routing_limits`]).
+    fn limited(&self, k: &(String, String)) -> bool {
+        let (id, uid) = k.1.split_once('/').unwrap_or((&k.1, ""));
+        self.limits.contains(&(k.0.clone(), id.to_string())) || self.limits.contains(&(k.0.clone(), uid.to_string()))
+    }
+
+    fn pipeline(&self, dir: &Path, member: &str, mode: Mode) -> PathBuf {
+        classify_pipeline(dir, &self.kafka, &self.t, member, mode)
+    }
+
+    /// Reads the output topic and asserts it against `replay`: none missing, every class
+    /// `replay`'s; with `exactly_once` none written twice, else every repeat's class too.
+    /// Returns how many outputs were read.
+    fn assert_as_replay(&self, test: &str, exactly_once: bool) -> usize {
+        let out = self.kafka.read_until(&self.t.output, Duration::from_secs(5), |_| false);
+        let all = written(&out);
+        // Exactly-once holds for every output, those the routing limits too.
+        let twice: Vec<_> = all.iter().filter(|(_, c)| c.len() > 1).map(|(k, _)| k).collect();
+        if exactly_once {
+            assert!(twice.is_empty(), "exactly-once: outputs written twice, e.g. {:?}", &twice[..twice.len().min(5)]);
+        }
+        let seen: HashMap<_, _> = all.iter().filter(|(k, _)| !self.limited(k)).map(|(k, c)| (k.clone(), c.clone())).collect();
+        let missing_all: Vec<_> = self.expected.iter().filter(|(k, _)| !seen.contains_key(*k)).collect();
+        let mut by_class: HashMap<&str, usize> = HashMap::new();
+        missing_all.iter().for_each(|(_, c)| *by_class.entry(c.as_str()).or_default() += 1);
+        // Every write of an output is compared (at-least-once, a repeat is judged again).
+        let wrong_all: Vec<_> = seen
+            .iter()
+            .flat_map(|(k, cs)| cs.iter().map(move |c| (k, c)))
+            .filter(|(k, c)| self.expected.get(*k) != Some(*c))
+            .map(|(k, c)| (k.clone(), c.clone(), self.expected.get(k).cloned()))
+            .collect();
+        let mut wrong_by: HashMap<(String, String), usize> = HashMap::new();
+        for (_, c, e) in &wrong_all {
+            *wrong_by.entry((e.clone().unwrap_or_else(|| "(none)".into()), c.clone())).or_default() += 1;
+        }
+        println!("{test}: missing {} by replay's class {by_class:?}; differing (replay's, written): {wrong_by:?}", missing_all.len());
+        println!("{test}: {} outputs, {} compared with replay's, {} written more than once", out.len(), self.expected.len(), twice.len());
+        let missing: Vec<_> = missing_all.iter().map(|(k, _)| k).take(5).collect();
+        assert!(missing.is_empty(), "classified by replay, missing downstream, e.g. {missing:?}");
+        assert!(wrong_all.is_empty(), "classes that differ from replay's (key, class, replay's): {:?}", &wrong_all[..wrong_all.len().min(10)]);
+        out.len()
+    }
+
+    fn done(self, dirs: &[&Path]) {
+        self.kafka.delete_topics(&[&self.t.input, &self.t.output, &self.t.changelog]);
+        std::fs::remove_dir_all(&self.dir).unwrap();
+        for d in dirs {
+            std::fs::remove_dir_all(d).unwrap();
+        }
+    }
+}
+
 /// Three processes; one killed mid-stream (its partitions move to the others with their
 /// state); then every process stopped and two new ones started, with nothing but the
 /// changelog: every class equals `replay`'s, none is missing, none is written twice.
@@ -216,74 +309,46 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
     if !enabled("three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_changelog") {
         return;
     }
-    let kafka = Kafka::get();
-    let dir = temp_dir("changelog");
-    let t = Topics { input: kafka.unique("audit"), output: kafka.unique("enriched"), changelog: kafka.unique("state"), group: kafka.unique("classify") };
-    kafka.create_topic(&t.input, PARTITIONS);
-    kafka.create_topic(&t.output, PARTITIONS);
-    let fixtures = fixtures();
-    let limits = routing_limits(&fixtures);
-    let limited = |k: &(String, String)| {
-        let (id, uid) = k.1.split_once('/').unwrap_or((&k.1, ""));
-        limits.contains(&(k.0.clone(), id.to_string())) || limits.contains(&(k.0.clone(), uid.to_string()))
-    };
-    let expected: HashMap<_, _> = replayed(&dir, &fixtures).into_iter().filter(|(k, _)| !limited(k)).collect();
-    let msgs = messages(&fixtures);
+    let case = Case::new("changelog");
+    let (kafka, t) = (&case.kafka, &case.t);
+    let msgs = &case.msgs;
     let (first, rest) = msgs.split_at(msgs.len() / 2);
     let (second, third) = rest.split_at(rest.len() / 2);
-    produce(&kafka, &t.input, first);
+    produce(kafka, &t.input, first);
 
-    let mut members: Vec<Serve> = ["a", "b", "c"].iter().map(|m| Serve::start(&classify_pipeline(&dir, &kafka, &t, m))).collect();
+    let mut members: Vec<Serve> = ["a", "b", "c"].iter().map(|m| Serve::start(&case.pipeline(&case.dir, m, EXACTLY_ONCE))).collect();
     let delivered =
         |s: &Serve| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.metric("kausality_sink_events_total", &["sink=\"kafka\""]))).unwrap_or(0.0);
     wait_or_explain("outputs of the first part", 120, || members.iter().map(delivered).sum::<f64>() > 100.0, || members.iter().map(Serve::explain).collect());
     // SIGKILL: its open transaction (outputs, changelog records, offsets) is aborted; the
     // others take its partitions and restore their state from the changelog.
     members.remove(0).kill();
-    produce(&kafka, &t.input, second);
-    wait_or_explain("every message of two parts committed after the kill", 180, || all_committed(&kafka, &t), || members.iter().map(Serve::explain).collect());
+    produce(kafka, &t.input, second);
+    wait_or_explain("every message of two parts committed after the kill", 180, || all_committed(kafka, t), || members.iter().map(Serve::explain).collect());
     for s in members.drain(..) {
         let (code, _) = s.terminate();
         assert_eq!(code, 0, "a clean stop");
     }
     // Everything again from the changelog alone: two fresh processes, no snapshot files.
     let fresh = temp_dir("changelog-fresh");
-    produce(&kafka, &t.input, third);
-    let members: Vec<Serve> = ["d", "e"].iter().map(|m| Serve::start(&classify_pipeline(&fresh, &kafka, &t, m))).collect();
-    wait_or_explain("every message committed after the restart", 180, || all_committed(&kafka, &t), || members.iter().map(Serve::explain).collect());
+    produce(kafka, &t.input, third);
+    let members: Vec<Serve> = ["d", "e"].iter().map(|m| Serve::start(&case.pipeline(&fresh, m, EXACTLY_ONCE))).collect();
+    wait_or_explain("every message committed after the restart", 180, || all_committed(kafka, t), || members.iter().map(Serve::explain).collect());
     let restored: usize = members
         .iter()
         .flat_map(|s| s.logs())
-        .filter(|v| v["fields"]["message"] == "kafka source: partition state restored from the changelog")
+        .filter(|v| v["fields"]["message"] == RESTORED)
         .map(|v| v["fields"]["records"].as_u64().unwrap_or(0) as usize)
         .sum();
     assert!(restored > 0, "the fresh processes restored state from the changelog");
 
-    let out = kafka.read_until(&t.output, Duration::from_secs(5), |_| false);
-    let seen: HashMap<_, _> = written(&out).into_iter().filter(|(k, _)| !limited(k)).collect();
-    let twice: Vec<_> = seen.iter().filter(|(_, c)| c.len() > 1).map(|(k, _)| k).take(5).collect();
-    assert!(twice.is_empty(), "exactly-once: outputs written twice, e.g. {twice:?}");
-    let missing_all: Vec<_> = expected.iter().filter(|(k, _)| !seen.contains_key(*k)).collect();
-    let mut by_class: HashMap<&str, usize> = HashMap::new();
-    missing_all.iter().for_each(|(_, c)| *by_class.entry(c.as_str()).or_default() += 1);
-    let mut wrong_by: HashMap<(String, String), usize> = HashMap::new();
-    for (k, c) in &seen {
-        if expected.get(k) != Some(&c[0]) {
-            *wrong_by.entry((expected.get(k).cloned().unwrap_or_else(|| "(none)".into()), c[0].clone())).or_default() += 1;
-        }
-    }
-    println!("changelog: missing {} by replay's class {by_class:?}; differing (replay's, written): {wrong_by:?}", missing_all.len());
-    let missing: Vec<_> = missing_all.iter().map(|(k, _)| k).take(5).collect();
-    assert!(missing.is_empty(), "classified by replay, missing downstream, e.g. {missing:?}");
-    let wrong: Vec<_> =
-        seen.iter().filter(|(k, c)| expected.get(*k) != Some(&c[0])).map(|(k, c)| (k.clone(), c[0].clone(), expected.get(k).cloned())).take(10).collect();
-    println!("changelog: {} outputs, {} expected, {restored} records restored by the fresh processes", out.len(), expected.len());
-    assert!(wrong.is_empty(), "classes that differ from replay's (key, class, replay's): {wrong:?}");
+    case.assert_as_replay("changelog", true);
+    println!("changelog: {restored} records restored by the fresh processes");
     for s in members {
         let (code, _) = s.terminate();
         assert_eq!(code, 0);
     }
-    kafka.delete_topics(&[&t.input, &t.output, &t.changelog]);
-    std::fs::remove_dir_all(&dir).unwrap();
-    std::fs::remove_dir_all(&fresh).unwrap();
+    case.done(&[&fresh]);
 }
+
+const RESTORED: &str = "kafka source: partition state restored from the changelog";

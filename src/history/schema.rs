@@ -7,7 +7,13 @@ pub const SCHEMA_VERSION: &str = "1";
 
 /// Indexes of earlier builds that [`SQL`] replaced: dropped by the writer when it opens a store
 /// (readers do not depend on them).
-pub const DROPPED: &str = "DROP INDEX IF EXISTS mutations_by_audit; DROP INDEX IF EXISTS mutations_by_time;";
+pub const DROPPED: &str = "DROP INDEX IF EXISTS mutations_by_audit; DROP INDEX IF EXISTS mutations_by_time; DROP INDEX IF EXISTS mutations_by_class;";
+
+/// The classes with an index of their own ([`SQL`]: `mutations_<class>`): the signal, rare next
+/// to the `expected`, `initializing` and `deleting` writes of every rollout, which are found by
+/// time. A query uses one only when it names the class as a literal (`class = 'drift'`), as
+/// the partial index's own condition does.
+pub const INDEXED_CLASSES: [&str; 5] = ["drift", "origin", "unowned", "undetermined", "unknown-parent"];
 
 /// Created when missing, by the writer only.
 pub const SQL: &str = r#"
@@ -63,7 +69,13 @@ CREATE INDEX IF NOT EXISTS mutations_by_object ON mutations (object_id, time_us)
 -- deletecollection). Led by the time, new rows go to the end of the index, where an index led
 -- by the random auditID would dirty a page of its own per row.
 CREATE UNIQUE INDEX IF NOT EXISTS mutations_by_time_audit ON mutations (time_us, audit_id, object_id);
-CREATE INDEX IF NOT EXISTS mutations_by_class ON mutations (class, time_us);
+-- The drift feed by class: the signal classes only, each in an index of its own (rows of
+-- other classes cost no index write; they are found by time).
+CREATE INDEX IF NOT EXISTS mutations_drift ON mutations (time_us) WHERE class = 'drift';
+CREATE INDEX IF NOT EXISTS mutations_origin ON mutations (time_us) WHERE class = 'origin';
+CREATE INDEX IF NOT EXISTS mutations_unowned ON mutations (time_us) WHERE class = 'unowned';
+CREATE INDEX IF NOT EXISTS mutations_undetermined ON mutations (time_us) WHERE class = 'undetermined';
+CREATE INDEX IF NOT EXISTS mutations_unknown_parent ON mutations (time_us) WHERE class = 'unknown-parent';
 
 -- Which origin writes each drift undoes (the enriched event's `reverts`), to find from an
 -- origin write what reverted it.

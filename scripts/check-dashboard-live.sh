@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Every panel of deploy/grafana/kausality-stream.json against a real Prometheus: starts
-# `kausality-stream serve` on 127.0.0.1 (webhook + Kafka sources; jsonl, http and
-# drift_report sinks), a single-node Kafka (scripts/kafka.sh), a drift-report receiver and a
-# Prometheus server scraping /metrics every second; feeds a recorded stream built to touch every
+# `kausality-stream serve` on 127.0.0.1 (webhook + Kafka sources; jsonl, history, http and
+# drift_report sinks; the query API), a second one as an ingest tier (webhook + kafka_route),
+# a single-node Kafka (scripts/kafka.sh), a drift-report receiver and a Prometheus server
+# scraping both every second; feeds a recorded stream built to touch every
 # panel (a generated corpus, tests/fixtures/edge-cases.jsonl, malformed bodies, a late write,
 # a redelivered batch); then runs each panel's query as an instant query and fails unless
 # every one returns at least one series.
 #
 #   scripts/check-dashboard-live.sh            # builds nothing: needs target/release/kausality-stream
 #   KAUSALITY_BIN=path scripts/check-dashboard-live.sh
-#   CHECK_DASHBOARD_NO_KAFKA=1 ...             # skip Kafka (the consumer-lag panel then fails)
+#   CHECK_DASHBOARD_NO_KAFKA=1 ...             # skip Kafka (the consumer-lag and route panels then fail)
 #
 # Installs the Debian package `prometheus` if `prometheus` is missing (its daemon is kept from
 # starting, as in scripts/check-deploy.sh). Everything listens on 127.0.0.1 on free ports and
@@ -57,10 +58,10 @@ ensure_prometheus || fail_setup "could not install prometheus"
 prometheus --version 2>&1 | head -n 1
 
 # Free ports on 127.0.0.1, all held open together so they are distinct.
-read -r WEBHOOK_PORT METRICS_PORT PROM_PORT RECEIVER_PORT CLOSED_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT < <(python3 - <<'EOF'
+read -r WEBHOOK_PORT METRICS_PORT PROM_PORT RECEIVER_PORT CLOSED_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT QUERY_PORT INGEST_PORT INGEST_METRICS_PORT < <(python3 - <<'EOF'
 import socket
 socks = []
-for _ in range(7):
+for _ in range(10):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     socks.append(s)
@@ -85,6 +86,8 @@ if [ -z "${CHECK_DASHBOARD_NO_KAFKA:-}" ]; then
   if bash scripts/kafka.sh start >"$tmp/kafka-start.log" 2>&1; then
     kafka_started=1
     bash scripts/kafka.sh topic-create dashboard-live 2 >>"$tmp/kafka-start.log" 2>&1 ||
+      say "warning: topic-create failed (see below)"
+    bash scripts/kafka.sh topic-create dashboard-keyed 2 >>"$tmp/kafka-start.log" 2>&1 ||
       say "warning: topic-create failed (see below)"
     kafka_source=$(cat <<EOF
 
@@ -170,6 +173,9 @@ max_retries = 0
 [metrics]
 listen = "127.0.0.1:$METRICS_PORT"
 
+[query]
+listen = "127.0.0.1:$QUERY_PORT"
+
 [state]
 snapshot = "$tmp/state/kausality-stream.snapshot"
 snapshot_interval = "60s"
@@ -179,7 +185,32 @@ EOF
 serve_pid=$!
 pids+=("$serve_pid")
 wait_http "http://127.0.0.1:$METRICS_PORT/readyz" 60 || { tail -n 30 "$tmp/serve.log"; fail_setup "kausality-stream not ready"; }
-say "kausality-stream: webhook 127.0.0.1:$WEBHOOK_PORT, metrics 127.0.0.1:$METRICS_PORT"
+say "kausality-stream: webhook 127.0.0.1:$WEBHOOK_PORT, metrics 127.0.0.1:$METRICS_PORT, query API 127.0.0.1:$QUERY_PORT"
+
+# The ingest tier (the route panels): a webhook that produces to a keyed topic.
+ingest_target=""
+if [ "$kafka_started" -eq 1 ]; then
+  cat >"$tmp/ingest.toml" <<EOF
+[[sources]]
+type = "webhook"
+listen = "127.0.0.1:$INGEST_PORT"
+plain_http = true
+
+[[sinks]]
+type = "kafka_route"
+brokers = "127.0.0.1:$KAFKA_PORT"
+topic = "dashboard-keyed"
+
+[metrics]
+listen = "127.0.0.1:$INGEST_METRICS_PORT"
+EOF
+  "$BIN" validate "$tmp/ingest.toml" || fail_setup "the ingest pipeline does not validate"
+  "$BIN" serve --pipeline "$tmp/ingest.toml" >"$tmp/ingest.log" 2>&1 &
+  pids+=($!)
+  wait_http "http://127.0.0.1:$INGEST_METRICS_PORT/readyz" 60 || { tail -n 30 "$tmp/ingest.log"; fail_setup "the ingest tier is not ready"; }
+  ingest_target=", \"127.0.0.1:$INGEST_METRICS_PORT\""
+  say "ingest tier: webhook 127.0.0.1:$INGEST_PORT, metrics 127.0.0.1:$INGEST_METRICS_PORT"
+fi
 
 # ------------------------------------------------------------------ prometheus
 
@@ -191,7 +222,7 @@ scrape_configs:
   - job_name: kausality-stream
     metrics_path: /metrics
     static_configs:
-      - targets: ["127.0.0.1:$METRICS_PORT"]
+      - targets: ["127.0.0.1:$METRICS_PORT"$ingest_target]
 EOF
 prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
   --web.listen-address="127.0.0.1:$PROM_PORT" >"$tmp/prometheus.log" 2>&1 &
@@ -247,6 +278,23 @@ late = dict(events[0]); late["auditID"] = "live-late-write"
 assert post(event_list([late])) == 200
 print("fed", len(events), "corpus events,", len(edges), "edge cases; webhook answers:", codes)
 EOF
+
+# The query API and the ingest tier get traffic of their own.
+curl -fsS -o /dev/null "http://127.0.0.1:$QUERY_PORT/v1/drift" || say "warning: the query API did not answer /v1/drift"
+if [ "$kafka_started" -eq 1 ]; then
+  python3 - "$INGEST_PORT" "$tmp/corpus.jsonl" <<'EOF' || fail_setup "feeding the ingest tier failed"
+import json, sys, urllib.request
+
+port, corpus = sys.argv[1], sys.argv[2]
+events = [json.loads(l) for l in open(corpus) if l.strip()][:500]
+for i in range(0, len(events), 100):
+    body = json.dumps({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "items": events[i:i + 100]}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/audit/e2e", data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert r.status == 200, r.status
+print("fed the ingest tier", len(events), "events")
+EOF
+fi
 
 # ------------------------------------------------------------------ wait for scrapes
 

@@ -67,6 +67,9 @@ type Reconciler struct {
 	ChildKind string
 	// HoldRequeue is how long a held-back reconcile waits before asking again. Zero: 30 s.
 	HoldRequeue time.Duration
+	// BehindRequeue is how long a reconcile held back by a verdict behind the NodeGroup waits
+	// before asking again: about the audit stream's batching delay. Zero: 2 s.
+	BehindRequeue time.Duration
 }
 
 // SetupWithManager registers the controller with a manager: it watches NodeGroups.
@@ -104,6 +107,13 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		action = verdict.Delete
 	}
 	d := r.Guard.Check(ctx, r.query(ng), action)
+	if !d.Proceed && d.Behind {
+		// The stream has not shown this NodeGroup as read here yet: ask again once it has,
+		// without a warning (nothing was judged) or a status write (which would be one more
+		// write for the stream to catch up with).
+		ctrl.LoggerFrom(ctx).Info("cloud call waits for the audit stream", "group", group, "reason", d.Reason)
+		return ctrl.Result{RequeueAfter: r.behindRequeue()}, nil
+	}
 	if !d.Proceed {
 		r.Recorder.Eventf(ng, nil, corev1.EventTypeWarning, ReasonHeldBack, "Scale", "%d to %d nodes %s", have, want, d.Reason)
 		return ctrl.Result{RequeueAfter: r.holdRequeue()}, r.setSynced(ctx, ng, metav1.ConditionFalse, ReasonHeldBack, d.Reason, false)
@@ -121,8 +131,19 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	return ctrl.Result{}, r.setSynced(ctx, ng, metav1.ConditionTrue, ReasonScaled, fmt.Sprintf("%d nodes", want), true)
 }
 
+// query asks about a child write to ng, with ng's generation and observed generation as read
+// here: the guard does not trust a verdict whose parent is behind them.
 func (r *Reconciler) query(ng *unstructured.Unstructured) verdict.Query {
-	return verdict.Query{Cluster: r.Cluster, ParentUID: string(ng.GetUID()), User: r.User, ChildKind: r.ChildKind}
+	observed, _, _ := unstructured.NestedInt64(ng.Object, "status", "observedGeneration")
+	return verdict.Query{Cluster: r.Cluster, ParentUID: string(ng.GetUID()), User: r.User, ChildKind: r.ChildKind,
+		Generation: ng.GetGeneration(), ObservedGeneration: observed}
+}
+
+func (r *Reconciler) behindRequeue() time.Duration {
+	if r.BehindRequeue > 0 {
+		return r.BehindRequeue
+	}
+	return 2 * time.Second
 }
 
 func (r *Reconciler) holdRequeue() time.Duration {

@@ -170,3 +170,50 @@ func TestReconcilerDistrustsAStaleVerdict(t *testing.T) {
 		t.Fatalf("unreachable: calls %v, events %q, want held back", cloud.Calls(), events)
 	}
 }
+
+// E: the reconciler reads the NodeGroup from the API server, which is ahead of the audit
+// stream by its batching delay. A verdict made before the stream showed what was read is held
+// back quietly (no warning, no status write) and asked again soon: a person's spec change not
+// yet shown would read as drift of the old generation, and the controller's own report that
+// it is done, not yet shown, as `expected` where the truth is drift.
+func TestReconcilerWaitsForAStreamBehindTheObject(t *testing.T) {
+	kaus := kausalitytest.Start(t)
+	s := newStory("be41", time.Now().Add(-2*time.Second), 3)
+	s.post(t, kaus, "behind")
+
+	// A person scales the group down to 1; the stream has not shown it yet.
+	s.resize(1)
+	cloud := newCloud(group, 3)
+	r := reconciler(kaus.Client(), cloud, "behind")
+	r.BehindRequeue = 500 * time.Millisecond
+	res, after, events := s.reconcile(t, r)
+	if calls := cloud.Calls(); len(calls) != 0 || res.RequeueAfter != 500*time.Millisecond || len(events) != 0 {
+		t.Fatalf("spec change not in the stream: calls %v, requeue %s, events %q, want none, 500ms, none", calls, res.RequeueAfter, events)
+	}
+	if st, _, _ := condition(after, "Synced"); st != "True" || observed(after) != 1 {
+		t.Fatalf("spec change not in the stream: Synced=%s, observedGeneration %d, want the status untouched (True, 1)", st, observed(after))
+	}
+	// Once it is, the same reconcile goes on: expected.
+	if v := s.post(t, kaus, "behind"); v.Class != verdict.Expected {
+		t.Fatalf("after the spec change is shown: %s (%s), want expected", v.Class, v.Reason)
+	}
+	if _, _, events = s.reconcile(t, r); !reflect.DeepEqual(cloud.Calls(), []string{"remove infra/gpu 2"}) || !has(events, "Normal Scaled", "3 to 1 nodes (expected:") {
+		t.Fatalf("spec change shown: calls %v, events %q, want the remove of 2, expected", cloud.Calls(), events)
+	}
+
+	// The controller reports generation 2 done; before the stream shows it, a node is lost. The
+	// verdict of the stream so far is `expected` (generation 2 not finished): trusted, it would
+	// let a replacement nobody asked for through. Behind the object, it is held back.
+	s.report()
+	cloud.nodes[group] = 0
+	res, _, events = s.reconcile(t, r)
+	if calls := cloud.Calls(); len(calls) != 1 || res.RequeueAfter != 500*time.Millisecond || len(events) != 0 {
+		t.Fatalf("own report not in the stream: calls %v, requeue %s, events %q, want no new call, 500ms, none", calls, res.RequeueAfter, events)
+	}
+	if v := s.post(t, kaus, "behind"); v.Class != verdict.Drift {
+		t.Fatalf("after the report is shown: %s (%s), want drift", v.Class, v.Reason)
+	}
+	if _, _, events = s.reconcile(t, r); len(cloud.Calls()) != 1 || !has(events, "Warning HeldBack", "this create would be drift") {
+		t.Fatalf("report shown: calls %v, events %q, want held back as drift", cloud.Calls(), events)
+	}
+}

@@ -71,6 +71,14 @@ type Query struct {
 	// Optional; needs ChildKind.
 	ChildName      string
 	ChildNamespace string
+
+	// Generation and ObservedGeneration are the parent's metadata.generation and
+	// status.observedGeneration as the controller read them from the API server (0: not
+	// given). They are not sent: the Guard compares them with the verdict's parent, and a
+	// verdict whose parent is behind either was made before the audit stream showed what the
+	// controller sees (a person's spec change, or the controller's own report that it is done).
+	Generation         int64
+	ObservedGeneration int64
 }
 
 func (q Query) values() url.Values {

@@ -58,6 +58,12 @@ type Guard struct {
 	MaxAge time.Duration
 	// Unsure says what to do per action when no verdict can be trusted. Nil: DefaultUnsure.
 	Unsure func(Action) Mode
+	// Behind says what to do per action when the verdict's parent is behind the generation or
+	// observed generation the query says the controller read (Query.Generation,
+	// Query.ObservedGeneration). Nil: AlwaysClosed, because the stream catches up within its
+	// batching delay, and a verdict behind the controller's own report that it is done would
+	// read `expected` where the truth is `drift`.
+	Behind func(Action) Mode
 }
 
 // DefaultUnsure fails closed for deletes (they cannot be undone) and open for the rest (a
@@ -83,9 +89,14 @@ type Decision struct {
 	// Trusted: the decision was made from a verdict that could be trusted (false: the Mode
 	// for an unsure answer decided).
 	Trusted bool
+	// Behind: the verdict was behind the object the controller read; asking again in a few
+	// seconds (once the audit stream has caught up) gives one that can be trusted.
+	Behind bool
 }
 
 // Check asks for the verdict on q and decides whether action a may go ahead:
+//   - a verdict whose parent is behind the generation or observed generation q says the
+//     controller read: as Behind(a) says (held back by default), with Decision.Behind set;
 //   - expected, initializing, deleting, origin: go ahead;
 //   - drift approved by the parent's annotations or a platform policy: go ahead;
 //   - drift unresolved or rejected, or a frozen parent: hold back;
@@ -101,6 +112,15 @@ func (g *Guard) Check(ctx context.Context, q Query, a Action) Decision {
 	}
 	if limit := g.maxAge(); age > limit {
 		return g.unsure(a, v, fmt.Sprintf("stale verdict: the newest event kausality-stream applied is %s old (limit %s); the audit stream may be stalled", age.Round(time.Second), limit))
+	}
+	if why, behind := behindObject(q, v); behind {
+		mode := AlwaysClosed
+		if g.Behind != nil {
+			mode = g.Behind
+		}
+		d := decide(mode, a, v, why)
+		d.Behind = true
+		return d
 	}
 	if v.FreezeViolation {
 		return Decision{Reason: fmt.Sprintf("held back: the parent is frozen (%s)", v.Reason), Verdict: v, Trusted: true}
@@ -134,11 +154,36 @@ func (g *Guard) maxAge() time.Duration {
 	return DefaultMaxAge
 }
 
+// behindObject says whether the verdict's parent is behind the generation or the observed
+// generation the controller read, and how.
+func behindObject(q Query, v *Verdict) (string, bool) {
+	p := v.Parent
+	if q.Generation > 0 && (p.Generation == nil || *p.Generation < q.Generation) {
+		return fmt.Sprintf("the verdict is behind the object: kausality-stream has the parent at generation %s, the API server at %d (the audit stream has not shown the latest spec change yet)", orNone(p.Generation), q.Generation), true
+	}
+	if q.ObservedGeneration > 0 && (p.ObservedGeneration == nil || *p.ObservedGeneration < q.ObservedGeneration) {
+		return fmt.Sprintf("the verdict is behind the object: kausality-stream has the parent's observed generation at %s, the API server at %d (the audit stream has not shown the controller's latest status write yet)", orNone(p.ObservedGeneration), q.ObservedGeneration), true
+	}
+	return "", false
+}
+
+func orNone(n *int64) string {
+	if n == nil {
+		return "none"
+	}
+	return fmt.Sprint(*n)
+}
+
 func (g *Guard) unsure(a Action, v *Verdict, why string) Decision {
 	mode := DefaultUnsure
 	if g.Unsure != nil {
 		mode = g.Unsure
 	}
+	return decide(mode, a, v, why)
+}
+
+// decide applies mode to an answer that cannot be trusted.
+func decide(mode func(Action) Mode, a Action, v *Verdict, why string) Decision {
 	if mode(a) == FailOpen {
 		return Decision{Proceed: true, Reason: fmt.Sprintf("%s; going on (fail-open for %s)", why, a), Verdict: v}
 	}

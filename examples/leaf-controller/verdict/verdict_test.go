@@ -157,3 +157,62 @@ func TestClientErrors(t *testing.T) {
 		t.Fatalf("closed server: %v", err)
 	}
 }
+
+// A verdict made before the stream showed what the controller read (a person's spec change, or
+// the controller's own report that it is done) is not trusted: held back by default whatever
+// the class, with Behind set; the Behind mode can let it through; a verdict that has caught up
+// (equal, or ahead of what a lagging cache read) is trusted.
+func TestGuardHoldsBackAVerdictBehindTheObject(t *testing.T) {
+	at := func(class Class, gen, observed *int64) *Verdict {
+		v := fresh(class, "")
+		v.Parent.Generation, v.Parent.ObservedGeneration = gen, observed
+		return v
+	}
+	n := func(i int64) *int64 { return &i }
+	cases := []struct {
+		name     string
+		v        *Verdict
+		gen, obs int64
+		action   Action
+		behind   bool
+		proceed  bool
+		says     string
+	}{
+		{"a spec change not shown yet: drift of the old generation", at(Drift, n(1), n(1)), 2, 1, Delete, true, false, "kausality-stream has the parent at generation 1, the API server at 2"},
+		{"the controller's report not shown yet: expected of the unfinished generation", at(Expected, n(2), n(1)), 2, 2, Create, true, false, "the parent's observed generation at 1, the API server at 2"},
+		{"no observed generation in the state yet", at(Expected, n(1), nil), 1, 1, Update, true, false, "observed generation at none"},
+		{"no generation in the state", at(Expected, nil, nil), 3, 0, Create, true, false, "at generation none, the API server at 3"},
+		{"caught up", at(Drift, n(2), n(2)), 2, 2, Delete, false, false, "would be drift"},
+		{"caught up, expected", at(Expected, n(2), n(1)), 2, 1, Delete, false, true, "expected"},
+		{"ahead of a cache that lags", at(Expected, n(3), n(2)), 2, 1, Create, false, true, "expected"},
+		{"nothing read given", at(Expected, nil, nil), 0, 0, Delete, false, true, "expected"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q := Query{Generation: c.gen, ObservedGeneration: c.obs}
+			d := (&Guard{Asker: answer{v: c.v}}).Check(context.Background(), q, c.action)
+			if d.Behind != c.behind || d.Proceed != c.proceed || !strings.Contains(d.Reason, c.says) {
+				t.Fatalf("got behind=%v proceed=%v %q, want behind=%v proceed=%v saying %q", d.Behind, d.Proceed, d.Reason, c.behind, c.proceed, c.says)
+			}
+			if c.behind && (d.Trusted || !strings.Contains(d.Reason, "fail-closed for "+c.action.String())) {
+				t.Fatalf("a verdict behind the object was trusted or did not say its mode: %q", d.Reason)
+			}
+		})
+	}
+	open := func(Action) Mode { return FailOpen }
+	d := (&Guard{Asker: answer{v: at(Drift, n(1), n(1))}, Behind: open}).Check(context.Background(), Query{Generation: 2}, Delete)
+	if !d.Proceed || !d.Behind || d.Trusted {
+		t.Fatalf("Behind fail-open: proceed=%v behind=%v trusted=%v %q, want it to go on untrusted", d.Proceed, d.Behind, d.Trusted, d.Reason)
+	}
+	// Stale beats behind: the age says more about the stream than the generation does.
+	old := at(Drift, n(1), n(1))
+	hour := 3600.0
+	old.Freshness.AgeSeconds = &hour
+	if d := (&Guard{Asker: answer{v: old}}).Check(context.Background(), Query{Generation: 2}, Delete); d.Behind || !strings.Contains(d.Reason, "stale verdict") {
+		t.Fatalf("stale and behind: behind=%v %q, want the stale reason", d.Behind, d.Reason)
+	}
+	// The generations read are not sent: the server answers for the parent as it has it.
+	if v := (Query{ParentUID: "u", User: "x", Generation: 2, ObservedGeneration: 1}).values(); v.Has("generation") || v.Has("observedGeneration") || len(v) != 2 {
+		t.Fatalf("query parameters %v, want parentUid and user only", v)
+	}
+}

@@ -61,6 +61,13 @@ func (c *fakeCloud) RemoveNodes(_ context.Context, group string, n int64) error 
 	return nil
 }
 
+// set is a change made behind the controller's back (someone in the cloud's console).
+func (c *fakeCloud) set(group string, nodes int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes[group] = nodes
+}
+
 func (c *fakeCloud) Calls() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

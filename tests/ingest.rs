@@ -227,6 +227,11 @@ fn expected_keys(ev: &Value) -> Option<(String, Vec<String>)> {
     Some(if judged == own { (judged, vec![]) } else { (judged, vec![own]) })
 }
 
+/// A write of a Namespace (the core group's `namespaces`): routed to every partition.
+fn is_namespace(ev: &Value) -> bool {
+    ev["objectRef"]["resource"] == "namespaces" && ev["objectRef"]["apiGroup"].as_str().unwrap_or("").is_empty()
+}
+
 fn fixtures() -> Vec<(String, Vec<String>)> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/controlplane");
     let mut v: Vec<(String, Vec<String>)> = std::fs::read_dir(&dir)
@@ -301,6 +306,9 @@ fn an_ingest_pipeline_is_webhooks_and_this_one_sink() {
 
 const PARTITIONS: i32 = 4;
 
+/// One copy of an event on the keyed topic: (auditID, "judged" or "state", key, partition).
+type Copy = (String, &'static str, String, i32);
+
 #[test]
 fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
     if !enabled("two_ingest_processes_route_every_fixture_event_and_classify_equals_replay") {
@@ -318,10 +326,13 @@ fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
     let addrs = [webhook_addr(&ingest[0]), webhook_addr(&ingest[1])];
 
     // Every fixture as its own cluster, in batches of 25 taken by the two processes in turn.
-    // (auditID, copy, key) → (partition of the judged copy, the event's line, cluster).
-    let mut expected: BTreeMap<(String, &'static str, String), (i32, String, String)> = BTreeMap::new();
+    // (auditID, copy, key, partition) → (partition of the judged copy, the event's line,
+    // cluster). A Namespace's write has a state copy on every other partition, keyed like
+    // its judged copy.
+    let mut expected: BTreeMap<Copy, (i32, String, String)> = BTreeMap::new();
     let mut replayed: HashMap<String, String> = HashMap::new();
     let mut turn = 0;
+    let mut namespace_writes = 0;
     for (name, lines) in fixtures() {
         replayed.extend(replay(&dir, &name, &lines));
         for line in &lines {
@@ -329,9 +340,19 @@ fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
             let Some((judged, state)) = expected_keys(&ev) else { continue };
             let id = ev["auditID"].as_str().unwrap().to_string();
             let jp = partition_of(judged.as_bytes(), PARTITIONS);
-            assert!(expected.insert((id.clone(), "judged", judged), (jp, line.clone(), name.clone())).is_none(), "auditIDs are unique");
-            for k in state.into_iter().filter(|k| partition_of(k.as_bytes(), PARTITIONS) != jp) {
-                expected.insert((id.clone(), "state", k), (jp, line.clone(), name.clone()));
+            let value = (jp, line.clone(), name.clone());
+            assert!(expected.insert((id.clone(), "judged", judged.clone(), jp), value.clone()).is_none(), "auditIDs are unique");
+            for k in state {
+                let p = partition_of(k.as_bytes(), PARTITIONS);
+                if p != jp {
+                    expected.insert((id.clone(), "state", k, p), value.clone());
+                }
+            }
+            if is_namespace(&ev) {
+                namespace_writes += 1;
+                for p in (0..PARTITIONS).filter(|&p| p != jp) {
+                    expected.entry((id.clone(), "state", judged.clone(), p)).or_insert_with(|| value.clone());
+                }
             }
         }
         for batch in lines.chunks(25) {
@@ -341,17 +362,19 @@ fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
     }
     let state_copies = expected.keys().filter(|k| k.1 == "state").count();
     assert!(state_copies > 300, "the fixtures' trees give state copies: {state_copies}");
+    assert!(namespace_writes >= 6, "the fixtures write namespaces: {namespace_writes}");
 
     // Each message is the event's line, unchanged, with its key, partition and headers.
     let got = read_topic(&kafka.brokers, &topic);
-    let mut seen: BTreeMap<(String, &'static str, String), usize> = BTreeMap::new();
+    let mut seen: BTreeMap<Copy, usize> = BTreeMap::new();
     for m in &got {
         let ev: Value = serde_json::from_str(&m.payload).expect("the event's JSON");
         let copy = if m.headers.get("kausality-copy").map(String::as_str) == Some("state") { "state" } else { "judged" };
-        let key = (ev["auditID"].as_str().unwrap().to_string(), copy, m.key.clone());
+        // The partition is part of the key: each message on the partition its key gives,
+        // but a Namespace's state copies on every other one.
+        let key = (ev["auditID"].as_str().unwrap().to_string(), copy, m.key.clone(), m.partition);
         let Some((jp, line, cluster)) = expected.get(&key) else { panic!("a message that should not be: {key:?}") };
         assert_eq!(&m.payload, line, "the event unchanged");
-        assert_eq!(m.partition, partition_of(m.key.as_bytes(), PARTITIONS), "{key:?}");
         assert_eq!(m.headers.get("cluster"), Some(cluster));
         let judged_header = m.headers.get("kausality-judged-partition").cloned();
         assert_eq!(judged_header, (copy == "state").then(|| jp.to_string()), "{key:?}");
@@ -436,5 +459,146 @@ fn the_webhook_answers_503_while_the_broker_is_down_and_loses_nothing_it_took() 
     let lost: Vec<_> = want.difference(&got).take(5).collect();
     assert!(lost.is_empty(), "writes taken but not on the topic: {lost:?}\n{}", ingest.explain());
     kafka.delete_topics(&[&topic]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A namespace's deletion reaches every partition: the namespace controller empties it kind by
+/// kind, and each child's delete is judged on its controller's partition, in the state kept
+/// for that partition (a changelog: one state per partition), which knows the namespace only
+/// through the Namespace's copies the ingest tier sends to every partition. The truth is the
+/// stream's own: every delete the namespace controller makes after the namespace's deletion is
+/// its teardown (`deleting`); a person's delete in another namespace stays `origin`.
+#[test]
+fn a_namespace_teardown_is_known_on_every_partition() {
+    use kausality_stream::sim::*;
+    if !enabled("a_namespace_teardown_is_known_on_every_partition") {
+        return;
+    }
+    let kafka = Kafka::get();
+    let dir = temp_dir("ingest-namespace");
+    let (topic, output, changelog) = (kafka.unique("audit-keyed"), kafka.unique("enriched"), kafka.unique("state"));
+    kafka.create_topic(&topic, PARTITIONS);
+    kafka.create_topic(&output, 1);
+    let ingest = Serve::start(&ingest_pipeline(&dir, "ingest", &kafka.brokers, &topic, "10s"));
+
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let ns = |name: &str| serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]}});
+    let (team, ev) = api.create(ADMIN, ns("team"));
+    events.push(ev);
+    // Trees in the namespace until their ReplicaSets (where their pods are judged) and their
+    // Deployments (where the ReplicaSets are) fall on partitions other than the Namespace's.
+    let mut trees = Vec::new();
+    let apart = |trees: &[(ObjRef, ObjRef, Vec<ObjRef>)], at: fn(&(ObjRef, ObjRef, Vec<ObjRef>)) -> &ObjRef| {
+        trees.iter().filter(|t| partition_of(at(t).uid.as_bytes(), PARTITIONS) != partition_of(team.uid.as_bytes(), PARTITIONS)).count()
+    };
+    let mut other = None;
+    while trees.len() < 12 && (apart(&trees, |t| &t.1) < 2 || apart(&trees, |t| &t.0) < 2) {
+        let name = format!("web{}", trees.len());
+        let (deploy, ev) = api.create(ADMIN, deployment("team", &name, 2, "web:1"));
+        events.push(ev);
+        let (rs, ev) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+        events.push(ev);
+        let mut pods = Vec::new();
+        for s in ["a", "b"] {
+            let (p, ev) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
+            pods.push(p);
+            events.push(ev);
+        }
+        events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
+        events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
+        if other.is_none() {
+            // The same in another namespace, for a person's delete that is no teardown.
+            let (d, ev) = api.create(ADMIN, deployment("shop", "api", 1, "api:1"));
+            events.push(ev);
+            let (r, ev) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&d, "77aa", 1, "api:1"));
+            events.push(ev);
+            let (p, ev) = api.create(REPLICASET_CONTROLLER, pod(&r, "a", "api:1"));
+            events.push(ev);
+            events.push(api.report(REPLICASET_CONTROLLER, &r, &[]));
+            events.push(api.report(DEPLOYMENT_CONTROLLER, &d, &[("Available", "True")]));
+            other = Some(p);
+        }
+        trees.push((deploy, rs, pods));
+    }
+    assert!(apart(&trees, |t| &t.1) >= 2 && apart(&trees, |t| &t.0) >= 2, "trees on other partitions than the Namespace's");
+    // The person deletes the namespace; the namespace controller deletes the pods (one tree's
+    // with a deletecollection, the others one by one), then the ReplicaSets, then the
+    // Deployments; the person deletes a pod in another namespace.
+    events.push(api.delete(ADMIN, &team, &["kubernetes"]));
+    let mut teardown = Vec::new();
+    teardown.push(api.delete_collection(NAMESPACE_CONTROLLER, &trees[0].2, true));
+    for t in &trees[1..] {
+        for p in &t.2 {
+            teardown.push(api.delete_graceful(NAMESPACE_CONTROLLER, p));
+        }
+    }
+    for t in &trees {
+        teardown.push(api.delete(NAMESPACE_CONTROLLER, &t.1, &[]));
+    }
+    events.extend(teardown.iter().cloned());
+    // A Deployment is the top of its tree: its delete has no parent to be judged by.
+    let tops: Vec<String> = trees.iter().map(|t| api.delete(NAMESPACE_CONTROLLER, &t.0, &[])).collect();
+    events.extend(tops.iter().cloned());
+    let person = api.delete_graceful(ADMIN, other.as_ref().unwrap());
+    events.push(person.clone());
+    post_until_taken(webhook_addr(&ingest), "/audit/c1", &event_list(&events));
+
+    let pipeline = dir.join("classify-changelog.toml");
+    std::fs::write(
+        &pipeline,
+        format!(
+            r#"cluster = "default"
+[options]
+reorder_window = "5s"
+[[sources]]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{topic}"]
+group_id = "classify-{topic}"
+cluster_header = "cluster"
+[sources.changelog]
+topic = "{changelog}"
+[[sinks]]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{output}"
+[metrics]
+listen = "127.0.0.1:0"
+"#,
+            brokers = kafka.brokers
+        ),
+    )
+    .unwrap();
+    let classify = Serve::start(&pipeline);
+    let id = |line: &str| serde_json::from_str::<Value>(line).unwrap()["auditID"].as_str().unwrap().to_string();
+    let person_id = id(&person);
+    let out = kafka.read_until(&output, Duration::from_secs(60), |o| o.iter().any(|o| o.value["auditID"] == person_id.as_str()));
+    let classes: Vec<(String, String, String)> = out
+        .iter()
+        .map(|o| {
+            (
+                o.value["auditID"].as_str().unwrap().to_string(),
+                o.value["class"].as_str().unwrap().to_string(),
+                o.value["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let class_of = |line: &str| classes.iter().filter(|c| c.0 == id(line)).map(|c| (c.1.clone(), c.2.clone())).collect::<Vec<_>>();
+    assert_eq!(class_of(&person), [("origin".to_string(), class_of(&person)[0].1.clone())], "{}", classify.explain());
+    let mut judged = 0;
+    for line in &teardown {
+        let got = class_of(line);
+        assert!(!got.is_empty(), "the namespace controller's write was classified: {}", &line[..300.min(line.len())]);
+        for (class, reason) in got {
+            assert_eq!(class, "deleting", "{reason}: {}", &line[..300.min(line.len())]);
+            judged += 1;
+        }
+    }
+    assert_eq!(judged, teardown.len() + 1, "the deletecollection's two pods, one event each");
+    for line in &tops {
+        assert_eq!(class_of(line).into_iter().map(|c| c.0).collect::<Vec<_>>(), ["unowned"]);
+    }
+    kafka.delete_topics(&[&topic, &output, &changelog]);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -56,6 +56,8 @@ const KEPT_ERRORS: usize = 10;
 
 /// Routes every event of `body` among `partitions` (> 0). A state-only copy that would land
 /// on its judged copy's partition is not produced: the judged copy brings the state there.
+/// A Namespace's write ([`super::everywhere`]) also gets a state-only copy on each partition
+/// that no other copy reaches, keyed like its judged copy, on that partition explicitly.
 pub fn route_body(body: &[u8], opts: &DecodeOptions, scope: Option<&Scope>, partitions: i32) -> Routed {
     let mut out = Routed::default();
     let base = body.as_ptr() as usize;
@@ -78,11 +80,20 @@ pub fn route_body(body: &[u8], opts: &DecodeOptions, scope: Option<&Scope>, part
         let key = routed.judged.text().into_owned();
         let judged_partition = partition_of(key.as_bytes(), partitions);
         out.messages.push(Message { range: range.clone(), key, partition: judged_partition, copy: Copy::Judged, judged_partition });
+        let first = out.messages.len() - 1;
         for k in &routed.state {
             let key = k.text().into_owned();
             let partition = partition_of(key.as_bytes(), partitions);
             if partition != judged_partition {
                 out.messages.push(Message { range: range.clone(), key, partition, copy: Copy::State, judged_partition });
+            }
+        }
+        if super::everywhere(&ev) {
+            let key = out.messages[first].key.clone();
+            for partition in 0..partitions {
+                if !out.messages[first..].iter().any(|m| m.partition == partition) {
+                    out.messages.push(Message { range: range.clone(), key: key.clone(), partition, copy: Copy::State, judged_partition });
+                }
             }
         }
     });
@@ -133,6 +144,55 @@ mod tests {
         for (m, (key, copy, judged)) in r.messages.iter().zip(expect) {
             assert_eq!((m.key.as_str(), m.copy, m.partition, m.judged_partition), (key, copy, p(key), judged));
         }
+    }
+
+    /// A write of Namespace `uid` by `verb`, answered with `response`.
+    fn namespace(id: &str, verb: &str, subresource: Option<&str>, response: &str) -> String {
+        let sub = subresource.map(|s| format!(r#","subresource":"{s}""#)).unwrap_or_default();
+        format!(
+            r#"{{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"{id}","stage":"ResponseComplete","verb":"{verb}","requestURI":"/api/v1/namespaces/team","user":{{"username":"alice"}},"objectRef":{{"resource":"namespaces","name":"team","apiVersion":"v1"{sub}}},"responseStatus":{{"code":200}},"responseObject":{response}}}"#
+        )
+    }
+
+    #[test]
+    fn a_namespace_write_reaches_every_partition_once() {
+        const NS: &str = "55555555-5555-5555-5555-555555555555";
+        let obj = |deleting: bool| {
+            let ts = if deleting { r#","deletionTimestamp":"2026-11-25T10:00:00Z""# } else { "" };
+            format!(
+                r#"{{"kind":"Namespace","apiVersion":"v1","metadata":{{"name":"team","uid":"{NS}","resourceVersion":"9"{ts}}},"spec":{{"finalizers":["kubernetes"]}}}}"#
+            )
+        };
+        let status = format!(r#"{{"kind":"Status","apiVersion":"v1","status":"Success","details":{{"name":"team","kind":"namespaces","uid":"{NS}"}}}}"#);
+        let writes = [
+            namespace("c", "create", None, &obj(false)),
+            namespace("d", "delete", None, &obj(true)),
+            namespace("s", "update", Some("status"), &obj(true)),
+            namespace("g", "delete", None, &status),
+        ];
+        for n in [1, 3, 8] {
+            for ev in &writes {
+                let r = route_body(ev.as_bytes(), &DecodeOptions::default(), None, n);
+                let jp = partition_of(NS.as_bytes(), n);
+                let mut parts: Vec<i32> = r.messages.iter().map(|m| m.partition).collect();
+                parts.sort();
+                assert_eq!(parts, (0..n).collect::<Vec<_>>(), "{ev}: one message per partition of {n}");
+                for m in &r.messages {
+                    assert_eq!((m.key.as_str(), m.judged_partition, &ev[m.range.clone()]), (NS, jp, ev.as_str()));
+                    assert_eq!(m.copy, if m.partition == jp { Copy::Judged } else { Copy::State }, "{ev} on {}", m.partition);
+                }
+            }
+        }
+        // What the classify tier would ignore is not produced at all (a finalize write).
+        let finalize = namespace("f", "update", Some("finalize"), &obj(true));
+        assert_eq!(route_body(finalize.as_bytes(), &DecodeOptions::default(), None, 8).messages.len(), 0);
+        // Another group's `namespaces` is an object like any other; so is any object in a
+        // namespace (objectRef.namespace names it, objectRef.resource does not).
+        let other = writes[1].replace(r#""apiVersion":"v1"}"#, r#""apiGroup":"example.com","apiVersion":"v1"}"#);
+        assert!(other.contains("example.com"));
+        assert_eq!(route_body(other.as_bytes(), &DecodeOptions::default(), None, 8).messages.len(), 1);
+        let (owner, own) = apart(8);
+        assert_eq!(route_body(write("a", &own, Some(&owner), "replicasets").as_bytes(), &DecodeOptions::default(), None, 8).messages.len(), 2);
     }
 
     #[test]

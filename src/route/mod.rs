@@ -20,6 +20,11 @@
 //!   those objects;
 //! - a `scale` write: the object's own UID (a `Scale` carries no ownerReferences).
 //!
+//! A Namespace's writes go to **every** partition ([`everywhere`]): its judged copy as any
+//! object's, and a state-only copy to each other partition, so that every partition knows
+//! a namespace being deleted and judges the writes in it as its teardown (DESIGN §1.4).
+//! Namespaces are few and rarely written; a partition count of copies each costs little.
+//!
 //! What each of these costs (the judgement lacks the controller's state when the key is not
 //! the controller's) is in docs/scale-out.md, "Ingest tier". The function here is pure: the
 //! ingest tier (`kafka_route` sink), the tests and the classify tier's tests share it.
@@ -151,6 +156,14 @@ pub fn route<'a>(ev: &'a AuditEvent<'a>) -> Result<Route<'a>, Skip> {
             _ => Err(no_object),
         },
     }
+}
+
+/// Whether `ev`'s write goes to every partition: a write of a Namespace (the core group's
+/// `namespaces`, any subresource: `status`, `finalize`). The namespace controller deletes a
+/// namespace's contents kind by kind, children before their parents, so a child's parent does
+/// not show the teardown; the namespace's own state does, and each partition must hold it.
+pub fn everywhere(ev: &AuditEvent<'_>) -> bool {
+    ev.object_ref.as_ref().is_some_and(|o| o.resource.as_deref() == Some("namespaces") && o.api_group.as_deref().unwrap_or("").is_empty())
 }
 
 /// A full object with a UID: judged at its controller, state-only at itself when it has one.

@@ -180,7 +180,9 @@ impl Decoder {
             w.scope = match scopes.iter().find(|(c, _)| *c == w.cluster) {
                 Some((_, s)) => *s,
                 None => {
-                    let s = self.engine.interner.intern(&format!("{}#p{partition}", self.engine.interner.resolve(w.cluster)));
+                    let cluster = self.engine.interner.resolve(w.cluster);
+                    let s = self.engine.interner.intern(&format!("{cluster}#p{partition}"));
+                    self.engine.note_partition_scope(&cluster, partition);
                     scopes.push((w.cluster, s));
                     s
                 }

@@ -99,6 +99,11 @@ pub struct Engine {
     /// namespace is created again or after the tombstone TTL.
     terminating_namespaces: DashMap<(Arc<str>, Arc<str>), i64, FastBuild>,
     tombstone_ttl_us: i64,
+    /// The Kafka partitions each cluster's state is kept by (`cluster#pN` scopes, with a state
+    /// changelog), by cluster name: the readers of the live state by cluster (the verdict, the
+    /// drift report) look in each. Names, not symbols: the interner may sweep a scope's symbol
+    /// once its objects are gone.
+    partition_scopes: DashMap<Arc<str>, Vec<i32>, FastBuild>,
 }
 
 impl Engine {
@@ -116,7 +121,36 @@ impl Engine {
             revert_horizon_us: options.revert_horizon_us,
             terminating_namespaces: DashMap::with_hasher(FastBuild::default()),
             tombstone_ttl_us: options.tombstone_ttl_us,
+            partition_scopes: DashMap::with_hasher(FastBuild::default()),
         }
+    }
+
+    /// Notes that writes of `cluster` are kept by Kafka partition `partition` (a scope
+    /// `cluster#pN`).
+    pub fn note_partition_scope(&self, cluster: &str, partition: i32) {
+        if self.partition_scopes.get(cluster).is_some_and(|ps| ps.contains(&partition)) {
+            return;
+        }
+        let mut ps = self.partition_scopes.entry(Arc::from(cluster)).or_default();
+        if let Err(at) = ps.binary_search(&partition) {
+            ps.insert(at, partition);
+        }
+    }
+
+    /// The scopes `cluster`'s state is kept under: the cluster itself, and with a changelog
+    /// each partition's `cluster#pN` that holds anything; empty for a cluster never seen.
+    pub fn scopes(&self, cluster: &str) -> Vec<Sym> {
+        let mut out: Vec<Sym> = self.interner.lookup(cluster).into_iter().collect();
+        if let Some(ps) = self.partition_scopes.get(cluster) {
+            out.extend(ps.iter().filter_map(|p| self.interner.lookup(&format!("{cluster}#p{p}"))));
+        }
+        out
+    }
+
+    /// `f` of the object `uid` of `cluster`, in the first of its scopes that holds it (an
+    /// object's copies on several partitions share its facts: each applies all its writes).
+    pub fn read_in_cluster<R>(&self, cluster: &str, uid: crate::write::Uid, mut f: impl FnMut(&crate::state::ObjectState) -> R) -> Option<R> {
+        self.scopes(cluster).into_iter().find_map(|scope| self.store.read(&ObjKey::new(scope, uid), &mut f))
     }
 
     /// Notes a Namespace's deletion (or its creation again): the namespace controller deletes

@@ -121,21 +121,26 @@ pub fn kind_matches(api_version: &str, kind: &str, asked: &str) -> bool {
 impl Engine {
     /// The verdict on a write by `q.user` to a child of `q.parent` (see the module's doc).
     pub fn verdict(&self, q: &VerdictQuery<'_>) -> Result<Verdict, VerdictError> {
-        let cluster = self.interner.lookup(q.cluster).ok_or_else(|| VerdictError::NotFound(format!("cluster {:?} has no state", q.cluster)))?;
-        let (key, asked_uid) = self.find_parent(cluster, &q.parent)?;
-        let parent = self.candidate(&key, asked_uid.map(str::to_string)).ok_or_else(|| not_found_parent(q))?;
-        let mut p = self.store.read(&key, ParentView::of).ok_or_else(|| not_found_parent(q))?;
-        let (parent_ty, parent_ns) = self.store.read(&key, |s| (s.ty, s.namespace)).ok_or_else(|| not_found_parent(q))?;
+        let scopes = self.scopes(q.cluster);
+        if scopes.is_empty() {
+            return Err(VerdictError::NotFound(format!("cluster {:?} has no state", q.cluster)));
+        }
+        let (keys, asked_uid) = self.find_parent(&scopes, &q.parent).map_err(|e| self.where_kept(q.cluster, e))?;
         let user = self.interner.lookup(q.user).unwrap_or(Sym::UNSEEN);
         let since = self.revert_since(q.now_us);
         let person = |u: Sym| u != Sym::UNSEEN && is_person(&self.interner.resolve(u));
         let stands = |w: &crate::state::OriginWrite| w.time_us >= since && person(w.user);
 
-        // The child: an existing one's updaters and standing origin writes, or a new one's.
-        let child = match q.child {
-            Some(c @ ChildQuery { name: Some(name), .. }) => Some(self.find_child(cluster, key, parent_ns, c, name)?),
-            _ => None,
-        };
+        // The parent in the scope to judge in, and the child: an existing one's updaters and
+        // standing origin writes, or a new one's. With a changelog the parent is kept in each
+        // partition its writes reach, with the same facts (each applies all its writes), and
+        // its children where they are judged: the scope holding the asked child, else one
+        // where a child's removal stands, else the first.
+        let (key, child) = self.judging_scope(&keys, q.child, stands)?;
+        let cluster = key.cluster;
+        let parent = self.candidate(&key, asked_uid.map(str::to_string)).ok_or_else(|| not_found_parent(q))?;
+        let mut p = self.store.read(&key, ParentView::of).ok_or_else(|| not_found_parent(q))?;
+        let (parent_ty, parent_ns) = self.store.read(&key, |s| (s.ty, s.namespace)).ok_or_else(|| not_found_parent(q))?;
         let (mut updaters, child_ty, child_ns, reverts_person) = match child {
             Some(ck) => self
                 .store
@@ -214,37 +219,84 @@ impl Engine {
         Some(Candidate { api_version, kind, namespace: self.interner.resolve(namespace), name, uid: uid.unwrap_or_else(|| format_uid(key.uid())) })
     }
 
-    /// The parent's key, and the UID text it was asked by.
-    fn find_parent<'q>(&self, cluster: Sym, parent: &ParentRef<'q>) -> Result<(ObjKey, Option<&'q str>), VerdictError> {
+    /// The parent's key in each of `scopes` that holds it (one object: one UID), and the UID
+    /// text it was asked by.
+    fn find_parent<'q>(&self, scopes: &[Sym], parent: &ParentRef<'q>) -> Result<(Vec<ObjKey>, Option<&'q str>), VerdictError> {
         match *parent {
             ParentRef::Uid(uid) => {
-                let key = ObjKey::new(cluster, uid_key(uid));
-                match self.store.read(&key, |_| ()) {
-                    Some(()) => Ok((key, Some(uid))),
-                    None => Err(VerdictError::NotFound(format!("no object of UID {uid} in the live state"))),
+                let keys: Vec<ObjKey> = scopes.iter().map(|&s| ObjKey::new(s, uid_key(uid))).filter(|k| self.store.read(k, |_| ()).is_some()).collect();
+                if keys.is_empty() {
+                    return Err(VerdictError::NotFound(format!("no object of UID {uid} in the live state")));
                 }
+                Ok((keys, Some(uid)))
             }
             ParentRef::Named { kind, namespace, name } => {
                 let shown = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
-                let found = self.find_by_name(cluster, kind, namespace, name, |_| true);
-                match &found[..] {
-                    [key] => Ok((*key, None)),
-                    [] => Err(VerdictError::NotFound(format!("no {shown} in the live state (deleted objects are asked for by UID)"))),
-                    _ => Err(self.ambiguous(&found, format!("{} objects answer to {shown}: ask by parentUid, or name the kind with its group", found.len()))),
+                let found = self.find_by_name(scopes, kind, namespace, name, |_| true);
+                let mut objects: Vec<ObjKey> = Vec::new();
+                for key in &found {
+                    if !objects.iter().any(|o| o.uid() == key.uid()) {
+                        objects.push(*key);
+                    }
+                }
+                match objects.len() {
+                    1 => Ok((found, None)),
+                    0 => Err(VerdictError::NotFound(format!("no {shown} in the live state (deleted objects are asked for by UID)"))),
+                    n => Err(self.ambiguous(&objects, format!("{n} objects answer to {shown}: ask by parentUid, or name the kind with its group"))),
                 }
             }
         }
     }
 
+    /// A parent not found, when the cluster's state is kept by partition: says which
+    /// partitions this process keeps (each process of a classify tier answers for its own).
+    fn where_kept(&self, cluster: &str, e: VerdictError) -> VerdictError {
+        let VerdictError::NotFound(m) = e else { return e };
+        let Some(ps) = self.partition_scopes.get(cluster).filter(|ps| !ps.is_empty()).map(|ps| ps.clone()) else { return VerdictError::NotFound(m) };
+        let list = ps.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
+        VerdictError::NotFound(format!(
+            "{m}; this process keeps cluster {cluster:?}'s state by Kafka partition, for partitions {list}: an object on another partition is asked of the process holding it"
+        ))
+    }
+
+    /// Of the parent's keys (one per scope holding it), the one to judge in, and the asked
+    /// existing child's key (see [`Engine::verdict`]).
+    fn judging_scope(
+        &self,
+        keys: &[ObjKey],
+        child: Option<ChildQuery<'_>>,
+        stands: impl Fn(&crate::state::OriginWrite) -> bool,
+    ) -> Result<(ObjKey, Option<ObjKey>), VerdictError> {
+        match child {
+            Some(c @ ChildQuery { name: Some(name), .. }) => {
+                let mut missing = None;
+                for key in keys {
+                    let Some(parent_ns) = self.store.read(key, |s| s.namespace) else { continue };
+                    match self.find_child(*key, parent_ns, c, name) {
+                        Ok(ck) => return Ok((*key, Some(ck))),
+                        Err(e @ VerdictError::NotFound(_)) => missing = missing.or(Some(e)),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(missing.unwrap_or_else(|| VerdictError::NotFound("the parent left the live state meanwhile".into())))
+            }
+            _ => {
+                let removed = |k: &ObjKey| self.store.read(k, |s| s.removed_children().iter().any(&stands)).unwrap_or(false);
+                Ok((keys.iter().find(|k| removed(k)).copied().unwrap_or(keys[0]), None))
+            }
+        }
+    }
+
     /// The existing child `name` of the parent at `parent`: of the asked kind, in the asked
-    /// namespace (default the parent's), with the parent as its controller owner.
-    fn find_child(&self, cluster: Sym, parent: ObjKey, parent_ns: Sym, c: ChildQuery<'_>, name: &str) -> Result<ObjKey, VerdictError> {
+    /// namespace (default the parent's), with the parent as its controller owner, in the
+    /// parent's scope.
+    fn find_child(&self, parent: ObjKey, parent_ns: Sym, c: ChildQuery<'_>, name: &str) -> Result<ObjKey, VerdictError> {
         let namespace = match c.namespace {
             Some(ns) => ns.to_string(),
             None => self.interner.resolve(parent_ns).to_string(),
         };
         let owned = |s: &crate::state::ObjectState| s.owner.is_some_and(|o| o.uid() == parent.uid());
-        let found = self.find_by_name(cluster, c.kind, &namespace, name, owned);
+        let found = self.find_by_name(&[parent.cluster], c.kind, &namespace, name, owned);
         match &found[..] {
             [key] => Ok(*key),
             [] => Err(VerdictError::NotFound(format!(
@@ -258,7 +310,7 @@ impl Engine {
     /// Live objects of `kind` named `name` in `namespace` for which `keep` holds. The state
     /// keeps 32 bits of a name's hash, and the name itself only for owners: a kept name that
     /// differs is a clash of hashes, left out.
-    fn find_by_name(&self, cluster: Sym, kind: &str, namespace: &str, name: &str, keep: impl Fn(&crate::state::ObjectState) -> bool) -> Vec<ObjKey> {
+    fn find_by_name(&self, scopes: &[Sym], kind: &str, namespace: &str, name: &str, keep: impl Fn(&crate::state::ObjectState) -> bool) -> Vec<ObjKey> {
         let Some(namespace) = (if namespace.is_empty() { Some(Sym::EMPTY) } else { self.interner.lookup(namespace) }) else {
             return Vec::new();
         };
@@ -266,7 +318,7 @@ impl Engine {
             let (api_version, k) = self.parts(ty);
             kind_matches(&api_version, &k, kind)
         };
-        let found = self.store.find_named_of(cluster, of_kind, namespace, name_key(name));
+        let found = self.store.find_named_in(scopes, of_kind, namespace, name_key(name));
         found
             .into_iter()
             .map(|(key, _)| key)

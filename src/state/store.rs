@@ -183,9 +183,14 @@ impl Store {
     /// As [`Store::find_named`], of every type for which `ty` is true (a kind asked by name
     /// only, in any API version).
     pub fn find_named_of(&self, cluster: Sym, ty: impl Fn(Ty) -> bool, namespace: Sym, name_key: u32) -> Vec<(ObjKey, bool)> {
+        self.find_named_in(&[cluster], ty, namespace, name_key)
+    }
+
+    /// As [`Store::find_named_of`], in any of `scopes` (a cluster's state kept by partition).
+    pub fn find_named_in(&self, scopes: &[Sym], ty: impl Fn(Ty) -> bool, namespace: Sym, name_key: u32) -> Vec<(ObjKey, bool)> {
         let mut found = Vec::new();
         self.map.scan(|s| {
-            if s.name_key() == name_key && s.namespace == namespace && ty(s.ty) && s.key.cluster == cluster && !s.deleted() {
+            if s.name_key() == name_key && s.namespace == namespace && ty(s.ty) && scopes.contains(&s.key.cluster) && !s.deleted() {
                 found.push((s.key, s.deleting()));
             }
         });

@@ -378,3 +378,118 @@ fn kinds_match_by_name_and_group() {
     assert!(kind_matches("v1", "Pod", "Pod") && kind_matches("v1", "Pod", "Pod."));
     assert!(!kind_matches("v1", "Pod", "Pod.apps") && !kind_matches("v1", "Pod", "Pods"));
 }
+
+/// The events of a tree on the partitions the ingest tier routes them to (`route_body` among
+/// `n`), fed to a processor that keeps its state by partition (`cluster#pN`, as with a state
+/// changelog): a state-only copy is applied silently, on its own partition.
+fn feed_partitioned(p: &mut Processor, events: &[String], n: i32, now_us: i64) {
+    let decoder = p.decoder();
+    for ev in events {
+        let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, n);
+        for m in &routed.messages {
+            let mut decoded = crate::process::Decoded::default();
+            decoder.decode(None, &ev.as_bytes()[m.range.clone()], crate::decode::Unwrap::None, "test", &mut decoded);
+            decoder.partition_from(&mut decoded, 0, m.partition);
+            if m.copy == crate::route::Copy::State {
+                decoded.silence_from(0);
+            }
+            let mut out = Vec::new();
+            p.ingest_decoded(decoded, now_us, now_us, &mut out);
+            p.flush(now_us, &mut out);
+        }
+    }
+}
+
+#[test]
+fn a_state_kept_by_partition_is_asked_by_cluster() {
+    // The stream of a stable rollout, then a person's removal of a pod, recorded once and fed
+    // to two processors: one keeps the cluster's state whole, one by partition.
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (deploy, ev) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
+    events.push(ev);
+    let (rs, ev) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    events.push(ev);
+    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Progressing", "True"), ("Available", "False")]));
+    let mut pods = Vec::new();
+    for s in ["a", "b"] {
+        let (p, ev) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
+        events.push(ev);
+        pods.push(p);
+    }
+    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
+    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
+    events.push(api.delete(ALICE, &pods[0], &[]));
+    // A partition count that puts the ReplicaSet's own UID (where its pods are judged) and
+    // its Deployment's (where it is judged) apart: it is then kept on both.
+    let n = (2..64).find(|&n| crate::route::partition_of(rs.uid.as_bytes(), n) != crate::route::partition_of(deploy.uid.as_bytes(), n)).unwrap();
+    let now = api.now_us();
+    let processor = || {
+        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+        Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() })
+    };
+    let mut whole = processor();
+    for ev in &events {
+        let mut out = Vec::new();
+        whole.ingest_body(None, ev.as_bytes(), "test", now, &mut out);
+        whole.flush(now, &mut out);
+    }
+    let mut split = processor();
+    feed_partitioned(&mut split, &events, n, now);
+    let engine = split.engine();
+    let scope = |uid: &str| engine.interner.lookup(&format!("default#p{}", crate::route::partition_of(uid.as_bytes(), n))).unwrap();
+    let scopes = engine.scopes("default");
+    assert!(scopes.contains(&scope(&rs.uid)) && scopes.contains(&scope(&deploy.uid)), "{scopes:?}");
+    let held = |uid: &str| scopes.iter().filter(|&&s| engine.store.read(&ObjKey::new(s, uid_key(uid)), |_| ()).is_some()).count();
+    assert_eq!((held(&rs.uid), held(&deploy.uid)), (2, 1), "the ReplicaSet on its Deployment's partition and its own");
+    assert!(
+        engine.store.read(&ObjKey::new(engine.interner.lookup("default").unwrap(), uid_key(&rs.uid)), |_| ()).is_none(),
+        "nothing kept under the cluster itself"
+    );
+
+    // Every verdict as the whole state gives it.
+    fn pod_kind(name: Option<&str>) -> Option<ChildQuery<'_>> {
+        Some(ChildQuery { kind: "Pod", name, namespace: None })
+    }
+    fn rs_kind(name: Option<&str>) -> Option<ChildQuery<'_>> {
+        Some(ChildQuery { kind: "ReplicaSet", name, namespace: None })
+    }
+    let (rs_name, pod_b) = (rs.name.as_str(), pods[1].name.as_str());
+    let asked: Vec<(ParentRef<'_>, &str, Option<ChildQuery<'_>>)> = vec![
+        (ParentRef::Uid(&deploy.uid), DEPLOYMENT_CONTROLLER, rs_kind(None)),
+        (ParentRef::Uid(&deploy.uid), ALICE, None),
+        (ParentRef::Uid(&deploy.uid), DEPLOYMENT_CONTROLLER, rs_kind(Some(rs_name))),
+        (ParentRef::Uid(&rs.uid), REPLICASET_CONTROLLER, pod_kind(None)),
+        (ParentRef::Uid(&rs.uid), REPLICASET_CONTROLLER, pod_kind(Some(pod_b))),
+        (ParentRef::Named { kind: "ReplicaSet", namespace: "shop", name: rs_name }, REPLICASET_CONTROLLER, pod_kind(None)),
+        (ParentRef::Named { kind: "Deployment.apps", namespace: "shop", name: "web" }, ALICE, rs_kind(None)),
+    ];
+    for (parent, user, child) in asked {
+        let q = VerdictQuery { cluster: "default", parent, user, child, now_us: now };
+        let (a, b) = (whole.engine().verdict(&q).unwrap(), engine.verdict(&q).unwrap());
+        assert_eq!(serde_json::to_value(&b).unwrap(), serde_json::to_value(&a).unwrap(), "{q:?}");
+    }
+    // The one that needs the ReplicaSet's own partition: a pod made now would stand against
+    // Alice's removal of pod a, which only that partition judged.
+    let q = VerdictQuery { cluster: "default", parent: ParentRef::Uid(&rs.uid), user: REPLICASET_CONTROLLER, child: pod_kind(None), now_us: now };
+    let v = engine.verdict(&q).unwrap();
+    assert_eq!((v.class, v.reverts_person), (Class::Drift, true));
+    // Unknown objects and clusters are still not found; an unknown child names what it missed.
+    let missing = VerdictQuery { cluster: "default", parent: ParentRef::Uid("00000000-0000-0000-0000-000000000000"), ..q };
+    let partitions: Vec<String> = {
+        let mut ps: Vec<i32> =
+            events.iter().flat_map(|ev| crate::route::route_body(ev.as_bytes(), &Default::default(), None, n).messages).map(|m| m.partition).collect();
+        ps.sort();
+        ps.dedup();
+        ps.iter().map(i32::to_string).collect()
+    };
+    let said = format!("no object of UID 00000000-0000-0000-0000-000000000000 in the live state; this process keeps cluster \"default\"'s state by Kafka partition, for partitions {}", partitions.join(", "));
+    assert!(matches!(engine.verdict(&missing), Err(VerdictError::NotFound(m)) if m.starts_with(&said)), "{said}");
+    assert!(matches!(whole.engine().verdict(&missing), Err(VerdictError::NotFound(m)) if !m.contains("partition")));
+    assert!(matches!(engine.verdict(&VerdictQuery { cluster: "elsewhere", ..q }), Err(VerdictError::NotFound(m)) if m.contains("has no state")));
+    let gone = VerdictQuery { child: pod_kind(Some("web-5d4f-zz")), ..q };
+    assert!(matches!(engine.verdict(&gone), Err(VerdictError::NotFound(m)) if m.contains("web-5d4f-zz")));
+    // The drift report's reads find the objects too.
+    assert_eq!(engine.read_in_cluster("default", uid_key(&rs.uid), |s| s.generation()), Some(1));
+    assert_eq!(engine.read_in_cluster("default", uid_key(&pods[0].uid), |s| s.deleted()), Some(true));
+}

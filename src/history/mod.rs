@@ -31,6 +31,12 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Bytes per page of a store the writer creates. A mutation's row holds its event's JSON (about
+/// 1.1 KB): a 4 KiB page (SQLite's default) takes three of them, so the table and its
+/// indexes split a page every few rows; 16 KiB pages split less often and are written in
+/// fewer, larger WAL frames (docs/performance.md §6).
+pub const PAGE_SIZE: u32 = 16384;
+
 /// How a connection is opened.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -56,9 +62,13 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
     // A reader waits for a checkpoint rather than failing with SQLITE_BUSY.
     conn.busy_timeout(Duration::from_secs(5)).map_err(err)?;
     if mode == Mode::Write {
-        // Before any table exists: incremental vacuum lets retention give pages back to the
-        // file system (docs/history.md "Retention").
-        conn.execute_batch("PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;").map_err(err)?;
+        // Before any table exists: the page size of a new file (an existing one keeps its
+        // own), and incremental vacuum, which lets retention give pages back to the file
+        // system (docs/history.md "Retention").
+        conn.execute_batch(&format!(
+            "PRAGMA page_size = {PAGE_SIZE}; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
+        ))
+        .map_err(err)?;
         conn.execute_batch(schema::DROPPED).map_err(err)?;
         conn.execute_batch(schema::SQL).map_err(err)?;
         conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).map_err(err)?;
@@ -96,6 +106,40 @@ mod tests {
         w.execute("UPDATE meta SET value = '999' WHERE key = 'schema_version'", []).unwrap();
         let e = open(&path, Mode::Read).unwrap_err().to_string();
         assert!(e.contains("schema version 999"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_new_store_has_its_page_size_and_an_older_one_keeps_its_own() {
+        let dir = std::env::temp_dir().join(format!("kausality-history-pages-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let page_size = |c: &Connection| c.query_row("PRAGMA page_size", [], |r| r.get::<_, u32>(0)).unwrap();
+        let new = dir.join("new.db");
+        let _ = std::fs::remove_file(&new);
+        assert_eq!(page_size(&open(&new, Mode::Write).unwrap()), PAGE_SIZE);
+        // A store of an older build: SQLite's default 4 KiB pages, a mutation in it.
+        let old = dir.join("old.db");
+        let _ = std::fs::remove_file(&old);
+        {
+            let c = Connection::open(&old).unwrap();
+            c.execute_batch("PRAGMA page_size = 4096; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;").unwrap();
+            c.execute_batch(schema::SQL).unwrap();
+            c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).unwrap();
+            c.execute(
+                "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 1)",
+                [],
+            )
+            .unwrap();
+        }
+        let w = open(&old, Mode::Write).unwrap();
+        assert_eq!(page_size(&w), 4096);
+        w.execute("INSERT INTO mutations (object_id, time_us, audit_id, verb, user, class, event) VALUES (1, 2, 'a', 'update', 'u', 'drift', '{}')", [])
+            .unwrap();
+        let r = open(&old, Mode::Read).unwrap();
+        assert_eq!(page_size(&r), 4096);
+        let n: i64 = r.query_row("SELECT count(*) FROM mutations JOIN objects ON objects.id = object_id WHERE name = 'p'", [], |r| r.get(0)).unwrap();
+        assert_eq!(n, 1);
+        drop((w, r));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

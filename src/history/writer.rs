@@ -15,8 +15,8 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rusqlite::{params, params_from_iter, Connection, OptionalExtension, ToSql, Transaction};
-use xxhash_rust::xxh3::Xxh3;
+use rusqlite::{params, params_from_iter, CachedStatement, Connection, OptionalExtension, ToSql};
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
 use super::retention::{self, Retained, Retention};
 use super::{Error, Mode, Result};
@@ -132,7 +132,9 @@ impl Store {
         // of its largest transaction (a retention pass) for good.
         // Checkpoints come as often, so that the WAL never grows far past it between passes.
         let wal = retention.wal_bytes();
-        let pages = (wal / 4096).max(16);
+        // In the file's own pages: a store made by an older build has 4 KiB pages.
+        let page_size: u32 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).map_err(err)?;
+        let pages = (wal / u64::from(page_size.max(512))).max(16);
         conn.execute_batch(&format!(
             "PRAGMA journal_size_limit = {wal}; PRAGMA wal_autocheckpoint = {pages}; PRAGMA temp_store = MEMORY; PRAGMA cache_size = -16384;"
         ))
@@ -176,8 +178,8 @@ impl Store {
         let mut newest = self.newest_us;
         let path = &self.path;
         let tx = self.conn.transaction().map_err(|e| sqlite_err(path, e))?;
-        let mut rows = Rows { known: &mut self.known, touched: &mut self.touched, json: &mut self.json };
         let result = (|| -> rusqlite::Result<(i64, i64)> {
+            let mut rows = Rows { conn: &tx, statements: Statements::prepare(&tx)?, known: &mut self.known, touched: &mut self.touched, json: &mut self.json };
             let mut oldest = i64::MAX;
             for batch in batches {
                 for e in batch.iter() {
@@ -185,7 +187,7 @@ impl Store {
                     oldest = oldest.min(time_us);
                     newest = newest.max(time_us);
                     written.events += 1;
-                    if rows.insert(&tx, e, time_us)? {
+                    if rows.insert(e, time_us)? {
                         written.mutations += 1;
                     } else {
                         written.duplicates += 1;
@@ -245,38 +247,64 @@ fn removes(e: &Enriched) -> bool {
     e.verb.is_delete() || e.subresource == Some("eviction")
 }
 
+/// The statements of one transaction's rows, taken from the connection's cache once for all
+/// its events: `prepare_cached` hashes and compares the whole SQL text each time it hands a
+/// statement out and takes it back (about 3,400 instructions per event, callgrind).
+struct Statements<'c> {
+    insert_object: CachedStatement<'c>,
+    upsert_object: CachedStatement<'c>,
+    tombstone_object: CachedStatement<'c>,
+    insert_mutation: CachedStatement<'c>,
+    insert_revert: CachedStatement<'c>,
+}
+
+impl<'c> Statements<'c> {
+    fn prepare(conn: &'c Connection) -> rusqlite::Result<Statements<'c>> {
+        Ok(Statements {
+            insert_object: conn.prepare_cached(INSERT_OBJECT)?,
+            upsert_object: conn.prepare_cached(UPSERT_OBJECT)?,
+            tombstone_object: conn.prepare_cached(TOMBSTONE_OBJECT)?,
+            insert_mutation: conn.prepare_cached(INSERT_MUTATION)?,
+            insert_revert: conn.prepare_cached(INSERT_REVERT)?,
+        })
+    }
+}
+
 /// What writing one transaction's rows keeps between events.
 struct Rows<'a> {
+    /// The transaction's connection (the rowid of the row just inserted).
+    conn: &'a Connection,
+    /// Held for the whole transaction (see [`Statements`]).
+    statements: Statements<'a>,
     known: &'a mut HashMap<u128, Known>,
     touched: &'a mut HashMap<i64, (i64, i64)>,
+    /// One enriched event's JSON, and before it the fields of its object's hashes.
     json: &'a mut Vec<u8>,
 }
 
-/// The fields, each followed by a 0 byte, through xxh3 (without copying them first).
-fn hashed(fields: &[&str]) -> Xxh3 {
-    let mut h = Xxh3::new();
+/// The fields, each followed by a 0 byte, in `buf` (emptied first): what an object's key,
+/// identity and owner are hashed from. One pass of xxh3 over a short buffer costs less than
+/// feeding the fields to its streaming hasher, whose state is set up for each hash.
+fn joined<'b>(buf: &'b mut Vec<u8>, fields: &[&str]) -> &'b [u8] {
+    buf.clear();
     for f in fields {
-        h.update(f.as_bytes());
-        h.update(&[0]);
+        buf.extend_from_slice(f.as_bytes());
+        buf.push(0);
     }
-    h
-}
-
-fn hash_fields(fields: &[&str]) -> u64 {
-    hashed(fields).digest()
+    buf
 }
 
 impl Rows<'_> {
     /// One enriched event's rows; false when the mutation was already in the store.
-    fn insert(&mut self, tx: &Transaction<'_>, e: &Enriched, time_us: i64) -> rusqlite::Result<bool> {
-        let object_id = self.object(tx, e, time_us)?;
+    fn insert(&mut self, e: &Enriched, time_us: i64) -> rusqlite::Result<bool> {
+        let object_id = self.object(e, time_us)?;
         let json = &mut *self.json;
         json.clear();
         e.write_json(json);
         let event = std::str::from_utf8(json).map_err(|err| rusqlite::Error::Utf8Error(10, err))?;
         let reverts = e.reverts.as_deref().unwrap_or_default();
         let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
-        let added = tx.prepare_cached(INSERT_MUTATION)?.execute(params![
+        let added = self.statements.insert_mutation.execute(params![
             object_id,
             time_us,
             &*e.audit_id,
@@ -293,10 +321,9 @@ impl Rows<'_> {
             return Ok(false);
         }
         if !reverts.is_empty() {
-            let mutation_id = tx.last_insert_rowid();
-            let mut stmt = tx.prepare_cached(INSERT_REVERT)?;
+            let mutation_id = self.conn.last_insert_rowid();
             for r in reverts {
-                stmt.execute(params![mutation_id, &*r.audit_id])?;
+                self.statements.insert_revert.execute(params![mutation_id, &*r.audit_id])?;
             }
         }
         Ok(true)
@@ -305,7 +332,7 @@ impl Rows<'_> {
     /// The id of the event's object's row. For a known object whose identity and owner are
     /// what the row holds: its times noted (written at the end of the transaction), or its
     /// tombstone set. Else the row inserted (a new object) or upserted.
-    fn object(&mut self, tx: &Transaction<'_>, e: &Enriched, time_us: i64) -> rusqlite::Result<i64> {
+    fn object(&mut self, e: &Enriched, time_us: i64) -> rusqlite::Result<i64> {
         let o = &e.object;
         let p = e.parent.as_ref();
         let gone = removes(e);
@@ -317,13 +344,14 @@ impl Rows<'_> {
         } else {
             &o.uid
         };
-        let key = hashed(&[&e.cluster, uid]).digest128();
-        let identity = hash_fields(&[&o.api_version, &o.kind, &o.namespace, o.name.as_str()]);
-        let parent = p.map(|p| hash_fields(&[&p.uid, &p.api_version, &p.kind, p.name.as_str()]));
+        let buf = &mut *self.json;
+        let key = xxh3_128(joined(buf, &[&e.cluster, uid]));
+        let identity = xxh3_64(joined(buf, &[&o.api_version, &o.kind, &o.namespace, o.name.as_str()]));
+        let parent = p.map(|p| xxh3_64(joined(buf, &[&p.uid, &p.api_version, &p.kind, p.name.as_str()])));
         if let Some(&Known { id, identity: known_identity, parent: known_parent }) = self.known.get(&key) {
             if known_identity == identity && (parent.is_none() || parent == known_parent) {
                 if gone {
-                    tx.prepare_cached(TOMBSTONE_OBJECT)?.execute(params![id, time_us, &*e.user, &*e.audit_id])?;
+                    self.statements.tombstone_object.execute(params![id, time_us, &*e.user, &*e.audit_id])?;
                 } else {
                     let t = self.touched.entry(id).or_insert((time_us, time_us));
                     t.0 = t.0.min(time_us);
@@ -348,13 +376,13 @@ impl Rows<'_> {
         ];
         // Not known and not removed: most often a new object, inserted without the upsert's
         // RETURNING (a result table per statement).
-        if !gone && !self.known.contains_key(&key) && tx.prepare_cached(INSERT_OBJECT)?.execute(&row[..])? == 1 {
-            let id = tx.last_insert_rowid();
+        if !gone && !self.known.contains_key(&key) && self.statements.insert_object.execute(&row[..])? == 1 {
+            let id = self.conn.last_insert_rowid();
             self.remember(key, Known { id, identity, parent });
             return Ok(id);
         }
         let tombstone: [&dyn ToSql; 3] = [&gone.then_some(time_us), &gone.then_some(&*e.user), &gone.then_some(&*e.audit_id)];
-        let id: i64 = tx.prepare_cached(UPSERT_OBJECT)?.query_row(params_from_iter(row.iter().chain(tombstone.iter())), |r| r.get(0))?;
+        let id: i64 = self.statements.upsert_object.query_row(params_from_iter(row.iter().chain(tombstone.iter())), |r| r.get(0))?;
         // The row keeps an owner once it had one (coalesce): so does what is known of it.
         let parent = parent.or_else(|| self.known.get(&key).and_then(|k| k.parent));
         self.remember(key, Known { id, identity, parent });

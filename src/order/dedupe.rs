@@ -21,11 +21,13 @@ pub struct Dedupe {
     /// The same hashes, oldest first.
     order: VecDeque<u128>,
     capacity: usize,
+    /// First sights since the last [`Dedupe::mark`] (the newest ones of `order`).
+    since_mark: usize,
 }
 
 impl Dedupe {
     pub fn new(capacity: usize) -> Self {
-        Dedupe { seen: HashSet::default(), order: VecDeque::new(), capacity: capacity.max(1) }
+        Dedupe { seen: HashSet::default(), order: VecDeque::new(), capacity: capacity.max(1), since_mark: 0 }
     }
 
     /// True the first time an auditID is seen within the window.
@@ -49,7 +51,28 @@ impl Dedupe {
             }
         }
         self.order.push_back(key);
+        self.since_mark = (self.since_mark + 1).min(self.order.len());
         true
+    }
+
+    /// What was seen so far is kept by [`Dedupe::forget_since_mark`] (a Kafka transaction
+    /// committed: its events are never read again).
+    pub fn mark(&mut self) {
+        self.since_mark = 0;
+    }
+
+    /// Forgets the auditIDs first seen since the last [`Dedupe::mark`], so that their events
+    /// are taken again when read again (a Kafka transaction aborted: its outputs were
+    /// discarded, and its messages are read again from the last commit). An older ID pushed
+    /// out of the window meanwhile stays out. Returns how many were forgotten.
+    pub fn forget_since_mark(&mut self) -> usize {
+        let n = std::mem::take(&mut self.since_mark);
+        for _ in 0..n {
+            if let Some(k) = self.order.pop_back() {
+                self.seen.remove(&k);
+            }
+        }
+        n
     }
 
     /// All auditIDs in the window, oldest first, as hashes (for snapshots).
@@ -57,11 +80,13 @@ impl Dedupe {
         self.order.iter().copied().collect()
     }
 
-    /// Adds hashes, oldest first, as if seen in that order (a snapshot's window).
+    /// Adds hashes, oldest first, as if seen in that order (a snapshot's window), and marks
+    /// them: a snapshot holds only what was committed.
     pub fn restore(&mut self, hashes: &[u128]) {
         for h in hashes {
             self.first_sight_key(*h);
         }
+        self.mark();
     }
 }
 
@@ -106,6 +131,36 @@ mod tests {
         small.restore(&d.hashes());
         assert_eq!(small.hashes(), ["c", "d"].map(Dedupe::key), "a smaller window keeps the newest");
         assert!(small.first_sight("b") && !small.first_sight("d"));
+    }
+
+    #[test]
+    fn what_was_seen_since_the_mark_is_forgotten_and_taken_again_and_what_came_before_is_kept() {
+        let mut d = Dedupe::new(4);
+        for id in ["a", "b"] {
+            assert!(d.first_sight(id));
+        }
+        d.mark();
+        assert!(d.first_sight("c") && !d.first_sight("a") && !d.first_sight("c"), "a repeat is no first sight");
+        assert!(d.first_sight("d"));
+        assert_eq!(d.forget_since_mark(), 2, "c and d");
+        assert_eq!(d.hashes(), ["a", "b"].map(Dedupe::key));
+        assert!(d.first_sight("c") && d.first_sight("d"), "taken again when read again");
+        assert!(!d.first_sight("a") && !d.first_sight("b"), "seen before the mark: still dropped");
+        assert_eq!(d.forget_since_mark(), 2, "c and d again: the window is not marked until the next commit");
+        assert_eq!(d.forget_since_mark(), 0, "twice in a row forgets nothing more");
+    }
+
+    #[test]
+    fn more_first_sights_since_the_mark_than_the_window_holds_forget_the_whole_window() {
+        let mut d = Dedupe::new(2);
+        d.first_sight("a");
+        d.mark();
+        for id in ["b", "c", "d"] {
+            assert!(d.first_sight(id));
+        }
+        assert_eq!(d.forget_since_mark(), 2, "only c and d are still in the window");
+        assert!(d.hashes().is_empty());
+        assert!(d.first_sight("a"), "a was pushed out meanwhile and stays out");
     }
 
     #[test]

@@ -72,7 +72,7 @@ mod client {
     use rdkafka::client::ClientContext;
     use rdkafka::config::RDKafkaLogLevel;
     use rdkafka::consumer::{Consumer, ConsumerContext, ConsumerGroupMetadata};
-    use rdkafka::error::KafkaError;
+    use rdkafka::error::{KafkaError, RDKafkaErrorCode};
     use rdkafka::producer::{Producer, ProducerContext};
     use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
     use rdkafka::ClientConfig;
@@ -133,14 +133,84 @@ mod client {
         member: OnceLock<Arc<dyn GroupMember>>,
         producer: OnceLock<Arc<dyn Transactional>>,
         timeout: Duration,
+        /// The processor's request to go back to the last commit, for the source.
+        rewind: Mutex<Option<crate::shell::Rewind>>,
     }
 
     #[derive(Debug, thiserror::Error)]
     pub enum TransactionError {
-        #[error("the consumer has no group membership (not subscribed yet, or left the group)")]
+        /// The transaction was aborted and a new one opened: its outputs, changelog records
+        /// and offsets are discarded, and the done offsets are back at the last commit. The
+        /// state and the positions must go back there too ([`Failure::Rewind`]).
+        #[error("the consumer has no group membership (not subscribed yet, or left the group); transaction aborted")]
         NoGroup,
-        #[error("kafka transaction failed (aborted): {0}")]
-        Kafka(#[from] KafkaError),
+        #[error("kafka transaction aborted: {0}")]
+        Aborted(KafkaError),
+        /// The consumer lost its partitions (its membership expired): what the transaction
+        /// holds may already be read by another member, so it is aborted, not committed.
+        #[error("the consumer lost its partitions (its group membership expired); transaction aborted")]
+        Lost,
+        /// The producer cannot go on ([`Failure::Fatal`], or the abort itself failed).
+        #[error("kafka transaction failed and the producer cannot go on (fenced: another process uses this transactional.id; or not authorized): {0}")]
+        Fatal(KafkaError),
+        #[error("kafka transaction failed ({commit}) and could not be aborted: {abort}")]
+        AbortFailed { commit: Box<KafkaError>, abort: Box<KafkaError> },
+    }
+
+    impl TransactionError {
+        /// Whether the process may go on from the last commit ([`Failure::Rewind`]); else it
+        /// stops.
+        pub fn rewinds(&self) -> bool {
+            matches!(self, TransactionError::NoGroup | TransactionError::Aborted(_) | TransactionError::Lost)
+        }
+    }
+
+    /// What a failed transactional commit (`send_offsets_to_transaction`,
+    /// `commit_transaction`) means for the process, as Kafka Streams tells a migrated task
+    /// from a fatal error.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Failure {
+        /// Abort, and go on from the last commit: the group moved on while the transaction
+        /// was open (a rebalance gave the group a new generation: `ILLEGAL_GENERATION`,
+        /// `UNKNOWN_MEMBER_ID`, `REBALANCE_IN_PROGRESS`; librdkafka makes these abortable
+        /// errors), or any other error after which the producer may still abort (a timeout,
+        /// a coordinator gone). The offsets were not committed, so the group's offsets are
+        /// the last commit's, and whoever reads the partitions next starts there.
+        Rewind,
+        /// Stop: the producer is unusable. Fenced (another process took the
+        /// `transactional.id`: `PRODUCER_FENCED`, `INVALID_PRODUCER_EPOCH`), another member
+        /// took this one's `group.instance.id` (`FENCED_INSTANCE_ID`), not authorized, or any
+        /// error librdkafka calls fatal.
+        Fatal,
+    }
+
+    impl Failure {
+        pub fn of(e: &KafkaError) -> Failure {
+            match e {
+                KafkaError::Transaction(t) => Failure::classify(t.code(), t.is_fatal()),
+                other => Failure::classify(other.rdkafka_error_code().unwrap_or(RDKafkaErrorCode::Fail), false),
+            }
+        }
+
+        /// By librdkafka's error code and its fatal flag (abortable errors, like every other
+        /// non-fatal one, rewind).
+        pub fn classify(code: RDKafkaErrorCode, fatal: bool) -> Failure {
+            use RDKafkaErrorCode as C;
+            match code {
+                _ if fatal => Failure::Fatal,
+                C::Fatal
+                | C::Fenced
+                | C::ProducerFenced
+                | C::InvalidProducerEpoch
+                | C::InvalidProducerIdMapping
+                | C::InvalidTransactionalState
+                | C::FencedInstanceId
+                | C::TransactionalIdAuthorizationFailed
+                | C::ClusterAuthorizationFailed
+                | C::UnsupportedForMessageFormat => Failure::Fatal,
+                _ => Failure::Rewind,
+            }
+        }
     }
 
     /// Next offset to read of each partition whose messages are done since the start, and
@@ -151,6 +221,8 @@ mod client {
         dirty: bool,
         /// `next` as of the last successful commit: what the committed state covers.
         committed: HashMap<(Arc<str>, i32), i64>,
+        /// The consumer lost its partitions since the last commit: the next commit aborts.
+        lost: bool,
         /// Partitions taken away and not assigned again: a message of one that is done late
         /// (its batch outlived the revoke's wait) must not put the partition back into the
         /// transaction, whose commit would then write an offset for another member's
@@ -166,7 +238,14 @@ mod client {
 
     impl Transaction {
         pub fn new(id: String, timeout: Duration) -> Transaction {
-            Transaction { id, offsets: Mutex::new(DoneOffsets::default()), member: OnceLock::new(), producer: OnceLock::new(), timeout }
+            Transaction {
+                id,
+                offsets: Mutex::new(DoneOffsets::default()),
+                member: OnceLock::new(),
+                producer: OnceLock::new(),
+                timeout,
+                rewind: Mutex::new(None),
+            }
         }
 
         pub fn set_consumer(&self, member: Arc<dyn GroupMember>) {
@@ -219,6 +298,15 @@ mod client {
             v
         }
 
+        /// The consumer lost its partitions (a revoke without a handover: its membership
+        /// expired, and another member may read them already): the open transaction must not
+        /// be committed.
+        pub fn lost(&self) {
+            let mut o = self.offsets.lock().expect("offsets lock");
+            o.lost = true;
+            o.dirty = true;
+        }
+
         /// Partitions taken away by a rebalance (after their barrier commit).
         pub fn forget(&self, parts: &[(Arc<str>, i32)]) {
             let mut o = self.offsets.lock().expect("offsets lock");
@@ -240,10 +328,12 @@ mod client {
         }
 
         /// Commits the open transaction with the done offsets, and opens the next one. `Ok`
-        /// with nothing done when no message was done since the last commit. An error leaves
-        /// the transaction aborted: the outputs since the last commit are discarded, so the
-        /// processor's state is ahead of Kafka and the pipeline must restart from its last
-        /// snapshot.
+        /// with nothing done when no message was done since the last commit. On an error the
+        /// transaction is aborted and the next one opened when the producer can go on
+        /// ([`TransactionError::rewinds`]): the outputs and changelog records since the last
+        /// commit are discarded and the done offsets are back at the last commit, so the
+        /// processor's state is ahead of Kafka and must go back there too; else the producer
+        /// is unusable and the process stops.
         pub fn commit(&self) -> Result<Option<Committed>, TransactionError> {
             let Some(producer) = self.producer.get() else { return Ok(None) };
             let tpl = {
@@ -257,12 +347,24 @@ mod client {
                 }
                 tpl
             };
-            let group = self.member.get().and_then(|m| m.group_metadata()).ok_or(TransactionError::NoGroup)?;
-            let result = producer.send_offsets(&tpl, &group, self.timeout).and_then(|()| producer.commit(self.timeout));
+            let lost = std::mem::take(&mut self.offsets.lock().expect("offsets lock").lost);
+            let result = match self.member.get().and_then(|m| m.group_metadata()) {
+                _ if lost => Err(None),
+                Some(group) => producer.send_offsets(&tpl, &group, self.timeout).and_then(|()| producer.commit(self.timeout)).map_err(Some),
+                None => Err(None),
+            };
             if let Err(e) = result {
-                let _ = producer.abort(self.timeout);
-                let _ = producer.begin();
-                return Err(e.into());
+                if let Some(e) = e.as_ref().filter(|e| Failure::of(e) == Failure::Fatal) {
+                    return Err(TransactionError::Fatal(e.clone()));
+                }
+                if let Err(abort) = producer.abort(self.timeout).and_then(|()| producer.begin()) {
+                    return Err(match e {
+                        Some(commit) => TransactionError::AbortFailed { commit: Box::new(commit), abort: Box::new(abort) },
+                        None => TransactionError::Fatal(abort),
+                    });
+                }
+                self.rewind();
+                return Err(e.map_or(if lost { TransactionError::Lost } else { TransactionError::NoGroup }, TransactionError::Aborted));
             }
             {
                 let mut o = self.offsets.lock().expect("offsets lock");
@@ -272,8 +374,32 @@ mod client {
                     }
                 }
             }
-            producer.begin()?;
+            producer.begin().map_err(TransactionError::Fatal)?;
             Ok(Some(Committed { partitions: tpl.count() }))
+        }
+
+        /// The transaction was aborted: the done offsets go back to the last commit's (a
+        /// partition never committed leaves the transaction until a message of it is done
+        /// again).
+        fn rewind(&self) {
+            let mut o = self.offsets.lock().expect("offsets lock");
+            o.next = o.committed.clone();
+            o.dirty = false;
+        }
+
+        /// The next offset of `partition` as of the last commit, or of its assignment.
+        pub fn committed_offset(&self, topic: &Arc<str>, partition: i32) -> Option<i64> {
+            self.offsets.lock().expect("offsets lock").committed.get(&(topic.clone(), partition)).copied()
+        }
+
+        /// Asks the source to go back to the last commit ([`crate::shell::Rewind`]); it takes
+        /// the request with [`Transaction::take_rewind`] between two polls.
+        pub fn request_rewind(&self, r: crate::shell::Rewind) {
+            *self.rewind.lock().expect("rewind lock") = Some(r);
+        }
+
+        pub fn take_rewind(&self) -> Option<crate::shell::Rewind> {
+            self.rewind.lock().expect("rewind lock").take()
         }
     }
 
@@ -370,6 +496,147 @@ mod client {
             let mut v: Vec<_> = o.next.iter().map(|((topic, p), n)| (topic.to_string(), *p, *n)).collect();
             v.sort();
             v
+        }
+
+        #[test]
+        fn a_commit_refused_because_the_group_moved_on_rewinds_and_a_fenced_producer_stops() {
+            use RDKafkaErrorCode as C;
+            for code in [
+                C::IllegalGeneration,
+                C::UnknownMemberId,
+                C::RebalanceInProgress,
+                C::NotCoordinator,
+                C::CoordinatorNotAvailable,
+                C::RequestTimedOut,
+                C::OperationTimedOut,
+                C::ConcurrentTransactions,
+                C::Fail,
+            ] {
+                assert_eq!(Failure::classify(code, false), Failure::Rewind, "{code:?}");
+            }
+            // An abortable error librdkafka marks fatal is fatal, whatever its code.
+            assert_eq!(Failure::classify(C::IllegalGeneration, true), Failure::Fatal);
+            for code in [
+                C::Fenced,
+                C::ProducerFenced,
+                C::InvalidProducerEpoch,
+                C::InvalidProducerIdMapping,
+                C::InvalidTransactionalState,
+                C::FencedInstanceId,
+                C::TransactionalIdAuthorizationFailed,
+                C::ClusterAuthorizationFailed,
+                C::Fatal,
+            ] {
+                assert_eq!(Failure::classify(code, false), Failure::Fatal, "{code:?}");
+            }
+            // Errors that are not a transaction's are told by their code too.
+            assert_eq!(Failure::of(&KafkaError::ConsumerCommit(C::IllegalGeneration)), Failure::Rewind);
+            assert_eq!(Failure::of(&KafkaError::MessageProduction(C::ProducerFenced)), Failure::Fatal);
+            assert_eq!(Failure::of(&KafkaError::NoMessageReceived), Failure::Rewind, "no code: the producer may still abort");
+        }
+
+        /// A transactional producer that fails as told, and records what it was asked.
+        #[derive(Default)]
+        struct Scripted {
+            send_offsets: Mutex<Vec<Result<(), KafkaError>>>,
+            abort: Mutex<Vec<Result<(), KafkaError>>>,
+            calls: Mutex<Vec<&'static str>>,
+        }
+
+        impl Transactional for Scripted {
+            fn send_offsets(&self, _: &TopicPartitionList, _: &ConsumerGroupMetadata, _: Duration) -> Result<(), KafkaError> {
+                self.calls.lock().unwrap().push("send_offsets");
+                self.send_offsets.lock().unwrap().pop().unwrap_or(Ok(()))
+            }
+            fn commit(&self, _: Duration) -> Result<(), KafkaError> {
+                self.calls.lock().unwrap().push("commit");
+                Ok(())
+            }
+            fn begin(&self) -> Result<(), KafkaError> {
+                self.calls.lock().unwrap().push("begin");
+                Ok(())
+            }
+            fn abort(&self, _: Duration) -> Result<(), KafkaError> {
+                self.calls.lock().unwrap().push("abort");
+                self.abort.lock().unwrap().pop().unwrap_or(Ok(()))
+            }
+            fn send_state(&self, _: &str, _: i32, _: &[u8], _: Option<&[u8]>) -> Result<(), KafkaError> {
+                Ok(())
+            }
+        }
+
+        /// A transaction whose consumer is a real (unconnected) group member, with `producer`.
+        fn transaction(producer: Arc<Scripted>) -> Transaction {
+            let t = Transaction::new("t".into(), Duration::from_secs(1));
+            let consumer: rdkafka::consumer::BaseConsumer<Logged> = ClientConfig::new()
+                .set("bootstrap.servers", "127.0.0.1:1")
+                .set("group.id", "g")
+                .create_with_context(Logged("test"))
+                .expect("a consumer needs no broker to be created");
+            t.set_consumer(Arc::new(consumer));
+            t.set_producer(producer);
+            t
+        }
+
+        fn calls(p: &Scripted) -> Vec<&'static str> {
+            std::mem::take(&mut *p.calls.lock().unwrap())
+        }
+
+        #[test]
+        fn an_aborted_commit_puts_the_done_offsets_back_at_the_last_commit_and_opens_the_next_transaction() {
+            let p = Arc::new(Scripted::default());
+            let t = transaction(p.clone());
+            let topic: Arc<str> = Arc::from("audit");
+            t.resume(&topic, 0, 10);
+            t.done(&topic, 0, 14);
+            t.done(&topic, 1, 3);
+            assert_eq!(t.commit().unwrap().map(|c| c.partitions), Some(2));
+            assert_eq!(calls(&p), ["send_offsets", "commit", "begin"]);
+            assert_eq!(t.committed_offset(&topic, 0), Some(15));
+            t.done(&topic, 0, 20);
+            t.done(&topic, 2, 7);
+            *p.send_offsets.lock().unwrap() = vec![Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::IllegalGeneration))];
+            let e = t.commit().unwrap_err();
+            assert!(e.rewinds(), "{e}");
+            assert_eq!(calls(&p), ["send_offsets", "abort", "begin"]);
+            // Back at the last commit: partition 2, never committed, is out until done again.
+            assert_eq!(pending(&t), [("audit".into(), 0, 15), ("audit".into(), 1, 4)]);
+            assert!(t.commit().unwrap().is_none(), "nothing done since the rewind: nothing to commit");
+            assert_eq!(calls(&p), Vec::<&str>::new());
+            // Read again from the last commit: committed as usual.
+            t.done(&topic, 0, 15);
+            assert_eq!(t.commit().unwrap().map(|c| c.partitions), Some(2));
+            assert_eq!(t.committed_offset(&topic, 0), Some(16));
+        }
+
+        #[test]
+        fn a_fenced_producer_or_a_failed_abort_stops_and_lost_partitions_are_never_committed() {
+            let topic: Arc<str> = Arc::from("audit");
+            let p = Arc::new(Scripted::default());
+            let t = transaction(p.clone());
+            t.done(&topic, 0, 1);
+            *p.send_offsets.lock().unwrap() = vec![Err(KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced))];
+            let e = t.commit().unwrap_err();
+            assert!(matches!(e, TransactionError::Fatal(_)) && !e.rewinds(), "{e}");
+            assert!(e.to_string().contains("transactional.id"), "says why: {e}");
+            assert_eq!(calls(&p), ["send_offsets"], "a fenced producer cannot abort");
+
+            let p = Arc::new(Scripted::default());
+            let t = transaction(p.clone());
+            t.done(&topic, 0, 1);
+            *p.send_offsets.lock().unwrap() = vec![Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::UnknownMemberId))];
+            *p.abort.lock().unwrap() = vec![Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::State))];
+            let e = t.commit().unwrap_err();
+            assert!(matches!(e, TransactionError::AbortFailed { .. }) && !e.rewinds(), "{e}");
+
+            let p = Arc::new(Scripted::default());
+            let t = transaction(p.clone());
+            t.done(&topic, 0, 1);
+            t.lost();
+            let e = t.commit().unwrap_err();
+            assert!(matches!(e, TransactionError::Lost) && e.rewinds(), "{e}");
+            assert_eq!(calls(&p), ["abort", "begin"], "nothing sent to the group");
+            assert!(t.commit().unwrap().is_none(), "lost once: the next commit is as usual");
         }
 
         #[test]

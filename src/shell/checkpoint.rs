@@ -47,6 +47,18 @@ pub struct Barrier {
     pub reply: std::sync::mpsc::Sender<bool>,
 }
 
+/// The processor's request to a source after a transaction was aborted (the Kafka group moved
+/// on while it was committed): go back to the last commit. The source drops what it gathered,
+/// brings the state of what it holds back to the last commit, and moves its positions back;
+/// then answers on `rewound` (`true`: done; `false`: it could not, the processor stops) and
+/// waits on `resume` while the processor drops every batch it queued before, so that no stale
+/// batch is taken in after the rewind.
+#[derive(Debug)]
+pub struct Rewind {
+    pub rewound: tokio::sync::oneshot::Sender<bool>,
+    pub resume: std::sync::mpsc::Receiver<()>,
+}
+
 /// Fires when dropped: held by every copy of a batch of enriched events, so it fires once
 /// the last sink is finished with the batch (delivered it, or gave up and counted an error).
 pub struct Receipt {

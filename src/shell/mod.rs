@@ -16,7 +16,7 @@ pub mod unknown_parents;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-pub use checkpoint::{Barrier, Checkpoints, Done, Receipt};
+pub use checkpoint::{Barrier, Checkpoints, Done, Receipt, Rewind};
 pub use duration::Span;
 pub use errors::{check_credentials, check_file, ConfigError, ConfigErrors, Errors};
 pub use unknown_parents::{Observed, UnknownParentsConfig};

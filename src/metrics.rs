@@ -42,6 +42,9 @@ pub struct Metrics {
     /// Ingest tier: writes that name no object to key them by, by reason.
     pub route_unroutable: IntCounterVec,
     pub kafka_consumer_lag: IntGaugeVec,
+    /// Exactly-once: transactions aborted because the group moved on, after which the state
+    /// and positions went back to the last commit.
+    pub kafka_rewinds: IntCounter,
     pub webhook_requests: IntCounterVec,
     /// Query API requests, by route (a closed set: [`crate::query::Route`]) and status code.
     pub query_requests: IntCounterVec,
@@ -200,6 +203,11 @@ impl Metrics {
             route_errors: counter(&r, "kausality_route_errors_total", "Messages to the keyed topic the broker did not acknowledge."),
             route_unroutable: counter_vec(&r, "kausality_route_unroutable_total", "Writes that name no object to key them by, by reason.", &["reason"]),
             kafka_consumer_lag,
+            kafka_rewinds: counter(
+                &r,
+                "kausality_kafka_transaction_rewinds_total",
+                "Exactly-once: transactions aborted because the group moved on; state and positions went back to the last commit.",
+            ),
             webhook_requests: counter_vec(&r, "kausality_webhook_requests_total", "Webhook requests, by HTTP status code.", &["code"]),
             query_requests: counter_vec(&r, "kausality_query_requests_total", "Query API requests, by route and HTTP status code.", &["route", "code"]),
             drift_reports: counter_vec(&r, "kausality_drift_reports_total", "Drift reports sent, by phase.", &["phase"]),

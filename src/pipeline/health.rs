@@ -39,7 +39,7 @@ async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
 /// family appears as its `# HELP` and `# TYPE` lines, without made-up samples.
 pub fn render_all(m: &Metrics) -> String {
     let mut text = m.render();
-    let families: [(&dyn Collector, &str); 26] = [
+    let families: [(&dyn Collector, &str); 27] = [
         (&m.events_received, "counter"),
         (&m.events_ignored, "counter"),
         (&m.events_invalid, "counter"),
@@ -56,6 +56,7 @@ pub fn render_all(m: &Metrics) -> String {
         (&m.sink_events, "counter"),
         (&m.sink_errors, "counter"),
         (&m.kafka_consumer_lag, "gauge"),
+        (&m.kafka_rewinds, "counter"),
         (&m.webhook_requests, "counter"),
         (&m.drift_reports, "counter"),
         (&m.snapshot_failures, "counter"),

@@ -33,7 +33,7 @@ use super::snapshot;
 use crate::classify::Class;
 use crate::enriched::Enriched;
 use crate::process::Processor;
-use crate::shell::{now_us, Barrier, Checkpoints, Done, Observed};
+use crate::shell::{now_us, Barrier, Checkpoints, Done, Observed, Rewind};
 use crate::sinks::Events;
 use crate::sources::{Batch, Body};
 use crate::status::Status;
@@ -62,6 +62,10 @@ pub struct ProcessorTask {
     barriers: Option<mpsc::Receiver<Barrier>>,
     /// Exactly-once: commits the Kafka transaction (`Ok(true)`: committed), and how often.
     commit: Option<(Committer, Duration)>,
+    /// Exactly-once with a state changelog: asks the source to go back to the last commit
+    /// after a transaction was aborted ([`CommitError::Rewind`]); without, such a failure
+    /// stops the processor.
+    rewind: Option<Rewinder>,
     /// Exactly-once: the positions to save with a snapshot.
     positions: Option<Positions>,
     /// The state changelog's writer, and (at-least-once) how often it writes: with
@@ -77,7 +81,32 @@ pub struct ProcessorTask {
 }
 
 /// Commits a transaction of the source's offsets and the sinks' output.
-pub type Committer = Box<dyn FnMut() -> Result<bool, String> + Send>;
+pub type Committer = Box<dyn FnMut() -> Result<bool, CommitError> + Send>;
+
+/// Why a transaction did not commit.
+#[derive(Debug)]
+pub enum CommitError {
+    /// It was aborted and the next one opened: its outputs are discarded, so the state and
+    /// the source's positions must go back to the last commit (the Kafka group moved on while
+    /// it was open: a rebalance).
+    Rewind(String),
+    /// The transaction cannot go on (fenced by another process): the processor stops.
+    Fatal(String),
+}
+
+/// Hands a [`Rewind`] request to the source.
+pub type Rewinder = Box<dyn FnMut(Rewind) + Send>;
+
+/// What a commit came to.
+#[derive(Debug, PartialEq, Eq)]
+enum Commit {
+    /// Committed, or nothing to commit.
+    Done,
+    /// Aborted: go back to the last commit ([`ProcessorTask::rewind_now`]).
+    Rewind(String),
+    /// Stop (`summary.failed` is set).
+    Failed,
+}
 
 /// Writes the state changelog's records of what changed since the last call.
 pub type ChangelogWriter = Box<dyn FnMut() -> Result<(), String> + Send>;
@@ -147,6 +176,7 @@ impl ProcessorTask {
             checkpoints: Checkpoints::default(),
             barriers: None,
             commit: None,
+            rewind: None,
             positions: None,
             changelog: None,
             barrier_timeout: Duration::ZERO,
@@ -183,6 +213,13 @@ impl ProcessorTask {
     pub fn transaction(mut self, commit: Committer, every: Duration, positions: Positions) -> Self {
         self.commit = Some((commit, every));
         self.positions = Some(positions);
+        self
+    }
+
+    /// Exactly-once with a state changelog: after an aborted transaction, `rewind` asks the
+    /// source to go back to the last commit, and the processor goes on from there.
+    pub fn rewinds(mut self, rewind: Rewinder) -> Self {
+        self.rewind = Some(rewind);
         self
     }
 
@@ -253,7 +290,8 @@ impl ProcessorTask {
                     let ok = self.barrier(&mut out, &mut summary, true, self.barrier_timeout).await;
                     // In a transaction, what was taken in must be committed before the
                     // partitions go to another member.
-                    let ok = ok && (!transactional || self.commit_now(&mut summary, &mut snapshot_due));
+                    let commit = if ok { self.commit_now(&mut summary, &mut snapshot_due) } else { Commit::Done };
+                    let ok = ok && commit == Commit::Done;
                     if commit_at_snapshots {
                         if ok && self.write_changelog() {
                             summary.snapshot = self.save_snapshot().or(summary.snapshot);
@@ -262,7 +300,13 @@ impl ProcessorTask {
                             self.release_unsaved();
                         }
                     }
+                    // Answered first: the source waits for it before it can go back.
                     let _ = b.reply.send(ok);
+                    if let Commit::Rewind(why) = commit {
+                        if !self.rewind_now(&mut summary, why).await {
+                            return summary;
+                        }
+                    }
                     if summary.failed {
                         return summary;
                     }
@@ -274,9 +318,14 @@ impl ProcessorTask {
                 }
                 Step::Commit => {
                     if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await {
-                        self.commit_now(&mut summary, &mut snapshot_due);
-                        if summary.failed {
-                            return summary;
+                        match self.commit_now(&mut summary, &mut snapshot_due) {
+                            Commit::Done => {}
+                            Commit::Rewind(why) => {
+                                if !self.rewind_now(&mut summary, why).await {
+                                    return summary;
+                                }
+                            }
+                            Commit::Failed => return summary,
                         }
                     } else {
                         tracing::warn!(
@@ -323,9 +372,13 @@ impl ProcessorTask {
         // Kafka: the last offsets are committed only once the sinks have delivered the rest.
         if self.barrier(&mut out, &mut summary, false, self.barrier_timeout).await {
             if transactional {
-                self.commit_now(&mut summary, &mut snapshot_due);
-                if !summary.failed {
-                    summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                match self.commit_now(&mut summary, &mut snapshot_due) {
+                    Commit::Done => summary.snapshot = self.save_snapshot().or(summary.snapshot),
+                    // Stopping: nothing to go back for; the next owner starts at the last commit.
+                    Commit::Rewind(why) => {
+                        tracing::warn!(reason = %why, "the last kafka transaction was aborted; its messages are read again from the last commit")
+                    }
+                    Commit::Failed => {}
                 }
             } else if self.write_changelog() {
                 summary.snapshot = self.save_snapshot().or(summary.snapshot);
@@ -404,31 +457,91 @@ impl ProcessorTask {
         std::mem::take(&mut self.unsaved).into_iter().for_each(|d| d.fire());
     }
 
-    /// Exactly-once: commits the transaction after a complete barrier; a failure stops the
-    /// processor (its state holds writes whose outputs were just aborted).
-    fn commit_now(&mut self, summary: &mut Summary, snapshot_due: &mut bool) -> bool {
+    /// Exactly-once: commits the transaction after a complete barrier. An aborted transaction
+    /// asks for a rewind when the processor has one; any other failure stops the processor
+    /// (its state holds writes whose outputs were just aborted).
+    fn commit_now(&mut self, summary: &mut Summary, snapshot_due: &mut bool) -> Commit {
         if self.commit.is_none() {
-            return true;
+            return Commit::Done;
         }
         // The changelog's records go into the transaction that commits their outputs.
         let written = match self.changelog.as_mut() {
-            Some((write, _)) => write(),
+            Some((write, _)) => write().map_err(CommitError::Fatal),
             None => Ok(()),
         };
-        let Some((commit, _)) = self.commit.as_mut() else { return true };
+        let Some((commit, _)) = self.commit.as_mut() else { return Commit::Done };
         match written.and_then(|()| commit()) {
             Ok(committed) => {
-                if committed && std::mem::take(snapshot_due) {
-                    summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                if committed {
+                    // What was seen is committed: a rewind never forgets it.
+                    self.processor.dedupe_mut().mark();
+                    if std::mem::take(snapshot_due) {
+                        summary.snapshot = self.save_snapshot().or(summary.snapshot);
+                    }
                 }
-                true
+                Commit::Done
             }
-            Err(e) => {
+            Err(CommitError::Rewind(e)) if self.rewind.is_some() => Commit::Rewind(e),
+            Err(CommitError::Rewind(e) | CommitError::Fatal(e)) => {
                 tracing::error!(error = %e, "kafka transaction failed; stopping without saving state (the restart resumes from the last commit and snapshot)");
                 summary.failed = true;
-                false
+                Commit::Failed
             }
         }
+    }
+
+    /// After an aborted transaction: forgets the auditIDs seen since the last commit, asks
+    /// the source to go back to the last commit ([`Rewind`]: it brings the state of what it
+    /// holds back to the changelog's and moves its positions back), drops every batch queued
+    /// meanwhile (read again from the last commit), and goes on. Barriers asked for meanwhile
+    /// are answered `false`: nothing is left to commit. False when the processor must end:
+    /// stopping (`summary` as is), or the source could not go back (`summary.failed`).
+    async fn rewind_now(&mut self, summary: &mut Summary, why: String) -> bool {
+        let Some(request) = self.rewind.as_mut() else { return true };
+        let started = Instant::now();
+        let forgotten = self.processor.dedupe_mut().forget_since_mark();
+        let (rewound_tx, mut rewound) = tokio::sync::oneshot::channel();
+        let (resume, resume_rx) = std::sync::mpsc::channel();
+        request(Rewind { rewound: rewound_tx, resume: resume_rx });
+        let mut dropped = 0usize;
+        let answer = loop {
+            tokio::select! {
+                biased;
+                _ = crate::listen::stopped(&mut self.stop) => break None,
+                Some(b) = next_barrier(&mut self.barriers) => {
+                    let _ = b.reply.send(false);
+                }
+                r = &mut rewound => break Some(r.unwrap_or(false)),
+                // The source may be waiting for room in the intake: its batches are stale.
+                Some(_) = self.intake.recv() => dropped += 1,
+            }
+        };
+        match answer {
+            None => {
+                tracing::warn!(reason = %why, "stopping while going back to the last kafka commit; the next owner starts there");
+                return false;
+            }
+            Some(false) => {
+                tracing::error!(reason = %why, "kafka source could not go back to the last commit; stopping (the restart resumes from it)");
+                summary.failed = true;
+                return false;
+            }
+            Some(true) => {}
+        }
+        // The source waits for `resume`: everything queued now was read before it went back.
+        while self.intake.try_recv().is_ok() {
+            dropped += 1;
+        }
+        let _ = resume.send(());
+        self.processor.metrics().kafka_rewinds.inc();
+        tracing::warn!(
+            reason = %why,
+            batches_dropped = dropped,
+            dedupe_forgotten = forgotten,
+            millis = started.elapsed().as_millis() as u64,
+            "kafka transaction aborted; state and positions back at the last commit, reading on from there"
+        );
+        true
     }
 
     /// Takes a body in (waiting for its events when they are still being decoded). False when

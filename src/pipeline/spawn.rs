@@ -126,7 +126,7 @@ pub(super) async fn spawn(cfg: &PipelineConfig, parts: Parts, stop: &Stop) -> Re
     }
     #[cfg(feature = "kafka")]
     if let Some((t, every)) = &transaction {
-        task = with_transaction(task, t, *every);
+        task = with_transaction(task, t, *every, changelog.is_some());
     }
     #[cfg(feature = "kafka")]
     if let Some((write, every)) = changelog_writer(cfg, changelog.as_ref(), transaction.as_ref().map(|(t, _)| t.clone())) {
@@ -229,17 +229,27 @@ fn changelog_writer(
 
 /// Exactly-once: the processor commits the transaction, and saves the positions of the last
 /// commit with each snapshot (taken right after a commit), for the silent re-read after a
-/// restart.
+/// restart. With a state changelog, an aborted transaction sends the source back to the last
+/// commit (the changelog holds the state of that commit); without, it stops the processor.
 #[cfg(feature = "kafka")]
-fn with_transaction(task: ProcessorTask, t: &Arc<crate::kafka::Transaction>, every: Duration) -> ProcessorTask {
-    use super::processor::{Committer, Positions};
+fn with_transaction(task: ProcessorTask, t: &Arc<crate::kafka::Transaction>, every: Duration, changelog: bool) -> ProcessorTask {
+    use super::processor::{CommitError, Committer, Positions, Rewinder};
     use super::snapshot::Position;
     let committer = t.clone();
-    let commit: Committer = Box::new(move || committer.commit().map(|c| c.is_some()).map_err(|e| e.to_string()));
-    let t = t.clone();
-    let positions: Positions =
-        Box::new(move || t.committed_positions().into_iter().map(|(topic, partition, next)| Position { topic: topic.to_string(), partition, next }).collect());
-    task.transaction(commit, every, positions)
+    let commit: Committer = Box::new(move || {
+        committer.commit().map(|c| c.is_some()).map_err(|e| if e.rewinds() { CommitError::Rewind(e.to_string()) } else { CommitError::Fatal(e.to_string()) })
+    });
+    let rewinder = t.clone();
+    let positions_of = t.clone();
+    let positions: Positions = Box::new(move || {
+        positions_of.committed_positions().into_iter().map(|(topic, partition, next)| Position { topic: topic.to_string(), partition, next }).collect()
+    });
+    let task = task.transaction(commit, every, positions);
+    if !changelog {
+        return task;
+    }
+    let rewind: Rewinder = Box::new(move |r| rewinder.request_rewind(r));
+    task.rewinds(rewind)
 }
 
 /// Runs the processor task on a thread of its own: classifying is CPU work that must not

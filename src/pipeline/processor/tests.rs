@@ -25,12 +25,20 @@ struct Harness {
     /// Batches done, in the order their `Done` fired.
     done: Arc<Mutex<Vec<&'static str>>>,
     decoder: Decoder,
+    metrics: Arc<Metrics>,
 }
 
 fn start() -> Harness {
+    start_with(None, None)
+}
+
+/// With `commit`: exactly-once, committed at barriers only (the interval is an hour); with
+/// `rewind` too: an aborted transaction goes back instead of stopping.
+fn start_with(commit: Option<Committer>, rewind: Option<Rewinder>) -> Harness {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
     let opts = ProcessorOptions { reorder_window_us: 0, clock: Clock::Arrival, ..Default::default() };
-    let processor = Processor::new(engine, Arc::new(Metrics::new()), opts);
+    let metrics = Arc::new(Metrics::new());
+    let processor = Processor::new(engine, metrics.clone(), opts);
     let decoder = processor.decoder();
     let (intake, intake_rx) = mpsc::channel(8);
     let (barriers, barriers_rx) = mpsc::channel(4);
@@ -57,7 +65,8 @@ fn start() -> Harness {
         track: true,
         checkpoints: Checkpoints::default(),
         barriers: Some(barriers_rx),
-        commit: None,
+        commit: commit.map(|c| (c, Duration::from_secs(3600))),
+        rewind,
         positions: None,
         changelog: None,
         barrier_timeout: Duration::from_secs(5),
@@ -65,7 +74,7 @@ fn start() -> Harness {
         status: Default::default(),
     };
     let task = std::thread::spawn(move || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(task.run()));
-    Harness { intake, barriers, stop, task, delivered, done: Arc::new(Mutex::new(Vec::new())), decoder }
+    Harness { intake, barriers, stop, task, delivered, done: Arc::new(Mutex::new(Vec::new())), decoder, metrics }
 }
 
 impl Harness {
@@ -87,6 +96,129 @@ impl Harness {
         assert_eq!(d.len(), 1);
         d
     }
+}
+
+impl Harness {
+    /// Asks for a barrier; its answer (at most 5 s).
+    async fn barrier(&self) -> Option<bool> {
+        let (reply, answer) = std::sync::mpsc::channel();
+        self.barriers.send(Barrier { reply }).await.unwrap();
+        answered(&answer).await
+    }
+
+    /// The create of a Deployment named `name`, as an audit event.
+    fn body(api: &mut ApiServer, name: &str) -> String {
+        api.create(ADMIN, deployment("ns", name, 1, "img")).1
+    }
+
+    fn decode(&self, body: &str) -> Decoded {
+        let mut d = Decoded::default();
+        self.decoder.decode(None, body.as_bytes(), self.decoder.unwrap(), "kafka", &mut d);
+        d
+    }
+
+    /// Queues a batch of one decoded event, done under `name`.
+    async fn send(&self, name: &'static str, d: Decoded) {
+        self.queue(name).await.send(d).unwrap();
+    }
+}
+
+/// A committer that answers from `script`, first to last, then `Ok(true)`.
+fn scripted(script: Vec<Result<bool, CommitError>>) -> Committer {
+    let mut script = script.into_iter();
+    Box::new(move || script.next().unwrap_or(Ok(true)))
+}
+
+/// A rewinder that hands the source's request to the test.
+fn rewinder() -> (Rewinder, std::sync::mpsc::Receiver<Rewind>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    (Box::new(move |r| tx.send(r).unwrap()), rx)
+}
+
+async fn next<T>(rx: &std::sync::mpsc::Receiver<T>) -> T {
+    for _ in 0..500 {
+        if let Ok(v) = rx.try_recv() {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("nothing came within 5 s");
+}
+
+#[tokio::test]
+async fn an_aborted_transaction_drops_what_was_queued_and_takes_its_events_again_once_read_again() {
+    let (rewind, requests) = rewinder();
+    let h = start_with(Some(scripted(vec![Ok(true), Err(CommitError::Rewind("ILLEGAL_GENERATION".into()))])), Some(rewind));
+    let mut api = ApiServer::new();
+    let (a, b) = (h.decoded(&mut api, "a"), Harness::body(&mut api, "b"));
+    h.send("a", a).await;
+    assert_eq!(h.barrier().await, Some(true), "committed");
+    h.send("b", h.decode(&b)).await;
+    assert_eq!(h.barrier().await, Some(false), "the commit of b was aborted");
+    let request = next(&requests).await;
+    // Read before the source went back: stale, dropped, never done.
+    h.send("stale", h.decoded(&mut api, "c")).await;
+    assert_eq!(h.barrier().await, Some(false), "a barrier while going back: nothing to commit");
+    assert!(request.resume.try_recv().is_err(), "the source waits");
+    request.rewound.send(true).unwrap();
+    let resume = request.resume;
+    tokio::task::spawn_blocking(move || resume.recv_timeout(Duration::from_secs(5))).await.unwrap().expect("told to go on");
+    // Read again from the last commit: b is taken again, though its auditID was seen.
+    h.send("b again", h.decode(&b)).await;
+    assert_eq!(h.barrier().await, Some(true));
+    assert_eq!(*h.delivered.lock().unwrap(), ["a", "b", "b"], "b's first output was aborted with its transaction");
+    assert_eq!(*h.done.lock().unwrap(), ["a", "b", "b again"]);
+    assert_eq!(h.metrics.kafka_rewinds.get(), 1);
+    h.stop.send_replace(true);
+    let summary = finished(h.task).await;
+    assert!(!summary.failed);
+}
+
+#[tokio::test]
+async fn an_event_seen_before_the_last_commit_stays_a_duplicate_after_a_rewind() {
+    let (rewind, requests) = rewinder();
+    let h = start_with(Some(scripted(vec![Ok(true), Err(CommitError::Rewind("UNKNOWN_MEMBER_ID".into()))])), Some(rewind));
+    let mut api = ApiServer::new();
+    let (a, b) = (Harness::body(&mut api, "a"), h.decoded(&mut api, "b"));
+    h.send("a", h.decode(&a)).await;
+    assert_eq!(h.barrier().await, Some(true));
+    h.send("b", b).await;
+    assert_eq!(h.barrier().await, Some(false));
+    let request = next(&requests).await;
+    request.rewound.send(true).unwrap();
+    let resume = request.resume;
+    tokio::task::spawn_blocking(move || resume.recv_timeout(Duration::from_secs(5))).await.unwrap().expect("told to go on");
+    // A copy of a, committed before: still dropped by its auditID.
+    h.send("a copy", h.decode(&a)).await;
+    assert_eq!(h.barrier().await, Some(true));
+    assert_eq!(*h.delivered.lock().unwrap(), ["a", "b"]);
+    h.stop.send_replace(true);
+    assert!(!finished(h.task).await.failed);
+}
+
+#[tokio::test]
+async fn a_fenced_producer_a_source_that_cannot_go_back_and_a_pipeline_without_rewinds_stop_the_processor() {
+    let mut api = ApiServer::new();
+    // Fenced: stops, whether or not it could rewind.
+    let (rewind, requests) = rewinder();
+    let h = start_with(Some(scripted(vec![Err(CommitError::Fatal("PRODUCER_FENCED".into()))])), Some(rewind));
+    h.send("a", h.decoded(&mut api, "a")).await;
+    assert_eq!(h.barrier().await, Some(false));
+    assert!(finished(h.task).await.failed);
+    assert!(requests.try_recv().is_err(), "no rewind asked for");
+    // Aborted, but no changelog to go back with: stops.
+    let h = start_with(Some(scripted(vec![Err(CommitError::Rewind("ILLEGAL_GENERATION".into()))])), None);
+    h.send("a", h.decoded(&mut api, "b")).await;
+    assert_eq!(h.barrier().await, Some(false));
+    assert!(finished(h.task).await.failed);
+    // The source could not move its positions back: stops.
+    let (rewind, requests) = rewinder();
+    let h = start_with(Some(scripted(vec![Err(CommitError::Rewind("ILLEGAL_GENERATION".into()))])), Some(rewind));
+    h.send("a", h.decoded(&mut api, "c")).await;
+    assert_eq!(h.barrier().await, Some(false));
+    next(&requests).await.rewound.send(false).unwrap();
+    assert!(finished(h.task).await.failed);
+    assert_eq!(h.metrics.kafka_rewinds.get(), 0);
 }
 
 /// The processor's summary once it has stopped (by itself, or told to); at most 5 s.

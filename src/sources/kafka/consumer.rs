@@ -388,6 +388,14 @@ impl ConsumerContext for SourceContext {
     fn pre_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let Rebalance::Revoke(tpl) = rebalance else { return };
         let parts: Vec<Partition> = tpl.elements().iter().map(|e| (Arc::from(e.topic()), e.partition())).collect();
+        if let Some(t) = self.transaction.as_ref().filter(|_| self.changelog.is_some() && consumer.assignment_lost()) {
+            // No handover: another member may read these partitions already. What the open
+            // transaction holds is aborted at the barrier's commit, not committed, and the
+            // processor goes back to the last commit. (Without a changelog there is no state
+            // to go back to: the transaction is committed as before.)
+            tracing::warn!(partitions = %names(&parts), "kafka source: partitions lost (the group membership expired)");
+            t.lost();
+        }
         // Every message polled goes into the intake before the barrier is asked for, so the
         // processor takes it in before the barrier (it drains the intake first).
         self.outbox.lock().expect("outbox lock").flush(&self.offsets);
@@ -461,7 +469,7 @@ fn commit_sync(consumer: &BaseConsumer<SourceContext>) {
     }
 }
 
-fn names(parts: &[Partition]) -> String {
+pub(super) fn names(parts: &[Partition]) -> String {
     parts.iter().map(|(t, p)| format!("{t}[{p}]")).collect::<Vec<_>>().join(",")
 }
 
@@ -547,6 +555,10 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiri
     // Writes are tagged with their partition only for a changelog.
     let keyed = w.changelog.is_some();
     while !*w.stop.borrow() {
+        if let Some(r) = w.transaction.as_ref().and_then(|t| t.take_rewind()) {
+            consumer.context().rewind(consumer, r);
+            continue;
+        }
         // Wait for messages only when there is nothing to hand over.
         let idle = outbox.lock().expect("outbox lock").gather.is_empty();
         let wait = if idle { Duration::from_millis(100) } else { Duration::ZERO };
@@ -664,5 +676,6 @@ fn probe_lag(consumer: &BaseConsumer<SourceContext>, metrics: &Metrics, ended: &
     }
 }
 
+mod rewind;
 #[cfg(test)]
 mod tests;

@@ -379,6 +379,9 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
 
 const RESTORED: &str = "kafka source: partition state restored from the changelog";
 
+/// The processor's line when a transaction was aborted and it went back to the last commit.
+const REWOUND: &str = "kafka transaction aborted; state and positions back at the last commit, reading on from there";
+
 /// One process of the group, and every log line it wrote so far (a [`Serve`] hands each line
 /// out once).
 struct Member {
@@ -419,6 +422,16 @@ impl Member {
             .filter(|v| v["fields"]["message"] == RESTORED)
             .map(|v| (v["fields"]["partition"].as_i64().unwrap() as i32, v["fields"]["records"].as_u64().unwrap()))
             .collect()
+    }
+
+    /// How many times it went back to the last commit after an aborted transaction.
+    fn rewinds(&self) -> usize {
+        self.rewound().len()
+    }
+
+    /// Why it went back, each time.
+    fn rewound(&self) -> Vec<String> {
+        self.lines().iter().filter(|v| v["fields"]["message"] == REWOUND).map(|v| v["fields"]["reason"].as_str().unwrap_or("").to_string()).collect()
     }
 
     /// SIGTERM; asserts a clean exit. Returns every line it wrote.
@@ -536,14 +549,80 @@ fn a_process_joins_and_one_leaves(test: &str, mode: Mode) {
         case.expected.keys().filter(|(c, k)| ids.contains(&(c.clone(), k.split_once('/').map_or(k.as_str(), |(id, _)| id).to_string()))).count()
     };
     let (after_join, after_stop) = (later(1), later(2));
+    let rewinds: Vec<String> = staying.rewound().into_iter().chain(c.rewound()).collect();
+    // What the rebalances cost the processes that stayed: every restore of theirs, the test
+    // through.
+    let restored: Vec<(i32, u64)> = staying.restores(0).into_iter().chain(c.restores(0)).collect();
     let outputs = case.assert_as_replay(test, mode.exactly_once);
     println!(
-        "{test}: {} records restored by the joining process, {} with {name}'s partitions {left:?}; {outputs} outputs, of the compared {after_join} written after the join, {after_stop} after the stop; {:.0} s",
+        "{test}: {} records restored by the joining process, {} with {name}'s partitions {left:?}; {outputs} outputs, of the compared {after_join} written after the join, {after_stop} after the stop; {} transactions aborted and rewound by the processes that stayed {rewinds:?}; those restored {} partitions, {} records, the test through; {:.0} s",
         joined.iter().map(|(_, r)| r).sum::<u64>(),
         taken.iter().map(|(_, r)| r).sum::<u64>(),
+        rewinds.len(),
+        restored.len(),
+        restored.iter().map(|(_, r)| r).sum::<u64>(),
         started.elapsed().as_secs_f64()
     );
     for m in [staying, c] {
+        m.stop();
+    }
+    case.done(&[]);
+}
+
+/// Two processes, exactly-once with the cooperative assignor. One is paused (SIGSTOP) while
+/// a part of the stream arrives, until the group has moved on without it (its session
+/// expired: the other holds every partition, their state restored from the changelog, read
+/// from the last commit). Resumed (SIGCONT), it holds messages of a transaction the group has
+/// left behind: its commit is refused or its partitions are lost, so it must abort, go back
+/// to the last commit (state from the changelog, positions to the committed offsets) and go
+/// on, not stop. The pause is shorter than `transaction.timeout.ms` (10 s), so the transaction
+/// is still open when it resumes. No output written twice, none missing, every class
+/// `replay`'s; the paused process went back at least once and stops cleanly.
+#[test]
+fn a_process_paused_past_its_session_goes_back_to_the_last_commit_exactly_once_classes_as_replay() {
+    let test = "a_process_paused_past_its_session_goes_back_to_the_last_commit_exactly_once_classes_as_replay";
+    if !enabled(test) {
+        return;
+    }
+    let mode = Mode { exactly_once: true, cooperative: true };
+    let case = Case::new(test, true);
+    let (kafka, t) = (&case.kafka, &case.t);
+    let parts = case.parts(3);
+    produce(kafka, &t.input, parts[0]);
+    let a = Member::start(&case, "a", mode);
+    let b = Member::start(&case, "b", mode);
+    let explain = |ms: &[&Member]| ms.iter().map(|m| m.explain()).collect::<String>();
+    wait_or_explain(
+        "both processes holding partitions, and the first part committed",
+        240,
+        || stable(&[&a, &b]) && !a.holds().is_empty() && !b.holds().is_empty() && all_committed(kafka, t),
+        || explain(&[&a, &b]),
+    );
+    let (paused, other) = (a, b);
+    let mark = other.lines().len();
+    paused.serve.signal("STOP");
+    produce(kafka, &t.input, parts[1]);
+    // The group moves on once the session (6 s) expires: the other takes every partition.
+    let moved_on = std::time::Instant::now();
+    while other.holds().len() < PARTITIONS as usize && moved_on.elapsed() < Duration::from_secs(9) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let taken_over = other.holds().len() == PARTITIONS as usize;
+    paused.serve.signal("CONT");
+    assert!(taken_over, "the group moved on without the paused process within 9 s\n{}", explain(&[&paused, &other]));
+    assert!(!other.restores(mark).is_empty(), "the other process restored the paused one's partitions");
+    produce(kafka, &t.input, parts[2]);
+    wait_or_explain(
+        "the paused process back at the last commit, both holding partitions again, and every message committed",
+        240,
+        || paused.rewinds() > 0 && stable(&[&paused, &other]) && !paused.holds().is_empty() && all_committed(kafka, t),
+        || explain(&[&paused, &other]),
+    );
+    let counted = paused.serve.metric("kausality_kafka_transaction_rewinds_total", &[]);
+    assert_eq!(counted as usize, paused.rewinds(), "each rewind counted in the metric and logged");
+    let outputs = case.assert_as_replay(test, true);
+    println!("{test}: {outputs} outputs; the paused process went back {:?}, the other {:?}", paused.rewound(), other.rewound());
+    for m in [paused, other] {
         m.stop();
     }
     case.done(&[]);
@@ -556,14 +635,12 @@ fn a_process_joins_and_one_leaves_exactly_once_classes_as_replay() {
 }
 
 /// [`a_process_joins_and_one_leaves`], exactly-once with the cooperative assignor: the
-/// processes keep the partitions that stay theirs, with their state, through each move.
-/// Fails about one run in four (docs/scale-out.md, "Restore"): a member keeps reading and
-/// committing while the group rebalances, and a transaction whose offsets carry the group
-/// generation the rebalance just replaced is refused (`ILLEGAL_GENERATION`); the process then
-/// stops (nothing lost, nothing twice: its partitions restart from the last commit) and the
-/// wait for its partitions times out.
+/// processes keep the partitions that stay theirs, with their state, through each move. A
+/// member keeps reading and committing while the group rebalances, so a transaction may carry
+/// the group generation the rebalance just replaced and be refused (`ILLEGAL_GENERATION`):
+/// the member aborts it and goes back to the last commit (docs/scale-out.md, "Restore"),
+/// and nothing is lost or written twice.
 #[test]
-#[ignore = "exactly-once with the cooperative assignor: a commit during a rebalance stops the process (ILLEGAL_GENERATION)"]
 fn a_process_joins_and_one_leaves_cooperative_exactly_once_classes_as_replay() {
     a_process_joins_and_one_leaves("a_process_joins_and_one_leaves_cooperative_exactly_once_classes_as_replay", Mode { exactly_once: true, cooperative: true });
 }

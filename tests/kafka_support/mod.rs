@@ -389,6 +389,11 @@ impl Serve {
         self.child.wait().unwrap();
     }
 
+    /// Sends a signal (`"STOP"`, `"CONT"`, ...) and goes on.
+    pub fn signal(&self, name: &str) {
+        assert!(Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap().success());
+    }
+
     /// SIGTERM; the exit code and the log lines since the last look.
     pub fn terminate(mut self) -> (i32, Vec<Value>) {
         assert!(Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap().success());

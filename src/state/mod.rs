@@ -1,5 +1,6 @@
 //! Per-object state, rebuilt from the stream: a sharded concurrent map keyed by (cluster, UID).
 
+mod cached;
 mod hash;
 mod intern;
 mod object;
@@ -8,10 +9,11 @@ mod record;
 mod snapshot;
 mod store;
 
+pub use cached::{Cached, Live, Refused, Slice};
 pub use hash::{FastBuild, FastHasher};
 pub use intern::{Interner, Marks, Pin, Swept, Sym, Ty};
 pub use object::{name_key, FieldChange, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState, MAX_ORIGIN_WRITES, MAX_RECENT, MAX_REMOVED};
 pub use partitions::{Partitions, Parts};
 pub use record::{encode_record, record_key, RecordReader};
-pub use snapshot::{read_snapshot, write_snapshot, SnapshotError, SnapshotStats};
+pub use snapshot::{read_partitioned, read_snapshot, write_partitioned, write_snapshot, ChangelogMark, PartitionedSnapshot, SnapshotError, SnapshotStats};
 pub use store::{ObjKey, Store, StoreStats};

@@ -171,6 +171,16 @@ impl Partitions {
         orphans
     }
 
+    /// The partitions with changes the changelog has not been told yet (a snapshot leaves
+    /// them out: their state is ahead of their changelog).
+    pub fn unwritten(&self) -> Vec<i32> {
+        let inner = self.lock();
+        let mut ps: Vec<i32> = inner.dirty.values().flat_map(|d| d.iter()).collect();
+        ps.sort_unstable();
+        ps.dedup();
+        ps
+    }
+
     /// Objects with a partition.
     pub fn len(&self) -> usize {
         self.lock().homes.len()
@@ -232,9 +242,12 @@ mod tests {
         parts.changed(&[key(1)], 0);
         parts.changed(&[key(7)], 2);
         let failed = parts.take_changed();
+        assert!(parts.unwritten().is_empty(), "taken");
         parts.changed(&[key(1)], 3);
         parts.put_back(failed);
+        assert_eq!(parts.unwritten(), [0, 2, 3]);
         parts.give_up(&[2]);
+        assert_eq!(parts.unwritten(), [0, 3]);
         let mut changed = parts.take_changed();
         changed.sort_by_key(|(k, _)| k.uid());
         assert_eq!(changed, [(key(1), Parts::Two([3, 0]))]);

@@ -1,7 +1,9 @@
 //! Snapshots of the state, so a restart does not forget who the controllers are.
 //!
-//! A compact binary format: a magic line, a string table (interned strings are written once),
-//! the trace nodes (shared prefixes stay shared), the objects, the dedupe window, and an xxh3
+//! A compact binary format: a magic line, the changelog mark (format 7: with a state changelog,
+//! which changelog the state is of and each partition's position in it), a string table
+//! (interned strings are written once), the trace nodes (shared prefixes stay shared), the
+//! objects (with a changelog, each with its partitions), the dedupe window, and an xxh3
 //! checksum of everything before it. Integers are LEB128 varints (zigzag for signed ones).
 
 use std::collections::HashMap;
@@ -11,7 +13,7 @@ use std::sync::Arc;
 
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{Interner, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState};
+use super::{Interner, ObjKey, ObjectState, OwnerKey, Parts, Recent, Store, Sym, TraceState};
 use crate::classify::policy::PolicyCache;
 use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
@@ -22,11 +24,13 @@ const MAGIC: &[u8] = b"KAUSALITY-STATE ";
 /// The format this build writes. 5: an object's flags hold whether its observed generation is
 /// finished (DESIGN §1.3).
 /// 6: each object keeps its name key (an eviction finds its pod by it, DESIGN §1.5).
-const VERSION: u32 = 6;
+/// 7: the changelog mark after the header, and with a changelog each object's partitions.
+const VERSION: u32 = 7;
 /// The formats this build reads. 4: as 5, without the finished bit: each observed generation is
 /// read as finished (the rule 4 was written under). 4 and 5 have no name keys: an eviction finds
-/// a pod restored from them only once the pod has been written again.
-const READS: [u32; 3] = [4, 5, 6];
+/// a pod restored from them only once the pod has been written again. 4 to 6 have no changelog
+/// mark: read as written without a changelog.
+const READS: [u32; 4] = [4, 5, 6, 7];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -40,6 +44,36 @@ pub enum SnapshotError {
     Checksum,
     #[error("snapshot is corrupt: {0}")]
     Corrupt(&'static str),
+    #[error("state snapshot written with the state changelog {topic} (its state is kept per partition), and this pipeline has no changelog; remove the snapshot (state is then learned again from the stream), or point [state] snapshot elsewhere")]
+    PerPartition { topic: String },
+}
+
+/// With a state changelog: which changelog the snapshot's state is of, when it was taken, and
+/// for each partition it holds the changelog position that partition's state reflects (the
+/// next offset to read: every record before it is in the state).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangelogMark {
+    pub topic: String,
+    /// The changelog's partition count.
+    pub partitions: i32,
+    /// Wall clock, µs: a tombstone after a position lives at least `delete.retention.ms` from
+    /// its write, so an older snapshot may miss one.
+    pub taken_us: i64,
+    /// (partition, position), one per partition held.
+    pub positions: Vec<(i32, i64)>,
+}
+
+/// A snapshot read without a store: what a pipeline with a changelog keeps until partitions
+/// are assigned.
+#[derive(Debug, Default)]
+pub struct PartitionedSnapshot {
+    pub stats: SnapshotStats,
+    pub dedupe: Vec<u128>,
+    /// `None`: written without a changelog (or in a format before 7); its objects are not
+    /// returned.
+    pub mark: Option<ChangelogMark>,
+    /// Each object with the partitions it belongs to.
+    pub objects: Vec<(ObjKey, ObjectState, Parts)>,
 }
 
 /// What a snapshot held.
@@ -54,11 +88,38 @@ pub struct SnapshotStats {
 
 /// Writes the store (and the dedupe window) to `out`.
 pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut impl Write) -> io::Result<SnapshotStats> {
-    write_format(store, interner, dedupe, out, VERSION)
+    write_format(&all_objects(store), None, interner, dedupe, out, VERSION)
+}
+
+/// Writes `objects`, each with its partitions (`parts`, in the same order), under `mark`: the
+/// snapshot of a state kept per partition in a changelog.
+pub fn write_partitioned(
+    objects: &[(ObjKey, ObjectState)],
+    parts: &[Parts],
+    mark: &ChangelogMark,
+    interner: &Interner,
+    dedupe: &[u128],
+    out: &mut impl Write,
+) -> io::Result<SnapshotStats> {
+    assert_eq!(objects.len(), parts.len(), "one partition list per object");
+    write_format(objects, Some((mark, parts)), interner, dedupe, out, VERSION)
+}
+
+fn all_objects(store: &Store) -> Vec<(ObjKey, ObjectState)> {
+    let mut objects = Vec::with_capacity(store.len());
+    store.for_each(|k, s| objects.push((*k, s.clone())));
+    objects
 }
 
 /// Writes the snapshot in format `version` (an older one only to test reading it).
-fn write_format(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut impl Write, version: u32) -> io::Result<SnapshotStats> {
+fn write_format(
+    objects: &[(ObjKey, ObjectState)],
+    per_partition: Option<(&ChangelogMark, &[Parts])>,
+    interner: &Interner,
+    dedupe: &[u128],
+    out: &mut impl Write,
+    version: u32,
+) -> io::Result<SnapshotStats> {
     let mut buf = Enc::default();
     // Collect strings and trace nodes first.
     let mut strings: HashMap<Sym, u32> = HashMap::new();
@@ -71,9 +132,7 @@ fn write_format(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut i
     };
     let mut nodes: HashMap<*const TraceNode, u32> = HashMap::new();
     let mut node_list: Vec<Trace> = Vec::new();
-    let mut objects: Vec<(ObjKey, ObjectState)> = Vec::with_capacity(store.len());
-    store.for_each(|k, s| objects.push((*k, s.clone())));
-    for (k, s) in &objects {
+    for (k, s) in objects {
         let (api_version, kind) = interner.parts(s.ty);
         for x in [k.cluster, api_version, kind, s.namespace] {
             sym(x, &mut strings);
@@ -118,6 +177,22 @@ fn write_format(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut i
 
     buf.bytes(MAGIC);
     buf.bytes(format!("{version}\n").as_bytes());
+    if version >= 7 {
+        match per_partition {
+            Some((mark, _)) => {
+                buf.uint(1);
+                buf.str(&mark.topic);
+                buf.uint(mark.partitions as u64);
+                buf.int(mark.taken_us);
+                buf.uint(mark.positions.len() as u64);
+                for &(p, position) in &mark.positions {
+                    buf.uint(p as u64);
+                    buf.uint(position as u64);
+                }
+            }
+            None => buf.uint(0),
+        }
+    }
     buf.uint(string_list.len() as u64);
     for s in &string_list {
         buf.str(&interner.resolve(*s));
@@ -148,8 +223,14 @@ fn write_format(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut i
     }
     buf.uint(objects.len() as u64);
     let table = Table { ids: strings_ref, nodes: &nodes };
-    for (k, s) in &objects {
+    let parts = per_partition.filter(|_| version >= 7).map(|(_, p)| p);
+    for (i, (k, s)) in objects.iter().enumerate() {
         put_object(&mut buf, k, s, interner, version, &table);
+        if let Some(parts) = parts {
+            let ps: Vec<i32> = parts[i].iter().collect();
+            buf.uint(ps.len() as u64);
+            ps.into_iter().for_each(|p| buf.uint(p as u64));
+        }
     }
     buf.uint(dedupe.len() as u64);
     for h in dedupe {
@@ -163,11 +244,54 @@ fn write_format(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut i
     Ok(SnapshotStats { objects: objects.len(), trace_nodes: node_list.len(), strings: string_list.len(), dedupe_ids: dedupe.len(), bytes: buf.0.len() })
 }
 
-/// Reads a snapshot into `store` (which should be empty); returns the dedupe window.
+/// Reads a snapshot into `store` (which should be empty); returns the dedupe window. A
+/// snapshot of a state kept per partition ([`write_partitioned`]) is refused before anything
+/// is read into the store.
 pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) -> Result<(SnapshotStats, Vec<u128>), SnapshotError> {
     let mut data = Vec::new();
     input.read_to_end(&mut data)?;
-    let (version, header) = version(&data)?;
+    let (stats, dedupe, _) = read_format(
+        &data,
+        interner,
+        |mark| mark.map_or(Ok(()), |m| Err(SnapshotError::PerPartition { topic: m.topic.clone() })),
+        |k, s, _| store.insert(k, s),
+    )?;
+    Ok((stats, dedupe))
+}
+
+/// Reads a snapshot without a store: with its changelog mark, each object and its partitions.
+/// A snapshot without a mark (written without a changelog, or in a format before 7) gives its
+/// statistics and dedupe window, and no objects (they are kept by cluster, not by partition).
+pub fn read_partitioned(interner: &Interner, input: &mut impl Read) -> Result<PartitionedSnapshot, SnapshotError> {
+    let mut data = Vec::new();
+    input.read_to_end(&mut data)?;
+    let mut objects = Vec::new();
+    let keep = std::cell::Cell::new(false);
+    let (stats, dedupe, mark) = read_format(
+        &data,
+        interner,
+        |mark| {
+            keep.set(mark.is_some());
+            Ok(())
+        },
+        |k, s, p| {
+            if keep.get() {
+                objects.push((k, s, p))
+            }
+        },
+    )?;
+    Ok(PartitionedSnapshot { stats, dedupe, mark, objects })
+}
+
+/// Reads a whole snapshot: `on_mark` sees the changelog mark before any object (an error
+/// stops the read), `on_object` each object with its partitions (none without a mark).
+fn read_format(
+    data: &[u8],
+    interner: &Interner,
+    on_mark: impl FnOnce(Option<&ChangelogMark>) -> Result<(), SnapshotError>,
+    mut on_object: impl FnMut(ObjKey, ObjectState, Parts),
+) -> Result<(SnapshotStats, Vec<u128>, Option<ChangelogMark>), SnapshotError> {
+    let (version, header) = version(data)?;
     if data.len() < header + 8 {
         return Err(SnapshotError::Corrupt("too short"));
     }
@@ -178,6 +302,8 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
         return Err(SnapshotError::Checksum);
     }
     let mut d = Dec { b: &body[header..] };
+    let mark = if version >= 7 { get_mark(&mut d)? } else { None };
+    on_mark(mark.as_ref())?;
     let n = d.len()?;
     let mut syms = Vec::with_capacity(n);
     for _ in 0..n {
@@ -215,10 +341,36 @@ pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) 
     let mut table = Ids { syms: &syms, nodes: &nodes };
     for _ in 0..n {
         let (key, s) = get_object(&mut d, interner, version, &mut table, &policies)?;
-        store.insert(key, s);
+        let mut parts = Parts::default();
+        if mark.is_some() {
+            for _ in 0..d.len()? {
+                parts.add(i32::try_from(d.uint()?).map_err(|_| SnapshotError::Corrupt("partition"))?);
+            }
+        }
+        on_object(key, s, parts);
     }
     let dedupe: Vec<u128> = (0..d.len()?).map(|_| d.u128()).collect::<Result<_, _>>()?;
-    Ok((SnapshotStats { objects: n, trace_nodes: nodes.len(), strings: syms.len(), dedupe_ids: dedupe.len(), bytes: data.len() }, dedupe))
+    Ok((SnapshotStats { objects: n, trace_nodes: nodes.len(), strings: syms.len(), dedupe_ids: dedupe.len(), bytes: data.len() }, dedupe, mark))
+}
+
+/// The changelog mark of format 7 (`None`: written without a changelog).
+fn get_mark(d: &mut Dec<'_>) -> Result<Option<ChangelogMark>, SnapshotError> {
+    match d.uint()? {
+        0 => return Ok(None),
+        1 => {}
+        _ => return Err(SnapshotError::Corrupt("changelog mark")),
+    }
+    let topic = d.str()?.to_string();
+    let partitions = i32::try_from(d.uint()?).map_err(|_| SnapshotError::Corrupt("partition count"))?;
+    let taken_us = d.int()?;
+    let n = d.len()?;
+    let mut positions = Vec::with_capacity(n);
+    for _ in 0..n {
+        let p = i32::try_from(d.uint()?).map_err(|_| SnapshotError::Corrupt("partition"))?;
+        let position = i64::try_from(d.uint()?).map_err(|_| SnapshotError::Corrupt("changelog position"))?;
+        positions.push((p, position));
+    }
+    Ok(Some(ChangelogMark { topic, partitions, taken_us, positions }))
 }
 
 /// How an object's strings and trace are written: as indexes into the snapshot's tables, or
@@ -564,7 +716,7 @@ mod tests {
         let store = store_of_one(&interner);
         for (version, kept) in [(VERSION, name_key("web-a")), (5, 0)] {
             let mut snapshot = Vec::new();
-            write_format(&store, &interner, &[], &mut snapshot, version).unwrap();
+            write_format(&all_objects(&store), None, &interner, &[], &mut snapshot, version).unwrap();
             let (restored, ri) = read_back(&snapshot);
             let mut seen = Vec::new();
             restored.for_each(|k, s| {
@@ -573,5 +725,67 @@ mod tests {
             });
             assert_eq!(seen, [(9, true, kept, Some(7), true, 42)], "format {version}");
         }
+    }
+}
+
+#[cfg(test)]
+mod partitioned_tests {
+    use super::*;
+
+    fn pod(interner: &Interner, rv: u64) -> ObjectState {
+        let mut s = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("shop"));
+        s.last_resource_version = rv;
+        s
+    }
+
+    #[test]
+    fn a_partitioned_snapshot_keeps_its_mark_and_each_objects_partitions_and_a_plain_reader_refuses_it() {
+        let interner = Interner::new();
+        let (a, b) = (ObjKey::new(interner.intern("prod#p1"), 1), ObjKey::new(interner.intern("prod#p4"), 2));
+        let objects = vec![(a, pod(&interner, 10)), (b, pod(&interner, 20))];
+        let parts = vec![Parts::one(1), Parts::Two([4, 5])];
+        let mark = ChangelogMark { topic: "state".into(), partitions: 6, taken_us: -3, positions: vec![(1, 0), (4, 1 << 40), (5, 7)] };
+        let mut file = Vec::new();
+        write_partitioned(&objects, &parts, &mark, &interner, &[99], &mut file).unwrap();
+
+        let ri = Interner::new();
+        let read = read_partitioned(&ri, &mut &file[..]).unwrap();
+        assert_eq!(read.mark, Some(mark));
+        assert_eq!(read.dedupe, [99]);
+        let got: Vec<(u128, u64, Vec<i32>)> = read.objects.iter().map(|(k, s, p)| (k.uid(), s.last_resource_version, p.iter().collect())).collect();
+        assert_eq!(got, [(1, 10, vec![1]), (2, 20, vec![4, 5])]);
+        assert_eq!(ri.resolve(read.objects[1].0.cluster).to_string(), "prod#p4");
+
+        let store = Store::new(100, 1_000_000);
+        let err = read_snapshot(&store, &Interner::new(), &mut &file[..]).unwrap_err();
+        assert!(matches!(&err, SnapshotError::PerPartition { topic } if topic == "state"), "{err}");
+        assert!(err.to_string().contains("remove the snapshot"), "{err}");
+        assert_eq!(store.len(), 0, "refused before any object was read");
+    }
+
+    #[test]
+    fn a_snapshot_without_a_mark_gives_no_objects_to_a_partitioned_reader_in_every_format() {
+        let interner = Interner::new();
+        let store = Store::new(100, 1_000_000);
+        store.insert(ObjKey::new(interner.intern("prod"), 9), pod(&interner, 5));
+        for version in [4, 5, 6, VERSION] {
+            let mut file = Vec::new();
+            write_format(&all_objects(&store), None, &interner, &[1, 2], &mut file, version).unwrap();
+            let read = read_partitioned(&Interner::new(), &mut &file[..]).unwrap();
+            assert_eq!((read.mark, read.objects.len(), read.dedupe.len(), read.stats.objects), (None, 0, 2, 1), "format {version}");
+        }
+        // A mark whose tag is neither 0 nor 1 is corrupt, not a crash.
+        let mut file = Vec::new();
+        write_format(&all_objects(&store), None, &interner, &[], &mut file, VERSION).unwrap();
+        let at = MAGIC.len() + 2;
+        assert_eq!(file[at], 0);
+        file[at] = 2;
+        let body = file.len() - 8;
+        let mut h = Xxh3::new();
+        h.update(&file[..body]);
+        let sum = h.digest().to_le_bytes();
+        file[body..].copy_from_slice(&sum);
+        let err = read_partitioned(&Interner::new(), &mut &file[..]).unwrap_err();
+        assert!(err.to_string().contains("changelog mark"), "{err}");
     }
 }

@@ -162,6 +162,17 @@ impl Store {
         true
     }
 
+    /// As [`Store::restore_newer`], and a state of the same resourceVersion is replaced too:
+    /// a changelog record written after the state here (loaded from a snapshot) may change an
+    /// object without a write of its own (a child's write changed it).
+    pub fn restore_over(&self, key: ObjKey, state: ObjectState) -> bool {
+        if self.map.read(&key, |s| s.last_resource_version > state.last_resource_version) == Some(true) {
+            return false;
+        }
+        self.map.insert(key, state);
+        true
+    }
+
     /// Removes a state without a journal entry (a partition given up: its changelog keeps it).
     pub fn forget(&self, key: &ObjKey) -> Option<ObjectState> {
         self.map.remove(key)
@@ -298,6 +309,26 @@ mod tests {
         assert_eq!(store.len(), 150);
         assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name().cloned()).flatten().as_deref(), Some("y"), "written after an eviction");
         assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 149), |s| s.last_seen_us()), Some(1_490 * S));
+    }
+
+    #[test]
+    fn a_restored_record_never_rolls_back_and_over_a_snapshot_replaces_its_equal() {
+        let store = Store::new(100, 1_000 * S);
+        let key = ObjKey::new(Sym::EMPTY, 7);
+        let at = |rv: u64, name: &str| {
+            let mut s = named(name);
+            s.last_resource_version = rv;
+            s
+        };
+        let name = |store: &Store| store.read(&key, |s| s.name().map(|n| n.to_string())).flatten();
+        assert!(store.restore_newer(key, at(5, "a")));
+        assert!(!store.restore_newer(key, at(5, "b")), "an equal one is kept");
+        assert!(!store.restore_newer(key, at(4, "c")));
+        assert!(store.restore_over(key, at(5, "d")), "over: an equal one is replaced");
+        assert!(!store.restore_over(key, at(4, "e")), "over: never an older one");
+        assert_eq!(name(&store).as_deref(), Some("d"));
+        assert!(store.restore_over(ObjKey::new(Sym::EMPTY, 8), at(1, "f")));
+        assert_eq!(store.len(), 2);
     }
 
     #[test]

@@ -51,6 +51,9 @@ pub struct Metrics {
     pub drift_reports: IntCounterVec,
     /// State snapshots that could not be written (the previous one is kept).
     pub snapshot_failures: IntCounter,
+    /// With a state changelog and a snapshot: each partition assigned, by what the snapshot
+    /// gave (`loaded`, or why not).
+    pub snapshot_partitions: IntCounterVec,
     /// The history store's size on disk (database and WAL), after its last transaction.
     pub history_bytes: IntGauge,
     /// Connections closed at once because their listener had `max_connections` open, by
@@ -212,6 +215,12 @@ impl Metrics {
             query_requests: counter_vec(&r, "kausality_query_requests_total", "Query API requests, by route and HTTP status code.", &["route", "code"]),
             drift_reports: counter_vec(&r, "kausality_drift_reports_total", "Drift reports sent, by phase.", &["phase"]),
             snapshot_failures: counter(&r, "kausality_snapshot_failures_total", "State snapshots that could not be written."),
+            snapshot_partitions: counter_vec(
+                &r,
+                "kausality_snapshot_partitions_total",
+                "Partitions assigned with a state changelog and a snapshot, by result: loaded from the snapshot, or why not (then restored from the changelog's start).",
+                &["result"],
+            ),
             history_bytes: gauge(&r, "kausality_history_store_bytes", "Bytes of the history store on disk (database and WAL)."),
             connections_refused: counter_vec(
                 &r,

@@ -12,7 +12,7 @@ use crate::metrics::Metrics;
 use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
 use crate::order::{Dedupe, Freshness, Placing, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::{read_snapshot, write_snapshot, FastBuild, ObjKey, Partitions, Pin, SnapshotError, SnapshotStats, Sym};
+use crate::state::{read_partitioned, read_snapshot, write_snapshot, Cached, FastBuild, ObjKey, Partitions, Pin, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Extractor, Rejected, Target, Uid, Write};
 
 /// Which clock the reorder window runs on.
@@ -733,6 +733,22 @@ impl Processor {
         self.engine.note_restored_owner_kinds();
         self.metrics.tracked_objects.set(self.engine.store.len() as i64);
         Ok(stats)
+    }
+
+    /// Restores a snapshot of a state kept per partition into this (fresh) processor: its
+    /// dedupe window now, its states by partition for when they are assigned (`None`: the
+    /// snapshot has no changelog positions, its states are not kept by partition).
+    pub fn restore_partitioned(&mut self, input: &mut impl std::io::Read) -> Result<(SnapshotStats, Option<Cached>), SnapshotError> {
+        // The strings of states not in the store are not swept while the cache holds them.
+        let pin = self.engine.interner.pin();
+        let read = read_partitioned(&self.engine.interner, input)?;
+        self.dedupe.restore(&read.dedupe);
+        Ok((read.stats, read.mark.map(|m| Cached::new(m, read.objects, Some(pin)))))
+    }
+
+    /// The dedupe window, as a snapshot keeps it.
+    pub fn dedupe_window(&self) -> Vec<u128> {
+        self.dedupe.hashes()
     }
 
     /// Counts of ignored events, by reason (for summaries).

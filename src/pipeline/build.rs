@@ -54,13 +54,13 @@ pub(super) async fn build(cfg: &PipelineConfig) -> Result<Parts, Error> {
     let engine = Arc::new(Engine::new(model_config(cfg), engine_options(cfg)));
     let mut processor = Processor::new(engine.clone(), metrics.clone(), processor_options(cfg));
     #[cfg(feature = "kafka")]
-    let changelog = start_changelog(cfg, &engine).await?;
+    let changelog = start_changelog(cfg, &engine, &metrics).await?;
     #[cfg(feature = "kafka")]
     if let Some(c) = &changelog {
         processor.keep_partitions(c.partitions.clone());
-    }
-    if with_changelog(cfg) && cfg.state.snapshot.is_some() {
-        tracing::warn!("[state] snapshot is neither read nor written with a state changelog: each partition's state comes from the changelog");
+        if let Some(path) = &cfg.state.snapshot {
+            c.use_snapshot(restore_cached(path, &mut processor));
+        }
     }
     let resume = restore(cfg, &mut processor)?;
     Ok(Parts {
@@ -81,22 +81,27 @@ fn with_changelog(cfg: &PipelineConfig) -> bool {
     cfg.sources.iter().any(|s| matches!(s, SourceConfig::Kafka(k) if k.changelog_on().is_some()))
 }
 
-/// The snapshot file, unless a changelog keeps the state: then it is neither read nor written.
+/// The snapshot file. With a changelog it is a cache of the changelog (read by
+/// [`restore_cached`], written by the changelog), else the state itself.
 pub(super) fn snapshot_path(cfg: &PipelineConfig) -> Option<&PathBuf> {
-    cfg.state.snapshot.as_ref().filter(|_| !with_changelog(cfg))
+    cfg.state.snapshot.as_ref()
 }
 
 /// The state changelog of the pipeline's Kafka source, when it has one on: its topic is
 /// created or checked before anything is read.
 #[cfg(feature = "kafka")]
-async fn start_changelog(cfg: &PipelineConfig, engine: &Arc<Engine>) -> Result<Option<Arc<crate::sources::kafka::changelog::Changelog>>, Error> {
+async fn start_changelog(
+    cfg: &PipelineConfig,
+    engine: &Arc<Engine>,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<crate::sources::kafka::changelog::Changelog>>, Error> {
     let Some(k) = cfg.sources.iter().find_map(|s| match s {
         SourceConfig::Kafka(k) if k.changelog_on().is_some() => Some(k),
         _ => None,
     }) else {
         return Ok(None);
     };
-    let changelog = crate::sources::kafka::changelog::Changelog::new(k, engine.clone())?;
+    let changelog = crate::sources::kafka::changelog::Changelog::new(k, engine.clone(), metrics.clone())?;
     changelog.ensure_topic(&k.topics[0]).await?;
     tracing::info!(topic = %changelog.topic, exactly_once = k.exactly_once, "state kept per partition in the changelog");
     Ok(Some(Arc::new(changelog)))
@@ -113,6 +118,11 @@ fn metrics(cfg: &PipelineConfig) -> Arc<Metrics> {
     }
     metrics.connections_refused.with_label_values(&["metrics"]);
     metrics.snapshot_failures.inc_by(0);
+    if with_changelog(cfg) && cfg.state.snapshot.is_some() {
+        for result in ["loaded", "not_held", "other_changelog", "past_end", "before_start", "too_old"] {
+            metrics.snapshot_partitions.with_label_values(&[result]);
+        }
+    }
     for s in &cfg.sources {
         metrics.events_received.with_label_values(&[s.kind()]);
         if matches!(s, SourceConfig::Webhook(_)) {
@@ -193,7 +203,7 @@ pub(super) fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
 /// the Kafka positions the restored state covers (exactly-once).
 fn restore(cfg: &PipelineConfig, processor: &mut Processor) -> Result<HashMap<(String, i32), i64>, Error> {
     let mut resume = HashMap::new();
-    let Some(path) = snapshot_path(cfg) else { return Ok(resume) };
+    let Some(path) = snapshot_path(cfg).filter(|_| !with_changelog(cfg)) else { return Ok(resume) };
     for stale in snapshot::remove_stale_temporaries(path) {
         tracing::info!(path = %stale.display(), "removed the temporary snapshot file of a process that was killed while writing it");
     }
@@ -213,6 +223,44 @@ fn restore(cfg: &PipelineConfig, processor: &mut Processor) -> Result<HashMap<(S
         None => tracing::info!(path = %path.display(), "no snapshot yet: starting with empty state"),
     }
     Ok(resume)
+}
+
+/// With a changelog: the snapshot's dedupe window into `processor`, and its states by
+/// partition, for the changelog to load when partitions are assigned. The snapshot is only a
+/// cache then: one that cannot be read is said and left aside (each partition comes from the
+/// changelog), never a reason not to start.
+#[cfg(feature = "kafka")]
+fn restore_cached(path: &std::path::Path, processor: &mut Processor) -> Option<crate::state::Cached> {
+    for stale in snapshot::remove_stale_temporaries(path) {
+        tracing::info!(path = %stale.display(), "removed the temporary snapshot file of a process that was killed while writing it");
+    }
+    match snapshot::restore_cached(path, processor) {
+        Ok(Some((stats, Some(cached)))) => {
+            tracing::info!(
+                path = %path.display(),
+                bytes = stats.bytes,
+                topic = cached.topic(),
+                partitions = ?cached.partitions(),
+                states = cached.states(),
+                dedupe_ids = stats.content.dedupe_ids,
+                millis = stats.millis as u64,
+                "state snapshot read: each partition it holds is loaded from it when assigned, if its changelog position is still good"
+            );
+            Some(cached)
+        }
+        Ok(Some((_, None))) => {
+            tracing::warn!(path = %path.display(), "the state snapshot holds no changelog positions (written without a state changelog, or by an older version): each partition is restored from the changelog's start");
+            None
+        }
+        Ok(None) => {
+            tracing::info!(path = %path.display(), "no snapshot yet: each partition is restored from the changelog");
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "the state snapshot cannot be read: each partition is restored from the changelog's start");
+            None
+        }
+    }
 }
 
 /// With `exactly_once`, the Kafka source and the Kafka sink share one transaction.

@@ -246,8 +246,10 @@ impl Default for MetricsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
     /// Snapshot file, written atomically (temporary file, then rename) every
-    /// `snapshot_interval` and on shutdown, and read at start-up. Default: none (state is lost
-    /// on restart).
+    /// `snapshot_interval` and on shutdown, and read at start-up. With a Kafka source's state
+    /// changelog, a cache of it: each partition assigned is loaded from it when its changelog
+    /// position is still good (docs/scale-out.md, "Snapshots"). Default: none (state is lost
+    /// on restart, or comes from the changelog).
     pub snapshot: Option<PathBuf>,
     /// How often the snapshot is written while running. Default: `"60s"`.
     pub snapshot_interval: Span,

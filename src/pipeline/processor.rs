@@ -68,6 +68,9 @@ pub struct ProcessorTask {
     rewind: Option<Rewinder>,
     /// Exactly-once: the positions to save with a snapshot.
     positions: Option<Positions>,
+    /// With a state changelog: writes the snapshot's content (the changelog's cache of it),
+    /// with no input positions.
+    content: Option<SnapshotContent>,
     /// The state changelog's writer, and (at-least-once) how often it writes: with
     /// exactly-once it writes into each transaction before the commit; else done messages are
     /// handed back only once the changelog holds their effect.
@@ -113,6 +116,9 @@ pub type ChangelogWriter = Box<dyn FnMut() -> Result<(), String> + Send>;
 
 /// The source positions the state covers after the last commit, saved with each snapshot.
 pub type Positions = Box<dyn Fn() -> Vec<snapshot::Position> + Send>;
+
+/// Writes a snapshot's content other than the processor's own.
+pub type SnapshotContent = Box<dyn Fn(&Processor, &mut dyn std::io::Write) -> std::io::Result<crate::state::SnapshotStats> + Send>;
 
 /// What the processor did, for the final log line.
 #[derive(Debug, Default)]
@@ -178,6 +184,7 @@ impl ProcessorTask {
             commit: None,
             rewind: None,
             positions: None,
+            content: None,
             changelog: None,
             barrier_timeout: Duration::ZERO,
             unsaved: Vec::new(),
@@ -196,6 +203,13 @@ impl ProcessorTask {
     /// Writes the state to `path` every `every` and on stop.
     pub fn snapshot(mut self, path: PathBuf, every: Duration) -> Self {
         self.snapshot = Some((path, every));
+        self
+    }
+
+    /// The snapshot's content is written by `content` (a state changelog's), without source
+    /// positions.
+    pub fn snapshot_content(mut self, content: SnapshotContent) -> Self {
+        self.content = Some(content);
         self
     }
 
@@ -606,8 +620,11 @@ impl ProcessorTask {
 
     fn save_snapshot(&mut self) -> Option<snapshot::Stats> {
         let (path, _) = self.snapshot.as_ref()?;
-        let positions = self.positions.as_ref().map(|p| p()).unwrap_or_default();
-        match snapshot::save(path, &self.processor, &positions) {
+        let saved = match &self.content {
+            Some(content) => snapshot::save_with(path, &[], |w| content(&self.processor, w)),
+            None => snapshot::save(path, &self.processor, &self.positions.as_ref().map(|p| p()).unwrap_or_default()),
+        };
+        match saved {
             Ok(stats) => {
                 self.status.snapshot_result(Ok(()));
                 tracing::info!(

@@ -10,6 +10,10 @@
 //! covers (a text header, `KAUSALITY-POSITIONS 1`, one `topic<TAB>partition<TAB>next offset`
 //! line each, then an empty line): a restart reads again, silently, what was committed after
 //! the snapshot, so the state catches up with the outputs already written.
+//!
+//! With a state changelog, the content is the changelog's ([`restore_cached`]): the states by
+//! partition and each partition's changelog position, a cache that partitions assigned load
+//! from; no input positions (the changelog brings the state to the committed offsets).
 
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, BufWriter, Write as _};
@@ -17,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::process::Processor;
-use crate::state::{SnapshotError, SnapshotStats};
+use crate::state::{Cached, SnapshotError, SnapshotStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -52,6 +56,11 @@ pub struct Stats {
 /// Flush the processor first if held writes must be part of it (shutdown).
 /// `positions`: the Kafka positions the state covers (exactly-once), or none.
 pub fn save(path: &Path, processor: &Processor, positions: &[Position]) -> Result<Stats, Error> {
+    save_with(path, positions, |mut w| processor.snapshot(&mut w))
+}
+
+/// [`save`] of the content `content` writes.
+pub fn save_with(path: &Path, positions: &[Position], content: impl FnOnce(&mut dyn io::Write) -> io::Result<SnapshotStats>) -> Result<Stats, Error> {
     let started = Instant::now();
     let tmp = temp_path(path);
     let result = (|| -> io::Result<(SnapshotStats, u64)> {
@@ -63,7 +72,7 @@ pub fn save(path: &Path, processor: &Processor, positions: &[Position]) -> Resul
             }
             writeln!(w)?;
         }
-        let content = processor.snapshot(&mut w)?;
+        let content = content(&mut w)?;
         let file = w.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
         let bytes = file.metadata()?.len();
@@ -111,6 +120,29 @@ pub fn restore(path: &Path, processor: &mut Processor) -> Result<Option<Restored
     })?;
     let content = processor.restore(&mut input).map_err(|source| Error::Restore { path: name(), source })?;
     Ok(Some(Restored { stats: Stats { content, bytes, millis: started.elapsed().as_millis() }, positions }))
+}
+
+/// Reads `path`, written with a state changelog, into a fresh processor: its dedupe window,
+/// and the states by partition to load when partitions are assigned (`None`: the snapshot has
+/// no changelog positions). `Ok(None)` when there is no snapshot yet.
+pub fn restore_cached(path: &Path, processor: &mut Processor) -> Result<Option<(Stats, Option<Cached>)>, Error> {
+    let started = Instant::now();
+    let name = || path.display().to_string();
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(Error::Io { path: name(), source }),
+    };
+    let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut input = BufReader::with_capacity(1 << 20, file);
+    // Input positions (a snapshot of an exactly-once pipeline without a changelog) are of no
+    // use: the changelog brings each partition's state to its committed offset.
+    read_positions(&mut input).map_err(|e| match e {
+        PositionsError::Io(source) => Error::Io { path: name(), source },
+        PositionsError::Line(line) => Error::Positions { path: name(), line },
+    })?;
+    let (content, cached) = processor.restore_partitioned(&mut input).map_err(|source| Error::Restore { path: name(), source })?;
+    Ok(Some((Stats { content, bytes, millis: started.elapsed().as_millis() }, cached)))
 }
 
 enum PositionsError {
@@ -215,6 +247,35 @@ mod tests {
         let err = restore(&path, &mut processor()).unwrap_err();
         assert!(err.to_string().contains("not a kausality-stream state snapshot"), "{err}");
         assert!(restore(&dir.join("none"), &mut processor()).unwrap().is_none());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_changelog_snapshot_comes_back_as_a_cache_by_partition_and_an_older_one_as_none() {
+        use crate::state::{write_partitioned, ChangelogMark, ObjKey, ObjectState, Parts};
+        let dir = std::env::temp_dir().join(format!("ks-snap-cache-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("state.snapshot");
+        let p = processor();
+        let interner = &p.engine().interner;
+        let state = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("ns"));
+        let objects = vec![(ObjKey::new(interner.intern("c#p2"), 5), state)];
+        let mark = ChangelogMark { topic: "state".into(), partitions: 4, taken_us: 1, positions: vec![(2, 17)] };
+        save_with(&path, &[], |mut w| write_partitioned(&objects, &[Parts::one(2)], &mark, interner, &[7], &mut w)).unwrap();
+        let mut q = processor();
+        let (stats, cached) = restore_cached(&path, &mut q).unwrap().unwrap();
+        let cached = cached.expect("changelog positions");
+        assert_eq!((stats.content.objects, cached.topic(), cached.partitions(), cached.states()), (1, "state", vec![2], 1));
+        assert_eq!(q.dedupe_window(), [7], "the dedupe window is restored at once");
+        assert_eq!(q.engine().store.len(), 0, "the states wait for their partition");
+        // Without a changelog: its own snapshot, no cache; and a plain restore refuses the cache.
+        save(&path, &p, &[Position { topic: "audit".into(), partition: 0, next: 3 }]).unwrap();
+        let (_, cached) = restore_cached(&path, &mut processor()).unwrap().unwrap();
+        assert!(cached.is_none());
+        save_with(&path, &[], |mut w| write_partitioned(&objects, &[Parts::one(2)], &mark, interner, &[], &mut w)).unwrap();
+        let err = restore(&path, &mut processor()).unwrap_err();
+        assert!(err.to_string().contains("written with the state changelog state"), "{err}");
+        assert!(restore_cached(&dir.join("none"), &mut processor()).unwrap().is_none());
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -132,6 +132,11 @@ pub(super) async fn spawn(cfg: &PipelineConfig, parts: Parts, stop: &Stop) -> Re
     if let Some((write, every)) = changelog_writer(cfg, changelog.as_ref(), transaction.as_ref().map(|(t, _)| t.clone())) {
         task = task.changelog(write, every);
     }
+    // With a changelog the snapshot is its cache: the states by partition and their positions.
+    #[cfg(feature = "kafka")]
+    if let Some(c) = changelog.clone().filter(|_| cfg.state.snapshot.is_some()) {
+        task = task.snapshot_content(Box::new(move |p, mut w| c.snapshot(&p.dedupe_window(), &mut w)));
+    }
     let processor = spawn_processor(task)?;
     let sinks = sinks.into_iter().map(|h| (h.kind, h.task)).collect();
 

@@ -68,6 +68,7 @@ fn start_with(commit: Option<Committer>, rewind: Option<Rewinder>) -> Harness {
         commit: commit.map(|c| (c, Duration::from_secs(3600))),
         rewind,
         positions: None,
+        content: None,
         changelog: None,
         barrier_timeout: Duration::from_secs(5),
         unsaved: Vec::new(),

@@ -313,6 +313,7 @@ impl SourceContext {
     /// it without its state would misjudge its writes.
     fn restore(&self, tpl: &TopicPartitionList) {
         let Some(changelog) = &self.changelog else { return };
+        changelog.assigning(&tpl.elements().iter().map(|e| e.partition()).collect::<Vec<_>>());
         for e in tpl.elements() {
             let mut attempt = 0u32;
             loop {
@@ -324,6 +325,8 @@ impl SourceContext {
                             records = r.records,
                             tombstones = r.tombstones,
                             bytes = r.bytes,
+                            from_snapshot = r.from_snapshot,
+                            from_offset = r.from_offset,
                             millis = r.millis as u64,
                             "kafka source: partition state restored from the changelog"
                         );

@@ -9,12 +9,17 @@
 //!   commits the outputs and the input offsets; else after the outputs, and the input offsets
 //!   are stored only once the records are delivered.
 //! - **Restore**: before a partition assigned to this process is read, its changelog partition
-//!   is read from the start to its end (`read_committed`: what the last owner committed).
+//!   is read from the start to its end (`read_committed`: what the last owner committed); or,
+//!   when the snapshot holds the partition at a position still good for the changelog, its
+//!   states are loaded from the snapshot and the changelog is read from that position ([`cache`]).
 //! - **Give up**: a partition taken away takes with it the objects that belong to no
 //!   partition still held here ([`Partitions`]).
 
+mod cache;
+
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
@@ -31,7 +36,8 @@ use rdkafka::ClientConfig;
 use super::KafkaSourceConfig;
 use crate::classify::Engine;
 use crate::kafka::{self as client, Logged, Transactional};
-use crate::state::{encode_record, record_key, ObjKey, Partitions, RecordReader};
+use crate::metrics::Metrics;
+use crate::state::{encode_record, record_key, Cached, ObjKey, Partitions, RecordReader};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -58,7 +64,28 @@ pub struct Changelog {
     /// At-least-once: the changelog's own idempotent producer. Exactly-once writes through the
     /// transaction's producer instead.
     producer: Option<ThreadedProducer<Counted>>,
+    /// The topic as [`Changelog::ensure_topic`] found it.
+    layout: OnceLock<Layout>,
+    /// The snapshot's states of the partitions not assigned yet, when `[state] snapshot` is set.
+    cache: Mutex<Option<Cached>>,
+    /// Whether the pipeline has a snapshot (else no partition is said to be missing from it).
+    snapshots: OnceLock<()>,
+    /// The partitions whose state is whole here, for the snapshot.
+    held: Mutex<cache::Held>,
+    /// Reads the changelog's ends, for the snapshot's positions.
+    ends: BaseConsumer<Restoring>,
+    metrics: Arc<Metrics>,
 }
+
+/// The changelog topic's partition count and how long it keeps tombstones.
+#[derive(Clone, Copy, Debug)]
+struct Layout {
+    partitions: i32,
+    tombstones_kept_us: i64,
+}
+
+/// `delete.retention.ms` of a topic that does not say (the broker's default).
+const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
 
 /// What one write of the changelog sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -75,6 +102,10 @@ pub struct Restored {
     pub tombstones: usize,
     pub bytes: usize,
     pub millis: u128,
+    /// States loaded from the snapshot before the changelog was read.
+    pub from_snapshot: usize,
+    /// The changelog offset the reading started at.
+    pub from_offset: i64,
 }
 
 /// The at-least-once producer's delivery reports: failures are counted, and a write with a
@@ -121,7 +152,7 @@ impl rdkafka::consumer::ConsumerContext for Restoring {}
 impl Changelog {
     /// The changelog of the Kafka source `cfg` (whose `changelog` is set and on). With
     /// `exactly_once`, records go through the transaction; else through a producer of its own.
-    pub fn new(cfg: &KafkaSourceConfig, engine: Arc<Engine>) -> Result<Changelog, Error> {
+    pub fn new(cfg: &KafkaSourceConfig, engine: Arc<Engine>, metrics: Arc<Metrics>) -> Result<Changelog, Error> {
         let topic = cfg.changelog.as_ref().map(|c| c.topic.clone()).unwrap_or_default();
         let client = client::client_config(&cfg.brokers, &[], &cfg.properties, &[]);
         let producer = if cfg.exactly_once {
@@ -145,7 +176,24 @@ impl Changelog {
             Some(p)
         };
         engine.store.keep_journal();
-        Ok(Changelog { topic, partitions: Arc::new(Partitions::default()), engine, client, producer })
+        let ends = restoring_client(&client, &topic).create_with_context(Restoring).map_err(|source| Error::Kafka {
+            topic: topic.clone(),
+            what: "cannot create its reader",
+            source,
+        })?;
+        Ok(Changelog {
+            topic,
+            partitions: Arc::new(Partitions::default()),
+            engine,
+            client,
+            producer,
+            layout: OnceLock::new(),
+            cache: Mutex::new(None),
+            snapshots: OnceLock::new(),
+            held: Mutex::new(cache::Held::default()),
+            ends,
+            metrics,
+        })
     }
 
     /// Creates the topic (compacted, with the input topic's partition count) when it is
@@ -160,6 +208,7 @@ impl Changelog {
         };
         let admin: AdminClient<Logged> = self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create an admin client"))?;
         let options = AdminOptions::new().request_timeout(Some(BROKER_TIMEOUT));
+        let layout = |delete_retention_ms: i64| Layout { partitions: input_parts, tombstones_kept_us: delete_retention_ms.saturating_mul(1000) };
         match partition_count(&probe, &self.topic).map_err(kafka("cannot read its metadata"))? {
             None => {
                 let new = NewTopic::new(&self.topic, input_parts, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
@@ -172,6 +221,7 @@ impl Changelog {
                         Err((_, code)) => return Err(mismatch(format!("cannot create it: {code}"))),
                     }
                 }
+                let _ = self.layout.set(layout(DEFAULT_DELETE_RETENTION_MS));
                 Ok(())
             }
             Some(n) if n != input_parts => Err(mismatch(format!(
@@ -179,16 +229,14 @@ impl Changelog {
             ))),
             Some(_) => {
                 let described = admin.describe_configs(&[ResourceSpecifier::Topic(&self.topic)], &options).await.map_err(kafka("cannot read its configuration"))?;
-                let policy = described
-                    .into_iter()
-                    .filter_map(Result::ok)
-                    .flat_map(|r| r.entries)
-                    .find(|e| e.name == "cleanup.policy")
-                    .and_then(|e| e.value)
-                    .unwrap_or_default();
+                let entries: Vec<_> = described.into_iter().filter_map(Result::ok).flat_map(|r| r.entries).collect();
+                let value = |name: &str| entries.iter().find(|e| e.name == name).and_then(|e| e.value.clone());
+                let policy = value("cleanup.policy").unwrap_or_default();
                 if !policy.split(',').any(|p| p.trim() == "compact") {
                     return Err(mismatch(format!("has cleanup.policy={policy:?}; a changelog must be compacted (cleanup.policy=compact), or it grows without bound and old states expire")));
                 }
+                let delete_retention_ms = value("delete.retention.ms").and_then(|v| v.parse().ok()).unwrap_or(DEFAULT_DELETE_RETENTION_MS);
+                let _ = self.layout.set(layout(delete_retention_ms));
                 Ok(())
             }
         }
@@ -257,29 +305,72 @@ impl Changelog {
         }
     }
 
-    /// Reads `partition`'s changelog from the start to its end (committed records only) into
-    /// the state. Called before the input partition is read.
+    /// Brings `partition`'s state in: from the snapshot and the changelog after its position
+    /// when the snapshot holds the partition at a good position, else from the changelog's
+    /// start; to the changelog's end (committed records only). Called before the input
+    /// partition is read.
     pub fn restore(&self, partition: i32) -> Result<Restored, Error> {
+        self.held_lock().moving(partition);
+        let restored = self.read_in(partition)?;
+        self.held_lock().whole(partition);
+        Ok(restored)
+    }
+
+    fn read_in(&self, partition: i32) -> Result<Restored, Error> {
         let started = Instant::now();
         let kafka = |what: &'static str| move |source| Error::Kafka { topic: self.topic.clone(), what, source };
-        let mut config = self.client.clone();
-        config.set("group.id", format!("{}-restore", self.topic));
-        config.set("enable.auto.commit", "false");
-        config.set("enable.partition.eof", "true");
-        config.set("isolation.level", "read_committed");
-        config.set("auto.offset.reset", "earliest");
-        let consumer: BaseConsumer<Restoring> = config.create_with_context(Restoring).map_err(kafka("cannot create its reader"))?;
+        let consumer: BaseConsumer<Restoring> =
+            restoring_client(&self.client, &self.topic).create_with_context(Restoring).map_err(kafka("cannot create its reader"))?;
         let (low, high) = consumer.fetch_watermarks(&self.topic, partition, BROKER_TIMEOUT).map_err(kafka("cannot read its end offsets"))?;
-        let mut restored = Restored::default();
-        if high <= low {
-            return Ok(restored);
-        }
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, partition, Offset::Beginning).map_err(kafka("cannot assign the partition"))?;
-        consumer.assign(&tpl).map_err(kafka("cannot assign the partition"))?;
         let interner = &self.engine.interner;
         // Strings interned here are not freed by a sweep before their states are in the store.
         let _pin = interner.pin();
+        let mut restored = Restored { from_offset: low, ..Restored::default() };
+        // The states loaded from the snapshot: a record after its position replaces them.
+        let mut loaded: HashSet<ObjKey> = HashSet::new();
+        if let Some(slice) = self.cached_slice(partition, low, high) {
+            restored.from_offset = slice.position;
+            restored.from_snapshot = slice.states.len();
+            for (key, state) in slice.states {
+                if self.engine.store.restore_newer(key, state) {
+                    loaded.insert(key);
+                }
+                self.partitions.restored(key, partition);
+            }
+        }
+        let result = self.read_changelog(&consumer, partition, high, &loaded, &mut restored);
+        if result.is_err() {
+            // Tried again from the changelog's start, without the snapshot: its states go.
+            for key in &loaded {
+                if self.partitions.tombstoned(key, partition) {
+                    self.engine.store.forget(key);
+                }
+            }
+        }
+        result?;
+        self.engine.note_restored_owner_kinds();
+        restored.millis = started.elapsed().as_millis();
+        Ok(restored)
+    }
+
+    /// Reads `partition`'s changelog from `restored.from_offset` to `high` into the state. A
+    /// record of an object in `loaded` replaces its state unless the state here is newer.
+    fn read_changelog(
+        &self,
+        consumer: &BaseConsumer<Restoring>,
+        partition: i32,
+        high: i64,
+        loaded: &HashSet<ObjKey>,
+        restored: &mut Restored,
+    ) -> Result<(), Error> {
+        let kafka = |what: &'static str| move |source| Error::Kafka { topic: self.topic.clone(), what, source };
+        if high <= restored.from_offset {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, partition, Offset::Offset(restored.from_offset)).map_err(kafka("cannot assign the partition"))?;
+        consumer.assign(&tpl).map_err(kafka("cannot assign the partition"))?;
+        let interner = &self.engine.interner;
         let mut reader = RecordReader::new(interner);
         let mut last_progress = Instant::now();
         loop {
@@ -289,7 +380,7 @@ impl Changelog {
                         return Err(Error::Kafka { topic: self.topic.clone(), what: "reading it to its end timed out", source: KafkaError::NoMessageReceived });
                     }
                 }
-                Some(Err(KafkaError::PartitionEOF(p))) if p == partition => break,
+                Some(Err(KafkaError::PartitionEOF(p))) if p == partition => return Ok(()),
                 Some(Err(e)) => {
                     tracing::warn!(topic = %self.topic, partition, error = %e, "state changelog: reading (retrying)");
                 }
@@ -301,7 +392,11 @@ impl Changelog {
                             let (key, state) = reader.read(value).map_err(|e| record(e.to_string()))?;
                             restored.records += 1;
                             restored.bytes += value.len();
-                            self.engine.store.restore_newer(key, state);
+                            if loaded.contains(&key) {
+                                self.engine.store.restore_over(key, state);
+                            } else {
+                                self.engine.store.restore_newer(key, state);
+                            }
                             self.partitions.restored(key, partition);
                         }
                         None => {
@@ -316,20 +411,29 @@ impl Changelog {
                 }
             }
         }
-        self.engine.note_restored_owner_kinds();
-        restored.millis = started.elapsed().as_millis();
-        Ok(restored)
     }
 
     /// Partitions taken away: the objects that belong to no partition still held here leave
     /// the state (their changelog keeps them for the next owner). Returns how many.
     pub fn give_up(&self, partitions: &[i32]) -> usize {
+        self.held_lock().gone(partitions);
         let orphans = self.partitions.give_up(partitions);
         for k in &orphans {
             self.engine.store.forget(k);
         }
         orphans.len()
     }
+}
+
+/// A reader of the changelog's committed records (its ends are the last stable offsets).
+fn restoring_client(client: &ClientConfig, topic: &str) -> ClientConfig {
+    let mut config = client.clone();
+    config.set("group.id", format!("{topic}-restore"));
+    config.set("enable.auto.commit", "false");
+    config.set("enable.partition.eof", "true");
+    config.set("isolation.level", "read_committed");
+    config.set("auto.offset.reset", "earliest");
+    config
 }
 
 /// The partition count of `topic`; `None` when it does not exist.

@@ -651,3 +651,6 @@ fn a_process_joins_and_one_leaves_cooperative_exactly_once_classes_as_replay() {
 fn a_process_joins_and_one_leaves_at_least_once_classes_as_replay() {
     a_process_joins_and_one_leaves("a_process_joins_and_one_leaves_at_least_once_classes_as_replay", Mode { exactly_once: false, cooperative: false });
 }
+
+#[path = "kafka_changelog/snapshot.rs"]
+mod snapshot;

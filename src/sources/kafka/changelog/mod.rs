@@ -329,14 +329,17 @@ impl Changelog {
         // The states loaded from the snapshot: a record after its position replaces them.
         let mut loaded: HashSet<ObjKey> = HashSet::new();
         if let Some(slice) = self.cached_slice(partition, low, high) {
+            let loading = Instant::now();
             restored.from_offset = slice.position;
             restored.from_snapshot = slice.states.len();
+            loaded.reserve(slice.states.len());
             for (key, state) in slice.states {
                 if self.engine.store.restore_newer(key, state) {
                     loaded.insert(key);
                 }
                 self.partitions.restored(key, partition);
             }
+            tracing::info!(topic = %self.topic, partition, states = restored.from_snapshot, millis = loading.elapsed().as_millis() as u64, "state snapshot: the partition's states are in place");
         }
         let result = self.read_changelog(&consumer, partition, high, &loaded, &mut restored);
         if result.is_err() {

@@ -26,10 +26,25 @@
 #    (r) baseline: kcat -C of each changelog partition to its end (read_committed).
 # CPU is compared, not wall time: the cores are shared. The broker's CPU seconds are shown
 # beside each step. The broker and every process are stopped at the end, the data removed.
+#
+#   MODE=snapshot EVENTS=200000 benches/changelog.sh   # restore from a snapshot + a short tail
+#
+# instead of 3 and 4: (c) one process with the changelog and `[state] snapshot` classifies
+# the keyed topic and stops (its last snapshot holds every partition at its changelog
+# position); TAIL more events (default EVENTS/100, another seed: new objects) are posted to
+# the ingest tier; (s) a new process of the group, without a snapshot, restores every
+# partition from the changelog alone, then classifies the tail (writing the changelog
+# records after the snapshot's positions) and stops; (t) the first process starts again with
+# its snapshot: each partition loaded from it, and only the tail read from the changelog.
+# (s) and (t) are timed from the process's start to its last partition restored: CPU, and
+# wall time (the log's restore milliseconds, plus reading the snapshot file for (t)), per
+# million objects held.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 EVENTS="${EVENTS:-600000}"
+MODE="${MODE:-changelog}"
+TAIL="${TAIL:-$((EVENTS / 100))}"
 PARTITIONS="${PARTITIONS:-4}"
 PROCESSES="${PROCESSES:-$PARTITIONS}"
 SEED="${SEED:-1}"
@@ -93,7 +108,8 @@ serve_stop() {
 cpu_of_pids() { local pid; for pid in "${pids[@]}"; do cpu_of "$pid"; done | awk '{ s += $1 } END { print s }'; }
 
 # The classify tier's pipeline NAME (also its transactional id) in group GROUP, with the
-# changelog when CHANGELOG is 1: classify_pipeline NAME GROUP CHANGELOG.
+# changelog when CHANGELOG is 1 (and a snapshot in $WORK/NAME.snapshot when SNAPSHOT is 1):
+# classify_pipeline NAME GROUP CHANGELOG [SNAPSHOT].
 classify_pipeline() {
   cat >"$WORK/$1.toml" <<EOF
 cluster = "bench"
@@ -116,6 +132,7 @@ brokers = "$BROKERS"
 topic = "bench-enriched-$2"
 [metrics]
 listen = "127.0.0.1:0"
+$(if [[ "${4:-0}" == 1 ]]; then printf '[state]\nsnapshot = "%s"\nsnapshot_interval = "1h"' "$WORK/$1.snapshot"; fi)
 EOF
 }
 
@@ -163,19 +180,23 @@ cluster_header = "cluster"
 [metrics]
 listen = "127.0.0.1:0"
 EOF
-serve_start ingest
-metrics_of ingest >/dev/null
-webhook=$(logged ingest "webhook listening" addr)
-log "posting to the ingest tier ($webhook -> $AUDIT, $PARTITIONS partitions)"
-while IFS= read -r list; do
-  for try in $(seq 20); do
-    printf '%s' "$list" | curl -sf -o /dev/null -H 'Content-Type: application/json' \
-      --data-binary @- "http://$webhook/audit/bench" && break
-    ((try < 20)) || { log "the ingest tier refused a batch 20 times"; exit 1; }
-    sleep 0.5
-  done
-done <"$WORK/events.lists"
-serve_stop
+# Posts the EventLists of file $1 through a new ingest tier.
+ingest() {
+  serve_start ingest
+  metrics_of ingest >/dev/null
+  webhook=$(logged ingest "webhook listening" addr)
+  log "posting $1 to the ingest tier ($webhook -> $AUDIT, $PARTITIONS partitions)"
+  while IFS= read -r list; do
+    for try in $(seq 20); do
+      printf '%s' "$list" | curl -sf -o /dev/null -H 'Content-Type: application/json' \
+        --data-binary @- "http://$webhook/audit/bench" && break
+      ((try < 20)) || { log "the ingest tier refused a batch 20 times"; exit 1; }
+      sleep 0.5
+    done
+  done <"$1"
+  serve_stop
+}
+ingest "$WORK/events.lists"
 
 # ---------------------------------------------------------------- 2. the keyed topic's bytes
 # Bytes of a message: key + value + header keys and values, as produced (before lz4).
@@ -186,6 +207,70 @@ read -r messages copies bytes copy_bytes < <(kcat -C -b "$BROKERS" -t "$AUDIT" -
     END { print n, c + 0, all, cb + 0 }')
 judged=$((messages - copies))
 log "keyed topic: $messages messages ($judged judged, $copies state-only copies)"
+
+# ---------------------------------------------------------------- MODE=snapshot
+# CPU seconds of serve NAME's process when its log shows PARTITIONS restores; sets cpu, ms
+# (the restores' milliseconds), records and loaded (states from the snapshot).
+until_restored() {
+  local deadline=$((SECONDS + 1800))
+  restores() {
+    jq -r 'select(.fields.message == "kafka source: partition state restored from the changelog")
+      | "\(.fields.records + .fields.tombstones) \(.fields.millis) \(.fields.from_snapshot)"' "$WORK/$1.log" 2>/dev/null
+  }
+  until (($(restores "$1" | wc -l) >= PARTITIONS)); do
+    ((SECONDS < deadline)) || { log "$1: not restored in 30 minutes"; exit 1; }
+    sleep 0.05
+  done
+  cpu=$(cpu_of "${pids[-1]}")
+  read -r records ms loaded < <(restores "$1" | head -n "$PARTITIONS" | awk '{ r += $1; m += $2; l += $3 } END { print r, m, l }')
+}
+if [[ "$MODE" == snapshot ]]; then
+  group="snapshot-$RUN"
+  scripts/kafka.sh topic-create "bench-enriched-$group" "$PARTITIONS" >/dev/null
+  log "(c) one process with the changelog and a snapshot classifies the keyed topic"
+  classify_pipeline cached "$group" 1 1
+  serve_start cached
+  until_read "$messages" "$(metrics_of cached)"
+  serve_stop
+  objects=$(kcat -C -b "$BROKERS" -t "$STATE" -e -o beginning -q -X isolation.level=read_committed -f '%k\n' | sort -u | wc -l)
+  snapshot_bytes=$(stat -c %s "$WORK/cached.snapshot")
+  log "$TAIL more events (seed $((SEED + 1))) through the ingest tier"
+  "$BIN" generate --no-teardown --events "$TAIL" --seed "$((SEED + 1))" \
+    --namespaces 250 --deployments 1000 --event-list-size 1000 -o "$WORK/tail.lists" 2>/dev/null
+  ingest "$WORK/tail.lists"
+  total=$(for p in $(seq 0 $((PARTITIONS - 1))); do kcat -Q -b "$BROKERS" -t "$AUDIT:$p:-1" 2>/dev/null | awk '{ print $NF }'; done | awk '{ s += $1 } END { print s }')
+  log "(s) a process without a snapshot restores from the changelog alone, then classifies the tail"
+  classify_pipeline alone "$group" 1
+  k0=$(broker_cpu)
+  serve_start alone
+  until_restored alone
+  s_cpu=$cpu s_ms=$ms s_records=$records s_broker=$(sub "$(broker_cpu)" "$k0")
+  until_read "$((total - messages))" "$(metrics_of alone)"
+  serve_stop
+  log "(t) the first process again, with its snapshot"
+  k0=$(broker_cpu)
+  serve_start cached
+  metrics_of cached >/dev/null
+  until_restored cached
+  t_broker=$(sub "$(broker_cpu)" "$k0")
+  t_read=$(logged cached "state snapshot read: each partition it holds is loaded from it when assigned, if its changelog position is still good" millis)
+  t_load=$(jq -r 'select(.fields.message == "state snapshot: the partition'"'"'s states are in place") | .fields.millis' "$WORK/cached.log" | awk '{ s += $1 } END { print s + 0 }')
+  t_cpu=$cpu t_ms=$((ms + t_read))
+  t_records=$records t_loaded=$loaded
+  serve_stop
+  ratio() { echo "$1 / $2" | bc -l | xargs printf '%.2f'; }
+  cat <<EOF
+
+kausality-stream changelog bench, MODE=snapshot: $EVENTS events (generate --no-teardown --seed $SEED), $PARTITIONS partitions, $(nproc) cores, broker on this machine
+held: $objects objects (changelog keys); the snapshot: $(echo "$snapshot_bytes / 1048576" | bc -l | xargs printf '%.1f') MiB; tail: $TAIL events (seed $((SEED + 1))), $((total - messages)) messages
+restore of every partition, from the process's start to its last partition restored, per million objects
+(s) the changelog alone                  $s_records records   CPU $(per_m "$s_cpu" "$objects") s   wall $(per_m "$s_ms" "$objects") ms   (broker CPU $(per_m "$s_broker" "$objects") s)
+(t) the snapshot + the changelog's tail  $t_records records, $t_loaded states from the snapshot   CPU $(per_m "$t_cpu" "$objects") s   wall $(per_m "$t_ms" "$objects") ms   (broker CPU $(per_m "$t_broker" "$objects") s)
+    of (t)'s wall: reading the file $(per_m "$t_read" "$objects") ms, putting the states in place $(per_m "$t_load" "$objects") ms, the rest (the tail, the reader) $(per_m "$((t_ms - t_read - t_load))" "$objects") ms
+    t/s: CPU $(ratio "$t_cpu" "$s_cpu"), wall $(ratio "$t_ms" "$s_ms")
+EOF
+  exit 0
+fi
 
 # ---------------------------------------------------------------- 3. CPU per million events
 log "(a) kcat -C of the keyed topic"

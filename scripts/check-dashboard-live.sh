@@ -2,15 +2,16 @@
 # Every panel of deploy/grafana/kausality-stream.json against a real Prometheus: starts
 # `kausality-stream serve` on 127.0.0.1 (webhook + Kafka sources; jsonl, history, http and
 # drift_report sinks; the query API), a second one as an ingest tier (webhook + kafka_route),
+# a third as a classify tier (the keyed topic, a state changelog and a snapshot),
 # a single-node Kafka (scripts/kafka.sh), a drift-report receiver and a Prometheus server
-# scraping both every second; feeds a recorded stream built to touch every
+# scraping them every second; feeds a recorded stream built to touch every
 # panel (a generated corpus, tests/fixtures/edge-cases.jsonl, malformed bodies, a late write,
 # a redelivered batch); then runs each panel's query as an instant query and fails unless
 # every one returns at least one series.
 #
 #   scripts/check-dashboard-live.sh            # builds nothing: needs target/release/kausality-stream
 #   KAUSALITY_BIN=path scripts/check-dashboard-live.sh
-#   CHECK_DASHBOARD_NO_KAFKA=1 ...             # skip Kafka (the consumer-lag and route panels then fail)
+#   CHECK_DASHBOARD_NO_KAFKA=1 ...             # skip Kafka (the consumer-lag, route and snapshot-partitions panels then fail)
 #
 # Installs the Debian package `prometheus` if `prometheus` is missing (its daemon is kept from
 # starting, as in scripts/check-deploy.sh). Everything listens on 127.0.0.1 on free ports and
@@ -58,10 +59,10 @@ ensure_prometheus || fail_setup "could not install prometheus"
 prometheus --version 2>&1 | head -n 1
 
 # Free ports on 127.0.0.1, all held open together so they are distinct.
-read -r WEBHOOK_PORT METRICS_PORT PROM_PORT RECEIVER_PORT CLOSED_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT QUERY_PORT INGEST_PORT INGEST_METRICS_PORT < <(python3 - <<'EOF'
+read -r WEBHOOK_PORT METRICS_PORT PROM_PORT RECEIVER_PORT CLOSED_PORT KAFKA_PORT KAFKA_CONTROLLER_PORT QUERY_PORT INGEST_PORT INGEST_METRICS_PORT CLASSIFY_METRICS_PORT < <(python3 - <<'EOF'
 import socket
 socks = []
-for _ in range(10):
+for _ in range(11):
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     socks.append(s)
@@ -188,7 +189,7 @@ wait_http "http://127.0.0.1:$METRICS_PORT/readyz" 60 || { tail -n 30 "$tmp/serve
 say "kausality-stream: webhook 127.0.0.1:$WEBHOOK_PORT, metrics 127.0.0.1:$METRICS_PORT, query API 127.0.0.1:$QUERY_PORT"
 
 # The ingest tier (the route panels): a webhook that produces to a keyed topic.
-ingest_target=""
+tier_targets=""
 if [ "$kafka_started" -eq 1 ]; then
   cat >"$tmp/ingest.toml" <<EOF
 [[sources]]
@@ -208,8 +209,39 @@ EOF
   "$BIN" serve --pipeline "$tmp/ingest.toml" >"$tmp/ingest.log" 2>&1 &
   pids+=($!)
   wait_http "http://127.0.0.1:$INGEST_METRICS_PORT/readyz" 60 || { tail -n 30 "$tmp/ingest.log"; fail_setup "the ingest tier is not ready"; }
-  ingest_target=", \"127.0.0.1:$INGEST_METRICS_PORT\""
+  tier_targets=", \"127.0.0.1:$INGEST_METRICS_PORT\""
   say "ingest tier: webhook 127.0.0.1:$INGEST_PORT, metrics 127.0.0.1:$INGEST_METRICS_PORT"
+
+  # The classify tier (the snapshot-partitions panel): the keyed topic with a state changelog
+  # and a snapshot; each partition assigned is counted by what the snapshot gave it (none
+  # yet: not_held), and every result is listed at zero from the start.
+  mkdir -p "$tmp/classify"
+  cat >"$tmp/classify.toml" <<EOF
+[[sources]]
+type = "kafka"
+brokers = "127.0.0.1:$KAFKA_PORT"
+topics = ["dashboard-keyed"]
+group_id = "check-dashboard-live-classify"
+
+[sources.changelog]
+topic = "dashboard-keyed-state"
+
+[[sinks]]
+type = "jsonl"
+path = "$tmp/classify/enriched.jsonl"
+
+[metrics]
+listen = "127.0.0.1:$CLASSIFY_METRICS_PORT"
+
+[state]
+snapshot = "$tmp/classify/kausality-stream.snapshot"
+EOF
+  "$BIN" validate "$tmp/classify.toml" || fail_setup "the classify pipeline does not validate"
+  "$BIN" serve --pipeline "$tmp/classify.toml" >"$tmp/classify.log" 2>&1 &
+  pids+=($!)
+  wait_http "http://127.0.0.1:$CLASSIFY_METRICS_PORT/readyz" 60 || { tail -n 30 "$tmp/classify.log"; fail_setup "the classify tier is not ready"; }
+  tier_targets="$tier_targets, \"127.0.0.1:$CLASSIFY_METRICS_PORT\""
+  say "classify tier: metrics 127.0.0.1:$CLASSIFY_METRICS_PORT"
 fi
 
 # ------------------------------------------------------------------ prometheus
@@ -222,7 +254,7 @@ scrape_configs:
   - job_name: kausality-stream
     metrics_path: /metrics
     static_configs:
-      - targets: ["127.0.0.1:$METRICS_PORT"$ingest_target]
+      - targets: ["127.0.0.1:$METRICS_PORT"$tier_targets]
 EOF
 prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
   --web.listen-address="127.0.0.1:$PROM_PORT" >"$tmp/prometheus.log" 2>&1 &

@@ -39,7 +39,7 @@ async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
 /// family appears as its `# HELP` and `# TYPE` lines, without made-up samples.
 pub fn render_all(m: &Metrics) -> String {
     let mut text = m.render();
-    let families: [(&dyn Collector, &str); 27] = [
+    let families: [(&dyn Collector, &str); 28] = [
         (&m.events_received, "counter"),
         (&m.events_ignored, "counter"),
         (&m.events_invalid, "counter"),
@@ -60,6 +60,7 @@ pub fn render_all(m: &Metrics) -> String {
         (&m.webhook_requests, "counter"),
         (&m.drift_reports, "counter"),
         (&m.snapshot_failures, "counter"),
+        (&m.snapshot_partitions, "counter"),
         (&m.connections_refused, "counter"),
         (&m.tls_handshake_failures, "counter"),
         (&m.connection_timeouts, "counter"),

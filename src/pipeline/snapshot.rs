@@ -103,17 +103,22 @@ pub struct Restored {
     pub positions: Vec<Position>,
 }
 
+/// The snapshot at `path` to read, and its size in bytes; `Ok(None)` when there is none yet.
+fn open(path: &Path) -> Result<Option<(BufReader<File>, u64)>, Error> {
+    let file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(Error::Io { path: path.display().to_string(), source }),
+    };
+    let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+    Ok(Some((BufReader::with_capacity(1 << 20, file), bytes)))
+}
+
 /// Reads `path` into a fresh processor; `Ok(None)` when there is no snapshot yet (first start).
 pub fn restore(path: &Path, processor: &mut Processor) -> Result<Option<Restored>, Error> {
     let started = Instant::now();
     let name = || path.display().to_string();
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(Error::Io { path: name(), source }),
-    };
-    let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut input = BufReader::with_capacity(1 << 20, file);
+    let Some((mut input, bytes)) = open(path)? else { return Ok(None) };
     let positions = read_positions(&mut input).map_err(|e| match e {
         PositionsError::Io(source) => Error::Io { path: name(), source },
         PositionsError::Line(line) => Error::Positions { path: name(), line },
@@ -128,13 +133,7 @@ pub fn restore(path: &Path, processor: &mut Processor) -> Result<Option<Restored
 pub fn restore_cached(path: &Path, processor: &mut Processor) -> Result<Option<(Stats, Option<Cached>)>, Error> {
     let started = Instant::now();
     let name = || path.display().to_string();
-    let file = match File::open(path) {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(Error::Io { path: name(), source }),
-    };
-    let bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let mut input = BufReader::with_capacity(1 << 20, file);
+    let Some((mut input, bytes)) = open(path)? else { return Ok(None) };
     // Input positions (a snapshot of an exactly-once pipeline without a changelog) are of no
     // use: the changelog brings each partition's state to its committed offset.
     read_positions(&mut input).map_err(|e| match e {

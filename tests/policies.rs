@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::{class_of, feed, find};
@@ -16,9 +17,12 @@ use kausality_stream::process::{Clock, Processor, ProcessorOptions};
 use kausality_stream::sim::*;
 use serde_json::{json, Value};
 
+/// Numbers the directories [`model`] writes in: tests run in parallel, each in its own.
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
 /// Policies as a pipeline file writes them.
 fn model(toml: &str) -> ModelConfig {
-    let dir = std::env::temp_dir().join(format!("kausality-policies-{}-{}", std::process::id(), toml.len()));
+    let dir = std::env::temp_dir().join(format!("kausality-policies-{}-{}", std::process::id(), DIRS.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("policies.toml");
     std::fs::write(&file, toml).unwrap();

@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -21,9 +22,13 @@ pub const RS_CTRL: &str = "system:serviceaccount:kube-system:replicaset-controll
 pub const DEPLOY_UID: &str = "6f1c2a52-0d0b-4a53-9c8e-3b7f6c1d2e01";
 pub const RS_UID: &str = "8a2d4c11-5b9e-4f0a-a1b2-c3d4e5f60702";
 
+/// Numbers the directories [`temp_dir`] makes: two tests of one run never share one, even
+/// with the same name.
+static DIRS: AtomicUsize = AtomicUsize::new(0);
+
 /// A fresh directory under the system temp dir, removed by the caller when done.
 pub fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ks-{name}-{}-{}", std::process::id(), Instant::now().elapsed().as_nanos()));
+    let d = std::env::temp_dir().join(format!("ks-{name}-{}-{}", std::process::id(), DIRS.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d

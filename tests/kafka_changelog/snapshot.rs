@@ -114,6 +114,36 @@ fn tail(case: &Case, mark: &ChangelogMark) -> HashMap<i32, usize> {
     mark.positions.iter().map(|&(p, position)| (p, records(&case.kafka, &case.t.changelog, p, position).len())).collect()
 }
 
+/// Starts a process on `pipeline` and waits until it has committed everything produced so far
+/// (`what`, said with its log if it times out); returns it with the log lines it wrote meanwhile.
+fn start_until_committed(case: &Case, pipeline: &Path, what: &str) -> (Serve, Vec<Value>) {
+    let serve = Serve::start(pipeline);
+    let mut lines = Vec::new();
+    wait_or_explain(
+        what,
+        240,
+        || {
+            lines.extend(serve.logs());
+            all_committed(&case.kafka, &case.t)
+        },
+        || serve.explain(),
+    );
+    (serve, lines)
+}
+
+/// Stops `serve` with SIGTERM: it exits cleanly.
+fn stop(serve: Serve) {
+    let (code, _) = serve.terminate();
+    assert_eq!(code, 0);
+}
+
+/// A process on `pipeline` commits everything produced so far (`what`), then stops.
+fn run_until_committed(case: &Case, pipeline: &Path, what: &str) {
+    let serve = Serve::start(pipeline);
+    wait_or_explain(what, 240, || all_committed(&case.kafka, &case.t), || serve.explain());
+    stop(serve);
+}
+
 /// One process with a snapshot classifies a first part and stops; a second process (no
 /// snapshot) takes the second part, writing changelog records after the snapshot's positions;
 /// the first restarts with its snapshot for the third part: it reads exactly those records.
@@ -128,38 +158,21 @@ fn a_restart_with_the_snapshot_reads_only_the_changelog_after_its_positions_clas
     let parts = case.parts(3);
     let (dir_a, dir_b) = (temp_dir("snapshot-a"), temp_dir("snapshot-b"));
     produce(kafka, &t.input, parts[0]);
-    let a = Serve::start(&with_snapshot(&case, &dir_a, "a", "60s"));
-    wait_or_explain("the first part committed", 240, || all_committed(kafka, t), || a.explain());
-    let (code, _) = a.terminate();
-    assert_eq!(code, 0);
+    run_until_committed(&case, &with_snapshot(&case, &dir_a, "a", "60s"), "the first part committed");
     let snapshot = mark(&dir_a);
 
     produce(kafka, &t.input, parts[1]);
-    let b = Serve::start(&case.pipeline(&dir_b, "b", EXACTLY_ONCE));
-    wait_or_explain("the second part committed", 240, || all_committed(kafka, t), || b.explain());
-    let (code, _) = b.terminate();
-    assert_eq!(code, 0);
+    run_until_committed(&case, &case.pipeline(&dir_b, "b", EXACTLY_ONCE), "the second part committed");
     let tail = tail(&case, &snapshot);
 
     produce(kafka, &t.input, parts[2]);
-    let a = Serve::start(&with_snapshot(&case, &dir_a, "a", "60s"));
-    let mut lines = Vec::new();
-    wait_or_explain(
-        "the third part committed after the restart",
-        240,
-        || {
-            lines.extend(a.logs());
-            all_committed(kafka, t)
-        },
-        || a.explain(),
-    );
+    let (a, lines) = start_until_committed(&case, &with_snapshot(&case, &dir_a, "a", "60s"), "the third part committed after the restart");
     let results = snapshot_results(&a);
     assert_eq!((results["loaded"], results.values().sum::<f64>()), (PARTITIONS as f64, PARTITIONS as f64), "every partition loaded: {results:?}");
     let (read, total) = assert_read_only_the_tail(&case, &snapshot, &tail, &restores(&lines));
     let outputs = case.assert_as_replay(test, true);
     println!("{test}: {read} of {total} changelog records read after the restart; {outputs} outputs");
-    let (code, _) = a.terminate();
-    assert_eq!(code, 0);
+    stop(a);
     case.done(&[&dir_a, &dir_b]);
 }
 
@@ -177,17 +190,7 @@ fn a_kill_after_a_snapshot_then_a_restart_from_it_loses_nothing_and_writes_nothi
     let parts = case.parts(3);
     let dir = temp_dir("snapshot-kill");
     produce(kafka, &t.input, parts[0]);
-    let a = Serve::start(&with_snapshot(&case, &dir, "a", "1s"));
-    let mut lines = Vec::new();
-    wait_or_explain(
-        "the first part committed",
-        240,
-        || {
-            lines.extend(a.logs());
-            all_committed(kafka, t)
-        },
-        || a.explain(),
-    );
+    let (a, mut lines) = start_until_committed(&case, &with_snapshot(&case, &dir, "a", "1s"), "the first part committed");
     let delivered = |s: &Serve| s.metric("kausality_sink_events_total", &["sink=\"kafka\""]);
     let before = delivered(&a);
     produce(kafka, &t.input, parts[1]);
@@ -206,17 +209,7 @@ fn a_kill_after_a_snapshot_then_a_restart_from_it_loses_nothing_and_writes_nothi
     let tail = tail(&case, &snapshot);
 
     produce(kafka, &t.input, parts[2]);
-    let a = Serve::start(&with_snapshot(&case, &dir, "a", "1s"));
-    let mut lines = Vec::new();
-    wait_or_explain(
-        "every part committed after the restart",
-        240,
-        || {
-            lines.extend(a.logs());
-            all_committed(kafka, t)
-        },
-        || a.explain(),
-    );
+    let (a, lines) = start_until_committed(&case, &with_snapshot(&case, &dir, "a", "1s"), "every part committed after the restart");
     assert_eq!(snapshot_results(&a)["loaded"], PARTITIONS as f64);
     let restarted = restores(&lines);
     let mut read = 0;
@@ -227,8 +220,7 @@ fn a_kill_after_a_snapshot_then_a_restart_from_it_loses_nothing_and_writes_nothi
     }
     let outputs = case.assert_as_replay(test, true);
     println!("{test}: {read} changelog records read after the snapshot's positions; {outputs} outputs");
-    let (code, _) = a.terminate();
-    assert_eq!(code, 0);
+    stop(a);
     case.done(&[&dir]);
 }
 
@@ -282,10 +274,7 @@ fn a_snapshot_past_the_end_of_a_changelog_created_again_is_refused_and_the_class
     let parts = case.parts(2);
     let dir = temp_dir("snapshot-recreated");
     produce(kafka, &t.input, parts[0]);
-    let a = Serve::start(&with_snapshot(&case, &dir, "a", "60s"));
-    wait_or_explain("the first part committed", 240, || all_committed(kafka, t), || a.explain());
-    let (code, _) = a.terminate();
-    assert_eq!(code, 0);
+    run_until_committed(&case, &with_snapshot(&case, &dir, "a", "60s"), "the first part committed");
     let snapshot = mark(&dir);
 
     let copied: HashMap<i32, Vec<Record>> = (0..PARTITIONS).map(|p| (p, records(kafka, &t.changelog, p, 0))).collect();
@@ -294,17 +283,7 @@ fn a_snapshot_past_the_end_of_a_changelog_created_again_is_refused_and_the_class
     assert!(!past.is_empty(), "positions past the new ends: {snapshot:?}, records {:?}", copied.iter().map(|(p, r)| (p, r.len())).collect::<Vec<_>>());
 
     produce(kafka, &t.input, parts[1]);
-    let a = Serve::start(&with_snapshot(&case, &dir, "a", "60s"));
-    let mut lines = Vec::new();
-    wait_or_explain(
-        "the second part committed after the restart",
-        240,
-        || {
-            lines.extend(a.logs());
-            all_committed(kafka, t)
-        },
-        || a.explain(),
-    );
+    let (a, lines) = start_until_committed(&case, &with_snapshot(&case, &dir, "a", "60s"), "the second part committed after the restart");
     let results = snapshot_results(&a);
     assert_eq!(results["past_end"], past.len() as f64, "{results:?}");
     assert_eq!(results["loaded"], (PARTITIONS as usize - past.len()) as f64, "{results:?}");
@@ -320,7 +299,6 @@ fn a_snapshot_past_the_end_of_a_changelog_created_again_is_refused_and_the_class
     assert_eq!(said, past.len(), "one warning per refused partition");
     let outputs = case.assert_as_replay(test, true);
     println!("{test}: {} of {PARTITIONS} partitions refused (past the end), restored from the start; {outputs} outputs", past.len());
-    let (code, _) = a.terminate();
-    assert_eq!(code, 0);
+    stop(a);
     case.done(&[&dir]);
 }

@@ -302,6 +302,11 @@ run_classify "changelog-$RUN" 1
 c_cpu=$cpu c_broker=$broker
 # What (c) wrote to the changelog (its debug log: keys + values), and what the broker holds.
 read -r written written_bytes < <(cat "$WORK/changelog-$RUN"-*.log | jq -r 'select(.fields.message == "state changelog written") | "\(.fields.records) \(.fields.bytes)"' | awk '{ r += $1; b += $2 } END { print r + 0, b + 0 }')
+# The trace messages (c) wrote to the keyed topic (committed ones, as the readers see them).
+read -r traces trace_bytes < <(kcat -C -b "$BROKERS" -t "$AUDIT" -e -o beginning -q -X isolation.level=read_committed \
+  -f '%K\t%S\t%h\n' | LC_ALL=C awk -F'\t' '
+    $3 ~ /kausality-copy=trace/ { h = $3; gsub(/[=,]/, "", h); n++; b += $1 + $2 + length(h) }
+    END { print n + 0, b + 0 }')
 segments() { find "$KAFKA_STATE_DIR/data" -path "*/$1-[0-9]*" -name '*.log' -printf '%s\n' | awk '{ s += $1 } END { print s + 0 }'; }
 state_disk=$(segments "$STATE")
 audit_disk=$(segments "$AUDIT")
@@ -346,6 +351,7 @@ kausality-stream changelog bench: $EVENTS events (generate --no-teardown --seed 
 keyed topic (ingest tier): $messages messages = $judged judged + $copies state-only copies ($(ratio "$copies" "$EVENTS") per event)
   bytes as produced (key + value + headers): $(mib "$bytes") MiB; state-only copies $(mib "$copy_bytes") MiB = $(ratio "$copy_bytes" "$EVENTS") B/event; segment files (lz4) $(mib "$audit_disk") MiB
 changelog (c): $written records written = $(ratio "$written" "$EVENTS") per event, $(mib "$written_bytes") MiB (key + value) = $(ratio "$written_bytes" "$EVENTS") B/event
+trace messages (c) on the keyed topic: $traces = $(ratio "$traces" "$EVENTS") per event, $(mib "$trace_bytes") MiB (key + value + header) = $(ratio "$trace_bytes" "$EVENTS") B/event
   held after the run: $objects objects (distinct UIDs); segment files (lz4, compacted as far as the broker got) $(mib "$state_disk") MiB
 
 CPU seconds per million events (the processes; the broker's beside it)

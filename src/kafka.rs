@@ -106,7 +106,7 @@ mod client {
         C::DeliveryOpaque: Default,
     {
         fn send_state(&self, topic: &str, partition: i32, key: &[u8], value: Option<&[u8]>) -> Result<(), KafkaError> {
-            send_record(self, topic, partition, key, value)
+            send_record(self, topic, partition, key, value, false)
         }
         fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError> {
             self.send_offsets_to_transaction(offsets, group, timeout)
@@ -404,13 +404,14 @@ mod client {
     }
 
     /// Sends one keyed record to a partition (`None`: a tombstone), waiting while the local
-    /// queue is full.
+    /// queue is full; `trace`: marked as a trace message (`kausality-copy: trace`).
     pub fn send_record<C: ProducerContext + 'static>(
         producer: &rdkafka::producer::ThreadedProducer<C>,
         topic: &str,
         partition: i32,
         key: &[u8],
         value: Option<&[u8]>,
+        trace: bool,
     ) -> Result<(), KafkaError>
     where
         C::DeliveryOpaque: Default,
@@ -419,6 +420,10 @@ mod client {
             rdkafka::producer::BaseRecord::<[u8], [u8], C::DeliveryOpaque>::with_opaque_to(topic, Default::default()).partition(partition).key(key);
         if let Some(v) = value {
             record = record.payload(v);
+        }
+        if trace {
+            let header = rdkafka::message::Header { key: crate::route::COPY_HEADER, value: Some(crate::route::COPY_TRACE) };
+            record = record.headers(rdkafka::message::OwnedHeaders::new().insert(header));
         }
         let mut wait = Duration::from_micros(200);
         loop {

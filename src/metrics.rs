@@ -54,6 +54,7 @@ pub struct Metrics {
     /// With a state changelog and a snapshot: each partition assigned, by what the snapshot
     /// gave (`loaded`, or why not).
     pub snapshot_partitions: IntCounterVec,
+    pub trace_messages: IntCounterVec,
     /// The history store's size on disk (database and WAL), after its last transaction.
     pub history_bytes: IntGauge,
     /// Connections closed at once because their listener had `max_connections` open, by
@@ -219,6 +220,12 @@ impl Metrics {
                 &r,
                 "kausality_snapshot_partitions_total",
                 "Partitions assigned with a state changelog and a snapshot, by result: loaded from the snapshot, or why not (then restored from the changelog's start).",
+                &["result"],
+            ),
+            trace_messages: counter_vec(
+                &r,
+                "kausality_trace_messages_total",
+                "Trace messages between partitions of a state changelog, by result: sent to an object's own partition, or what applying one did (applied, already, stale, unknown, leaf).",
                 &["result"],
             ),
             history_bytes: gauge(&r, "kausality_history_store_bytes", "Bytes of the history store on disk (database and WAL)."),

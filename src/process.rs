@@ -78,6 +78,8 @@ impl IngestReport {
 }
 
 const KEPT_ERRORS: usize = 10;
+/// Told into a trace message's dedupe key, so that it is not taken for its write's copy.
+const TRACE_DEDUPE_SALT: u128 = 0x7472_6163_6500_0000_0000_0000_0000_0001;
 const MAINTAIN_EVERY: u64 = 4096;
 /// The interner is swept (at a maintenance point) once it has grown since the last sweep by
 /// as many strings as live state refers to, and by this many at least: a sweep visits every
@@ -227,6 +229,43 @@ impl Decoder {
         Self::contained(source, into, |into| {
             decode::decode_document(doc, location, &self.decode, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, loc, r, into))
         });
+    }
+
+    /// Decodes a trace message (a Kafka message marked `kausality-copy: trace`, see
+    /// [`crate::classify::forward`]) into a write that applies it. A message that cannot be
+    /// read is counted invalid (`not_audit_event`) and skipped.
+    pub fn decode_trace(&self, value: &[u8], source: &'static str, into: &mut Decoded) {
+        into.source = source;
+        into.pin.get_or_insert_with(|| self.engine.interner.pin());
+        let m = match crate::state::RecordReader::new(&self.engine.interner).read_trace_message(value) {
+            Ok(m) => m,
+            Err(e) => return into.reject(Invalid::new(Location::Body, InvalidReason::NotAuditEvent, format!("a trace message that cannot be read: {e}"))),
+        };
+        let cluster = match self.clusters.admit(&m.cluster, &self.engine.interner) {
+            Ok(c) => c,
+            Err(refused) => return into.reject(refused),
+        };
+        // Not the auditID's own key: the write's copy on this partition has that one.
+        let dedupe_key = Dedupe::key(&m.audit_id) ^ TRACE_DEDUPE_SALT;
+        let write = Write {
+            seq: 0,
+            cluster,
+            audit_id: Arc::from(m.audit_id),
+            time_us: m.time_us,
+            received_us: 0,
+            stage_timestamp: Arc::from(""),
+            verb: crate::filter::Verb::Update,
+            subresource: crate::filter::Subresource::None,
+            user: m.user,
+            resource_version: None,
+            resource: Sym::EMPTY,
+            target: Target::Trace { uid: m.uid, prev: m.prev },
+            late: false,
+            silent: true,
+            partition: None,
+            scope: cluster,
+        };
+        into.items.push(Item { dedupe_key, cluster, write: Ok(write) });
     }
 
     /// Runs one decode so that a panic in it (a defect) costs only the rest of that body: the
@@ -408,7 +447,7 @@ impl Processor {
     fn object_key(w: &Write) -> u64 {
         let uid = match &w.target {
             Target::Object(f) => f.uid,
-            Target::Scale { uid, .. } | Target::Gone { uid, .. } => *uid,
+            Target::Scale { uid, .. } | Target::Gone { uid, .. } | Target::Trace { uid, .. } => *uid,
             Target::Many(_) | Target::Eviction { .. } => return 0,
         };
         Self::uid_key(uid)
@@ -611,6 +650,10 @@ impl Processor {
         let released = std::mem::take(&mut self.released);
         for Released { item: mut write, late } in released {
             self.unhold(write.seq);
+            // A trace message is placed after its write, which has usually been applied long
+            // before: not a late write.
+            let trace = matches!(write.target, Target::Trace { .. });
+            let late = late && !trace;
             write.late = late;
             if late {
                 self.metrics.late_events.inc();
@@ -638,6 +681,7 @@ impl Processor {
                     tracing::error!(audit_id = %write.audit_id, "classifying a write failed inside kausality-stream: skipped (a defect: please report it with this event)");
                 }
                 Ok(Applied::Ignored(reason)) => self.metrics.ignored(reason),
+                Ok(Applied::Trace(done)) => self.metrics.trace_messages.with_label_values(&[done.as_str()]).inc(),
                 // Its outputs went out before a restart (see `Decoded::silence_from`).
                 Ok(Applied::Classified(_)) if write.silent => {}
                 Ok(Applied::Classified(events)) => self.emit(events, out),
@@ -648,7 +692,7 @@ impl Processor {
                     }
                 }
             }
-            if self.opts.clock == Clock::Arrival && time_us != 0 {
+            if self.opts.clock == Clock::Arrival && time_us != 0 && !trace {
                 self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
             }
             if write.seq.is_multiple_of(MAINTAIN_EVERY) {

@@ -166,6 +166,10 @@ pub enum Target {
     /// An eviction (`create pods/eviction`): a delete of the pod, answered with a `Status`, so
     /// known only by the objectRef's namespace and name; its UID comes from state.
     Eviction { namespace: Sym, name: Name },
+    /// Not an audit event: a trace message (docs/scale-out.md, "Traces across partitions"),
+    /// the trace that the object's producing write (the write's user and time) extended where
+    /// it was judged. Applied to the object's state here; emits nothing.
+    Trace { uid: Uid, prev: crate::classify::trace::Trace },
 }
 
 impl Write {
@@ -173,7 +177,7 @@ impl Write {
     pub fn uids(&self) -> impl Iterator<Item = Uid> + '_ {
         let (one, many): (Option<Uid>, &[ObjectFacts]) = match &self.target {
             Target::Object(f) => (Some(f.uid), &[]),
-            Target::Scale { uid, .. } | Target::Gone { uid, .. } => (Some(*uid), &[]),
+            Target::Scale { uid, .. } | Target::Gone { uid, .. } | Target::Trace { uid, .. } => (Some(*uid), &[]),
             Target::Many(items) => (None, items),
             Target::Eviction { .. } => (None, &[]),
         };
@@ -196,6 +200,16 @@ impl Write {
             }
             Target::Many(items) => items.iter().for_each(|f| f.mark(m)),
             Target::Eviction { namespace, .. } => m.sym(*namespace),
+            Target::Trace { prev, .. } => {
+                let mut cur = Some(prev);
+                while let Some(n) = cur {
+                    m.ty(n.hop.ty);
+                    if let Some(u) = n.hop.user {
+                        m.sym(u);
+                    }
+                    cur = n.prev.as_ref();
+                }
+            }
         }
     }
 }

@@ -602,3 +602,123 @@ listen = "127.0.0.1:0"
     kafka.delete_topics(&[&topic, &output, &changelog]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A classify pipeline with a state changelog, `exactly_once` or not.
+fn changelog_pipeline(dir: &Path, name: &str, brokers: &str, input: &str, changelog: &str, output: &str, exactly_once: bool) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            r#"cluster = "default"
+[options]
+reorder_window = "1s"
+[[sources]]
+type = "kafka"
+brokers = "{brokers}"
+topics = ["{input}"]
+group_id = "classify-{input}"
+cluster_header = "cluster"
+exactly_once = {exactly_once}
+transactional_id = "classify-{input}-{name}"
+properties = {{ "partition.assignment.strategy" = "cooperative-sticky" }}
+[sources.changelog]
+topic = "{changelog}"
+[[sinks]]
+type = "kafka"
+brokers = "{brokers}"
+topic = "{output}"
+[metrics]
+listen = "127.0.0.1:0"
+"#
+        ),
+    )
+    .unwrap();
+    path
+}
+
+#[test]
+fn a_pods_trace_runs_from_the_person_across_partitions() {
+    use kausality_stream::sim::*;
+    if !enabled("a_pods_trace_runs_from_the_person_across_partitions") {
+        return;
+    }
+    let kafka = Kafka::get();
+    for exactly_once in [true, false] {
+        let dir = temp_dir(&format!("ingest-trace-{exactly_once}"));
+        let (topic, output, changelog) = (kafka.unique("audit-keyed"), kafka.unique("enriched"), kafka.unique("state"));
+        kafka.create_topic(&topic, PARTITIONS);
+        kafka.create_topic(&output, 1);
+        let ingest = Serve::start(&ingest_pipeline(&dir, "ingest", &kafka.brokers, &topic, "10s"));
+        let webhook = webhook_addr(&ingest);
+
+        // Trees until two ReplicaSets are judged (on their Deployment's partition) away from
+        // their own partition, where their pods are judged. Each ReplicaSet's first pod is
+        // written with it; its second once the ReplicaSet's trace reached its own partition.
+        let mut api = ApiServer::new();
+        let (mut first, mut trees) = (Vec::new(), Vec::new());
+        let apart = |trees: &[(ObjRef, ObjRef)]| {
+            trees.iter().filter(|(d, r)| partition_of(d.uid.as_bytes(), PARTITIONS) != partition_of(r.uid.as_bytes(), PARTITIONS)).count()
+        };
+        while apart(&trees) < 2 {
+            let name = format!("web{}", trees.len());
+            let (deploy, ev) = api.create(ADMIN, deployment("shop", &name, 2, "web:1"));
+            first.push(ev);
+            let (rs, ev) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+            first.push(ev);
+            first.push(api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1")).1);
+            trees.push((deploy, rs));
+        }
+        let expected = apart(&trees) as f64;
+        post_until_taken(webhook, "/audit/default", &event_list(&first));
+        // Started once the ingest tier has written the topic (a changelog needs its metadata).
+        let classify: Vec<Serve> =
+            ["a", "b"].iter().map(|name| Serve::start(&changelog_pipeline(&dir, name, &kafka.brokers, &topic, &changelog, &output, exactly_once))).collect();
+        let applied = || classify.iter().map(|c| c.metric("kausality_trace_messages_total", &[r#"result="applied""#])).sum::<f64>();
+        wait_or_explain(
+            "the ReplicaSets' trace messages applied on their own partitions",
+            90,
+            || applied() >= expected,
+            || format!("applied {} of {expected}\n{}\n{}", applied(), classify[0].explain(), classify[1].explain()),
+        );
+        let sent: f64 = classify.iter().map(|c| c.metric("kausality_trace_messages_total", &[r#"result="sent""#])).sum();
+        assert!(sent >= expected, "sent {sent}, expected at least {expected}");
+
+        let second: Vec<(String, &ObjRef, &ObjRef)> = trees
+            .iter()
+            .map(|(d, r)| {
+                let (_, ev) = api.create(REPLICASET_CONTROLLER, pod(r, "b", "web:1"));
+                (ev, d, r)
+            })
+            .collect();
+        let lines: Vec<String> = second.iter().map(|(ev, _, _)| ev.clone()).collect();
+        post_until_taken(webhook, "/audit/default", &event_list(&lines));
+        let ids: Vec<String> = lines.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()["auditID"].as_str().unwrap().to_string()).collect();
+        let out = kafka.read_until(&output, Duration::from_secs(60), |o| ids.iter().all(|id| o.iter().any(|o| o.audit_id() == id)));
+        for ((_, deploy, rs), id) in second.iter().zip(&ids) {
+            let got: Vec<&Out> = out.iter().filter(|o| o.audit_id() == id).collect();
+            assert_eq!(got.len(), 1, "one output for the pod's create (exactly_once {exactly_once})");
+            let hops: Vec<(String, String, String)> = got[0].value["trace"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|h| (h["kind"].as_str().unwrap().to_string(), h["name"].as_str().unwrap().to_string(), h["user"].as_str().unwrap_or("").to_string()))
+                .collect();
+            let pod_name = got[0].value["object"]["name"].as_str().unwrap().to_string();
+            assert_eq!(
+                hops,
+                vec![
+                    ("Deployment".to_string(), deploy.name.clone(), ADMIN.to_string()),
+                    ("ReplicaSet".to_string(), rs.name.clone(), DEPLOYMENT_CONTROLLER.to_string()),
+                    ("Pod".to_string(), pod_name, REPLICASET_CONTROLLER.to_string()),
+                ],
+                "the pod's trace runs from the person who created the Deployment (exactly_once {exactly_once}, ReplicaSet {} apart: {})",
+                rs.name,
+                partition_of(deploy.uid.as_bytes(), PARTITIONS) != partition_of(rs.uid.as_bytes(), PARTITIONS)
+            );
+        }
+        drop(classify);
+        drop(ingest);
+        kafka.delete_topics(&[&topic, &output, &changelog]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -3,6 +3,7 @@
 //! reorder buffer's job); the engine itself is safe to share between threads.
 
 mod decide;
+pub mod forward;
 mod judge;
 pub mod platform;
 pub mod policy;
@@ -38,6 +39,8 @@ pub enum Applied {
     /// A deletecollection some of whose items were not classified (their deletion was
     /// completed, DESIGN §1.5): an event per classified item, a reason per other one.
     Items { events: Vec<Enriched>, ignored: Vec<Ignored> },
+    /// A trace message (not an audit event): what it did to the object's trace.
+    Trace(forward::Completion),
 }
 
 /// Options of the engine beyond the model's configuration.
@@ -104,6 +107,8 @@ pub struct Engine {
     /// drift report) look in each. Names, not symbols: the interner may sweep a scope's symbol
     /// once its objects are gone.
     partition_scopes: DashMap<Arc<str>, Vec<i32>, FastBuild>,
+    /// Trace messages for other partitions, sent at the next commit ([`forward`]).
+    pub forwards: forward::Forwards,
 }
 
 impl Engine {
@@ -122,6 +127,7 @@ impl Engine {
             terminating_namespaces: DashMap::with_hasher(FastBuild::default()),
             tombstone_ttl_us: options.tombstone_ttl_us,
             partition_scopes: DashMap::with_hasher(FastBuild::default()),
+            forwards: forward::Forwards::default(),
         }
     }
 
@@ -215,6 +221,7 @@ impl Engine {
                 }
             }
             Target::Eviction { namespace, name } => Self::one(self.evict(w, *namespace, name)),
+            Target::Trace { uid, prev } => Applied::Trace(self.complete_trace(w, *uid, prev)),
         }
     }
 
@@ -444,7 +451,7 @@ impl Engine {
     /// A create, or an update that changed the spec.
     fn mutation(&self, w: &Write, f: &ObjectFacts) -> Enriched {
         let (event, trace) = self.judge_object(w, f, |_| {});
-        self.store.update(&Self::key(w, f.uid), |s| s.set_trace(trace));
+        self.keep_trace(w, f.uid, &f.uid_text, trace);
         event
     }
 
@@ -631,7 +638,7 @@ impl Engine {
         let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels, written };
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
-        self.store.update(&key, |s| s.set_trace(trace));
+        self.keep_trace(w, uid, uid_text, trace);
         Applied::Classified(vec![event])
     }
 }

@@ -118,6 +118,11 @@ fn metrics(cfg: &PipelineConfig) -> Arc<Metrics> {
     }
     metrics.connections_refused.with_label_values(&["metrics"]);
     metrics.snapshot_failures.inc_by(0);
+    if with_changelog(cfg) {
+        for c in crate::classify::forward::Completion::ALL {
+            metrics.trace_messages.with_label_values(&[c.as_str()]);
+        }
+    }
     if with_changelog(cfg) && cfg.state.snapshot.is_some() {
         for result in ["loaded", "not_held", "other_changelog", "past_end", "before_start", "too_old"] {
             metrics.snapshot_partitions.with_label_values(&[result]);

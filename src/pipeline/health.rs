@@ -39,7 +39,7 @@ async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
 /// family appears as its `# HELP` and `# TYPE` lines, without made-up samples.
 pub fn render_all(m: &Metrics) -> String {
     let mut text = m.render();
-    let families: [(&dyn Collector, &str); 28] = [
+    let families: [(&dyn Collector, &str); 29] = [
         (&m.events_received, "counter"),
         (&m.events_ignored, "counter"),
         (&m.events_invalid, "counter"),
@@ -57,6 +57,7 @@ pub fn render_all(m: &Metrics) -> String {
         (&m.sink_errors, "counter"),
         (&m.kafka_consumer_lag, "gauge"),
         (&m.kafka_rewinds, "counter"),
+        (&m.trace_messages, "counter"),
         (&m.webhook_requests, "counter"),
         (&m.drift_reports, "counter"),
         (&m.snapshot_failures, "counter"),

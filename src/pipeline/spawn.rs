@@ -224,8 +224,15 @@ fn changelog_writer(
             None => None,
         };
         let written = changelog.write(via.as_deref())?;
-        if written.records + written.tombstones > 0 {
-            tracing::debug!(records = written.records, tombstones = written.tombstones, bytes = written.bytes, "state changelog written");
+        if written.records + written.tombstones + written.traces > 0 {
+            tracing::debug!(
+                records = written.records,
+                tombstones = written.tombstones,
+                bytes = written.bytes,
+                trace_messages = written.traces,
+                trace_bytes = written.trace_bytes,
+                "state changelog written"
+            );
         }
         Ok(())
     });

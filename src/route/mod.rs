@@ -42,6 +42,9 @@ pub use partition::{murmur2, partition_of};
 /// The header that marks a state-only copy, and its value.
 pub const COPY_HEADER: &str = "kausality-copy";
 pub const COPY_STATE: &str = "state";
+/// The header value of a trace message: the trace an object's write extended where it was
+/// judged, sent by the classify tier to the object's own partition (`classify::forward`).
+pub const COPY_TRACE: &str = "trace";
 /// The header of a state-only copy naming the partition of its judged copy (decimal): a
 /// process that also reads that partition leaves the state-only copy out, as the judged copy
 /// brings the same write.

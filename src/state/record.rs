@@ -17,7 +17,7 @@ use super::snapshot::{get_object, put_object, Dec, Enc, Get, Put};
 use super::{Interner, ObjKey, ObjectState, SnapshotError, Sym};
 use crate::classify::policy::PolicyCache;
 use crate::classify::trace::{Hop, Trace, TraceNode};
-use crate::write::Name;
+use crate::write::{Name, Uid};
 
 /// The record format: its first byte. The fields after it are those of snapshot format 6.
 const FORMAT: u8 = 1;
@@ -34,6 +34,40 @@ pub fn encode_record(interner: &Interner, key: &ObjKey, state: &ObjectState) -> 
     buf.0.push(FORMAT);
     put_object(&mut buf, key, state, interner, FIELDS, &Inline { interner });
     buf.0
+}
+
+/// The first byte of a trace message (see [`encode_trace_message`]): no record starts with it.
+const TRACE_MESSAGE: u8 = b't';
+
+/// What a trace message tells (docs/scale-out.md, "Traces across partitions"): the trace
+/// that an object's producing write extended where it was judged, for the object's state on
+/// its own partition, which judged the same write without the parent's trace.
+#[derive(Clone, Debug)]
+pub struct TraceMessage {
+    /// The cluster (not a partition's scope).
+    pub cluster: String,
+    pub uid: Uid,
+    /// The producing write's auditID, user and time (µs since the epoch).
+    pub audit_id: String,
+    pub user: Sym,
+    pub time_us: i64,
+    /// The trace the write extended.
+    pub prev: Trace,
+}
+
+/// The value of a trace message: the object's cluster and UID, its producing write, and the
+/// trace that write extended, as its hops, oldest first.
+pub fn encode_trace_message(interner: &Interner, cluster: &str, uid: Uid, audit_id: &str, user: Sym, time_us: i64, prev: &Trace) -> Vec<u8> {
+    let mut e = Enc::default();
+    e.0.push(TRACE_MESSAGE);
+    e.str(cluster);
+    e.u128(uid);
+    e.str(audit_id);
+    let inline = Inline { interner };
+    inline.sym(&mut e, user);
+    e.int(time_us);
+    inline.trace(&mut e, Some(prev));
+    e.0
 }
 
 struct Inline<'a> {
@@ -105,6 +139,27 @@ impl<'a> RecordReader<'a> {
     }
 }
 
+impl RecordReader<'_> {
+    /// A trace message ([`encode_trace_message`]).
+    pub fn read_trace_message(&mut self, value: &[u8]) -> Result<TraceMessage, SnapshotError> {
+        let Some((&TRACE_MESSAGE, rest)) = value.split_first() else { return Err(SnapshotError::Corrupt("not a trace message")) };
+        let mut d = Dec { b: rest };
+        let cluster = d.str()?.to_string();
+        let uid = d.u128()?;
+        let audit_id = d.str()?.to_string();
+        let user = self.sym(&mut d)?;
+        let time_us = d.int()?;
+        let prev = self.trace(&mut d)?.ok_or(SnapshotError::Corrupt("a trace message without a trace"))?;
+        if !d.b.is_empty() {
+            return Err(SnapshotError::Corrupt("bytes after the trace message"));
+        }
+        if cluster.is_empty() || uid == 0 || user.is_empty() {
+            return Err(SnapshotError::Corrupt("a trace message without its cluster, object or user"));
+        }
+        Ok(TraceMessage { cluster, uid, audit_id, user, time_us, prev })
+    }
+}
+
 impl Get for RecordReader<'_> {
     fn sym(&mut self, d: &mut Dec<'_>) -> Result<Sym, SnapshotError> {
         Ok(self.interner.intern(d.str()?))
@@ -150,7 +205,7 @@ impl Get for RecordReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{name_key, OwnerKey, TraceState};
+    use crate::state::{name_key, OwnerKey, TraceState, Ty};
 
     fn hop(interner: &Interner, kind: &str, name: &str, user: Option<&str>, prev: Option<Trace>) -> Trace {
         let ty = interner.ty(interner.intern("apps/v1"), interner.intern(kind));
@@ -204,5 +259,37 @@ mod tests {
         let mut long = encode_record(&interner, &states[0].0, &states[0].1);
         long.push(0);
         assert!(reader.read(&long).is_err(), "trailing bytes are refused");
+    }
+
+    #[test]
+    fn a_trace_message_reads_back_and_a_bad_one_is_refused() {
+        let interner = Interner::new();
+        let deployment = hop(&interner, "Deployment", "web", Some("alice"), None);
+        let user = interner.intern("deployment-controller");
+        let value = encode_trace_message(&interner, "prod", 0xabc, "a-1", user, 1_700_000_000_000_001, &deployment);
+        let other = Interner::new();
+        let m = RecordReader::new(&other).read_trace_message(&value).unwrap();
+        assert_eq!(
+            (m.cluster.as_str(), m.uid, m.audit_id.as_str(), &*other.resolve(m.user), m.time_us),
+            ("prod", 0xabc, "a-1", "deployment-controller", 1_700_000_000_000_001)
+        );
+        let (hops, truncated) = crate::classify::trace::hops(&m.prev);
+        assert!(!truncated);
+        assert_eq!(hops.iter().map(|h| (&*h.name, h.user.map(|u| other.resolve(u).to_string()))).collect::<Vec<_>>(), vec![("web", Some("alice".to_string()))]);
+        assert_eq!(encode_trace_message(&other, "prod", 0xabc, "a-1", m.user, m.time_us, &m.prev), value, "the same message again");
+        // Not a trace message, cut short, with bytes after it, or without its object or user.
+        let mut reader = RecordReader::new(&other);
+        let record = encode_record(&interner, &ObjKey::new(interner.intern("prod"), 1), &ObjectState::new(Ty::EMPTY, Sym::EMPTY));
+        assert!(reader.read_trace_message(&record).is_err());
+        assert!(reader.read_trace_message(&[]).is_err());
+        for cut in 1..value.len() {
+            assert!(reader.read_trace_message(&value[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut long = value.clone();
+        long.push(0);
+        assert!(reader.read_trace_message(&long).is_err());
+        assert!(reader.read_trace_message(&encode_trace_message(&interner, "prod", 0, "a", user, 1, &deployment)).is_err());
+        assert!(reader.read_trace_message(&encode_trace_message(&interner, "", 1, "a", user, 1, &deployment)).is_err());
+        assert!(reader.read_trace_message(&encode_trace_message(&interner, "prod", 1, "a", Sym::EMPTY, 1, &deployment)).is_err());
     }
 }

@@ -584,6 +584,7 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiri
                     copies::Take::Skip if keyed => copies::Take::Silent,
                     t => t,
                 };
+                let trace = copies::is_trace(m.headers());
                 let silent = take == copies::Take::Silent || consumer.context().is_silent(&(topic.clone(), m.partition()), m.offset());
                 // A skipped copy stays in the batch, empty, so that its offset is done with it.
                 let payload = if take == copies::Take::Skip {
@@ -593,7 +594,7 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiri
                     m.payload().unwrap_or_default()
                 };
                 let mut o = outbox.lock().expect("outbox lock");
-                o.gather.add(&topic, m.partition(), m.offset(), cluster, payload, silent, keyed);
+                o.gather.add(&topic, m.partition(), m.offset(), cluster, payload, silent, keyed, trace);
                 messages += 1;
                 o.gather.full()
             }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::message::{BorrowedHeaders, Headers};
 
-use crate::route::{COPY_HEADER, COPY_STATE, JUDGED_PARTITION_HEADER};
+use crate::route::{COPY_HEADER, COPY_STATE, COPY_TRACE, JUDGED_PARTITION_HEADER};
 
 /// What the source does with a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +32,11 @@ pub fn state_copy(headers: Option<&BorrowedHeaders>) -> Option<Option<i32>> {
         return None;
     }
     Some(value(JUDGED_PARTITION_HEADER).and_then(|v| std::str::from_utf8(v).ok()).and_then(|v| v.trim().parse().ok()))
+}
+
+/// Whether the headers mark a trace message (see [`crate::classify::forward`]).
+pub fn is_trace(headers: Option<&BorrowedHeaders>) -> bool {
+    headers.is_some_and(|h| h.iter().any(|h| h.key == COPY_HEADER && h.value == Some(COPY_TRACE.as_bytes())))
 }
 
 /// The decision, from [`state_copy`] and whether this member reads a partition of the topic.
@@ -89,6 +94,11 @@ mod tests {
         assert_eq!(of(&[("cluster", "a"), (COPY_HEADER, COPY_STATE), (JUDGED_PARTITION_HEADER, "7")]), Some(Some(7)));
         assert_eq!(of(&[(COPY_HEADER, COPY_STATE)]), Some(None));
         assert_eq!(of(&[(COPY_HEADER, COPY_STATE), (JUDGED_PARTITION_HEADER, "x")]), Some(None));
+        // A trace message is no state copy, and is told apart by its own value.
+        assert_eq!(of(&[(COPY_HEADER, COPY_TRACE)]), None);
+        let trace = |pairs: &[(&str, &str)]| is_trace(Some(h(pairs).as_borrowed()));
+        assert!(trace(&[("cluster", "a"), (COPY_HEADER, COPY_TRACE)]));
+        assert!(!trace(&[(COPY_HEADER, COPY_STATE)]) && !trace(&[("cluster", "trace")]) && !is_trace(None));
     }
 
     #[test]

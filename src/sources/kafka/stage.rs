@@ -57,6 +57,8 @@ struct RawMessage {
     silent: bool,
     /// The partition, when the state is kept per partition (a state changelog).
     partition: Option<i32>,
+    /// A trace message (`kausality-copy: trace`), not audit events.
+    trace: bool,
 }
 
 impl Raw {
@@ -73,7 +75,11 @@ impl Raw {
         for m in &self.messages {
             let cluster = m.cluster.clone().and_then(|c| std::str::from_utf8(&self.bytes[c]).ok());
             let from = decoded.len();
-            decoder.decode(cluster, &self.bytes[m.payload.clone()], unwrap, "kafka", &mut decoded);
+            if m.trace {
+                decoder.decode_trace(&self.bytes[m.payload.clone()], "kafka", &mut decoded);
+            } else {
+                decoder.decode(cluster, &self.bytes[m.payload.clone()], unwrap, "kafka", &mut decoded);
+            }
             if m.silent {
                 decoded.silence_from(from);
             }
@@ -109,16 +115,16 @@ pub struct Gather {
 impl Gather {
     /// Adds a copy of a polled message. `silent`: read again only for the state, or a
     /// state-only copy. `keyed`: its writes are tagged with their partition (a state
-    /// changelog).
+    /// changelog). `trace`: a trace message.
     #[allow(clippy::too_many_arguments)]
-    pub fn add(&mut self, topic: &Arc<str>, partition: i32, offset: i64, cluster: Option<&[u8]>, payload: &[u8], silent: bool, keyed: bool) {
+    pub fn add(&mut self, topic: &Arc<str>, partition: i32, offset: i64, cluster: Option<&[u8]>, payload: &[u8], silent: bool, keyed: bool, trace: bool) {
         if self.raw.messages.is_empty() {
             self.received_us = now_us();
             self.raw.bytes.reserve(self.previous_bytes);
         }
         let payload = self.raw.push(payload);
         let cluster = cluster.map(|c| self.raw.push(c));
-        self.raw.messages.push(RawMessage { payload, cluster, silent, partition: keyed.then_some(partition) });
+        self.raw.messages.push(RawMessage { payload, cluster, silent, partition: keyed.then_some(partition), trace });
         match self.last.iter_mut().find(|(t, p, _)| *p == partition && t == topic) {
             Some(l) => l.2 = offset,
             None => self.last.push((topic.clone(), partition, offset)),
@@ -218,9 +224,9 @@ mod tests {
         let topic: Arc<str> = Arc::from("audit");
         let good = creates(2);
         let mut g = Gather::default();
-        g.add(&topic, 0, 5, None, good[0].as_bytes(), false, false);
-        g.add(&topic, 1, 9, Some(b"other"), b"{not json", false, true);
-        g.add(&topic, 0, 6, Some(b"c2"), good[1].as_bytes(), true, true);
+        g.add(&topic, 0, 5, None, good[0].as_bytes(), false, false, false);
+        g.add(&topic, 1, 9, Some(b"other"), b"{not json", false, true, false);
+        g.add(&topic, 0, 6, Some(b"c2"), good[1].as_bytes(), true, true, false);
         assert!(!g.full());
         let sealed = g.seal();
         assert!(g.is_empty());
@@ -236,7 +242,7 @@ mod tests {
         let mut g = Gather::default();
         let mut n = 0;
         while !g.full() {
-            g.add(&topic, 0, n, None, &payload, false, false);
+            g.add(&topic, 0, n, None, &payload, false, false, false);
             n += 1;
         }
         assert_eq!(n, 1049, "1 MiB of 1,000-byte payloads");
@@ -252,7 +258,7 @@ mod tests {
         for i in 0..bodies.len() {
             let mut g = Gather::default();
             for (o, b) in bodies[..=i].iter().enumerate() {
-                g.add(&topic, 0, o as i64, None, b.as_bytes(), false, false);
+                g.add(&topic, 0, o as i64, None, b.as_bytes(), false, false, false);
             }
             answers.push(decoders.submit(g.seal().raw).expect("threads running"));
         }

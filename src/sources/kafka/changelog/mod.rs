@@ -34,6 +34,7 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
 use super::KafkaSourceConfig;
+use crate::classify::forward::{Completion, Forward};
 use crate::classify::Engine;
 use crate::kafka::{self as client, Logged, Transactional};
 use crate::metrics::Metrics;
@@ -56,6 +57,8 @@ const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 /// producer that writes it.
 pub struct Changelog {
     pub topic: String,
+    /// The input topic: trace messages for other partitions go there.
+    input: String,
     /// Where each object belongs, and what changed since the last write.
     pub partitions: Arc<Partitions>,
     engine: Arc<Engine>,
@@ -64,6 +67,10 @@ pub struct Changelog {
     /// At-least-once: the changelog's own idempotent producer. Exactly-once writes through the
     /// transaction's producer instead.
     producer: Option<ThreadedProducer<Counted>>,
+    /// Trace messages' producer ([`crate::classify::forward`]): idempotent, never inside a
+    /// transaction, so that the input topic carries no transaction markers (its readers'
+    /// committed offsets reach its end).
+    traces: ThreadedProducer<Counted>,
     /// The topic as [`Changelog::ensure_topic`] found it.
     layout: OnceLock<Layout>,
     /// The snapshot's states of the partitions not assigned yet, when `[state] snapshot` is set.
@@ -92,7 +99,11 @@ const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
 pub struct Written {
     pub records: usize,
     pub tombstones: usize,
+    /// Bytes of the records and tombstones (keys and values).
     pub bytes: usize,
+    /// Trace messages sent to the input topic ([`crate::classify::forward`]), and their bytes.
+    pub traces: usize,
+    pub trace_bytes: usize,
 }
 
 /// What restoring one partition read.
@@ -155,26 +166,20 @@ impl Changelog {
     pub fn new(cfg: &KafkaSourceConfig, engine: Arc<Engine>, metrics: Arc<Metrics>) -> Result<Changelog, Error> {
         let topic = cfg.changelog.as_ref().map(|c| c.topic.clone()).unwrap_or_default();
         let client = client::client_config(&cfg.brokers, &[], &cfg.properties, &[]);
-        let producer = if cfg.exactly_once {
-            None
-        } else {
-            // The consumer's properties (TLS, SASL) serve the producer too; consumer-only ones
-            // are ignored by librdkafka with a warning.
-            let managed = [("enable.idempotence", "true".to_string()), ("acks", "all".to_string())];
-            let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &Default::default(), &managed);
-            let mut config = config;
-            for (k, v) in &cfg.properties {
-                if k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") {
-                    config.set(k, v.to_string());
-                }
+        // The consumer's properties (TLS, SASL) serve the producers too; consumer-only ones
+        // are ignored by librdkafka with a warning.
+        let managed = [("enable.idempotence", "true".to_string()), ("acks", "all".to_string())];
+        let mut config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &Default::default(), &managed);
+        for (k, v) in &cfg.properties {
+            if k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") {
+                config.set(k, v.to_string());
             }
-            let p = config.create_with_context(Counted { failed: AtomicU64::new(0) }).map_err(|source| Error::Kafka {
-                topic: topic.clone(),
-                what: "cannot create its producer",
-                source,
-            })?;
-            Some(p)
+        }
+        let create = |what: &'static str| {
+            config.create_with_context(Counted { failed: AtomicU64::new(0) }).map_err(|source| Error::Kafka { topic: topic.clone(), what, source })
         };
+        let producer = if cfg.exactly_once { None } else { Some(create("cannot create its producer")?) };
+        let traces = create("cannot create the producer of trace messages")?;
         engine.store.keep_journal();
         let ends = restoring_client(&client, &topic).create_with_context(Restoring).map_err(|source| Error::Kafka {
             topic: topic.clone(),
@@ -183,10 +188,12 @@ impl Changelog {
         })?;
         Ok(Changelog {
             topic,
+            input: cfg.topics.first().cloned().unwrap_or_default(),
             partitions: Arc::new(Partitions::default()),
             engine,
             client,
             producer,
+            traces,
             layout: OnceLock::new(),
             cache: Mutex::new(None),
             snapshots: OnceLock::new(),
@@ -206,6 +213,8 @@ impl Changelog {
         let Some(input_parts) = input_parts else {
             return Err(mismatch(format!("the input topic {input} does not exist (create it first: the changelog takes its partition count)")));
         };
+        // A write judged away from its object's own partition sends that partition its trace.
+        self.engine.forwards.enable(input_parts);
         let admin: AdminClient<Logged> = self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create an admin client"))?;
         let options = AdminOptions::new().request_timeout(Some(BROKER_TIMEOUT));
         let layout = |delete_retention_ms: i64| Layout { partitions: input_parts, tombstones_kept_us: delete_retention_ms.saturating_mul(1000) };
@@ -248,12 +257,14 @@ impl Changelog {
     /// write.
     pub fn write(&self, via: Option<&dyn Transactional>) -> Result<Written, String> {
         let changed = self.partitions.take_changed();
-        if changed.is_empty() {
+        let traces = self.engine.forwards.take();
+        if changed.is_empty() && traces.is_empty() {
             return Ok(Written::default());
         }
         let failed_before = self.producer.as_ref().map_or(0, |p| p.context().failed.load(Ordering::Relaxed));
         let mut written = Written::default();
         let interner = &self.engine.interner;
+        self.send_traces(&traces, &mut written);
         let result = (|| -> Result<(), KafkaError> {
             for (key, parts) in &changed {
                 let name = record_key(interner, key);
@@ -271,7 +282,7 @@ impl Changelog {
                 for p in to.iter() {
                     match (via, &self.producer) {
                         (Some(t), _) => t.send_state(&self.topic, p, name.as_bytes(), record.as_deref())?,
-                        (None, Some(producer)) => client::send_record(producer, &self.topic, p, name.as_bytes(), record.as_deref())?,
+                        (None, Some(producer)) => client::send_record(producer, &self.topic, p, name.as_bytes(), record.as_deref(), false)?,
                         (None, None) => return Err(KafkaError::MessageProduction(RDKafkaErrorCode::State)),
                     }
                     match &record {
@@ -302,6 +313,39 @@ impl Changelog {
                 self.partitions.put_back(changed);
                 Err(format!("writing the state changelog: {e}"))
             }
+        }
+    }
+
+    /// Sends trace messages to the input topic and waits for them. Outside the transaction:
+    /// a message of an aborted one describes a write that is judged again, the same way, and
+    /// sent again (a duplicate, dropped by auditID). Not sent again when lost: a trace then
+    /// lacks its parent's hops, as without the message (counted `unsent`, warned).
+    fn send_traces(&self, traces: &[Forward], written: &mut Written) {
+        if traces.is_empty() {
+            return;
+        }
+        let failed_before = self.traces.context().failed.load(Ordering::Relaxed);
+        let mut queued = 0;
+        let mut error = None;
+        for t in traces {
+            match client::send_record(&self.traces, &self.input, t.partition, t.key.as_bytes(), Some(&t.value), true) {
+                Ok(()) => {
+                    queued += 1;
+                    written.trace_bytes += t.key.len() + t.value.len();
+                }
+                Err(e) => error = Some(e),
+            }
+        }
+        if let Err(e) = self.traces.flush(BROKER_TIMEOUT) {
+            error = Some(e);
+        }
+        let lost = (traces.len() - queued) as u64 + (self.traces.context().failed.load(Ordering::Relaxed) - failed_before);
+        let lost = lost.min(traces.len() as u64);
+        written.traces = traces.len() - lost as usize;
+        self.metrics.trace_messages.with_label_values(&[Completion::Sent.as_str()]).inc_by(written.traces as u64);
+        if lost > 0 {
+            self.metrics.trace_messages.with_label_values(&[Completion::Unsent.as_str()]).inc_by(lost);
+            tracing::warn!(topic = %self.input, lost, error = ?error.map(|e| e.to_string()), "trace messages not delivered: the traces of those objects' children lack their parents' hops");
         }
     }
 
@@ -414,6 +458,13 @@ impl Changelog {
                 }
             }
         }
+    }
+
+    /// Drops what waits for the next write (the changes and trace messages of an aborted
+    /// transaction: its writes are read and judged again).
+    pub fn discard_unwritten(&self) {
+        drop(self.partitions.take_changed());
+        drop(self.engine.forwards.take());
     }
 
     /// Partitions taken away: the objects that belong to no partition still held here leave

@@ -45,7 +45,7 @@ impl SourceContext {
         let mut dropped = 0;
         if let Some(changelog) = &self.changelog {
             // The changes not written yet are the aborted transaction's.
-            drop(changelog.partitions.take_changed());
+            changelog.discard_unwritten();
             let numbers: Vec<i32> = parts.iter().map(|(_, p)| *p).collect();
             dropped = changelog.give_up(&numbers);
             self.restore(&held);

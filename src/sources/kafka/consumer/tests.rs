@@ -32,7 +32,7 @@ fn a_flushed_batch_is_consumed_up_to_each_partitions_last_offset_and_done_there(
     let mut api = ApiServer::new();
     for (partition, offset, name) in [(0, 10, "a"), (1, 3, "b"), (0, 11, "c")] {
         let (_, body) = api.create(ADMIN, deployment("ns", name, 1, "img"));
-        outbox.gather.add(&topic, partition, offset, None, body.as_bytes(), false, false);
+        outbox.gather.add(&topic, partition, offset, None, body.as_bytes(), false, false, false);
     }
     assert!(outbox.flush(&offsets));
     assert!(outbox.gather.is_empty());
@@ -59,10 +59,10 @@ fn once_closed_nothing_gathered_is_sent_or_consumed_and_the_completions_end() {
     let (mut outbox, offsets, mut intake) = outbox(4);
     let topic: Arc<str> = Arc::from("audit");
     offsets.lock().unwrap().parts.insert((topic.clone(), 0), Progress { consumed: -1, done: -1, stored: -1 });
-    outbox.gather.add(&topic, 0, 7, None, b"{}", false, false);
+    outbox.gather.add(&topic, 0, 7, None, b"{}", false, false, false);
     outbox.close();
     assert!(outbox.flush(&offsets), "nothing left to send");
-    outbox.gather.add(&topic, 0, 8, None, b"{}", false, false);
+    outbox.gather.add(&topic, 0, 8, None, b"{}", false, false, false);
     assert!(!outbox.flush(&offsets), "a closed outbox takes no more");
     assert!(intake.try_recv().is_err());
     let mut o = offsets.lock().unwrap();

@@ -1,0 +1,268 @@
+//! Trace messages between partitions: a tree fed as the ingest tier routes it, to a processor
+//! that keeps its state by partition, with the trace messages it queues delivered back (as the
+//! input topic would) at the points each test chooses.
+
+use std::sync::Arc;
+
+use super::*;
+use crate::classify::{Class, EngineOptions};
+use crate::config::ModelConfig;
+use crate::enriched::Enriched;
+use crate::metrics::Metrics;
+use crate::process::{Clock, Decoded, Processor, ProcessorOptions};
+use crate::sim::*;
+
+const ALICE: &str = "alice@example.com";
+
+fn processor() -> Processor {
+    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+    Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() })
+}
+
+/// Feeds one event as the ingest tier routes it among `n` partitions (a state-only copy
+/// silent); returns what was emitted.
+fn feed(p: &mut Processor, ev: &str, n: i32) -> Vec<Enriched> {
+    let decoder = p.decoder();
+    let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, n);
+    let mut out = Vec::new();
+    for m in &routed.messages {
+        let mut decoded = Decoded::default();
+        decoder.decode(None, &ev.as_bytes()[m.range.clone()], crate::decode::Unwrap::None, "test", &mut decoded);
+        decoder.partition_from(&mut decoded, 0, m.partition);
+        if m.copy == crate::route::Copy::State {
+            decoded.silence_from(0);
+        }
+        p.ingest_decoded(decoded, 0, 0, &mut out);
+        p.flush(0, &mut out);
+    }
+    out
+}
+
+/// Delivers trace messages to their partitions, as the input topic would.
+fn deliver(p: &mut Processor, forwards: &[Forward]) {
+    let decoder = p.decoder();
+    for f in forwards {
+        let mut decoded = Decoded::default();
+        decoder.decode_trace(&f.value, "kafka", &mut decoded);
+        decoder.partition_from(&mut decoded, 0, f.partition);
+        let mut out = Vec::new();
+        p.ingest_decoded(decoded, 0, 0, &mut out);
+        p.flush(0, &mut out);
+        assert!(out.is_empty(), "a trace message emits nothing: {out:?}");
+    }
+}
+
+/// The (kind, name, user) of each hop of an output's trace, root first.
+fn hops(e: &Enriched) -> Vec<(String, String, Option<String>)> {
+    e.trace.iter().map(|h| (h.kind.to_string(), h.name.to_string(), h.user.as_deref().map(str::to_string))).collect()
+}
+
+fn hop(kind: &str, name: &str, user: &str) -> (String, String, Option<String>) {
+    (kind.to_string(), name.to_string(), Some(user.to_string()))
+}
+
+fn count(p: &Processor, c: Completion) -> u64 {
+    p.metrics().trace_messages.with_label_values(&[c.as_str()]).get()
+}
+
+fn part(uid: &str, n: i32) -> i32 {
+    crate::route::partition_of(uid.as_bytes(), n)
+}
+
+#[test]
+fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the_deployment() {
+    // The whole stream first (its UIDs choose the partition count), then fed in steps.
+    let mut api = ApiServer::new();
+    let (deploy, ev_deploy) = api.create(ALICE, deployment("shop", "web", 2, "web:1"));
+    let (rs, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    let (_, ev_pod_a) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
+    let (_, ev_pod_b) = api.create(REPLICASET_CONTROLLER, pod(&rs, "b", "web:1"));
+    let ev_rollout = api.update(ALICE, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = "web:2".into());
+    let (rs2, ev_rs2) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "7c9e", 1, "web:2"));
+    let (_, ev_pod_c) = api.create(REPLICASET_CONTROLLER, pod(&rs2, "c", "web:2"));
+    // Each ReplicaSet judged on its Deployment's partition, away from its own.
+    let n = (2..64).find(|&n| part(&rs.uid, n) != part(&deploy.uid, n) && part(&rs2.uid, n) != part(&deploy.uid, n)).unwrap();
+
+    let mut p = processor();
+    p.engine().forwards.enable(n);
+    for ev in [&ev_deploy, &ev_rs] {
+        feed(&mut p, ev, n);
+    }
+    let sent = p.engine().forwards.take();
+    assert_eq!(sent.len(), 1, "the ReplicaSet's write, judged on its Deployment's partition: {sent:?}");
+    assert_eq!((sent[0].partition, sent[0].key.as_str()), (part(&rs.uid, n), rs.uid.as_str()));
+
+    // A pod written before the message arrives: its trace starts at its ReplicaSet.
+    let out = feed(&mut p, &ev_pod_a, n);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].class, Class::Initializing, "its ReplicaSet has not reported yet");
+    assert_eq!(hops(&out[0]), vec![hop("ReplicaSet", &rs.name, DEPLOYMENT_CONTROLLER), hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)]);
+    // Its trace message goes to the pod's own partition (when that is another): a leaf there.
+    let pod_sent = p.engine().forwards.take();
+    assert!(pod_sent.len() <= 1, "{pod_sent:?}");
+
+    // The message arrives (the ReplicaSet's own node, built for pod a, is built again on it).
+    deliver(&mut p, &sent);
+    assert_eq!(count(&p, Completion::Applied), 1);
+    let out = feed(&mut p, &ev_pod_b, n);
+    assert_eq!(
+        hops(&out[0]),
+        vec![hop("Deployment", "web", ALICE), hop("ReplicaSet", &rs.name, DEPLOYMENT_CONTROLLER), hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)],
+        "a pod written after the message: its trace runs from the person"
+    );
+    // The pod's trace message is a leaf on the pod's own partition: not kept there.
+    let leaves_before = count(&p, Completion::Leaf);
+    let pod_sent: Vec<Forward> = p.engine().forwards.take();
+    deliver(&mut p, &pod_sent);
+    assert_eq!(count(&p, Completion::Leaf) - leaves_before, pod_sent.len() as u64);
+
+    // The same message again (delivered twice, at-least-once): a duplicate, dropped.
+    let dups = p.metrics().dedup_hits.get();
+    deliver(&mut p, &sent);
+    assert_eq!((p.metrics().dedup_hits.get() - dups, count(&p, Completion::Applied)), (1, 1));
+
+    // A rollout: the person's new template, a new ReplicaSet whose message arrives before any
+    // of its pods (its producing write is still kept as a write, not a built node).
+    feed(&mut p, &ev_rollout, n);
+    feed(&mut p, &ev_rs2, n);
+    let sent2 = p.engine().forwards.take();
+    assert_eq!(sent2.len(), 1, "{sent2:?}");
+    deliver(&mut p, &sent2);
+    assert_eq!(count(&p, Completion::Applied), 2);
+    let out = feed(&mut p, &ev_pod_c, n);
+    let trace = &out[0].trace;
+    assert_eq!(
+        hops(&out[0]),
+        vec![hop("Deployment", "web", ALICE), hop("ReplicaSet", &rs2.name, DEPLOYMENT_CONTROLLER), hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)]
+    );
+    assert_eq!((trace[0].generation, trace[1].generation), (Some(2), Some(1)), "the Deployment's hop as of the rollout");
+
+    // The same trace as a single process keeping the whole cluster gives.
+    let mut whole = processor();
+    let mut last = Vec::new();
+    for ev in [&ev_deploy, &ev_rs, &ev_pod_a, &ev_pod_b, &ev_rollout, &ev_rs2, &ev_pod_c] {
+        last = Vec::new();
+        whole.ingest_body(None, ev.as_bytes(), "test", 0, &mut last);
+        whole.flush(0, &mut last);
+    }
+    assert_eq!(serde_json::to_value(&last[0].trace).unwrap(), serde_json::to_value(trace).unwrap());
+}
+
+/// A trace message written by hand for the object `uid` of the partition `partition`.
+fn message(p: &Processor, uid: Uid, user: &str, time_us: i64, partition: i32, prev_user: &str) -> Forward {
+    let i = &p.engine().interner;
+    let ty = i.ty(i.intern("apps/v1"), i.intern("Deployment"));
+    let prev = trace::origin(trace::Hop {
+        ty,
+        name: crate::write::Name::from("web"),
+        generation: std::num::NonZeroI64::new(1),
+        user: Some(i.intern(prev_user)),
+        timestamp: std::num::NonZeroI64::new(5),
+        labels: None,
+    });
+    let value = encode_trace_message(i, "default", uid, &format!("audit-{user}-{time_us}-{prev_user}"), i.intern(user), time_us, &prev);
+    Forward { partition, key: format!("{uid:x}"), value }
+}
+
+#[test]
+fn a_message_that_does_not_match_the_state_leaves_it_as_it_is() {
+    let mut api = ApiServer::new();
+    let (deploy, ev_deploy) = api.create(ALICE, deployment("shop", "web", 1, "web:1"));
+    let (rs, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 1, "web:1"));
+    let (_, ev_pod) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
+    let ev_scale = api.scale(ALICE, &rs, 3);
+    let n = (2..64).find(|&n| part(&rs.uid, n) != part(&deploy.uid, n)).unwrap();
+    let own = part(&rs.uid, n);
+    let mut p = processor();
+    p.engine().forwards.enable(n);
+    for ev in [&ev_deploy, &ev_rs, &ev_pod] {
+        feed(&mut p, ev, n);
+    }
+    let sent = p.engine().forwards.take();
+    let rs_uid = crate::write::uid_key(&rs.uid);
+    let time_us = {
+        let scope = p.engine().interner.lookup(&format!("default#p{own}")).unwrap();
+        p.engine().store.read(&ObjKey::new(scope, rs_uid), |s| s.trace_parts().2).unwrap()
+    };
+
+    // Another user, or another time, than the producing write the state holds: stale.
+    let (other_user, other_time) = (message(&p, rs_uid, "someone-else", time_us, own, "x"), message(&p, rs_uid, DEPLOYMENT_CONTROLLER, time_us + 1, own, "x"));
+    deliver(&mut p, &[other_user, other_time]);
+    assert_eq!(count(&p, Completion::Stale), 2);
+    // An object this partition does not hold: unknown.
+    let not_held = message(&p, 0xdead_beef, DEPLOYMENT_CONTROLLER, time_us, own, "x");
+    deliver(&mut p, &[not_held]);
+    assert_eq!(count(&p, Completion::Unknown), 1);
+    // The matching one: applied; a second message with the same hops: already.
+    let rs_message = sent.iter().find(|f| f.key == rs.uid).cloned().expect("the ReplicaSet's message");
+    deliver(&mut p, &[rs_message]);
+    assert_eq!(count(&p, Completion::Applied), 1);
+    let hand_made = message(&p, rs_uid, DEPLOYMENT_CONTROLLER, time_us, own, ALICE);
+    deliver(&mut p, std::slice::from_ref(&hand_made));
+    assert_eq!(count(&p, Completion::Applied), 2, "other hops (a hand-made Deployment hop): applied");
+    // The same hops under another auditID (not a duplicate): nothing to change.
+    let same_hops = {
+        let i = &p.engine().interner;
+        let prev = crate::state::RecordReader::new(i).read_trace_message(&hand_made.value).unwrap().prev;
+        encode_trace_message(i, "default", rs_uid, "another-audit-id", i.intern(DEPLOYMENT_CONTROLLER), time_us, &prev)
+    };
+    deliver(&mut p, &[Forward { value: same_hops, ..hand_made }]);
+    assert_eq!(count(&p, Completion::Already), 1);
+
+    // A person scales the ReplicaSet on its own partition: the state's producing write is now
+    // hers, and a message about the controller's write is stale.
+    feed(&mut p, &ev_scale, n);
+    let late = message(&p, rs_uid, DEPLOYMENT_CONTROLLER, time_us, own, "late");
+    deliver(&mut p, &[late]);
+    assert_eq!(count(&p, Completion::Stale), 3);
+
+    // A message that cannot be read is counted invalid, and the messages around it still apply.
+    let invalid_before = p.metrics().invalid_count(crate::decode::InvalidReason::NotAuditEvent);
+    let mut decoded = Decoded::default();
+    p.decoder().decode_trace(b"t\x05not a message", "kafka", &mut decoded);
+    p.decoder().decode_trace(&[], "kafka", &mut decoded);
+    let mut out = Vec::new();
+    p.ingest_decoded(decoded, 0, 0, &mut out);
+    assert_eq!(p.metrics().invalid_count(crate::decode::InvalidReason::NotAuditEvent) - invalid_before, 2);
+}
+
+#[test]
+fn nothing_is_sent_within_one_partition_for_a_silent_copy_or_without_a_changelog() {
+    let mut api = ApiServer::new();
+    let (deploy, ev_deploy) = api.create(ALICE, deployment("shop", "web", 1, "web:1"));
+    let (_, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 1, "web:1"));
+    // One partition: every object's own partition is the judged one.
+    let mut p = processor();
+    p.engine().forwards.enable(1);
+    for ev in [&ev_deploy, &ev_rs] {
+        feed(&mut p, ev, 1);
+    }
+    assert!(p.engine().forwards.take().is_empty());
+    // Not enabled (no changelog): nothing queued, whatever the partitions.
+    let mut p = processor();
+    for ev in [&ev_deploy, &ev_rs] {
+        feed(&mut p, ev, 7);
+    }
+    assert!(p.engine().forwards.take().is_empty());
+    // Not by partition at all (a single process): nothing.
+    let mut p = processor();
+    p.engine().forwards.enable(7);
+    for ev in [&ev_deploy, &ev_rs] {
+        let mut out = Vec::new();
+        p.ingest_body(None, ev.as_bytes(), "test", 0, &mut out);
+        p.flush(0, &mut out);
+    }
+    assert!(p.engine().forwards.take().is_empty());
+}
+
+#[test]
+fn a_failed_write_puts_its_messages_back_before_the_new_ones() {
+    let f = Forwards::default();
+    let m = |k: &str| Forward { partition: 1, key: k.to_string(), value: vec![1] };
+    f.push(m("a"));
+    let taken = f.take();
+    f.push(m("b"));
+    f.put_back(taken);
+    assert_eq!(f.take().iter().map(|m| m.key.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
+    assert!(f.take().is_empty());
+}

@@ -774,7 +774,7 @@ impl Processor {
     pub fn restore(&mut self, input: &mut impl std::io::Read) -> Result<SnapshotStats, SnapshotError> {
         let (stats, dedupe) = read_snapshot(&self.engine.store, &self.engine.interner, input)?;
         self.dedupe.restore(&dedupe);
-        self.engine.note_restored_owner_kinds();
+        self.engine.note_restored();
         self.metrics.tracked_objects.set(self.engine.store.len() as i64);
         Ok(stats)
     }

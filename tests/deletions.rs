@@ -401,3 +401,66 @@ fn a_namespace_created_again_is_judged_as_usual() {
     let (_, out) = run(&events);
     assert_eq!(class_of(&out, &person), Class::Origin);
 }
+
+/// `events` into a processor, its snapshot restored into a fresh one, then `after` there.
+fn run_across_a_restore(events: &[String], after: &[String]) -> Vec<Enriched> {
+    let (p, _) = run(events);
+    let mut snapshot = Vec::new();
+    p.snapshot(&mut snapshot).unwrap();
+    let mut restored = processor(ModelConfig::default(), 500_000);
+    restored.restore(&mut snapshot.as_slice()).unwrap();
+    let mut out = Vec::new();
+    feed(&mut restored, after, &mut out);
+    restored.flush(0, &mut out);
+    out
+}
+
+#[test]
+fn a_namespace_being_deleted_is_known_again_after_a_restore() {
+    // The namespace's deletion is seen before the restore; its teardown comes after it (a
+    // restart, or a partition moved to another process with the changelog).
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (shop, ev) = api.create(ADMIN, namespace("shop"));
+    events.push(ev);
+    let t = tree(&mut api, &mut events, "shop");
+    let o = tree(&mut api, &mut events, "other");
+    events.push(api.delete(ADMIN, &shop, &["kubernetes"]));
+    let pods = api.delete_collection(NAMESPACE_CONTROLLER, &t.pods, true);
+    let rs = api.delete(NAMESPACE_CONTROLLER, &t.rs, &[]);
+    let elsewhere = api.delete_graceful(ADMIN, &o.pods[0]);
+    let after = [pods.clone(), rs.clone(), elsewhere.clone()];
+    let out = run_across_a_restore(&events, &after);
+    let items: Vec<&Enriched> = out.iter().filter(|e| *e.audit_id == *audit_id(&pods)).collect();
+    assert_eq!(items.len(), 2, "one event per pod of the deletecollection");
+    for e in items {
+        assert_eq!(e.class, Class::Deleting, "{}: {}", e.object.name, e.reason);
+        assert!(e.reason.contains("namespace shop is being deleted"), "{}", e.reason);
+    }
+    assert_eq!(class_of(&out, &rs), Class::Deleting);
+    assert_eq!(class_of(&out, &elsewhere), Class::Origin);
+    // The same stream without a restore gives the same classes.
+    let (_, whole) = run(&[events.clone(), after.to_vec()].concat());
+    for ev in &after {
+        let classes = |out: &[Enriched]| out.iter().filter(|e| *e.audit_id == *audit_id(ev)).map(|e| e.class).collect::<Vec<_>>();
+        assert_eq!(classes(&out), classes(&whole));
+    }
+}
+
+#[test]
+fn a_namespace_deleted_and_created_again_is_not_taken_down_after_a_restore() {
+    // The old namespace's state (deleted) and the new one's (live) are both restored: the
+    // newest says the name is in use again.
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (shop, ev) = api.create(ADMIN, namespace("shop"));
+    events.push(ev);
+    events.push(api.delete(ADMIN, &shop, &["kubernetes"]));
+    events.push(api.finalize(NAMESPACE_CONTROLLER, &shop));
+    let (_, ev) = api.create(ADMIN, namespace("shop"));
+    events.push(ev);
+    let t = tree(&mut api, &mut events, "shop");
+    let person = api.delete_graceful(ADMIN, &t.pods[0]);
+    let out = run_across_a_restore(&events, std::slice::from_ref(&person));
+    assert_eq!(class_of(&out, &person), Class::Origin);
+}

@@ -282,7 +282,7 @@ impl Engine {
         match s.name() {
             Some(kept) if **kept == **name => {}
             Some(_) => s.set_name(name.clone()),
-            None if self.owner_kinds.contains_key(&s.ty) => s.set_name(name.clone()),
+            None if self.owner_kinds.contains_key(&s.ty) || self.is_namespace(s.namespace, s.ty) => s.set_name(name.clone()),
             None => {}
         }
     }
@@ -307,13 +307,45 @@ impl Engine {
         counts
     }
 
-    /// After a restore: the kinds of the objects that kept a name are owner kinds.
-    pub fn note_restored_owner_kinds(&self) {
-        self.store.for_each(|_, s| {
-            if s.name().is_some() {
+    /// A `v1` Namespace (it keeps its name, so that a restore knows which namespaces are
+    /// being deleted).
+    fn is_namespace(&self, namespace: Sym, ty: Ty) -> bool {
+        if namespace != Sym::EMPTY {
+            return false;
+        }
+        let (api_version, kind) = self.interner.parts(ty);
+        &*self.interner.resolve(kind) == "Namespace" && &*self.interner.resolve(api_version) == "v1"
+    }
+
+    /// After a restore: the kinds of the objects that kept a name are owner kinds, and a
+    /// namespace whose newest state (by resourceVersion, of each scope and name) is being
+    /// deleted is being deleted (DESIGN §1.4): the engine's own note of it was not restored.
+    pub fn note_restored(&self) {
+        let mut namespaces: std::collections::HashMap<(Arc<str>, Name), (u64, bool, i64)> = std::collections::HashMap::new();
+        self.store.for_each(|k, s| {
+            let Some(name) = s.name() else { return };
+            if !self.is_namespace(s.namespace, s.ty) {
                 self.note_owner_kind(s.ty);
+                return;
             }
+            let newest = (s.last_resource_version, s.deleting() || s.deleted(), s.last_seen_us());
+            namespaces
+                .entry((self.interner.resolve(k.cluster), name.clone()))
+                .and_modify(|n| {
+                    if newest.0 >= n.0 {
+                        *n = newest;
+                    }
+                })
+                .or_insert(newest);
         });
+        for ((scope, name), (_, deleting, since)) in namespaces {
+            let key = (scope, Arc::<str>::from(&*name));
+            if deleting {
+                self.terminating_namespaces.entry(key).or_insert(since);
+            } else {
+                self.terminating_namespaces.remove(&key);
+            }
+        }
     }
 
     /// Notes that objects of this kind own others (once per kind).

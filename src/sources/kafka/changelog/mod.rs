@@ -395,7 +395,7 @@ impl Changelog {
             }
         }
         result?;
-        self.engine.note_restored_owner_kinds();
+        self.engine.note_restored();
         restored.millis = started.elapsed().as_millis();
         Ok(restored)
     }

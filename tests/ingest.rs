@@ -9,8 +9,6 @@
 mod kafka_support;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -82,27 +80,6 @@ fn read_topic(brokers: &str, topic: &str) -> Vec<Routed> {
 }
 
 /// An ingest pipeline: a plain-HTTP webhook on an ephemeral loopback port, the route sink.
-fn ingest_pipeline(dir: &Path, name: &str, brokers: &str, topic: &str, delivery_timeout: &str) -> PathBuf {
-    let path = dir.join(format!("{name}.toml"));
-    let text = format!(
-        r#"[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "kafka_route"
-brokers = "{brokers}"
-topic = "{topic}"
-delivery_timeout = "{delivery_timeout}"
-metadata_refresh = "1s"
-[metrics]
-listen = "127.0.0.1:0"
-"#
-    );
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
 /// A classify pipeline on the keyed topic: the cluster from the header, a reorder window
 /// longer than reading the whole backlog takes, so that partitions read in any interleaving
 /// are put back in resourceVersion order, as `replay` with a window over the whole fixture.
@@ -128,47 +105,6 @@ listen = "127.0.0.1:0"
     );
     std::fs::write(&path, text).unwrap();
     path
-}
-
-/// The webhook address a started `serve` logs.
-fn webhook_addr(serve: &Serve) -> SocketAddr {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(v) = serve.logs().into_iter().find(|v| v["fields"]["message"] == "webhook listening") {
-            return v["fields"]["addr"].as_str().unwrap().parse().unwrap();
-        }
-        assert!(Instant::now() < deadline, "serve logs its webhook address");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// POSTs `body` and returns the status code and the `Retry-After` header.
-fn post(addr: SocketAddr, path: &str, body: &[u8]) -> (u16, Option<String>) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    write!(s, "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
-    s.write_all(body).unwrap();
-    let mut answer = String::new();
-    s.read_to_string(&mut answer).unwrap();
-    let code = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let retry = answer.lines().find_map(|l| l.strip_prefix("retry-after: ").or_else(|| l.strip_prefix("Retry-After: "))).map(str::to_string);
-    (code, retry)
-}
-
-fn event_list(lines: &[String]) -> Vec<u8> {
-    format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}]}}"#, lines.join(",")).into_bytes()
-}
-
-/// POSTs until answered 200 (a 503 or 429 is retried, as the API server does).
-fn post_until_taken(addr: SocketAddr, path: &str, body: &[u8]) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match post(addr, path, body) {
-            (200, _) => return,
-            (503 | 429, Some(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
-            other => panic!("POST {path}: {other:?}"),
-        }
-    }
 }
 
 /// What the test expects of one event: its judged key and its own UID when it is a state

@@ -2,7 +2,7 @@
 //! consumer group over a keyed audit topic, each partition's state in a compacted changelog
 //! topic. The recorded control-plane streams are keyed as the ingest tier keys them
 //! (`route`: the judged copy by the controller-owner UID, a state-only copy by the object's own
-//! UID), and every class
+//! UID; in the three-process test by two ingest processes, else produced so), and every class
 //! written must be `replay`'s on the same stream, through a SIGKILL of one process, the
 //! rebalances that follow, and a restart of every process from the changelog alone.
 //! Skipped (with `SKIPPED: ...`) only when `KAUSALITY_KAFKA_TESTS=0`.
@@ -247,6 +247,9 @@ struct Case {
     kafka: Kafka,
     dir: PathBuf,
     t: Topics,
+    /// The stream's events, (cluster, line), in order.
+    lines: Vec<(String, String)>,
+    /// The same keyed as the ingest tier keys them, for the tests that produce them directly.
     msgs: Vec<Message>,
     limits: HashSet<(String, String)>,
     expected: HashMap<(String, String), String>,
@@ -262,8 +265,9 @@ impl Case {
         kafka.create_topic(&t.output, PARTITIONS);
         let fixtures = fixtures();
         let limits = routing_limits(&fixtures);
-        let mut case =
-            Case { kafka, dir, t, msgs: messages(if spread { self::spread(&fixtures) } else { in_turn(&fixtures) }), limits, expected: HashMap::new() };
+        let order = if spread { self::spread(&fixtures) } else { in_turn(&fixtures) };
+        let lines = order.iter().map(|(c, l)| ((*c).clone(), (*l).clone())).collect();
+        let mut case = Case { kafka, dir, t, lines, msgs: messages(order), limits, expected: HashMap::new() };
         case.expected = replayed(&case.dir, &fixtures).into_iter().filter(|(k, _)| !case.limited(k)).collect();
         case
     }
@@ -327,8 +331,9 @@ impl Case {
     }
 }
 
-/// Three processes; one killed mid-stream (its partitions move to the others with their
-/// state); then every process stopped and two new ones started, with nothing but the
+/// The stream through two ingest processes (webhook → `kafka_route`, the batches in turn) to
+/// three classify processes; one killed mid-stream (its partitions move to the others with
+/// their state); then every process stopped and two new ones started, with nothing but the
 /// changelog: every class equals `replay`'s, none is missing, none is written twice.
 #[test]
 fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_changelog() {
@@ -337,10 +342,11 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
     }
     let case = Case::new("changelog", false);
     let (kafka, t) = (&case.kafka, &case.t);
-    let msgs = &case.msgs;
-    let (first, rest) = msgs.split_at(msgs.len() / 2);
+    let ingest = Ingest::start(&case.dir, 2, &kafka.brokers, &t.input);
+    let lines: Vec<(&String, &String)> = case.lines.iter().map(|(c, l)| (c, l)).collect();
+    let (first, rest) = lines.split_at(lines.len() / 2);
     let (second, third) = rest.split_at(rest.len() / 2);
-    produce(kafka, &t.input, first);
+    ingest.post(first);
 
     let mut members: Vec<Serve> = ["a", "b", "c"].iter().map(|m| Serve::start(&case.pipeline(&case.dir, m, EXACTLY_ONCE))).collect();
     let delivered =
@@ -349,7 +355,7 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
     // SIGKILL: its open transaction (outputs, changelog records, offsets) is aborted; the
     // others take its partitions and restore their state from the changelog.
     members.remove(0).kill();
-    produce(kafka, &t.input, second);
+    ingest.post(second);
     wait_or_explain("every message of two parts committed after the kill", 180, || all_committed(kafka, t), || members.iter().map(Serve::explain).collect());
     for s in members.drain(..) {
         let (code, _) = s.terminate();
@@ -357,7 +363,7 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
     }
     // Everything again from the changelog alone: two fresh processes, no snapshot files.
     let fresh = temp_dir("changelog-fresh");
-    produce(kafka, &t.input, third);
+    ingest.post(third);
     let members: Vec<Serve> = ["d", "e"].iter().map(|m| Serve::start(&case.pipeline(&fresh, m, EXACTLY_ONCE))).collect();
     wait_or_explain("every message committed after the restart", 180, || all_committed(kafka, t), || members.iter().map(Serve::explain).collect());
     let restored: usize = members
@@ -374,6 +380,7 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
         let (code, _) = s.terminate();
         assert_eq!(code, 0);
     }
+    drop(ingest);
     case.done(&[&fresh]);
 }
 

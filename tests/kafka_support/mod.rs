@@ -551,3 +551,100 @@ snapshot_interval = "2s"
     .unwrap();
     path
 }
+
+// ---------------------------------------------------------------- the ingest tier
+
+/// An ingest pipeline: a webhook on an ephemeral port, and the `kafka_route` sink to `topic`.
+pub fn ingest_pipeline(dir: &Path, name: &str, brokers: &str, topic: &str, delivery_timeout: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.toml"));
+    let text = format!(
+        r#"[[sources]]
+type = "webhook"
+listen = "127.0.0.1:0"
+plain_http = true
+[[sinks]]
+type = "kafka_route"
+brokers = "{brokers}"
+topic = "{topic}"
+delivery_timeout = "{delivery_timeout}"
+metadata_refresh = "1s"
+[metrics]
+listen = "127.0.0.1:0"
+"#
+    );
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The webhook address a started `serve` logs.
+pub fn webhook_addr(serve: &Serve) -> SocketAddr {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(v) = serve.logs().into_iter().find(|v| v["fields"]["message"] == "webhook listening") {
+            return v["fields"]["addr"].as_str().unwrap().parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "serve logs its webhook address");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// POSTs `body` and returns the status code and the `Retry-After` header.
+pub fn post(addr: SocketAddr, path: &str, body: &[u8]) -> (u16, Option<String>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    write!(s, "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
+    s.write_all(body).unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    let code = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let retry = answer.lines().find_map(|l| l.strip_prefix("retry-after: ").or_else(|| l.strip_prefix("Retry-After: "))).map(str::to_string);
+    (code, retry)
+}
+
+pub fn event_list(lines: &[String]) -> Vec<u8> {
+    format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}]}}"#, lines.join(",")).into_bytes()
+}
+
+/// POSTs until answered 200 (a 503 or 429 is retried, as the API server does).
+pub fn post_until_taken(addr: SocketAddr, path: &str, body: &[u8]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match post(addr, path, body) {
+            (200, _) => return,
+            (503 | 429, Some(_)) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            other => panic!("POST {path}: {other:?}"),
+        }
+    }
+}
+
+/// Ingest processes (`serve` with a webhook and the `kafka_route` sink) on one keyed topic,
+/// taking the batches in turn, as replicas behind one Service do.
+pub struct Ingest {
+    pub processes: Vec<Serve>,
+    addrs: Vec<SocketAddr>,
+    turn: std::cell::Cell<usize>,
+}
+
+impl Ingest {
+    pub fn start(dir: &Path, n: usize, brokers: &str, topic: &str) -> Ingest {
+        let processes: Vec<Serve> = (0..n).map(|i| Serve::start(&ingest_pipeline(dir, &format!("ingest-{i}"), brokers, topic, "10s"))).collect();
+        let addrs = processes.iter().map(webhook_addr).collect();
+        Ingest { processes, addrs, turn: std::cell::Cell::new(0) }
+    }
+
+    /// Posts (cluster, line) pairs in their order: each run of one cluster's lines as
+    /// EventLists of at most 25 events to `/audit/{cluster}`, the processes in turn; returns
+    /// once every batch was answered 200 (the broker has its messages).
+    pub fn post(&self, lines: &[(&String, &String)]) {
+        let mut i = 0;
+        while i < lines.len() {
+            let cluster = lines[i].0;
+            let run = lines[i..].iter().take(25).take_while(|(c, _)| *c == cluster).count();
+            let batch: Vec<String> = lines[i..i + run].iter().map(|(_, l)| (*l).clone()).collect();
+            let turn = self.turn.get();
+            post_until_taken(self.addrs[turn % self.addrs.len()], &format!("/audit/{cluster}"), &event_list(&batch));
+            self.turn.set(turn + 1);
+            i += run;
+        }
+    }
+}

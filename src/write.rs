@@ -17,9 +17,7 @@ use crate::state::{Interner, Marks, Sym, Ty};
 /// An object UID as a map key: the 128 bits of a UUID, or a 128-bit hash of any other string.
 pub type Uid = u128;
 
-/// An object's name: one pointer wide (length and count live on the heap beside the text),
-/// shared by a write, the state of an owner, its trace hops and the enriched events naming it.
-pub type Name = arcstr::ArcStr;
+pub use crate::state::Name;
 
 pub fn uid_key(uid: &str) -> Uid {
     parse_uuid(uid).unwrap_or_else(|| xxh3_128(uid.as_bytes()))

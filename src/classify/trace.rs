@@ -9,8 +9,7 @@
 use std::num::NonZeroI64;
 use std::sync::{Arc, LazyLock};
 
-use crate::state::{Sym, Ty};
-use crate::write::Name;
+use crate::state::{Name, Sym, Ty};
 
 /// Most hops in a trace unless configured (`options.max_trace_hops`): real trees are two to
 /// five deep (Deployment → ReplicaSet → Pod; a Crossplane claim → XR → composed resources).

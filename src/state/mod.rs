@@ -17,3 +17,7 @@ pub use partitions::{Partitions, Parts};
 pub use record::{encode_record, encode_trace_message, record_key, RecordReader, TraceMessage};
 pub use snapshot::{read_partitioned, read_snapshot, write_partitioned, write_snapshot, ChangelogMark, PartitionedSnapshot, SnapshotError, SnapshotStats};
 pub use store::{ObjKey, Store, StoreStats};
+
+/// An object's name: one pointer wide (length and count live on the heap beside the text),
+/// shared by a write, the state of an owner, its trace hops and the enriched events naming it.
+pub type Name = arcstr::ArcStr;

@@ -483,7 +483,7 @@ impl Engine {
     /// A create, or an update that changed the spec.
     fn mutation(&self, w: &Write, f: &ObjectFacts) -> Enriched {
         let (event, trace) = self.judge_object(w, f, |_| {});
-        self.keep_trace(w, f.uid, &f.uid_text, trace);
+        self.keep_trace(w, f.uid, &f.uid_text, f.ty, trace);
         event
     }
 
@@ -670,7 +670,7 @@ impl Engine {
         let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels, written };
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
-        self.keep_trace(w, uid, uid_text, trace);
+        self.keep_trace(w, uid, uid_text, ty, trace);
         Applied::Classified(vec![event])
     }
 }

@@ -9,17 +9,19 @@
 //! object's own hop ([`Engine::complete_trace`]). Children written there after it has arrived
 //! have the whole trace.
 //!
-//! A message is kept only for an object of a kind that the receiving process has seen own
-//! something (`Completion::Leaf` otherwise): a Pod's trace on its own partition has no
-//! reader, and would cost memory there. The sender cannot tell: the kinds that own are learnt
-//! where the children are judged, which is the receiving side.
+//! Only objects of a kind that owns something are sent: a Pod's trace on its own partition
+//! has no reader. The kinds that own are learnt from the children's writes (their
+//! ownerReferences, judged copies and state-only copies alike) and from a restore, so the
+//! sending process knows them once it has seen one child of the kind: the first parents of a
+//! kind after a start with no state are not sent. The receiving process keeps a message only
+//! for a kind it knows owns something too (`Completion::Leaf` otherwise).
 
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 
 use super::trace::{self, Trace};
 use super::Engine;
-use crate::state::{encode_trace_message, ObjKey, TraceState};
+use crate::state::{encode_trace_message, ObjKey, TraceState, Ty};
 use crate::write::{Uid, Write};
 
 /// A trace message waiting for the next commit: where it goes and what it says.
@@ -116,7 +118,7 @@ fn same_hops(a: &Trace, b: &Trace) -> bool {
 impl Engine {
     /// Keeps `trace` as how the object `uid` came about, and queues its trace message when the
     /// write was judged on another partition than the object's own (see the module).
-    pub(super) fn keep_trace(&self, w: &Write, uid: Uid, uid_text: &str, trace: TraceState) {
+    pub(super) fn keep_trace(&self, w: &Write, uid: Uid, uid_text: &str, ty: Ty, trace: TraceState) {
         let forward = match (&trace, w.partition) {
             (TraceState::Write { prev: Some(prev), user, time_us }, Some(judged)) if !w.silent => Some((prev.clone(), *user, *time_us, judged)),
             _ => None,
@@ -124,7 +126,7 @@ impl Engine {
         self.store.update(&ObjKey::new(w.scope, uid), |s| s.set_trace(trace));
         let Some((prev, user, time_us, judged)) = forward else { return };
         let partitions = self.forwards.partitions.load(Ordering::Relaxed);
-        if partitions <= 0 || uid_text.is_empty() {
+        if partitions <= 0 || uid_text.is_empty() || !self.owner_kinds.contains_key(&ty) {
             return;
         }
         let own = crate::route::partition_of(uid_text.as_bytes(), partitions);

@@ -69,10 +69,28 @@ fn part(uid: &str, n: i32) -> i32 {
     crate::route::partition_of(uid.as_bytes(), n)
 }
 
+/// Another tree first (Deployment, ReplicaSet, Pod): until a ReplicaSet has owned something
+/// here, a ReplicaSet's trace is not sent. Its events, its Deployment and its ReplicaSet.
+fn warm_up(api: &mut ApiServer) -> (Vec<String>, ObjRef, ObjRef) {
+    let (d, ev_d) = api.create(ALICE, deployment("tools", "warm", 1, "warm:1"));
+    let (rs, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&d, "0a0a", 1, "warm:1"));
+    let (_, ev_pod) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "warm:1"));
+    (vec![ev_d, ev_rs, ev_pod], d, rs)
+}
+
+/// Feeds the warm-up tree and drops what it sent.
+fn feed_warm_up(p: &mut Processor, events: &[String], n: i32) {
+    for ev in events {
+        feed(p, ev, n);
+    }
+    p.engine().forwards.take();
+}
+
 #[test]
 fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the_deployment() {
     // The whole stream first (its UIDs choose the partition count), then fed in steps.
     let mut api = ApiServer::new();
+    let (warm, warm_deploy, warm_rs) = warm_up(&mut api);
     let (deploy, ev_deploy) = api.create(ALICE, deployment("shop", "web", 2, "web:1"));
     let (rs, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
     let (_, ev_pod_a) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
@@ -81,10 +99,19 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
     let (rs2, ev_rs2) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "7c9e", 1, "web:2"));
     let (_, ev_pod_c) = api.create(REPLICASET_CONTROLLER, pod(&rs2, "c", "web:2"));
     // Each ReplicaSet judged on its Deployment's partition, away from its own.
-    let n = (2..64).find(|&n| part(&rs.uid, n) != part(&deploy.uid, n) && part(&rs2.uid, n) != part(&deploy.uid, n)).unwrap();
+    let n = (2..64)
+        .find(|&n| part(&rs.uid, n) != part(&deploy.uid, n) && part(&rs2.uid, n) != part(&deploy.uid, n) && part(&warm_rs.uid, n) != part(&warm_deploy.uid, n))
+        .unwrap();
 
     let mut p = processor();
     p.engine().forwards.enable(n);
+    // The first ReplicaSet, before any ReplicaSet owned something here: not sent.
+    for ev in &warm[..2] {
+        feed(&mut p, ev, n);
+    }
+    assert!(p.engine().forwards.take().is_empty(), "a kind not known to own anything yet");
+    // Its Pod makes the kind an owner (its judged copy, or its state-only copy: both name it).
+    feed_warm_up(&mut p, &warm[2..], n);
     for ev in [&ev_deploy, &ev_rs] {
         feed(&mut p, ev, n);
     }
@@ -97,9 +124,8 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].class, Class::Initializing, "its ReplicaSet has not reported yet");
     assert_eq!(hops(&out[0]), vec![hop("ReplicaSet", &rs.name, DEPLOYMENT_CONTROLLER), hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)]);
-    // Its trace message goes to the pod's own partition (when that is another): a leaf there.
-    let pod_sent = p.engine().forwards.take();
-    assert!(pod_sent.len() <= 1, "{pod_sent:?}");
+    // A Pod's is not sent: its kind owns nothing.
+    assert!(p.engine().forwards.take().is_empty());
 
     // The message arrives (the ReplicaSet's own node, built for pod a, is built again on it).
     deliver(&mut p, &sent);
@@ -110,11 +136,7 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
         vec![hop("Deployment", "web", ALICE), hop("ReplicaSet", &rs.name, DEPLOYMENT_CONTROLLER), hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)],
         "a pod written after the message: its trace runs from the person"
     );
-    // The pod's trace message is a leaf on the pod's own partition: not kept there.
-    let leaves_before = count(&p, Completion::Leaf);
-    let pod_sent: Vec<Forward> = p.engine().forwards.take();
-    deliver(&mut p, &pod_sent);
-    assert_eq!(count(&p, Completion::Leaf) - leaves_before, pod_sent.len() as u64);
+    assert!(p.engine().forwards.take().is_empty(), "a Pod's trace is not sent");
 
     // The same message again (delivered twice, at-least-once): a duplicate, dropped.
     let dups = p.metrics().dedup_hits.get();
@@ -140,7 +162,7 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
     // The same trace as a single process keeping the whole cluster gives.
     let mut whole = processor();
     let mut last = Vec::new();
-    for ev in [&ev_deploy, &ev_rs, &ev_pod_a, &ev_pod_b, &ev_rollout, &ev_rs2, &ev_pod_c] {
+    for ev in warm.iter().chain([&ev_deploy, &ev_rs, &ev_pod_a, &ev_pod_b, &ev_rollout, &ev_rs2, &ev_pod_c]) {
         last = Vec::new();
         whole.ingest_body(None, ev.as_bytes(), "test", 0, &mut last);
         whole.flush(0, &mut last);
@@ -167,14 +189,16 @@ fn message(p: &Processor, uid: Uid, user: &str, time_us: i64, partition: i32, pr
 #[test]
 fn a_message_that_does_not_match_the_state_leaves_it_as_it_is() {
     let mut api = ApiServer::new();
+    let (warm, _, _) = warm_up(&mut api);
     let (deploy, ev_deploy) = api.create(ALICE, deployment("shop", "web", 1, "web:1"));
     let (rs, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 1, "web:1"));
-    let (_, ev_pod) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
+    let (pod_a, ev_pod) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
     let ev_scale = api.scale(ALICE, &rs, 3);
     let n = (2..64).find(|&n| part(&rs.uid, n) != part(&deploy.uid, n)).unwrap();
     let own = part(&rs.uid, n);
     let mut p = processor();
     p.engine().forwards.enable(n);
+    feed_warm_up(&mut p, &warm, n);
     for ev in [&ev_deploy, &ev_rs, &ev_pod] {
         feed(&mut p, ev, n);
     }
@@ -189,6 +213,15 @@ fn a_message_that_does_not_match_the_state_leaves_it_as_it_is() {
     let (other_user, other_time) = (message(&p, rs_uid, "someone-else", time_us, own, "x"), message(&p, rs_uid, DEPLOYMENT_CONTROLLER, time_us + 1, own, "x"));
     deliver(&mut p, &[other_user, other_time]);
     assert_eq!(count(&p, Completion::Stale), 2);
+    // A Pod's (a kind that owns nothing; sent by another build, say): a leaf, not kept.
+    let pod_uid = crate::write::uid_key(&pod_a.uid);
+    let pod_time = {
+        let scope = p.engine().interner.lookup(&format!("default#p{}", part(&pod_a.uid, n))).unwrap();
+        p.engine().store.read(&ObjKey::new(scope, pod_uid), |s| s.trace_parts().2).unwrap()
+    };
+    let leaf = message(&p, pod_uid, REPLICASET_CONTROLLER, pod_time, part(&pod_a.uid, n), "x");
+    deliver(&mut p, &[leaf]);
+    assert_eq!(count(&p, Completion::Leaf), 1);
     // An object this partition does not hold: unknown.
     let not_held = message(&p, 0xdead_beef, DEPLOYMENT_CONTROLLER, time_us, own, "x");
     deliver(&mut p, &[not_held]);
@@ -229,25 +262,37 @@ fn a_message_that_does_not_match_the_state_leaves_it_as_it_is() {
 #[test]
 fn nothing_is_sent_within_one_partition_for_a_silent_copy_or_without_a_changelog() {
     let mut api = ApiServer::new();
+    let (warm, _, _) = warm_up(&mut api);
     let (deploy, ev_deploy) = api.create(ALICE, deployment("shop", "web", 1, "web:1"));
-    let (_, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 1, "web:1"));
+    let (rs, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 1, "web:1"));
+    // The partition count that does send (the ReplicaSet judged away from its own partition).
+    let apart = (2..64).find(|&n| part(&rs.uid, n) != part(&deploy.uid, n)).unwrap();
+    let mut p = processor();
+    p.engine().forwards.enable(apart);
+    feed_warm_up(&mut p, &warm, apart);
+    for ev in [&ev_deploy, &ev_rs] {
+        feed(&mut p, ev, apart);
+    }
+    assert_eq!(p.engine().forwards.take().len(), 1, "the case that sends");
     // One partition: every object's own partition is the judged one.
     let mut p = processor();
     p.engine().forwards.enable(1);
+    feed_warm_up(&mut p, &warm, 1);
     for ev in [&ev_deploy, &ev_rs] {
         feed(&mut p, ev, 1);
     }
     assert!(p.engine().forwards.take().is_empty());
     // Not enabled (no changelog): nothing queued, whatever the partitions.
     let mut p = processor();
+    feed_warm_up(&mut p, &warm, apart);
     for ev in [&ev_deploy, &ev_rs] {
-        feed(&mut p, ev, 7);
+        feed(&mut p, ev, apart);
     }
     assert!(p.engine().forwards.take().is_empty());
     // Not by partition at all (a single process): nothing.
     let mut p = processor();
-    p.engine().forwards.enable(7);
-    for ev in [&ev_deploy, &ev_rs] {
+    p.engine().forwards.enable(apart);
+    for ev in warm.iter().chain([&ev_deploy, &ev_rs]) {
         let mut out = Vec::new();
         p.ingest_body(None, ev.as_bytes(), "test", 0, &mut out);
         p.flush(0, &mut out);

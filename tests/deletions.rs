@@ -350,38 +350,60 @@ fn namespace(name: &str) -> serde_json::Value {
     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}, "spec": {"finalizers": ["kubernetes"]}})
 }
 
+/// A namespace with two trees, deleted by the admin; then the namespace controller's teardown
+/// of one tree (a deletecollection of its pods, its ReplicaSet) and a person's pod delete in
+/// another namespace.
+struct Teardown {
+    /// Up to the namespace's delete, which is the last.
+    before: Vec<String>,
+    pods: String,
+    rs: String,
+    elsewhere: String,
+}
+
+impl Teardown {
+    fn new() -> Teardown {
+        let mut api = ApiServer::new();
+        let mut before = Vec::new();
+        let (shop, ev) = api.create(ADMIN, namespace("shop"));
+        before.push(ev);
+        let t = tree(&mut api, &mut before, "shop");
+        let o = tree(&mut api, &mut before, "other");
+        // The admin deletes the namespace: it stays, Terminating, until the namespace
+        // controller has emptied it, kind by kind, children before their parents.
+        // (The sim keeps a deleted object only while it has metadata finalizers; the API
+        // server keeps a namespace for its spec's `kubernetes` finalizer: the same response.)
+        before.push(api.delete(ADMIN, &shop, &["kubernetes"]));
+        let pods = api.delete_collection(NAMESPACE_CONTROLLER, &t.pods, true);
+        let rs = api.delete(NAMESPACE_CONTROLLER, &t.rs, &[]);
+        // Elsewhere a person's delete of a pod is still a new origin.
+        let elsewhere = api.delete_graceful(ADMIN, &o.pods[0]);
+        Teardown { before, pods, rs, elsewhere }
+    }
+
+    fn after(&self) -> Vec<String> {
+        vec![self.pods.clone(), self.rs.clone(), self.elsewhere.clone()]
+    }
+
+    /// The teardown's classes in `out`.
+    fn assert_classes(&self, out: &[Enriched]) {
+        let items: Vec<&Enriched> = out.iter().filter(|e| *e.audit_id == *audit_id(&self.pods)).collect();
+        assert_eq!(items.len(), 2, "one event per pod of the deletecollection");
+        for e in items {
+            assert_eq!(e.class, Class::Deleting, "{}: {}", e.object.name, e.reason);
+            assert!(e.reason.contains("namespace shop is being deleted"), "{}", e.reason);
+        }
+        assert_eq!(class_of(out, &self.rs), Class::Deleting);
+        assert_eq!(class_of(out, &self.elsewhere), Class::Origin);
+    }
+}
+
 #[test]
 fn a_namespace_being_deleted_takes_its_children_down_as_teardown() {
-    let mut api = ApiServer::new();
-    let mut events = Vec::new();
-    let (shop, ev) = api.create(ADMIN, namespace("shop"));
-    events.push(ev);
-    let t = tree(&mut api, &mut events, "shop");
-    let o = tree(&mut api, &mut events, "other");
-    // The admin deletes the namespace: it stays, Terminating, until the namespace controller
-    // has emptied it, kind by kind, children before their parents.
-    // (The sim keeps a deleted object only while it has metadata finalizers; the API server
-    // keeps a namespace for its spec's `kubernetes` finalizer: the same response.)
-    let ns_delete = api.delete(ADMIN, &shop, &["kubernetes"]);
-    events.push(ns_delete.clone());
-    let pods = api.delete_collection(NAMESPACE_CONTROLLER, &t.pods, true);
-    events.push(pods.clone());
-    let rs = api.delete(NAMESPACE_CONTROLLER, &t.rs, &[]);
-    events.push(rs.clone());
-    // Elsewhere a person's delete of a pod is still a new origin.
-    let elsewhere = api.delete_graceful(ADMIN, &o.pods[0]);
-    events.push(elsewhere.clone());
-    let (_, out) = run(&events);
-
-    assert_eq!(class_of(&out, &ns_delete), Class::Unowned);
-    let items: Vec<&Enriched> = out.iter().filter(|e| *e.audit_id == *audit_id(&pods)).collect();
-    assert_eq!(items.len(), 2, "one event per pod of the deletecollection");
-    for e in items {
-        assert_eq!(e.class, Class::Deleting, "{}: {}", e.object.name, e.reason);
-        assert!(e.reason.contains("namespace shop is being deleted"), "{}", e.reason);
-    }
-    assert_eq!(class_of(&out, &rs), Class::Deleting);
-    assert_eq!(class_of(&out, &elsewhere), Class::Origin);
+    let td = Teardown::new();
+    let (_, out) = run(&[td.before.clone(), td.after()].concat());
+    assert_eq!(class_of(&out, td.before.last().unwrap()), Class::Unowned);
+    td.assert_classes(&out);
 }
 
 #[test]
@@ -419,29 +441,12 @@ fn run_across_a_restore(events: &[String], after: &[String]) -> Vec<Enriched> {
 fn a_namespace_being_deleted_is_known_again_after_a_restore() {
     // The namespace's deletion is seen before the restore; its teardown comes after it (a
     // restart, or a partition moved to another process with the changelog).
-    let mut api = ApiServer::new();
-    let mut events = Vec::new();
-    let (shop, ev) = api.create(ADMIN, namespace("shop"));
-    events.push(ev);
-    let t = tree(&mut api, &mut events, "shop");
-    let o = tree(&mut api, &mut events, "other");
-    events.push(api.delete(ADMIN, &shop, &["kubernetes"]));
-    let pods = api.delete_collection(NAMESPACE_CONTROLLER, &t.pods, true);
-    let rs = api.delete(NAMESPACE_CONTROLLER, &t.rs, &[]);
-    let elsewhere = api.delete_graceful(ADMIN, &o.pods[0]);
-    let after = [pods.clone(), rs.clone(), elsewhere.clone()];
-    let out = run_across_a_restore(&events, &after);
-    let items: Vec<&Enriched> = out.iter().filter(|e| *e.audit_id == *audit_id(&pods)).collect();
-    assert_eq!(items.len(), 2, "one event per pod of the deletecollection");
-    for e in items {
-        assert_eq!(e.class, Class::Deleting, "{}: {}", e.object.name, e.reason);
-        assert!(e.reason.contains("namespace shop is being deleted"), "{}", e.reason);
-    }
-    assert_eq!(class_of(&out, &rs), Class::Deleting);
-    assert_eq!(class_of(&out, &elsewhere), Class::Origin);
+    let td = Teardown::new();
+    let out = run_across_a_restore(&td.before, &td.after());
+    td.assert_classes(&out);
     // The same stream without a restore gives the same classes.
-    let (_, whole) = run(&[events.clone(), after.to_vec()].concat());
-    for ev in &after {
+    let (_, whole) = run(&[td.before.clone(), td.after()].concat());
+    for ev in &td.after() {
         let classes = |out: &[Enriched]| out.iter().filter(|e| *e.audit_id == *audit_id(ev)).map(|e| e.class).collect::<Vec<_>>();
         assert_eq!(classes(&out), classes(&whole));
     }

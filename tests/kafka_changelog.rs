@@ -289,9 +289,10 @@ impl Case {
     }
 
     /// Reads the output topic and asserts it against `replay`: none missing, every class
-    /// `replay`'s; with `exactly_once` none written twice, else every repeat's class too.
+    /// `replay`'s; with `exactly_once` none written twice, else every repeat's class too. A
+    /// failure shows the outputs that differ, whole, and what `explain` tells of the processes.
     /// Returns how many outputs were read.
-    fn assert_as_replay(&self, test: &str, exactly_once: bool) -> usize {
+    fn assert_as_replay(&self, test: &str, exactly_once: bool, explain: &dyn Fn() -> String) -> usize {
         let out = self.kafka.read_until(&self.t.output, Duration::from_secs(5), |_| false);
         let all = written(&out);
         // Exactly-once holds for every output, those the routing limits too.
@@ -317,8 +318,20 @@ impl Case {
         println!("{test}: missing {} by replay's class {by_class:?}; differing (replay's, written): {wrong_by:?}", missing_all.len());
         println!("{test}: {} outputs, {} compared with replay's, {} written more than once", out.len(), self.expected.len(), twice.len());
         let missing: Vec<_> = missing_all.iter().map(|(k, _)| k).take(5).collect();
-        assert!(missing.is_empty(), "classified by replay, missing downstream, e.g. {missing:?}");
-        assert!(wrong_all.is_empty(), "classes that differ from replay's (key, class, replay's): {:?}", &wrong_all[..wrong_all.len().min(10)]);
+        assert!(missing.is_empty(), "classified by replay, missing downstream, e.g. {missing:?}\n{}", explain());
+        if !wrong_all.is_empty() {
+            let shown: HashSet<(String, String)> = wrong_all.iter().take(5).map(|(k, _, _)| k.clone()).collect();
+            let whole: String = out
+                .iter()
+                .filter(|o| shown.contains(&(o.value["cluster"].as_str().unwrap_or("").to_string(), output_key(&o.value))))
+                .map(|o| format!("  at {:?} ms: {}\n", o.timestamp_ms, o.value))
+                .collect();
+            panic!(
+                "classes that differ from replay's (key, class, replay's): {:?}\nthose outputs:\n{whole}{}",
+                &wrong_all[..wrong_all.len().min(10)],
+                explain()
+            );
+        }
         out.len()
     }
 
@@ -374,7 +387,7 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
         .sum();
     assert!(restored > 0, "the fresh processes restored state from the changelog");
 
-    case.assert_as_replay("changelog", true);
+    case.assert_as_replay("changelog", true, &|| members.iter().map(Serve::explain).collect());
     println!("changelog: {restored} records restored by the fresh processes");
     for s in members {
         let (code, _) = s.terminate();
@@ -471,6 +484,21 @@ impl Member {
     }
 }
 
+/// A process's moves, each with its time: its Kafka source's lines (assignments, revokes,
+/// restores), its transactions aborted and rewound, its warnings and errors. What a failed
+/// comparison with `replay` prints of each process.
+fn timeline(name: &str, lines: &[Value]) -> String {
+    let mut out = format!("--- process {name}: its moves\n");
+    for v in lines {
+        let f = &v["fields"];
+        let m = f["message"].as_str().unwrap_or("");
+        if m.starts_with("kafka source") || m == REWOUND || matches!(v["level"].as_str(), Some("WARN" | "ERROR")) {
+            out.push_str(&format!("  {} {} {f}\n", v["timestamp"].as_str().unwrap_or(""), v["level"].as_str().unwrap_or("")));
+        }
+    }
+    out
+}
+
 /// The partition numbers of a `topic[0],topic[3]` list.
 fn numbers(list: &Value) -> Vec<i32> {
     list.as_str().unwrap_or("").split(',').filter_map(|p| p.rsplit_once('[')?.1.strip_suffix(']')?.parse().ok()).collect()
@@ -525,7 +553,7 @@ fn a_process_joins_and_one_leaves(test: &str, mode: Mode) {
     let name = leaving.name;
     // A clean stop (exit code 0): its last transaction committed. (With the cooperative
     // assignor, librdkafka may close without a last revoke.)
-    leaving.stop();
+    let left_lines = leaving.stop();
     produce(kafka, &t.input, parts[3]);
     wait_or_explain(
         "the stopped process's partitions taken over, and every message committed",
@@ -560,7 +588,9 @@ fn a_process_joins_and_one_leaves(test: &str, mode: Mode) {
     // What the rebalances cost the processes that stayed: every restore of theirs, the test
     // through.
     let restored: Vec<(i32, u64)> = staying.restores(0).into_iter().chain(c.restores(0)).collect();
-    let outputs = case.assert_as_replay(test, mode.exactly_once);
+    let outputs = case.assert_as_replay(test, mode.exactly_once, &|| {
+        timeline(name, &left_lines) + &[&staying, &c].iter().map(|m| timeline(m.name, &m.lines())).collect::<String>()
+    });
     println!(
         "{test}: {} records restored by the joining process, {} with {name}'s partitions {left:?}; {outputs} outputs, of the compared {after_join} written after the join, {after_stop} after the stop; {} transactions aborted and rewound by the processes that stayed {rewinds:?}; those restored {} partitions, {} records, the test through; {:.0} s",
         joined.iter().map(|(_, r)| r).sum::<u64>(),
@@ -627,7 +657,7 @@ fn a_process_paused_past_its_session_goes_back_to_the_last_commit_exactly_once_c
     );
     let counted = paused.serve.metric("kausality_kafka_transaction_rewinds_total", &[]);
     assert_eq!(counted as usize, paused.rewinds(), "each rewind counted in the metric and logged");
-    let outputs = case.assert_as_replay(test, true);
+    let outputs = case.assert_as_replay(test, true, &|| [&paused, &other].iter().map(|m| timeline(m.name, &m.lines())).collect());
     println!("{test}: {outputs} outputs; the paused process went back {:?}, the other {:?}", paused.rewound(), other.rewound());
     for m in [paused, other] {
         m.stop();

@@ -170,7 +170,7 @@ fn a_restart_with_the_snapshot_reads_only_the_changelog_after_its_positions_clas
     let results = snapshot_results(&a);
     assert_eq!((results["loaded"], results.values().sum::<f64>()), (PARTITIONS as f64, PARTITIONS as f64), "every partition loaded: {results:?}");
     let (read, total) = assert_read_only_the_tail(&case, &snapshot, &tail, &restores(&lines));
-    let outputs = case.assert_as_replay(test, true);
+    let outputs = case.assert_as_replay(test, true, &|| timeline("a", &lines));
     println!("{test}: {read} of {total} changelog records read after the restart; {outputs} outputs");
     stop(a);
     case.done(&[&dir_a, &dir_b]);
@@ -218,7 +218,7 @@ fn a_kill_after_a_snapshot_then_a_restart_from_it_loses_nothing_and_writes_nothi
         assert_eq!((from, records as usize), (position, tail[&p]), "partition {p}: the committed records after the snapshot's position");
         read += records;
     }
-    let outputs = case.assert_as_replay(test, true);
+    let outputs = case.assert_as_replay(test, true, &|| timeline("a", &lines));
     println!("{test}: {read} changelog records read after the snapshot's positions; {outputs} outputs");
     stop(a);
     case.done(&[&dir]);
@@ -297,7 +297,7 @@ fn a_snapshot_past_the_end_of_a_changelog_created_again_is_refused_and_the_class
         .filter(|v| v["fields"]["message"].as_str().is_some_and(|m| m.contains("partition not loaded")) && v["fields"]["reason"] == "past_end")
         .count();
     assert_eq!(said, past.len(), "one warning per refused partition");
-    let outputs = case.assert_as_replay(test, true);
+    let outputs = case.assert_as_replay(test, true, &|| timeline("a", &lines));
     println!("{test}: {} of {PARTITIONS} partitions refused (past the end), restored from the start; {outputs} outputs", past.len());
     stop(a);
     case.done(&[&dir]);

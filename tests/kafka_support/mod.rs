@@ -215,6 +215,7 @@ impl Kafka {
                         key: m.key().map(|k| String::from_utf8_lossy(k).to_string()),
                         class: header("class"),
                         cluster: header("cluster"),
+                        timestamp_ms: m.timestamp().to_millis(),
                     });
                     last = Instant::now();
                 }
@@ -284,6 +285,8 @@ pub struct Out {
     pub key: Option<String>,
     pub class: Option<String>,
     pub cluster: Option<String>,
+    /// The message's timestamp (ms since the epoch), when it has one.
+    pub timestamp_ms: Option<i64>,
 }
 
 impl Out {

@@ -172,6 +172,10 @@ impl Kafka {
     pub fn produce_with_headers(&self, topic: &str, messages: &[Keyed]) {
         let p: ThreadedProducer<Delivery> = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
+            // A key's partition as the ingest tier and the classify tier's trace messages pick
+            // it (`route::partition_of`: the Java client's murmur2), not librdkafka's default
+            // (CRC32): a message keyed by an object's UID lands where its trace messages go.
+            .set("partitioner", "murmur2_random")
             .set("linger.ms", "5")
             .set("enable.idempotence", "true")
             .create_with_context(Delivery::default())

@@ -121,7 +121,6 @@ pub struct Decoded {
 #[derive(Debug)]
 struct Item {
     dedupe_key: u128,
-    cluster: Sym,
     write: Result<Write, Rejected>,
 }
 
@@ -265,7 +264,7 @@ impl Decoder {
             partition: None,
             scope: cluster,
         };
-        into.items.push(Item { dedupe_key, cluster, write: Ok(write) });
+        into.items.push(Item { dedupe_key, write: Ok(write) });
     }
 
     /// Runs one decode so that a panic in it (a defect) costs only the rest of that body: the
@@ -297,7 +296,7 @@ impl Decoder {
         let extractor = Extractor { interner: &self.engine.interner, config: &self.engine.config };
         // The arrival seq is given by the processor, after dedupe.
         let write = extractor.extract(&ev, adm, cluster, 0, location);
-        into.items.push(Item { dedupe_key, cluster, write });
+        into.items.push(Item { dedupe_key, write });
     }
 }
 
@@ -316,8 +315,10 @@ pub struct Processor {
     metrics: Arc<Metrics>,
     opts: ProcessorOptions,
     dedupe: Dedupe,
+    /// The reorder buffers, by scope ([`Write::scope`]): by cluster, or with a state kept per
+    /// partition, by cluster and partition.
     buffers: HashMap<Sym, ReorderBuffer<Write>, FastBuild>,
-    /// The clusters whose buffer holds writes: the only ones the timer looks at, so idle
+    /// The scopes whose buffer holds writes: the only ones the timer looks at, so idle
     /// clusters cost no CPU; a buffer that empties is trimmed to nothing when it leaves.
     active: HashSet<Sym, FastBuild>,
     seq: u64,
@@ -413,8 +414,9 @@ impl Processor {
         self.held
     }
 
-    /// (clusters with a reorder buffer, clusters whose buffer holds writes, bytes the buffers
-    /// have allocated).
+    /// (scopes with a reorder buffer, scopes whose buffer holds writes, bytes the buffers
+    /// have allocated); a scope is a cluster, or a cluster's partition with a state kept per
+    /// partition.
     pub fn reorder_buffers(&self) -> (usize, usize, usize) {
         (self.buffers.len(), self.active.len(), self.buffers.values().map(ReorderBuffer::allocated_bytes).sum())
     }
@@ -436,13 +438,6 @@ impl Processor {
         }
     }
 
-    /// The time that orders a write among others of its cluster, beside its resourceVersion:
-    /// its stageTimestamp when it has a resourceVersion (it was surely written by then), else
-    /// its requestReceivedTimestamp (it was surely not written before then). A write without
-    /// a resourceVersion (a delete answered with a `Status`) then goes after every write that
-    /// had completed when its request came, and after any write without one whose request came
-    /// first: the garbage collector's delete of a child after its owner's delete, whichever
-    /// response completed first.
     /// The key of the object a write is of, for the reorder buffer (0: not known by UID).
     fn object_key(w: &Write) -> u64 {
         let uid = match &w.target {
@@ -461,9 +456,22 @@ impl Processor {
         ((uid as u64) ^ ((uid >> 64) as u64)) | 1
     }
 
+    /// The time that orders a write among others of its cluster, beside its resourceVersion:
+    /// its stageTimestamp when it has a resourceVersion (it was surely written by then), else
+    /// its requestReceivedTimestamp (it was surely not written before then). A write without
+    /// a resourceVersion (a delete answered with a `Status`) then goes after every write that
+    /// had completed when its request came, and after any write without one whose request came
+    /// first: the garbage collector's delete of a child after its owner's delete, whichever
+    /// response completed first.
+    ///
+    /// A trace message has none (0): it is not a write of the cluster but a completion of one
+    /// applied already, so it goes after everything seen, never among the writes placed for
+    /// lack of a resourceVersion (by the old time of the write it completes, it would hold
+    /// the late writes that come after it among them).
     fn order_time(w: &Write) -> i64 {
-        match (w.resource_version, w.received_us) {
-            (None, received) if received != 0 => received,
+        match (&w.target, w.resource_version, w.received_us) {
+            (Target::Trace { .. }, _, _) => 0,
+            (_, None, received) if received != 0 => received,
             _ => w.time_us,
         }
     }
@@ -584,7 +592,12 @@ impl Processor {
                 Clock::EventTime if write.time_us != 0 => write.time_us,
                 _ => received_us,
             };
-            let buffer = self.buffers.entry(item.cluster).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
+            // One buffer per scope: with a state kept per partition, each partition is a
+            // stream of its own (its own state, read at its own pace), and a write another
+            // partition released first (the other copy of a write routed twice) must not make
+            // this partition's writes late.
+            let scope = write.scope;
+            let buffer = self.buffers.entry(scope).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
             let (rv, seq, order_us) = (write.resource_version, write.seq, Self::order_time(&write));
             if let (Target::Many(items), Some(rv)) = (&write.target, rv) {
                 buffer.note_listed(rv, items.iter().map(|f| Self::uid_key(f.uid)));
@@ -592,7 +605,7 @@ impl Processor {
             let placing = Placing { object: Self::object_key(&write), done_us: write.time_us, removed: matches!(write.target, Target::Gone { .. }) };
             buffer.push_write(write, rv, time, order_us, placing, &mut self.released);
             if !buffer.is_empty() {
-                self.active.insert(item.cluster);
+                self.active.insert(scope);
             }
             self.hold(seq);
             self.apply_released(now_us, out);
@@ -627,6 +640,15 @@ impl Processor {
         self.after_batch(now_us, out);
     }
 
+    /// Drops every reorder buffer that holds nothing, with what it remembers of the writes it
+    /// released (the highest resourceVersion, by which a write is late). After the state went
+    /// back to a Kafka transaction's last commit, the writes read again from there are not
+    /// late: they are ordered as they were the first time.
+    pub fn forget_released(&mut self) {
+        let active = &self.active;
+        self.buffers.retain(|scope, b| !b.is_empty() || active.contains(scope));
+    }
+
     /// Runs `release` on the buffer of every cluster that holds writes; a buffer left empty is
     /// trimmed and its cluster no longer active.
     fn release_active(&mut self, mut release: impl FnMut(&mut ReorderBuffer<Write>, &mut Vec<Released<Write>>)) {
@@ -650,10 +672,9 @@ impl Processor {
         let released = std::mem::take(&mut self.released);
         for Released { item: mut write, late } in released {
             self.unhold(write.seq);
-            // A trace message is placed after its write, which has usually been applied long
-            // before: not a late write.
+            // A trace message's time is the time of the write it completes: it says nothing of
+            // how far behind the processing is.
             let trace = matches!(write.target, Target::Trace { .. });
-            let late = late && !trace;
             write.late = late;
             if late {
                 self.metrics.late_events.inc();
@@ -729,8 +750,8 @@ impl Processor {
         let (strings, types, live) = self.engine.sweep_symbols(|m| {
             m.sym(decoder.default_cluster);
             decoder.clusters.syms().into_iter().for_each(|c| m.sym(c));
-            for (&cluster, b) in buffers {
-                m.sym(cluster);
+            for (&scope, b) in buffers {
+                m.sym(scope);
                 b.for_each_held(|w| w.mark(m));
             }
         });
@@ -845,6 +866,82 @@ mod tests {
         assert_eq!(fresh.newest_us("a"), Some(t("2024-05-01T10:00:09Z")));
         assert_eq!(fresh.newest_us("b"), Some(t("2024-05-01T09:00:00Z")));
         assert_eq!(fresh.newest_us("default"), None);
+    }
+
+    /// A processor on the arrival clock with a one-second reorder window.
+    fn arrival_processor() -> Processor {
+        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+        Processor::new(
+            engine,
+            Arc::new(Metrics::new()),
+            ProcessorOptions { reorder_window_us: 1_000_000, clock: Clock::Arrival, ..ProcessorOptions::default() },
+        )
+    }
+
+    /// Takes in one document of cluster `a`, received at `at_us`, from Kafka partition
+    /// `partition` (a state kept per partition) or from no partition.
+    fn take_at(p: &mut Processor, doc: &str, partition: Option<i32>, at_us: i64, out: &mut Vec<Enriched>) {
+        let mut decoded = Decoded::default();
+        p.decoder().decode_document(Some("a"), doc.as_bytes(), Location::Line(1), "test", &mut decoded);
+        if let Some(partition) = partition {
+            p.decoder().partition_from(&mut decoded, 0, partition);
+        }
+        p.ingest_decoded(decoded, at_us, at_us, out);
+    }
+
+    /// (object name, late) of each output.
+    fn names(out: &[Enriched]) -> Vec<(String, bool)> {
+        out.iter().map(|e| (e.object.name.to_string(), e.late)).collect()
+    }
+
+    /// With a state kept per partition, each partition's writes are ordered among themselves:
+    /// a higher resourceVersion released on another partition (read ahead of this one, or the
+    /// other copy of a write routed twice) does not make them late. They wait for their window
+    /// and go in resourceVersion order.
+    #[test]
+    fn a_partition_s_writes_are_not_late_for_what_another_partition_released() {
+        let second = 1_000_000;
+        let mut p = arrival_processor();
+        let mut out = Vec::new();
+        take_at(&mut p, &configmap_create("1", "c1", 10, "2024-05-01T10:00:01.000000Z"), Some(5), 0, &mut out);
+        take_at(&mut p, &configmap_create("2", "c2", 12, "2024-05-01T10:00:03.000000Z"), Some(5), 0, &mut out);
+        p.tick(2 * second, &mut out);
+        assert_eq!(names(&out), [("c1".to_string(), false), ("c2".to_string(), false)]);
+        out.clear();
+        // Partition 0, behind: resourceVersion 11 and 9 (in that order) after 12 went out.
+        take_at(&mut p, &configmap_create("3", "c3", 11, "2024-05-01T10:00:02.000000Z"), Some(0), 3 * second, &mut out);
+        take_at(&mut p, &configmap_create("4", "c4", 9, "2024-05-01T10:00:00.000000Z"), Some(0), 3 * second, &mut out);
+        assert!(out.is_empty(), "held for their window: {:?}", names(&out));
+        p.tick(5 * second, &mut out);
+        assert_eq!(names(&out), [("c4".to_string(), false), ("c3".to_string(), false)]);
+        assert_eq!((p.metrics().late_events.get(), p.reorder_buffers().0), (0, 2), "a buffer per partition");
+    }
+
+    /// After a Kafka transaction was aborted, the state goes back to the last commit and the
+    /// writes since are read again: the reorder buffers forget what they released since, so
+    /// the writes read again are ordered as the first time, not applied late in arrival order.
+    #[test]
+    fn writes_read_again_after_a_rewind_are_ordered_not_late() {
+        let second = 1_000_000;
+        let mut p = arrival_processor();
+        let docs = [configmap_create("1", "c1", 12, "2024-05-01T10:00:03.000000Z"), configmap_create("2", "c2", 10, "2024-05-01T10:00:01.000000Z")];
+        let mut out = Vec::new();
+        for d in &docs {
+            take_at(&mut p, d, Some(0), 0, &mut out);
+        }
+        p.flush(second, &mut out);
+        assert_eq!(names(&out), [("c2".to_string(), false), ("c1".to_string(), false)]);
+        // The rewind: the auditIDs since the last commit forgotten, the buffers' memory too.
+        p.dedupe_mut().forget_since_mark();
+        p.forget_released();
+        assert_eq!(p.reorder_buffers().0, 0);
+        out.clear();
+        for d in &docs {
+            take_at(&mut p, d, Some(0), 2 * second, &mut out);
+        }
+        p.tick(4 * second, &mut out);
+        assert_eq!(names(&out), [("c2".to_string(), false), ("c1".to_string(), false)], "in resourceVersion order, none late");
+        assert_eq!(p.metrics().late_events.get(), 0);
     }
 
     #[test]

@@ -546,6 +546,9 @@ impl ProcessorTask {
         while self.intake.try_recv().is_ok() {
             dropped += 1;
         }
+        // The reorder buffers were flushed before the commit that failed: what they remember
+        // of the writes released since goes back too.
+        self.processor.forget_released();
         let _ = resume.send(());
         self.processor.metrics().kafka_rewinds.inc();
         tracing::warn!(

@@ -20,8 +20,15 @@ fn processor() -> Processor {
 }
 
 /// Feeds one event as the ingest tier routes it among `n` partitions (a state-only copy
-/// silent); returns what was emitted.
+/// silent), releasing what the reorder buffer holds after each message; returns what was
+/// emitted.
 fn feed(p: &mut Processor, ev: &str, n: i32) -> Vec<Enriched> {
+    feed_at(p, ev, n, 0, true)
+}
+
+/// [`feed`], received at `at_us` on the arrival clock; the reorder buffer is flushed after
+/// each message only when `flush`.
+fn feed_at(p: &mut Processor, ev: &str, n: i32, at_us: i64, flush: bool) -> Vec<Enriched> {
     let decoder = p.decoder();
     let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, n);
     let mut out = Vec::new();
@@ -32,24 +39,34 @@ fn feed(p: &mut Processor, ev: &str, n: i32) -> Vec<Enriched> {
         if m.copy == crate::route::Copy::State {
             decoded.silence_from(0);
         }
-        p.ingest_decoded(decoded, 0, 0, &mut out);
-        p.flush(0, &mut out);
+        p.ingest_decoded(decoded, at_us, at_us, &mut out);
+        if flush {
+            p.flush(at_us, &mut out);
+        }
     }
     out
 }
 
 /// Delivers trace messages to their partitions, as the input topic would.
 fn deliver(p: &mut Processor, forwards: &[Forward]) {
-    let decoder = p.decoder();
     for f in forwards {
-        let mut decoded = Decoded::default();
-        decoder.decode_trace(&f.value, "kafka", &mut decoded);
-        decoder.partition_from(&mut decoded, 0, f.partition);
-        let mut out = Vec::new();
-        p.ingest_decoded(decoded, 0, 0, &mut out);
-        p.flush(0, &mut out);
+        let out = deliver_at(p, f, 0, true);
         assert!(out.is_empty(), "a trace message emits nothing: {out:?}");
     }
+}
+
+/// Delivers one trace message, received at `at_us` on the arrival clock (the reorder buffer
+/// flushed after it when `flush`); returns what was emitted.
+fn deliver_at(p: &mut Processor, f: &Forward, at_us: i64, flush: bool) -> Vec<Enriched> {
+    let mut decoded = Decoded::default();
+    p.decoder().decode_trace(&f.value, "kafka", &mut decoded);
+    p.decoder().partition_from(&mut decoded, 0, f.partition);
+    let mut out = Vec::new();
+    p.ingest_decoded(decoded, at_us, at_us, &mut out);
+    if flush {
+        p.flush(at_us, &mut out);
+    }
+    out
 }
 
 /// The (kind, name, user) of each hop of an output's trace, root first.
@@ -310,4 +327,51 @@ fn a_failed_write_puts_its_messages_back_before_the_new_ones() {
     f.put_back(taken);
     assert_eq!(f.take().iter().map(|m| m.key.as_str()).collect::<Vec<_>>(), vec!["a", "b"]);
     assert!(f.take().is_empty());
+}
+
+/// A trace message waits in the reorder buffer like any message, but after everything seen:
+/// it completes a write applied already and is not itself a write of the cluster. A write
+/// that arrives late meanwhile (a higher resourceVersion was released before it came) is
+/// applied at once and flagged late, as without the message; it does not wait among writes
+/// placed by their time (where the old time of the message's write would put it).
+#[test]
+fn a_trace_message_held_in_the_reorder_buffer_does_not_hold_a_late_write_back() {
+    let mut api = ApiServer::new();
+    let (deploy, ev_deploy) = api.create(ALICE, deployment("shop", "web", 2, "web:1"));
+    let (rs, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    let (pod_a, ev_pod_a) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
+    let (pod_b, ev_pod_b) = api.create(REPLICASET_CONTROLLER, pod(&rs, "b", "web:1"));
+    let second = 1_000_000;
+    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+    let mut p =
+        Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: second, clock: Clock::Arrival, ..ProcessorOptions::default() });
+    // Pod b (the later resourceVersion) is released before pod a comes.
+    for ev in [&ev_deploy, &ev_rs, &ev_pod_b] {
+        feed_at(&mut p, ev, 1, 0, false);
+    }
+    let mut out = Vec::new();
+    p.tick(2 * second, &mut out);
+    let names: Vec<String> = out.iter().map(|e| e.object.name.to_string()).collect();
+    assert!(names.contains(&pod_b.name) && !names.contains(&pod_a.name), "{names:?}");
+    assert_eq!(p.held(), 0);
+
+    // A trace message about the ReplicaSet's write, received at 3 s: held for its window.
+    let rs_uid = crate::write::uid_key(&rs.uid);
+    let time_us = {
+        let scope = p.engine().interner.lookup("default#p0").unwrap();
+        p.engine().store.read(&ObjKey::new(scope, rs_uid), |s| s.trace_parts().2).unwrap()
+    };
+    let trace = message(&p, rs_uid, DEPLOYMENT_CONTROLLER, time_us, 0, ALICE);
+    assert!(deliver_at(&mut p, &trace, 3 * second, false).is_empty());
+    assert_eq!(p.held(), 1, "the message waits for its window");
+
+    // Pod a, late: out at once, flagged, while the message still waits.
+    let out = feed_at(&mut p, &ev_pod_a, 1, 3 * second + 100_000, false);
+    assert_eq!(out.iter().map(|e| (e.object.name.to_string(), e.late)).collect::<Vec<_>>(), vec![(pod_a.name.clone(), true)]);
+    assert_eq!((p.held(), p.metrics().late_events.get()), (1, 1));
+
+    // The message, once its window is over: applied, not counted late.
+    let mut out = Vec::new();
+    p.tick(5 * second, &mut out);
+    assert_eq!((out.len(), p.held(), count(&p, Completion::Applied), p.metrics().late_events.get()), (0, 0, 1, 1));
 }

@@ -8,7 +8,7 @@
 
 mod kafka_support;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -508,8 +508,13 @@ listen = "127.0.0.1:0"
     .unwrap();
     let classify = Serve::start(&pipeline);
     let id = |line: &str| serde_json::from_str::<Value>(line).unwrap()["auditID"].as_str().unwrap().to_string();
-    let person_id = id(&person);
-    let out = kafka.read_until(&output, Duration::from_secs(60), |o| o.iter().any(|o| o.value["auditID"] == person_id.as_str()));
+    // Every write's output: each partition is ordered on its own, so the person's delete
+    // (the last written) may come out before writes of other partitions.
+    let awaited: HashSet<String> = teardown.iter().chain(&tops).chain([&person]).map(|l| id(l)).collect();
+    let out = kafka.read_until(&output, Duration::from_secs(60), |o| {
+        let seen: HashSet<&str> = o.iter().filter_map(|o| o.value["auditID"].as_str()).collect();
+        awaited.iter().all(|a| seen.contains(a.as_str()))
+    });
     let classes: Vec<(String, String, String)> = out
         .iter()
         .map(|o| {

@@ -456,7 +456,7 @@ impl Processor {
         ((uid as u64) ^ ((uid >> 64) as u64)) | 1
     }
 
-    /// The time that orders a write among others of its cluster, beside its resourceVersion:
+    /// The time that orders a write among others of its scope, beside its resourceVersion:
     /// its stageTimestamp when it has a resourceVersion (it was surely written by then), else
     /// its requestReceivedTimestamp (it was surely not written before then). A write without
     /// a resourceVersion (a delete answered with a `Status`) then goes after every write that
@@ -645,8 +645,7 @@ impl Processor {
     /// back to a Kafka transaction's last commit, the writes read again from there are not
     /// late: they are ordered as they were the first time.
     pub fn forget_released(&mut self) {
-        let active = &self.active;
-        self.buffers.retain(|scope, b| !b.is_empty() || active.contains(scope));
+        self.buffers.retain(|_, b| !b.is_empty());
     }
 
     /// Runs `release` on the buffer of every cluster that holds writes; a buffer left empty is

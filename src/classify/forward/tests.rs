@@ -15,8 +15,13 @@ use crate::sim::*;
 const ALICE: &str = "alice@example.com";
 
 fn processor() -> Processor {
+    processor_on(Clock::EventTime, 0)
+}
+
+/// A processor whose reorder buffer holds writes for `window_us` of `clock`.
+fn processor_on(clock: Clock, window_us: i64) -> Processor {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() })
+    Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: window_us, clock, ..ProcessorOptions::default() })
 }
 
 /// Feeds one event as the ingest tier routes it among `n` partitions (a state-only copy
@@ -342,9 +347,7 @@ fn a_trace_message_held_in_the_reorder_buffer_does_not_hold_a_late_write_back() 
     let (pod_a, ev_pod_a) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
     let (pod_b, ev_pod_b) = api.create(REPLICASET_CONTROLLER, pod(&rs, "b", "web:1"));
     let second = 1_000_000;
-    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let mut p =
-        Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: second, clock: Clock::Arrival, ..ProcessorOptions::default() });
+    let mut p = processor_on(Clock::Arrival, second);
     // Pod b (the later resourceVersion) is released before pod a comes.
     for ev in [&ev_deploy, &ev_rs, &ev_pod_b] {
         feed_at(&mut p, ev, 1, 0, false);

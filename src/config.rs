@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::redact::Sensitive;
 use crate::scope::LabelSelector;
 use progress::{Builtin, Comparison, ConditionReason, KindProgress};
 
@@ -65,6 +66,10 @@ pub struct ModelConfig {
     /// which of them its labels matched at its latest write (only what the selectors need,
     /// never the labels themselves). At most 64.
     pub policy_selectors: Vec<LabelSelector>,
+    /// Fields whose values are never kept (a Secret's `data`, passwords, tokens, and what a
+    /// pipeline's `[[sensitive]]` adds): an object's content is redacted before anything keeps
+    /// it ([`crate::redact`]).
+    pub sensitive: Sensitive,
 }
 
 /// What a platform policy does to the drift it matches.
@@ -116,6 +121,7 @@ impl Default for ModelConfig {
             untracked_field_kinds: vec!["Pod".to_string()],
             policies: Vec::new(),
             policy_selectors: Vec::new(),
+            sensitive: Sensitive::default(),
         }
     }
 }

@@ -9,6 +9,8 @@
 //! - [`order`]: duplicates out by auditID; writes back into resourceVersion order.
 //! - [`classify`]: the model (DESIGN §1): applies writes to [`state`] and judges each mutation
 //!   as drift, expected, origin, ... with a causal trace. Pure: no I/O, no async.
+//! - [`redact`]: the values of sensitive fields (Secrets, passwords, tokens) replaced by
+//!   digests before anything keeps an object's content.
 //! - [`enriched`]: the output record of a classified mutation, and its JSON as sinks write it.
 //! - [`process`]: the chain above, shared by every front end.
 //! - [`metrics`]: what is counted, in the Prometheus format.
@@ -55,6 +57,7 @@ pub mod order;
 pub mod pipeline;
 pub mod process;
 pub mod query;
+pub mod redact;
 pub mod replay;
 pub mod route;
 pub mod scope;

@@ -425,7 +425,7 @@ impl Extractor<'_> {
             } else {
                 self.config.selector_bits(|k| md.labels.iter().find(|(lk, _)| lk == k).map(|(_, v)| v.as_ref()))
             },
-            content: if owner.is_some() && self.config.tracks_fields(&key) { Some(content_text(obj)) } else { None },
+            content: if owner.is_some() && self.config.tracks_fields(&key) { Some(self.config.sensitive.redact(&key, content_text(obj))) } else { None },
             owner,
         })
     }

@@ -145,6 +145,12 @@ pub(super) fn model_config(cfg: &PipelineConfig) -> ModelConfig {
         }
     }
     model.untracked_field_kinds = cfg.options.revert_untracked_kinds.clone();
+    for sc in &cfg.sensitive {
+        if let Some(kind) = &sc.kind {
+            sc.fields.iter().for_each(|f| model.sensitive.add_field(kind, f));
+        }
+        sc.keys.iter().for_each(|k| model.sensitive.add_key(k));
+    }
     // Checked by `load`.
     if let Err(e) = load::model_policies(&cfg.policies, &mut model) {
         tracing::error!(error = %e, "platform policies left out");

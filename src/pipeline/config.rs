@@ -24,6 +24,8 @@ pub struct PipelineConfig {
     pub ignore: Vec<IgnoreConfig>,
     pub lifecycle: Vec<LifecycleConfig>,
     pub in_progress: Vec<InProgressConfig>,
+    /// Fields whose values are never kept, besides the defaults (DESIGN §1.8, [`crate::redact`]).
+    pub sensitive: Vec<SensitiveConfig>,
     /// Platform policies that approve or reject drift, in order (DESIGN §1.7).
     pub policies: Vec<PolicyConfig>,
     /// Where audit events come from; at least one.
@@ -142,6 +144,27 @@ pub struct IgnoreConfig {
     pub kind: String,
     /// Dotted field paths, e.g. `["spec.replicas"]`. Required.
     pub paths: Vec<String>,
+}
+
+/// `[[sensitive]]`: fields whose values are never kept, on top of the defaults that always
+/// hold (a Secret's `data` and `stringData`; any `password`, `token`, `apiKey`,
+/// `clientSecret`, `privateKey`, `secretKey` or `accessKey`). What a drift reverts names such
+/// a field with a digest and a length instead of its value, in every output.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SensitiveConfig {
+    /// Kind key (`Kind.group`, or `Kind` for the core group) whose `fields` are sensitive.
+    /// Required with `fields`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Dotted field paths of `kind`: every value at or below each is redacted (e.g.
+    /// `["spec.credentials"]`). Default: none.
+    #[serde(default)]
+    pub fields: Vec<String>,
+    /// Key names whose values are redacted wherever they appear, in every kind (e.g.
+    /// `["sshKey"]`). Default: none.
+    #[serde(default)]
+    pub keys: Vec<String>,
 }
 
 /// `[[lifecycle]]`: how a kind of parent shows it has initialized (replaces the defaults).

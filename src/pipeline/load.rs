@@ -41,6 +41,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
         ignore: Vec::new(),
         lifecycle: Vec::new(),
         in_progress: Vec::new(),
+        sensitive: Vec::new(),
         policies: Vec::new(),
         sources: Vec::new(),
         sinks: Vec::new(),
@@ -63,6 +64,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
             "ignore" => decode_each(&mut errors, k, value).map(|v| (idx.ignore, cfg.ignore) = v.into_iter().unzip()),
             "lifecycle" => decode_each(&mut errors, k, value).map(|v| (idx.lifecycle, cfg.lifecycle) = v.into_iter().unzip()),
             "in_progress" => decode_each(&mut errors, k, value).map(|v| (idx.in_progress, cfg.in_progress) = v.into_iter().unzip()),
+            "sensitive" => decode_each(&mut errors, k, value).map(|v| (idx.sensitive, cfg.sensitive) = v.into_iter().unzip()),
             "policy" => decode_each(&mut errors, k, value).map(|v| (idx.policies, cfg.policies) = v.into_iter().unzip()),
             "sources" => decode_each(&mut errors, k, value).map(|v| (idx.sources, cfg.sources) = v.into_iter().unzip()),
             "sinks" => decode_each(&mut errors, k, value).map(|v| (idx.sinks, cfg.sinks) = v.into_iter().unzip()),
@@ -74,7 +76,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
                 errors.push(
                     other,
                     Some(at),
-                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, policy, sources, sinks, metrics, state, unknown_parents, query",
+                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, sensitive, policy, sources, sinks, metrics, state, unknown_parents, query",
                 );
                 None
             }
@@ -151,6 +153,7 @@ struct Indices {
     ignore: Vec<usize>,
     lifecycle: Vec<usize>,
     in_progress: Vec<usize>,
+    sensitive: Vec<usize>,
     policies: Vec<usize>,
     sources: Vec<usize>,
     sinks: Vec<usize>,
@@ -194,6 +197,26 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
         for p in &ig.paths {
             if p.is_empty() || p.split('.').any(str::is_empty) {
                 errors.push(format!("ignore[{i}].paths"), None, format!("{p:?} is not a dotted field path like spec.replicas"));
+            }
+        }
+    }
+    for (&i, sc) in idx.sensitive.iter().zip(&cfg.sensitive) {
+        if sc.fields.is_empty() && sc.keys.is_empty() {
+            errors.push(format!("sensitive[{i}]"), None, "names nothing: give `fields` (with `kind`) or `keys`");
+        }
+        match &sc.kind {
+            Some(k) if k.is_empty() => errors.push(format!("sensitive[{i}].kind"), None, "must name a kind, e.g. Secret or Widget.example.com"),
+            None if !sc.fields.is_empty() => errors.push(format!("sensitive[{i}].kind"), None, "is required with `fields`: the kind whose fields they are"),
+            _ => {}
+        }
+        for p in &sc.fields {
+            if p.is_empty() || p.split('.').any(str::is_empty) {
+                errors.push(format!("sensitive[{i}].fields"), None, format!("{p:?} is not a dotted field path like spec.credentials"));
+            }
+        }
+        for k in &sc.keys {
+            if k.is_empty() || k.contains(['"', '.']) {
+                errors.push(format!("sensitive[{i}].keys"), None, format!("{k:?} is not a field name like sshKey"));
             }
         }
     }
@@ -354,7 +377,7 @@ pub fn load_policies(path: &Path) -> Result<Vec<PolicyConfig>, ConfigErrors> {
 
 pub fn load_policies_str(file: &str, text: &str) -> Result<Vec<PolicyConfig>, ConfigErrors> {
     const PIPELINE_KEYS: &[&str] =
-        &["cluster", "options", "scope", "ignore", "lifecycle", "in_progress", "sources", "sinks", "metrics", "state", "unknown_parents"];
+        &["cluster", "options", "scope", "ignore", "lifecycle", "in_progress", "sensitive", "sources", "sinks", "metrics", "state", "unknown_parents"];
     let mut errors = Errors::new(file, text);
     let root = DeTable::parse(text).map_err(|e| {
         errors.push_toml("", e, 0);
@@ -472,6 +495,22 @@ label_selector = "app in (a)"
         assert!(all.contains("scope.label_selector"), "{all}");
         assert!(all.contains("options.dedupe_capacity: must be at least 1"), "the rest of [options] is still checked: {all}");
         assert!(errs.len() >= 6, "{all}");
+    }
+
+    #[test]
+    fn sensitive_entries_add_to_the_defaults_and_are_checked() {
+        let good = "[[sources]]\ntype = \"webhook\"\nplain_http = true\n[[sensitive]]\nkind = \"Cluster.example.com\"\nfields = [\"spec.credentials\"]\n[[sensitive]]\nkeys = [\"sshKey\"]\n";
+        let model = super::super::build::model_config(&load_str("s.toml", good).unwrap());
+        let redacted = model.sensitive.redact("Cluster.example.com", r#"{"spec":{"credentials":{"k":"v1"},"n":[{"sshKey":"v2"}],"password":"v3"}}"#.into());
+        assert!(!redacted.contains("v1") && !redacted.contains("v2") && !redacted.contains("v3"), "{redacted}");
+        let kept = model.sensitive.redact("Secret", r#"{"data":{"k":"djQ="}}"#.into());
+        assert!(!kept.contains("djQ="), "the defaults still hold: {kept}");
+        let bad = "[[sources]]\ntype = \"webhook\"\nplain_http = true\n[[sensitive]]\nfields = [\"spec.a\"]\n[[sensitive]]\nkind = \"X\"\nfields = [\"spec..a\"]\nkeys = [\"a.b\"]\n[[sensitive]]\nkind = \"Y\"\n";
+        let all = load_str("s.toml", bad).unwrap_err().0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+        assert!(all.contains("sensitive[0].kind: is required with `fields`"), "{all}");
+        assert!(all.contains("sensitive[1].fields: \"spec..a\" is not a dotted field path"), "{all}");
+        assert!(all.contains("sensitive[1].keys: \"a.b\" is not a field name"), "{all}");
+        assert!(all.contains("sensitive[2]: names nothing"), "{all}");
     }
 
     #[test]

@@ -113,6 +113,10 @@ struct ReplayArgs {
     /// How long (in event time) writes are held to be put in resourceVersion order, e.g. 500ms, 2s, 0.
     #[arg(long, default_value = "500ms", value_parser = parse_duration_us)]
     reorder_window: i64,
+    /// A write stamped further than this ahead of this machine's clock is counted and taken as
+    /// stamped at the newest time of the log so far (0: no limit).
+    #[arg(long, default_value = "10m", value_parser = parse_duration_us)]
+    max_clock_skew: i64,
     /// Only write enriched events of these classes (repeat or comma-separate); all by default.
     #[arg(long = "class", value_delimiter = ',', value_parser = parse_class)]
     classes: Vec<Class>,
@@ -295,6 +299,7 @@ fn replay(args: ReplayArgs) -> Result<ExitCode> {
     };
     opts.processor.default_cluster = args.cluster;
     opts.processor.reorder_window_us = args.reorder_window;
+    opts.processor.max_clock_skew_us = args.max_clock_skew;
     opts.processor.decode.unwrap = match args.unwrap {
         UnwrapArg::None => Unwrap::None,
         UnwrapArg::Aks => Unwrap::Aks,

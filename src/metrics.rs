@@ -24,6 +24,9 @@ pub struct Metrics {
     pub person_reverts: IntCounterVec,
     pub freeze_violations: IntCounterVec,
     pub late_events: IntCounter,
+    /// Writes stamped later than the service's clock plus `max_clock_skew`: their time is
+    /// taken as when they arrived, so that it drives no clock (reorder, freshness, retention).
+    pub future_events: IntCounter,
     /// Writes whose classification failed inside the engine (a defect, never bad input: that
     /// is rejected by the decoder); the write is skipped, the service goes on.
     pub classify_failures: IntCounter,
@@ -195,6 +198,11 @@ impl Metrics {
             ),
             freeze_violations: counter_vec(&r, "kausality_freeze_violations_total", "Child mutations under a parent's freeze.", &["parent_kind"]),
             late_events: counter(&r, "kausality_late_events_total", "Writes applied after writes with a higher resourceVersion."),
+            future_events: counter(
+                &r,
+                "kausality_future_events_total",
+                "Writes stamped later than the service's clock plus max_clock_skew: taken as stamped when they arrived.",
+            ),
             classify_failures: counter(&r, "kausality_classify_failures_total", "Writes skipped: classifying them failed (a defect, please report it)."),
             dedup_hits: counter(&r, "kausality_dedup_hits_total", "Audit events dropped as duplicates by auditID."),
             reorder_buffer_events: gauge(&r, "kausality_reorder_buffer_events", "Writes held in the reorder buffer."),

@@ -41,7 +41,17 @@ pub struct ProcessorOptions {
     pub clock: Clock,
     /// Which events the pipeline looks at; `None` takes everything.
     pub scope: Option<Arc<Scope>>,
+    /// A write stamped more than this ahead of the service's clock is counted
+    /// (`kausality_future_events_total`) and taken as stamped when it arrived (on the event-time
+    /// clock of `replay`: at the newest time of the stream so far), so that one bad timestamp
+    /// drives no clock: not the reorder window, not the freshness the verdict reports, not the
+    /// expiry of tombstones. 0: no limit.
+    pub max_clock_skew_us: i64,
 }
+
+/// Default of [`ProcessorOptions::max_clock_skew_us`]: 10 minutes (API servers' clocks are
+/// kept by NTP; minutes of skew are already a fault worth an alert).
+pub const DEFAULT_MAX_CLOCK_SKEW_US: i64 = 600_000_000;
 
 impl Default for ProcessorOptions {
     fn default() -> Self {
@@ -54,6 +64,7 @@ impl Default for ProcessorOptions {
             decode: DecodeOptions::default(),
             clock: Clock::EventTime,
             scope: None,
+            max_clock_skew_us: DEFAULT_MAX_CLOCK_SKEW_US,
         }
     }
 }
@@ -345,6 +356,9 @@ pub struct Processor {
     partitions: Option<Arc<Partitions>>,
     /// The store's journal, taken after each write (reused).
     journal: Vec<ObjKey>,
+    /// The newest event time taken in that was not from the future: on the event-time clock,
+    /// what a write from the future is taken as stamped at.
+    stream_us: i64,
 }
 
 impl Processor {
@@ -374,6 +388,7 @@ impl Processor {
             fresh_cells: HashMap::default(),
             partitions: None,
             journal: Vec::new(),
+            stream_us: 0,
         }
     }
 
@@ -563,6 +578,8 @@ impl Processor {
     fn ingest_writes(&mut self, decoded: &mut Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         decoded.count(&self.metrics);
         let mut report = std::mem::take(&mut decoded.report);
+        // The service's clock: when the source received the writes, or (event-time clock) now.
+        let mut future_after = None;
         for item in decoded.items.drain(..) {
             if !self.dedupe.first_sight_key(item.dedupe_key) {
                 self.metrics.dedup_hits.inc();
@@ -588,6 +605,7 @@ impl Processor {
             };
             self.seq += 1;
             write.seq = self.seq;
+            self.bound_time(&mut write, received_us, &mut future_after);
             let time = match self.opts.clock {
                 Clock::EventTime if write.time_us != 0 => write.time_us,
                 _ => received_us,
@@ -613,6 +631,34 @@ impl Processor {
         // Taken in: held in a buffer (marked by a sweep) or applied.
         decoded.pin = None;
         report
+    }
+
+    /// A write stamped past the service's clock plus the allowed skew is counted and taken as
+    /// stamped when it arrived (on the event-time clock: at the newest time of the stream so
+    /// far), see [`ProcessorOptions::max_clock_skew_us`]. `future_after` caches the bound for
+    /// one batch.
+    fn bound_time(&mut self, write: &mut Write, received_us: i64, future_after: &mut Option<i64>) {
+        if self.opts.max_clock_skew_us <= 0 || write.time_us == 0 {
+            return;
+        }
+        let skew = self.opts.max_clock_skew_us;
+        let bound = *future_after.get_or_insert_with(|| {
+            let clock_us = match self.opts.clock {
+                Clock::Arrival => received_us,
+                Clock::EventTime => crate::shell::now_us(),
+            };
+            clock_us.saturating_add(skew)
+        });
+        if write.time_us <= bound {
+            self.stream_us = self.stream_us.max(write.time_us);
+            return;
+        }
+        self.metrics.future_events.inc();
+        write.time_us = match self.opts.clock {
+            Clock::Arrival => received_us,
+            Clock::EventTime if self.stream_us > 0 => self.stream_us,
+            Clock::EventTime => bound - skew,
+        };
     }
 
     /// Counts a record rejected before decoding (e.g. an over-long line).

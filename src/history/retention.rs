@@ -2,7 +2,9 @@
 //!
 //! A pass (the writer runs one every so many transactions or seconds):
 //! 1. by age: mutations older than `max_age` before the newest one written (event time, so
-//!    that a replayed log of last month is not thrown away as it is written);
+//!    that a replayed log of last month is not thrown away as it is written), the newest
+//!    being the newest that is not ahead of the wall clock: one event stamped in 2099 must not
+//!    make every other row "older than 30 days";
 //! 2. by size: while the pages in use are over the database's share of `max_bytes`, the
 //!    oldest mutations, in chunks sized from the average row, down to 90% of that share (so
 //!    that the next pass does not start at once);
@@ -64,11 +66,12 @@ pub struct Retained {
 const CHUNK_MAX: i64 = 20_000;
 const CHUNK_MIN: i64 = 64;
 
-pub(crate) fn retain(conn: &mut Connection, r: &Retention) -> rusqlite::Result<Retained> {
+/// One pass at wall-clock time `now_us`.
+pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64) -> rusqlite::Result<Retained> {
     let mut done = Retained::default();
     let mut newest_removed: Option<i64> = None;
     if !r.max_age.is_zero() {
-        let newest: Option<i64> = conn.query_row("SELECT max(time_us) FROM mutations", [], |r| r.get(0))?;
+        let newest: Option<i64> = conn.query_row("SELECT max(time_us) FROM mutations WHERE time_us <= ?1", [now_us], |r| r.get(0))?;
         if let Some(newest) = newest {
             let cutoff = newest.saturating_sub(i64::try_from(r.max_age.as_micros()).unwrap_or(i64::MAX));
             loop {

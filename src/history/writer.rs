@@ -211,7 +211,12 @@ impl Store {
 
     /// Applies the retention (age, then size): see [`retention`].
     pub fn retain(&mut self) -> Result<Retained> {
-        let retained = retention::retain(&mut self.conn, &self.retention);
+        self.retain_at(crate::shell::now_us())
+    }
+
+    /// [`Store::retain`] as if the wall clock said `now_us`.
+    pub fn retain_at(&mut self, now_us: i64) -> Result<Retained> {
+        let retained = retention::retain(&mut self.conn, &self.retention, now_us);
         if !matches!(retained, Ok(Retained { objects: 0, .. })) {
             // Rows of known objects may be gone.
             self.known.clear();

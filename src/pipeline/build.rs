@@ -190,6 +190,7 @@ fn processor_options(cfg: &PipelineConfig) -> ProcessorOptions {
         decode: DecodeOptions { max_record_bytes: o.max_record_bytes, ..DecodeOptions::default() },
         clock: Clock::Arrival,
         scope: scope(cfg),
+        max_clock_skew_us: o.max_clock_skew.as_micros_i64(),
     }
 }
 

@@ -49,6 +49,11 @@ pub struct Options {
     pub reorder_window: Span,
     /// Most writes held per cluster before the oldest are released early. Default: 100000.
     pub reorder_max_held: usize,
+    /// A write stamped further than this ahead of the service's clock is counted
+    /// (`kausality_future_events_total`) and taken as stamped when it arrived: one bad clock
+    /// must not drive the reorder window, the verdict's freshness or the history's retention.
+    /// `"0"` turns the check off. Default: `"10m"`.
+    pub max_clock_skew: Span,
     /// Most clusters (names from `/audit/{cluster}` or a Kafka header, and `cluster`); a body
     /// of a new cluster past it is refused (the webhook answers 400). Default: 1000.
     pub max_clusters: usize,
@@ -97,6 +102,7 @@ impl Default for Options {
         Options {
             reorder_window: Span::ms(500),
             reorder_max_held: 100_000,
+            max_clock_skew: Span::secs(600),
             max_clusters: crate::order::DEFAULT_MAX_CLUSTERS,
             max_objects: 2_000_000,
             max_trace_hops: crate::classify::trace::DEFAULT_MAX_HOPS,

@@ -3,6 +3,7 @@
 //! work ([`progress`]). Pipelines set these; the defaults here are what `replay` and the embedded
 //! pipeline use.
 
+pub mod appliers;
 pub mod progress;
 
 use std::collections::HashMap;
@@ -70,6 +71,9 @@ pub struct ModelConfig {
     /// pipeline's `[[sensitive]]` adds): an object's content is redacted before anything keeps
     /// it ([`crate::redact`]).
     pub sensitive: Sensitive,
+    /// The appliers whose markers make an object a member of a parent without an
+    /// ownerReference (DESIGN §1.9): the built-in profiles, then the pipeline's `[[applier]]`.
+    pub appliers: appliers::Appliers,
 }
 
 /// What a platform policy does to the drift it matches.
@@ -122,6 +126,7 @@ impl Default for ModelConfig {
             policies: Vec::new(),
             policy_selectors: Vec::new(),
             sensitive: Sensitive::default(),
+            appliers: appliers::Appliers::default(),
         }
     }
 }

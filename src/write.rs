@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
+use crate::config::appliers::{self, IntentFacts, Member, Membership};
 use crate::config::{kind_key, ModelConfig};
 use crate::decode::time::parse_rfc3339_micros;
 use crate::decode::{in_progress, AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX};
@@ -135,6 +136,12 @@ pub struct ObjectFacts {
     /// Which of the platform policies' label selectors the object's labels match, one bit each
     /// ([`ModelConfig::selector_bits`]); 0 when no policy has a selector.
     pub selector_bits: u64,
+    /// The applier's parent that the object's markers name (DESIGN §1.9); `None` with a
+    /// controller ownerReference, which wins.
+    pub applier: Option<Box<Membership>>,
+    /// What an applier's parent shows of its intent (its source revision, DESIGN §1.9):
+    /// only for the parents of appliers whose intent is a revision.
+    pub intent: Option<Box<IntentFacts>>,
 }
 
 impl ObjectFacts {
@@ -380,11 +387,10 @@ impl Extractor<'_> {
                 name: Name::from(r.name.as_deref().unwrap_or("")),
             }
         });
-        let annotations = (!md.annotations.is_empty()).then(|| {
+        let policy_annotations = md.annotations.iter().filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX));
+        let annotations = (policy_annotations.clone().next().is_some()).then(|| {
             let mut h = Xxh3::new();
-            let entries: Vec<(Box<str>, Box<str>)> = md
-                .annotations
-                .iter()
+            let entries: Vec<(Box<str>, Box<str>)> = policy_annotations
                 .map(|(k, v)| {
                     h.update(k.as_bytes());
                     h.update(&[0]);
@@ -395,13 +401,31 @@ impl Extractor<'_> {
                 .collect();
             Box::new(Annotations { entries, hash: h.digest() })
         });
-        debug_assert!(annotations.as_ref().is_none_or(|a| a.entries.iter().all(|(k, _)| k.starts_with(ANNOTATION_PREFIX))));
+        let namespace = md.namespace.as_deref().unwrap_or("");
+        let name = md.name.as_deref().unwrap_or("");
+        let label = |k: &str| md.labels.iter().find(|(lk, _)| lk == k).map(|(_, v)| v.as_ref());
+        let applier = if owner.is_some() {
+            None
+        } else {
+            let member = Member { api_version, kind, namespace, name };
+            self.config.appliers.membership(&member, label, |k| md.annotation(k)).map(Box::new)
+        };
+        let intent = self.config.appliers.of_parent(&key).and_then(|p| self.config.appliers.get(p)).and_then(|p| {
+            appliers::intent(
+                p.intent,
+                obj.status.map(RawValue::get),
+                md.generation,
+                md.annotation(appliers::FLUX_REQUESTED_AT),
+                obj.field("operation").map(RawValue::get),
+            )
+            .map(Box::new)
+        });
         Some(ObjectFacts {
             uid: uid_key(uid),
             uid_text: Arc::from(uid),
             ty: self.interner.ty(self.interner.intern(api_version), self.interner.intern(kind)),
-            namespace: self.interner.intern(md.namespace.as_deref().unwrap_or("")),
-            name: Name::from(md.name.as_deref().unwrap_or("")),
+            namespace: self.interner.intern(namespace),
+            name: Name::from(name),
             generation: md.generation,
             resource_version: parse_rv(md.resource_version.as_deref()),
             content_hash: content_hash(obj, self.config.ignored(&key)),
@@ -420,13 +444,15 @@ impl Extractor<'_> {
                 && md.finalizers == 0
                 && md.deletion_grace_period_seconds.is_none_or(|g| g <= 0),
             annotations,
-            selector_bits: if self.config.policy_selectors.is_empty() {
-                0
+            selector_bits: if self.config.policy_selectors.is_empty() { 0 } else { self.config.selector_bits(label) },
+            content: if (owner.is_some() || applier.is_some()) && self.config.tracks_fields(&key) {
+                Some(self.config.sensitive.redact(&key, content_text(obj)))
             } else {
-                self.config.selector_bits(|k| md.labels.iter().find(|(lk, _)| lk == k).map(|(_, v)| v.as_ref()))
+                None
             },
-            content: if owner.is_some() && self.config.tracks_fields(&key) { Some(self.config.sensitive.redact(&key, content_text(obj))) } else { None },
             owner,
+            applier,
+            intent,
         })
     }
 }

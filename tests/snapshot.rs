@@ -207,7 +207,7 @@ fn a_snapshot_of_format_4_is_read_with_its_observed_generations_finished() {
     assert_eq!(e.class, kausality_stream::classify::Class::Drift, "format 4 knew no finishing: its observed generation reads as finished");
     assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
 
-    // The same state written now (format 7, which keeps it as 5 did) keeps that the rollout was
+    // The same state written now (format 8, which keeps it as 5 did) keeps that the rollout was
     // not finished.
     let mut first = processor(Default::default(), 0);
     let mut sink = Vec::new();
@@ -215,7 +215,7 @@ fn a_snapshot_of_format_4_is_read_with_its_observed_generations_finished() {
     first.flush(0, &mut sink);
     let mut v5 = Vec::new();
     first.snapshot(&mut v5).unwrap();
-    assert!(v5.starts_with(b"KAUSALITY-STATE 7\n"));
+    assert!(v5.starts_with(b"KAUSALITY-STATE 8\n"));
     let mut new = processor(Default::default(), 0);
     new.restore(&mut v5.as_slice()).unwrap();
     let mut out = Vec::new();
@@ -233,14 +233,14 @@ fn a_snapshot_of_an_unknown_format_version_names_the_version_found_and_those_rea
     p.flush(0, &mut out);
     let mut snap = Vec::new();
     p.snapshot(&mut snap).unwrap();
-    let body = &snap["KAUSALITY-STATE 7\n".len()..];
-    for found in ["3", "8", "12", "x"] {
+    let body = &snap["KAUSALITY-STATE 8\n".len()..];
+    for found in ["3", "9", "12", "x"] {
         let mut other = format!("KAUSALITY-STATE {found}\n").into_bytes();
         other.extend_from_slice(body);
         let err = processor(Default::default(), 1).restore(&mut other.as_slice()).unwrap_err();
         assert!(matches!(&err, SnapshotError::UnknownVersion { found: f } if f == found), "{err:?}");
         let msg = err.to_string();
-        assert!(msg.contains(&format!("format version {found},")) && msg.contains("reads 4, 5, 6, 7)"), "{msg}");
+        assert!(msg.contains(&format!("format version {found},")) && msg.contains("reads 4, 5, 6, 7, 8)"), "{msg}");
         assert!(!msg.contains("not a kausality-stream state snapshot"), "{msg}");
     }
     let err = processor(Default::default(), 1).restore(&mut &b"KAUSALITY-STATE"[..]).unwrap_err();

@@ -11,8 +11,8 @@ use super::trace::{self, Hop, Labels, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
 use crate::config::{kind_key, PlatformPolicy, PolicyAction};
 use crate::decode::time::rfc3339_micros_arc;
-use crate::enriched::{user_hash, ActorOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
-use crate::state::{ObjKey, ObjectState, OwnerKey, Recent, Sym, TraceState, Ty};
+use crate::enriched::{user_hash, ActorOut, ApplierOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
+use crate::state::{Intent, ObjKey, ObjectState, OwnerKey, Recent, Sym, TraceState, Ty};
 use crate::write::{Name, OwnerLink, Uid, Write};
 
 /// What the judgement of a mutation needs to know about the mutated object.
@@ -41,20 +41,31 @@ pub(super) struct ParentView {
     pub labels: Option<Labels>,
     /// Which platform-policy selectors the parent's labels matched.
     pub selectors: u64,
+    /// The parent's own `metadata.generation` (`facts.generation` is its intent's epoch for
+    /// an applier's parent).
+    pub generation: i64,
+    /// The intents of an applier's parent (DESIGN §1.9).
+    pub intent: Option<Intent>,
+    /// The applier profile's name, for an applier's parent.
+    pub applier: Option<Arc<str>>,
 }
 
 impl ParentView {
     /// What the judgement of a child's write reads of its parent `p`, but its trace.
     pub fn of(p: &ObjectState) -> ParentView {
         let observed = p.observed_generation();
+        let intent = p.intent().cloned();
+        // An applier's parent: its intents are its generations (DESIGN §1.9), each finished
+        // once shown applied.
+        let (generation, observed_generation, finished) = match &intent {
+            Some(i) => (i.epoch, (i.applied > 0).then_some(i.applied), true),
+            None => (p.generation(), observed.map(|(g, _)| g), p.finished()),
+        };
         ParentView {
-            facts: ParentFacts {
-                deleting: p.deleting() || p.deleted(),
-                initialized: p.initialized(),
-                generation: p.generation(),
-                observed: observed.map(|(g, _)| g),
-                finished: p.finished(),
-            },
+            facts: ParentFacts { deleting: p.deleting() || p.deleted(), initialized: p.initialized(), generation, observed: observed_generation, finished },
+            generation: p.generation(),
+            intent,
+            applier: None,
             observed,
             status_updaters: p.status_updaters(),
             deleted: p.deleted(),
@@ -202,7 +213,7 @@ impl Engine {
             event.reason = match unowned_reason {
                 Some(r) => r.to_string(),
                 None if self_owned => "the object names itself as its controller owner: top of a tree".to_string(),
-                None => "no controller ownerReference: top of a tree".to_string(),
+                None => "no controller ownerReference and no applier's markers: top of a tree".to_string(),
             };
             let t = trace::origin(hop);
             self.trace_out(&t, &w.stage_timestamp, &mut event);
@@ -219,6 +230,7 @@ impl Engine {
             observed_generation_source: None,
             finished: None,
             phase: None,
+            applier: None,
         };
         let Some(mut p) = self.parent_view(&ObjKey::new(w.scope, owner.uid), owner) else {
             event.class = Class::UnknownParent;
@@ -229,10 +241,15 @@ impl Engine {
             event.parent = Some(parent_out);
             return (event, origin_state);
         };
+        p.applier = self.applier_view(owner.ty, updaters, &mut p);
         let namespace_teardown = self.namespace_teardown(w.scope, child.namespace, &mut p);
         let identity = identify(w.user, updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);
-        parent_out.generation = (p.facts.generation != 0).then_some(p.facts.generation);
+        parent_out.generation = (p.generation != 0).then_some(p.generation);
+        parent_out.applier = p.applier.clone().map(|name| {
+            let (revision, target_revision) = p.intent.as_ref().map_or((None, None), |i| (i.revision.clone(), i.target.clone()));
+            Box::new(ApplierOut { name, revision, target_revision })
+        });
         parent_out.observed_generation = p.observed.map(|(g, _)| g);
         parent_out.observed_generation_source = p.observed.map(|(_, s)| s);
         parent_out.finished = p.finished();
@@ -358,7 +375,9 @@ impl Engine {
             Class::Undetermined => {
                 "cannot tell the controller apart yet: several users changed this object and nobody is known to write the parent's status".to_string()
             }
+            Class::Origin if p.applier.is_some() => format!("{user} is not the parent's applier ({}): a new causal origin", controllers()),
             Class::Origin => format!("{user} is not the parent's controller ({}): a new causal origin", controllers()),
+            Class::Expected | Class::Drift if p.intent.is_some() => self.intent_reason(class, p),
             Class::Expected => match p.observed {
                 Some((o, _)) if o == p.facts.generation => {
                     format!("controller is still carrying out generation {o}: the parent's status shows work in progress since it was observed")
@@ -371,6 +390,23 @@ impl Engine {
                 p.facts.generation
             ),
             Class::Unowned | Class::UnknownParent => String::new(),
+        }
+    }
+
+    /// Why an applier's write is expected or drift: its parent's intent (DESIGN §1.9).
+    fn intent_reason(&self, class: Class, p: &ParentView) -> String {
+        let text = |r: Option<&Arc<str>>| r.map_or_else(|| "none".to_string(), |r| r.to_string());
+        let (revision, target) = p.intent.as_ref().map_or((None, None), |i| (i.revision.as_ref(), i.target.as_ref()));
+        if class == Class::Drift {
+            return format!("applier changed a member while its parent is at the revision it last applied ({}): no new intent", text(revision));
+        }
+        match p.facts.observed {
+            None => format!("applier is carrying out its parent's first intent (revision {})", text(target)),
+            Some(_) => format!(
+                "applier is carrying out a new intent of its parent (revision {}, applied {}; or a spec change, a requested reconcile, a person's sync)",
+                text(target),
+                text(revision)
+            ),
         }
     }
 

@@ -2,6 +2,7 @@
 //! Pure: no I/O, no async. Writes must be applied in resourceVersion order per cluster (the
 //! reorder buffer's job); the engine itself is safe to share between threads.
 
+mod appliers;
 mod decide;
 pub mod forward;
 mod judge;
@@ -109,6 +110,10 @@ pub struct Engine {
     partition_scopes: DashMap<Arc<str>, Vec<i32>, FastBuild>,
     /// Trace messages for other partitions, sent at the next commit ([`forward`]).
     pub forwards: forward::Forwards,
+    /// Appliers' parents by where their members' markers name them (DESIGN §1.9).
+    applier_parents: DashMap<appliers::ParentAt, Uid, FastBuild>,
+    /// The applier profile of each type of parent, `None` for the other types; once per type.
+    applier_kinds: DashMap<Ty, Option<u16>, FastBuild>,
 }
 
 impl Engine {
@@ -128,6 +133,8 @@ impl Engine {
             tombstone_ttl_us: options.tombstone_ttl_us,
             partition_scopes: DashMap::with_hasher(FastBuild::default()),
             forwards: forward::Forwards::default(),
+            applier_parents: DashMap::with_hasher(FastBuild::default()),
+            applier_kinds: DashMap::with_hasher(FastBuild::default()),
         }
     }
 
@@ -193,14 +200,14 @@ impl Engine {
 
     pub fn apply(&self, w: &Write) -> Applied {
         match &w.target {
-            Target::Object(f) => match (w.subresource, w.verb) {
-                (Subresource::Status, _) => {
+            Target::Object(f) => match (w.subresource, w.verb, &*self.with_applier(w, f)) {
+                (Subresource::Status, _, f) => {
                     self.status_write(w, f);
                     Applied::Ignored(Ignored::StatusWrite)
                 }
-                (_, Verb::Create) => Applied::Classified(vec![self.mutation(w, f)]),
-                (_, Verb::Update | Verb::Patch) => self.update(w, f),
-                (_, Verb::Delete | Verb::Deletecollection) => Self::one(self.delete_object(w, f)),
+                (_, Verb::Create, f) => Applied::Classified(vec![self.mutation(w, f)]),
+                (_, Verb::Update | Verb::Patch, f) => self.update(w, f),
+                (_, Verb::Delete | Verb::Deletecollection, f) => Self::one(self.delete_object(w, f)),
             },
             Target::Scale { uid, uid_text, namespace, name, resource, api_version, replicas } => {
                 self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version, *replicas)
@@ -209,7 +216,7 @@ impl Engine {
             Target::Many(items) => {
                 let (mut events, mut ignored) = (Vec::with_capacity(items.len()), Vec::new());
                 for f in items {
-                    match self.delete_object(w, f) {
+                    match self.delete_object(w, &self.with_applier(w, f)) {
                         Ok(e) => events.push(e),
                         Err(reason) => ignored.push(reason),
                     }
@@ -402,6 +409,10 @@ impl Engine {
             s.last_resource_version = rv;
         }
         s.owner = f.owner.as_ref().map(|o| OwnerKey::new(o.uid, o.ty));
+        if let Some(intent) = &f.intent {
+            s.observe_intent(intent);
+        }
+        self.note_applier_parent(w.scope, s, f);
         // Which policy selectors its labels match, kept only where a drift can ask: objects
         // known to own others and the tops of trees (the many leaves never need it).
         if f.selector_bits != s.selector_bits() && (f.selector_bits == 0 || s.owner.is_none() || self.owner_kinds.contains_key(&s.ty)) {

@@ -457,9 +457,38 @@ fn lenient_conditions<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<Vec<Con
     lenient_list(d)
 }
 
-/// Keeps only the `kausality.io/` annotations; the others are skipped without copying.
+/// Keeps only the `kausality.io/` annotations and those appliers mark objects with
+/// ([`keeps_annotation`]); the others are skipped without copying.
 fn kausality_annotations<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<StrPairs<'a>, D::Error> {
-    filtered_string_map(d, |k| k.starts_with(ANNOTATION_PREFIX))
+    filtered_string_map(d, keeps_annotation)
+}
+
+/// Annotation keys that pipelines' own appliers read (`[[applier]]`), beside the built-in
+/// ones: kept for every pipeline of the process (a key kept but never asked for costs only
+/// its copy), so a set that only grows.
+static APPLIER_ANNOTATIONS: std::sync::RwLock<Vec<Box<str>>> = std::sync::RwLock::new(Vec::new());
+static HAS_APPLIER_ANNOTATIONS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Keeps `keys` of annotations from now on (a pipeline's appliers).
+pub fn keep_annotations(keys: &[String]) {
+    if keys.is_empty() {
+        return;
+    }
+    let mut kept = APPLIER_ANNOTATIONS.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for k in keys {
+        if !kept.iter().any(|x| **x == **k) {
+            kept.push(Box::from(k.as_str()));
+        }
+    }
+    HAS_APPLIER_ANNOTATIONS.store(true, std::sync::atomic::Ordering::Release);
+}
+
+/// Whether the decoder keeps the annotation `key`.
+pub fn keeps_annotation(key: &str) -> bool {
+    key.starts_with(ANNOTATION_PREFIX)
+        || crate::config::appliers::BUILTIN_ANNOTATIONS.contains(&key)
+        || (HAS_APPLIER_ANNOTATIONS.load(std::sync::atomic::Ordering::Acquire)
+            && APPLIER_ANNOTATIONS.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter().any(|k| &**k == key))
 }
 
 fn string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<StrPairs<'a>, D::Error> {
@@ -511,7 +540,7 @@ mod tests {
         let o: ObjectView = serde_json::from_str(json).unwrap();
         assert_eq!(o.kind.as_deref(), Some("ConfigMap"));
         assert_eq!(o.metadata.generation, Some(3));
-        assert_eq!(o.metadata.annotations.len(), 1, "only kausality.io/ string annotations are kept");
+        assert_eq!(o.metadata.annotations.len(), 1, "only kausality.io/ (and appliers') string annotations are kept");
         assert_eq!(o.metadata.annotation("kausality.io/trace-ticket"), Some("T-1"));
         assert_eq!(o.metadata.controller_ref().unwrap().uid.as_deref(), Some("p1"));
         assert_eq!(o.field("data").unwrap().get(), r#"{"k":"v"}"#);

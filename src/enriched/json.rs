@@ -112,6 +112,16 @@ fn parent(out: &mut Vec<u8>, p: &ParentOut) {
     }
     field(out, "phase");
     opt_string(out, p.phase.map(|p| p.as_str()));
+    if let Some(a) = &p.applier {
+        field(out, "applier");
+        out.extend_from_slice(b"{\"name\":");
+        string(out, &a.name);
+        field(out, "revision");
+        opt_string(out, a.revision.as_deref());
+        field(out, "targetRevision");
+        opt_string(out, a.target_revision.as_deref());
+        out.push(b'}');
+    }
     out.push(b'}');
 }
 
@@ -305,7 +315,7 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::super::{ActorOut, Enriched, FieldOut, HopOut, ObjectOut, ParentOut, Phase, RevertOut, RevertedObject};
+    use super::super::{ActorOut, ApplierOut, Enriched, FieldOut, HopOut, ObjectOut, ParentOut, Phase, RevertOut, RevertedObject};
     use crate::classify::policy::Resolution;
     use crate::classify::Class;
     use crate::filter::Verb;
@@ -356,6 +366,7 @@ mod tests {
                 observed_generation_source: Some(ObservedSource::SyncedCondition),
                 finished: Some(true),
                 phase: Some(Phase::Initialized),
+                applier: Some(Box::new(ApplierOut { name: t.clone(), revision: Some(t.clone()), target_revision: None })),
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![t.clone(), Arc::from("b")] },
             resolution: Some(Resolution::Approved),
@@ -421,6 +432,7 @@ mod tests {
                 observed_generation_source: None,
                 finished: None,
                 phase: None,
+                applier: None,
             });
             e.reverts = Some(Vec::new());
             same_as_serde(&e);

@@ -107,6 +107,23 @@ pub struct ParentOut {
     pub finished: Option<bool>,
     /// `None` when the parent was never seen.
     pub phase: Option<Phase>,
+    /// The applier whose parent this is (DESIGN §1.9), and the revisions it shows; absent for
+    /// a controller's parent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub applier: Option<Box<ApplierOut>>,
+}
+
+/// An applier's parent's intent, as the enriched event writes it (DESIGN §1.9).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ApplierOut {
+    /// The applier profile's name (`flux-kustomize`, `argocd`, ...).
+    pub name: Arc<str>,
+    /// The source revision the parent shows applied last; `None` before its first.
+    pub revision: Option<Arc<str>>,
+    /// The revision the parent shows it is applying (Flux' last attempted, Argo CD's sync
+    /// revision); `None` when it shows none.
+    pub target_revision: Option<Arc<str>>,
 }
 
 #[derive(Clone, Debug, Serialize)]

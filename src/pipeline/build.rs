@@ -155,6 +155,7 @@ pub(super) fn model_config(cfg: &PipelineConfig) -> ModelConfig {
     if let Err(e) = load::model_policies(&cfg.policies, &mut model) {
         tracing::error!(error = %e, "platform policies left out");
     }
+    load::model_appliers(&cfg.appliers, &mut model);
     for lc in &cfg.lifecycle {
         model.lifecycle.insert(lc.kind.clone(), lc.signals.clone());
     }

@@ -28,6 +28,8 @@ pub struct PipelineConfig {
     pub sensitive: Vec<SensitiveConfig>,
     /// Platform policies that approve or reject drift, in order (DESIGN §1.7).
     pub policies: Vec<PolicyConfig>,
+    /// The pipeline's own appliers, after the built-in profiles (DESIGN §1.9).
+    pub appliers: Vec<crate::config::appliers::ApplierConfig>,
     /// Where audit events come from; at least one.
     pub sources: Vec<SourceConfig>,
     /// Where enriched events go; none is allowed (metrics only).

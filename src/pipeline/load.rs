@@ -43,6 +43,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
         in_progress: Vec::new(),
         sensitive: Vec::new(),
         policies: Vec::new(),
+        appliers: Vec::new(),
         sources: Vec::new(),
         sinks: Vec::new(),
         metrics: MetricsConfig::default(),
@@ -66,6 +67,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
             "in_progress" => decode_each(&mut errors, k, value).map(|v| (idx.in_progress, cfg.in_progress) = v.into_iter().unzip()),
             "sensitive" => decode_each(&mut errors, k, value).map(|v| (idx.sensitive, cfg.sensitive) = v.into_iter().unzip()),
             "policy" => decode_each(&mut errors, k, value).map(|v| (idx.policies, cfg.policies) = v.into_iter().unzip()),
+            "applier" => decode_each(&mut errors, k, value).map(|v| (idx.appliers, cfg.appliers) = v.into_iter().unzip()),
             "sources" => decode_each(&mut errors, k, value).map(|v| (idx.sources, cfg.sources) = v.into_iter().unzip()),
             "sinks" => decode_each(&mut errors, k, value).map(|v| (idx.sinks, cfg.sinks) = v.into_iter().unzip()),
             "metrics" => decode_section(&mut errors, k, value).map(|v| cfg.metrics = v),
@@ -76,7 +78,7 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
                 errors.push(
                     other,
                     Some(at),
-                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, sensitive, policy, sources, sinks, metrics, state, unknown_parents, query",
+                    "unknown key; expected one of cluster, options, scope, ignore, lifecycle, in_progress, sensitive, policy, applier, sources, sinks, metrics, state, unknown_parents, query",
                 );
                 None
             }
@@ -155,6 +157,7 @@ struct Indices {
     in_progress: Vec<usize>,
     sensitive: Vec<usize>,
     policies: Vec<usize>,
+    appliers: Vec<usize>,
     sources: Vec<usize>,
     sinks: Vec<usize>,
 }
@@ -229,6 +232,7 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
         check_in_progress(&format!("in_progress[{i}]"), ip, errors);
     }
     check_policies(&idx.policies, &cfg.policies, errors);
+    check_appliers(&idx.appliers, &cfg.appliers, errors);
     if !has_sources {
         errors.push("sources", None, "no source: add a [[sources]] table (type = \"webhook\", \"kafka\" or \"file\")");
     }
@@ -346,6 +350,39 @@ fn check_policies(at: &[usize], policies: &[PolicyConfig], errors: &mut Errors<'
     }
 }
 
+/// `[[applier]]` entries: each field as [`ApplierConfig::problems`] says, names unique and
+/// not a built-in profile's, parent kinds not a built-in profile's.
+///
+/// [`ApplierConfig::problems`]: crate::config::appliers::ApplierConfig::problems
+fn check_appliers(at: &[usize], appliers: &[crate::config::appliers::ApplierConfig], errors: &mut Errors<'_>) {
+    let builtin = crate::config::appliers::builtin();
+    let mut names: Vec<&str> = builtin.iter().map(|p| &*p.name).collect();
+    for (&i, a) in at.iter().zip(appliers) {
+        for (field, message) in a.problems() {
+            errors.push(format!("applier[{i}].{field}"), None, message);
+        }
+        if names.contains(&a.name.as_str()) {
+            errors.push(
+                format!("applier[{i}].name"),
+                None,
+                format!("{:?} is taken (built-in profiles: flux-kustomize, flux-helm, argocd, sveltos); choose another", a.name),
+            );
+        }
+        names.push(&a.name);
+        if builtin.iter().any(|p| p.parent_kind == a.parent_kind) {
+            errors.push(format!("applier[{i}].parent_kind"), None, format!("{} is a built-in profile's parent", a.parent_kind));
+        }
+    }
+}
+
+/// Puts the checked appliers into the model's configuration.
+pub fn model_appliers(appliers: &[crate::config::appliers::ApplierConfig], model: &mut crate::config::ModelConfig) {
+    for a in appliers {
+        model.appliers.profiles.push(a.profile());
+    }
+    crate::decode::keep_annotations(&model.appliers.annotation_keys());
+}
+
 /// Puts the checked policies into the model's configuration.
 pub fn model_policies(policies: &[PolicyConfig], model: &mut crate::config::ModelConfig) -> Result<(), String> {
     for p in policies {
@@ -376,8 +413,21 @@ pub fn load_policies(path: &Path) -> Result<Vec<PolicyConfig>, ConfigErrors> {
 }
 
 pub fn load_policies_str(file: &str, text: &str) -> Result<Vec<PolicyConfig>, ConfigErrors> {
-    const PIPELINE_KEYS: &[&str] =
-        &["cluster", "options", "scope", "ignore", "lifecycle", "in_progress", "sensitive", "sources", "sinks", "metrics", "state", "unknown_parents"];
+    const PIPELINE_KEYS: &[&str] = &[
+        "cluster",
+        "options",
+        "scope",
+        "ignore",
+        "lifecycle",
+        "in_progress",
+        "sensitive",
+        "applier",
+        "sources",
+        "sinks",
+        "metrics",
+        "state",
+        "unknown_parents",
+    ];
     let mut errors = Errors::new(file, text);
     let root = DeTable::parse(text).map_err(|e| {
         errors.push_toml("", e, 0);
@@ -597,6 +647,28 @@ namespaces = [""]
             load_str("p.toml", "[[sources]]\ntype = \"webhook\"\nplain_http = true\n[[policy]]\nname = \"a\"\naction = \"reject\"\nreverts_person = true\n")
                 .unwrap();
         assert_eq!((good.policies.len(), good.policies[0].reverts_person), (1, Some(true)));
+    }
+
+    #[test]
+    fn appliers_are_checked_and_join_the_built_in_profiles() {
+        let base = "[[sources]]\ntype = \"webhook\"\nplain_http = true\n";
+        let good = format!("{base}[[applier]]\nname = \"bundles\"\nparent_kind = \"Bundle.deploy.example.com\"\nparent_api_version = \"deploy.example.com/v1\"\nname_annotation = \"deploy.example.com/bundle\"\nusers = [\"bundle-controller\"]\n");
+        let cfg = load_str("good.toml", &good).unwrap();
+        let mut model = crate::config::ModelConfig::default();
+        model_appliers(&cfg.appliers, &mut model);
+        assert_eq!(model.appliers.profiles.last().map(|p| &*p.name), Some("bundles"));
+        assert!(crate::decode::keeps_annotation("deploy.example.com/bundle"), "the decoder keeps its marker");
+        let bad = format!("{base}[[applier]]\nname = \"argocd\"\nparent_kind = \"Application.argoproj.io\"\nparent_api_version = \"v1\"\n[[applier]]\nname = \"x\"\nparent_kind = \"X.e.com\"\nparent_api_version = \"e.com/v1\"\nname_label = \"a\"\ncolour = 1\n");
+        let all = load_str("bad.toml", &bad).unwrap_err().to_string();
+        for want in [
+            "applier[0].parent_api_version",
+            "applier[0].name_label: is required",
+            "applier[0].name: \"argocd\" is taken",
+            "applier[0].parent_kind: Application.argoproj.io is a built-in",
+            "colour",
+        ] {
+            assert!(all.contains(want), "{want} in {all}");
+        }
     }
 
     #[test]

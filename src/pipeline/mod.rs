@@ -37,7 +37,7 @@ use tokio::task::JoinHandle;
 
 pub use config::PipelineConfig;
 pub use error::Error;
-pub use load::{load_file, load_policies, load_str, model_policies};
+pub use load::{load_file, load_policies, load_str, model_appliers, model_policies};
 
 use crate::classify::Engine;
 use crate::metrics::Metrics;

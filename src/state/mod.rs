@@ -12,7 +12,9 @@ mod store;
 pub use cached::{Cached, Live, Refused, Slice};
 pub use hash::{FastBuild, FastHasher};
 pub use intern::{Interner, Marks, Pin, Swept, Sym, Ty};
-pub use object::{name_key, FieldChange, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState, MAX_ORIGIN_WRITES, MAX_RECENT, MAX_REMOVED};
+pub use object::{
+    name_key, FieldChange, Intent, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState, MAX_ORIGIN_WRITES, MAX_RECENT, MAX_REMOVED,
+};
 pub use partitions::{Partitions, Parts};
 pub use record::{encode_record, encode_trace_message, record_key, RecordReader, TraceMessage};
 pub use snapshot::{read_partitioned, read_snapshot, write_partitioned, write_snapshot, ChangelogMark, PartitionedSnapshot, SnapshotError, SnapshotStats};

@@ -1,5 +1,6 @@
 //! What is remembered of one object between its writes.
 
+mod intent;
 mod origin;
 mod rare;
 mod trace;
@@ -7,6 +8,7 @@ mod trace;
 use super::{ObjKey, Sym, Ty};
 use crate::classify::trace::Trace;
 use crate::write::{ObservedSource, Uid};
+pub use intent::Intent;
 pub use origin::{FieldChange, OriginWrite, MAX_ORIGIN_WRITES, MAX_REMOVED};
 
 /// The 32 bits of an object's name that its state keeps ([`ObjectState::name_key`]).

@@ -25,12 +25,14 @@ const MAGIC: &[u8] = b"KAUSALITY-STATE ";
 /// finished (DESIGN §1.3).
 /// 6: each object keeps its name key (an eviction finds its pod by it, DESIGN §1.5).
 /// 7: the changelog mark after the header, and with a changelog each object's partitions.
-const VERSION: u32 = 7;
+/// 8: an applier's parent keeps its intents (DESIGN §1.9).
+const VERSION: u32 = 8;
 /// The formats this build reads. 4: as 5, without the finished bit: each observed generation is
 /// read as finished (the rule 4 was written under). 4 and 5 have no name keys: an eviction finds
 /// a pod restored from them only once the pod has been written again. 4 to 6 have no changelog
-/// mark: read as written without a changelog.
-const READS: [u32; 4] = [4, 5, 6, 7];
+/// mark: read as written without a changelog. 4 to 7 have no intents: an applier's parent
+/// restored from them shows its intent again at its next write.
+const READS: [u32; 5] = [4, 5, 6, 7, 8];
 
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
@@ -486,6 +488,21 @@ pub(super) fn put_object(buf: &mut Enc, k: &ObjKey, s: &ObjectState, interner: &
     for c in consumed {
         buf.uint(*c);
     }
+    if version >= 8 {
+        match s.intent() {
+            Some(i) => {
+                buf.uint(1);
+                buf.uint(i.key);
+                buf.int(i.epoch);
+                buf.int(i.applied);
+                for r in [&i.revision, &i.target] {
+                    buf.uint(r.is_some() as u64);
+                    buf.str(r.as_deref().unwrap_or(""));
+                }
+            }
+            None => buf.uint(0),
+        }
+    }
 }
 
 /// Reads one object written by [`put_object`] in format `version`.
@@ -552,6 +569,17 @@ pub(super) fn get_object(
     }
     for _ in 0..d.len()? {
         s.consume_approval(d.uint()?);
+    }
+    if version >= 8 && d.uint()? == 1 {
+        let (key, epoch, applied) = (d.uint()?, d.int()?, d.int()?);
+        let mut texts = [None, None];
+        for t in &mut texts {
+            let present = d.uint()? == 1;
+            let text = d.str()?;
+            *t = present.then(|| Arc::from(text));
+        }
+        let [revision, target] = texts;
+        s.set_intent(Some(crate::state::Intent { key, epoch, applied, revision, target }));
     }
     Ok((ObjKey::new(cluster, uid), s))
 }
@@ -724,6 +752,25 @@ mod tests {
                 seen.push((k.uid(), s.ty == ty, s.name_key(), s.status_hash(), s.deleting(), s.last_resource_version));
             });
             assert_eq!(seen, [(9, true, kept, Some(7), true, 42)], "format {version}");
+        }
+    }
+
+    #[test]
+    fn an_appliers_parent_keeps_its_intents_from_format_8() {
+        let interner = Interner::new();
+        let store = Store::new(100, 1_000_000);
+        let mut s =
+            ObjectState::new(interner.ty(interner.intern("kustomize.toolkit.fluxcd.io/v1"), interner.intern("Kustomization")), interner.intern("flux-system"));
+        let intent = crate::state::Intent { key: 77, epoch: 3, applied: 2, revision: Some(Arc::from("main@sha1:1")), target: None };
+        s.set_intent(Some(intent.clone()));
+        store.insert(ObjKey::new(interner.intern("prod"), 9), s);
+        for (version, kept) in [(VERSION, Some(intent)), (7, None)] {
+            let mut snapshot = Vec::new();
+            write_format(&all_objects(&store), None, &interner, &[], &mut snapshot, version).unwrap();
+            let (restored, _) = read_back(&snapshot);
+            let mut seen = Vec::new();
+            restored.for_each(|_, s| seen.push(s.intent().cloned()));
+            assert_eq!(seen, [kept], "format {version}");
         }
     }
 }

@@ -159,6 +159,7 @@ mod tests {
                 observed_generation_source: None,
                 finished: Some(true),
                 phase: Some(Lifecycle::Initialized),
+                applier: None,
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![] },
             resolution: Some(Resolution::Unresolved),

@@ -133,6 +133,8 @@ pub(super) struct Ext {
     /// Which of the pipeline's policy label selectors matched the object's labels at its
     /// latest write, one bit per selector (DESIGN §1.7).
     pub(super) selectors: u64,
+    /// The intents of an applier's parent (DESIGN §1.9).
+    pub(super) intent: Option<Box<super::intent::Intent>>,
 }
 
 impl Ext {

@@ -1,0 +1,99 @@
+//! Appliers as parents (DESIGN §1.9): an object without a controller ownerReference whose
+//! markers name an applier's parent (a Flux Kustomization, an Argo CD Application, a Sveltos
+//! ClusterProfile) is judged as that parent's child. The parent is found by kind, namespace
+//! and name among the parents seen; its intent is its source revision ([`crate::state::Intent`]).
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use super::judge::{format_uid, ParentView};
+use super::Engine;
+use crate::config::appliers::Applier;
+use crate::state::{ObjKey, ObjectState, Recent, Sym, Ty};
+use crate::write::{uid_key, Name, ObjectFacts, OwnerLink, Write};
+
+/// An applier's parent by where it is: (scope, profile, namespace, name). Strings, not symbols:
+/// an entry outlives a sweep of the interner.
+pub(super) type ParentAt = (Arc<str>, u16, Arc<str>, Name);
+
+impl Engine {
+    /// The applier profile whose parents are of type `ty`, computed once per type.
+    pub(super) fn applier_of_parent(&self, ty: Ty) -> Option<u16> {
+        if self.config.appliers.profiles.is_empty() {
+            return None;
+        }
+        if let Some(p) = self.applier_kinds.get(&ty) {
+            return *p;
+        }
+        let profile = self.config.appliers.of_parent(&self.kind_key(ty));
+        self.applier_kinds.insert(ty, profile);
+        profile
+    }
+
+    pub(super) fn applier(&self, profile: u16) -> Option<&Applier> {
+        self.config.appliers.get(profile)
+    }
+
+    /// Notes an applier's parent where its members' markers find it (its latest incarnation
+    /// by name wins); it keeps its name in state, as every object known to own others does.
+    pub(super) fn note_applier_parent(&self, scope: Sym, s: &mut ObjectState, f: &ObjectFacts) {
+        let Some(profile) = self.applier_of_parent(s.ty) else { return };
+        let uid = f.uid;
+        self.note_owner_kind(s.ty);
+        if s.name().is_none() && !f.name.is_empty() {
+            s.set_name(f.name.clone());
+        }
+        let Some(name) = s.name() else { return };
+        let at: ParentAt = (self.interner.resolve(scope), profile, self.interner.resolve(s.namespace), name.clone());
+        if self.applier_parents.get(&at).is_none_or(|u| *u != uid) {
+            self.applier_parents.insert(at, uid);
+        }
+    }
+
+    /// The facts with the owner link that the object's markers make (a controller
+    /// ownerReference wins: then there is no membership). A parent never seen gets a link to a
+    /// UID nobody has, so the write is judged `unknown-parent`, unless only a weak marker
+    /// named it (Argo CD's instance label, which Helm sets too): then it is no member.
+    pub(super) fn with_applier<'f>(&self, w: &Write, f: &'f ObjectFacts) -> Cow<'f, ObjectFacts> {
+        let (Some(m), None) = (f.applier.as_deref(), f.owner.as_ref()) else { return Cow::Borrowed(f) };
+        let Some(profile) = self.applier(m.profile) else { return Cow::Borrowed(f) };
+        let at: ParentAt = (self.interner.resolve(w.scope), m.profile, m.namespace.clone(), Name::from(&*m.name));
+        let found = self.applier_parents.get(&at).map(|u| *u);
+        let found = found.and_then(|uid| self.store.read(&ObjKey::new(w.scope, uid), |p| (uid, p.ty)));
+        let (uid, ty) = match found {
+            Some(found) => found,
+            None if m.weak => return Cow::Borrowed(f),
+            None => {
+                let (group_version, kind) = (profile.parent_api_version.as_str(), profile.parent_kind_name());
+                let ty = self.interner.ty(self.interner.intern(group_version), self.interner.intern(kind));
+                (uid_key(&format!("applier:{}/{}/{}", profile.parent_kind, m.namespace, m.name)), ty)
+            }
+        };
+        let mut out = f.clone();
+        out.owner = Some(OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), ty, name: Name::from(&*m.name) });
+        Cow::Owned(out)
+    }
+
+    /// The judgement of a member reads its applier's parent: initialized from the start (its
+    /// first apply carries out its first intent), and, when nobody is seen writing its status,
+    /// the profile's known users among the member's updaters are its applier.
+    pub(super) fn applier_view(&self, owner: Ty, updaters: &Recent, p: &mut ParentView) -> Option<Arc<str>> {
+        let profile = self.applier(self.applier_of_parent(owner)?)?;
+        p.facts.initialized = true;
+        if p.status_updaters.is_empty() {
+            for &u in updaters.as_slice().iter().rev() {
+                if profile.is_user(&self.interner.resolve(u)) {
+                    p.status_updaters.push(u);
+                }
+            }
+        }
+        // None of them seen yet: the applier is still who the profile names, not whoever
+        // wrote the member first.
+        if p.status_updaters.is_empty() {
+            if let Some(first) = profile.users.first() {
+                p.status_updaters.push(self.interner.intern(first));
+            }
+        }
+        Some(profile.name.clone())
+    }
+}

@@ -1,0 +1,396 @@
+//! Appliers as parents (DESIGN §1.9): objects that a GitOps tool or an add-on manager applies
+//! carry its markers instead of a controller ownerReference. Audit streams written from each
+//! tool's documented behaviour (Flux' kustomize-controller applies with server-side apply
+//! PATCHes as `fieldManager=kustomize-controller`, then reports the revision in the
+//! Kustomization's status; Argo CD keeps its sync state in the Application; Sveltos marks what
+//! it deploys with owner annotations); each test asserts the class of specific events.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{audit_id, class_of, feed, find};
+use kausality_stream::classify::{Class, Engine, EngineOptions};
+use kausality_stream::config::ModelConfig;
+use kausality_stream::enriched::Enriched;
+use kausality_stream::metrics::Metrics;
+use kausality_stream::process::{Clock, Processor, ProcessorOptions};
+use kausality_stream::sim::*;
+use serde_json::{json, Value};
+
+const KUSTOMIZE: &str = "system:serviceaccount:flux-system:kustomize-controller";
+const ARGOCD: &str = "system:serviceaccount:argocd:argocd-application-controller";
+const SVELTOS: &str = "system:serviceaccount:projectsveltos:addon-controller";
+const ALICE: &str = "alice@example.com";
+
+fn run(events: &[String]) -> (Processor, Vec<Enriched>) {
+    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+    let opts = ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, ..ProcessorOptions::default() };
+    let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
+    let mut out = Vec::new();
+    feed(&mut p, events, &mut out);
+    p.flush(0, &mut out);
+    (p, out)
+}
+
+/// A server-side apply: a PATCH with the applier's field manager (`force` as Flux does).
+fn ssa(ev: String, manager: &str) -> String {
+    let mut v: Value = serde_json::from_str(&ev).unwrap();
+    let uri = v["requestURI"].as_str().unwrap().to_string();
+    v["requestURI"] = json!(format!("{uri}?fieldManager={manager}&force=true"));
+    v["verb"] = json!("patch");
+    v.to_string()
+}
+
+/// A write of the whole object that changes its status (a kind without a status subresource,
+/// as Argo CD's Application): the event names no subresource.
+fn main_resource(ev: String) -> String {
+    let mut v: Value = serde_json::from_str(&ev).unwrap();
+    v["objectRef"].as_object_mut().unwrap().remove("subresource");
+    let uri = v["requestURI"].as_str().unwrap().trim_end_matches("/status").to_string();
+    v["requestURI"] = json!(uri);
+    v.to_string()
+}
+
+fn flux_labels(mut obj: Value, kustomization: &str) -> Value {
+    obj["metadata"]["labels"] = json!({
+        "kustomize.toolkit.fluxcd.io/name": kustomization,
+        "kustomize.toolkit.fluxcd.io/namespace": "flux-system",
+    });
+    obj
+}
+
+fn kustomization(name: &str) -> Value {
+    json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": name, "namespace": "flux-system"},
+        "spec": {"interval": "10m", "path": "./apps", "prune": true, "sourceRef": {"kind": "GitRepository", "name": "flux-system"}}
+    })
+}
+
+/// A Flux-style control plane: a Kustomization whose kustomize-controller applies the shop's
+/// Deployment and ConfigMap.
+struct Flux {
+    api: ApiServer,
+    events: Vec<String>,
+    ks: ObjRef,
+    deploy: ObjRef,
+    config: ObjRef,
+    /// The first apply's two writes.
+    first: Vec<String>,
+}
+
+/// kustomize-controller starts a reconcile: it reports the revision it attempts (Flux writes
+/// `lastAttemptedRevision` and the Reconciling condition before it applies).
+fn attempt(api: &mut ApiServer, ks: &ObjRef, revision: &str) -> String {
+    api.update_status(KUSTOMIZE, ks, |st| {
+        st.insert("lastAttemptedRevision".into(), json!(revision));
+        st.insert("conditions".into(), json!([{"type": "Reconciling", "status": "True", "reason": "Progressing"}, {"type": "Ready", "status": "Unknown"}]));
+    })
+}
+
+/// kustomize-controller finishes: the revision applied, the generation (and a requested
+/// reconcile) handled, ready.
+fn applied(api: &mut ApiServer, ks: &ObjRef, revision: &str) -> String {
+    let generation = api.get(ks).unwrap()["metadata"]["generation"].clone();
+    let requested = api.get(ks).unwrap()["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"].clone();
+    api.update_status(KUSTOMIZE, ks, |st| {
+        st.insert("lastAttemptedRevision".into(), json!(revision));
+        st.insert("lastAppliedRevision".into(), json!(revision));
+        st.insert("observedGeneration".into(), generation);
+        if !requested.is_null() {
+            st.insert("lastHandledReconcileAt".into(), requested);
+        }
+        st.insert("conditions".into(), json!([{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded"}]));
+    })
+}
+
+impl Flux {
+    fn attempt(&mut self, revision: &str) {
+        let e = attempt(&mut self.api, &self.ks, revision);
+        self.events.push(e);
+    }
+
+    fn applied(&mut self, revision: &str) {
+        let e = applied(&mut self.api, &self.ks, revision);
+        self.events.push(e);
+    }
+
+    fn apply(&mut self, r: &ObjRef, f: impl FnOnce(&mut Value)) -> String {
+        let e = ssa(self.api.patch(KUSTOMIZE, r, f), "kustomize-controller");
+        self.events.push(e.clone());
+        e
+    }
+}
+
+fn flux() -> Flux {
+    let mut api = ApiServer::new();
+    let (ks, e) = api.create(ADMIN, kustomization("apps"));
+    let mut events = vec![e, attempt(&mut api, &ks, "main@sha1:1111")];
+    let (deploy, e) = api.create(KUSTOMIZE, flux_labels(deployment("shop", "web", 2, "web:1"), "apps"));
+    let mut first = vec![ssa(e, "kustomize-controller")];
+    let (config, e) = api.create(KUSTOMIZE, flux_labels(configmap("shop", "web-config", &[("mode", "normal")], None), "apps"));
+    first.push(ssa(e, "kustomize-controller"));
+    events.extend(first.iter().cloned());
+    events.push(applied(&mut api, &ks, "main@sha1:1111"));
+    Flux { api, events, ks, deploy, config, first }
+}
+
+#[test]
+fn flux_puts_back_a_persons_scale_and_edit_at_the_same_revision() {
+    let mut f = flux();
+    // A person scales the Deployment and edits the ConfigMap.
+    let scale = f.api.scale(ALICE, &f.deploy, 5);
+    f.events.push(scale.clone());
+    let edit = f.api.update(ALICE, &f.config, |o| o["data"]["mode"] = json!("debug"));
+    f.events.push(edit.clone());
+    // The next sync, at the same revision, puts both back.
+    f.attempt("main@sha1:1111");
+    let deploy = f.deploy.clone();
+    let put_back_scale = f.apply(&deploy, |o| o["spec"]["replicas"] = json!(2));
+    let config = f.config.clone();
+    let put_back_edit = f.apply(&config, |o| o["data"]["mode"] = json!("normal"));
+    f.applied("main@sha1:1111");
+    // A new revision is applied.
+    f.attempt("main@sha1:2222");
+    let new_revision = f.apply(&deploy, |o| o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
+    f.applied("main@sha1:2222");
+
+    let (_, out) = run(&f.events);
+    let seven = [&f.first[0], &f.first[1], &scale, &edit, &put_back_scale, &put_back_edit, &new_revision];
+    let got: Vec<Class> = seven.iter().map(|e| class_of(&out, e)).collect();
+    use Class::*;
+    assert_eq!(
+        got,
+        [Expected, Expected, Origin, Origin, Drift, Drift, Expected],
+        "{:#?}",
+        seven.iter().map(|e| &find(&out, e).unwrap().reason).collect::<Vec<_>>()
+    );
+    for (drift, origin, path, before, after) in
+        [(&put_back_scale, &scale, "spec.replicas", "2", "5"), (&put_back_edit, &edit, "data.mode", "\"normal\"", "\"debug\"")]
+    {
+        let e = find(&out, drift).unwrap();
+        let reverts = e.reverts.as_deref().unwrap();
+        assert_eq!(reverts.len(), 1, "{reverts:?}");
+        assert_eq!((&*reverts[0].user, &*reverts[0].audit_id, reverts[0].person), (ALICE, &*audit_id(origin), true));
+        let fields = reverts[0].fields.as_ref().expect("the fields are known");
+        assert_eq!(fields.len(), 1);
+        assert_eq!(
+            (&*fields[0].path, fields[0].before.as_ref().map(|v| v.get()), fields[0].after.as_ref().map(|v| v.get()), fields[0].restored),
+            (path, Some(before), Some(after), true)
+        );
+        let parent = e.parent.as_ref().unwrap();
+        assert_eq!((&*parent.kind, &*parent.name), ("Kustomization", "apps"));
+        let applier = parent.applier.as_deref().expect("an applier's parent");
+        assert_eq!((&*applier.name, applier.revision.as_deref()), ("flux-kustomize", Some("main@sha1:1111")));
+    }
+    let e = find(&out, &new_revision).unwrap();
+    assert_eq!(e.parent.as_ref().unwrap().applier.as_ref().unwrap().target_revision.as_deref(), Some("main@sha1:2222"));
+    assert!(find(&out, &scale).unwrap().reason.contains("not the parent's applier"), "{}", find(&out, &scale).unwrap().reason);
+}
+
+#[test]
+fn without_markers_or_before_this_model_the_writes_are_the_top_of_a_tree() {
+    // The same writes without Flux' labels: nothing to belong to.
+    let mut api = ApiServer::new();
+    let (d, create) = api.create(KUSTOMIZE, deployment("shop", "web", 2, "web:1"));
+    let scale = api.scale(ALICE, &d, 5);
+    let back = ssa(api.patch(KUSTOMIZE, &d, |o| o["spec"]["replicas"] = json!(2)), "kustomize-controller");
+    let (_, out) = run(&[create.clone(), scale.clone(), back.clone()]);
+    for e in [&create, &scale, &back] {
+        assert_eq!(class_of(&out, e), Class::Unowned);
+    }
+}
+
+#[test]
+fn a_requested_reconcile_or_a_spec_change_is_an_intent() {
+    let mut f = flux();
+    let edit = f.api.update(ALICE, &f.config, |o| o["data"]["mode"] = json!("debug"));
+    f.events.push(edit.clone());
+    // `flux reconcile`: a person's request on the Kustomization.
+    let request = f.api.update(ALICE, &f.ks, |o| o["metadata"]["annotations"] = json!({"reconcile.fluxcd.io/requestedAt": "2026-11-26T10:00:00Z"}));
+    f.events.push(request);
+    f.attempt("main@sha1:1111");
+    let config = f.config.clone();
+    let asked = f.apply(&config, |o| o["data"]["mode"] = json!("normal"));
+    f.applied("main@sha1:1111");
+    let (_, out) = run(&f.events);
+    assert_eq!(class_of(&out, &edit), Class::Origin);
+    assert_eq!(class_of(&out, &asked), Class::Expected, "{}", find(&out, &asked).unwrap().reason);
+}
+
+#[test]
+fn a_suspended_kustomization_leaves_a_persons_edit_standing() {
+    let mut f = flux();
+    let suspend = f.api.update(ALICE, &f.ks, |o| o["spec"]["suspend"] = json!(true));
+    f.events.push(suspend.clone());
+    let edit = f.api.update(ALICE, &f.config, |o| o["data"]["mode"] = json!("debug"));
+    f.events.push(edit.clone());
+    let scale = f.api.scale(ALICE, &f.deploy, 3);
+    f.events.push(scale.clone());
+    let (_, out) = run(&f.events);
+    assert_eq!(class_of(&out, &suspend), Class::Unowned, "the Kustomization is the top of its tree");
+    assert_eq!((class_of(&out, &edit), class_of(&out, &scale)), (Class::Origin, Class::Origin));
+    assert!(out.iter().all(|e| e.class != Class::Drift && e.reverts.as_deref().is_none_or(<[_]>::is_empty)), "nothing puts it back");
+}
+
+#[test]
+fn a_prune_at_a_new_revision_is_expected_and_at_the_same_a_drift() {
+    let mut f = flux();
+    f.attempt("main@sha1:3333");
+    let prune = f.api.delete(KUSTOMIZE, &f.config, &[]);
+    f.events.push(prune.clone());
+    f.applied("main@sha1:3333");
+    // A deletion at the revision already applied has no intent behind it.
+    let delete_again = f.api.delete(KUSTOMIZE, &f.deploy, &[]);
+    f.events.push(delete_again.clone());
+    let (_, out) = run(&f.events);
+    assert_eq!(class_of(&out, &prune), Class::Expected, "{}", find(&out, &prune).unwrap().reason);
+    assert_eq!(class_of(&out, &delete_again), Class::Drift);
+}
+
+#[test]
+fn a_kustomization_never_seen_leaves_its_members_with_an_unknown_parent() {
+    let mut api = ApiServer::new();
+    let (_, create) = api.create(KUSTOMIZE, flux_labels(configmap("shop", "c", &[("a", "1")], None), "elsewhere"));
+    let (_, out) = run(&[create.clone()]);
+    assert_eq!(class_of(&out, &create), Class::UnknownParent);
+}
+
+#[test]
+fn a_controller_owner_reference_wins_over_markers() {
+    let mut f = flux();
+    let deploy = f.deploy.clone();
+    let (rs, e) = f.api.create(DEPLOYMENT_CONTROLLER, flux_labels(replicaset(&deploy, "5d4f", 2, "web:1"), "apps"));
+    f.events.push(e.clone());
+    let (_, out) = run(&f.events);
+    let ev = find(&out, &e).unwrap();
+    assert_eq!(&*ev.parent.as_ref().unwrap().kind, "Deployment", "{rs:?}");
+    assert!(ev.parent.as_ref().unwrap().applier.is_none());
+}
+
+fn application(name: &str) -> Value {
+    json!({
+        "apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
+        "metadata": {"name": name, "namespace": "argocd"},
+        "spec": {"project": "default", "source": {"repoURL": "https://git.example.com/shop.git", "path": "deploy", "targetRevision": "HEAD"},
+                 "destination": {"server": "https://kubernetes.default.svc", "namespace": "shop"},
+                 "syncPolicy": {"automated": {"selfHeal": true, "prune": true}}}
+    })
+}
+
+fn tracked(mut obj: Value, id: &str) -> Value {
+    obj["metadata"]["annotations"] = json!({"argocd.argoproj.io/tracking-id": id});
+    obj
+}
+
+/// Argo CD's status as its application controller writes it (through the main resource).
+fn argo_status(api: &mut ApiServer, app: &ObjRef, sync_revision: &str, synced: Option<&str>, phase: &str, by: Value) -> String {
+    main_resource(api.update_status(ARGOCD, app, |st| {
+        st.insert("sync".into(), json!({"status": if Some(sync_revision) == synced { "Synced" } else { "OutOfSync" }, "revision": sync_revision}));
+        let mut op = json!({"phase": phase, "operation": {"initiatedBy": by, "sync": {"revision": sync_revision}}});
+        if let Some(r) = synced {
+            op["syncResult"] = json!({"revision": r});
+        }
+        st.insert("operationState".into(), op);
+    }))
+}
+
+#[test]
+fn argo_cd_self_heal_at_the_same_revision_is_drift_and_a_persons_sync_an_intent() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (app, e) = api.create(ADMIN, application("shop"));
+    events.push(e);
+    let auto = json!({"automated": true});
+    events.push(argo_status(&mut api, &app, "aaaa", None, "Running", auto.clone()));
+    let (d, first) = api.create(ARGOCD, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
+    events.push(first.clone());
+    events.push(argo_status(&mut api, &app, "aaaa", Some("aaaa"), "Succeeded", auto.clone()));
+    let scale = api.scale(ALICE, &d, 4);
+    events.push(scale.clone());
+    // Self-heal: an automated sync at the revision already synced.
+    events.push(argo_status(&mut api, &app, "aaaa", Some("aaaa"), "Running", auto.clone()));
+    let heal = api.patch(ARGOCD, &d, |o| o["spec"]["replicas"] = json!(2));
+    events.push(heal.clone());
+    events.push(argo_status(&mut api, &app, "aaaa", Some("aaaa"), "Succeeded", auto.clone()));
+    // A person's sync (`argocd app sync`): an operation initiated by a username.
+    let sync = api.update(ALICE, &app, |o| o["operation"] = json!({"initiatedBy": {"username": ALICE}, "sync": {"revision": "aaaa"}}));
+    events.push(sync);
+    let by_person = api.patch(ARGOCD, &d, |o| o["spec"]["paused"] = json!(false));
+    events.push(by_person.clone());
+    let (_, out) = run(&events);
+    assert_eq!(class_of(&out, &first), Class::Expected, "{}", find(&out, &first).unwrap().reason);
+    assert_eq!(class_of(&out, &scale), Class::Origin);
+    assert_eq!(class_of(&out, &heal), Class::Drift);
+    let reverts = find(&out, &heal).unwrap().reverts.clone().unwrap();
+    assert_eq!((reverts.len(), &*reverts[0].audit_id), (1, &*audit_id(&scale)));
+    assert_eq!(class_of(&out, &by_person), Class::Expected, "{}", find(&out, &by_person).unwrap().reason);
+    let parent = find(&out, &heal).unwrap().parent.clone().unwrap();
+    assert_eq!((&*parent.kind, &*parent.name, &*parent.applier.unwrap().name), ("Application", "shop", "argocd"));
+}
+
+#[test]
+fn an_argo_tracking_id_that_names_another_object_is_no_membership() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (app, e) = api.create(ADMIN, application("shop"));
+    events.push(e);
+    events.push(argo_status(&mut api, &app, "aaaa", Some("aaaa"), "Succeeded", json!({"automated": true})));
+    // Copied from the Deployment by some tool: it names `web`, it sits on `web-copy`.
+    let (_, copied) = api.create(ALICE, tracked(deployment("shop", "web-copy", 1, "web:1"), "shop:apps/Deployment:shop/web"));
+    events.push(copied.clone());
+    let (_, real) = api.create(ALICE, tracked(deployment("shop", "web", 1, "web:1"), "shop:apps/Deployment:shop/web"));
+    events.push(real.clone());
+    let (_, out) = run(&events);
+    assert_eq!(class_of(&out, &copied), Class::Unowned);
+    assert_eq!(class_of(&out, &real), Class::Origin, "a person's write to a member");
+}
+
+#[test]
+fn an_instance_label_alone_makes_a_member_only_of_an_application_seen() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let mut helm_chart = deployment("shop", "web", 1, "web:1");
+    helm_chart["metadata"]["labels"] = json!({"app.kubernetes.io/instance": "shop"});
+    let (_, before) = api.create(ALICE, helm_chart.clone());
+    events.push(before.clone());
+    let (_, e) = api.create(ADMIN, application("shop"));
+    events.push(e);
+    helm_chart["metadata"]["name"] = json!("web-2");
+    let (_, after) = api.create(ALICE, helm_chart);
+    events.push(after.clone());
+    let (_, out) = run(&events);
+    assert_eq!(class_of(&out, &before), Class::Unowned, "no Application of that name: a Helm release's label");
+    assert_eq!(class_of(&out, &after), Class::Origin);
+}
+
+#[test]
+fn sveltos_reapplies_at_the_same_generation_as_drift() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (cp, e) = api.create(
+        ADMIN,
+        json!({
+            "apiVersion": "config.projectsveltos.io/v1beta1", "kind": "ClusterProfile", "metadata": {"name": "addons"},
+            "spec": {"clusterSelector": {"matchLabels": {"env": "prod"}}, "helmCharts": []}
+        }),
+    );
+    events.push(e);
+    let mut cm = configmap("kube-system", "addon-config", &[("level", "info")], None);
+    cm["metadata"]["annotations"] = json!({"projectsveltos.io/owner-kind": "ClusterProfile", "projectsveltos.io/owner-name": "addons"});
+    let (cm, first) = api.create(SVELTOS, cm);
+    events.push(first.clone());
+    events.push(api.update_status(SVELTOS, &cp, |st| {
+        st.insert("matchingClusterRefs".into(), json!([{"kind": "Cluster", "name": "prod-1"}]));
+    }));
+    let edit = api.update(ALICE, &cm, |o| o["data"]["level"] = json!("debug"));
+    events.push(edit.clone());
+    let back = api.update(SVELTOS, &cm, |o| o["data"]["level"] = json!("info"));
+    events.push(back.clone());
+    let (_, out) = run(&events);
+    assert_eq!(class_of(&out, &first), Class::Expected, "{}", find(&out, &first).unwrap().reason);
+    assert_eq!(class_of(&out, &edit), Class::Origin);
+    assert_eq!(class_of(&out, &back), Class::Drift, "{}", find(&out, &back).unwrap().reason);
+    assert_eq!(&*find(&out, &back).unwrap().reverts.as_ref().unwrap()[0].audit_id, &*audit_id(&edit));
+}

@@ -22,6 +22,12 @@ pub struct Metrics {
     pub drift: IntCounterVec,
     /// Drift that reverts a person's write (DESIGN §1.8).
     pub person_reverts: IntCounterVec,
+    /// Fields two actors flip back and forth (DESIGN §1.8), by kind and field path (a closed
+    /// set: [`crate::classify::field_label`]).
+    pub fights: IntCounterVec,
+    /// A person's write to an object that an applier manages (DESIGN §1.9), by applier
+    /// profile (built-in names, else `other`).
+    pub applier_hand_edits: IntCounterVec,
     pub freeze_violations: IntCounterVec,
     pub late_events: IntCounter,
     /// Writes stamped later than the service's clock plus `max_clock_skew`: their time is
@@ -196,6 +202,18 @@ impl Metrics {
                 "Drift that reverts a person's write (a change of the child, or a removal of a sibling it replaces), by parent kind, kind and resolution.",
                 &["parent_kind", "kind", "resolution"],
             ),
+            fights: counter_vec(
+                &r,
+                "kausality_fights_total",
+                "Writes that put back a field whose value the writer's own earlier write had set and another actor had put back (two actors flipping a field), by kind and field path.",
+                &["kind", "field"],
+            ),
+            applier_hand_edits: counter_vec(
+                &r,
+                "kausality_applier_hand_edits_total",
+                "A person's writes to objects that an applier (GitOps, add-on manager) manages, by applier.",
+                &["applier"],
+            ),
             freeze_violations: counter_vec(&r, "kausality_freeze_violations_total", "Child mutations under a parent's freeze.", &["parent_kind"]),
             late_events: counter(&r, "kausality_late_events_total", "Writes applied after writes with a higher resourceVersion."),
             future_events: counter(
@@ -296,6 +314,17 @@ impl Metrics {
 
     pub fn reverted_person(&self, parent_kind: &str, kind: &str, resolution: Resolution) {
         self.person_reverts.with_label_values(&[self.kind_label(parent_kind), self.kind_label(kind), resolution.as_str()]).inc();
+    }
+
+    /// A write of `kind` put back `path`, fighting another actor over it.
+    pub fn fought(&self, kind: &str, path: &str) {
+        self.fights.with_label_values(&[self.kind_label(kind), crate::classify::field_label(path)]).inc();
+    }
+
+    /// A person wrote an object managed by the applier `profile`.
+    pub fn hand_edited(&self, profile: &str) {
+        let label = if crate::config::appliers::BUILTIN_NAMES.contains(&profile) { profile } else { OTHER_KIND };
+        self.applier_hand_edits.with_label_values(&[label]).inc();
     }
 
     pub fn ignored_count(&self, reason: Ignored) -> u64 {

@@ -829,6 +829,16 @@ impl Processor {
         if e.freeze_violation {
             self.metrics.freeze_violated(parent_kind);
         }
+        for r in e.reverts.iter().flatten().filter(|r| r.fight) {
+            for f in r.fields.iter().flatten().filter(|f| f.restored) {
+                self.metrics.fought(&e.object.kind, &f.path);
+            }
+        }
+        if e.class == Class::Origin && crate::classify::is_person(&e.user) {
+            if let Some(applier) = e.parent.as_ref().and_then(|p| p.applier.as_deref()) {
+                self.metrics.hand_edited(&applier.name);
+            }
+        }
     }
 
     /// Writes the state and the dedupe window. Flush first: held writes are not part of it.

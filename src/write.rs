@@ -445,11 +445,8 @@ impl Extractor<'_> {
                 && md.deletion_grace_period_seconds.is_none_or(|g| g <= 0),
             annotations,
             selector_bits: if self.config.policy_selectors.is_empty() { 0 } else { self.config.selector_bits(label) },
-            content: if (owner.is_some() || applier.is_some()) && self.config.tracks_fields(&key) {
-                Some(self.config.sensitive.redact(&key, content_text(obj)))
-            } else {
-                None
-            },
+            // Every object's (DESIGN §1.8: a write to any object may put back another's).
+            content: if self.config.tracks_fields(&key) { Some(self.config.sensitive.redact(&key, content_text(obj))) } else { None },
             owner,
             applier,
             intent,

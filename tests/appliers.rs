@@ -394,3 +394,71 @@ fn sveltos_reapplies_at_the_same_generation_as_drift() {
     assert_eq!(class_of(&out, &back), Class::Drift, "{}", find(&out, &back).unwrap().reason);
     assert_eq!(&*find(&out, &back).unwrap().reverts.as_ref().unwrap()[0].audit_id, &*audit_id(&edit));
 }
+#[test]
+fn an_hpa_and_an_applier_fighting_over_replicas_are_counted() {
+    let mut f = flux();
+    let deploy = f.deploy.clone();
+    let mut hpa = Vec::new();
+    let mut backs = Vec::new();
+    for _ in 0..3 {
+        let e = f.api.scale(HPA, &deploy, 5);
+        f.events.push(e.clone());
+        hpa.push(e);
+        f.attempt("main@sha1:1111");
+        backs.push(f.apply(&deploy, |o| o["spec"]["replicas"] = json!(2)));
+        f.applied("main@sha1:1111");
+    }
+    let (p, out) = run(&f.events);
+    let fights = p.metrics().fights.with_label_values(&["Deployment", "spec.replicas"]).get();
+    // The applier's first put-back undoes the HPA's first scale: a revert, no fight yet. From
+    // then on each side puts back what the other put back.
+    assert_eq!(class_of(&out, &backs[0]), Class::Drift);
+    assert!(!find(&out, &backs[0]).unwrap().reverts.as_ref().unwrap()[0].fight);
+    assert_eq!(class_of(&out, &hpa[1]), Class::Origin);
+    let hpa_reverts = find(&out, &hpa[1]).unwrap().reverts.clone().expect("the HPA's scale puts back the applier's put-back");
+    assert_eq!((&*hpa_reverts[0].user, hpa_reverts[0].fight, &*hpa_reverts[0].audit_id), (KUSTOMIZE, true, &*audit_id(&backs[0])));
+    assert!(find(&out, &backs[1]).unwrap().reverts.as_ref().unwrap()[0].fight);
+    assert_eq!(fights, 4, "HPA, applier, HPA, applier after the first revert");
+    assert_eq!(p.metrics().applier_hand_edits.with_label_values(&["flux-kustomize"]).get(), 0, "an HPA is no person");
+}
+
+#[test]
+fn a_persons_edit_of_an_applied_object_is_counted() {
+    let mut f = flux();
+    let edit = f.api.update(ALICE, &f.config, |o| o["data"]["mode"] = json!("debug"));
+    f.events.push(edit);
+    let (p, _) = run(&f.events);
+    assert_eq!(p.metrics().applier_hand_edits.with_label_values(&["flux-kustomize"]).get(), 1);
+}
+
+#[test]
+fn a_write_that_puts_back_anothers_on_a_top_level_object_names_it() {
+    // Nothing owns or applies this ConfigMap: two people edit it, the second puts the first's
+    // change back.
+    let mut api = ApiServer::new();
+    let (cm, create) = api.create(ADMIN, configmap("shop", "flags", &[("beta", "off")], None));
+    let on = api.update(ALICE, &cm, |o| o["data"]["beta"] = json!("on"));
+    let off = api.update("bob@example.com", &cm, |o| o["data"]["beta"] = json!("off"));
+    let again = api.update(ALICE, &cm, |o| o["data"]["beta"] = json!("on"));
+    let (_, out) = run(&[create, on.clone(), off.clone(), again.clone()]);
+    assert_eq!(class_of(&out, &off), Class::Unowned);
+    assert!(find(&out, &on).unwrap().reverts.is_none(), "puts nothing back");
+    let r = find(&out, &off).unwrap().reverts.clone().expect("bob put alice's change back");
+    assert_eq!((r.len(), &*r[0].user, &*r[0].audit_id, r[0].fight), (1, ALICE, &*audit_id(&on), false));
+    let fields = r[0].fields.as_ref().unwrap();
+    assert_eq!((&*fields[0].path, fields[0].restored), ("data.beta", true));
+    let r = find(&out, &again).unwrap().reverts.clone().unwrap();
+    assert_eq!((&*r[0].user, r[0].fight), ("bob@example.com", true), "alice puts back bob's put-back: a fight");
+}
+
+#[test]
+fn a_secrets_values_are_never_kept_for_reverts() {
+    let mut api = ApiServer::new();
+    let secret = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "db", "namespace": "shop"}, "data": {"password": "czNjcjN0"}});
+    let (s, create) = api.create(ADMIN, secret);
+    let edit = api.update(ALICE, &s, |o| o["data"]["password"] = json!("aHVudGVyMg=="));
+    let back = api.update("bob@example.com", &s, |o| o["data"]["password"] = json!("czNjcjN0"));
+    let (_, out) = run(&[create, edit, back.clone()]);
+    let text = serde_json::to_string(&find(&out, &back).unwrap().reverts).unwrap();
+    assert!(!text.contains("czNjcjN0") && !text.contains("aHVudGVyMg=="), "{text}");
+}

@@ -217,6 +217,7 @@ impl Engine {
             };
             let t = trace::origin(hop);
             self.trace_out(&t, &w.stage_timestamp, &mut event);
+            event.reverts = self.track_top_level(w, child);
             return (event, origin_state);
         };
         let (owner_api_version, owner_kind) = self.interner.parts(owner.ty);

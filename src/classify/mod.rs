@@ -20,7 +20,7 @@ use dashmap::DashMap;
 pub use decide::{decide, identify, Class, Identity, ParentFacts};
 use judge::{trace_labels, Child};
 use reverts::Written;
-pub use reverts::{diff, is_person, leaves, Contents};
+pub use reverts::{diff, field_label, is_person, leaves, Contents};
 pub use verdict::{kind_matches, Candidate, ChildQuery, ParentRef, Verdict, VerdictError, VerdictParent, VerdictQuery};
 
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};

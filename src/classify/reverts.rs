@@ -137,6 +137,60 @@ impl After {
 pub(super) struct Reverted {
     pub write: OriginWrite,
     pub fields: Option<Vec<(FieldChange, bool)>>,
+    /// The write undone had itself put back a write of the user undoing it: a fight.
+    pub fight: bool,
+}
+
+impl Reverted {
+    /// The fields it returned to their value before the write undone.
+    fn restored(&self) -> impl Iterator<Item = &FieldChange> {
+        self.fields.iter().flatten().filter(|(_, restored)| *restored).map(|(f, _)| f)
+    }
+}
+
+/// The writes by others than `user` that a write of `user` leaving `now` puts back (DESIGN
+/// §1.8: it returns a field to its value before them), taken out of `writes`; the rest stand.
+/// Writes older than `since_us` are dropped.
+pub(super) fn put_back(writes: &[OriginWrite], now: &Now, user: crate::state::Sym, since_us: i64) -> (Vec<Reverted>, Vec<OriginWrite>) {
+    let (mut reverted, mut standing) = (Vec::new(), Vec::new());
+    for w in writes.iter().filter(|w| w.time_us >= since_us) {
+        let overwritten: Vec<(FieldChange, bool)> = w
+            .fields
+            .iter()
+            .flatten()
+            .filter_map(|f| {
+                let value = now.value(&f.path)?;
+                (value != f.after.as_ref()).then(|| (f.clone(), value == f.before.as_ref()))
+            })
+            .collect();
+        if w.user != user && overwritten.iter().any(|(_, restored)| *restored) {
+            reverted.push(Reverted { fight: w.reverted == Some(user), write: w.clone(), fields: Some(overwritten) });
+        } else {
+            standing.push(w.clone());
+        }
+    }
+    (reverted, standing)
+}
+
+/// The path of a field as the fights metric names it: a closed set (STYLE 16).
+pub fn field_label(path: &str) -> &'static str {
+    const EXACT: [&str; 4] = ["spec.replicas", "spec.paused", "spec.suspend", "spec.schedule"];
+    if let Some(p) = EXACT.iter().find(|p| **p == path) {
+        return p;
+    }
+    for (prefix, label) in [
+        ("spec.template.", "spec.template"),
+        ("spec.selector", "spec.selector"),
+        ("spec.resources", "spec.resources"),
+        ("data.", "data"),
+        ("binaryData.", "data"),
+        ("spec.values", "spec.values"),
+    ] {
+        if path.starts_with(prefix) {
+            return label;
+        }
+    }
+    "other"
 }
 
 /// Splits a child's origin writes at a controller's write that leaves `now`: those it
@@ -145,11 +199,11 @@ pub(super) fn settle(writes: &[OriginWrite], now: &Now, since_us: i64) -> (Vec<R
     let (mut reverted, mut standing) = (Vec::new(), Vec::new());
     for w in writes.iter().filter(|w| w.time_us >= since_us) {
         let Some(fields) = w.fields.as_deref() else {
-            reverted.push(Reverted { write: w.clone(), fields: None });
+            reverted.push(Reverted { write: w.clone(), fields: None, fight: false });
             continue;
         };
         if matches!(now, Now::Unknown) {
-            reverted.push(Reverted { write: w.clone(), fields: None });
+            reverted.push(Reverted { write: w.clone(), fields: None, fight: false });
             continue;
         }
         let overwritten: Vec<(FieldChange, bool)> = fields
@@ -162,7 +216,7 @@ pub(super) fn settle(writes: &[OriginWrite], now: &Now, since_us: i64) -> (Vec<R
         if overwritten.is_empty() {
             standing.push(w.clone());
         } else {
-            reverted.push(Reverted { write: w.clone(), fields: Some(overwritten) });
+            reverted.push(Reverted { write: w.clone(), fields: Some(overwritten), fight: false });
         }
     }
     (reverted, standing)
@@ -282,6 +336,7 @@ impl Engine {
             ty: child.ty,
             name: child.name.clone(),
             fields: None,
+            reverted: None,
         };
         match identity {
             Identity::Undetermined => None,
@@ -290,33 +345,111 @@ impl Engine {
                 None
             }
             Identity::NotController(_) => {
-                let fields = match (before.as_deref().and_then(leaves), after.leaves()) {
-                    (Some(b), Now::Full(a)) => Some(diff(&b, &a)),
+                let now = after.leaves();
+                let fields = match (before.as_deref().and_then(leaves), &now) {
+                    (Some(b), Now::Full(a)) => Some(diff(&b, a)),
                     _ => None,
                 };
+                // What it puts back of others' writes (a controller's drift undoing an earlier
+                // write of this user: a fight), named though it is no drift.
+                let (found, standing) = self.put_back_at(key, &now, w.user, w.time_us);
                 // A write whose tracked fields all stayed as they were has nothing to revert.
-                if fields.as_ref().is_none_or(|f| !f.is_empty()) {
-                    let origin = OriginWrite { fields: fields.map(Vec::into_boxed_slice), ..record() };
-                    self.store.update(&key, |c| c.push_origin_write(origin));
+                if fields.as_ref().is_none_or(|f| !f.is_empty()) || !found.is_empty() {
+                    let origin = OriginWrite { fields: fields.map(Vec::into_boxed_slice), reverted: found.first().map(|r| r.write.user), ..record() };
+                    self.store.update(&key, |c| {
+                        if let Some(standing) = standing {
+                            c.set_origin_writes(standing);
+                        }
+                        c.push_origin_write(origin);
+                    });
                 }
-                None
+                (!found.is_empty()).then(|| found.into_iter().map(|r| self.revert_out(r)).collect())
             }
             Identity::Controller(_) => {
                 let since = self.revert_since(w.time_us);
                 let writes = self.store.read(&key, |c| c.origin_writes().to_vec()).unwrap_or_default();
                 let mut reverted = Vec::new();
                 if !writes.is_empty() {
-                    let (found, standing) = settle(&writes, &after.leaves(), since);
+                    // Its own earlier put-backs are no origin writes to it.
+                    let (own, others): (Vec<OriginWrite>, Vec<OriginWrite>) = writes.into_iter().partition(|o| o.user == w.user);
+                    let now = after.leaves();
+                    let (mut found, mut standing) = settle(&others, &now, since);
+                    for r in &mut found {
+                        r.fight = r.write.reverted == Some(w.user) && r.restored().next().is_some();
+                    }
+                    standing.extend(own.into_iter().filter(|o| o.time_us >= since));
+                    // A drift that put fields back is an origin write to whom it undid: their
+                    // putting them back again is a fight.
+                    if class == Class::Drift {
+                        if let Some(first) = found.iter().find(|r| r.restored().next().is_some()) {
+                            let fields: Vec<FieldChange> = found
+                                .iter()
+                                .flat_map(|r| r.restored())
+                                .map(|f| FieldChange { path: f.path.clone(), before: f.after.clone(), after: f.before.clone() })
+                                .collect();
+                            standing.push(OriginWrite { fields: Some(fields.into_boxed_slice()), reverted: Some(first.write.user), ..record() });
+                        }
+                    }
                     self.store.update(&key, |c| c.set_origin_writes(standing));
                     reverted = found;
                 }
                 if w.verb == Verb::Create {
                     let sibling = self.store.update(&ObjKey::new(w.scope, parent), |p| p.take_removed_child(since)).flatten();
-                    reverted.extend(sibling.map(|write| Reverted { write, fields: None }));
+                    reverted.extend(sibling.map(|write| Reverted { write, fields: None, fight: false }));
                 }
                 (class == Class::Drift).then(|| reverted.into_iter().map(|r| self.revert_out(r)).collect())
             }
         }
+    }
+
+    /// The writes to the object `key` by others than `user` that a write of `user` leaving
+    /// `now` puts back, and what stands of its origin writes when it took any out (`None`:
+    /// none taken out, nothing to change).
+    fn put_back_at(&self, key: ObjKey, now: &Now, user: crate::state::Sym, time_us: i64) -> (Vec<Reverted>, Option<Vec<OriginWrite>>) {
+        let writes = self.store.read(&key, |c| c.origin_writes().to_vec()).unwrap_or_default();
+        if writes.is_empty() {
+            return (Vec::new(), None);
+        }
+        let (found, standing) = put_back(&writes, now, user, self.revert_since(time_us));
+        let changed = !found.is_empty() || standing.len() != writes.len();
+        (found, changed.then_some(standing))
+    }
+
+    /// DESIGN §1.8 for a write to the top of a tree (no controller, no applier): it names the
+    /// writes of others whose fields it returns to their value before them, and is kept as an
+    /// origin write in turn (when its fields are known), so that who puts it back names it.
+    pub(super) fn track_top_level(&self, w: &Write, child: &Child<'_>) -> Option<Vec<RevertOut>> {
+        let key = ObjKey::new(w.scope, child.uid);
+        let removes = removes(w);
+        let (before, after) = self.contents_at(key, child.written, removes);
+        let now = after.leaves();
+        let (found, standing) = self.put_back_at(key, &now, w.user, w.time_us);
+        let fields = match (before.as_deref().and_then(leaves), &now) {
+            (Some(b), Now::Full(a)) if !removes => Some(diff(&b, a)).filter(|f| !f.is_empty()),
+            _ => None,
+        };
+        if standing.is_some() || fields.is_some() {
+            let origin = fields.map(|fields| OriginWrite {
+                user: w.user,
+                audit_id: w.audit_id.clone(),
+                stage_timestamp: w.stage_timestamp.clone(),
+                time_us: w.time_us,
+                verb: w.verb,
+                ty: child.ty,
+                name: child.name.clone(),
+                fields: Some(fields.into_boxed_slice()),
+                reverted: found.first().map(|r| r.write.user),
+            });
+            self.store.update(&key, |c| {
+                if let Some(standing) = standing {
+                    c.set_origin_writes(standing);
+                }
+                if let Some(origin) = origin {
+                    c.push_origin_write(origin);
+                }
+            });
+        }
+        (!found.is_empty()).then(|| found.into_iter().map(|r| self.revert_out(r)).collect())
     }
 
     /// A revert as the enriched event writes it.
@@ -335,6 +468,7 @@ impl Engine {
             fields: r.fields.map(|fields| {
                 fields.into_iter().map(|(f, restored)| FieldOut { before: raw(&f.before), after: raw(&f.after), path: f.path.into(), restored }).collect()
             }),
+            fight: r.fight,
         }
     }
 
@@ -360,6 +494,7 @@ mod tests {
             ty: Ty::EMPTY,
             name: Name::from("rs"),
             fields: fields.map(Vec::into_boxed_slice),
+            reverted: None,
         }
     }
 

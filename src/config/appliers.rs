@@ -59,6 +59,9 @@ pub struct Applier {
     pub intent: IntentRule,
 }
 
+/// The names of the built-in profiles (metric label values).
+pub const BUILTIN_NAMES: &[&str] = &["flux-kustomize", "flux-helm", "argocd", "sveltos"];
+
 /// Argo CD's default namespace.
 pub const ARGOCD_NAMESPACE: &str = "argocd";
 /// Annotations that appliers read or write, kept by the decoder beside `kausality.io/` ones.

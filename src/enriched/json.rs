@@ -176,6 +176,10 @@ fn revert(out: &mut Vec<u8>, r: &RevertOut) {
         field(out, "fields");
         list(out, fields, field_out);
     }
+    if r.fight {
+        field(out, "fight");
+        boolean(out, true);
+    }
     out.push(b'}');
 }
 
@@ -392,6 +396,7 @@ mod tests {
             verb: if fields { Verb::Update } else { Verb::Delete },
             object: RevertedObject { api_version: Arc::from(text), kind: Arc::from(text), name: Name::from(text) },
             fields: fields.then(|| vec![field, absent]),
+            fight: fields,
         }
     }
 

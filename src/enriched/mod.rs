@@ -154,6 +154,10 @@ pub struct RevertOut {
     /// was not at hand).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fields: Option<Vec<FieldOut>>,
+    /// The write undone had itself put back a write of this write's user: the two flip the
+    /// same fields back and forth, a fight (DESIGN §1.8). Absent when not.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub fight: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

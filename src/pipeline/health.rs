@@ -39,13 +39,15 @@ async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
 /// family appears as its `# HELP` and `# TYPE` lines, without made-up samples.
 pub fn render_all(m: &Metrics) -> String {
     let mut text = m.render();
-    let families: [(&dyn Collector, &str); 29] = [
+    let families: [(&dyn Collector, &str); 31] = [
         (&m.events_received, "counter"),
         (&m.events_ignored, "counter"),
         (&m.events_invalid, "counter"),
         (&m.mutations, "counter"),
         (&m.drift, "counter"),
         (&m.person_reverts, "counter"),
+        (&m.fights, "counter"),
+        (&m.applier_hand_edits, "counter"),
         (&m.freeze_violations, "counter"),
         (&m.late_events, "counter"),
         (&m.dedup_hits, "counter"),

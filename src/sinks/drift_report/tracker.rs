@@ -186,6 +186,7 @@ mod tests {
             verb: Verb::Update,
             object: crate::enriched::RevertedObject { api_version: Arc::from("v1"), kind: Arc::from("ConfigMap"), name: crate::write::Name::from("a") },
             fields: None,
+            fight: false,
         }]);
         let r = report(&e);
         assert_eq!(r["spec"]["reverts"][0]["user"], "alice");

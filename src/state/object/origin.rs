@@ -43,6 +43,9 @@ pub struct OriginWrite {
     /// The leaf fields it changed; `None` when the content before the write was not known
     /// (not in the cache of recent contents), and for removals.
     pub fields: Option<Box<[FieldChange]>>,
+    /// The user whose write this one put back (DESIGN §1.8): when that user puts it back in
+    /// turn, the two are fighting over the fields.
+    pub reverted: Option<Sym>,
 }
 
 /// The origin writes of one object; boxed in the rare part only while one list is non-empty.
@@ -117,6 +120,9 @@ impl ObjectState {
         for w in self.origin_writes().iter().chain(self.removed_children()) {
             m.sym(w.user);
             m.ty(w.ty);
+            if let Some(u) = w.reverted {
+                m.sym(u);
+            }
         }
     }
 
@@ -164,6 +170,7 @@ mod tests {
             ty: Ty::EMPTY,
             name: Name::from("p"),
             fields: None,
+            reverted: None,
         }
     }
 

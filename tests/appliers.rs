@@ -462,3 +462,28 @@ fn a_secrets_values_are_never_kept_for_reverts() {
     let text = serde_json::to_string(&find(&out, &back).unwrap().reverts).unwrap();
     assert!(!text.contains("czNjcjN0") && !text.contains("aHVudGVyMg=="), "{text}");
 }
+
+#[test]
+fn the_replay_summary_names_the_applier_and_revision_of_a_put_back() {
+    let mut f = flux();
+    let scale = f.api.scale(ALICE, &f.deploy, 5);
+    f.events.push(scale.clone());
+    f.attempt("main@sha1:1111");
+    let deploy = f.deploy.clone();
+    f.apply(&deploy, |o| o["spec"]["replicas"] = json!(2));
+    f.applied("main@sha1:1111");
+    let dir = std::env::temp_dir().join(format!("kausality-appliers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("audit.jsonl");
+    std::fs::write(&input, f.events.join("\n")).unwrap();
+    let opts = kausality_stream::replay::ReplayOptions { inputs: vec![input], progress: false, ..Default::default() };
+    let outcome = kausality_stream::replay::run(&opts, &mut std::io::sink()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let text = outcome.render();
+    let when = serde_json::from_str::<Value>(&scale).unwrap()["stageTimestamp"].as_str().unwrap().to_string();
+    let line = format!(
+        "{when} {ALICE} update Deployment shop/web spec.replicas 2→5 · undone by {KUSTOMIZE} (patch of Deployment shop/web) · applier flux-kustomize of Kustomization apps at revision main@sha1:1111"
+    );
+    assert!(text.contains("reverted changes: 1 (1 by persons)"), "{text}");
+    assert!(text.contains(&line), "{text}");
+}

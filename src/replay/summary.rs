@@ -56,12 +56,13 @@ impl Summary {
             if let (Some(policy), Some(resolution)) = (&e.policy, e.resolution) {
                 *self.drift_policies.entry(format!("{policy} ({})", resolution.as_str())).or_default() += 1;
             }
-            for r in e.reverts.iter().flatten() {
-                self.reverted_total += 1;
-                self.reverted_persons += r.person as u64;
-                if self.reverted.len() < REVERTS_SHOWN {
-                    self.reverted.push(reverted_line(e, r));
-                }
+        }
+        // A drift's, and any other write's that put another's back (DESIGN §1.8).
+        for r in e.reverts.iter().flatten() {
+            self.reverted_total += 1;
+            self.reverted_persons += r.person as u64;
+            if self.reverted.len() < REVERTS_SHOWN {
+                self.reverted.push(reverted_line(e, r));
             }
         }
     }
@@ -180,8 +181,13 @@ fn reverted_line(e: &Enriched, r: &RevertOut) -> String {
             format!(" {}", shown.join(", "))
         }
     };
+    // An applier's put-back: whose intent it carried out, at which revision (DESIGN §1.9).
+    let applier = e.parent.as_ref().and_then(|p| p.applier.as_deref().map(|a| (p, a))).map_or_else(String::new, |(p, a)| {
+        format!(" · applier {} of {} {} at revision {}", a.name, p.kind, p.name, a.revision.as_deref().unwrap_or("(none applied yet)"))
+    });
+    let fight = if r.fight { " · a fight: it had put back a write of theirs" } else { "" };
     format!(
-        "{} {}{} {} {} {ns}{}{fields} · undone by {} ({} of {} {ns}{})",
+        "{} {}{} {} {} {ns}{}{fields} · undone by {} ({} of {} {ns}{}){applier}{fight}",
         r.time,
         r.user,
         if r.person { "" } else { " (not a person)" },

@@ -88,6 +88,16 @@ struct Parent {
     observed_generation_source: Option<String>,
     finished: Option<bool>,
     phase: Option<String>,
+    /// An applier's parent (DESIGN §1.9): which applier, at which revisions.
+    applier: Option<Applier>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct Applier {
+    name: String,
+    revision: Option<String>,
+    target_revision: Option<String>,
 }
 
 #[derive(Deserialize, Default)]
@@ -100,6 +110,8 @@ struct Revert {
     verb: String,
     object: EventObject,
     fields: Option<Vec<Field>>,
+    /// The write undone had put back one of this write's user: a fight.
+    fight: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -228,7 +240,8 @@ fn write_one(out: &mut String, e: &Event, reverted_by: &[RevertedBy], kind: &str
     }
     for r in e.reverts.iter().flatten() {
         let what = if r.object.kind == kind && r.object.name == name { String::new() } else { format!(" of {}/{}", r.object.kind, r.object.name) };
-        line(out, "reverts", &format!("{}'s {}{what} at {}  auditID {}", r.user, r.verb, r.time, r.audit_id));
+        let fight = if r.fight { " (a fight: it had put back a write of theirs)" } else { "" };
+        line(out, "reverts", &format!("{}'s {}{what} at {}  auditID {}{fight}", r.user, r.verb, r.time, r.audit_id));
         for f in r.fields.iter().flatten() {
             line(out, "", &field(f));
         }
@@ -261,6 +274,13 @@ fn parent(p: &Parent) -> String {
         None => {}
     }
     s.push_str(&format!(", {}", p.phase.as_deref().unwrap_or("never seen")));
+    if let Some(a) = &p.applier {
+        let text = |r: &Option<String>| r.clone().unwrap_or_else(|| "none".to_string());
+        s.push_str(&format!("; applied by {} at revision {}", a.name, text(&a.revision)));
+        if a.target_revision.is_some() && a.target_revision != a.revision {
+            s.push_str(&format!(", applying {}", text(&a.target_revision)));
+        }
+    }
     s
 }
 
@@ -292,5 +312,20 @@ fn tree(out: &mut String, children: &[Child], depth: usize, style: Style) {
     }
     if children.len() > MAX_CHILDREN_SHOWN {
         let _ = writeln!(out, "{indent}{}", style.dim(&format!("… and {} more (--output json lists them all)", children.len() - MAX_CHILDREN_SHOWN)));
+    }
+}
+
+#[cfg(test)]
+mod applier_tests {
+    use super::*;
+
+    #[test]
+    fn an_appliers_parent_says_which_applier_and_revision() {
+        let p: Parent = serde_json::from_value(serde_json::json!({
+            "kind": "Kustomization", "name": "apps", "generation": 1, "observedGeneration": 1, "phase": "initialized",
+            "applier": {"name": "flux-kustomize", "revision": "main@sha1:1111", "targetRevision": "main@sha1:2222"}
+        }))
+        .unwrap();
+        assert_eq!(parent(&p), "Kustomization/apps: generation 1, observed 1, initialized; applied by flux-kustomize at revision main@sha1:1111, applying main@sha1:2222");
     }
 }

@@ -253,7 +253,7 @@ fn a_prune_at_a_new_revision_is_expected_and_at_the_same_a_drift() {
 fn a_kustomization_never_seen_leaves_its_members_with_an_unknown_parent() {
     let mut api = ApiServer::new();
     let (_, create) = api.create(KUSTOMIZE, flux_labels(configmap("shop", "c", &[("a", "1")], None), "elsewhere"));
-    let (_, out) = run(&[create.clone()]);
+    let (_, out) = run(std::slice::from_ref(&create));
     assert_eq!(class_of(&out, &create), Class::UnknownParent);
 }
 
@@ -486,4 +486,21 @@ fn the_replay_summary_names_the_applier_and_revision_of_a_put_back() {
     );
     assert!(text.contains("reverted changes: 1 (1 by persons)"), "{text}");
     assert!(text.contains(&line), "{text}");
+}
+
+#[test]
+fn an_object_one_user_keeps_writing_keeps_one_write_of_it() {
+    let mut api = ApiServer::new();
+    let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "node-1", "namespace": "kube-node-lease"},
+                       "spec": {"holderIdentity": "node-1", "renewTime": "2026-11-26T10:00:00.000000Z"}});
+    let (l, create) = api.create(KUBELET, lease);
+    let mut events = vec![create];
+    for i in 1..=6 {
+        events.push(api.update(KUBELET, &l, |o| o["spec"]["renewTime"] = json!(format!("2026-11-26T10:00:{i:02}.000000Z"))));
+    }
+    let (p, out) = run(&events);
+    assert!(out.iter().all(|e| e.class == Class::Unowned && e.reverts.is_none()));
+    let uid = kausality_stream::write::uid_key(&l.uid);
+    let kept = p.engine().store.read(&kausality_stream::state::ObjKey::new(p.engine().interner.intern("default"), uid), |s| s.origin_writes().len());
+    assert_eq!(kept, Some(1));
 }

@@ -172,6 +172,11 @@ pub(super) fn put_back(writes: &[OriginWrite], now: &Now, user: crate::state::Sy
     (reverted, standing)
 }
 
+/// Whether a write leaving `now` changes every field that `w` set (known fields only).
+fn superseded(w: &OriginWrite, now: &Now) -> bool {
+    w.fields.as_deref().is_some_and(|fields| !fields.is_empty() && fields.iter().all(|f| now.value(&f.path).is_some_and(|v| v != f.after.as_ref())))
+}
+
 /// The path of a field as the fights metric names it: a closed set (STYLE 16).
 pub fn field_label(path: &str) -> &'static str {
     const EXACT: [&str; 4] = ["spec.replicas", "spec.paused", "spec.suspend", "spec.schedule"];
@@ -423,7 +428,17 @@ impl Engine {
         let removes = removes(w);
         let (before, after) = self.contents_at(key, child.written, removes);
         let now = after.leaves();
-        let (found, standing) = self.put_back_at(key, &now, w.user, w.time_us);
+        let (found, mut standing) = self.put_back_at(key, &now, w.user, w.time_us);
+        // Its own earlier writes that this one overwrites in every field are done with: an
+        // object one user keeps writing (a lease renewed) keeps one write, not four.
+        if let Some(kept) = &mut standing {
+            kept.retain(|o| o.user != w.user || !superseded(o, &now));
+        } else {
+            let writes = self.store.read(&key, |c| c.origin_writes().to_vec()).unwrap_or_default();
+            if writes.iter().any(|o| o.user == w.user && superseded(o, &now)) {
+                standing = Some(writes.into_iter().filter(|o| o.user != w.user || !superseded(o, &now)).collect());
+            }
+        }
         let fields = match (before.as_deref().and_then(leaves), &now) {
             (Some(b), Now::Full(a)) if !removes => Some(diff(&b, a)).filter(|f| !f.is_empty()),
             _ => None,

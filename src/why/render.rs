@@ -326,6 +326,9 @@ mod applier_tests {
             "applier": {"name": "flux-kustomize", "revision": "main@sha1:1111", "targetRevision": "main@sha1:2222"}
         }))
         .unwrap();
-        assert_eq!(parent(&p), "Kustomization/apps: generation 1, observed 1, initialized; applied by flux-kustomize at revision main@sha1:1111, applying main@sha1:2222");
+        assert_eq!(
+            parent(&p),
+            "Kustomization/apps: generation 1, observed 1, initialized; applied by flux-kustomize at revision main@sha1:1111, applying main@sha1:2222"
+        );
     }
 }

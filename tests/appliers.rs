@@ -504,3 +504,40 @@ fn an_object_one_user_keeps_writing_keeps_one_write_of_it() {
     let kept = p.engine().store.read(&kausality_stream::state::ObjKey::new(p.engine().interner.intern("default"), uid), |s| s.origin_writes().len());
     assert_eq!(kept, Some(1));
 }
+
+#[test]
+fn why_on_a_member_tells_who_changed_it_and_which_revision_put_it_back() {
+    let mut f = flux();
+    let scale = f.api.scale(ALICE, &f.deploy, 5);
+    f.events.push(scale.clone());
+    f.attempt("main@sha1:1111");
+    let deploy = f.deploy.clone();
+    let back = f.apply(&deploy, |o| o["spec"]["replicas"] = json!(2));
+    f.applied("main@sha1:1111");
+    let dir = std::env::temp_dir().join(format!("kausality-appliers-why-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("audit.jsonl"), f.events.join("\n")).unwrap();
+    let bin = env!("CARGO_BIN_EXE_kausality-stream");
+    let replay = std::process::Command::new(bin)
+        .current_dir(&dir)
+        .args(["replay", "--no-progress", "--quiet", "--history", "history.db", "audit.jsonl"])
+        .output()
+        .unwrap();
+    assert!(replay.status.success(), "{}", String::from_utf8_lossy(&replay.stderr));
+    let why = std::process::Command::new(bin)
+        .current_dir(&dir)
+        .args(["why", "deployment/web", "-n", "shop", "--history", "history.db"])
+        .env_remove("KAUSALITY_QUERY_TOKEN")
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(why.status.success(), "{}", String::from_utf8_lossy(&why.stderr));
+    let text = String::from_utf8(why.stdout).unwrap();
+    let has = |parts: &[&str]| text.lines().any(|l| parts.iter().all(|p| l.contains(p)));
+    assert!(has(&["origin", ALICE]), "{text}");
+    assert!(has(&["drift", KUSTOMIZE]), "{text}");
+    assert!(has(&["parent", "Kustomization/apps", "applied by flux-kustomize at revision main@sha1:1111"]), "{text}");
+    assert!(has(&["reverts", ALICE, &audit_id(&scale)]), "{text}");
+    assert!(has(&["undone", KUSTOMIZE, &audit_id(&back)]), "{text}");
+}

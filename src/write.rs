@@ -387,7 +387,14 @@ impl Extractor<'_> {
                 name: Name::from(r.name.as_deref().unwrap_or("")),
             }
         });
-        let policy_annotations = md.annotations.iter().filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX));
+        // A Helm release is no applier (a person runs `helm upgrade`), but names the group an
+        // object was installed with: a trace label, unless the object sets that label itself
+        // (DESIGN §1.9).
+        let release = md.annotation(appliers::HELM_RELEASE_NAME).filter(|_| md.annotation(HELM_TRACE_LABEL).is_none()).map(|name| {
+            let ns = md.annotation(appliers::HELM_RELEASE_NAMESPACE).unwrap_or("");
+            (Cow::Borrowed(HELM_TRACE_LABEL), Cow::Owned(if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") }))
+        });
+        let policy_annotations = md.annotations.iter().filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX)).chain(release.as_ref());
         let annotations = (policy_annotations.clone().next().is_some()).then(|| {
             let mut h = Xxh3::new();
             let entries: Vec<(Box<str>, Box<str>)> = policy_annotations
@@ -453,6 +460,9 @@ impl Extractor<'_> {
         })
     }
 }
+
+/// The trace label an object installed by a Helm release carries: `<namespace>/<release>`.
+const HELM_TRACE_LABEL: &str = "kausality.io/trace-helm-release";
 
 /// The kind behind a well-known resource, for objects known only by their objectRef; other
 /// resources are named by their resource name.

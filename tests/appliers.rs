@@ -541,3 +541,15 @@ fn why_on_a_member_tells_who_changed_it_and_which_revision_put_it_back() {
     assert!(has(&["reverts", ALICE, &audit_id(&scale)]), "{text}");
     assert!(has(&["undone", KUSTOMIZE, &audit_id(&back)]), "{text}");
 }
+
+#[test]
+fn a_helm_release_is_a_trace_label_not_a_parent() {
+    let mut api = ApiServer::new();
+    let mut d = deployment("shop", "web", 1, "web:1");
+    d["metadata"]["annotations"] = json!({"meta.helm.sh/release-name": "shop", "meta.helm.sh/release-namespace": "shop"});
+    let (_, create) = api.create(ALICE, d);
+    let (_, out) = run(std::slice::from_ref(&create));
+    let e = find(&out, &create).unwrap();
+    assert_eq!(e.class, Class::Unowned, "a person's helm upgrade: the top of a tree");
+    assert_eq!(e.trace[0].labels.get("helm-release"), Some(&json!("shop/shop")));
+}

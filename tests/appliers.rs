@@ -553,3 +553,16 @@ fn a_helm_release_is_a_trace_label_not_a_parent() {
     assert_eq!(e.class, Class::Unowned, "a person's helm upgrade: the top of a tree");
     assert_eq!(e.trace[0].labels.get("helm-release"), Some(&json!("shop/shop")));
 }
+
+#[test]
+fn deleting_a_kustomization_takes_its_members_down_as_teardown() {
+    let mut f = flux();
+    let gone = f.api.delete(ADMIN, &f.ks, &["finalizers.fluxcd.io"]);
+    f.events.push(gone.clone());
+    let config = f.config.clone();
+    let prune = f.api.delete(KUSTOMIZE, &config, &[]);
+    f.events.push(prune.clone());
+    let (_, out) = run(&f.events);
+    assert_eq!(class_of(&out, &gone), Class::Unowned);
+    assert_eq!(class_of(&out, &prune), Class::Deleting);
+}

@@ -123,3 +123,24 @@ impl Engine {
         (!found.is_empty()).then(|| found.into_iter().map(|r| self.revert_out(r)).collect())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_labels_are_a_closed_set() {
+        for (path, label) in [
+            ("spec.replicas", "spec.replicas"),
+            ("spec.template.spec.containers[0].image", "spec.template"),
+            ("data.mode", "data"),
+            ("binaryData.cert", "data"),
+            ("spec.values.image.tag", "spec.values"),
+            ("spec.replicasX", "other"),
+            ("metadata.labels.team", "other"),
+            ("", "other"),
+        ] {
+            assert_eq!(field_label(path), label, "{path}");
+        }
+    }
+}

@@ -566,3 +566,27 @@ fn deleting_a_kustomization_takes_its_members_down_as_teardown() {
     assert_eq!(class_of(&out, &gone), Class::Unowned);
     assert_eq!(class_of(&out, &prune), Class::Deleting);
 }
+
+#[test]
+fn after_a_restore_members_find_their_parent_and_its_intent() {
+    let mut f = flux();
+    let scale = f.api.scale(ALICE, &f.deploy, 5);
+    f.events.push(scale);
+    let mut first = common::processor(ModelConfig::default(), 0);
+    let mut sink = Vec::new();
+    feed(&mut first, &f.events, &mut sink);
+    first.flush(0, &mut sink);
+    let mut snapshot = Vec::new();
+    first.snapshot(&mut snapshot).unwrap();
+    let mut restored = common::processor(ModelConfig::default(), 0);
+    restored.restore(&mut snapshot.as_slice()).unwrap();
+    // The put-back alone: the parent, its intent and its applier come from the snapshot.
+    let deploy = f.deploy.clone();
+    let back = f.apply(&deploy, |o| o["spec"]["replicas"] = json!(2));
+    let mut out = Vec::new();
+    feed(&mut restored, std::slice::from_ref(&back), &mut out);
+    restored.flush(0, &mut out);
+    let e = find(&out, &back).unwrap();
+    assert_eq!(e.class, Class::Drift, "{}", e.reason);
+    assert_eq!(e.parent.as_ref().unwrap().applier.as_ref().unwrap().revision.as_deref(), Some("main@sha1:1111"));
+}

@@ -324,13 +324,21 @@ impl Engine {
         &*self.interner.resolve(kind) == "Namespace" && &*self.interner.resolve(api_version) == "v1"
     }
 
-    /// After a restore: the kinds of the objects that kept a name are owner kinds, and a
+    /// After a restore: the kinds of the objects that kept a name are owner kinds (and an
+    /// applier's parents are found by name again, DESIGN §1.9), and a
     /// namespace whose newest state (by resourceVersion, of each scope and name) is being
     /// deleted is being deleted (DESIGN §1.4): the engine's own note of it was not restored.
     pub fn note_restored(&self) {
         let mut namespaces: std::collections::HashMap<(Arc<str>, Name), (u64, bool, i64)> = std::collections::HashMap::new();
+        let mut parents: std::collections::HashMap<appliers::ParentAt, (u64, Uid)> = std::collections::HashMap::new();
         self.store.for_each(|k, s| {
             let Some(name) = s.name() else { return };
+            if let Some(profile) = self.applier_of_parent(s.ty) {
+                // The newest incarnation of a name wins, as it does when written.
+                let at = (self.interner.resolve(k.cluster), profile, self.interner.resolve(s.namespace), name.clone());
+                let newest = (s.last_resource_version, k.uid());
+                parents.entry(at).and_modify(|p| *p = (*p).max(newest)).or_insert(newest);
+            }
             if !self.is_namespace(s.namespace, s.ty) {
                 self.note_owner_kind(s.ty);
                 return;
@@ -345,6 +353,9 @@ impl Engine {
                 })
                 .or_insert(newest);
         });
+        for (at, (_, uid)) in parents {
+            self.applier_parents.insert(at, uid);
+        }
         for ((scope, name), (_, deleting, since)) in namespaces {
             let key = (scope, Arc::<str>::from(&*name));
             if deleting {

@@ -19,9 +19,11 @@ use crate::classify::policy::PolicyCache;
 use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::write::{Name, Uid};
 
-/// The record format: its first byte. The fields after it are those of snapshot format 6.
-const FORMAT: u8 = 1;
-const FIELDS: u32 = 6;
+/// The record format: its first byte. Format 2's fields are those of snapshot format 8 (with
+/// an applier's parent's intents, DESIGN §1.9); format 1's, still read, those of format 6.
+const FORMAT: u8 = 2;
+const FIELDS: u32 = 8;
+const FORMAT_1_FIELDS: u32 = 6;
 
 /// The message key of an object: `cluster/uid` (the UID as 32 hex digits).
 pub fn record_key(interner: &Interner, key: &ObjKey) -> String {
@@ -127,10 +129,14 @@ impl<'a> RecordReader<'a> {
 
     /// The object of a record.
     pub fn read(&mut self, record: &[u8]) -> Result<(ObjKey, ObjectState), SnapshotError> {
-        let Some((&FORMAT, rest)) = record.split_first() else { return Err(SnapshotError::Corrupt("unknown changelog record format")) };
+        let (fields, rest) = match record.split_first() {
+            Some((&FORMAT, rest)) => (FIELDS, rest),
+            Some((1, rest)) => (FORMAT_1_FIELDS, rest),
+            _ => return Err(SnapshotError::Corrupt("unknown changelog record format")),
+        };
         let mut d = Dec { b: rest };
         let policies = std::mem::take(&mut self.policies);
-        let got = get_object(&mut d, self.interner, FIELDS, self, &policies);
+        let got = get_object(&mut d, self.interner, fields, self, &policies);
         self.policies = policies;
         if !d.b.is_empty() {
             return Err(SnapshotError::Corrupt("bytes after the record"));
@@ -256,9 +262,30 @@ mod tests {
         assert!(Trace::ptr_eq(a.unwrap(), b.unwrap()), "one node for the trace both extend");
         assert_eq!(record_key(&interner, &states[0].0), "prod/00000000000000000000000000000009");
         assert!(reader.read(&[2, 0]).is_err() && reader.read(&[]).is_err(), "an unknown format is refused");
+        assert!(reader.read(&[3, 0]).is_err(), "a format after this build's is refused");
         let mut long = encode_record(&interner, &states[0].0, &states[0].1);
         long.push(0);
         assert!(reader.read(&long).is_err(), "trailing bytes are refused");
+    }
+
+    #[test]
+    fn an_appliers_parent_keeps_its_intents_and_a_record_of_format_1_is_still_read() {
+        let interner = Interner::new();
+        let ty = interner.ty(interner.intern("kustomize.toolkit.fluxcd.io/v1"), interner.intern("Kustomization"));
+        let mut s = ObjectState::new(ty, interner.intern("flux-system"));
+        s.set_name(Name::from("apps"));
+        let intent = crate::state::Intent { key: 5, epoch: 2, applied: 2, revision: Some(Arc::from("main@sha1:1")), target: Some(Arc::from("main@sha1:1")) };
+        s.set_intent(Some(intent.clone()));
+        let key = ObjKey::new(interner.intern("prod"), 9);
+        let mut reader = RecordReader::new(&interner);
+        let (_, back) = reader.read(&encode_record(&interner, &key, &s)).unwrap();
+        assert_eq!(back.intent(), Some(&intent));
+        // Format 1: the fields of snapshot format 6, without intents.
+        let mut old = Enc::default();
+        old.0.push(1);
+        put_object(&mut old, &key, &s, &interner, FORMAT_1_FIELDS, &Inline { interner: &interner });
+        let (_, back) = reader.read(&old.0).unwrap();
+        assert_eq!((back.name().map(|n| n.to_string()), back.intent()), (Some("apps".to_string()), None));
     }
 
     #[test]

@@ -95,7 +95,7 @@ fn one_event_from_2099_does_not_empty_the_history_store() {
     assert_eq!(store2.retain().unwrap().mutations, 0);
     assert_eq!(mutations(&dir2), 41);
     // Time still passes: 31 days after the old log, its rows go (the 2099 row stays).
-    assert_eq!(store2.retain_at(old_end + 31 * 86_400_000_000).unwrap().mutations, 0, "the newest not ahead of then is still the log's own");
+    assert_eq!(store2.retain_at(old_end + 31 * 86_400_000_000, 0).unwrap().mutations, 0, "the newest not ahead of then is still the log's own");
     let _ = (std::fs::remove_dir_all(&dir), std::fs::remove_dir_all(&dir2));
 }
 

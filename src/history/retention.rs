@@ -66,8 +66,9 @@ pub struct Retained {
 const CHUNK_MAX: i64 = 20_000;
 const CHUNK_MIN: i64 = 64;
 
-/// One pass at wall-clock time `now_us`.
-pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64) -> rusqlite::Result<Retained> {
+/// One pass at wall-clock time `now_us`, leaving `headroom` bytes under `max_bytes` free for
+/// what is written until the next pass (the database's share shrinks to leave it).
+pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64, headroom: u64) -> rusqlite::Result<Retained> {
     let mut done = Retained::default();
     let mut newest_removed: Option<i64> = None;
     if !r.max_age.is_zero() {
@@ -82,7 +83,10 @@ pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64) -> rusql
             }
         }
     }
-    let budget = r.database_bytes();
+    let budget = match r.database_bytes() {
+        0 => 0,
+        share => share.min(r.max_bytes.saturating_sub(headroom)).max(r.max_bytes / 4),
+    };
     if budget > 0 {
         let target = budget / 10 * 9;
         let mut started = false;

@@ -399,3 +399,71 @@ fn a_custom_resource_with_configured_signals_and_its_synthetic_observed_generati
     // Without the signal, the first status write finishes it (the rule before).
     assert_eq!(class_of(&run(&events), &during), Class::Drift);
 }
+
+/// A Deployment's status as the deployment controller writes it: counters that are 0 left out.
+fn deployment_status(replicas: i64, updated: i64, available: i64, conditions: Value) -> Value {
+    let mut st = Map::new();
+    for (k, v) in [("replicas", replicas), ("updatedReplicas", updated), ("readyReplicas", available), ("availableReplicas", available)] {
+        if v != 0 {
+            st.insert(k.into(), json!(v));
+        }
+    }
+    st.insert("conditions".into(), conditions);
+    Value::Object(st)
+}
+
+#[test]
+fn a_rollback_reported_with_no_replica_updated_yet_goes_on() {
+    // A Deployment of 12 rolled out from web:1 to web:2 (25% surge and unavailable: steps of 3).
+    let mut api = ApiServer::new();
+    let (deploy, e1) = api.create(ADMIN, deployment("shop", "web", 12, "web:1"));
+    let (first, e2) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 12, "web:1"));
+    let mut events = vec![e1, e2];
+    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
+    events.push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
+    let (second, e3) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "77aa", 3, "web:2"));
+    events.push(e3);
+    for step in 1..=4 {
+        events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(15, 3 * step, 12, progressing("ReplicaSetUpdated"))));
+        events.push(api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 12 - 3 * step)));
+        if step < 4 {
+            events.push(api.update(DEPLOYMENT_CONTROLLER, &second, |r| replicas(r, 3 * step + 3)));
+        }
+    }
+    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
+
+    // `kubectl rollout undo`: the template goes back to web:1 (generation 3). The controller
+    // takes the first ReplicaSet as the new one, scales it up by 3, and reports generation 3
+    // with no replica of it yet: `updatedReplicas` (0) left out, and the Progressing reason of
+    // the finished rollout kept, since no progress was made yet.
+    events.push(api.patch(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:1")));
+    events.push(api.update(DEPLOYMENT_CONTROLLER, &first, |r| r["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "3"})));
+    let mut rollback = vec![api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 3))];
+    events.push(rollback[0].clone());
+    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 0, 12, progressing("NewReplicaSetAvailable"))));
+    for step in 1..=4 {
+        let down = api.update(DEPLOYMENT_CONTROLLER, &second, |r| replicas(r, 12 - 3 * step));
+        events.push(down.clone());
+        rollback.push(down);
+        events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(15, 3 * step, 12, progressing("ReplicaSetUpdated"))));
+        if step < 4 {
+            let up = api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 3 * step + 3));
+            events.push(up.clone());
+            rollback.push(up);
+        }
+    }
+    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
+    let after = api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 13));
+    events.push(after.clone());
+
+    let out = run(&events);
+    assert_eq!(rollback.len(), 8);
+    for (i, ev) in rollback.iter().enumerate() {
+        let e = find(&out, ev).unwrap();
+        assert_eq!(e.class, Class::Expected, "rollback scale write {i}: 0 of 12 replicas updated is a rollout under way");
+        assert_eq!(e.parent.as_ref().unwrap().generation, Some(3));
+    }
+    let e = find(&out, &after).unwrap();
+    assert_eq!(e.class, Class::Drift, "the rollback finished: nobody asked for a 13th replica");
+    assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
+}

@@ -32,33 +32,34 @@ fn desired_replicas(obj: &ObjectView<'_>) -> Option<i64> {
     serde_json::from_str::<Spec>(spec.get()).ok().map(|s| s.replicas.unwrap_or(1))
 }
 
-/// The built-in signals (DESIGN §1.3). Kubernetes leaves a counter out of a status when it is 0
-/// (`omitempty`): where the kind always writes one field of its status (`replicas` of a
-/// ReplicaSet or StatefulSet, `desiredNumberScheduled` of a DaemonSet) and that field is there,
-/// an absent counter is read as 0; otherwise an absent counter shows nothing (a producer that
-/// does not write it).
+/// The built-in signals (DESIGN §1.3).
+///
+/// Kubernetes leaves a counter out of a status when it is 0 (`omitempty`): when the status
+/// carries the kind's count of replicas (`replicas`; `desiredNumberScheduled` of a DaemonSet),
+/// a counter it leaves out is read as 0 (a rollback's first report has no `updatedReplicas`).
+/// Without that count an absent counter shows nothing (a producer that does not write it, or
+/// a Deployment scaled to 0, whose `replicas` is 0 and left out too).
 fn builtin(b: Builtin, obj: &ObjectView<'_>, st: &StatusView<'_>) -> bool {
     let differs = |counters: &[Option<i64>], desired: i64| counters.iter().flatten().any(|&c| c != desired);
-    let or_zero = |always_written: bool, c: Option<i64>| if always_written { Some(c.unwrap_or(0)) } else { c };
+    let counted = st.replicas.is_some();
+    let or_zero = |c: Option<i64>| if counted { Some(c.unwrap_or(0)) } else { c };
     match b {
         Builtin::Deployment => {
             const UNDER_WAY: [&str; 3] = ["NewReplicaSetCreated", "FoundNewReplicaSet", "ReplicaSetUpdated"];
             let rolling = st.condition("Progressing").and_then(|c| c.reason.as_deref()).is_some_and(|r| UNDER_WAY.contains(&r));
-            let counters = [st.updated_replicas, st.available_replicas, st.replicas];
+            let counters = [or_zero(st.updated_replicas), or_zero(st.available_replicas), st.replicas];
             rolling || (counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d)))
         }
         Builtin::StatefulSet => {
             let revisions = matches!((&st.current_revision, &st.update_revision), (Some(c), Some(u)) if c != u);
-            let written = st.replicas.is_some();
-            let counters = [or_zero(written, st.updated_replicas), or_zero(written, st.ready_replicas), st.replicas];
+            let counters = [or_zero(st.updated_replicas), or_zero(st.ready_replicas), st.replicas];
             revisions || (counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d)))
         }
         Builtin::DaemonSet => {
             st.desired_number_scheduled.is_some_and(|d| [st.updated_number_scheduled, st.number_available].iter().any(|c| c.unwrap_or(0) < d))
         }
         Builtin::ReplicaSet => {
-            let written = st.replicas.is_some();
-            let counters = [st.replicas, or_zero(written, st.ready_replicas), or_zero(written, st.available_replicas)];
+            let counters = [st.replicas, or_zero(st.ready_replicas), or_zero(st.available_replicas)];
             counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d))
         }
     }

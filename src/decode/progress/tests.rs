@@ -54,7 +54,11 @@ fn deployment_counters_against_the_desired_replicas() {
         st[field] = json!(4);
         assert!(shows(&d, &with(Some(3), st.clone())), "{field} above (a surge)");
         st.as_object_mut().unwrap().remove(field);
-        assert!(!shows(&d, &with(Some(3), st)), "{field} absent shows nothing");
+        if field == "replicas" {
+            assert!(!shows(&d, &with(Some(3), st)), "without the count of replicas an absent counter shows nothing");
+        } else {
+            assert!(shows(&d, &with(Some(3), st)), "{field} absent beside replicas reads as 0");
+        }
     }
     assert!(!shows(&d, &with(Some(3), json!({"readyReplicas": 1}))), "readyReplicas is not a Deployment signal");
     assert!(!shows(&d, &with(Some(3), json!({"observedGeneration": 1}))), "a status without counters shows nothing");
@@ -66,6 +70,25 @@ fn deployment_counters_against_the_desired_replicas() {
     assert!(shows(&d, &with(Some(0), json!({"replicas": 1}))));
     assert!(!shows(&d, &json!({"status": {"replicas": 1}})), "no spec: no desired replicas");
     assert!(!shows(&d, &with(Some(3), json!("odd"))), "a status of another shape shows nothing");
+}
+
+#[test]
+fn deployment_counters_left_out_beside_replicas_are_0() {
+    let d = builtin(Builtin::Deployment);
+    let done = |reason: &str| json!([{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True", "reason": reason}]);
+    // The first report of a rollback of 12: no replica of the new ReplicaSet yet, so
+    // `updatedReplicas` (0) is left out, and the reason of the rollout before is kept.
+    let rollback = json!({"observedGeneration": 3, "replicas": 12, "readyReplicas": 12, "availableReplicas": 12, "unavailableReplicas": 3,
+                          "conditions": done("NewReplicaSetAvailable")});
+    assert!(shows(&d, &with(Some(12), rollback)), "0 of 12 updated");
+    let none_available = json!({"replicas": 3, "updatedReplicas": 3, "unavailableReplicas": 3, "conditions": done("NewReplicaSetAvailable")});
+    assert!(shows(&d, &with(Some(3), none_available)), "0 of 3 available");
+    // Without `replicas` the rule before holds: what is left out shows nothing.
+    assert!(!shows(&d, &with(Some(3), json!({"updatedReplicas": 3, "availableReplicas": 3}))));
+    assert!(!shows(&d, &with(Some(3), json!({"observedGeneration": 1, "conditions": done("NewReplicaSetAvailable")}))));
+    // Scaled to 0: `replicas` is 0 and left out with every counter; or written as 0.
+    assert!(!shows(&d, &with(Some(0), json!({"observedGeneration": 4, "conditions": done("NewReplicaSetAvailable")}))));
+    assert!(!shows(&d, &with(Some(0), json!({"replicas": 0}))));
 }
 
 #[test]

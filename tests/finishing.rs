@@ -467,3 +467,88 @@ fn a_rollback_reported_with_no_replica_updated_yet_goes_on() {
     assert_eq!(e.class, Class::Drift, "the rollback finished: nobody asked for a 13th replica");
     assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
 }
+
+#[test]
+fn a_partitioned_statefulset_finishes_at_its_partition_then_a_replacement_is_drift() {
+    let mut api = ApiServer::new();
+    let (sts, create) = api.create(ADMIN, statefulset("shop", "db", 3, "pg:15"));
+    let mut events = vec![create];
+    let mut pods = Vec::new();
+    for ordinal in ["0", "1", "2"] {
+        let (p, e) = api.create(STATEFULSET_CONTROLLER, pod(&sts, ordinal, "pg:15"));
+        pods.push(p);
+        events.push(e);
+    }
+    let (old, new) = ("db-7c9f8d6b5", "db-5b8d7f9c4");
+    let all = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "updatedReplicas": 3, "availableReplicas": 3, "currentRevision": old, "updateRevision": old});
+    events.push(status(&mut api, STATEFULSET_CONTROLLER, &sts, all));
+
+    // A canary: the new image for ordinals ≥ 2 only (generation 2).
+    events.push(api.update(ADMIN, &sts, |s| {
+        s["spec"]["template"]["spec"]["containers"][0]["image"] = json!("pg:16");
+        s["spec"]["updateStrategy"]["rollingUpdate"]["partition"] = json!(2);
+    }));
+    let del2 = api.delete(STATEFULSET_CONTROLLER, &pods[2], &[]);
+    let started = json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "availableReplicas": 2, "currentRevision": old, "updateRevision": new});
+    let r0 = status(&mut api, STATEFULSET_CONTROLLER, &sts, started);
+    let (_, new2) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "2", "pg:16"));
+    // As far as the partition asks: one of 3 updated, all ready; currentRevision stays behind.
+    let canary = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 3, "currentRevision": old, "updateRevision": new});
+    let r1 = status(&mut api, STATEFULSET_CONTROLLER, &sts, canary);
+    // A person deletes db-0; the controller brings it back at the current revision.
+    let person = api.delete("alice", &pods[0], &[]);
+    let short = json!({"replicas": 2, "readyReplicas": 2, "currentReplicas": 1, "updatedReplicas": 1, "availableReplicas": 2, "currentRevision": old, "updateRevision": new});
+    let r2 = status(&mut api, STATEFULSET_CONTROLLER, &sts, short);
+    let (_, replacement) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "0", "pg:15"));
+    events.extend([del2.clone(), r0, new2.clone(), r1, person.clone(), r2, replacement.clone()]);
+
+    let out = run(&events);
+    assert_eq!(class_of(&out, &del2), Class::Expected, "generation 2 not reported yet");
+    assert_eq!(class_of(&out, &new2), Class::Expected, "0 of the 1 pod the partition asks for updated");
+    assert_eq!(class_of(&out, &person), Class::Origin);
+    let e = find(&out, &replacement).unwrap();
+    assert_eq!(e.class, Class::Drift, "generation 2 finished at its partition: the replacement reverts a person's delete");
+    assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
+}
+
+#[test]
+fn a_paused_deployment_finishes_when_observed_then_resumes() {
+    let Deployed { mut api, mut events, deploy, rs: old } = deployed();
+    events.push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
+    let (new, create_new) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "77aa", 1, "web:2"));
+    let started = status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(3, 0, 3, progressing("NewReplicaSetCreated")));
+    // `kubectl rollout pause` with one new pod up (generation 3). The controller first writes
+    // the paused condition (at the observed generation it had), then reports generation 3 with
+    // the rollout halfway, as far as a paused Deployment goes.
+    let pause = api.patch(ADMIN, &deploy, |d| d["spec"]["paused"] = json!(true));
+    let paused_cond = json!([{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                             {"type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused"}]);
+    let noticed = api.update_status(DEPLOYMENT_CONTROLLER, &deploy, |st| {
+        st.insert("conditions".into(), paused_cond.clone());
+    });
+    let halfway = status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(4, 1, 4, paused_cond));
+    // A person scales the old ReplicaSet; the controller scales it back to its share.
+    let by_hand = api.scale("alice", &old, 5);
+    let back = api.update(DEPLOYMENT_CONTROLLER, &old, |r| replicas(r, 3));
+    // `kubectl rollout resume` (generation 4): the rollout goes on.
+    let resume = api.patch(ADMIN, &deploy, |d| d["spec"]["paused"] = json!(false));
+    let resumed_cond = json!([{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                              {"type": "Progressing", "status": "Unknown", "reason": "DeploymentResumed"}]);
+    let noticed_resume = api.update_status(DEPLOYMENT_CONTROLLER, &deploy, |st| {
+        st.insert("conditions".into(), resumed_cond);
+    });
+    let down = api.update(DEPLOYMENT_CONTROLLER, &old, |r| replicas(r, 2));
+    let resumed = status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(3, 1, 3, progressing("ReplicaSetUpdated")));
+    let up = api.update(DEPLOYMENT_CONTROLLER, &new, |r| replicas(r, 2));
+    events.extend([create_new, started, pause, noticed, halfway, by_hand.clone(), back.clone()]);
+    events.extend([resume, noticed_resume, down.clone(), resumed, up.clone()]);
+
+    let out = run(&events);
+    assert_eq!(class_of(&out, &by_hand), Class::Origin);
+    let e = find(&out, &back).unwrap();
+    assert_eq!(e.class, Class::Drift, "paused: generation 3 asks for no progress and finished when observed");
+    let p = e.parent.as_ref().unwrap();
+    assert_eq!((p.generation, p.observed_generation, p.finished), (Some(3), Some(3), Some(true)));
+    assert_eq!(class_of(&out, &down), Class::Expected, "generation 4 not reported yet");
+    assert_eq!(class_of(&out, &up), Class::Expected, "resumed: the rollout is under way again");
+}

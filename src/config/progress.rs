@@ -16,15 +16,18 @@
 use std::fmt;
 
 /// The built-in signals of a native workload kind, read from the typed status (one pass, no
-/// allocation).
+/// allocation). Beside the kind's count of replicas, a counter the status leaves out is 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Builtin {
     /// `Progressing` with reason `NewReplicaSetCreated`, `FoundNewReplicaSet` or
     /// `ReplicaSetUpdated`; `updatedReplicas`, `availableReplicas` or `replicas` other than the
-    /// desired replicas.
+    /// desired replicas. None while `spec.paused` is true: a paused Deployment asks for no
+    /// progress.
     Deployment,
     /// `currentRevision != updateRevision`; `updatedReplicas`, `readyReplicas` or `replicas`
-    /// other than the desired replicas.
+    /// other than the desired replicas. With `spec.updateStrategy.rollingUpdate.partition` P
+    /// above 0, only ordinals ≥ P are asked to move: the revisions are not compared and
+    /// `updatedReplicas` need only reach the desired replicas − P.
     StatefulSet,
     /// `updatedNumberScheduled` or `numberAvailable` below `desiredNumberScheduled`.
     DaemonSet,

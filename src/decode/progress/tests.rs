@@ -92,6 +92,57 @@ fn deployment_counters_left_out_beside_replicas_are_0() {
 }
 
 #[test]
+fn a_paused_deployment_asks_for_no_progress() {
+    let d = builtin(Builtin::Deployment);
+    // Paused halfway through a rollout: one of 3 updated, a surge pod up.
+    let halfway = json!({"observedGeneration": 3, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 4, "availableReplicas": 4,
+                         "conditions": [{"type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused"}]});
+    let spec = |paused: Value| json!({"replicas": 3, "paused": paused, "template": {}});
+    assert!(!shows(&d, &json!({"spec": spec(json!(true)), "status": halfway})));
+    assert!(shows(&d, &json!({"spec": spec(json!(false)), "status": halfway})));
+    assert!(shows(&d, &json!({"spec": spec(json!("true")), "status": halfway})), "only the boolean true pauses");
+    let under_way = json!({"replicas": 3, "updatedReplicas": 3, "availableReplicas": 3,
+                           "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]});
+    assert!(!shows(&d, &json!({"spec": spec(json!(true)), "status": under_way})), "paused: no signal at all");
+}
+
+#[test]
+fn a_partitioned_statefulset_finishes_as_far_as_its_partition() {
+    let s = builtin(Builtin::StatefulSet);
+    let obj = |replicas: i64, partition: Value, status: Value| {
+        json!({"spec": {"replicas": replicas, "template": {}, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}}},
+               "status": status})
+    };
+    let rev = |st: Value| {
+        let mut st = st;
+        st["currentRevision"] = json!("db-7c9f8d6b5");
+        st["updateRevision"] = json!("db-5b8d7f9c4");
+        st
+    };
+    // Partition 2 of 3: ordinal 2 updated, all ready; currentRevision stays behind.
+    let canary = rev(json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 3}));
+    assert!(!shows(&s, &obj(3, json!(2), canary.clone())));
+    assert!(shows(&s, &obj(3, json!(0), canary.clone())), "without a partition the revisions must meet");
+    assert!(shows(&s, &obj(3, json!(1), canary.clone())), "partition 1 asks for 2 updated");
+    assert!(shows(&s, &obj(3, json!("2"), canary.clone())), "a partition that is not a number is 0");
+    let no_partition = json!({"spec": {"replicas": 3, "template": {}}, "status": canary});
+    assert!(shows(&s, &no_partition), "no partition: the rule before");
+    // `updatedReplicas` left out beside replicas is 0: not yet as far as the partition asks.
+    let started = rev(json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "availableReplicas": 2}));
+    assert!(shows(&s, &obj(3, json!(2), started)));
+    let not_ready = rev(json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 2}));
+    assert!(shows(&s, &obj(3, json!(2), not_ready)), "the ready counts must still be met");
+    // A partition at or above the desired replicas asks for no pod to move (floor 0).
+    let none_updated = rev(json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "availableReplicas": 3}));
+    assert!(!shows(&s, &obj(3, json!(3), none_updated.clone())));
+    assert!(!shows(&s, &obj(3, json!(5), none_updated)));
+    // More updated than the partition asks (a StatefulSet created with a partition): finished.
+    let all = json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "currentRevision": "a", "updateRevision": "a"});
+    assert!(!shows(&s, &obj(3, json!(2), all.clone())));
+    assert!(shows(&s, &obj(2, json!(1), all)), "a scale-down under way");
+}
+
+#[test]
 fn statefulset_revisions_and_counters() {
     let s = builtin(Builtin::StatefulSet);
     let done = json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "currentReplicas": 3, "availableReplicas": 3,

@@ -12,6 +12,12 @@
 //!
 //! A field that is absent shows nothing in progress: a comparison with an absent side, or with
 //! sides of different types, does not hold.
+//!
+//! What finished asks for can be lowered by the spec: comparisons written the same way can say
+//! that the spec asks for no progress at all (`spec.suspend == true`); while one holds, none of
+//! the kind's signals does. A target lowered by arithmetic (replicas − partition) is not
+//! written here; a controller that reports its own target in its status can be compared with
+//! it (`status.updatedReplicas < status.expectedUpdatedReplicas`).
 
 use std::fmt;
 
@@ -173,10 +179,14 @@ pub struct KindProgress {
     pub builtin: Option<Builtin>,
     pub conditions: Vec<ConditionReason>,
     pub fields: Vec<Comparison>,
+    /// Comparisons that say the spec asks for no progress (paused, suspended): while one holds,
+    /// no signal of the kind shows work in progress, the built-in ones included.
+    pub paused: Vec<Comparison>,
 }
 
 impl KindProgress {
-    /// No signal at all: the kind finishes a generation when it is observed.
+    /// No signal at all: the kind finishes a generation when it is observed (whatever
+    /// [`paused`](Self::paused) says, since nothing can be in progress).
     pub fn is_empty(&self) -> bool {
         self.builtin.is_none() && self.conditions.is_empty() && self.fields.is_empty()
     }

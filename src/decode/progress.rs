@@ -14,7 +14,11 @@ use super::object::{CowStr, ObjectView, StatusView};
 use crate::config::progress::{Builtin, Comparison, KindProgress, Operand};
 
 /// Does the object show its controller still at work on the generation it reports observed?
+/// Never while its spec asks for no progress ([`KindProgress::paused`]).
 pub fn in_progress(p: &KindProgress, obj: &ObjectView<'_>, status: &StatusView<'_>) -> bool {
+    if p.paused.iter().any(|c| compare(c, obj)) {
+        return false;
+    }
     p.builtin.is_some_and(|b| builtin(b, obj, status))
         || p.conditions.iter().any(|c| status.condition(&c.type_).is_some_and(|s| s.reason.as_deref() == Some(c.reason.as_str())))
         || p.fields.iter().any(|c| compare(c, obj))

@@ -283,11 +283,35 @@ fn configured_comparisons_read_fields_numbers_strings_and_booleans() {
 }
 
 #[test]
+fn configured_paused_comparisons_hold_every_signal_back() {
+    let cmp = |c: &str| Comparison::parse(c).unwrap();
+    let p = KindProgress {
+        builtin: Some(Builtin::Deployment),
+        conditions: vec![ConditionReason::parse("Progressing=ReplicaSetUpdated").unwrap()],
+        fields: vec![cmp("status.updatedReplicas < status.expectedUpdatedReplicas")],
+        paused: vec![cmp("spec.updateStrategy.paused == true"), cmp("spec.suspend == true")],
+    };
+    let busy = json!({"replicas": 3, "updatedReplicas": 1, "expectedUpdatedReplicas": 2,
+                      "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]});
+    let obj = |spec: Value| json!({"spec": spec, "status": busy});
+    assert!(shows(&p, &obj(json!({"replicas": 3}))));
+    assert!(!shows(&p, &obj(json!({"replicas": 3, "updateStrategy": {"paused": true}}))), "paused: no signal holds");
+    assert!(!shows(&p, &obj(json!({"replicas": 3, "suspend": true}))), "any one of them");
+    assert!(shows(&p, &obj(json!({"replicas": 3, "suspend": false}))));
+    assert!(shows(&p, &obj(json!({"replicas": 3, "suspend": "yes"}))), "a field of another type does not hold");
+    // A lowered target that the controller reports in its status is compared as it is.
+    let fields = KindProgress { fields: vec![cmp("status.updatedReplicas < status.expectedUpdatedReplicas")], ..KindProgress::default() };
+    assert!(shows(&fields, &obj(json!({"replicas": 3}))));
+    assert!(!shows(&fields, &json!({"spec": {}, "status": {"updatedReplicas": 2, "expectedUpdatedReplicas": 2}})));
+}
+
+#[test]
 fn signals_of_a_kind_add_up() {
     let p = KindProgress {
         builtin: Some(Builtin::ReplicaSet),
         conditions: vec![ConditionReason::parse("Scaling=Waiting").unwrap()],
         fields: vec![Comparison::parse("status.phase == Busy").unwrap()],
+        paused: Vec::new(),
     };
     let done = json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1});
     assert!(!shows(&p, &with(Some(1), done.clone())));

@@ -187,6 +187,12 @@ impl ModelConfig {
         p.conditions.extend(conditions);
         p.fields.extend(fields);
     }
+
+    /// Adds comparisons that say `kind_key`'s spec asks for no progress: while one holds, none
+    /// of the kind's signals (built-in or added) shows work in progress.
+    pub fn add_paused(&mut self, kind_key: &str, paused: Vec<Comparison>) {
+        self.progress.entry(kind_key.to_string()).or_default().paused.extend(paused);
+    }
 }
 
 /// The key a kind is configured under: `Kind.group`, or `Kind` for the core group.

@@ -137,6 +137,11 @@ struct ReplayArgs {
     /// built-in signals of Deployment, StatefulSet, DaemonSet and ReplicaSet.
     #[arg(long = "in-progress-field", value_parser = parse_in_progress_field)]
     in_progress_fields: Vec<(String, Comparison)>,
+    /// A field comparison that says a kind's spec asks for no progress, as KIND=FIELD OP VALUE
+    /// (e.g. 'Widget.example.com=spec.suspend == true'): while it holds, none of the kind's
+    /// signals does, so a generation observed then is finished.
+    #[arg(long = "in-progress-paused", value_parser = parse_in_progress_field)]
+    in_progress_paused: Vec<(String, Comparison)>,
     /// The rule before finishing was kept: a generation is finished as soon as its controller
     /// reports it observed, whatever its status shows (rollouts after that read as drift).
     #[arg(long)]
@@ -315,6 +320,9 @@ fn replay(args: ReplayArgs) -> Result<ExitCode> {
     }
     for (kind, c) in args.in_progress_fields {
         opts.model.add_progress(&kind, Vec::new(), vec![c], true);
+    }
+    for (kind, c) in args.in_progress_paused {
+        opts.model.add_paused(&kind, vec![c]);
     }
     opts.model.observed_is_finished = args.observed_is_finished;
     if let Some(file) = &args.policies {

@@ -123,8 +123,26 @@ struct Known {
 const KNOWN_MAX: usize = 1 << 18;
 
 impl Store {
-    /// Opens (or creates) the store at `path` for writing.
+    /// Opens (or creates) the store at `path` for writing; a damaged one is refused
+    /// ([`super::Error::Damaged`]).
     pub fn open(path: &Path, retention: Retention) -> Result<Store> {
+        Self::open_checked(path, retention, super::OnDamaged::Refuse)
+    }
+
+    /// Opens (or creates) the store at `path` for writing, after SQLite's check of an
+    /// existing one ([`super::check_sound`]): a damaged store is refused or moved aside.
+    pub fn open_checked(path: &Path, retention: Retention, on_damaged: super::OnDamaged) -> Result<Store> {
+        if let Err(detail) = super::check_sound(path) {
+            let shown = path.display().to_string();
+            match on_damaged {
+                super::OnDamaged::Refuse => return Err(super::Error::Damaged { path: shown, detail }),
+                super::OnDamaged::Replace => {
+                    let aside = super::move_aside(path)
+                        .map_err(|e| super::Error::Damaged { path: shown.clone(), detail: format!("{detail}; moving it aside failed: {e}") })?;
+                    tracing::warn!(path = %shown, moved_to = %aside.display(), damage = %detail, "history store damaged: moved aside, a new one is started");
+                }
+            }
+        }
         let conn = super::open(path, Mode::Write)?;
         let shown = path.display().to_string();
         let err = |source| Error::Sqlite { path: shown.clone(), source };

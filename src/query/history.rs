@@ -40,7 +40,7 @@ impl Store {
             Some(c) => c,
             None => history::open(&self.path, Mode::Read).map_err(|e| match e {
                 history::Error::Sqlite { .. } => ApiError::Internal(e.to_string()),
-                history::Error::Missing { .. } | history::Error::Version { .. } => ApiError::Unavailable(e.to_string()),
+                history::Error::Missing { .. } | history::Error::Version { .. } | history::Error::Damaged { .. } => ApiError::Unavailable(e.to_string()),
             })?,
         };
         let r = f(&conn);

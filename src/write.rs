@@ -74,6 +74,8 @@ pub struct Conditions {
     pub initialized: bool,
     pub ready: bool,
     pub available: bool,
+    /// Not a condition: the status carries `startTime` (a Job its controller started).
+    pub started: bool,
 }
 
 /// The controller ownerReference of an object.
@@ -411,6 +413,7 @@ impl Extractor<'_> {
                 initialized: status.condition_true("Initialized"),
                 ready: status.condition_true("Ready"),
                 available: status.condition_true("Available"),
+                started: status.start_time.is_some(),
             },
             in_progress: self.config.progress(&key).is_some_and(|p| in_progress(p, obj, &status)),
             deleting: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()),

@@ -438,6 +438,8 @@ impl Engine {
             || (on(LifecycleSignal::AvailableCondition) && f.conditions.available && observed.is_some())
             || (on(LifecycleSignal::PhaseAnnotation) && s.policy().is_some_and(|p| p.phase_initialized))
             || (on(LifecycleSignal::ObservedGeneration) && f.observed.is_some_and(|(g, _)| Some(g) == f.generation))
+            || (on(LifecycleSignal::StartTime) && f.conditions.started)
+            || (on(LifecycleSignal::StatusWrite) && s.status_write_generation().is_some())
     }
 
     fn status_write(&self, w: &Write, f: &ObjectFacts) {

@@ -208,6 +208,11 @@ impl ApiServer {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         if all.is_empty() {
+            // A terminating pod's final delete (the kubelet's, grace period 0): the API server
+            // answers with the grace period it shortened to 0.
+            if obj["metadata"].get("deletionGracePeriodSeconds").is_some() {
+                obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            }
             self.objects.remove(&r.uid);
         } else {
             obj["metadata"]["finalizers"] = Value::Array(all);

@@ -456,7 +456,7 @@ impl Processor {
         let interner = &engine.interner;
         let key = |namespace: Sym, name: &str| xxhash_rust::xxh3::xxh3_64(format!("{}/{name}", interner.resolve(namespace)).as_bytes()) | 1;
         match &w.target {
-            Target::Eviction { namespace, name } => (key(*namespace, name), true),
+            Target::Eviction { namespace, name, .. } => (key(*namespace, name), true),
             Target::Object(f) if w.verb == crate::filter::Verb::Delete && f.gone && &*interner.resolve(w.resource) == "pods" => {
                 (key(f.namespace, &f.name), false)
             }
@@ -687,8 +687,11 @@ impl Processor {
 
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
         let released = std::mem::take(&mut self.released);
-        for Released { item: mut write, late } in released {
+        for Released { item: mut write, late, at } in released {
             self.unhold(write.seq);
+            if let Target::Eviction { place, .. } = &mut write.target {
+                *place = Some(at);
+            }
             // A trace message's time is the time of the write it completes: it says nothing of
             // how far behind the processing is.
             let trace = matches!(write.target, Target::Trace { .. });
@@ -998,7 +1001,7 @@ mod tests {
             partition: None,
             scope: Sym::EMPTY,
         };
-        p.released.push(Released { item: broken, late: false });
+        p.released.push(Released { item: broken, late: false, at: 5 });
         let mut out = Vec::new();
         p.apply_released(0, &mut out);
         assert!(out.is_empty());

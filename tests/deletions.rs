@@ -580,3 +580,23 @@ fn an_eviction_through_an_api_server_whose_clock_runs_ahead_goes_before_the_fina
         assert_one_removal_one_drift(&e, &out, "clocks apart");
     }
 }
+
+#[test]
+fn an_eviction_that_comes_past_the_window_is_not_taken_for_the_pod_created_since_under_its_name() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (sts, pods) = stateful(&mut api, &mut events, "shop");
+    let evict = api.evict("alice", &pods[0]);
+    let last = api.delete(KUBELET, &pods[0], &[]);
+    let (new, replacement) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "0", "pg:16"));
+    api.advance_ms(2_000);
+    let (_, later) = api.create(ADMIN, configmap("shop", "unrelated", &[("k", "v")], None));
+    let person = api.delete_graceful("carol", &new);
+    // The eviction's batch comes after the window has let the writes after it go.
+    events.extend([last, replacement, later, evict.clone(), person.clone()]);
+    let (p, out) = run(&events);
+    assert!(find(&out, &evict).is_none_or(|e| *e.object.uid == *pods[0].uid), "the eviction is not of the new pod");
+    assert!(ignored(&p, Ignored::DeletionCompleted) >= 1);
+    let e = find(&out, &person).expect("carol's delete of the new pod is a first delete");
+    assert_eq!((e.class, &*e.object.uid), (Class::Origin, &*new.uid));
+}

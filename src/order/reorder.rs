@@ -16,6 +16,9 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 pub struct Released<T> {
     pub item: T,
     pub late: bool,
+    /// Its place in resourceVersion order: its own resourceVersion, or, for a write without
+    /// one, the resourceVersion it was placed after (where it belongs even when it came late).
+    pub at: u64,
 }
 
 /// The key of a held write; the write itself waits in the buffer's slots, so the heap moves
@@ -200,7 +203,7 @@ impl<T> ReorderBuffer<T> {
             // resourceVersion that came before it are held (placed at or past what was
             // released): it goes among them by its event time, not before them all.
             if self.placed_of.is_empty() || event_us == 0 {
-                out.push(Released { item, late: true });
+                out.push(Released { item, late: true, at: rv });
                 return;
             }
             (rv, placed, tie, late) = (self.released_rv, true, event_us, true);
@@ -311,6 +314,12 @@ impl<T> ReorderBuffer<T> {
     /// under the same name since (a StatefulSet's replacement): one object for another, and
     /// the final delete for a new intent (DESIGN §1.5).
     fn place(&self, event_us: i64, placing: Placing) -> u64 {
+        self.place_by_time(event_us, placing).max(self.released_rv)
+    }
+
+    /// [`ReorderBuffer::place`] before the writes released already hold it back: where the
+    /// write belongs.
+    fn place_by_time(&self, event_us: i64, placing: Placing) -> u64 {
         let same = |o: u64| placing.object != 0 && o == placing.object;
         let mut at = self.recent.iter().filter(|&&(t, _, o)| t <= event_us || (same(o) && t <= placing.done_us)).map(|&(_, rv, _)| rv).max().unwrap_or(0);
         if placing.evicts && placing.name != 0 {
@@ -326,7 +335,7 @@ impl<T> ReorderBuffer<T> {
                 at = at.min(list_rv.saturating_sub(1)).max(own);
             }
         }
-        at.max(self.released_rv)
+        at
     }
 
     /// A write placed for lack of a resourceVersion, as it comes up: a write of its time may
@@ -393,12 +402,16 @@ impl<T> ReorderBuffer<T> {
 
     fn release(&mut self, h: Held, out: &mut Vec<Released<T>>) {
         self.released_rv = self.released_rv.max(h.rv);
+        let mut at = h.rv;
         if h.placed {
-            self.placed_of.remove(&h.slot);
+            if let Some(p) = self.placed_of.remove(&h.slot) {
+                // Where it belongs, though it came after writes of later resourceVersions.
+                at = at.min(self.place_by_time(h.tie, p));
+            }
         }
         let item = self.slots[h.slot as usize].take().expect("a held write is in its slot");
         self.free.push(h.slot);
-        out.push(Released { item, late: h.late });
+        out.push(Released { item, late: h.late, at });
     }
 }
 
@@ -613,6 +626,21 @@ mod tests {
             b.flush(&mut out);
             assert_eq!(items_str(out), vec![(what, false), ("create", false), ("evict", false)]);
         }
+    }
+
+    #[test]
+    fn a_write_without_resource_version_says_where_it_belongs_when_it_comes_after_later_ones() {
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push("rv10", Some(10), 0, 100, &mut out);
+        b.push("rv11", Some(11), 1, 200, &mut out);
+        b.advance(500, &mut out);
+        // An eviction requested at 150 (after rv 10, before rv 11) comes once both are gone: it
+        // is released after them, and says it belongs after rv 10.
+        b.push("eviction", None, 501, 150, &mut out);
+        b.flush(&mut out);
+        let got: Vec<(&str, u64)> = out.into_iter().map(|r| (r.item, r.at)).collect();
+        assert_eq!(got, vec![("rv10", 10), ("rv11", 11), ("eviction", 10)]);
     }
 
     #[test]

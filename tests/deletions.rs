@@ -574,7 +574,8 @@ fn an_eviction_through_an_api_server_whose_clock_runs_ahead_goes_before_the_fina
     // another whose clock is 50 ms behind: by the times alone, the eviction came last.
     let e = evicted_statefulset_pod();
     let e = Evicted { evict: skewed(&e.evict, 50_000), ..e };
-    for order in [[&e.evict, &e.last, &e.replacement], [&e.last, &e.replacement, &e.evict]] {
+    let (evict, last, create) = (&e.evict, &e.last, &e.replacement);
+    for order in [[evict, last, create], [last, create, evict], [create, evict, last], [create, last, evict]] {
         let stream: Vec<String> = e.events.iter().chain(order).cloned().collect();
         let (_, out) = run(&stream);
         assert_one_removal_one_drift(&e, &out, "clocks apart");

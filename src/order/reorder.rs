@@ -183,12 +183,7 @@ impl<T> ReorderBuffer<T> {
                         self.recent.pop_front();
                     }
                     self.recent.push_back((event_us, rv, placing.object));
-                    if placing.name != 0 && !placing.evicts {
-                        if self.removed_names.len() == RECENT {
-                            self.removed_names.pop_front();
-                        }
-                        self.removed_names.push_back((event_us, rv, placing.name));
-                    }
+                    self.note_removed_name(event_us, rv, placing);
                 }
                 rv
             }
@@ -269,6 +264,33 @@ impl<T> ReorderBuffer<T> {
             self.free.clear();
             self.placed_of.clear();
         }
+    }
+
+    /// Notes a write that removed the object of a name (`placing.name`, not an eviction) at
+    /// `rv`, completed at `done_us`. An eviction of that name held already, placed after it,
+    /// may have caused it: it is placed again (see [`ReorderBuffer::place`]).
+    fn note_removed_name(&mut self, done_us: i64, rv: u64, placing: Placing) {
+        if placing.name == 0 || placing.evicts {
+            return;
+        }
+        if self.removed_names.len() == RECENT {
+            self.removed_names.pop_front();
+        }
+        self.removed_names.push_back((done_us, rv, placing.name));
+        let evicts = |p: &Placing| p.evicts && p.name == placing.name;
+        if !self.placed_of.values().any(evicts) {
+            return;
+        }
+        let held = std::mem::take(&mut self.heap).into_vec();
+        self.heap = held
+            .into_iter()
+            .map(|Reverse(mut h)| {
+                if let Some(p) = self.placed_of.get(&h.slot).filter(|p| h.placed && h.rv >= rv && evicts(p)) {
+                    h.rv = h.rv.min(self.place(h.tie, *p));
+                }
+                Reverse(h)
+            })
+            .collect();
     }
 
     /// Notes the objects a deletecollection at `rv` lists (their keys). A deletecollection
@@ -599,7 +621,9 @@ mod tests {
         // second's) and the StatefulSet's new db-0 (rv 12, done at 130). By the times alone the
         // eviction came last, and would be taken for an eviction of the new pod.
         let (evict, last) = (Placing { name: 5, evicts: true, ..Placing::default() }, Placing { name: 5, ..Placing::default() });
-        for arrival in [["evict", "last", "create"], ["last", "create", "evict"], ["last", "evict", "create"]] {
+        let arrivals =
+            [["evict", "last", "create"], ["last", "create", "evict"], ["last", "evict", "create"], ["create", "evict", "last"], ["create", "last", "evict"]];
+        for arrival in arrivals {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
             b.push("before", Some(10), 0, 100, &mut out);

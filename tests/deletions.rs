@@ -535,7 +535,7 @@ fn an_evicted_statefulset_pod_recreated_under_its_name_is_one_removal_and_one_dr
     let (_, out) = run(&stream);
     assert_one_removal_one_drift(&e, &out, "in order");
     // Two API servers: the final delete reaches the stream after the replacement's create,
-    // within the window and past it (applied as it comes).
+    // within the window, and with no window at all (each write applied as it comes).
     let stream: Vec<String> = e.events.iter().cloned().chain([e.evict.clone(), e.replacement.clone(), e.last.clone()]).collect();
     let (_, out) = run(&stream);
     assert_one_removal_one_drift(&e, &out, "final delete after the create");

@@ -30,6 +30,12 @@ pub enum LifecycleSignal {
     /// The controller reported observing the current generation: for kinds without a
     /// ready-like condition (ReplicaSet, StatefulSet, DaemonSet, ReplicationController).
     ObservedGeneration,
+    /// The status carries `startTime`: a Job, whose controller writes it at its first status
+    /// write, when it starts running the Job.
+    StartTime,
+    /// Any status write: a CronJob, whose controller has nothing else to report before its
+    /// schedule first comes.
+    StatusWrite,
 }
 
 /// The signals of DESIGN §1.4, for every kind without its own rule.
@@ -39,6 +45,11 @@ pub const DEFAULT_LIFECYCLE: &[LifecycleSignal] =
 /// Kinds that have no ready-like condition: their controller's first report of the current
 /// generation ends initialization.
 const OBSERVED_GENERATION_KINDS: &[&str] = &["ReplicaSet.apps", "StatefulSet.apps", "DaemonSet.apps", "ReplicationController"];
+
+/// Kinds with neither a ready-like condition nor an observed generation (DESIGN §1.4), and the
+/// signal that ends their initialization: a Job at its controller's first status write (it
+/// carries `startTime`), a CronJob at its controller's first status write.
+const STATUS_KINDS: &[(&str, LifecycleSignal)] = &[("Job.batch", LifecycleSignal::StartTime), ("CronJob.batch", LifecycleSignal::StatusWrite)];
 
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
@@ -111,6 +122,11 @@ impl Default for ModelConfig {
             let mut signals = DEFAULT_LIFECYCLE.to_vec();
             signals.push(LifecycleSignal::ObservedGeneration);
             lifecycle.insert((*kind).to_string(), signals);
+        }
+        for &(kind, signal) in STATUS_KINDS {
+            let mut signals = DEFAULT_LIFECYCLE.to_vec();
+            signals.push(signal);
+            lifecycle.insert(kind.to_string(), signals);
         }
         let progress = Builtin::KINDS.iter().map(|&(kind, b)| (kind.to_string(), KindProgress { builtin: Some(b), ..KindProgress::default() })).collect();
         ModelConfig {

@@ -39,15 +39,25 @@ pub enum Builtin {
     DaemonSet,
     /// `replicas`, `readyReplicas` or `availableReplicas` other than the desired replicas.
     ReplicaSet,
+    /// Started (`startTime`) and not yet over: no `completionTime`, no `Complete=True` or
+    /// `Failed=True` condition. A running Job's spec asks for pods until its completions are
+    /// reached (its controller creates them over time, and replaces the ones that go).
+    Job,
+    /// Always: a CronJob's controller acts on a clock (it creates a Job when the schedule says
+    /// so, and deletes finished Jobs beyond the history limits); its spec is never carried out
+    /// for good (DESIGN §1.4).
+    CronJob,
 }
 
 impl Builtin {
     /// The kind key and built-in signals of each native workload kind.
-    pub const KINDS: [(&'static str, Builtin); 4] = [
+    pub const KINDS: [(&'static str, Builtin); 6] = [
         ("Deployment.apps", Builtin::Deployment),
         ("StatefulSet.apps", Builtin::StatefulSet),
         ("DaemonSet.apps", Builtin::DaemonSet),
         ("ReplicaSet.apps", Builtin::ReplicaSet),
+        ("Job.batch", Builtin::Job),
+        ("CronJob.batch", Builtin::CronJob),
     ];
 }
 

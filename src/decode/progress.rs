@@ -76,6 +76,8 @@ fn builtin(b: Builtin, obj: &ObjectView<'_>, st: &StatusView<'_>) -> bool {
             let counters = [st.replicas, or_zero(st.ready_replicas), or_zero(st.available_replicas)];
             counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d))
         }
+        Builtin::Job => st.start_time.is_some() && st.completion_time.is_none() && !st.condition_true("Complete") && !st.condition_true("Failed"),
+        Builtin::CronJob => true,
     }
 }
 

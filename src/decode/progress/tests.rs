@@ -202,6 +202,26 @@ fn daemonset_updated_and_available_below_desired() {
 }
 
 #[test]
+fn a_job_runs_from_its_start_until_it_reports_itself_over_and_a_cronjob_always_runs() {
+    let job = builtin(Builtin::Job);
+    let spec = json!({"completions": 3, "parallelism": 1});
+    let of = |status: Value| json!({"spec": spec, "status": status});
+    assert!(!shows(&job, &of(json!({"active": 0}))), "not started (suspended): nothing shows");
+    assert!(shows(&job, &of(json!({"startTime": "2023-11-14T22:13:21Z", "active": 1}))));
+    assert!(shows(&job, &of(json!({"startTime": "t", "succeeded": 3, "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}]}))));
+    for over in [
+        json!({"startTime": "t", "completionTime": "t2", "succeeded": 3}),
+        json!({"startTime": "t", "conditions": [{"type": "Complete", "status": "True"}]}),
+        json!({"startTime": "t", "failed": 7, "conditions": [{"type": "Failed", "status": "True"}]}),
+    ] {
+        assert!(!shows(&job, &of(over.clone())), "{over}");
+    }
+    let cron = builtin(Builtin::CronJob);
+    assert!(shows(&cron, &json!({"spec": {"schedule": "0 3 * * *"}, "status": {}})));
+    assert!(shows(&cron, &json!({"spec": {"schedule": "0 3 * * *"}, "status": {"lastScheduleTime": "t"}})));
+}
+
+#[test]
 fn replicaset_counters_against_the_desired_replicas() {
     let rs = builtin(Builtin::ReplicaSet);
     let done = json!({"replicas": 2, "fullyLabeledReplicas": 2, "readyReplicas": 2, "availableReplicas": 2, "observedGeneration": 1});

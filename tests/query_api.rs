@@ -11,6 +11,7 @@ use std::time::Duration;
 use kausality_stream::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
 use kausality_stream::history::story::StoryQuery;
 use kausality_stream::history::{self, Mode};
+use kausality_stream::pipeline::Running;
 use kausality_stream::why;
 use serde_json::{json, Value};
 use serve_support::*;
@@ -472,4 +473,72 @@ async fn the_document_lists_exactly_the_parameters_each_route_takes() {
         assert_eq!(taken, documented, "{route}");
     }
     running.shutdown().await;
+}
+
+/// A pipeline whose query API reads the history store at `store`, without a token.
+async fn start_reading(store: &Path) -> Running {
+    start(&format!(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\nhistory = \"{}\"\n",
+        store.display()
+    ))
+    .await
+}
+
+/// An enriched event of the ReplicaSet shop/web, as `fill_history` takes it.
+fn rs_event(audit_id: &str, second: u32, class: &str) -> Value {
+    json!({
+        "cluster": "c1", "auditID": audit_id, "stageTimestamp": format!("2024-05-01T10:00:{second:02}.000000Z"),
+        "verb": "update", "user": DEPLOY_CTRL, "class": class, "resolution": (class == "drift").then_some("unresolved"),
+        "object": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "namespace": "shop", "name": "web", "uid": RS_UID},
+        "parent": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": DEPLOY_UID},
+    })
+}
+
+fn audit_ids(page: &Value) -> Vec<String> {
+    page["events"].as_array().unwrap().iter().map(|e| e["auditID"].as_str().unwrap().to_string()).collect()
+}
+
+/// Rows whose event cannot be read (not JSON, not UTF-8): the drift feed leaves them out and
+/// pages past them, the story tells them from their columns, and both count them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_rows_are_skipped_counted_and_paged_past() {
+    let dir = temp_dir("query-unreadable");
+    let store = dir.join("history.db");
+    fill_history(&store, &(1..=4).map(|i| rs_event(&format!("x-{i}"), i, "drift")).collect::<Vec<_>>());
+    let c = history::open(&store, Mode::Write).unwrap();
+    c.execute("UPDATE mutations SET event = '{\"auditID\": \"x-2\", trunc' WHERE audit_id = 'x-2'", []).unwrap();
+    c.execute("UPDATE mutations SET event = X'80FF7B7D' WHERE audit_id = 'x-3'", []).unwrap();
+    drop(c);
+    let running = start_reading(&store).await;
+    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+
+    let (code, page) = api.get_as("/v1/drift", None).await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(audit_ids(&page), ["x-1", "x-4"]);
+    assert!(page["next"].is_null(), "{page}");
+    // One event a page: the pages that hold only an unreadable row are empty, and go on.
+    let (mut seen, mut pages, mut after) = (Vec::new(), 0, String::new());
+    loop {
+        let (code, page) = api.get_as(&format!("/v1/drift?limit=1{after}"), None).await;
+        assert_eq!(code, 200, "{page}");
+        seen.extend(audit_ids(&page));
+        pages += 1;
+        match page["next"].as_str() {
+            Some(n) => after = format!("&after={n}"),
+            None => break,
+        }
+        assert!(pages < 10, "the feed does not end");
+    }
+    assert_eq!((seen, pages), (vec!["x-1".to_string(), "x-4".to_string()], 4));
+    const UNREADABLE: &str = "kausality_history_unreadable_rows_total";
+    assert_eq!(metric(running.metrics_addr, UNREADABLE, &["route=\"drift\""]).await, 4.0);
+
+    let (code, story) = api.get_as("/v1/why?kind=ReplicaSet&namespace=shop&name=web", None).await;
+    assert_eq!(code, 200, "{story}");
+    let writes = story["writes"].as_array().unwrap();
+    let told: Vec<(&str, bool)> = writes.iter().map(|w| (w["event"]["auditID"].as_str().unwrap(), w["event"]["unreadable"] == true)).collect();
+    assert_eq!(told, [("x-1", false), ("x-2", true), ("x-3", true), ("x-4", false)]);
+    assert_eq!(metric(running.metrics_addr, UNREADABLE, &["route=\"why\""]).await, 2.0);
+    running.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
 }

@@ -10,7 +10,8 @@ mod find;
 mod message;
 mod tree;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -87,6 +88,10 @@ pub struct Story {
     pub at: Option<String>,
     pub writes: Vec<Write>,
     pub children: Vec<Child>,
+    /// Writes whose stored event could not be read (told from their columns instead); not
+    /// part of the JSON, counted by the query API.
+    #[serde(skip)]
+    pub unreadable: u64,
 }
 
 /// One classified mutation of the object.
@@ -181,8 +186,10 @@ pub fn build(conn: &Connection, q: &StoryQuery) -> Result<Story, StoryError> {
     }
     let found = find::one(conn, q)?;
     let writes = writes(conn, &found, q.at_us)?;
+    let unreadable = writes.iter().filter(|w| !w.readable).count() as u64;
+    let writes = writes.into_iter().map(|w| w.write).collect();
     let children = tree::children(conn, &found.object.cluster, &found.object.uid, q.at_us)?;
-    Ok(Story { object: found.object, history_from: oldest_us.map(format_rfc3339_micros), at: q.at_us.map(format_rfc3339_micros), writes, children })
+    Ok(Story { object: found.object, history_from: oldest_us.map(format_rfc3339_micros), at: q.at_us.map(format_rfc3339_micros), writes, children, unreadable })
 }
 
 /// How far back the store reaches (`meta.oldest_us`), µs; `None` for an empty store.
@@ -206,14 +213,36 @@ JOIN objects o ON o.id = m.object_id
 WHERE r.origin_audit_id = ?1 AND o.cluster = ?2 AND (?3 IS NULL OR m.time_us <= ?3)
 ORDER BY m.time_us, m.id";
 
-fn writes(conn: &Connection, found: &Found, at_us: Option<i64>) -> Result<Vec<Write>, StoryError> {
+/// The event column of row `r` at `index`, when it holds a JSON object: `None` for one
+/// written by hand or damaged (not UTF-8, not JSON, not an object), which a reader leaves out
+/// or tells from the row's other columns, never failing the whole answer for it.
+pub fn stored_event(r: &Row<'_>, index: usize) -> rusqlite::Result<Option<Box<RawValue>>> {
+    let bytes = match r.get_ref(index)? {
+        ValueRef::Text(b) | ValueRef::Blob(b) => b,
+        ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => return Ok(None),
+    };
+    let Ok(text) = std::str::from_utf8(bytes) else { return Ok(None) };
+    if !text.trim_start().starts_with('{') {
+        return Ok(None);
+    }
+    Ok(RawValue::from_string(text.to_string()).ok())
+}
+
+/// A write, and whether its stored event could be read.
+struct Told {
+    write: Write,
+    readable: bool,
+}
+
+fn writes(conn: &Connection, found: &Found, at_us: Option<i64>) -> Result<Vec<Told>, StoryError> {
     let mut stmt = conn.prepare(WRITES)?;
     let rows = stmt.query_map(params![found.id, at_us], |r| {
         let audit_id: String = r.get(2)?;
-        let text: String = r.get(9)?;
-        let event = RawValue::from_string(text).unwrap_or_else(|_| {
-            // A row whose event is not JSON (written by hand, or damaged) still tells what its
-            // columns hold.
+        let stored = stored_event(r, 9)?;
+        let readable = stored.is_some();
+        let event = stored.unwrap_or_else(|| {
+            // A row whose event cannot be read (written by hand, or damaged) still tells what
+            // its columns hold.
             let columns = serde_json::json!({
                 "auditID": audit_id,
                 "stageTimestamp": format_rfc3339_micros(r.get::<_, i64>(1).unwrap_or(0)),
@@ -227,13 +256,13 @@ fn writes(conn: &Connection, found: &Found, at_us: Option<i64>) -> Result<Vec<Wr
             });
             RawValue::from_string(columns.to_string()).expect("JSON made by serde_json")
         });
-        Ok((audit_id, event))
+        Ok((audit_id, event, readable))
     })?;
     let mut writes = Vec::new();
     for row in rows {
-        let (audit_id, event) = row?;
+        let (audit_id, event, readable) = row?;
         let reverted_by = reverted_by(conn, &found.object, &audit_id, at_us)?;
-        writes.push(Write { event, reverted_by });
+        writes.push(Told { write: Write { event, reverted_by }, readable });
     }
     Ok(writes)
 }
@@ -267,11 +296,11 @@ struct RevertEntryObject<'a> {
 fn reverted_by(conn: &Connection, object: &ObjectRef, audit_id: &str, at_us: Option<i64>) -> Result<Vec<RevertedBy>, StoryError> {
     let mut stmt = conn.prepare_cached(REVERTED_BY)?;
     let rows = stmt.query_map(params![audit_id, object.cluster, at_us], |r| {
-        let event: String = r.get(8)?;
-        let names_it = match serde_json::from_str::<Reverts<'_>>(&event) {
-            Ok(rv) => rv.reverts.iter().any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),
+        let event = stored_event(r, 8)?;
+        let names_it = match event.as_deref().map(|e| serde_json::from_str::<Reverts<'_>>(e.get())) {
+            Some(Ok(rv)) => rv.reverts.iter().any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),
             // The reverts table says so; an unreadable event cannot say otherwise.
-            Err(_) => true,
+            Some(Err(_)) | None => true,
         };
         let by = RevertedBy {
             audit_id: r.get(1)?,

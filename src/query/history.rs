@@ -16,7 +16,7 @@ use super::params::Params;
 use super::{ApiError, QueryState, Route};
 use crate::classify::Class;
 use crate::decode::time::format_rfc3339_micros;
-use crate::history::story::{ObjectRef, OwnerRef, Tombstone};
+use crate::history::story::{stored_event, ObjectRef, OwnerRef, Tombstone};
 use crate::history::{self, Mode};
 
 /// Read-only connections kept between requests.
@@ -175,6 +175,9 @@ struct Page {
     events: Vec<Box<RawValue>>,
     /// Pass as `after` for the next page; `None` on the last.
     next: Option<String>,
+    /// Rows of the page left out: their stored event could not be read.
+    #[serde(skip)]
+    unreadable: u64,
 }
 
 pub async fn drift(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
@@ -184,6 +187,7 @@ pub async fn drift(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Ur
         let (f, limit) = drift_filter(&p)?;
         s.blocking(move |s| {
             let page = s.history()?.read(|c| drift_page(c, &f, limit))?;
+            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Route::Drift.as_str()]).inc_by(page.unreadable);
             serde_json::to_string(&page).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await
@@ -251,19 +255,19 @@ fn drift_sql(f: &Filter, limit: usize) -> String {
     format!("SELECT m.time_us, m.id, m.event FROM mutations m JOIN objects o ON o.id = m.object_id{} ORDER BY m.time_us, m.id LIMIT {}", f.sql(), limit + 1)
 }
 
+/// A page of the drift feed. A row whose event cannot be read is left out (and counted), not
+/// an error: else every page that holds it would fail, and a client could never page past it.
 fn drift_page(c: &Connection, f: &Filter, limit: usize) -> Result<Page, ApiError> {
     let sql = drift_sql(f, limit);
     let mut stmt = c.prepare_cached(&sql).map_err(sql_error)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(f.args.iter()), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)));
+    let rows = stmt.query_map(rusqlite::params_from_iter(f.args.iter()), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, stored_event(r, 2)?)));
     let mut rows = rows.map_err(sql_error)?.collect::<Result<Vec<_>, _>>().map_err(sql_error)?;
     let more = rows.len() > limit;
     rows.truncate(limit);
     let next = if more { rows.last().map(|(t, id, _)| format!("{t}-{id}")) } else { None };
-    let events = rows
-        .into_iter()
-        .map(|(_, _, event)| RawValue::from_string(event).map_err(|e| ApiError::Internal(format!("a stored event is not JSON: {e}"))))
-        .collect::<Result<_, _>>()?;
-    Ok(Page { events, next })
+    let read = rows.len();
+    let events: Vec<_> = rows.into_iter().filter_map(|(_, _, event)| event).collect();
+    Ok(Page { unreadable: (read - events.len()) as u64, events, next })
 }
 
 #[cfg(test)]

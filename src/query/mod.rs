@@ -145,6 +145,9 @@ impl QueryState {
                 ctx.metrics.query_requests.with_label_values(&[route.as_str(), code]);
             }
         }
+        for route in [Route::Drift, Route::Why] {
+            ctx.metrics.history_unreadable_rows.with_label_values(&[route.as_str()]);
+        }
         Arc::new(QueryState { ctx, token, reads: Semaphore::new(max_concurrent_reads.max(1)), history })
     }
 

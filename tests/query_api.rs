@@ -39,13 +39,19 @@ impl Api {
     /// GETs `path_and_query` with the token (or `token`); returns the code and the JSON body,
     /// after checking the body against the document's schema for that route and code.
     async fn get_as(&self, path_and_query: &str, token: Option<&str>) -> (u16, Value) {
-        let mut req = self.client.get(format!("{}{path_and_query}", self.base));
+        self.request(reqwest::Method::GET, path_and_query, token).await
+    }
+
+    /// Any method: the answer is checked against the document's GET operation of the route,
+    /// the only operation each route has (another method is answered 405, which it lists).
+    async fn request(&self, method: reqwest::Method, path_and_query: &str, token: Option<&str>) -> (u16, Value) {
+        let mut req = self.client.request(method, format!("{}{path_and_query}", self.base));
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
         let r = req.send().await.expect("request");
         let code = r.status().as_u16();
-        assert_eq!(r.headers()["content-type"], "application/json");
+        assert_eq!(r.headers().get("content-type").map(|v| v.to_str().unwrap()), Some("application/json"), "{path_and_query} answered {code}");
         let body: Value = serde_json::from_slice(&r.bytes().await.unwrap()).expect("a JSON answer");
         let route = path_and_query.split('?').next().unwrap();
         if let Some(op) = self.doc["paths"].get(route) {
@@ -539,6 +545,68 @@ async fn unreadable_rows_are_skipped_counted_and_paged_past() {
     let told: Vec<(&str, bool)> = writes.iter().map(|w| (w["event"]["auditID"].as_str().unwrap(), w["event"]["unreadable"] == true)).collect();
     assert_eq!(told, [("x-1", false), ("x-2", true), ("x-3", true), ("x-4", false)]);
     assert_eq!(metric(running.metrics_addr, UNREADABLE, &["route=\"why\""]).await, 2.0);
+    running.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The answers every route can give are in the document with a JSON body: a request with
+/// another method than GET (405), a target longer than the API reads (414), and the token
+/// checked before either; a UTC offset out of range is a 400 that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_is_documented_json_and_the_token_comes_first() {
+    let dir = temp_dir("query-answers");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let running = start(&format!(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\nbearer_token_file = \"{}\"\n",
+        token_file.display()
+    ))
+    .await;
+    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+    let long = format!("/v1/drift?cluster={}", "c".repeat(9000));
+    for route in ["/v1/verdict", "/v1/objects", "/v1/drift", "/v1/why"] {
+        // Without the token, nothing else is looked at: not the method, not the size.
+        for token in [None, Some("wrong")] {
+            for method in [reqwest::Method::POST, reqwest::Method::DELETE] {
+                let (code, body) = api.request(method, route, token).await;
+                assert_eq!((code, &body["error"]), (401, &json!("missing or wrong bearer token")), "{route}");
+            }
+            let (code, _) = api.get_as(&format!("{route}{}", &long["/v1/drift".len()..]), token).await;
+            assert_eq!(code, 401, "{route}");
+        }
+        let (code, body) = api.request(reqwest::Method::POST, route, Some(TOKEN)).await;
+        assert_eq!(code, 405, "{route}: {body}");
+        assert!(body["error"].as_str().unwrap().contains("only GET"), "{body}");
+        let (code, body) = api.get(&format!("{route}{}", &long["/v1/drift".len()..])).await;
+        assert_eq!(code, 414, "{route}: {body}");
+        assert!(body["error"].as_str().unwrap().contains("8192 bytes"), "{body}");
+        // What any route can answer is in its document.
+        let responses = api.doc["paths"][route]["get"]["responses"].as_object().unwrap();
+        for code in ["200", "400", "401", "405", "414", "500", "503"] {
+            let schema = &responses.get(code).unwrap_or_else(|| panic!("{route} does not list {code}"))["content"]["application/json"]["schema"];
+            assert!(!schema.is_null(), "{route} {code} has no JSON body");
+        }
+    }
+    let r = api.client.post(format!("{}/v1/drift", api.base)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.headers()["allow"], "GET, HEAD");
+    // HEAD is GET without the body.
+    let r = api.client.head(format!("{}/v1/objects", api.base)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+
+    for (q, says) in [
+        ("/v1/drift?since=2024-05-01T10:00:00%2B25:00", "offset +25:00"),
+        ("/v1/drift?until=2024-05-01T10:00:00-00:60", "offset -00:60"),
+        ("/v1/why?uid=x&at=2024-05-01T10:00:00%2B24:00", "offset +24:00"),
+        ("/v1/drift?since=2024-02-30T10:00:00Z", "2024-02 has 29 days"),
+    ] {
+        let (code, body) = api.get(q).await;
+        assert_eq!(code, 400, "{q}: {body}");
+        assert!(body["error"].as_str().unwrap().contains(says), "{q}: {body}");
+    }
+    // The offsets there are.
+    for q in ["/v1/drift?since=2024-05-01T10:00:00%2B14:00", "/v1/drift?since=2024-05-01T10:00:00-23:59", "/v1/drift?since=2024-02-29T10:00:00Z"] {
+        assert_eq!(api.get(q).await.0, 503, "{q}");
+    }
     running.shutdown().await;
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Uri};
+use axum::http::Uri;
 use axum::response::Response;
 use rusqlite::types::Value as Sql;
 use rusqlite::Connection;
@@ -94,9 +94,9 @@ impl Filter {
 
 const OBJECT_PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "limit"];
 
-pub async fn objects(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+pub async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Objects, &headers, |s| async move {
+    s.serve(Route::Objects, |s| async move {
         let p = Params::parse(query.as_deref(), OBJECT_PARAMS)?;
         let limit = p.limit()?;
         let mut f = Filter::default();
@@ -180,9 +180,9 @@ struct Page {
     unreadable: u64,
 }
 
-pub async fn drift(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+pub async fn drift(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Drift, &headers, |s| async move {
+    s.serve(Route::Drift, |s| async move {
         let p = Params::parse(query.as_deref(), DRIFT_PARAMS)?;
         let (f, limit) = drift_filter(&p)?;
         s.blocking(move |s| {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Uri};
+use axum::http::Uri;
 use axum::response::Response;
 
 use super::params::Params;
@@ -13,9 +13,9 @@ use crate::history::story::{self, StoryError, StoryQuery};
 
 const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at"];
 
-pub async fn handle(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Why, &headers, |s| async move {
+    s.serve(Route::Why, |s| async move {
         let p = Params::parse(query.as_deref(), PARAMS)?;
         let q = StoryQuery {
             cluster: p.get("cluster").map(str::to_string),

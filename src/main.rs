@@ -447,6 +447,25 @@ fn why(args: WhyArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// An error and its causes, each said once. Many errors put their source's words in their own
+/// message and name it as their source too (`history store X: {source}`); printing the chain
+/// (`{:#}`) would say those words again, then those of the source's own source. The walk stops
+/// at the first cause whose words were already said: the error that quoted it said enough.
+fn message(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let said = cause.to_string();
+        if text.contains(&said) {
+            break;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
@@ -460,7 +479,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", message(&e));
             ExitCode::FAILURE
         }
     }

@@ -399,18 +399,8 @@ mod tests {
         assert_eq!((times(&first), first.next.as_deref(), first.cursor.as_str()), (vec![r#"{"t":10}"#.to_string()], Some("s1"), "s1"));
         let second = drift_page(&c, &f, After::parse("s1"), 1).unwrap();
         assert_eq!((times(&second), second.next.as_deref(), second.cursor.as_str()), (vec![r#"{"t":20}"#.to_string()], None, "s3"));
-        let empty = drift_page(
-            &Connection::open_in_memory()
-                .map(|c| {
-                    c.execute_batch(crate::history::schema::SQL).unwrap();
-                    c
-                })
-                .unwrap(),
-            &f,
-            None,
-            1,
-        )
-        .unwrap();
+        let empty = stored(&[]);
+        let empty = drift_page(&empty, &f, None, 1).unwrap();
         assert_eq!((empty.events.len(), empty.next, empty.cursor), (0, None, "s0".to_string()));
     }
 

@@ -247,6 +247,6 @@ async fn an_ingest_tier_whose_broker_cannot_be_reached_is_not_ready() {
     .await;
     let (code, why) = wait_readyz(running.metrics_addr, |c, _| c == 503).await;
     assert_eq!(code, 503, "{why}");
-    assert!(why.starts_with("not ready: sink cannot write: kafka_route: the broker cannot be reached"), "{why}");
+    assert!(why.starts_with("not ready: sink cannot write: kafka_route: cannot read topic audit from the broker"), "{why}");
     running.shutdown().await;
 }

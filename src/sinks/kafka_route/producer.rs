@@ -244,7 +244,7 @@ fn watch_partitions(producer: std::sync::Weak<RouteProducer>, every: Duration) {
                 None if n > 0 => Ok(n as i32),
                 _ => Err(format!("topic {} has no partitions ({err:?})", p.topic)),
             });
-        p.status.broker_result(found.as_ref().map(|_| ()).map_err(Clone::clone));
+        p.status.broker_result(found.as_ref().map(|_| ()).map_err(|e| format!("cannot read topic {} from the broker: {e}", p.topic)));
         let next = match found {
             Ok(n) => {
                 let before = p.partitions.swap(n, Ordering::AcqRel);

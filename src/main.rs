@@ -194,6 +194,13 @@ struct WhyArgs {
     /// The story up to this time: RFC 3339 (2026-11-20T10:00:00Z) or how long ago (90s, 30m, 2h, 1d).
     #[arg(long, value_parser = parse_at)]
     at: Option<i64>,
+    /// Most writes told, the newest (up to --at); the story says how many earlier ones it left out
+    /// and the --before that tells them.
+    #[arg(long, default_value_t = kausality_stream::history::story::DEFAULT_WRITES, value_parser = parse_writes_limit)]
+    limit: usize,
+    /// Only the writes before this cursor (what a story that left earlier writes out says).
+    #[arg(long)]
+    before: Option<String>,
     /// The history store to read [default: kausality-history.db, where the default pipeline writes it].
     #[arg(long, conflicts_with = "server")]
     history: Option<PathBuf>,
@@ -226,6 +233,11 @@ enum WhyOutput {
 fn parse_at(s: &str) -> Result<i64, String> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
     why::parse_at(s, now)
+}
+
+fn parse_writes_limit(s: &str) -> Result<usize, String> {
+    let most = kausality_stream::history::story::MAX_WRITES;
+    s.parse::<usize>().ok().filter(|n| (1..=most).contains(n)).ok_or_else(|| format!("{s:?}: a whole number from 1 to {most}"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -426,7 +438,16 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
 
 fn why(args: WhyArgs) -> Result<ExitCode> {
     let (kind, name) = args.object.map_or((String::new(), None), |(k, n)| (k, Some(n)));
-    let q = kausality_stream::history::story::StoryQuery { cluster: args.cluster, kind, namespace: args.namespace, name, uid: args.uid, at_us: args.at };
+    let q = kausality_stream::history::story::StoryQuery {
+        cluster: args.cluster,
+        kind,
+        namespace: args.namespace,
+        name,
+        uid: args.uid,
+        at_us: args.at,
+        limit: Some(args.limit),
+        before: args.before,
+    };
     let source = match args.server {
         Some(url) => why::Source::Server(why::Server { url, token: args.token, tls: why::ClientTls { ca: args.ca, cert: args.cert, key: args.key } }),
         None => why::Source::Store(args.history.unwrap_or_else(|| PathBuf::from(why::DEFAULT_STORE))),

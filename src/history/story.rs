@@ -35,6 +35,39 @@ pub struct StoryQuery {
     pub uid: Option<String>,
     /// Writes (and drift counts, and reverts) up to this time, µs since the epoch.
     pub at_us: Option<i64>,
+    /// Most writes told: the newest ones (up to `at`, before `before`); all when `None`.
+    /// `why` and `/v1/why` ask for [`DEFAULT_WRITES`] by default, so that an object written
+    /// 100,000 times is told in pages, never held whole.
+    pub limit: Option<usize>,
+    /// Only the writes before this cursor (the `before` of a story's [`Earlier`]).
+    pub before: Option<String>,
+}
+
+/// Writes told by default in one answer of `why` and `/v1/why`.
+pub const DEFAULT_WRITES: usize = 1000;
+/// Most writes one answer may tell.
+pub const MAX_WRITES: usize = 10_000;
+
+/// The writes of the object a story leaves out, older than those it tells.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Earlier {
+    /// How many.
+    pub writes: u64,
+    /// Ask again with this as `before` (`--before` of `why`) for the page before.
+    pub before: String,
+}
+
+/// A position in an object's writes: (time, row id) of the oldest write a page told.
+fn cursor(time_us: i64, id: i64) -> String {
+    format!("w{time_us}.{id}")
+}
+
+/// The (time, row id) of a cursor; `Err` names what is wrong with it.
+pub fn parse_cursor(s: &str) -> Result<(i64, i64), String> {
+    s.strip_prefix('w')
+        .and_then(|rest| rest.split_once('.'))
+        .and_then(|(t, id)| Some((t.parse().ok()?, id.parse().ok()?)))
+        .ok_or_else(|| format!("before={s:?} is not a cursor a story gave (its `earlier.before`)"))
 }
 
 /// The object a story is about, as the store knows it; also each candidate of an ambiguous
@@ -87,6 +120,9 @@ pub struct Story {
     /// The `at` bound of the question, when it had one.
     pub at: Option<String>,
     pub writes: Vec<Write>,
+    /// The object's writes left out: older than `writes` (a limit was given, and reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earlier: Option<Earlier>,
     pub children: Vec<Child>,
     /// Writes whose stored event could not be read (told from their columns instead); not
     /// part of the JSON, counted by the query API.
@@ -184,12 +220,21 @@ pub fn build(conn: &Connection, q: &StoryQuery) -> Result<Story, StoryError> {
             return Err(StoryError::BeforeHistory { history_from: format_rfc3339_micros(oldest) });
         }
     }
+    let before = q.before.as_deref().map(parse_cursor).transpose().map_err(StoryError::Invalid)?;
     let found = find::one(conn, q)?;
-    let writes = writes(conn, &found, q.at_us)?;
+    let (writes, earlier) = writes(conn, &found, q.at_us, before, q.limit)?;
     let unreadable = writes.iter().filter(|w| !w.readable).count() as u64;
     let writes = writes.into_iter().map(|w| w.write).collect();
     let children = tree::children(conn, &found.object.cluster, &found.object.uid, q.at_us)?;
-    Ok(Story { object: found.object, history_from: oldest_us.map(format_rfc3339_micros), at: q.at_us.map(format_rfc3339_micros), writes, children, unreadable })
+    Ok(Story {
+        object: found.object,
+        history_from: oldest_us.map(format_rfc3339_micros),
+        at: q.at_us.map(format_rfc3339_micros),
+        writes,
+        earlier,
+        children,
+        unreadable,
+    })
 }
 
 /// How far back the store reaches (`meta.oldest_us`), µs; `None` for an empty store.
@@ -198,11 +243,18 @@ pub fn oldest_us(conn: &Connection) -> Result<Option<i64>, StoryError> {
     Ok(v.and_then(|v| v.trim().parse().ok()))
 }
 
+/// The newest `?5` writes up to `?2`, before the cursor (`?3`, `?4`), newest first.
 const WRITES: &str = "
 SELECT id, time_us, audit_id, verb, subresource, user, class, resolution, policy, event
 FROM mutations
-WHERE object_id = ?1 AND (?2 IS NULL OR time_us <= ?2)
-ORDER BY time_us, id";
+WHERE object_id = ?1 AND (?2 IS NULL OR time_us <= ?2) AND (?3 IS NULL OR time_us < ?3 OR (time_us = ?3 AND id < ?4))
+ORDER BY time_us DESC, id DESC
+LIMIT ?5";
+
+/// How many writes up to `?2` come before the cursor (`?3`, `?4`).
+const EARLIER: &str = "
+SELECT count(*) FROM mutations
+WHERE object_id = ?1 AND (?2 IS NULL OR time_us <= ?2) AND (time_us < ?3 OR (time_us = ?3 AND id < ?4))";
 
 /// The drifts that name an origin write in their `reverts`, in the object's cluster.
 const REVERTED_BY: &str = "
@@ -234,9 +286,20 @@ struct Told {
     readable: bool,
 }
 
-fn writes(conn: &Connection, found: &Found, at_us: Option<i64>) -> Result<Vec<Told>, StoryError> {
+/// The writes a story tells (oldest first) and those it leaves out.
+fn writes(
+    conn: &Connection,
+    found: &Found,
+    at_us: Option<i64>,
+    before: Option<(i64, i64)>,
+    limit: Option<usize>,
+) -> Result<(Vec<Told>, Option<Earlier>), StoryError> {
     let mut stmt = conn.prepare(WRITES)?;
-    let rows = stmt.query_map(params![found.id, at_us], |r| {
+    let (before_us, before_id) = (before.map(|b| b.0), before.map(|b| b.1));
+    let most = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let mut oldest = None;
+    let rows = stmt.query_map(params![found.id, at_us, before_us, before_id, most], |r| {
+        oldest = Some((r.get::<_, i64>(1)?, r.get::<_, i64>(0)?));
         let audit_id: String = r.get(2)?;
         let stored = stored_event(r, 9)?;
         let readable = stored.is_some();
@@ -264,7 +327,16 @@ fn writes(conn: &Connection, found: &Found, at_us: Option<i64>) -> Result<Vec<To
         let reverted_by = reverted_by(conn, &found.object, &audit_id, at_us)?;
         writes.push(Told { write: Write { event, reverted_by }, readable });
     }
-    Ok(writes)
+    drop(stmt);
+    writes.reverse();
+    let earlier = match (limit, oldest) {
+        (Some(l), Some((t, id))) if writes.len() >= l => {
+            let n: i64 = conn.query_row(EARLIER, params![found.id, at_us, t, id], |r| r.get(0))?;
+            (n > 0).then(|| Earlier { writes: n as u64, before: cursor(t, id) })
+        }
+        _ => None,
+    };
+    Ok((writes, earlier))
 }
 
 /// What a drift's `reverts` names: an origin write and the object it touched.

@@ -11,7 +11,7 @@ use super::params::Params;
 use super::{ApiError, QueryState, Route};
 use crate::history::story::{self, StoryError, StoryQuery};
 
-const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at"];
+const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at", "limit", "before"];
 
 pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
@@ -24,6 +24,8 @@ pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
             name: p.get("name").map(str::to_string),
             uid: p.get("uid").map(str::to_string),
             at_us: p.time("at")?,
+            limit: Some(writes_limit(&p)?),
+            before: p.get("before").map(str::to_string),
         };
         s.blocking(move |s| {
             let story = s.history()?.read(|c| story::build(c, &q).map_err(|e| answer_error(c, &q, e)))?;
@@ -33,6 +35,17 @@ pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
         .await
     })
     .await
+}
+
+/// `limit`: the writes one answer tells, 1 to [`story::MAX_WRITES`], [`story::DEFAULT_WRITES`]
+/// when absent.
+fn writes_limit(p: &Params) -> Result<usize, ApiError> {
+    match p.get("limit") {
+        None => Ok(story::DEFAULT_WRITES),
+        Some(l) => l.parse::<usize>().ok().filter(|n| (1..=story::MAX_WRITES).contains(n)).ok_or_else(|| {
+            ApiError::BadRequest(format!("limit={l:?} must be a whole number from 1 to {}: the most writes one answer tells", story::MAX_WRITES))
+        }),
+    }
 }
 
 /// What the store could not tell, as `why` says it.

@@ -31,6 +31,12 @@ pub enum LifecycleSignal {
     /// The controller reported observing the current generation: for kinds without a
     /// ready-like condition (ReplicaSet, StatefulSet, DaemonSet, ReplicationController).
     ObservedGeneration,
+    /// The status carries `startTime`: a Job, whose controller writes it at its first status
+    /// write, when it starts running the Job.
+    StartTime,
+    /// Any status write: a CronJob, whose controller has nothing else to report before its
+    /// schedule first comes.
+    StatusWrite,
 }
 
 /// The signals of DESIGN §1.4, for every kind without its own rule.
@@ -40,6 +46,11 @@ pub const DEFAULT_LIFECYCLE: &[LifecycleSignal] =
 /// Kinds that have no ready-like condition: their controller's first report of the current
 /// generation ends initialization.
 const OBSERVED_GENERATION_KINDS: &[&str] = &["ReplicaSet.apps", "StatefulSet.apps", "DaemonSet.apps", "ReplicationController"];
+
+/// Kinds with neither a ready-like condition nor an observed generation (DESIGN §1.4), and the
+/// signal that ends their initialization: a Job at its controller's first status write (it
+/// carries `startTime`), a CronJob at its controller's first status write.
+const STATUS_KINDS: &[(&str, LifecycleSignal)] = &[("Job.batch", LifecycleSignal::StartTime), ("CronJob.batch", LifecycleSignal::StatusWrite)];
 
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
@@ -116,6 +127,11 @@ impl Default for ModelConfig {
             signals.push(LifecycleSignal::ObservedGeneration);
             lifecycle.insert((*kind).to_string(), signals);
         }
+        for &(kind, signal) in STATUS_KINDS {
+            let mut signals = DEFAULT_LIFECYCLE.to_vec();
+            signals.push(signal);
+            lifecycle.insert(kind.to_string(), signals);
+        }
         let progress = Builtin::KINDS.iter().map(|&(kind, b)| (kind.to_string(), KindProgress { builtin: Some(b), ..KindProgress::default() })).collect();
         ModelConfig {
             ignored_fields: HashMap::new(),
@@ -191,6 +207,12 @@ impl ModelConfig {
         }
         p.conditions.extend(conditions);
         p.fields.extend(fields);
+    }
+
+    /// Adds comparisons that say `kind_key`'s spec asks for no progress: while one holds, none
+    /// of the kind's signals (built-in or added) shows work in progress.
+    pub fn add_paused(&mut self, kind_key: &str, paused: Vec<Comparison>) {
+        self.progress.entry(kind_key.to_string()).or_default().paused.extend(paused);
     }
 }
 

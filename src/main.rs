@@ -137,6 +137,11 @@ struct ReplayArgs {
     /// built-in signals of Deployment, StatefulSet, DaemonSet and ReplicaSet.
     #[arg(long = "in-progress-field", value_parser = parse_in_progress_field)]
     in_progress_fields: Vec<(String, Comparison)>,
+    /// A field comparison that says a kind's spec asks for no progress, as KIND=FIELD OP VALUE
+    /// (e.g. 'Widget.example.com=spec.suspend == true'): while it holds, none of the kind's
+    /// signals does, so a generation observed then is finished.
+    #[arg(long = "in-progress-paused", value_parser = parse_in_progress_field)]
+    in_progress_paused: Vec<(String, Comparison)>,
     /// The rule before finishing was kept: a generation is finished as soon as its controller
     /// reports it observed, whatever its status shows (rollouts after that read as drift).
     #[arg(long)]
@@ -189,6 +194,13 @@ struct WhyArgs {
     /// The story up to this time: RFC 3339 (2026-11-20T10:00:00Z) or how long ago (90s, 30m, 2h, 1d).
     #[arg(long, value_parser = parse_at)]
     at: Option<i64>,
+    /// Most writes told, the newest (up to --at); the story says how many earlier ones it left out
+    /// and the --before that tells them.
+    #[arg(long, default_value_t = kausality_stream::history::story::DEFAULT_WRITES, value_parser = parse_writes_limit)]
+    limit: usize,
+    /// Only the writes before this cursor (what a story that left earlier writes out says).
+    #[arg(long)]
+    before: Option<String>,
     /// The history store to read [default: kausality-history.db, where the default pipeline writes it].
     #[arg(long, conflicts_with = "server")]
     history: Option<PathBuf>,
@@ -221,6 +233,11 @@ enum WhyOutput {
 fn parse_at(s: &str) -> Result<i64, String> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
     why::parse_at(s, now)
+}
+
+fn parse_writes_limit(s: &str) -> Result<usize, String> {
+    let most = kausality_stream::history::story::MAX_WRITES;
+    s.parse::<usize>().ok().filter(|n| (1..=most).contains(n)).ok_or_else(|| format!("{s:?}: a whole number from 1 to {most}"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -315,6 +332,9 @@ fn replay(args: ReplayArgs) -> Result<ExitCode> {
     }
     for (kind, c) in args.in_progress_fields {
         opts.model.add_progress(&kind, Vec::new(), vec![c], true);
+    }
+    for (kind, c) in args.in_progress_paused {
+        opts.model.add_paused(&kind, vec![c]);
     }
     opts.model.observed_is_finished = args.observed_is_finished;
     if let Some(file) = &args.policies {
@@ -418,7 +438,16 @@ fn generate(args: GenerateArgs) -> Result<ExitCode> {
 
 fn why(args: WhyArgs) -> Result<ExitCode> {
     let (kind, name) = args.object.map_or((String::new(), None), |(k, n)| (k, Some(n)));
-    let q = kausality_stream::history::story::StoryQuery { cluster: args.cluster, kind, namespace: args.namespace, name, uid: args.uid, at_us: args.at };
+    let q = kausality_stream::history::story::StoryQuery {
+        cluster: args.cluster,
+        kind,
+        namespace: args.namespace,
+        name,
+        uid: args.uid,
+        at_us: args.at,
+        limit: Some(args.limit),
+        before: args.before,
+    };
     let source = match args.server {
         Some(url) => why::Source::Server(why::Server { url, token: args.token, tls: why::ClientTls { ca: args.ca, cert: args.cert, key: args.key } }),
         None => why::Source::Store(args.history.unwrap_or_else(|| PathBuf::from(why::DEFAULT_STORE))),
@@ -439,6 +468,25 @@ fn why(args: WhyArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// An error and its causes, each said once. Many errors put their source's words in their own
+/// message and name it as their source too (`history store X: {source}`); printing the chain
+/// (`{:#}`) would say those words again, then those of the source's own source. The walk stops
+/// at the first cause whose words were already said: the error that quoted it said enough.
+fn message(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let said = cause.to_string();
+        if text.contains(&said) {
+            break;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&said);
+    }
+    text
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logs(cli.log_format);
@@ -452,7 +500,7 @@ fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", message(&e));
             ExitCode::FAILURE
         }
     }

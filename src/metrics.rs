@@ -66,6 +66,10 @@ pub struct Metrics {
     pub trace_messages: IntCounterVec,
     /// The history store's size on disk (database and WAL), after its last transaction.
     pub history_bytes: IntGauge,
+    /// Rows of the history store whose stored event could not be read (damaged, or written
+    /// by hand), by the query API route that met them (a closed set: `drift`, `why`): left
+    /// out of a drift page, told from their columns in a story.
+    pub history_unreadable_rows: IntCounterVec,
     /// Connections closed at once because their listener had `max_connections` open, by
     /// listener (`webhook`, `metrics`).
     pub connections_refused: IntCounterVec,
@@ -255,6 +259,12 @@ impl Metrics {
                 &["result"],
             ),
             history_bytes: gauge(&r, "kausality_history_store_bytes", "Bytes of the history store on disk (database and WAL)."),
+            history_unreadable_rows: counter_vec(
+                &r,
+                "kausality_history_unreadable_rows_total",
+                "History store rows whose stored event could not be read, by query API route (left out of drift pages, told from their columns in stories).",
+                &["route"],
+            ),
             connections_refused: counter_vec(
                 &r,
                 "kausality_connections_refused_total",

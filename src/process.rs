@@ -463,6 +463,22 @@ impl Processor {
         Self::uid_key(uid)
     }
 
+    /// For the reorder buffer, the key of a pod's namespace and name (0: not needed) and
+    /// whether the write is an eviction of it, for the writes whose order a pod's name decides:
+    /// evictions, which name their pod by name only, and the deletes that removed a pod (its
+    /// final delete), which an eviction may have caused (DESIGN §1.5).
+    fn name_placing(engine: &Engine, w: &Write) -> (u64, bool) {
+        let interner = &engine.interner;
+        let key = |namespace: Sym, name: &str| xxhash_rust::xxh3::xxh3_64(format!("{}/{name}", interner.resolve(namespace)).as_bytes()) | 1;
+        match &w.target {
+            Target::Eviction { namespace, name, .. } => (key(*namespace, name), true),
+            Target::Object(f) if w.verb == crate::filter::Verb::Delete && f.gone && &*interner.resolve(w.resource) == "pods" => {
+                (key(f.namespace, &f.name), false)
+            }
+            _ => (0, false),
+        }
+    }
+
     /// The key of an object in a reorder buffer, from its UID (0: none).
     fn uid_key(uid: Uid) -> u64 {
         if uid == 0 {
@@ -615,12 +631,14 @@ impl Processor {
             // partition released first (the other copy of a write routed twice) must not make
             // this partition's writes late.
             let scope = write.scope;
+            let (name, evicts) = Self::name_placing(&self.engine, &write);
             let buffer = self.buffers.entry(scope).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
             let (rv, seq, order_us) = (write.resource_version, write.seq, Self::order_time(&write));
             if let (Target::Many(items), Some(rv)) = (&write.target, rv) {
                 buffer.note_listed(rv, items.iter().map(|f| Self::uid_key(f.uid)));
             }
-            let placing = Placing { object: Self::object_key(&write), done_us: write.time_us, removed: matches!(write.target, Target::Gone { .. }) };
+            let placing =
+                Placing { object: Self::object_key(&write), done_us: write.time_us, removed: matches!(write.target, Target::Gone { .. }), name, evicts };
             buffer.push_write(write, rv, time, order_us, placing, &mut self.released);
             if !buffer.is_empty() {
                 self.active.insert(scope);
@@ -715,8 +733,11 @@ impl Processor {
 
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
         let released = std::mem::take(&mut self.released);
-        for Released { item: mut write, late } in released {
+        for Released { item: mut write, late, at } in released {
             self.unhold(write.seq);
+            if let Target::Eviction { place, .. } = &mut write.target {
+                *place = Some(at);
+            }
             // A trace message's time is the time of the write it completes: it says nothing of
             // how far behind the processing is.
             let trace = matches!(write.target, Target::Trace { .. });
@@ -1036,7 +1057,7 @@ mod tests {
             partition: None,
             scope: Sym::EMPTY,
         };
-        p.released.push(Released { item: broken, late: false });
+        p.released.push(Released { item: broken, late: false, at: 5 });
         let mut out = Vec::new();
         p.apply_released(0, &mut out);
         assert!(out.is_empty());

@@ -39,6 +39,8 @@ pub const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-g
 pub const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
 pub const STATEFULSET_CONTROLLER: &str = "system:serviceaccount:kube-system:statefulset-controller";
 pub const DAEMONSET_CONTROLLER: &str = "system:serviceaccount:kube-system:daemon-set-controller";
+pub const JOB_CONTROLLER: &str = "system:serviceaccount:kube-system:job-controller";
+pub const CRONJOB_CONTROLLER: &str = "system:serviceaccount:kube-system:cronjob-controller";
 /// The kubelet of a node: its final delete removes a terminating pod.
 pub const KUBELET: &str = "system:node:node-1";
 pub const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
@@ -206,6 +208,11 @@ impl ApiServer {
         self.rv += 1;
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         if all.is_empty() {
+            // A terminating pod's final delete (the kubelet's, grace period 0): the API server
+            // answers with the grace period it shortened to 0.
+            if obj["metadata"].get("deletionGracePeriodSeconds").is_some() {
+                obj["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+            }
             self.objects.remove(&r.uid);
         } else {
             obj["metadata"]["finalizers"] = Value::Array(all);
@@ -476,6 +483,30 @@ pub fn daemonset(ns: &str, name: &str, image: &str) -> Value {
         "spec": {"selector": {"matchLabels": {"app": name}},
                  "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "main", "image": image}]}},
                  "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}}}
+    })
+}
+
+/// A Job of `completions` pods, `parallelism` at a time; `owner`: the CronJob that made it.
+pub fn job(ns: &str, name: &str, completions: i64, parallelism: i64, owner: Option<&ObjRef>) -> Value {
+    let mut job = json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {"job-name": name}},
+        "spec": {"completions": completions, "parallelism": parallelism, "backoffLimit": 6,
+                 "template": {"metadata": {"labels": {"job-name": name}},
+                              "spec": {"containers": [{"name": "main", "image": "busybox"}], "restartPolicy": "Never"}}}
+    });
+    if let Some(o) = owner {
+        job["metadata"]["ownerReferences"] = owner_ref(o);
+    }
+    job
+}
+
+pub fn cronjob(ns: &str, name: &str, schedule: &str) -> Value {
+    json!({
+        "apiVersion": "batch/v1", "kind": "CronJob",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"schedule": schedule, "concurrencyPolicy": "Allow", "successfulJobsHistoryLimit": 1, "failedJobsHistoryLimit": 1,
+                 "jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "busybox"}], "restartPolicy": "Never"}}}}}
     })
 }
 

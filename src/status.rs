@@ -10,6 +10,12 @@
 //! - a **snapshot that failed** loses nothing now (events still flow), only what a restart
 //!   would restore: `/readyz` stays ready (taking the only replica out of its Service would
 //!   make the API server drop batches) and says `degraded`.
+//!
+//! The ingest tier's `kafka_route` sink holds nothing: a body the broker does not acknowledge
+//! is answered 503 on its own. While the broker cannot be reached at all, or has not the topic
+//! (the producer cannot read the topic's metadata, which it asks for again every second
+//! meanwhile, whatever the traffic) the sink cannot write, and `/readyz` says so: not ready, as
+//! for any such sink; the webhook is not blocked (each body still gets its own answer).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,6 +29,9 @@ pub struct Status {
     sinks: Mutex<BTreeMap<String, String>>,
     /// The last snapshot failed: the error (path and OS error); `None` once one succeeds.
     snapshot: Mutex<Option<String>>,
+    /// The ingest tier's broker cannot be reached, or has not its topic: the error; `None`
+    /// once the topic's metadata is read again.
+    broker: Mutex<Option<String>>,
 }
 
 /// What `/readyz` answers.
@@ -70,10 +79,18 @@ impl Status {
         self.snapshot.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Whether the ingest tier's broker answers: `Err(error)` while it cannot be reached.
+    pub fn broker_result(&self, result: Result<(), String>) {
+        *self.broker.lock().unwrap_or_else(|e| e.into_inner()) = result.err();
+    }
+
     pub fn readiness(&self) -> Readiness {
         let sinks = self.failing_sinks();
         if !sinks.is_empty() {
             return Readiness::NotReady(format!("sink cannot write: {}", sinks.join("; ")));
+        }
+        if let Some(e) = self.broker.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Readiness::NotReady(format!("sink cannot write: kafka_route: {e}"));
         }
         match self.snapshot_error() {
             Some(e) => Readiness::Degraded(format!("snapshot failed: {e}")),
@@ -99,6 +116,21 @@ mod tests {
         assert!(s.sinks_blocked(), "b still cannot write");
         s.sink_recovered("jsonl b");
         assert!(!s.sinks_blocked());
+        assert_eq!(s.readiness(), Readiness::Ready);
+    }
+
+    #[test]
+    fn an_unreachable_broker_is_not_ready_until_it_answers_and_blocks_no_body() {
+        let s = Status::default();
+        s.broker_result(Err("cannot read topic audit from the broker: Local: Broker transport failure".into()));
+        assert!(
+            matches!(s.readiness(), Readiness::NotReady(m) if m == "sink cannot write: kafka_route: cannot read topic audit from the broker: Local: Broker transport failure")
+        );
+        assert!(!s.sinks_blocked(), "each body still gets its own answer");
+        s.snapshot_result(Err("snapshot /x: full".into()));
+        assert!(matches!(s.readiness(), Readiness::NotReady(_)), "it outranks a failed snapshot");
+        s.snapshot_result(Ok(()));
+        s.broker_result(Ok(()));
         assert_eq!(s.readiness(), Readiness::Ready);
     }
 

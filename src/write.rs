@@ -75,6 +75,8 @@ pub struct Conditions {
     pub initialized: bool,
     pub ready: bool,
     pub available: bool,
+    /// Not a condition: the status carries `startTime` (a Job its controller started).
+    pub started: bool,
 }
 
 /// The controller ownerReference of an object.
@@ -169,8 +171,10 @@ pub enum Target {
     /// A deletecollection: every deleted object.
     Many(Vec<ObjectFacts>),
     /// An eviction (`create pods/eviction`): a delete of the pod, answered with a `Status`, so
-    /// known only by the objectRef's namespace and name; its UID comes from state.
-    Eviction { namespace: Sym, name: Name },
+    /// known only by the objectRef's namespace and name; its UID comes from state. `place`: the
+    /// resourceVersion the reorder buffer placed it after (set when it is released), to tell
+    /// which pod of that name it meant when it comes late.
+    Eviction { namespace: Sym, name: Name, place: Option<u64> },
     /// Not an audit event: a trace message (docs/scale-out.md, "Traces across partitions"),
     /// the trace that the object's producing write (the write's user and time) extended where
     /// it was judged. Applied to the object's state here; emits nothing.
@@ -279,7 +283,11 @@ impl Extractor<'_> {
         let target = match (adm.subresource, ev.response_object.as_ref()) {
             (Subresource::Eviction, _) => {
                 let name = oref.and_then(|o| o.name.as_deref()).filter(|n| !n.is_empty()).ok_or(Rejected::Ignored(Ignored::NoObject))?;
-                Target::Eviction { namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")), name: Name::from(name) }
+                Target::Eviction {
+                    namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
+                    name: Name::from(name),
+                    place: None,
+                }
             }
             (Subresource::Scale, Some(obj)) => {
                 let uid = obj.metadata.uid.as_deref().or(oref.and_then(|o| o.uid.as_deref()));
@@ -442,6 +450,7 @@ impl Extractor<'_> {
                 initialized: status.condition_true("Initialized"),
                 ready: status.condition_true("Ready"),
                 available: status.condition_true("Available"),
+                started: status.start_time.is_some(),
             },
             in_progress: self.config.progress(&key).is_some_and(|p| in_progress(p, obj, &status)),
             deleting: md.deletion_timestamp.as_deref().is_some_and(|t| !t.is_empty()),

@@ -95,7 +95,7 @@ fn one_event_from_2099_does_not_empty_the_history_store() {
     assert_eq!(store2.retain().unwrap().mutations, 0);
     assert_eq!(mutations(&dir2), 41);
     // Time still passes: 31 days after the old log, its rows go (the 2099 row stays).
-    assert_eq!(store2.retain_at(old_end + 31 * 86_400_000_000).unwrap().mutations, 0, "the newest not ahead of then is still the log's own");
+    assert_eq!(store2.retain_at(old_end + 31 * 86_400_000_000, 0).unwrap().mutations, 0, "the newest not ahead of then is still the log's own");
     let _ = (std::fs::remove_dir_all(&dir), std::fs::remove_dir_all(&dir2));
 }
 
@@ -103,7 +103,8 @@ fn one_event_from_2099_does_not_empty_the_history_store() {
 fn one_event_from_1970_removes_only_itself() {
     let mut api = ApiServer::new();
     let mut events = config_maps(&mut api, "cm", now_us());
-    events.push(stamped(&api.create("mallory", configmap("shop", "epoch", &[], None)).1, Y1970));
+    // First: the row stored last is never removed (its id must not be handed out again).
+    events.insert(0, stamped(&api.create("mallory", configmap("shop", "epoch", &[], None)).1, Y1970));
     let (dir, mut store) = store_with(&events, "skew-1970");
     assert_eq!(mutations(&dir), 41);
     assert_eq!(store.retain().unwrap().mutations, 1, "only the 1970 write is older than 30 days");

@@ -210,6 +210,9 @@ fn replay_can_judge_by_the_old_rule_and_take_signals_from_the_command_line() {
     assert_eq!(replay_classes("manual-scale", &[])[SCALE_BACK], "drift");
     let busy = replay_classes("manual-scale", &["--in-progress-field", "Deployment.apps=spec.strategy.type == RollingUpdate"]);
     assert_eq!(busy[SCALE_BACK], "expected");
+    let signal = "Deployment.apps=spec.strategy.type == RollingUpdate";
+    let held = replay_classes("manual-scale", &["--in-progress-field", signal, "--in-progress-paused", signal]);
+    assert_eq!(held[SCALE_BACK], "drift", "a spec that asks for no progress holds every signal back");
     let cond = replay_classes("manual-scale", &["--in-progress-condition", "Deployment.apps=Progressing=NewReplicaSetAvailable"]);
     assert_eq!(cond[SCALE_BACK], "expected");
     let old = replay_classes("manual-scale", &["--observed-is-finished", "--in-progress-condition", "Deployment.apps=Progressing=NewReplicaSetAvailable"]);

@@ -469,3 +469,135 @@ fn a_namespace_deleted_and_created_again_is_not_taken_down_after_a_restore() {
     let out = run_across_a_restore(&events, std::slice::from_ref(&person));
     assert_eq!(class_of(&out, &person), Class::Origin);
 }
+
+/// A stable StatefulSet `db` in `ns` with pods `db-0` and `db-1`, its controller's status
+/// showing generation 1 finished.
+fn stateful(api: &mut ApiServer, events: &mut Vec<String>, ns: &str) -> (ObjRef, Vec<ObjRef>) {
+    let (sts, ev) = api.create(ADMIN, statefulset(ns, "db", 2, "pg:16"));
+    events.push(ev);
+    let mut pods = Vec::new();
+    for ordinal in ["0", "1"] {
+        let (p, ev) = api.create(STATEFULSET_CONTROLLER, pod(&sts, ordinal, "pg:16"));
+        pods.push(p);
+        events.push(ev);
+    }
+    events.push(api.update_status(STATEFULSET_CONTROLLER, &sts, |s| {
+        for (k, v) in [("observedGeneration", json!(1)), ("replicas", json!(2)), ("readyReplicas", json!(2)), ("updatedReplicas", json!(2))] {
+            s.insert(k.into(), v);
+        }
+        s.insert("currentRevision".into(), json!("db-1"));
+        s.insert("updateRevision".into(), json!("db-1"));
+    }));
+    (sts, pods)
+}
+
+/// An evicted StatefulSet pod: the eviction, the kubelet's final delete of the old pod (grace
+/// period 0, answered with it), the controller's replacement under the same name.
+struct Evicted {
+    events: Vec<String>,
+    old: ObjRef,
+    evict: String,
+    last: String,
+    replacement: String,
+}
+
+fn evicted_statefulset_pod() -> Evicted {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (sts, pods) = stateful(&mut api, &mut events, "shop");
+    let evict = api.evict("alice", &pods[0]);
+    let last = api.delete(KUBELET, &pods[0], &[]);
+    let (_, replacement) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "0", "pg:16"));
+    Evicted { events, old: pods[0].clone(), evict, last, replacement }
+}
+
+/// The evicted pod's eviction is the origin, its final delete is not classified again, the
+/// replacement is a drift that names the eviction.
+fn assert_one_removal_one_drift(e: &Evicted, out: &[Enriched], how: &str) {
+    let evict = find(out, &e.evict).unwrap_or_else(|| panic!("{how}: the eviction is classified"));
+    assert_eq!((evict.class, &*evict.object.uid), (Class::Origin, &*e.old.uid), "{how}: the eviction removed the old pod");
+    assert!(
+        not_classified(out, &e.last),
+        "{how}: the old pod's final delete completes its eviction: {:?}",
+        find(out, &e.last).map(|x| (x.class, &x.object.uid))
+    );
+    let r = find(out, &e.replacement).unwrap_or_else(|| panic!("{how}: the replacement is classified"));
+    assert_eq!(r.class, Class::Drift, "{how}: the StatefulSet had finished generation 1: {}", r.reason);
+    let reverts: Vec<(&str, &str)> = r.reverts.iter().flatten().map(|x| (&*x.audit_id, &*x.user)).collect();
+    assert_eq!(reverts, [(&*audit_id(&e.evict), "alice")], "{how}: the replacement reverts the eviction");
+}
+
+#[test]
+fn an_evicted_statefulset_pod_recreated_under_its_name_is_one_removal_and_one_drift() {
+    let e = evicted_statefulset_pod();
+    // In resourceVersion order.
+    let stream: Vec<String> = e.events.iter().cloned().chain([e.evict.clone(), e.last.clone(), e.replacement.clone()]).collect();
+    let (_, out) = run(&stream);
+    assert_one_removal_one_drift(&e, &out, "in order");
+    // Two API servers: the final delete reaches the stream after the replacement's create,
+    // within the window, and with no window at all (each write applied as it comes).
+    let stream: Vec<String> = e.events.iter().cloned().chain([e.evict.clone(), e.replacement.clone(), e.last.clone()]).collect();
+    let (_, out) = run(&stream);
+    assert_one_removal_one_drift(&e, &out, "final delete after the create");
+    let given: Vec<&String> = stream.iter().collect();
+    let (_, out) = common::run_as_given(&given);
+    assert_one_removal_one_drift(&e, &out, "final delete after the create, no window");
+}
+
+#[test]
+fn a_final_delete_answered_with_a_status_naming_the_old_uid_is_that_pod_s_wherever_it_comes() {
+    let e = evicted_statefulset_pod();
+    let e = Evicted { last: answered_with_status(&e.last, &e.old.uid), ..e };
+    for order in [[&e.evict, &e.last, &e.replacement], [&e.evict, &e.replacement, &e.last]] {
+        let stream: Vec<String> = e.events.iter().chain(order).cloned().collect();
+        let (_, out) = run(&stream);
+        assert_one_removal_one_drift(&e, &out, "answered with a Status");
+        let given: Vec<&String> = stream.iter().collect();
+        let (_, out) = common::run_as_given(&given);
+        assert_one_removal_one_drift(&e, &out, "answered with a Status, no window");
+    }
+}
+
+/// The event as another API server whose clock runs `by_us` ahead wrote it.
+fn skewed(event: &str, by_us: i64) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(event).unwrap();
+    for field in ["requestReceivedTimestamp", "stageTimestamp"] {
+        let t = kausality_stream::decode::time::parse_rfc3339_micros(v[field].as_str().unwrap()).unwrap();
+        v[field] = json!(kausality_stream::decode::time::format_rfc3339_micros(t + by_us));
+    }
+    v.to_string()
+}
+
+#[test]
+fn an_eviction_through_an_api_server_whose_clock_runs_ahead_goes_before_the_final_delete_it_caused() {
+    // The eviction went through one API server, the final delete and the replacement through
+    // another whose clock is 50 ms behind: by the times alone, the eviction came last.
+    let e = evicted_statefulset_pod();
+    let e = Evicted { evict: skewed(&e.evict, 50_000), ..e };
+    let (evict, last, create) = (&e.evict, &e.last, &e.replacement);
+    for order in [[evict, last, create], [last, create, evict], [create, evict, last], [create, last, evict]] {
+        let stream: Vec<String> = e.events.iter().chain(order).cloned().collect();
+        let (_, out) = run(&stream);
+        assert_one_removal_one_drift(&e, &out, "clocks apart");
+    }
+}
+
+#[test]
+fn an_eviction_that_comes_past_the_window_is_not_taken_for_the_pod_created_since_under_its_name() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (sts, pods) = stateful(&mut api, &mut events, "shop");
+    let evict = api.evict("alice", &pods[0]);
+    let last = api.delete(KUBELET, &pods[0], &[]);
+    let (new, replacement) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "0", "pg:16"));
+    api.advance_ms(2_000);
+    let (_, later) = api.create(ADMIN, configmap("shop", "unrelated", &[("k", "v")], None));
+    let person = api.delete_graceful("carol", &new);
+    // The eviction's batch comes after the window has let the writes after it go.
+    events.extend([last, replacement, later, evict.clone(), person.clone()]);
+    let (p, out) = run(&events);
+    assert!(find(&out, &evict).is_none_or(|e| *e.object.uid == *pods[0].uid), "the eviction is not of the new pod");
+    assert!(ignored(&p, Ignored::DeletionCompleted) >= 1);
+    let e = find(&out, &person).expect("carol's delete of the new pod is a first delete");
+    assert_eq!((e.class, &*e.object.uid), (Class::Origin, &*new.uid));
+}

@@ -399,3 +399,156 @@ fn a_custom_resource_with_configured_signals_and_its_synthetic_observed_generati
     // Without the signal, the first status write finishes it (the rule before).
     assert_eq!(class_of(&run(&events), &during), Class::Drift);
 }
+
+/// A Deployment's status as the deployment controller writes it: counters that are 0 left out.
+fn deployment_status(replicas: i64, updated: i64, available: i64, conditions: Value) -> Value {
+    let mut st = Map::new();
+    for (k, v) in [("replicas", replicas), ("updatedReplicas", updated), ("readyReplicas", available), ("availableReplicas", available)] {
+        if v != 0 {
+            st.insert(k.into(), json!(v));
+        }
+    }
+    st.insert("conditions".into(), conditions);
+    Value::Object(st)
+}
+
+#[test]
+fn a_rollback_reported_with_no_replica_updated_yet_goes_on() {
+    // A Deployment of 12 rolled out from web:1 to web:2 (25% surge and unavailable: steps of 3).
+    let mut api = ApiServer::new();
+    let (deploy, e1) = api.create(ADMIN, deployment("shop", "web", 12, "web:1"));
+    let (first, e2) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 12, "web:1"));
+    let mut events = vec![e1, e2];
+    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
+    events.push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
+    let (second, e3) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "77aa", 3, "web:2"));
+    events.push(e3);
+    for step in 1..=4 {
+        events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(15, 3 * step, 12, progressing("ReplicaSetUpdated"))));
+        events.push(api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 12 - 3 * step)));
+        if step < 4 {
+            events.push(api.update(DEPLOYMENT_CONTROLLER, &second, |r| replicas(r, 3 * step + 3)));
+        }
+    }
+    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
+
+    // `kubectl rollout undo`: the template goes back to web:1 (generation 3). The controller
+    // takes the first ReplicaSet as the new one, scales it up by 3, and reports generation 3
+    // with no replica of it yet: `updatedReplicas` (0) left out, and the Progressing reason of
+    // the finished rollout kept, since no progress was made yet.
+    events.push(api.patch(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:1")));
+    events.push(api.update(DEPLOYMENT_CONTROLLER, &first, |r| r["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "3"})));
+    let mut rollback = vec![api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 3))];
+    events.push(rollback[0].clone());
+    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 0, 12, progressing("NewReplicaSetAvailable"))));
+    for step in 1..=4 {
+        let down = api.update(DEPLOYMENT_CONTROLLER, &second, |r| replicas(r, 12 - 3 * step));
+        events.push(down.clone());
+        rollback.push(down);
+        events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(15, 3 * step, 12, progressing("ReplicaSetUpdated"))));
+        if step < 4 {
+            let up = api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 3 * step + 3));
+            events.push(up.clone());
+            rollback.push(up);
+        }
+    }
+    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
+    let after = api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 13));
+    events.push(after.clone());
+
+    let out = run(&events);
+    assert_eq!(rollback.len(), 8);
+    for (i, ev) in rollback.iter().enumerate() {
+        let e = find(&out, ev).unwrap();
+        assert_eq!(e.class, Class::Expected, "rollback scale write {i}: 0 of 12 replicas updated is a rollout under way");
+        assert_eq!(e.parent.as_ref().unwrap().generation, Some(3));
+    }
+    let e = find(&out, &after).unwrap();
+    assert_eq!(e.class, Class::Drift, "the rollback finished: nobody asked for a 13th replica");
+    assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
+}
+
+#[test]
+fn a_partitioned_statefulset_finishes_at_its_partition_then_a_replacement_is_drift() {
+    let mut api = ApiServer::new();
+    let (sts, create) = api.create(ADMIN, statefulset("shop", "db", 3, "pg:15"));
+    let mut events = vec![create];
+    let mut pods = Vec::new();
+    for ordinal in ["0", "1", "2"] {
+        let (p, e) = api.create(STATEFULSET_CONTROLLER, pod(&sts, ordinal, "pg:15"));
+        pods.push(p);
+        events.push(e);
+    }
+    let (old, new) = ("db-7c9f8d6b5", "db-5b8d7f9c4");
+    let all = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "updatedReplicas": 3, "availableReplicas": 3, "currentRevision": old, "updateRevision": old});
+    events.push(status(&mut api, STATEFULSET_CONTROLLER, &sts, all));
+
+    // A canary: the new image for ordinals ≥ 2 only (generation 2).
+    events.push(api.update(ADMIN, &sts, |s| {
+        s["spec"]["template"]["spec"]["containers"][0]["image"] = json!("pg:16");
+        s["spec"]["updateStrategy"]["rollingUpdate"]["partition"] = json!(2);
+    }));
+    let del2 = api.delete(STATEFULSET_CONTROLLER, &pods[2], &[]);
+    let started = json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "availableReplicas": 2, "currentRevision": old, "updateRevision": new});
+    let r0 = status(&mut api, STATEFULSET_CONTROLLER, &sts, started);
+    let (_, new2) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "2", "pg:16"));
+    // As far as the partition asks: one of 3 updated, all ready; currentRevision stays behind.
+    let canary = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 3, "currentRevision": old, "updateRevision": new});
+    let r1 = status(&mut api, STATEFULSET_CONTROLLER, &sts, canary);
+    // A person deletes db-0; the controller brings it back at the current revision.
+    let person = api.delete("alice", &pods[0], &[]);
+    let short = json!({"replicas": 2, "readyReplicas": 2, "currentReplicas": 1, "updatedReplicas": 1, "availableReplicas": 2, "currentRevision": old, "updateRevision": new});
+    let r2 = status(&mut api, STATEFULSET_CONTROLLER, &sts, short);
+    let (_, replacement) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "0", "pg:15"));
+    events.extend([del2.clone(), r0, new2.clone(), r1, person.clone(), r2, replacement.clone()]);
+
+    let out = run(&events);
+    assert_eq!(class_of(&out, &del2), Class::Expected, "generation 2 not reported yet");
+    assert_eq!(class_of(&out, &new2), Class::Expected, "0 of the 1 pod the partition asks for updated");
+    assert_eq!(class_of(&out, &person), Class::Origin);
+    let e = find(&out, &replacement).unwrap();
+    assert_eq!(e.class, Class::Drift, "generation 2 finished at its partition: the replacement reverts a person's delete");
+    assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
+}
+
+#[test]
+fn a_paused_deployment_finishes_when_observed_then_resumes() {
+    let Deployed { mut api, mut events, deploy, rs: old } = deployed();
+    events.push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
+    let (new, create_new) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "77aa", 1, "web:2"));
+    let started = status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(3, 0, 3, progressing("NewReplicaSetCreated")));
+    // `kubectl rollout pause` with one new pod up (generation 3). The controller first writes
+    // the paused condition (at the observed generation it had), then reports generation 3 with
+    // the rollout halfway, as far as a paused Deployment goes.
+    let pause = api.patch(ADMIN, &deploy, |d| d["spec"]["paused"] = json!(true));
+    let paused_cond = json!([{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                             {"type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused"}]);
+    let noticed = api.update_status(DEPLOYMENT_CONTROLLER, &deploy, |st| {
+        st.insert("conditions".into(), paused_cond.clone());
+    });
+    let halfway = status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(4, 1, 4, paused_cond));
+    // A person scales the old ReplicaSet; the controller scales it back to its share.
+    let by_hand = api.scale("alice", &old, 5);
+    let back = api.update(DEPLOYMENT_CONTROLLER, &old, |r| replicas(r, 3));
+    // `kubectl rollout resume` (generation 4): the rollout goes on.
+    let resume = api.patch(ADMIN, &deploy, |d| d["spec"]["paused"] = json!(false));
+    let resumed_cond = json!([{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+                              {"type": "Progressing", "status": "Unknown", "reason": "DeploymentResumed"}]);
+    let noticed_resume = api.update_status(DEPLOYMENT_CONTROLLER, &deploy, |st| {
+        st.insert("conditions".into(), resumed_cond);
+    });
+    let down = api.update(DEPLOYMENT_CONTROLLER, &old, |r| replicas(r, 2));
+    let resumed = status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(3, 1, 3, progressing("ReplicaSetUpdated")));
+    let up = api.update(DEPLOYMENT_CONTROLLER, &new, |r| replicas(r, 2));
+    events.extend([create_new, started, pause, noticed, halfway, by_hand.clone(), back.clone()]);
+    events.extend([resume, noticed_resume, down.clone(), resumed, up.clone()]);
+
+    let out = run(&events);
+    assert_eq!(class_of(&out, &by_hand), Class::Origin);
+    let e = find(&out, &back).unwrap();
+    assert_eq!(e.class, Class::Drift, "paused: generation 3 asks for no progress and finished when observed");
+    let p = e.parent.as_ref().unwrap();
+    assert_eq!((p.generation, p.observed_generation, p.finished), (Some(3), Some(3), Some(true)));
+    assert_eq!(class_of(&out, &down), Class::Expected, "generation 4 not reported yet");
+    assert_eq!(class_of(&out, &up), Class::Expected, "resumed: the rollout is under way again");
+}

@@ -376,6 +376,60 @@ fn retention_by_size_keeps_the_file_bounded_on_an_endless_stream() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Under load (a queue that is never empty, so every transaction is as large as the writer
+/// allows), a size-bounded store stays within 10 % of its bound on disk, and ends under it.
+#[test]
+fn size_retention_holds_its_bound_under_load() {
+    use kausality_stream::history::writer::{self, Report, WriterOptions};
+    let (dir, path) = temp_store("size-load");
+    const MAX: u64 = 4 << 20;
+    let store = Store::open(&path, Retention { max_age: Duration::ZERO, max_bytes: MAX }).unwrap();
+    let mut p = processor(ModelConfig::default(), 0);
+    let mut round_one = Vec::new();
+    feed(&mut p, &corpus_lines(2, 3_000), &mut round_one);
+    p.flush(0, &mut round_one);
+    // 20 rounds of new objects, an hour apart, in batches of 400 (an EventList of the webhook),
+    // all queued before the writer starts: it is never waiting for input.
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Enriched>>(100_000);
+    let mut json_bytes = 0u64;
+    for round in 1..=20i64 {
+        let out: Vec<Enriched> = round_one
+            .iter()
+            .map(|e| {
+                let mut e = e.clone();
+                e.audit_id = format!("{}-{round}", e.audit_id).into();
+                e.object.uid = format!("{}-{round}", e.object.uid).into();
+                e.stage_timestamp = format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap() + round * 3_600_000_000).into();
+                e
+            })
+            .collect();
+        for chunk in out.chunks(400) {
+            let mut j = Vec::new();
+            chunk.iter().for_each(|e| e.write_json(&mut j));
+            json_bytes += j.len() as u64;
+            tx.send(chunk.to_vec()).unwrap();
+        }
+    }
+    drop(tx);
+    assert!(json_bytes > 8 * MAX, "the stream is {json_bytes} bytes of JSON");
+    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (seen, at) = (peak.clone(), path.clone());
+    let t = writer::spawn(store, rx, WriterOptions::default(), move |r| {
+        if matches!(r, Report::Written { .. } | Report::Retained(_)) {
+            seen.fetch_max(writer::disk_bytes(&at), std::sync::atomic::Ordering::Relaxed);
+        }
+    })
+    .unwrap();
+    t.join().unwrap();
+    let peak = peak.load(std::sync::atomic::Ordering::Relaxed);
+    let end = writer::disk_bytes(&path);
+    assert!(peak <= MAX + MAX / 10, "peak {peak} bytes on disk, more than 10 % over the bound of {MAX}");
+    assert!(end <= MAX, "at rest: {end} bytes on disk, over {MAX}");
+    let conn = history::open(&path, Mode::Read).unwrap();
+    assert!(count(&conn, "SELECT count(*) FROM mutations") > 0, "the newest are kept");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn the_writer_thread_groups_queued_batches_and_reports_each_transaction() {
     use kausality_stream::history::writer::{self, Report, WriterOptions};

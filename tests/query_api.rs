@@ -11,6 +11,7 @@ use std::time::Duration;
 use kausality_stream::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
 use kausality_stream::history::story::StoryQuery;
 use kausality_stream::history::{self, Mode};
+use kausality_stream::pipeline::Running;
 use kausality_stream::why;
 use serde_json::{json, Value};
 use serve_support::*;
@@ -38,13 +39,19 @@ impl Api {
     /// GETs `path_and_query` with the token (or `token`); returns the code and the JSON body,
     /// after checking the body against the document's schema for that route and code.
     async fn get_as(&self, path_and_query: &str, token: Option<&str>) -> (u16, Value) {
-        let mut req = self.client.get(format!("{}{path_and_query}", self.base));
+        self.request(reqwest::Method::GET, path_and_query, token).await
+    }
+
+    /// Any method: the answer is checked against the document's GET operation of the route,
+    /// the only operation each route has (another method is answered 405, which it lists).
+    async fn request(&self, method: reqwest::Method, path_and_query: &str, token: Option<&str>) -> (u16, Value) {
+        let mut req = self.client.request(method, format!("{}{path_and_query}", self.base));
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
         let r = req.send().await.expect("request");
         let code = r.status().as_u16();
-        assert_eq!(r.headers()["content-type"], "application/json");
+        assert_eq!(r.headers().get("content-type").map(|v| v.to_str().unwrap()), Some("application/json"), "{path_and_query} answered {code}");
         let body: Value = serde_json::from_slice(&r.bytes().await.unwrap()).expect("a JSON answer");
         let route = path_and_query.split('?').next().unwrap();
         if let Some(op) = self.doc["paths"].get(route) {
@@ -472,4 +479,186 @@ async fn the_document_lists_exactly_the_parameters_each_route_takes() {
         assert_eq!(taken, documented, "{route}");
     }
     running.shutdown().await;
+}
+
+/// A pipeline whose query API reads the history store at `store`, without a token.
+async fn start_reading(store: &Path) -> Running {
+    start(&format!(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\nhistory = \"{}\"\n",
+        store.display()
+    ))
+    .await
+}
+
+/// An enriched event of the ReplicaSet shop/web, as `fill_history` takes it.
+fn rs_event(audit_id: &str, second: u32, class: &str) -> Value {
+    json!({
+        "cluster": "c1", "auditID": audit_id, "stageTimestamp": format!("2024-05-01T10:00:{second:02}.000000Z"),
+        "verb": "update", "user": DEPLOY_CTRL, "class": class, "resolution": (class == "drift").then_some("unresolved"),
+        "object": {"apiVersion": "apps/v1", "kind": "ReplicaSet", "namespace": "shop", "name": "web", "uid": RS_UID},
+        "parent": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": DEPLOY_UID},
+    })
+}
+
+fn audit_ids(page: &Value) -> Vec<String> {
+    page["events"].as_array().unwrap().iter().map(|e| e["auditID"].as_str().unwrap().to_string()).collect()
+}
+
+/// Rows whose event cannot be read (not JSON, not UTF-8): the drift feed leaves them out and
+/// pages past them, the story tells them from their columns, and both count them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreadable_rows_are_skipped_counted_and_paged_past() {
+    let dir = temp_dir("query-unreadable");
+    let store = dir.join("history.db");
+    fill_history(&store, &(1..=4).map(|i| rs_event(&format!("x-{i}"), i, "drift")).collect::<Vec<_>>());
+    let c = history::open(&store, Mode::Write).unwrap();
+    c.execute("UPDATE mutations SET event = '{\"auditID\": \"x-2\", trunc' WHERE audit_id = 'x-2'", []).unwrap();
+    c.execute("UPDATE mutations SET event = X'80FF7B7D' WHERE audit_id = 'x-3'", []).unwrap();
+    drop(c);
+    let running = start_reading(&store).await;
+    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+
+    let (code, page) = api.get_as("/v1/drift", None).await;
+    assert_eq!(code, 200, "{page}");
+    assert_eq!(audit_ids(&page), ["x-1", "x-4"]);
+    assert!(page["next"].is_null(), "{page}");
+    // One event a page: the pages that hold only an unreadable row are empty, and go on.
+    let (mut seen, mut pages, mut after) = (Vec::new(), 0, String::new());
+    loop {
+        let (code, page) = api.get_as(&format!("/v1/drift?limit=1{after}"), None).await;
+        assert_eq!(code, 200, "{page}");
+        seen.extend(audit_ids(&page));
+        pages += 1;
+        match page["next"].as_str() {
+            Some(n) => after = format!("&after={n}"),
+            None => break,
+        }
+        assert!(pages < 10, "the feed does not end");
+    }
+    assert_eq!((seen, pages), (vec!["x-1".to_string(), "x-4".to_string()], 4));
+    const UNREADABLE: &str = "kausality_history_unreadable_rows_total";
+    assert_eq!(metric(running.metrics_addr, UNREADABLE, &["route=\"drift\""]).await, 4.0);
+
+    let (code, story) = api.get_as("/v1/why?kind=ReplicaSet&namespace=shop&name=web", None).await;
+    assert_eq!(code, 200, "{story}");
+    let writes = story["writes"].as_array().unwrap();
+    let told: Vec<(&str, bool)> = writes.iter().map(|w| (w["event"]["auditID"].as_str().unwrap(), w["event"]["unreadable"] == true)).collect();
+    assert_eq!(told, [("x-1", false), ("x-2", true), ("x-3", true), ("x-4", false)]);
+    assert_eq!(metric(running.metrics_addr, UNREADABLE, &["route=\"why\""]).await, 2.0);
+    running.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The answers every route can give are in the document with a JSON body: a request with
+/// another method than GET (405), a target longer than the API reads (414), and the token
+/// checked before either; a UTC offset out of range is a 400 that says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_answer_is_documented_json_and_the_token_comes_first() {
+    let dir = temp_dir("query-answers");
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, TOKEN).unwrap();
+    let running = start(&format!(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\nbearer_token_file = \"{}\"\n",
+        token_file.display()
+    ))
+    .await;
+    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+    let long = format!("/v1/drift?cluster={}", "c".repeat(9000));
+    for route in ["/v1/verdict", "/v1/objects", "/v1/drift", "/v1/why"] {
+        // Without the token, nothing else is looked at: not the method, not the size.
+        for token in [None, Some("wrong")] {
+            for method in [reqwest::Method::POST, reqwest::Method::DELETE] {
+                let (code, body) = api.request(method, route, token).await;
+                assert_eq!((code, &body["error"]), (401, &json!("missing or wrong bearer token")), "{route}");
+            }
+            let (code, _) = api.get_as(&format!("{route}{}", &long["/v1/drift".len()..]), token).await;
+            assert_eq!(code, 401, "{route}");
+        }
+        let (code, body) = api.request(reqwest::Method::POST, route, Some(TOKEN)).await;
+        assert_eq!(code, 405, "{route}: {body}");
+        assert!(body["error"].as_str().unwrap().contains("only GET"), "{body}");
+        let (code, body) = api.get(&format!("{route}{}", &long["/v1/drift".len()..])).await;
+        assert_eq!(code, 414, "{route}: {body}");
+        assert!(body["error"].as_str().unwrap().contains("8192 bytes"), "{body}");
+        // What any route can answer is in its document.
+        let responses = api.doc["paths"][route]["get"]["responses"].as_object().unwrap();
+        for code in ["200", "400", "401", "405", "414", "500", "503"] {
+            let schema = &responses.get(code).unwrap_or_else(|| panic!("{route} does not list {code}"))["content"]["application/json"]["schema"];
+            assert!(!schema.is_null(), "{route} {code} has no JSON body");
+        }
+    }
+    let r = api.client.post(format!("{}/v1/drift", api.base)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.headers()["allow"], "GET, HEAD");
+    // HEAD is GET without the body.
+    let r = api.client.head(format!("{}/v1/objects", api.base)).bearer_auth(TOKEN).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 503);
+
+    for (q, says) in [
+        ("/v1/drift?since=2024-05-01T10:00:00%2B25:00", "offset +25:00"),
+        ("/v1/drift?until=2024-05-01T10:00:00-00:60", "offset -00:60"),
+        ("/v1/why?uid=x&at=2024-05-01T10:00:00%2B24:00", "offset +24:00"),
+        ("/v1/drift?since=2024-02-30T10:00:00Z", "2024-02 has 29 days"),
+    ] {
+        let (code, body) = api.get(q).await;
+        assert_eq!(code, 400, "{q}: {body}");
+        assert!(body["error"].as_str().unwrap().contains(says), "{q}: {body}");
+    }
+    // The offsets there are.
+    for q in ["/v1/drift?since=2024-05-01T10:00:00%2B14:00", "/v1/drift?since=2024-05-01T10:00:00-23:59", "/v1/drift?since=2024-02-29T10:00:00Z"] {
+        assert_eq!(api.get(q).await.0, 503, "{q}");
+    }
+    running.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// Writes reach the store out of time order (several API servers, each with its own batches):
+/// a write stored after a page was read but stamped before its last event still comes, on a
+/// later page, and a client that read the last page goes on from its `cursor`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drift_feed_pages_in_storage_order_and_never_skips_a_late_write() {
+    let dir = temp_dir("query-late");
+    let store = dir.join("history.db");
+    fill_history(&store, &[rs_event("d-10", 10, "drift"), rs_event("d-20", 20, "drift"), rs_event("d-40", 40, "drift")]);
+    let running = start_reading(&store).await;
+    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+    let page = |after: Option<String>| {
+        let api = &api;
+        async move {
+            let q = match after {
+                Some(a) => format!("/v1/drift?limit=1&after={a}"),
+                None => "/v1/drift?limit=1".to_string(),
+            };
+            let (code, page) = api.get_as(&q, None).await;
+            assert_eq!(code, 200, "{page}");
+            page
+        }
+    };
+    let mut seen = Vec::new();
+    let first = page(None).await;
+    seen.extend(audit_ids(&first));
+    let second = page(first["next"].as_str().map(String::from)).await;
+    seen.extend(audit_ids(&second));
+    // Stored now, stamped before what the client has read.
+    fill_history(&store, &[rs_event("d-15-late", 15, "drift")]);
+    let mut after = second["next"].as_str().map(String::from);
+    let mut last = Value::Null;
+    while let Some(a) = after {
+        last = page(Some(a)).await;
+        seen.extend(audit_ids(&last));
+        after = last["next"].as_str().map(String::from);
+    }
+    assert_eq!(seen, ["d-10", "d-20", "d-40", "d-15-late"]);
+    // The last page has no next page, and says where it ended: asked again later from there,
+    // the feed gives what was stored since, whatever its time.
+    assert!(last["next"].is_null(), "{last}");
+    let resume = last["cursor"].as_str().expect("a cursor on the last page").to_string();
+    assert_eq!(audit_ids(&page(Some(resume.clone())).await), Vec::<String>::new());
+    fill_history(&store, &[rs_event("d-05-later", 5, "drift"), rs_event("o-06", 6, "origin")]);
+    let (code, more) = api.get_as(&format!("/v1/drift?after={resume}"), None).await;
+    assert_eq!((code, audit_ids(&more)), (200, vec!["d-05-later".to_string()]), "{more}");
+    // Filters by time still hold, in storage order.
+    let (_, timed) = api.get_as("/v1/drift?since=2024-05-01T10:00:10Z&until=2024-05-01T10:00:40Z", None).await;
+    assert_eq!(audit_ids(&timed), ["d-10", "d-20", "d-15-late"]);
+    running.shutdown().await;
+    std::fs::remove_dir_all(&dir).ok();
 }

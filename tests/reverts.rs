@@ -332,3 +332,36 @@ fn a_replacement_pod_reverts_the_eviction_of_its_sibling() {
     assert_eq!(r.len(), 1);
     assert_eq!((&*r[0].audit_id, &*r[0].object.name, r[0].person), (&*audit_id(&evicted), "web-5d4f-a", false));
 }
+
+#[test]
+fn a_statefulset_s_replacements_revert_the_evictions_of_their_own_names() {
+    let mut api = ApiServer::new();
+    let (sts, create) = api.create(ADMIN, statefulset("shop", "db", 2, "pg:16"));
+    let mut events = vec![create];
+    let mut pods = Vec::new();
+    for ordinal in ["0", "1"] {
+        let (p, e) = api.create(STATEFULSET_CONTROLLER, pod(&sts, ordinal, "pg:16"));
+        pods.push(p);
+        events.push(e);
+    }
+    events.push(api.update_status(STATEFULSET_CONTROLLER, &sts, |s| {
+        s.insert("observedGeneration".into(), json!(1));
+        for k in ["replicas", "readyReplicas", "updatedReplicas"] {
+            s.insert(k.into(), json!(2));
+        }
+    }));
+    // A drain evicts db-1 first, then db-0; the controller recreates them in ordinal order.
+    let evict1 = api.evict("alice", &pods[1]);
+    let evict0 = api.evict("bob", &pods[0]);
+    let last1 = api.delete(KUBELET, &pods[1], &[]);
+    let last0 = api.delete(KUBELET, &pods[0], &[]);
+    let (_, new0) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "0", "pg:16"));
+    let (_, new1) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "1", "pg:16"));
+    events.extend([evict1.clone(), evict0.clone(), last1, last0, new0.clone(), new1.clone()]);
+    let (_, out) = run(&events);
+    for (replacement, eviction, user, name) in [(&new0, &evict0, "bob", "db-0"), (&new1, &evict1, "alice", "db-1")] {
+        let r = reverts(&out, replacement);
+        let got: Vec<(&str, &str, &str)> = r.iter().map(|r| (&*r.audit_id, &*r.user, &*r.object.name)).collect();
+        assert_eq!(got, [(&*audit_id(eviction), user, name)], "the replacement of {name} reverts its eviction");
+    }
+}

@@ -234,3 +234,19 @@ snapshot_interval = "100ms"
     assert!(!outcome.clean, "the final snapshot could not be written");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The ingest tier with no broker to produce to (a port nobody listens on): its sink cannot
+/// write, and `/readyz` says so, as for any sink that cannot write. No broker is needed.
+#[cfg(feature = "kafka")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ingest_tier_whose_broker_cannot_be_reached_is_not_ready() {
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let running = start(&format!(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[[sinks]]\ntype = \"kafka_route\"\nbrokers = \"{nobody}\"\ntopic = \"audit\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"
+    ))
+    .await;
+    let (code, why) = wait_readyz(running.metrics_addr, |c, _| c == 503).await;
+    assert_eq!(code, 503, "{why}");
+    assert!(why.starts_with("not ready: sink cannot write: kafka_route: cannot read topic audit from the broker"), "{why}");
+    running.shutdown().await;
+}

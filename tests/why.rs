@@ -414,3 +414,32 @@ fn an_https_query_api_with_client_certificates_is_asked_with_ca_cert_and_key() {
     let _ = rt.block_on(running.shutdown());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// An `--at` that no RFC 3339 time can write (thousands of years before year 0) or that names
+/// an offset or a day that does not exist is a bad argument, not a question about then; and
+/// each message is printed once, not again for every error it wraps.
+#[test]
+fn absurd_at_values_are_refused_and_each_message_is_printed_once() {
+    let dir = scratch("absurd-at");
+    let db = dir.join("h.db");
+    fill(&db, "manual-scale", None);
+    let db = db.to_str().unwrap();
+    for (at, says) in [
+        ("99999999999d", "\"99999999999d\" is too long ago: --at reaches back to 0000-01-01T00:00:00Z at most"),
+        ("1e308d", "expected an RFC 3339 time"),
+        ("2024-05-01T10:00:00+25:00", "\"2024-05-01T10:00:00+25:00\" has the UTC offset +25:00, which is no offset"),
+        ("2023-02-29T10:00:00Z", "names day 29, but 2023-02 has 28 days"),
+    ] {
+        let out = why_in(&dir, &["pod/x", "--history", db, "--at", at]);
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{at}: {e}");
+        assert!(e.contains(says), "{at}: {e}");
+        assert_eq!(e.matches(says).count(), 1, "{at}: {e}");
+    }
+    // A file that is not a store: SQLite's words once.
+    let foreign = dir.join("notes.txt");
+    std::fs::write(&foreign, "not a database, just some words that are long enough to be a header").unwrap();
+    let e = failure(&why_in(&dir, &["pod/x", "--history", foreign.to_str().unwrap()]));
+    assert_eq!(e.trim(), format!("error: history store {}: file is not a database", foreign.display()));
+    std::fs::remove_dir_all(&dir).unwrap();
+}

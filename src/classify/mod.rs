@@ -227,7 +227,7 @@ impl Engine {
                     Applied::Items { events, ignored }
                 }
             }
-            Target::Eviction { namespace, name } => Self::one(self.evict(w, *namespace, name)),
+            Target::Eviction { namespace, name, place } => Self::one(self.evict(w, *namespace, name, *place)),
             Target::Trace { uid, prev } => Applied::Trace(self.complete_trace(w, *uid, prev)),
         }
     }
@@ -460,6 +460,8 @@ impl Engine {
             || (on(LifecycleSignal::AvailableCondition) && f.conditions.available && observed.is_some())
             || (on(LifecycleSignal::PhaseAnnotation) && s.policy().is_some_and(|p| p.phase_initialized))
             || (on(LifecycleSignal::ObservedGeneration) && f.observed.is_some_and(|(g, _)| Some(g) == f.generation))
+            || (on(LifecycleSignal::StartTime) && f.conditions.started)
+            || (on(LifecycleSignal::StatusWrite) && s.status_write_generation().is_some())
     }
 
     fn status_write(&self, w: &Write, f: &ObjectFacts) {
@@ -593,7 +595,13 @@ impl Engine {
     /// An eviction (DESIGN §1.5): a delete of the pod by the evicting user, the pod found in
     /// state by cluster, namespace and name. It is then being deleted (the kubelet's final
     /// delete completes it); a pod not known by that name, or known twice, is not guessed.
-    fn evict(&self, w: &Write, namespace: Sym, name: &Name) -> Result<Enriched, Ignored> {
+    ///
+    /// The pod meant is the one of that name at the eviction's place in etcd order (`place`):
+    /// an eviction that comes late (past the reorder window), after its pod's final delete and
+    /// the create of a new pod of the same name (a StatefulSet's), means the old one, removed
+    /// since: its deletion is complete (judged at the final delete, the only removal the stream
+    /// showed in time), and the new pod is left alone.
+    fn evict(&self, w: &Write, namespace: Sym, name: &Name, place: Option<u64>) -> Result<Enriched, Ignored> {
         let pod = self.interner.ty(self.interner.intern("v1"), self.interner.intern("Pod"));
         let found = self.store.find_named(w.scope, pod, namespace, name_key(name));
         // Two live pods of one name cannot be: a pod still deleting beside a live one had its
@@ -603,6 +611,13 @@ impl Engine {
             [] if !found.is_empty() => return Err(Ignored::DeletionCompleted),
             _ => return Err(Ignored::EvictionUnknownPod),
         };
+        // A pod written after the eviction's place may have been created since under the same
+        // name: then a pod of that name removed after that place is the one meant (one more
+        // scan of the state, only for the evictions that come late).
+        let written_after = |at: u64| self.store.read(&key, |s| s.last_resource_version > at) == Some(true);
+        if place.is_some_and(|at| written_after(at) && self.store.removed_named_after(w.scope, pod, namespace, name_key(name), at)) {
+            return Err(Ignored::DeletionCompleted);
+        }
         let (updaters, owner, labels, ty, generation) = self
             .store
             .update(&key, |s| {

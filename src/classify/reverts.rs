@@ -3,8 +3,8 @@
 //! child's content before it is in the cache of recent contents; a removal of a child by
 //! someone other than the controller is kept on the parent. A later write of the controller
 //! to the child settles the child's origin writes (those whose fields it overwrites, or all of
-//! them when the fields are unknown) and a controller's create takes the oldest removed
-//! sibling: a drift names them in `reverts`, any other class drops them silently (the parent
+//! them when the fields are unknown) and a controller's create takes the removed sibling it
+//! replaces (by name first, else the oldest): a drift names them in `reverts`, any other class drops them silently (the parent
 //! asked for the change).
 
 use std::collections::BTreeMap;
@@ -269,7 +269,7 @@ impl Engine {
     /// DESIGN §1.8 for one judged write to a controller-owned child of a known parent: a write
     /// by someone else is kept as an origin write (on the child, or as a removed child on the
     /// parent); a write by the controller settles the child's origin writes and, when it
-    /// creates, takes the oldest removed sibling. Returns the reverts of a drift (`None` for
+    /// creates, takes the removed sibling it replaces (by name, else the oldest). Returns the reverts of a drift (`None` for
     /// any other class).
     pub(super) fn track_origins(&self, w: &Write, child: &Child<'_>, parent: Uid, class: Class, identity: &Identity) -> Option<Vec<RevertOut>> {
         let key = ObjKey::new(w.scope, child.uid);
@@ -345,7 +345,7 @@ impl Engine {
                     reverted = found;
                 }
                 if w.verb == Verb::Create {
-                    let sibling = self.store.update(&ObjKey::new(w.scope, parent), |p| p.take_removed_child(since)).flatten();
+                    let sibling = self.store.update(&ObjKey::new(w.scope, parent), |p| p.take_removed_child(since, child.name)).flatten();
                     reverted.extend(sibling.map(|write| Reverted { write, fields: None, fight: false }));
                 }
                 (class == Class::Drift).then(|| reverted.into_iter().map(|r| self.revert_out(r)).collect())

@@ -12,33 +12,52 @@
 //!
 //! A field that is absent shows nothing in progress: a comparison with an absent side, or with
 //! sides of different types, does not hold.
+//!
+//! What finished asks for can be lowered by the spec: comparisons written the same way can say
+//! that the spec asks for no progress at all (`spec.suspend == true`); while one holds, none of
+//! the kind's signals does. A target lowered by arithmetic (replicas − partition) is not
+//! written here; a controller that reports its own target in its status can be compared with
+//! it (`status.updatedReplicas < status.expectedUpdatedReplicas`).
 
 use std::fmt;
 
 /// The built-in signals of a native workload kind, read from the typed status (one pass, no
-/// allocation).
+/// allocation). Beside the kind's count of replicas, a counter the status leaves out is 0.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Builtin {
     /// `Progressing` with reason `NewReplicaSetCreated`, `FoundNewReplicaSet` or
     /// `ReplicaSetUpdated`; `updatedReplicas`, `availableReplicas` or `replicas` other than the
-    /// desired replicas.
+    /// desired replicas. None while `spec.paused` is true: a paused Deployment asks for no
+    /// progress.
     Deployment,
     /// `currentRevision != updateRevision`; `updatedReplicas`, `readyReplicas` or `replicas`
-    /// other than the desired replicas.
+    /// other than the desired replicas. With `spec.updateStrategy.rollingUpdate.partition` P
+    /// above 0, only ordinals ≥ P are asked to move: the revisions are not compared and
+    /// `updatedReplicas` need only reach the desired replicas − P.
     StatefulSet,
     /// `updatedNumberScheduled` or `numberAvailable` below `desiredNumberScheduled`.
     DaemonSet,
     /// `replicas`, `readyReplicas` or `availableReplicas` other than the desired replicas.
     ReplicaSet,
+    /// Started (`startTime`) and not yet over: no `completionTime`, no `Complete=True` or
+    /// `Failed=True` condition. A running Job's spec asks for pods until its completions are
+    /// reached (its controller creates them over time, and replaces the ones that go).
+    Job,
+    /// Always: a CronJob's controller acts on a clock (it creates a Job when the schedule says
+    /// so, and deletes finished Jobs beyond the history limits); its spec is never carried out
+    /// for good (DESIGN §1.4).
+    CronJob,
 }
 
 impl Builtin {
     /// The kind key and built-in signals of each native workload kind.
-    pub const KINDS: [(&'static str, Builtin); 4] = [
+    pub const KINDS: [(&'static str, Builtin); 6] = [
         ("Deployment.apps", Builtin::Deployment),
         ("StatefulSet.apps", Builtin::StatefulSet),
         ("DaemonSet.apps", Builtin::DaemonSet),
         ("ReplicaSet.apps", Builtin::ReplicaSet),
+        ("Job.batch", Builtin::Job),
+        ("CronJob.batch", Builtin::CronJob),
     ];
 }
 
@@ -170,10 +189,14 @@ pub struct KindProgress {
     pub builtin: Option<Builtin>,
     pub conditions: Vec<ConditionReason>,
     pub fields: Vec<Comparison>,
+    /// Comparisons that say the spec asks for no progress (paused, suspended): while one holds,
+    /// no signal of the kind shows work in progress, the built-in ones included.
+    pub paused: Vec<Comparison>,
 }
 
 impl KindProgress {
-    /// No signal at all: the kind finishes a generation when it is observed.
+    /// No signal at all: the kind finishes a generation when it is observed (whatever
+    /// [`paused`](Self::paused) says, since nothing can be in progress).
     pub fn is_empty(&self) -> bool {
         self.builtin.is_none() && self.conditions.is_empty() && self.fields.is_empty()
     }

@@ -130,6 +130,11 @@ pub struct StatusView<'a> {
     pub updated_number_scheduled: Option<i64>,
     #[serde(default, deserialize_with = "lenient_i64")]
     pub number_available: Option<i64>,
+    /// Job: when its controller started it, and when it completed.
+    #[serde(borrow, default, deserialize_with = "lenient_str")]
+    pub start_time: Option<Cow<'a, str>>,
+    #[serde(borrow, default, deserialize_with = "lenient_str")]
+    pub completion_time: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

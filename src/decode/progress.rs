@@ -14,7 +14,11 @@ use super::object::{CowStr, ObjectView, StatusView};
 use crate::config::progress::{Builtin, Comparison, KindProgress, Operand};
 
 /// Does the object show its controller still at work on the generation it reports observed?
+/// Never while its spec asks for no progress ([`KindProgress::paused`]).
 pub fn in_progress(p: &KindProgress, obj: &ObjectView<'_>, status: &StatusView<'_>) -> bool {
+    if p.paused.iter().any(|c| compare(c, obj)) {
+        return false;
+    }
     p.builtin.is_some_and(|b| builtin(b, obj, status))
         || p.conditions.iter().any(|c| status.condition(&c.type_).is_some_and(|s| s.reason.as_deref() == Some(c.reason.as_str())))
         || p.fields.iter().any(|c| compare(c, obj))
@@ -32,35 +36,72 @@ fn desired_replicas(obj: &ObjectView<'_>) -> Option<i64> {
     serde_json::from_str::<Spec>(spec.get()).ok().map(|s| s.replicas.unwrap_or(1))
 }
 
-/// The built-in signals (DESIGN §1.3). Kubernetes leaves a counter out of a status when it is 0
-/// (`omitempty`): where the kind always writes one field of its status (`replicas` of a
-/// ReplicaSet or StatefulSet, `desiredNumberScheduled` of a DaemonSet) and that field is there,
-/// an absent counter is read as 0; otherwise an absent counter shows nothing (a producer that
-/// does not write it).
+/// The built-in signals (DESIGN §1.3), as far as the spec asks for work.
+///
+/// Kubernetes leaves a counter out of a status when it is 0 (`omitempty`): when the status
+/// carries the kind's count of replicas (`replicas`; `desiredNumberScheduled` of a DaemonSet),
+/// a counter it leaves out is read as 0 (a rollback's first report has no `updatedReplicas`).
+/// Without that count an absent counter shows nothing (a producer that does not write it, or
+/// a Deployment scaled to 0, whose `replicas` is 0 and left out too).
+///
+/// What finished asks for is lowered by the spec: a paused Deployment asks for no progress; a
+/// StatefulSet with `partition: P` asks only ordinals ≥ P to move to the update revision, so
+/// `updatedReplicas` must reach the desired replicas − P and `currentRevision` stays behind.
 fn builtin(b: Builtin, obj: &ObjectView<'_>, st: &StatusView<'_>) -> bool {
     let differs = |counters: &[Option<i64>], desired: i64| counters.iter().flatten().any(|&c| c != desired);
-    let or_zero = |always_written: bool, c: Option<i64>| if always_written { Some(c.unwrap_or(0)) } else { c };
+    let counted = st.replicas.is_some();
+    let or_zero = |c: Option<i64>| if counted { Some(c.unwrap_or(0)) } else { c };
     match b {
         Builtin::Deployment => {
             const UNDER_WAY: [&str; 3] = ["NewReplicaSetCreated", "FoundNewReplicaSet", "ReplicaSetUpdated"];
+            if paused(obj) {
+                return false;
+            }
             let rolling = st.condition("Progressing").and_then(|c| c.reason.as_deref()).is_some_and(|r| UNDER_WAY.contains(&r));
-            let counters = [st.updated_replicas, st.available_replicas, st.replicas];
+            let counters = [or_zero(st.updated_replicas), or_zero(st.available_replicas), st.replicas];
             rolling || (counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d)))
         }
         Builtin::StatefulSet => {
-            let revisions = matches!((&st.current_revision, &st.update_revision), (Some(c), Some(u)) if c != u);
-            let written = st.replicas.is_some();
-            let counters = [or_zero(written, st.updated_replicas), or_zero(written, st.ready_replicas), st.replicas];
-            revisions || (counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d)))
+            let partition = partition(obj);
+            let revisions = partition == 0 && matches!((&st.current_revision, &st.update_revision), (Some(c), Some(u)) if c != u);
+            let (updated, ready) = (or_zero(st.updated_replicas), [or_zero(st.ready_replicas), st.replicas]);
+            revisions
+                || ((updated.is_some() || ready.iter().any(Option::is_some))
+                    && desired_replicas(obj).is_some_and(|d| differs(&ready, d) || updated.is_some_and(|u| updated_short(u, d, partition))))
         }
         Builtin::DaemonSet => {
             st.desired_number_scheduled.is_some_and(|d| [st.updated_number_scheduled, st.number_available].iter().any(|c| c.unwrap_or(0) < d))
         }
         Builtin::ReplicaSet => {
-            let written = st.replicas.is_some();
-            let counters = [st.replicas, or_zero(written, st.ready_replicas), or_zero(written, st.available_replicas)];
+            let counters = [st.replicas, or_zero(st.ready_replicas), or_zero(st.available_replicas)];
             counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d))
         }
+        Builtin::Job => st.start_time.is_some() && st.completion_time.is_none() && !st.condition_true("Complete") && !st.condition_true("Failed"),
+        Builtin::CronJob => true,
+    }
+}
+
+/// Whether a StatefulSet's `updated` replicas fall short of what its spec asks: all `desired`
+/// without a partition (more is a scale-down under way), else at least `desired − partition`.
+fn updated_short(updated: i64, desired: i64, partition: i64) -> bool {
+    if partition == 0 {
+        updated != desired
+    } else {
+        updated < desired.saturating_sub(partition).max(0)
+    }
+}
+
+/// `spec.paused: true` (a Deployment whose rollout is held).
+fn paused(obj: &ObjectView<'_>) -> bool {
+    field(obj, &["spec", "paused"]) == Some(Scalar::Bool(true))
+}
+
+/// A StatefulSet's `spec.updateStrategy.rollingUpdate.partition`: 0 when absent or not a
+/// positive integer (the API server's default).
+fn partition(obj: &ObjectView<'_>) -> i64 {
+    match field(obj, &["spec", "updateStrategy", "rollingUpdate", "partition"]) {
+        Some(Scalar::Number(n)) if n >= 1.0 => n as i64,
+        _ => 0,
     }
 }
 
@@ -86,16 +127,16 @@ fn compare(c: &Comparison, obj: &ObjectView<'_>) -> bool {
 }
 
 /// The value at a `spec.`/`status.` path, when it is a number, a string or a boolean.
-fn field<'a>(obj: &ObjectView<'a>, path: &[String]) -> Option<Scalar<'a>> {
+fn field<'a, S: AsRef<str>>(obj: &ObjectView<'a>, path: &[S]) -> Option<Scalar<'a>> {
     let (first, rest) = path.split_first()?;
-    let mut raw: &'a RawValue = match first.as_str() {
+    let mut raw: &'a RawValue = match first.as_ref() {
         "spec" => obj.spec?,
         "status" => obj.status?,
         _ => return None,
     };
     for key in rest {
         let mut de = serde_json::Deserializer::from_str(raw.get());
-        raw = Seek(key).deserialize(&mut de).ok().flatten()?;
+        raw = Seek(key.as_ref()).deserialize(&mut de).ok().flatten()?;
     }
     serde_json::from_str::<Scalar<'a>>(raw.get()).ok()
 }

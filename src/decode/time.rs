@@ -124,6 +124,39 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Why a time a person gave (a query parameter, `why --at`) is not one.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum GivenTimeError {
+    #[error("is not an RFC 3339 time (like 2024-05-01T10:00:00Z)")]
+    NotRfc3339,
+    #[error("has the UTC offset {0}, which is no offset: they run from -23:59 to +23:59")]
+    Offset(String),
+    #[error("names day {day}, but {year:04}-{month:02} has {days} days")]
+    Day { year: i64, month: i64, day: i64, days: i64 },
+}
+
+/// A time a person gave: RFC 3339 as [`parse_rfc3339_micros`] reads it, with its date and
+/// UTC offset checked too. The decoder's fast path takes `+25:00` or February 31 as some
+/// other time; from a person that is a mistake to point out, not a time to answer for.
+pub fn parse_rfc3339_given(s: &str) -> Result<i64, GivenTimeError> {
+    let us = parse_rfc3339_micros(s).ok_or(GivenTimeError::NotRfc3339)?;
+    let b = s.as_bytes();
+    let digits = |from: usize, to: usize| b[from..to].iter().fold(0i64, |v, c| v * 10 + i64::from(c - b'0'));
+    let (year, month, day) = (digits(0, 4), digits(5, 7), digits(8, 10));
+    let days = days_from_civil(year + month / 12, month % 12 + 1, 1) - days_from_civil(year, month, 1);
+    if day > days {
+        return Err(GivenTimeError::Day { year, month, day, days });
+    }
+    if !s.ends_with(['Z', 'z']) {
+        // Parsed: the last six bytes are the offset, `+HH:MM` or `-HH:MM`.
+        let n = b.len();
+        if digits(n - 5, n - 3) > 23 || digits(n - 2, n) > 59 {
+            return Err(GivenTimeError::Offset(s[n - 6..].to_string()));
+        }
+    }
+    Ok(us)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,6 +171,18 @@ mod tests {
         assert_eq!(parse_rfc3339_micros("2018-10-26 13:07:36"), None);
         assert_eq!(parse_rfc3339_micros("not a time at all!!"), None);
         assert_eq!(parse_rfc3339_micros("2018-13-26T13:07:36Z"), None);
+    }
+
+    #[test]
+    fn a_given_time_has_a_real_date_and_offset() {
+        assert_eq!(parse_rfc3339_given("2024-05-01T12:00:00+02:00"), Ok(1_714_557_600_000_000));
+        assert_eq!(parse_rfc3339_given("2024-02-29T00:00:00-23:59"), parse_rfc3339_micros("2024-02-29T00:00:00-23:59").ok_or(GivenTimeError::NotRfc3339));
+        assert_eq!(parse_rfc3339_given("2024-12-31T00:00:00z"), parse_rfc3339_micros("2024-12-31T00:00:00Z").ok_or(GivenTimeError::NotRfc3339));
+        assert_eq!(parse_rfc3339_given("2024-05-01T10:00:00+25:00"), Err(GivenTimeError::Offset("+25:00".into())));
+        assert_eq!(parse_rfc3339_given("2024-05-01T10:00:00.5-00:60"), Err(GivenTimeError::Offset("-00:60".into())));
+        assert_eq!(parse_rfc3339_given("2023-02-29T10:00:00Z"), Err(GivenTimeError::Day { year: 2023, month: 2, day: 29, days: 28 }));
+        assert_eq!(parse_rfc3339_given("2024-04-31T10:00:00Z").unwrap_err().to_string(), "names day 31, but 2024-04 has 30 days");
+        assert_eq!(parse_rfc3339_given("yesterday"), Err(GivenTimeError::NotRfc3339));
     }
 
     #[test]

@@ -27,6 +27,72 @@ pub enum Error {
     Version { path: String, found: String },
     #[error("history store {path} does not exist (start `serve` with a history sink, or fill one with `replay --history {path}`)")]
     Missing { path: String },
+    #[error(
+        "history store {path} is damaged ({detail}): move it aside (`mv {path} {path}.damaged`; a new store is made at the next start), \
+         or recover its rows with `sqlite3 {path} .recover | sqlite3 {path}.recovered` and move that in its place; \
+         `on_damaged = \"replace\"` in the history sink moves it aside by itself"
+    )]
+    Damaged { path: String, detail: String },
+}
+
+/// What the writer does with a store that fails SQLite's check at start.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnDamaged {
+    /// Refuse to start, saying what to do ([`Error::Damaged`]).
+    #[default]
+    Refuse,
+    /// Move the damaged files aside (`PATH.damaged-UNIXTIME`, with their WAL) and start a new
+    /// store; a warning names where they went.
+    Replace,
+}
+
+/// Whether the store at `path` passes SQLite's `quick_check` (every page read, the b-trees'
+/// structure checked; not the indexes against their tables). `Err` says what is damaged; a
+/// store that cannot be opened for another reason (permissions, a lock) passes here and
+/// fails where it is opened, with SQLite's own message.
+pub fn check_sound(path: &Path) -> std::result::Result<(), String> {
+    if !path.exists() {
+        return Ok(());
+    }
+    let damaged = |e: &rusqlite::Error| matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase));
+    let conn = match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX) {
+        Ok(c) => c,
+        Err(e) if damaged(&e) => return Err(e.to_string()),
+        Err(_) => return Ok(()),
+    };
+    let _ = conn.busy_timeout(Duration::from_secs(5));
+    let mut first = String::new();
+    let checked = conn.prepare("PRAGMA quick_check(3)").and_then(|mut s| {
+        let rows: Vec<String> = s.query_map([], |r| r.get::<_, String>(0))?.collect::<rusqlite::Result<_>>()?;
+        first = rows.join("; ");
+        Ok(())
+    });
+    match checked {
+        Ok(()) if first == "ok" => Ok(()),
+        Ok(()) => Err(format!("SQLite's quick_check: {first}")),
+        Err(e) if damaged(&e) => Err(e.to_string()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Moves a damaged store's files aside; returns where the database went.
+pub fn move_aside(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let with = |p: &Path, suffix: &str| {
+        let mut s = p.as_os_str().to_owned();
+        s.push(suffix);
+        std::path::PathBuf::from(s)
+    };
+    let aside = with(path, &format!(".damaged-{stamp}"));
+    std::fs::rename(path, &aside)?;
+    for extra in ["-wal", "-shm"] {
+        let from = with(path, extra);
+        if from.exists() {
+            std::fs::rename(&from, with(&aside, extra))?;
+        }
+    }
+    Ok(aside)
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

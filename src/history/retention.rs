@@ -66,8 +66,9 @@ pub struct Retained {
 const CHUNK_MAX: i64 = 20_000;
 const CHUNK_MIN: i64 = 64;
 
-/// One pass at wall-clock time `now_us`.
-pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64) -> rusqlite::Result<Retained> {
+/// One pass at wall-clock time `now_us`, leaving `headroom` bytes under `max_bytes` free for
+/// what is written until the next pass (the database's share shrinks to leave it).
+pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64, headroom: u64) -> rusqlite::Result<Retained> {
     let mut done = Retained::default();
     let mut newest_removed: Option<i64> = None;
     if !r.max_age.is_zero() {
@@ -82,7 +83,10 @@ pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64) -> rusql
             }
         }
     }
-    let budget = r.database_bytes();
+    let budget = match r.database_bytes() {
+        0 => 0,
+        share => share.min(r.max_bytes.saturating_sub(headroom)).max(r.max_bytes / 4),
+    };
     if budget > 0 {
         let target = budget / 10 * 9;
         let mut started = false;
@@ -139,7 +143,9 @@ fn rows_and_size(conn: &Connection, used: u64) -> rusqlite::Result<(u64, u64)> {
 
 /// Removes up to `n` of the oldest mutations (older than `before`, when given), their
 /// `reverts` rows and the objects left without a mutation, in one transaction. Returns how
-/// many mutations went.
+/// many mutations went. The row stored last (the highest id) stays, whatever its time: SQLite
+/// gives a new row the highest id plus one, so without it a later row would get an id given
+/// before, and a drift feed cursor past that id (docs/query-api.md) would miss it.
 fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut Retained, newest_removed: &mut Option<i64>) -> rusqlite::Result<u64> {
     let tx = conn.transaction()?;
     tx.execute_batch(
@@ -148,7 +154,7 @@ fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut R
     let picked = tx
         .prepare_cached(
             "INSERT INTO retire (id, object_id, time_us)
-         SELECT id, object_id, time_us FROM mutations WHERE time_us < ?1 ORDER BY time_us LIMIT ?2",
+         SELECT id, object_id, time_us FROM mutations WHERE time_us < ?1 AND id < (SELECT max(id) FROM mutations) ORDER BY time_us LIMIT ?2",
         )?
         .execute(params![before.unwrap_or(i64::MAX), n])? as u64;
     if picked == 0 {
@@ -167,4 +173,42 @@ fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut R
     done.mutations += picked;
     done.objects += objects;
     Ok(picked)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row stored after newer ones but stamped long before (a late write, a replayed log):
+    /// retention by age removes older rows, but not the one of the highest id, so the next row
+    /// stored gets an id no row had.
+    #[test]
+    fn the_row_stored_last_stays_so_that_ids_are_never_given_twice() {
+        let mut c = Connection::open_in_memory().unwrap();
+        c.execute_batch(crate::history::schema::SQL).unwrap();
+        c.execute(
+            "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 2)",
+            [],
+        )
+        .unwrap();
+        let insert = |c: &Connection, time_s: i64, audit_id: &str| {
+            c.execute(
+                "INSERT INTO mutations (object_id, time_us, audit_id, verb, user, class, event) VALUES (1, ?1, ?2, 'update', 'u', 'drift', '{}')",
+                params![time_s * 1_000_000, audit_id],
+            )
+            .unwrap();
+            c.last_insert_rowid()
+        };
+        let ids = [insert(&c, 100, "a"), insert(&c, 200, "b"), insert(&c, 50, "late")];
+        let by_age = Retention { max_age: Duration::from_secs(60), max_bytes: 0 };
+        let now_us = 1_000 * 1_000_000;
+        let done = retain(&mut c, &by_age, now_us, 0).unwrap();
+        assert_eq!(done.mutations, 1, "the row of 100 s goes; the late row of 50 s, stored last, stays");
+        let left: Vec<i64> = c.prepare("SELECT id FROM mutations ORDER BY id").unwrap().query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+        assert_eq!(left, [ids[1], ids[2]]);
+        assert_eq!(insert(&c, 210, "next"), ids[2] + 1);
+        // Once a row is stored after it, it goes as any other.
+        assert_eq!(retain(&mut c, &by_age, now_us, 0).unwrap().mutations, 1);
+        assert_eq!(insert(&c, 220, "after"), ids[2] + 2);
+    }
 }

@@ -7,12 +7,14 @@ pub const SCHEMA_VERSION: &str = "1";
 
 /// Indexes of earlier builds that [`SQL`] replaced: dropped by the writer when it opens a store
 /// (readers do not depend on them).
-pub const DROPPED: &str = "DROP INDEX IF EXISTS mutations_by_audit; DROP INDEX IF EXISTS mutations_by_time; DROP INDEX IF EXISTS mutations_by_class;";
+pub const DROPPED: &str = "DROP INDEX IF EXISTS mutations_by_audit; DROP INDEX IF EXISTS mutations_by_time; DROP INDEX IF EXISTS mutations_by_class; \
+DROP INDEX IF EXISTS mutations_drift; DROP INDEX IF EXISTS mutations_origin; DROP INDEX IF EXISTS mutations_unowned; \
+DROP INDEX IF EXISTS mutations_undetermined; DROP INDEX IF EXISTS mutations_unknown_parent;";
 
-/// The classes with an index of their own ([`SQL`]: `mutations_<class>`): the signal, rare next
-/// to the `expected`, `initializing` and `deleting` writes of every rollout, which are found by
-/// time. A query uses one only when it names the class as a literal (`class = 'drift'`), as
-/// the partial index's own condition does.
+/// The classes with an index of their own ([`SQL`]: `mutations_<class>_seq`): the signal, rare
+/// next to the `expected`, `initializing` and `deleting` writes of every rollout, which the
+/// drift feed finds in the table itself. A query uses one only when it names the class as a
+/// literal (`class = 'drift'`), as the partial index's own condition does.
 pub const INDEXED_CLASSES: [&str; 5] = ["drift", "origin", "unowned", "undetermined", "unknown-parent"];
 
 /// Created when missing, by the writer only.
@@ -47,7 +49,9 @@ CREATE TABLE IF NOT EXISTS objects (
 CREATE INDEX IF NOT EXISTS objects_by_name ON objects (kind, name, namespace, cluster);
 CREATE INDEX IF NOT EXISTS objects_by_parent ON objects (parent_uid, cluster);
 
--- One row per classified mutation, in the order the service classified them.
+-- One row per classified mutation, in the order the service classified them: the id only
+-- grows (retention never removes the row of the highest id, so that SQLite never gives an id
+-- again), and the drift feed's cursor is an id.
 CREATE TABLE IF NOT EXISTS mutations (
     id             INTEGER PRIMARY KEY,
     object_id      INTEGER NOT NULL REFERENCES objects (id),
@@ -63,19 +67,21 @@ CREATE TABLE IF NOT EXISTS mutations (
     event          TEXT NOT NULL               -- the enriched event, as the jsonl sink writes it
 );
 CREATE INDEX IF NOT EXISTS mutations_by_object ON mutations (object_id, time_us);
--- Mutations by time (the drift feed's since/until, retention by age), and each written once:
+-- Mutations by time (retention by age and by size), and each written once:
 -- a log replayed again, or a batch the API server sent again, adds nothing (the same audit
 -- event has the same stageTimestamp; one auditID may name several objects, a
 -- deletecollection). Led by the time, new rows go to the end of the index, where an index led
 -- by the random auditID would dirty a page of its own per row.
 CREATE UNIQUE INDEX IF NOT EXISTS mutations_by_time_audit ON mutations (time_us, audit_id, object_id);
--- The drift feed by class: the signal classes only, each in an index of its own (rows of
--- other classes cost no index write; they are found by time).
-CREATE INDEX IF NOT EXISTS mutations_drift ON mutations (time_us) WHERE class = 'drift';
-CREATE INDEX IF NOT EXISTS mutations_origin ON mutations (time_us) WHERE class = 'origin';
-CREATE INDEX IF NOT EXISTS mutations_unowned ON mutations (time_us) WHERE class = 'unowned';
-CREATE INDEX IF NOT EXISTS mutations_undetermined ON mutations (time_us) WHERE class = 'undetermined';
-CREATE INDEX IF NOT EXISTS mutations_unknown_parent ON mutations (time_us) WHERE class = 'unknown-parent';
+-- The drift feed by class, in storage order (the row id: a row stored later has a higher one,
+-- whatever its event time), with the time for since/until: the signal classes only, each in an
+-- index of its own (rows of other classes cost no index write; the feed reads them from the
+-- table, which is in storage order too).
+CREATE INDEX IF NOT EXISTS mutations_drift_seq ON mutations (id, time_us) WHERE class = 'drift';
+CREATE INDEX IF NOT EXISTS mutations_origin_seq ON mutations (id, time_us) WHERE class = 'origin';
+CREATE INDEX IF NOT EXISTS mutations_unowned_seq ON mutations (id, time_us) WHERE class = 'unowned';
+CREATE INDEX IF NOT EXISTS mutations_undetermined_seq ON mutations (id, time_us) WHERE class = 'undetermined';
+CREATE INDEX IF NOT EXISTS mutations_unknown_parent_seq ON mutations (id, time_us) WHERE class = 'unknown-parent';
 
 -- Which origin writes each drift undoes (the enriched event's `reverts`), to find from an
 -- origin write what reverted it.

@@ -10,7 +10,8 @@ mod find;
 mod message;
 mod tree;
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::types::ValueRef;
+use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
@@ -34,6 +35,39 @@ pub struct StoryQuery {
     pub uid: Option<String>,
     /// Writes (and drift counts, and reverts) up to this time, µs since the epoch.
     pub at_us: Option<i64>,
+    /// Most writes told: the newest ones (up to `at`, before `before`); all when `None`.
+    /// `why` and `/v1/why` ask for [`DEFAULT_WRITES`] by default, so that an object written
+    /// 100,000 times is told in pages, never held whole.
+    pub limit: Option<usize>,
+    /// Only the writes before this cursor (the `before` of a story's [`Earlier`]).
+    pub before: Option<String>,
+}
+
+/// Writes told by default in one answer of `why` and `/v1/why`.
+pub const DEFAULT_WRITES: usize = 1000;
+/// Most writes one answer may tell.
+pub const MAX_WRITES: usize = 10_000;
+
+/// The writes of the object a story leaves out, older than those it tells.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Earlier {
+    /// How many.
+    pub writes: u64,
+    /// Ask again with this as `before` (`--before` of `why`) for the page before.
+    pub before: String,
+}
+
+/// A position in an object's writes: (time, row id) of the oldest write a page told.
+fn cursor(time_us: i64, id: i64) -> String {
+    format!("w{time_us}.{id}")
+}
+
+/// The (time, row id) of a cursor; `Err` names what is wrong with it.
+pub fn parse_cursor(s: &str) -> Result<(i64, i64), String> {
+    s.strip_prefix('w')
+        .and_then(|rest| rest.split_once('.'))
+        .and_then(|(t, id)| Some((t.parse().ok()?, id.parse().ok()?)))
+        .ok_or_else(|| format!("before={s:?} is not a cursor a story gave (its `earlier.before`)"))
 }
 
 /// The object a story is about, as the store knows it; also each candidate of an ambiguous
@@ -86,7 +120,14 @@ pub struct Story {
     /// The `at` bound of the question, when it had one.
     pub at: Option<String>,
     pub writes: Vec<Write>,
+    /// The object's writes left out: older than `writes` (a limit was given, and reached).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub earlier: Option<Earlier>,
     pub children: Vec<Child>,
+    /// Writes whose stored event could not be read (told from their columns instead); not
+    /// part of the JSON, counted by the query API.
+    #[serde(skip)]
+    pub unreadable: u64,
 }
 
 /// One classified mutation of the object.
@@ -179,10 +220,21 @@ pub fn build(conn: &Connection, q: &StoryQuery) -> Result<Story, StoryError> {
             return Err(StoryError::BeforeHistory { history_from: format_rfc3339_micros(oldest) });
         }
     }
+    let before = q.before.as_deref().map(parse_cursor).transpose().map_err(StoryError::Invalid)?;
     let found = find::one(conn, q)?;
-    let writes = writes(conn, &found, q.at_us)?;
+    let (writes, earlier) = writes(conn, &found, q.at_us, before, q.limit)?;
+    let unreadable = writes.iter().filter(|w| !w.readable).count() as u64;
+    let writes = writes.into_iter().map(|w| w.write).collect();
     let children = tree::children(conn, &found.object.cluster, &found.object.uid, q.at_us)?;
-    Ok(Story { object: found.object, history_from: oldest_us.map(format_rfc3339_micros), at: q.at_us.map(format_rfc3339_micros), writes, children })
+    Ok(Story {
+        object: found.object,
+        history_from: oldest_us.map(format_rfc3339_micros),
+        at: q.at_us.map(format_rfc3339_micros),
+        writes,
+        earlier,
+        children,
+        unreadable,
+    })
 }
 
 /// How far back the store reaches (`meta.oldest_us`), µs; `None` for an empty store.
@@ -191,11 +243,18 @@ pub fn oldest_us(conn: &Connection) -> Result<Option<i64>, StoryError> {
     Ok(v.and_then(|v| v.trim().parse().ok()))
 }
 
+/// The newest `?5` writes up to `?2`, before the cursor (`?3`, `?4`), newest first.
 const WRITES: &str = "
 SELECT id, time_us, audit_id, verb, subresource, user, class, resolution, policy, event
 FROM mutations
-WHERE object_id = ?1 AND (?2 IS NULL OR time_us <= ?2)
-ORDER BY time_us, id";
+WHERE object_id = ?1 AND (?2 IS NULL OR time_us <= ?2) AND (?3 IS NULL OR time_us < ?3 OR (time_us = ?3 AND id < ?4))
+ORDER BY time_us DESC, id DESC
+LIMIT ?5";
+
+/// How many writes up to `?2` come before the cursor (`?3`, `?4`).
+const EARLIER: &str = "
+SELECT count(*) FROM mutations
+WHERE object_id = ?1 AND (?2 IS NULL OR time_us <= ?2) AND (time_us < ?3 OR (time_us = ?3 AND id < ?4))";
 
 /// The drifts that name an origin write in their `reverts`, in the object's cluster.
 const REVERTED_BY: &str = "
@@ -206,14 +265,47 @@ JOIN objects o ON o.id = m.object_id
 WHERE r.origin_audit_id = ?1 AND o.cluster = ?2 AND (?3 IS NULL OR m.time_us <= ?3)
 ORDER BY m.time_us, m.id";
 
-fn writes(conn: &Connection, found: &Found, at_us: Option<i64>) -> Result<Vec<Write>, StoryError> {
+/// The event column of row `r` at `index`, when it holds a JSON object: `None` for one
+/// written by hand or damaged (not UTF-8, not JSON, not an object), which a reader leaves out
+/// or tells from the row's other columns, never failing the whole answer for it.
+pub fn stored_event(r: &Row<'_>, index: usize) -> rusqlite::Result<Option<Box<RawValue>>> {
+    let bytes = match r.get_ref(index)? {
+        ValueRef::Text(b) | ValueRef::Blob(b) => b,
+        ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => return Ok(None),
+    };
+    let Ok(text) = std::str::from_utf8(bytes) else { return Ok(None) };
+    if !text.trim_start().starts_with('{') {
+        return Ok(None);
+    }
+    Ok(RawValue::from_string(text.to_string()).ok())
+}
+
+/// A write, and whether its stored event could be read.
+struct Told {
+    write: Write,
+    readable: bool,
+}
+
+/// The writes a story tells (oldest first) and those it leaves out.
+fn writes(
+    conn: &Connection,
+    found: &Found,
+    at_us: Option<i64>,
+    before: Option<(i64, i64)>,
+    limit: Option<usize>,
+) -> Result<(Vec<Told>, Option<Earlier>), StoryError> {
     let mut stmt = conn.prepare(WRITES)?;
-    let rows = stmt.query_map(params![found.id, at_us], |r| {
+    let (before_us, before_id) = (before.map(|b| b.0), before.map(|b| b.1));
+    let most = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+    let mut oldest = None;
+    let rows = stmt.query_map(params![found.id, at_us, before_us, before_id, most], |r| {
+        oldest = Some((r.get::<_, i64>(1)?, r.get::<_, i64>(0)?));
         let audit_id: String = r.get(2)?;
-        let text: String = r.get(9)?;
-        let event = RawValue::from_string(text).unwrap_or_else(|_| {
-            // A row whose event is not JSON (written by hand, or damaged) still tells what its
-            // columns hold.
+        let stored = stored_event(r, 9)?;
+        let readable = stored.is_some();
+        let event = stored.unwrap_or_else(|| {
+            // A row whose event cannot be read (written by hand, or damaged) still tells what
+            // its columns hold.
             let columns = serde_json::json!({
                 "auditID": audit_id,
                 "stageTimestamp": format_rfc3339_micros(r.get::<_, i64>(1).unwrap_or(0)),
@@ -227,15 +319,24 @@ fn writes(conn: &Connection, found: &Found, at_us: Option<i64>) -> Result<Vec<Wr
             });
             RawValue::from_string(columns.to_string()).expect("JSON made by serde_json")
         });
-        Ok((audit_id, event))
+        Ok((audit_id, event, readable))
     })?;
     let mut writes = Vec::new();
     for row in rows {
-        let (audit_id, event) = row?;
+        let (audit_id, event, readable) = row?;
         let reverted_by = reverted_by(conn, &found.object, &audit_id, at_us)?;
-        writes.push(Write { event, reverted_by });
+        writes.push(Told { write: Write { event, reverted_by }, readable });
     }
-    Ok(writes)
+    drop(stmt);
+    writes.reverse();
+    let earlier = match (limit, oldest) {
+        (Some(l), Some((t, id))) if writes.len() >= l => {
+            let n: i64 = conn.query_row(EARLIER, params![found.id, at_us, t, id], |r| r.get(0))?;
+            (n > 0).then(|| Earlier { writes: n as u64, before: cursor(t, id) })
+        }
+        _ => None,
+    };
+    Ok((writes, earlier))
 }
 
 /// What a drift's `reverts` names: an origin write and the object it touched.
@@ -267,11 +368,11 @@ struct RevertEntryObject<'a> {
 fn reverted_by(conn: &Connection, object: &ObjectRef, audit_id: &str, at_us: Option<i64>) -> Result<Vec<RevertedBy>, StoryError> {
     let mut stmt = conn.prepare_cached(REVERTED_BY)?;
     let rows = stmt.query_map(params![audit_id, object.cluster, at_us], |r| {
-        let event: String = r.get(8)?;
-        let names_it = match serde_json::from_str::<Reverts<'_>>(&event) {
-            Ok(rv) => rv.reverts.iter().any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),
+        let event = stored_event(r, 8)?;
+        let names_it = match event.as_deref().map(|e| serde_json::from_str::<Reverts<'_>>(e.get())) {
+            Some(Ok(rv)) => rv.reverts.iter().any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),
             // The reverts table says so; an unreadable event cannot say otherwise.
-            Err(_) => true,
+            Some(Err(_)) | None => true,
         };
         let by = RevertedBy {
             audit_id: r.get(1)?,

@@ -123,8 +123,26 @@ struct Known {
 const KNOWN_MAX: usize = 1 << 18;
 
 impl Store {
-    /// Opens (or creates) the store at `path` for writing.
+    /// Opens (or creates) the store at `path` for writing; a damaged one is refused
+    /// ([`super::Error::Damaged`]).
     pub fn open(path: &Path, retention: Retention) -> Result<Store> {
+        Self::open_checked(path, retention, super::OnDamaged::Refuse)
+    }
+
+    /// Opens (or creates) the store at `path` for writing, after SQLite's check of an
+    /// existing one ([`super::check_sound`]): a damaged store is refused or moved aside.
+    pub fn open_checked(path: &Path, retention: Retention, on_damaged: super::OnDamaged) -> Result<Store> {
+        if let Err(detail) = super::check_sound(path) {
+            let shown = path.display().to_string();
+            match on_damaged {
+                super::OnDamaged::Refuse => return Err(super::Error::Damaged { path: shown, detail }),
+                super::OnDamaged::Replace => {
+                    let aside = super::move_aside(path)
+                        .map_err(|e| super::Error::Damaged { path: shown.clone(), detail: format!("{detail}; moving it aside failed: {e}") })?;
+                    tracing::warn!(path = %shown, moved_to = %aside.display(), damage = %detail, "history store damaged: moved aside, a new one is started");
+                }
+            }
+        }
         let conn = super::open(path, Mode::Write)?;
         let shown = path.display().to_string();
         let err = |source| Error::Sqlite { path: shown.clone(), source };
@@ -211,12 +229,13 @@ impl Store {
 
     /// Applies the retention (age, then size): see [`retention`].
     pub fn retain(&mut self) -> Result<Retained> {
-        self.retain_at(crate::shell::now_us())
+        self.retain_at(crate::shell::now_us(), 0)
     }
 
-    /// [`Store::retain`] as if the wall clock said `now_us`.
-    pub fn retain_at(&mut self, now_us: i64) -> Result<Retained> {
-        let retained = retention::retain(&mut self.conn, &self.retention, now_us);
+    /// [`Store::retain`] as if the wall clock said `now_us`, leaving `headroom` bytes under
+    /// the size bound for what comes before the next pass.
+    pub fn retain_at(&mut self, now_us: i64, headroom: u64) -> Result<Retained> {
+        let retained = retention::retain(&mut self.conn, &self.retention, now_us, headroom);
         if !matches!(retained, Ok(Retained { objects: 0, .. })) {
             // Rows of known objects may be gone.
             self.known.clear();
@@ -478,6 +497,61 @@ impl Default for WriterOptions {
     }
 }
 
+/// Keeps a size-bounded store within its bound while it is written fast (docs/history.md,
+/// "Retention"): a transaction adds about [`SizePace::SHARE`] of the bound at most, and a pass
+/// is due as soon as the next transaction, as large as the last ones, would take the store past
+/// its bound.
+struct SizePace {
+    max_bytes: u64,
+    /// Bytes on disk one event adds, as measured on the transactions so far.
+    per_event: u64,
+    /// Bytes on disk one transaction may add (database and WAL): the largest recent growth,
+    /// slowly forgotten.
+    growth: u64,
+}
+
+impl SizePace {
+    /// One transaction's share of the bound: 1/20 (5 %).
+    const SHARE: u64 = 20;
+    /// What an event is taken to cost before any is measured: an enriched event's JSON and
+    /// its index entries.
+    const FIRST_GUESS: u64 = 2048;
+
+    fn new(max_bytes: u64) -> SizePace {
+        SizePace { max_bytes, per_event: Self::FIRST_GUESS, growth: max_bytes / Self::SHARE }
+    }
+
+    fn bounded(&self) -> bool {
+        self.max_bytes > 0
+    }
+
+    /// Most events the next transaction may take.
+    fn most_events(&self, most: usize) -> usize {
+        if !self.bounded() {
+            return most;
+        }
+        let budget = self.max_bytes / Self::SHARE;
+        usize::try_from(budget / self.per_event.max(1)).unwrap_or(usize::MAX).clamp(16, most.max(16))
+    }
+
+    /// A transaction of `events` took the store from `before` to `after` bytes on disk;
+    /// whether a pass is due. The cost per event follows what was measured (the WAL only
+    /// grows between checkpoints, so a growth is a fair measure; a shrink tells nothing).
+    fn wrote(&mut self, events: usize, before: u64, after: u64) -> bool {
+        if !self.bounded() {
+            return false;
+        }
+        if events > 0 && after > before {
+            let measured = (after - before) / events as u64;
+            self.per_event = (self.per_event + measured.max(64)) / 2;
+            // The largest of the recent growths: a WAL grows in bursts (a transaction that
+            // touches many index pages), and the bound must hold for those too.
+            self.growth = (self.growth - self.growth / 8).max(after - before);
+        }
+        after.saturating_add(self.growth) >= self.max_bytes
+    }
+}
+
 const RETRY_FIRST: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
 
@@ -492,29 +566,41 @@ where
 {
     std::thread::Builder::new().name("history-writer".into()).spawn(move || {
         let mut held: Vec<B> = Vec::new();
-        let mut since_retention = 0u32;
-        let mut last_retention = Instant::now();
+        let mut due = Due { since: 0, last: Instant::now(), pace: SizePace::new(store.retention.max_bytes) };
         while let Some(first) = queue.next() {
             let mut events = first.len();
             held.push(first);
-            while events < opts.max_events_per_transaction {
+            let most = due.pace.most_events(opts.max_events_per_transaction);
+            while events < most {
                 let Some(more) = queue.waiting() else { break };
                 events += more.len();
                 held.push(more);
             }
-            if !write_held(&mut store, &mut queue, &mut held, &opts, &mut report) {
-                return;
-            }
-            since_retention += 1;
-            if since_retention >= opts.retention_every_transactions || last_retention.elapsed() >= opts.retention_every {
-                since_retention = 0;
-                last_retention = Instant::now();
-                match store.retain() {
-                    Ok(r) if r.mutations > 0 || r.objects > 0 => report(Report::Retained(r)),
-                    Ok(_) => {}
-                    // Writing goes on; the next pass tries again.
-                    Err(e) => tracing::warn!(error = %e, "history store: retention failed"),
+            if events <= most {
+                let before = store.disk_bytes();
+                if !write_held(&mut store, &mut queue, &mut held, &opts, &mut report) {
+                    return;
                 }
+                due.wrote(&mut store, events, before, &opts, &mut report);
+                continue;
+            }
+            // A size-bounded store and batches larger than one transaction's share of the
+            // bound: written in slices, each its own transaction, so that the store never goes
+            // past its bound by more than one slice (each batch is still written whole or
+            // retried, in order, before the next is taken).
+            let batches = std::mem::take(&mut held);
+            let mut rest = batches.iter().map(|b| b.len()).sum::<usize>();
+            for slice in slices(&batches, most) {
+                let n: usize = slice.iter().map(|s| s.len()).sum();
+                let before = store.disk_bytes();
+                let mut slice = slice;
+                if !write_held(&mut store, &mut queue, &mut slice, &opts, &mut report) {
+                    // What was lost of this slice is reported; the slices after it too.
+                    report(Report::Lost { events: (rest - n) as u64, error: "the transactions before them failed".to_string() });
+                    return;
+                }
+                rest -= n;
+                due.wrote(&mut store, n, before, &opts, &mut report);
             }
         }
         if let Err(e) = store.checkpoint() {
@@ -523,10 +609,62 @@ where
     })
 }
 
+/// When the next retention pass is due: every so many transactions, every so long, and, with a
+/// size bound, as soon as the store nears it ([`SizePace`]).
+struct Due {
+    since: u32,
+    last: Instant,
+    pace: SizePace,
+}
+
+impl Due {
+    /// A transaction of `events` took the store from `before` bytes on disk: runs a pass when
+    /// one is due.
+    fn wrote<R: FnMut(Report)>(&mut self, store: &mut Store, events: usize, before: u64, opts: &WriterOptions, report: &mut R) {
+        self.since += 1;
+        // With a size bound the disk is looked at after every transaction: a stream faster than
+        // the passes would take the store far past its bound between two.
+        let near_bound = self.pace.bounded() && self.pace.wrote(events, before, store.disk_bytes());
+        if near_bound || self.since >= opts.retention_every_transactions || self.last.elapsed() >= opts.retention_every {
+            self.since = 0;
+            self.last = Instant::now();
+            // Room for the next transaction, as large as the last ones (the WAL included).
+            let headroom = if self.pace.bounded() { self.pace.growth } else { 0 };
+            match store.retain_at(crate::shell::now_us(), headroom) {
+                Ok(r) if r.mutations > 0 || r.objects > 0 => report(Report::Retained(r)),
+                Ok(_) => {}
+                // Writing goes on; the next pass tries again.
+                Err(e) => tracing::warn!(error = %e, "history store: retention failed"),
+            }
+        }
+    }
+}
+
+/// The events of `batches` in slices of at most `most` (a batch may be cut in two).
+fn slices<B: Deref<Target = [Enriched]>>(batches: &[B], most: usize) -> Vec<Vec<&[Enriched]>> {
+    let mut out = vec![Vec::new()];
+    let mut room = most;
+    for b in batches {
+        let mut events: &[Enriched] = b;
+        while !events.is_empty() {
+            if room == 0 {
+                out.push(Vec::new());
+                room = most;
+            }
+            let (now, later) = events.split_at(events.len().min(room));
+            out.last_mut().expect("one slice at least").push(now);
+            room -= now.len();
+            events = later;
+        }
+    }
+    out
+}
+
 /// Writes the held batches, trying again until it works (see [`WriterOptions`]). False when
 /// it gave up (what was held and queued is reported lost).
-fn write_held<B, Q, R>(store: &mut Store, queue: &mut Q, held: &mut Vec<B>, opts: &WriterOptions, report: &mut R) -> bool
+fn write_held<H, B, Q, R>(store: &mut Store, queue: &mut Q, held: &mut Vec<H>, opts: &WriterOptions, report: &mut R) -> bool
 where
+    H: Deref<Target = [Enriched]>,
     B: Deref<Target = [Enriched]>,
     Q: Queue<B>,
     R: FnMut(Report),

@@ -79,6 +79,11 @@ pub struct Limits {
     pub idle_timeout: Duration,
 }
 
+/// How many header read timeouts an answer may wait for its client to take any of its bytes:
+/// a client that stops reading (or never reads) is cut then, instead of holding one of the
+/// listener's connections until its idle timeout.
+const WRITE_STALL_HEADER_TIMEOUTS: u32 = 3;
+
 impl Limits {
     /// The metrics listener's: scrapes and probes are small and few. Idle connections are kept
     /// longer than a slow scrape interval, so that a scraper's kept-alive connection is not
@@ -111,7 +116,7 @@ pub async fn serve(
     if let Some(m) = &metrics {
         // Series that exist from the start, at zero: their label sets are closed, and a rate
         // (or an alert) over them works from the first scrape.
-        for phase in [watch_io::Expired::Headers, watch_io::Expired::Idle] {
+        for phase in [watch_io::Expired::Headers, watch_io::Expired::Idle, watch_io::Expired::Write] {
             m.connection_timeouts.with_label_values(&[limits.name, phase.as_str()]);
         }
         for reason in watch_io::HandshakeFailure::ALL {
@@ -202,12 +207,15 @@ where
                 return;
             }
             _ = check.tick() => {
-                if let Some(expired) = activity.expired(limits.header_read_timeout, limits.idle_timeout) {
+                let write_timeout = limits.header_read_timeout * WRITE_STALL_HEADER_TIMEOUTS;
+                if let Some(expired) = activity.expired(limits.header_read_timeout, limits.idle_timeout, write_timeout) {
                     if let Some(m) = metrics {
                         m.connection_timeouts.with_label_values(&[limits.name, expired.as_str()]).inc();
                     }
-                    if expired == Expired::Headers {
-                        tracing::debug!(listener = limits.name, "connection closed: headers not received in time");
+                    match expired {
+                        Expired::Headers => tracing::debug!(listener = limits.name, "connection closed: headers not received in time"),
+                        Expired::Write => tracing::debug!(listener = limits.name, "connection closed: the client did not read its answer"),
+                        Expired::Idle => {}
                     }
                     return;
                 }

@@ -29,6 +29,9 @@ pub struct Activity {
     /// When the first byte of the next request came, or [`NONE`]. Starts at 0: the first
     /// request's headers are due from the accept (a client that sends nothing is slow too).
     headers_since: AtomicU64,
+    /// Since when an answer waits for the client to take its bytes (the socket's buffer is
+    /// full), or [`NONE`]: a client that never reads must not hold a connection for ever.
+    write_blocked_since: AtomicU64,
 }
 
 /// Why the watchdog closes a connection.
@@ -36,6 +39,8 @@ pub struct Activity {
 pub enum Expired {
     Headers,
     Idle,
+    /// An answer made no progress: the client does not read it.
+    Write,
 }
 
 impl Expired {
@@ -43,13 +48,20 @@ impl Expired {
         match self {
             Expired::Headers => "headers",
             Expired::Idle => "idle",
+            Expired::Write => "write",
         }
     }
 }
 
 impl Activity {
     pub fn new() -> Activity {
-        Activity { start: Instant::now(), in_flight: AtomicUsize::new(0), idle_since: AtomicU64::new(0), headers_since: AtomicU64::new(0) }
+        Activity {
+            start: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            idle_since: AtomicU64::new(0),
+            headers_since: AtomicU64::new(0),
+            write_blocked_since: AtomicU64::new(NONE),
+        }
     }
 
     fn now(&self) -> u64 {
@@ -62,13 +74,28 @@ impl Activity {
         }
     }
 
-    /// Whether the connection has waited too long: for the headers it began to receive, or
-    /// for a next request. Never while a request is being served.
-    pub fn expired(&self, headers: Duration, idle: Duration) -> Option<Expired> {
+    /// A write went through (`true`) or found the socket's buffer full (`false`).
+    fn wrote(&self, progressed: bool) {
+        if progressed {
+            self.write_blocked_since.store(NONE, Ordering::Release);
+        } else {
+            let _ = self.write_blocked_since.compare_exchange(NONE, self.now(), Ordering::AcqRel, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the connection has waited too long: for the client to take an answer's bytes
+    /// (`write`, whether or not a request is being served), for the headers it began to
+    /// receive, or for a next request (never while a request is being served).
+    pub fn expired(&self, headers: Duration, idle: Duration, write: Duration) -> Option<Expired> {
+        let now = self.now();
+        match self.write_blocked_since.load(Ordering::Acquire) {
+            NONE => {}
+            since if now.saturating_sub(since) > write.as_millis() as u64 => return Some(Expired::Write),
+            _ => {}
+        }
         if self.in_flight.load(Ordering::Acquire) > 0 {
             return None;
         }
-        let now = self.now();
         match self.headers_since.load(Ordering::Acquire) {
             NONE => (now.saturating_sub(self.idle_since.load(Ordering::Acquire)) > idle.as_millis() as u64).then_some(Expired::Idle),
             since => (now.saturating_sub(since) > headers.as_millis() as u64).then_some(Expired::Headers),
@@ -143,7 +170,9 @@ impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
 
 impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let r = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.activity.wrote(r.is_ready());
+        r
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -155,7 +184,9 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
     }
 
     fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.activity.wrote(r.is_ready());
+        r
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -223,21 +254,65 @@ mod tests {
     fn headers_are_timed_from_their_first_byte_and_idleness_from_the_last_answer() {
         let a = Arc::new(Activity::new());
         let (h, i) = (Duration::from_millis(40), Duration::from_millis(80));
-        assert_eq!(a.expired(h, i), None);
+        let expired = |a: &Activity| a.expired(h, i, Duration::from_secs(60));
+        assert_eq!(expired(&a), None);
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(a.expired(h, i), Some(Expired::Headers), "nothing sent since the accept");
+        assert_eq!(expired(&a), Some(Expired::Headers), "nothing sent since the accept");
         let busy = Busy::new(a.clone());
         std::thread::sleep(Duration::from_millis(100));
-        assert_eq!(a.expired(h, i), None, "a request being answered is never cut");
+        assert_eq!(expired(&a), None, "a request being answered is never cut");
         drop(busy);
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(a.expired(h, i), None, "idle for less than the idle timeout");
+        assert_eq!(expired(&a), None, "idle for less than the idle timeout");
         std::thread::sleep(Duration::from_millis(40));
-        assert_eq!(a.expired(h, i), Some(Expired::Idle));
+        assert_eq!(expired(&a), Some(Expired::Idle));
         a.read();
-        assert_eq!(a.expired(h, i), None, "the next request has begun");
+        assert_eq!(expired(&a), None, "the next request has begun");
         std::thread::sleep(Duration::from_millis(50));
-        assert_eq!(a.expired(h, i), Some(Expired::Headers));
+        assert_eq!(expired(&a), Some(Expired::Headers));
+    }
+
+    #[test]
+    fn an_answer_the_client_does_not_read_expires_even_while_it_is_served() {
+        let a = Arc::new(Activity::new());
+        let (h, i, w) = (Duration::from_secs(60), Duration::from_secs(60), Duration::from_millis(40));
+        let _busy = Busy::new(a.clone());
+        a.wrote(false);
+        std::thread::sleep(Duration::from_millis(20));
+        a.wrote(false);
+        assert_eq!(a.expired(h, i, w), None, "blocked for less than the write timeout");
+        a.wrote(true);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(a.expired(h, i, w), None, "the client took bytes: the stall starts again");
+        a.wrote(false);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(a.expired(h, i, w), Some(Expired::Write), "no progress for longer than the write timeout");
+    }
+
+    /// A writer whose buffer is full: every write waits.
+    struct Full;
+
+    impl AsyncWrite for Full {
+        fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, _: &[u8]) -> Poll<std::io::Result<usize>> {
+            Poll::Pending
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[test]
+    fn a_watched_writer_reports_a_full_socket() {
+        let a = Arc::new(Activity::new());
+        let mut w = Watched::new(Full, a.clone());
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(Pin::new(&mut w).poll_write(&mut cx, b"answer").is_pending());
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(a.expired(Duration::from_secs(60), Duration::from_secs(60), Duration::from_millis(10)), Some(Expired::Write));
     }
 
     #[test]

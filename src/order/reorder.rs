@@ -16,6 +16,9 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 pub struct Released<T> {
     pub item: T,
     pub late: bool,
+    /// Its place in resourceVersion order: its own resourceVersion, or, for a write without
+    /// one, the resourceVersion it was placed after (where it belongs even when it came late).
+    pub at: u64,
 }
 
 /// The key of a held write; the write itself waits in the buffer's slots, so the heap moves
@@ -93,6 +96,10 @@ pub struct ReorderBuffer<T> {
     /// removal of one of them goes before the deletecollection (see
     /// [`ReorderBuffer::note_listed`]).
     listed: VecDeque<(u64, u64)>,
+    /// (event time, resourceVersion, name key) of recent writes that removed an object named
+    /// by name: an eviction of that name that seems to come after one goes before it (see
+    /// [`ReorderBuffer::place`]).
+    removed_names: VecDeque<(i64, u64, u64)>,
     seq: u64,
 }
 
@@ -105,6 +112,13 @@ pub struct Placing {
     pub done_us: i64,
     /// A delete answered without the object (a `Status`): it removed the object.
     pub removed: bool,
+    /// A key of the object's namespace and name, for the writes that name an object by name
+    /// only and those they must go before; 0 when not needed.
+    pub name: u64,
+    /// With `name`: the write names its object by name only and starts its deletion (an
+    /// eviction); without it, a write with a resourceVersion that removed the object of that
+    /// name (its final delete).
+    pub evicts: bool,
 }
 
 /// How many recent (time, resourceVersion) pairs place writes that have no resourceVersion.
@@ -126,6 +140,7 @@ impl<T> ReorderBuffer<T> {
             recent: VecDeque::new(),
             placed_of: HashMap::new(),
             listed: VecDeque::new(),
+            removed_names: VecDeque::new(),
             seq: 0,
         }
     }
@@ -168,6 +183,7 @@ impl<T> ReorderBuffer<T> {
                         self.recent.pop_front();
                     }
                     self.recent.push_back((event_us, rv, placing.object));
+                    self.note_removed_name(event_us, rv, placing);
                 }
                 rv
             }
@@ -182,7 +198,7 @@ impl<T> ReorderBuffer<T> {
             // resourceVersion that came before it are held (placed at or past what was
             // released): it goes among them by its event time, not before them all.
             if self.placed_of.is_empty() || event_us == 0 {
-                out.push(Released { item, late: true });
+                out.push(Released { item, late: true, at: rv });
                 return;
             }
             (rv, placed, tie, late) = (self.released_rv, true, event_us, true);
@@ -250,6 +266,33 @@ impl<T> ReorderBuffer<T> {
         }
     }
 
+    /// Notes a write that removed the object of a name (`placing.name`, not an eviction) at
+    /// `rv`, completed at `done_us`. An eviction of that name held already, placed after it,
+    /// may have caused it: it is placed again (see [`ReorderBuffer::place`]).
+    fn note_removed_name(&mut self, done_us: i64, rv: u64, placing: Placing) {
+        if placing.name == 0 || placing.evicts {
+            return;
+        }
+        if self.removed_names.len() == RECENT {
+            self.removed_names.pop_front();
+        }
+        self.removed_names.push_back((done_us, rv, placing.name));
+        let evicts = |p: &Placing| p.evicts && p.name == placing.name;
+        if !self.placed_of.values().any(evicts) {
+            return;
+        }
+        let held = std::mem::take(&mut self.heap).into_vec();
+        self.heap = held
+            .into_iter()
+            .map(|Reverse(mut h)| {
+                if let Some(p) = self.placed_of.get(&h.slot).filter(|p| h.placed && h.rv >= rv && evicts(p)) {
+                    h.rv = h.rv.min(self.place(h.tie, *p));
+                }
+                Reverse(h)
+            })
+            .collect();
+    }
+
     /// Notes the objects a deletecollection at `rv` lists (their keys). A deletecollection
     /// answers with the list it read before deleting, items that a concurrent request removed
     /// included (the API server skips their NotFound); a delete answered 2xx with a `Status`
@@ -285,16 +328,36 @@ impl<T> ReorderBuffer<T> {
     /// at or before its event time, and not before what was released already. A removal goes
     /// before a deletecollection that lists its object ([`ReorderBuffer::note_listed`]), yet
     /// after the writes of its object that had completed when it completed.
+    ///
+    /// An eviction goes before the latest removal of the object of its name placed before it
+    /// that completed within the window before its request: the removal it caused (the final
+    /// delete of the pod it evicted), seen earlier only because another API server's clock
+    /// runs behind. Placed after it, it would be taken for an eviction of the object created
+    /// under the same name since (a StatefulSet's replacement): one object for another, and
+    /// the final delete for a new intent (DESIGN §1.5).
     fn place(&self, event_us: i64, placing: Placing) -> u64 {
+        self.place_by_time(event_us, placing).max(self.released_rv)
+    }
+
+    /// [`ReorderBuffer::place`] before the writes released already hold it back: where the
+    /// write belongs.
+    fn place_by_time(&self, event_us: i64, placing: Placing) -> u64 {
         let same = |o: u64| placing.object != 0 && o == placing.object;
         let mut at = self.recent.iter().filter(|&&(t, _, o)| t <= event_us || (same(o) && t <= placing.done_us)).map(|&(_, rv, _)| rv).max().unwrap_or(0);
+        if placing.evicts && placing.name != 0 {
+            let since = event_us.saturating_sub(self.window_us);
+            let caused = self.removed_names.iter().filter(|&&(t, rv, n)| n == placing.name && rv <= at && t >= since).map(|&(_, rv, _)| rv).max();
+            if let Some(rv) = caused {
+                at = rv.saturating_sub(1);
+            }
+        }
         if placing.removed {
             if let Some(list_rv) = self.listed.iter().filter(|&&(_, o)| same(o)).map(|&(rv, _)| rv).min() {
                 let own = self.recent.iter().filter(|&&(t, _, o)| same(o) && t <= placing.done_us).map(|&(_, rv, _)| rv).max().unwrap_or(0);
                 at = at.min(list_rv.saturating_sub(1)).max(own);
             }
         }
-        at.max(self.released_rv)
+        at
     }
 
     /// A write placed for lack of a resourceVersion, as it comes up: a write of its time may
@@ -323,6 +386,7 @@ impl<T> ReorderBuffer<T> {
             self.recent = VecDeque::new();
             self.placed_of = HashMap::new();
             self.listed = VecDeque::new();
+            self.removed_names = VecDeque::new();
         }
     }
 
@@ -340,6 +404,7 @@ impl<T> ReorderBuffer<T> {
             + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64)>()
             + self.placed_of.capacity() * std::mem::size_of::<(u32, Placing)>()
             + self.listed.capacity() * std::mem::size_of::<(u64, u64)>()
+            + self.removed_names.capacity() * std::mem::size_of::<(i64, u64, u64)>()
     }
 
     /// Releases everything (end of input, shutdown).
@@ -359,12 +424,16 @@ impl<T> ReorderBuffer<T> {
 
     fn release(&mut self, h: Held, out: &mut Vec<Released<T>>) {
         self.released_rv = self.released_rv.max(h.rv);
+        let mut at = h.rv;
         if h.placed {
-            self.placed_of.remove(&h.slot);
+            if let Some(p) = self.placed_of.remove(&h.slot) {
+                // Where it belongs, though it came after writes of later resourceVersions.
+                at = at.min(self.place_by_time(h.tie, p));
+            }
         }
         let item = self.slots[h.slot as usize].take().expect("a held write is in its slot");
         self.free.push(h.slot);
-        out.push(Released { item, late: h.late });
+        out.push(Released { item, late: h.late, at });
     }
 }
 
@@ -493,7 +562,7 @@ mod tests {
         // 90) and listed rs-7; the garbage collector's delete of rs-7, received at 60 (after
         // the read), was answered with a Status: it removed rs-7. Another write (rv 105) had
         // completed by 60, so by its request time alone the delete went after the list.
-        let gc = Placing { object: 7, done_us: 62, removed: true };
+        let gc = Placing { object: 7, done_us: 62, removed: true, ..Placing::default() };
         for order in [["dc", "gc"], ["gc", "dc"]] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
@@ -512,7 +581,7 @@ mod tests {
         }
         // A write without a resourceVersion that removed nothing (an eviction) keeps its
         // place; so does a removal of an object the list does not name.
-        for (what, placing) in [("eviction", Placing { object: 7, done_us: 62, removed: false }), ("gc-9", Placing { object: 9, ..gc })] {
+        for (what, placing) in [("eviction", Placing { object: 7, done_us: 62, removed: false, ..Placing::default() }), ("gc-9", Placing { object: 9, ..gc })] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
             b.push_write("other", Some(105), 0, 50, Placing::default(), &mut out);
@@ -543,6 +612,59 @@ mod tests {
         b.push_write("gc", None, 501, 60, gc, &mut out);
         b.flush(&mut out);
         assert_eq!(items_str(out), vec![("dc0", false), ("dc", false), ("gc", false)]);
+    }
+
+    #[test]
+    fn an_eviction_goes_before_the_final_delete_of_its_pod_that_a_slower_clock_put_first() {
+        // Two API servers, the second's clock 50 behind: the eviction of pod db-0 (requested at
+        // 160 by the first's clock), the kubelet's final delete of it (rv 11, done at 120 by the
+        // second's) and the StatefulSet's new db-0 (rv 12, done at 130). By the times alone the
+        // eviction came last, and would be taken for an eviction of the new pod.
+        let (evict, last) = (Placing { name: 5, evicts: true, ..Placing::default() }, Placing { name: 5, ..Placing::default() });
+        let arrivals =
+            [["evict", "last", "create"], ["last", "create", "evict"], ["last", "evict", "create"], ["create", "evict", "last"], ["create", "last", "evict"]];
+        for arrival in arrivals {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push("before", Some(10), 0, 100, &mut out);
+            for (i, what) in arrival.into_iter().enumerate() {
+                let at = 1 + i as i64;
+                match what {
+                    "evict" => b.push_write("evict", None, at, 160, evict, &mut out),
+                    "last" => b.push_write("last", Some(11), at, 120, last, &mut out),
+                    _ => b.push_write("create", Some(12), at, 130, Placing::default(), &mut out),
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("before", false), ("evict", false), ("last", false), ("create", false)], "arrival order {arrival:?}");
+        }
+        // A removal of that name longer than the window before the eviction's request, or of
+        // another name, is not the one it caused: the eviction keeps its place.
+        for (what, removal) in [("old removal", Placing { name: 5, ..Placing::default() }), ("other name", Placing { name: 6, ..Placing::default() })] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            let done = if what == "old removal" { 20 } else { 120 };
+            b.push_write(what, Some(11), 0, done, removal, &mut out);
+            b.push_write("create", Some(12), 1, 130, Placing::default(), &mut out);
+            b.push_write("evict", None, 2, 160, evict, &mut out);
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![(what, false), ("create", false), ("evict", false)]);
+        }
+    }
+
+    #[test]
+    fn a_write_without_resource_version_says_where_it_belongs_when_it_comes_after_later_ones() {
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push("rv10", Some(10), 0, 100, &mut out);
+        b.push("rv11", Some(11), 1, 200, &mut out);
+        b.advance(500, &mut out);
+        // An eviction requested at 150 (after rv 10, before rv 11) comes once both are gone: it
+        // is released after them, and says it belongs after rv 10.
+        b.push("eviction", None, 501, 150, &mut out);
+        b.flush(&mut out);
+        let got: Vec<(&str, u64)> = out.into_iter().map(|r| (r.item, r.at)).collect();
+        assert_eq!(got, vec![("rv10", 10), ("rv11", 11), ("eviction", 10)]);
     }
 
     #[test]

@@ -164,6 +164,7 @@ pub(super) fn model_config(cfg: &PipelineConfig) -> ModelConfig {
         let conditions = ip.conditions.iter().filter_map(|c| ConditionReason::parse(c).ok()).collect();
         let fields = ip.fields.iter().filter_map(|f| Comparison::parse(f).ok()).collect();
         model.add_progress(&ip.kind, conditions, fields, ip.builtin);
+        model.add_paused(&ip.kind, ip.paused.iter().filter_map(|f| Comparison::parse(f).ok()).collect());
     }
     model
 }
@@ -309,10 +310,13 @@ builtin = false
 [[in_progress]]
 kind = "ReplicaSet.apps"
 conditions = ["Scaling=Waiting"]
+[[in_progress]]
+kind = "Widget.example.com"
+paused = ["spec.suspend == true"]
 "#;
         let model = model_config(&load::load_str("p.toml", text).unwrap());
         let widget = model.progress("Widget.example.com").expect("signals");
-        assert_eq!((widget.builtin, widget.conditions.len(), widget.fields.len()), (None, 1, 1), "entries of one kind add up");
+        assert_eq!((widget.builtin, widget.conditions.len(), widget.fields.len(), widget.paused.len()), (None, 1, 1, 1), "entries of one kind add up");
         assert!(model.progress("Deployment.apps").is_none(), "built-ins off, nothing else: finished when observed");
         let rs = model.progress("ReplicaSet.apps").expect("signals");
         assert_eq!((rs.builtin, rs.conditions.len()), (Some(Builtin::ReplicaSet), 1), "added to the built-ins");

@@ -205,6 +205,11 @@ pub struct InProgressConfig {
     /// `status.updatedReplicas != spec.replicas`). An absent field shows nothing. Default: none.
     #[serde(default)]
     pub fields: Vec<String>,
+    /// Comparisons, written as `fields` are, that say the spec asks for no progress (e.g.
+    /// `spec.suspend == true`): while one holds, none of the kind's signals does, the built-in
+    /// ones included, so a generation observed then is finished. Default: none.
+    #[serde(default)]
+    pub paused: Vec<String>,
     /// Keep the built-in signals of Deployment, StatefulSet, DaemonSet and ReplicaSet; `false`
     /// turns them off for this kind. Default: `true`.
     #[serde(default = "keep_builtin")]

@@ -39,7 +39,7 @@ async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {
 /// family appears as its `# HELP` and `# TYPE` lines, without made-up samples.
 pub fn render_all(m: &Metrics) -> String {
     let mut text = m.render();
-    let families: [(&dyn Collector, &str); 31] = [
+    let families: [(&dyn Collector, &str); 32] = [
         (&m.events_received, "counter"),
         (&m.events_ignored, "counter"),
         (&m.events_invalid, "counter"),
@@ -71,6 +71,7 @@ pub fn render_all(m: &Metrics) -> String {
         (&m.route_errors, "counter"),
         (&m.route_unroutable, "counter"),
         (&m.query_requests, "counter"),
+        (&m.history_unreadable_rows, "counter"),
     ];
     for (collector, kind) in families {
         for d in collector.desc() {

@@ -306,8 +306,13 @@ fn check_in_progress(key: &str, ip: &InProgressConfig, errors: &mut Errors<'_>) 
             errors.push(format!("{key}.fields"), None, e);
         }
     }
-    if ip.builtin && ip.conditions.is_empty() && ip.fields.is_empty() {
-        errors.push(key, None, "names no signal: add conditions or fields, or builtin = false to turn a native kind's built-in signals off");
+    for f in &ip.paused {
+        if let Err(e) = Comparison::parse(f) {
+            errors.push(format!("{key}.paused"), None, e);
+        }
+    }
+    if ip.builtin && ip.conditions.is_empty() && ip.fields.is_empty() && ip.paused.is_empty() {
+        errors.push(key, None, "names no signal: add conditions, fields or paused, or builtin = false to turn a native kind's built-in signals off");
     }
 }
 
@@ -601,6 +606,26 @@ signal = "x"
         assert_eq!(good.in_progress.len(), 2);
         assert_eq!((good.in_progress[0].conditions.len(), good.in_progress[0].fields.len(), good.in_progress[0].builtin), (1, 2, true));
         assert!(!good.in_progress[1].builtin);
+    }
+
+    #[test]
+    fn in_progress_paused_comparisons_are_checked_and_count_as_a_signal() {
+        let text = r#"[[sources]]
+type = "webhook"
+plain_http = true
+[[in_progress]]
+kind = "CloneSet.apps.kruise.io"
+paused = ["spec.updateStrategy.paused == true"]
+[[in_progress]]
+kind = "Widget.example.com"
+paused = ["suspend == true"]
+"#;
+        let errs = load_str("p.toml", text).unwrap_err().0;
+        let all = errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
+        assert!(all.contains("p.toml:7: in_progress[1].paused: \"suspend == true\""), "{all}");
+        assert_eq!(errs.len(), 1, "an entry with paused alone names something: {all}");
+        let good = load_str("p.toml", &text[..text.find("[[in_progress]]\nkind = \"Widget").unwrap()]).unwrap();
+        assert_eq!(good.in_progress[0].paused, ["spec.updateStrategy.paused == true"]);
     }
 
     #[test]

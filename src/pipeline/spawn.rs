@@ -102,7 +102,7 @@ pub(super) async fn spawn(cfg: &PipelineConfig, parts: Parts, stop: &Stop) -> Re
         transaction: transaction.as_ref().map(|(t, _)| t.clone()),
     };
     // The ingest tier's sink is fed by the webhook itself.
-    let route = route_intake(cfg, &metrics)?;
+    let route = route_intake(cfg, &metrics, &status)?;
     let sinks = spawn_sinks(cfg, &ctx)?;
     let (intake_tx, intake_rx) = mpsc::channel(cfg.options.queue_capacity);
     #[cfg_attr(not(feature = "kafka"), allow(unused_variables))]
@@ -181,7 +181,7 @@ fn spawn_sinks(cfg: &PipelineConfig, ctx: &SinkContext) -> Result<Vec<SinkHandle
 
 /// The ingest tier's producer and what it routes with, when the pipeline has a `kafka_route`
 /// sink (its only sink, behind webhooks only: checked by `load`).
-fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>) -> Result<Option<sources::webhook::RouteIntake>, Error> {
+fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>, status: &Arc<Status>) -> Result<Option<sources::webhook::RouteIntake>, Error> {
     let Some(rc) = cfg.sinks.iter().find_map(|s| match s {
         SinkConfig::KafkaRoute(r) => Some(r),
         _ => None,
@@ -190,13 +190,13 @@ fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>) -> Result<Option<s
     };
     #[cfg(feature = "kafka")]
     {
-        let producer = sinks::kafka_route::producer::RouteProducer::new(rc, metrics.clone())?;
+        let producer = sinks::kafka_route::producer::RouteProducer::new(rc, metrics.clone(), status.clone())?;
         let decode = crate::decode::DecodeOptions { max_record_bytes: cfg.options.max_record_bytes, ..crate::decode::DecodeOptions::default() };
         Ok(Some(sources::webhook::RouteIntake { producer, decode, scope: super::build::scope(cfg) }))
     }
     #[cfg(not(feature = "kafka"))]
     {
-        let _ = (rc, metrics);
+        let _ = (rc, metrics, status);
         Err(sinks::Error::Kafka("this binary was built without the `kafka` feature".into()).into())
     }
 }

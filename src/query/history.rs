@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Uri};
+use axum::http::Uri;
 use axum::response::Response;
 use rusqlite::types::Value as Sql;
 use rusqlite::Connection;
@@ -16,7 +16,7 @@ use super::params::Params;
 use super::{ApiError, QueryState, Route};
 use crate::classify::Class;
 use crate::decode::time::format_rfc3339_micros;
-use crate::history::story::{ObjectRef, OwnerRef, Tombstone};
+use crate::history::story::{stored_event, ObjectRef, OwnerRef, Tombstone};
 use crate::history::{self, Mode};
 
 /// Read-only connections kept between requests.
@@ -40,7 +40,7 @@ impl Store {
             Some(c) => c,
             None => history::open(&self.path, Mode::Read).map_err(|e| match e {
                 history::Error::Sqlite { .. } => ApiError::Internal(e.to_string()),
-                history::Error::Missing { .. } | history::Error::Version { .. } => ApiError::Unavailable(e.to_string()),
+                history::Error::Missing { .. } | history::Error::Version { .. } | history::Error::Damaged { .. } => ApiError::Unavailable(e.to_string()),
             })?,
         };
         let r = f(&conn);
@@ -94,9 +94,9 @@ impl Filter {
 
 const OBJECT_PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "limit"];
 
-pub async fn objects(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+pub async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Objects, &headers, |s| async move {
+    s.serve(Route::Objects, |s| async move {
         let p = Params::parse(query.as_deref(), OBJECT_PARAMS)?;
         let limit = p.limit()?;
         let mut f = Filter::default();
@@ -175,15 +175,22 @@ struct Page {
     events: Vec<Box<RawValue>>,
     /// Pass as `after` for the next page; `None` on the last.
     next: Option<String>,
+    /// Where this page ended in storage order: pass as `after` later, and the feed gives only
+    /// what was stored since. The same as `next` when there is a next page.
+    cursor: String,
+    /// Rows of the page left out: their stored event could not be read.
+    #[serde(skip)]
+    unreadable: u64,
 }
 
-pub async fn drift(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+pub async fn drift(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Drift, &headers, |s| async move {
+    s.serve(Route::Drift, |s| async move {
         let p = Params::parse(query.as_deref(), DRIFT_PARAMS)?;
-        let (f, limit) = drift_filter(&p)?;
+        let (f, after, limit) = drift_filter(&p)?;
         s.blocking(move |s| {
-            let page = s.history()?.read(|c| drift_page(c, &f, limit))?;
+            let page = s.history()?.read(|c| drift_page(c, &f, after, limit))?;
+            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Route::Drift.as_str()]).inc_by(page.unreadable);
             serde_json::to_string(&page).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await
@@ -191,7 +198,7 @@ pub async fn drift(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Ur
     .await
 }
 
-fn drift_filter(p: &Params) -> Result<(Filter, usize), ApiError> {
+fn drift_filter(p: &Params) -> Result<(Filter, Option<After>, usize), ApiError> {
     let limit = p.limit()?;
     let classes: Vec<&str> = Class::ALL.iter().map(|c| c.as_str()).collect();
     let class = p.one_of("class", &classes)?.unwrap_or("drift");
@@ -204,7 +211,9 @@ fn drift_filter(p: &Params) -> Result<(Filter, usize), ApiError> {
     }
     let after = match p.get("after") {
         None => None,
-        Some(a) => Some(cursor(a).ok_or_else(|| ApiError::BadRequest(format!("after={a:?} is not a cursor this API gave (the `next` of a page)")))?),
+        Some(a) => {
+            Some(After::parse(a).ok_or_else(|| ApiError::BadRequest(format!("after={a:?} is not a cursor this API gave (the `next` or `cursor` of a page)")))?)
+        }
     };
     let mut f = Filter::default();
     f.add(&class_clause(class), []);
@@ -229,41 +238,95 @@ fn drift_filter(p: &Params) -> Result<(Filter, usize), ApiError> {
     if let Some(t) = until {
         f.add("m.time_us < ?", [Sql::Integer(t)]);
     }
-    if let Some((t, id)) = after {
-        f.add("(m.time_us, m.id) > (?, ?)", [Sql::Integer(t), Sql::Integer(id)]);
-    }
-    Ok((f, limit))
+    Ok((f, after, limit))
 }
 
 /// `class` (one of [`Class::ALL`], checked by the caller) as a literal: a signal class then
-/// reads its own partial index (`history::schema::INDEXED_CLASSES`), the others go by time.
+/// reads its own partial index (`history::schema::INDEXED_CLASSES`), the others the table in
+/// storage order.
 fn class_clause(class: &str) -> String {
     format!("m.class = '{class}'")
 }
 
-/// A cursor: the (time, id) of the last mutation of a page.
+/// Where a page of the drift feed goes on from: after a row in storage order (the
+/// `mutations` row id, which only grows: a row stored later, whatever its event time, has a
+/// higher one), written `s<id>`; or a cursor of the earlier form `<time>-<id>`, which named
+/// the last event of a page in event-time order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum After {
+    Stored(i64),
+    Legacy { time_us: i64, id: i64 },
+}
+
+impl After {
+    fn parse(text: &str) -> Option<After> {
+        match text.strip_prefix('s') {
+            Some(id) => id.parse().ok().filter(|id| *id >= 0).map(After::Stored),
+            None => cursor(text).map(|(time_us, id)| After::Legacy { time_us, id }),
+        }
+    }
+
+    /// The row after which the page starts. For a cursor of the earlier form: before the first
+    /// row that the event-time order had not given yet, and at most its row, so that neither
+    /// those nor the rows stored after it (late ones included, which that order skipped) are
+    /// missed; a few rows may come again.
+    fn row(self, c: &Connection) -> Result<i64, ApiError> {
+        match self {
+            After::Stored(id) => Ok(id),
+            After::Legacy { time_us, id } => {
+                let first: Option<i64> =
+                    c.query_row("SELECT min(id) FROM mutations WHERE (time_us, id) > (?1, ?2)", [time_us, id], |r| r.get(0)).map_err(sql_error)?;
+                Ok(first.map_or(id, |first| (first - 1).min(id)))
+            }
+        }
+    }
+}
+
+/// A cursor of the earlier form: the (time, id) of the last mutation of a page.
 fn cursor(text: &str) -> Option<(i64, i64)> {
     let (t, id) = text.split_once('-')?;
     Some((t.parse().ok()?, id.parse().ok()?))
 }
 
+/// The page's query: in storage order, after a row (`?`, the last parameter).
 fn drift_sql(f: &Filter, limit: usize) -> String {
-    format!("SELECT m.time_us, m.id, m.event FROM mutations m JOIN objects o ON o.id = m.object_id{} ORDER BY m.time_us, m.id LIMIT {}", f.sql(), limit + 1)
+    let and = if f.clauses.is_empty() { " WHERE" } else { " AND" };
+    format!("SELECT m.id, m.event FROM mutations m JOIN objects o ON o.id = m.object_id{}{and} m.id > ? ORDER BY m.id LIMIT {}", f.sql(), limit + 1)
 }
 
-fn drift_page(c: &Connection, f: &Filter, limit: usize) -> Result<Page, ApiError> {
+/// A page of the drift feed, in the order the rows were stored: a write stored after a page
+/// was read comes on a later page, even when its event time is older than that page's (writes
+/// of several API servers reach the store out of time order). A row whose event cannot be
+/// read is left out (and counted), not an error: else every page that holds it would fail, and
+/// a client could never page past it.
+fn drift_page(c: &Connection, f: &Filter, after: Option<After>, limit: usize) -> Result<Page, ApiError> {
+    // One snapshot for the page and the newest row: nothing is committed between them.
+    let tx = c.unchecked_transaction().map_err(sql_error)?;
+    let after = match after {
+        Some(a) => a.row(&tx)?,
+        None => 0,
+    };
     let sql = drift_sql(f, limit);
-    let mut stmt = c.prepare_cached(&sql).map_err(sql_error)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(f.args.iter()), |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, String>(2)?)));
+    let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
+    let args = f.args.iter().cloned().chain([Sql::Integer(after)]);
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| Ok((r.get::<_, i64>(0)?, stored_event(r, 1)?)));
     let mut rows = rows.map_err(sql_error)?.collect::<Result<Vec<_>, _>>().map_err(sql_error)?;
+    drop(stmt);
     let more = rows.len() > limit;
     rows.truncate(limit);
-    let next = if more { rows.last().map(|(t, id, _)| format!("{t}-{id}")) } else { None };
-    let events = rows
-        .into_iter()
-        .map(|(_, _, event)| RawValue::from_string(event).map_err(|e| ApiError::Internal(format!("a stored event is not JSON: {e}"))))
-        .collect::<Result<_, _>>()?;
-    Ok(Page { events, next })
+    let last = rows.last().map(|(id, _)| *id);
+    let (next, end) = match last {
+        Some(id) if more => (Some(id), id),
+        // The last page: every row stored up to the newest was looked at, matched or not, and
+        // a row stored later has a higher id.
+        _ => {
+            let newest: Option<i64> = tx.query_row("SELECT max(id) FROM mutations", [], |r| r.get(0)).map_err(sql_error)?;
+            (None, newest.unwrap_or(0).max(after))
+        }
+    };
+    let read = rows.len();
+    let events: Vec<_> = rows.into_iter().filter_map(|(_, event)| event).collect();
+    Ok(Page { unreadable: (read - events.len()) as u64, events, next: next.map(|id| format!("s{id}")), cursor: format!("s{end}") })
 }
 
 #[cfg(test)]
@@ -275,6 +338,70 @@ mod tests {
         assert_eq!(cursor("1714557600000000-42"), Some((1_714_557_600_000_000, 42)));
         assert_eq!(cursor("-5-1"), None, "a time before 1970 is no cursor this API gives");
         assert!(cursor("42").is_none() && cursor("a-b").is_none() && cursor("").is_none());
+    }
+
+    #[test]
+    fn cursors_of_both_forms_are_read() {
+        assert_eq!(After::parse("s42"), Some(After::Stored(42)));
+        assert_eq!(After::parse("s0"), Some(After::Stored(0)));
+        assert_eq!(After::parse("1714557600000000-42"), Some(After::Legacy { time_us: 1_714_557_600_000_000, id: 42 }));
+        for bad in ["s", "s-1", "sx", "S42", "42", "", "s4 2"] {
+            assert_eq!(After::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    /// A store whose rows (ids 1, 2, ...) have these times, in µs.
+    fn stored(times: &[i64]) -> Connection {
+        let c = Connection::open_in_memory().unwrap();
+        c.execute_batch(crate::history::schema::SQL).unwrap();
+        c.execute(
+            "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 2)",
+            [],
+        )
+        .unwrap();
+        for (i, t) in times.iter().enumerate() {
+            c.execute(
+                "INSERT INTO mutations (object_id, time_us, audit_id, verb, user, class, event) VALUES (1, ?1, ?2, 'update', 'u', 'drift', ?3)",
+                rusqlite::params![t, format!("a{i}"), format!("{{\"t\":{t}}}")],
+            )
+            .unwrap();
+        }
+        c
+    }
+
+    fn times(page: &Page) -> Vec<String> {
+        page.events.iter().map(|e| e.get().to_string()).collect()
+    }
+
+    #[test]
+    fn a_cursor_of_the_earlier_form_goes_on_in_storage_order_without_missing_a_row() {
+        let mut f = Filter::default();
+        f.add(&class_clause("drift"), []);
+        // Row 4 is late: stored last, stamped between rows 1 and 2.
+        let c = stored(&[10, 20, 40, 15]);
+        let page = |after: &str| drift_page(&c, &f, After::parse(after), 10).unwrap();
+        // The earlier order had given rows 1 and 2 (times 10, 20): rows 3 and 4 come.
+        assert_eq!(times(&page("20-2")), [r#"{"t":40}"#, r#"{"t":15}"#]);
+        // It had given all three it knew of: the late row it would have skipped comes.
+        let last = page("40-3");
+        assert_eq!(times(&last), [r#"{"t":15}"#]);
+        assert_eq!((last.next.as_deref(), last.cursor.as_str()), (None, "s4"));
+        // Row 1 stamped after row 2: the earlier order gave row 2 first. Row 1 comes, and row
+        // 2 again (stored after it).
+        let c = stored(&[50, 10]);
+        let page = drift_page(&c, &f, After::parse("10-2"), 10).unwrap();
+        assert_eq!(times(&page), [r#"{"t":50}"#, r#"{"t":10}"#]);
+        // Storage order: a page ends at its last row; the last page at the newest row stored,
+        // matched or not.
+        let c = stored(&[10, 20, 30]);
+        c.execute("UPDATE mutations SET class = 'expected' WHERE id = 3", []).unwrap();
+        let first = drift_page(&c, &f, None, 1).unwrap();
+        assert_eq!((times(&first), first.next.as_deref(), first.cursor.as_str()), (vec![r#"{"t":10}"#.to_string()], Some("s1"), "s1"));
+        let second = drift_page(&c, &f, After::parse("s1"), 1).unwrap();
+        assert_eq!((times(&second), second.next.as_deref(), second.cursor.as_str()), (vec![r#"{"t":20}"#.to_string()], None, "s3"));
+        let empty = stored(&[]);
+        let empty = drift_page(&empty, &f, None, 1).unwrap();
+        assert_eq!((empty.events.len(), empty.next, empty.cursor), (0, None, "s0".to_string()));
     }
 
     #[test]
@@ -298,13 +425,14 @@ mod tests {
             let class = class.as_str();
             let mut f = Filter::default();
             f.add(&class_clause(class), []);
-            let page = drift_page(&c, &f, 10).unwrap();
+            let page = drift_page(&c, &f, None, 10).unwrap();
             let got: Vec<String> = page.events.iter().map(|e| e.get().to_string()).collect();
             assert_eq!(got, [format!("{{\"i\":{i}}}"), format!("{{\"i\":{}}}", i + n)], "{class}");
             let plan: Vec<String> = c
                 .prepare(&format!("EXPLAIN QUERY PLAN {}", drift_sql(&f, 10)))
                 .unwrap()
-                .query_map([], |r| r.get::<_, String>(3))
+                // The row the page starts after.
+                .query_map([0], |r| r.get::<_, String>(3))
                 .unwrap()
                 .map(Result::unwrap)
                 .collect();

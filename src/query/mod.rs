@@ -7,8 +7,10 @@
 //!   `history::story`): from the history store, read on blocking threads.
 //!
 //! Every answer is JSON; an error is `{"error": "..."}`: 400 malformed parameters, 401 without
-//! the bearer token, 404 unknown object or route, 409 ambiguous name (with `candidates`), 410
-//! a time before the history, 503 no history store.
+//! the bearer token (checked first, before anything else of the request), 404 unknown object or
+//! route, 405 another method than GET, 409 ambiguous name (with `candidates`), 410 a time
+//! before the history, 414 a request target over [`MAX_TARGET_BYTES`], 500 a failed read, 503
+//! no history store.
 
 mod config;
 mod history;
@@ -21,8 +23,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
@@ -56,6 +59,11 @@ pub struct Context {
     pub history: Option<PathBuf>,
 }
 
+/// The longest request target (path and query) the API reads; a longer one is answered 414.
+/// A question takes a few hundred bytes. (A request line over 64 KiB never reaches the API:
+/// the HTTP layer refuses it before the request is read, with an empty 414.)
+pub const MAX_TARGET_BYTES: usize = 8192;
+
 /// A query API that is listening.
 pub struct Running {
     pub local_addr: SocketAddr,
@@ -75,6 +83,17 @@ pub enum Route {
 impl Route {
     pub const ALL: [Route; 5] = [Route::Verdict, Route::Objects, Route::Drift, Route::Why, Route::Other];
 
+    /// The route of a request's path, as [`router`] routes it.
+    fn of(path: &str) -> Route {
+        match path {
+            "/v1/verdict" => Route::Verdict,
+            "/v1/objects" => Route::Objects,
+            "/v1/drift" => Route::Drift,
+            "/v1/why" => Route::Why,
+            _ => Route::Other,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Route::Verdict => "verdict",
@@ -92,6 +111,10 @@ pub enum ApiError {
     BadRequest(String),
     Unauthorized,
     NotFound(String),
+    /// A route asked with another method than GET (or HEAD).
+    MethodNotAllowed(String),
+    /// A request target over [`MAX_TARGET_BYTES`].
+    UriTooLong(String),
     /// Several objects answer to the name; they are listed.
     Ambiguous {
         message: String,
@@ -110,6 +133,8 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::UriTooLong(_) => StatusCode::URI_TOO_LONG,
             ApiError::Ambiguous { .. } => StatusCode::CONFLICT,
             ApiError::Gone(_) => StatusCode::GONE,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -121,9 +146,13 @@ impl ApiError {
         match self {
             ApiError::Unauthorized => serde_json::json!({"error": "missing or wrong bearer token"}),
             ApiError::Ambiguous { message, candidates } => serde_json::json!({"error": message, "candidates": candidates}),
-            ApiError::BadRequest(m) | ApiError::NotFound(m) | ApiError::Gone(m) | ApiError::Unavailable(m) | ApiError::Internal(m) => {
-                serde_json::json!({"error": m})
-            }
+            ApiError::BadRequest(m)
+            | ApiError::NotFound(m)
+            | ApiError::MethodNotAllowed(m)
+            | ApiError::UriTooLong(m)
+            | ApiError::Gone(m)
+            | ApiError::Unavailable(m)
+            | ApiError::Internal(m) => serde_json::json!({"error": m}),
         }
     }
 }
@@ -145,30 +174,41 @@ impl QueryState {
                 ctx.metrics.query_requests.with_label_values(&[route.as_str(), code]);
             }
         }
+        for route in [Route::Drift, Route::Why] {
+            ctx.metrics.history_unreadable_rows.with_label_values(&[route.as_str()]);
+        }
         Arc::new(QueryState { ctx, token, reads: Semaphore::new(max_concurrent_reads.max(1)), history })
     }
 
-    /// Answers one request: the token first, then `answer` with a permit to read.
-    async fn serve<F, Fut>(self: &Arc<Self>, route: Route, headers: &HeaderMap, answer: F) -> Response
+    /// Answers one request that [`gate`] let through: `answer` with a permit to read.
+    async fn serve<F, Fut>(self: &Arc<Self>, route: Route, answer: F) -> Response
     where
         F: FnOnce(Arc<QueryState>) -> Fut,
         Fut: std::future::Future<Output = Result<String, ApiError>>,
     {
-        let result = match &self.token {
-            Some(token) if !listen::bearer_matches(headers, token) => Err(ApiError::Unauthorized),
-            _ => match self.reads.acquire().await {
-                Ok(_permit) => answer(self.clone()).await,
-                Err(_) => Err(ApiError::Unavailable("shutting down".into())),
-            },
+        let result = match self.reads.acquire().await {
+            Ok(_permit) => answer(self.clone()).await,
+            Err(_) => Err(ApiError::Unavailable("shutting down".into())),
         };
+        self.respond(route, result)
+    }
+
+    /// The answer as JSON, counted by route and code.
+    fn respond(&self, route: Route, result: Result<String, ApiError>) -> Response {
         let (code, body) = match result {
             Ok(body) => (StatusCode::OK, body),
             Err(e) => (e.code(), e.body().to_string()),
         };
         self.ctx.metrics.query_requests.with_label_values(&[route.as_str(), code.as_str()]).inc();
         let mut r = (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
-        if code == StatusCode::UNAUTHORIZED {
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        match code {
+            StatusCode::UNAUTHORIZED => {
+                r.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            StatusCode::METHOD_NOT_ALLOWED => {
+                r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+            }
+            _ => {}
         }
         r
     }
@@ -193,14 +233,38 @@ pub fn router(state: Arc<QueryState>) -> Router {
         .route("/v1/drift", get(history::drift))
         .route("/v1/why", get(why::handle))
         .fallback(not_found)
+        .layer(middleware::from_fn_with_state(state.clone(), gate))
         .with_state(state)
 }
 
-async fn not_found(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+/// What every request passes before its route answers, in this order: the bearer token (so
+/// that a client without it learns nothing of the API, not even its routes' methods), then
+/// the method, then the size of the request target.
+async fn gate(State(s): State<Arc<QueryState>>, req: Request, next: Next) -> Response {
+    let route = Route::of(req.uri().path());
+    let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
+    let refused = match &s.token {
+        Some(token) if !listen::bearer_matches(req.headers(), token) => Some(ApiError::Unauthorized),
+        _ if route != Route::Other && !matches!(*req.method(), Method::GET | Method::HEAD) => {
+            Some(ApiError::MethodNotAllowed(format!("{} {}: the API answers only GET (and HEAD)", req.method(), req.uri().path())))
+        }
+        _ if target > MAX_TARGET_BYTES => {
+            Some(ApiError::UriTooLong(format!("the request target is {target} bytes; the API reads at most {MAX_TARGET_BYTES} bytes: ask a narrower question")))
+        }
+        _ => None,
+    };
+    match refused {
+        Some(e) => s.respond(route, Err(e)),
+        None => next.run(req).await,
+    }
+}
+
+async fn not_found(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let path = uri.path().to_string();
-    s.serve(Route::Other, &headers, |_| async move {
-        Err(ApiError::NotFound(format!("no route {path}; the API serves GET /v1/verdict, /v1/objects, /v1/drift, /v1/why")))
-    })
+    s.serve(
+        Route::Other,
+        |_| async move { Err(ApiError::NotFound(format!("no route {path}; the API serves GET /v1/verdict, /v1/objects, /v1/drift, /v1/why"))) },
+    )
     .await
 }
 

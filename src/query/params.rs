@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::ApiError;
-use crate::decode::time::parse_rfc3339_micros;
+use crate::decode::time::parse_rfc3339_given;
 
 /// Most items a page may hold (`limit`).
 pub const MAX_LIMIT: usize = 1000;
@@ -45,13 +45,12 @@ impl Params {
         self.get(name).ok_or_else(|| ApiError::BadRequest(format!("{name} is required: {what}")))
     }
 
-    /// An RFC 3339 time, as µs since the epoch.
+    /// An RFC 3339 time, as µs since the epoch; a date or UTC offset that does not exist
+    /// (`+25:00`) is refused, not read as another time.
     pub fn time(&self, name: &str) -> Result<Option<i64>, ApiError> {
         match self.get(name) {
             None => Ok(None),
-            Some(t) => parse_rfc3339_micros(t)
-                .map(Some)
-                .ok_or_else(|| ApiError::BadRequest(format!("{name}={t:?} is not an RFC 3339 time (like 2024-05-01T10:00:00Z)"))),
+            Some(t) => parse_rfc3339_given(t).map(Some).map_err(|e| ApiError::BadRequest(format!("{name}={t:?} {e}"))),
         }
     }
 

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Uri};
+use axum::http::Uri;
 use axum::response::Response;
 use serde::Serialize;
 
@@ -34,9 +34,9 @@ struct Answer {
     freshness: Freshness,
 }
 
-pub async fn handle(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Verdict, &headers, |s| async move {
+    s.serve(Route::Verdict, |s| async move {
         let p = Params::parse(query.as_deref(), PARAMS)?;
         let asked = Asked::of(&p, &s.ctx.default_cluster)?;
         s.blocking(move |s| answer(s, &asked)).await

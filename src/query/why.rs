@@ -4,18 +4,18 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Uri};
+use axum::http::Uri;
 use axum::response::Response;
 
 use super::params::Params;
 use super::{ApiError, QueryState, Route};
 use crate::history::story::{self, StoryError, StoryQuery};
 
-const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at"];
+const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at", "limit", "before"];
 
-pub async fn handle(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: Uri) -> Response {
+pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Why, &headers, |s| async move {
+    s.serve(Route::Why, |s| async move {
         let p = Params::parse(query.as_deref(), PARAMS)?;
         let q = StoryQuery {
             cluster: p.get("cluster").map(str::to_string),
@@ -24,14 +24,28 @@ pub async fn handle(State(s): State<Arc<QueryState>>, headers: HeaderMap, uri: U
             name: p.get("name").map(str::to_string),
             uid: p.get("uid").map(str::to_string),
             at_us: p.time("at")?,
+            limit: Some(writes_limit(&p)?),
+            before: p.get("before").map(str::to_string),
         };
         s.blocking(move |s| {
             let story = s.history()?.read(|c| story::build(c, &q).map_err(|e| answer_error(c, &q, e)))?;
+            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Route::Why.as_str()]).inc_by(story.unreadable);
             serde_json::to_string(&story).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await
     })
     .await
+}
+
+/// `limit`: the writes one answer tells, 1 to [`story::MAX_WRITES`], [`story::DEFAULT_WRITES`]
+/// when absent.
+fn writes_limit(p: &Params) -> Result<usize, ApiError> {
+    match p.get("limit") {
+        None => Ok(story::DEFAULT_WRITES),
+        Some(l) => l.parse::<usize>().ok().filter(|n| (1..=story::MAX_WRITES).contains(n)).ok_or_else(|| {
+            ApiError::BadRequest(format!("limit={l:?} must be a whole number from 1 to {}: the most writes one answer tells", story::MAX_WRITES))
+        }),
+    }
 }
 
 /// What the store could not tell, as `why` says it.

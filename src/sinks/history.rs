@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 
 use super::{Error, Events};
 use crate::history::writer::{self, Report, WriterOptions};
-use crate::history::{Retention, Store};
+use crate::history::{OnDamaged, Retention, Store};
 use crate::metrics::Metrics;
 use crate::shell::{Errors, Span};
 use crate::status::Status;
@@ -38,6 +38,11 @@ pub struct HistoryConfig {
     /// first; `0`: no limit. At least 1 MiB. Default: 10737418240 (10 GiB).
     #[serde(default = "default_max_bytes")]
     pub max_bytes: u64,
+    /// What a store that fails SQLite's check at start gets: `"refuse"` (the service does
+    /// not start, and says what to do) or `"replace"` (its files are moved aside as
+    /// `PATH.damaged-UNIXTIME` and a new store is started). Default: `"refuse"`.
+    #[serde(default)]
+    pub on_damaged: OnDamaged,
 }
 
 fn default_path() -> String {
@@ -82,7 +87,7 @@ impl HistoryConfig {
 
 /// Opens the store (an error names the file and what SQLite said) and starts its writer.
 pub fn spawn(cfg: HistoryConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<JoinHandle<()>, Error> {
-    let store = Store::open(Path::new(&cfg.path), cfg.retention()).map_err(|e| Error::History(e.to_string()))?;
+    let store = Store::open_checked(Path::new(&cfg.path), cfg.retention(), cfg.on_damaged).map_err(|e| Error::History(e.to_string()))?;
     metrics.history_bytes.set(i64::try_from(store.disk_bytes()).unwrap_or(i64::MAX));
     let delivered = metrics.sink_events.with_label_values(&["history"]);
     let failed = metrics.sink_errors.with_label_values(&["history"]);

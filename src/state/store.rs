@@ -208,6 +208,19 @@ impl Store {
         found
     }
 
+    /// Whether an object of type `ty` in `cluster` and `namespace` whose name hashes to
+    /// `name_key` was removed by a write after resourceVersion `rv` (a tombstone whose last
+    /// write is later): it was the object of that name at `rv`. A scan, as
+    /// [`Store::find_named`]; only an eviction asks.
+    pub fn removed_named_after(&self, cluster: Sym, ty: Ty, namespace: Sym, name_key: u32, rv: u64) -> bool {
+        let mut found = false;
+        self.map.scan(|s| {
+            found |=
+                s.deleted() && s.last_resource_version > rv && s.name_key() == name_key && s.namespace == namespace && s.ty == ty && s.key.cluster == cluster;
+        });
+        found
+    }
+
     /// Keeps the states for which `keep` is true.
     fn retain(&self, mut keep: impl FnMut(&ObjectState) -> bool) {
         self.map.retain(|s| {

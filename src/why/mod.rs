@@ -7,7 +7,7 @@ mod server;
 
 use std::path::PathBuf;
 
-use crate::decode::time::parse_rfc3339_micros;
+use crate::decode::time::{parse_rfc3339_given, GivenTimeError};
 use crate::history::story::{self, Story, StoryQuery};
 use crate::history::{self, Mode};
 
@@ -65,11 +65,20 @@ pub fn parse_object(s: &str) -> Result<(String, String), String> {
     }
 }
 
-/// `--at`: an RFC 3339 time, or how long before `now_us` (`90s`, `30m`, `2h`, `1d`).
+/// The earliest `--at`: 0000-01-01T00:00:00Z, the first time RFC 3339 can write (a year has
+/// four digits). The query API reads `at` as RFC 3339, so an earlier one could not be asked
+/// of a server at all.
+pub const EARLIEST_AT_US: i64 = -62_167_219_200_000_000;
+
+/// `--at`: an RFC 3339 time, or how long before `now_us` (`90s`, `30m`, `2h`, `1d`). A time
+/// with an offset or a day that does not exist, or a duration that reaches before
+/// [`EARLIEST_AT_US`], is refused: it is a mistake, not a question about then.
 pub fn parse_at(s: &str, now_us: i64) -> Result<i64, String> {
     let s = s.trim();
-    if let Some(us) = parse_rfc3339_micros(s) {
-        return Ok(us);
+    match parse_rfc3339_given(s) {
+        Ok(us) => return Ok(us),
+        Err(GivenTimeError::NotRfc3339) => {}
+        Err(e) => return Err(format!("{s:?} {e}")),
     }
     let bad = || format!("{s:?}: expected an RFC 3339 time (2026-11-20T10:00:00Z) or how long ago (90s, 30m, 2h, 1d)");
     let split = s.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(bad)?;
@@ -82,7 +91,13 @@ pub fn parse_at(s: &str, now_us: i64) -> Result<i64, String> {
         "d" => 86_400e6,
         _ => return Err(bad()),
     };
-    Ok(now_us - (n * unit_us) as i64)
+    let at = now_us as f64 - n * unit_us;
+    if at < EARLIEST_AT_US as f64 {
+        return Err(format!(
+            "{s:?} is too long ago: --at reaches back to 0000-01-01T00:00:00Z at most; give a time (2026-11-20T10:00:00Z) or a shorter duration"
+        ));
+    }
+    Ok(at as i64)
 }
 
 #[cfg(test)]

@@ -143,6 +143,16 @@ pub fn render(story: &Story, style: Style) -> String {
     if events.is_empty() {
         let _ = writeln!(out, "\nno classified write of it {}", story.at.as_ref().map_or("is kept".to_string(), |at| format!("up to {at}")));
     }
+    if let Some(earlier) = &story.earlier {
+        let _ = writeln!(
+            out,
+            "\n{} earlier write{} not shown (the newest {} are): ask again with --before {}",
+            earlier.writes,
+            if earlier.writes == 1 { "" } else { "s" },
+            story.writes.len(),
+            earlier.before
+        );
+    }
     for (e, w) in events.iter().zip(&story.writes) {
         write_one(&mut out, e, &w.reverted_by, &story.object.kind, &story.object.name, style);
     }

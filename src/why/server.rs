@@ -94,6 +94,9 @@ impl Server {
         put("name", q.name.as_ref());
         put("uid", q.uid.as_ref());
         put("at", q.at_us.map(format_rfc3339_micros).as_ref());
+        // The server tells as many by default.
+        put("limit", q.limit.filter(|l| *l != crate::history::story::DEFAULT_WRITES).map(|l| l.to_string()).as_ref());
+        put("before", q.before.as_ref());
         let client = self.tls.apply(reqwest::Client::builder().timeout(TIMEOUT))?.build().map_err(|e| Error::Server(format!("HTTP client: {e}")))?;
         let mut req = client.get(&url).query(&params);
         if let Some(t) = &self.token {

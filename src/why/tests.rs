@@ -190,6 +190,15 @@ fn object_and_time_arguments() {
         let e = parse_at(bad, now).unwrap_err();
         assert!(e.contains("expected an RFC 3339 time"), "{bad}: {e}");
     }
+    // Before what RFC 3339 can write: a mistake, not a time to ask about.
+    assert_eq!(crate::decode::time::parse_rfc3339_micros("0000-01-01T00:00:00Z"), Some(EARLIEST_AT_US));
+    let year_0_ago = (now - EARLIEST_AT_US) / S;
+    assert_eq!(parse_at(&format!("{year_0_ago}s"), now), Ok(EARLIEST_AT_US));
+    for absurd in [format!("{}s", year_0_ago + 1), "99999999999d".to_string(), "1".repeat(400) + "d"] {
+        let e = parse_at(&absurd, now).unwrap_err();
+        assert!(e.contains("is too long ago: --at reaches back to 0000-01-01T00:00:00Z"), "{absurd}: {e}");
+    }
+    assert!(parse_at("2026-11-20T10:00:00-24:00", now).unwrap_err().contains("has the UTC offset -24:00"));
 }
 
 #[test]

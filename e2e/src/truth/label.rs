@@ -64,11 +64,16 @@ fn initialized_now(kind: &str, o: &Value, status_written: bool) -> bool {
     let observed = o.pointer("/status/observedGeneration").and_then(Value::as_i64);
     let generation = o.pointer("/metadata/generation").and_then(Value::as_i64);
     let phase = o.pointer("/metadata/annotations/kausality.io~1phase").and_then(Value::as_str) == Some("initialized");
+    // Kinds with neither: a Job once its controller started it, a CronJob at its controller's
+    // first status write.
+    let started = kind == "Job" && o.pointer("/status/startTime").is_some();
     cond("Initialized")
         || cond("Ready")
         || ((observed.is_some() || status_written) && cond("Available"))
         || phase
         || (OBSERVED_GENERATION_KINDS.contains(&kind) && observed.is_some() && observed == generation)
+        || started
+        || (kind == "CronJob" && status_written)
 }
 
 /// A pod a person removed (deleted, evicted) in a step.

@@ -54,7 +54,11 @@ fn deployment_counters_against_the_desired_replicas() {
         st[field] = json!(4);
         assert!(shows(&d, &with(Some(3), st.clone())), "{field} above (a surge)");
         st.as_object_mut().unwrap().remove(field);
-        assert!(!shows(&d, &with(Some(3), st)), "{field} absent shows nothing");
+        if field == "replicas" {
+            assert!(!shows(&d, &with(Some(3), st)), "without the count of replicas an absent counter shows nothing");
+        } else {
+            assert!(shows(&d, &with(Some(3), st)), "{field} absent beside replicas reads as 0");
+        }
     }
     assert!(!shows(&d, &with(Some(3), json!({"readyReplicas": 1}))), "readyReplicas is not a Deployment signal");
     assert!(!shows(&d, &with(Some(3), json!({"observedGeneration": 1}))), "a status without counters shows nothing");
@@ -66,6 +70,76 @@ fn deployment_counters_against_the_desired_replicas() {
     assert!(shows(&d, &with(Some(0), json!({"replicas": 1}))));
     assert!(!shows(&d, &json!({"status": {"replicas": 1}})), "no spec: no desired replicas");
     assert!(!shows(&d, &with(Some(3), json!("odd"))), "a status of another shape shows nothing");
+}
+
+#[test]
+fn deployment_counters_left_out_beside_replicas_are_0() {
+    let d = builtin(Builtin::Deployment);
+    let done = |reason: &str| json!([{"type": "Available", "status": "True"}, {"type": "Progressing", "status": "True", "reason": reason}]);
+    // The first report of a rollback of 12: no replica of the new ReplicaSet yet, so
+    // `updatedReplicas` (0) is left out, and the reason of the rollout before is kept.
+    let rollback = json!({"observedGeneration": 3, "replicas": 12, "readyReplicas": 12, "availableReplicas": 12, "unavailableReplicas": 3,
+                          "conditions": done("NewReplicaSetAvailable")});
+    assert!(shows(&d, &with(Some(12), rollback)), "0 of 12 updated");
+    let none_available = json!({"replicas": 3, "updatedReplicas": 3, "unavailableReplicas": 3, "conditions": done("NewReplicaSetAvailable")});
+    assert!(shows(&d, &with(Some(3), none_available)), "0 of 3 available");
+    // Without `replicas` the rule before holds: what is left out shows nothing.
+    assert!(!shows(&d, &with(Some(3), json!({"updatedReplicas": 3, "availableReplicas": 3}))));
+    assert!(!shows(&d, &with(Some(3), json!({"observedGeneration": 1, "conditions": done("NewReplicaSetAvailable")}))));
+    // Scaled to 0: `replicas` is 0 and left out with every counter; or written as 0.
+    assert!(!shows(&d, &with(Some(0), json!({"observedGeneration": 4, "conditions": done("NewReplicaSetAvailable")}))));
+    assert!(!shows(&d, &with(Some(0), json!({"replicas": 0}))));
+}
+
+#[test]
+fn a_paused_deployment_asks_for_no_progress() {
+    let d = builtin(Builtin::Deployment);
+    // Paused halfway through a rollout: one of 3 updated, a surge pod up.
+    let halfway = json!({"observedGeneration": 3, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 4, "availableReplicas": 4,
+                         "conditions": [{"type": "Progressing", "status": "Unknown", "reason": "DeploymentPaused"}]});
+    let spec = |paused: Value| json!({"replicas": 3, "paused": paused, "template": {}});
+    assert!(!shows(&d, &json!({"spec": spec(json!(true)), "status": halfway})));
+    assert!(shows(&d, &json!({"spec": spec(json!(false)), "status": halfway})));
+    assert!(shows(&d, &json!({"spec": spec(json!("true")), "status": halfway})), "only the boolean true pauses");
+    let under_way = json!({"replicas": 3, "updatedReplicas": 3, "availableReplicas": 3,
+                           "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]});
+    assert!(!shows(&d, &json!({"spec": spec(json!(true)), "status": under_way})), "paused: no signal at all");
+}
+
+#[test]
+fn a_partitioned_statefulset_finishes_as_far_as_its_partition() {
+    let s = builtin(Builtin::StatefulSet);
+    let obj = |replicas: i64, partition: Value, status: Value| {
+        json!({"spec": {"replicas": replicas, "template": {}, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}}},
+               "status": status})
+    };
+    let rev = |st: Value| {
+        let mut st = st;
+        st["currentRevision"] = json!("db-7c9f8d6b5");
+        st["updateRevision"] = json!("db-5b8d7f9c4");
+        st
+    };
+    // Partition 2 of 3: ordinal 2 updated, all ready; currentRevision stays behind.
+    let canary = rev(json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 3}));
+    assert!(!shows(&s, &obj(3, json!(2), canary.clone())));
+    assert!(shows(&s, &obj(3, json!(0), canary.clone())), "without a partition the revisions must meet");
+    assert!(shows(&s, &obj(3, json!(1), canary.clone())), "partition 1 asks for 2 updated");
+    assert!(shows(&s, &obj(3, json!("2"), canary.clone())), "a partition that is not a number is 0");
+    let no_partition = json!({"spec": {"replicas": 3, "template": {}}, "status": canary});
+    assert!(shows(&s, &no_partition), "no partition: the rule before");
+    // `updatedReplicas` left out beside replicas is 0: not yet as far as the partition asks.
+    let started = rev(json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "availableReplicas": 2}));
+    assert!(shows(&s, &obj(3, json!(2), started)));
+    let not_ready = rev(json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 2}));
+    assert!(shows(&s, &obj(3, json!(2), not_ready)), "the ready counts must still be met");
+    // A partition at or above the desired replicas asks for no pod to move (floor 0).
+    let none_updated = rev(json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "availableReplicas": 3}));
+    assert!(!shows(&s, &obj(3, json!(3), none_updated.clone())));
+    assert!(!shows(&s, &obj(3, json!(5), none_updated)));
+    // More updated than the partition asks (a StatefulSet created with a partition): finished.
+    let all = json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "currentRevision": "a", "updateRevision": "a"});
+    assert!(!shows(&s, &obj(3, json!(2), all.clone())));
+    assert!(shows(&s, &obj(2, json!(1), all)), "a scale-down under way");
 }
 
 #[test]
@@ -125,6 +199,26 @@ fn daemonset_updated_and_available_below_desired() {
         !shows(&ds, &obj(json!({"numberReady": 1, "desiredNumberScheduled": 3, "updatedNumberScheduled": 3, "numberAvailable": 3}))),
         "numberReady is not one"
     );
+}
+
+#[test]
+fn a_job_runs_from_its_start_until_it_reports_itself_over_and_a_cronjob_always_runs() {
+    let job = builtin(Builtin::Job);
+    let spec = json!({"completions": 3, "parallelism": 1});
+    let of = |status: Value| json!({"spec": spec, "status": status});
+    assert!(!shows(&job, &of(json!({"active": 0}))), "not started (suspended): nothing shows");
+    assert!(shows(&job, &of(json!({"startTime": "2023-11-14T22:13:21Z", "active": 1}))));
+    assert!(shows(&job, &of(json!({"startTime": "t", "succeeded": 3, "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}]}))));
+    for over in [
+        json!({"startTime": "t", "completionTime": "t2", "succeeded": 3}),
+        json!({"startTime": "t", "conditions": [{"type": "Complete", "status": "True"}]}),
+        json!({"startTime": "t", "failed": 7, "conditions": [{"type": "Failed", "status": "True"}]}),
+    ] {
+        assert!(!shows(&job, &of(over.clone())), "{over}");
+    }
+    let cron = builtin(Builtin::CronJob);
+    assert!(shows(&cron, &json!({"spec": {"schedule": "0 3 * * *"}, "status": {}})));
+    assert!(shows(&cron, &json!({"spec": {"schedule": "0 3 * * *"}, "status": {"lastScheduleTime": "t"}})));
 }
 
 #[test]
@@ -209,11 +303,35 @@ fn configured_comparisons_read_fields_numbers_strings_and_booleans() {
 }
 
 #[test]
+fn configured_paused_comparisons_hold_every_signal_back() {
+    let cmp = |c: &str| Comparison::parse(c).unwrap();
+    let p = KindProgress {
+        builtin: Some(Builtin::Deployment),
+        conditions: vec![ConditionReason::parse("Progressing=ReplicaSetUpdated").unwrap()],
+        fields: vec![cmp("status.updatedReplicas < status.expectedUpdatedReplicas")],
+        paused: vec![cmp("spec.updateStrategy.paused == true"), cmp("spec.suspend == true")],
+    };
+    let busy = json!({"replicas": 3, "updatedReplicas": 1, "expectedUpdatedReplicas": 2,
+                      "conditions": [{"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated"}]});
+    let obj = |spec: Value| json!({"spec": spec, "status": busy});
+    assert!(shows(&p, &obj(json!({"replicas": 3}))));
+    assert!(!shows(&p, &obj(json!({"replicas": 3, "updateStrategy": {"paused": true}}))), "paused: no signal holds");
+    assert!(!shows(&p, &obj(json!({"replicas": 3, "suspend": true}))), "any one of them");
+    assert!(shows(&p, &obj(json!({"replicas": 3, "suspend": false}))));
+    assert!(shows(&p, &obj(json!({"replicas": 3, "suspend": "yes"}))), "a field of another type does not hold");
+    // A lowered target that the controller reports in its status is compared as it is.
+    let fields = KindProgress { fields: vec![cmp("status.updatedReplicas < status.expectedUpdatedReplicas")], ..KindProgress::default() };
+    assert!(shows(&fields, &obj(json!({"replicas": 3}))));
+    assert!(!shows(&fields, &json!({"spec": {}, "status": {"updatedReplicas": 2, "expectedUpdatedReplicas": 2}})));
+}
+
+#[test]
 fn signals_of_a_kind_add_up() {
     let p = KindProgress {
         builtin: Some(Builtin::ReplicaSet),
         conditions: vec![ConditionReason::parse("Scaling=Waiting").unwrap()],
         fields: vec![Comparison::parse("status.phase == Busy").unwrap()],
+        paused: Vec::new(),
     };
     let done = json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1});
     assert!(!shows(&p, &with(Some(1), done.clone())));

@@ -21,7 +21,7 @@ WHERE parent_uid = ?1 AND cluster = ?2 AND (?3 IS NULL OR first_us <= ?3)
 ORDER BY kind, name, first_us";
 
 /// One object's drift mutations up to `at`, newest first. `+class`: on the object's index, not
-/// on `mutations_drift` (the drift feed's), which SQLite would otherwise pick and read every
+/// on `mutations_drift_seq` (the drift feed's), which SQLite would otherwise pick and read every
 /// drift of the store for each child.
 const DRIFTS: &str = "
 SELECT time_us, user, audit_id, resolution

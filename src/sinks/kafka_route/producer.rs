@@ -23,6 +23,7 @@ use crate::kafka as client;
 use crate::metrics::Metrics;
 use crate::route::{Copy, Message, COPY_HEADER, COPY_STATE, JUDGED_PARTITION_HEADER};
 use crate::sinks::Error;
+use crate::status::Status;
 
 /// Why a body's messages were not all acknowledged; the webhook answers 503 + Retry-After.
 #[derive(Debug, thiserror::Error)]
@@ -91,13 +92,15 @@ pub struct RouteProducer {
     closing: Arc<AtomicBool>,
     delivery_timeout: Duration,
     metrics: Arc<Metrics>,
+    /// Told whether the broker can be reached, for `/readyz`.
+    status: Arc<Status>,
 }
 
 /// Longest wait for room in the producer's local queue before a body is answered 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 impl RouteProducer {
-    pub fn new(cfg: &KafkaRouteConfig, metrics: Arc<Metrics>) -> Result<Arc<RouteProducer>, Error> {
+    pub fn new(cfg: &KafkaRouteConfig, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<Arc<RouteProducer>, Error> {
         let managed =
             [("enable.idempotence", "true".to_string()), ("acks", "all".to_string()), ("message.timeout.ms", cfg.delivery_timeout.0.as_millis().to_string())];
         let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &cfg.properties, &managed);
@@ -116,6 +119,7 @@ impl RouteProducer {
             closing: Arc::new(AtomicBool::new(false)),
             delivery_timeout: cfg.delivery_timeout.0,
             metrics,
+            status,
         });
         let (weak, every) = (Arc::downgrade(&this), cfg.metadata_refresh.0);
         std::thread::Builder::new()
@@ -220,7 +224,9 @@ impl crate::route::Producer for RouteProducer {
     }
 }
 
-/// Reads the topic's partition count, every second until it is known, then every `every`.
+/// Reads the topic's partition count, every second until it is known, then every `every`;
+/// every second again while the broker cannot be reached, which `/readyz` is told (so that it
+/// turns ready again within a second of the broker's return, with or without traffic).
 fn watch_partitions(producer: std::sync::Weak<RouteProducer>, every: Duration) {
     let mut last_warn: Option<Instant> = None;
     loop {
@@ -238,6 +244,7 @@ fn watch_partitions(producer: std::sync::Weak<RouteProducer>, every: Duration) {
                 None if n > 0 => Ok(n as i32),
                 _ => Err(format!("topic {} has no partitions ({err:?})", p.topic)),
             });
+        p.status.broker_result(found.as_ref().map(|_| ()).map_err(|e| format!("cannot read topic {} from the broker: {e}", p.topic)));
         let next = match found {
             Ok(n) => {
                 let before = p.partitions.swap(n, Ordering::AcqRel);
@@ -251,11 +258,7 @@ fn watch_partitions(producer: std::sync::Weak<RouteProducer>, every: Duration) {
                     tracing::warn!(topic = %p.topic, error = %e, "kafka route sink: cannot read the topic's partitions (retrying)");
                     last_warn = Some(Instant::now());
                 }
-                if p.partitions.load(Ordering::Acquire) > 0 {
-                    every
-                } else {
-                    Duration::from_secs(1)
-                }
+                Duration::from_secs(1).min(every)
             }
         };
         let closing = p.closing.clone();

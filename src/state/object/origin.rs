@@ -102,15 +102,17 @@ impl ObjectState {
         self.drop_empty_origins();
     }
 
-    /// Takes the oldest removed child at or after `since_us` (older ones are dropped): the one a
-    /// replacement replaces.
-    pub fn take_removed_child(&mut self, since_us: i64) -> Option<OriginWrite> {
+    /// Takes the removed child that a replacement named `name` replaces, at or after `since_us`
+    /// (older ones are dropped): by name first, where the controller reuses names (a
+    /// StatefulSet's ordinal: the latest removal of that name), else the oldest (DESIGN §1.8).
+    pub fn take_removed_child(&mut self, since_us: i64, name: &str) -> Option<OriginWrite> {
         if self.removed_children().is_empty() {
             return None;
         }
         let removed = &mut self.origins_mut().removed;
         removed.retain(|r| r.time_us >= since_us);
-        let taken = (!removed.is_empty()).then(|| removed.remove(0));
+        let at = removed.iter().rposition(|r| *r.name == *name).or((!removed.is_empty()).then_some(0));
+        let taken = at.map(|i| removed.remove(i));
         self.drop_empty_origins();
         taken
     }
@@ -188,13 +190,25 @@ mod tests {
             s.push_removed_child(write(a, t));
         }
         assert_eq!(s.removed_children().len(), MAX_REMOVED);
-        assert_eq!(s.take_removed_child(10).map(|w| w.time_us), Some(10), "older than the horizon dropped, then the oldest");
+        assert_eq!(s.take_removed_child(10, "").map(|w| w.time_us), Some(10), "older than the horizon dropped, then the oldest");
         assert_eq!(s.removed_children().len(), MAX_REMOVED - 10);
         s.set_origin_writes(Vec::new());
         assert!(s.origin_writes().is_empty());
-        while s.take_removed_child(0).is_some() {}
+        while s.take_removed_child(0, "").is_some() {}
         assert!(s.rare.is_none(), "nothing else was rare: the box is gone");
-        assert_eq!(s.take_removed_child(0), None);
+        assert_eq!(s.take_removed_child(0, ""), None);
+    }
+
+    #[test]
+    fn a_replacement_takes_the_removal_of_its_name_first_else_the_oldest() {
+        let named = |name: &str, t: i64| OriginWrite { name: Name::from(name), ..write(Sym::EMPTY, t) };
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        for (name, t) in [("db-1", 1), ("db-0", 2), ("db-0", 3), ("web-x", 4)] {
+            s.push_removed_child(named(name, t));
+        }
+        assert_eq!(s.take_removed_child(0, "db-0").map(|w| w.time_us), Some(3), "the latest removal of its name");
+        assert_eq!(s.take_removed_child(0, "web-y").map(|w| w.time_us), Some(1), "no removal of its name: the oldest");
+        assert_eq!(s.take_removed_child(0, "db-1").map(|w| w.time_us), Some(2), "its name gone: the oldest");
     }
 
     #[test]
@@ -229,7 +243,7 @@ mod tests {
         s.push_removed_child(write(Sym::EMPTY, 1));
         s.set_selector_bits(0);
         assert_eq!((s.selector_bits(), s.removed_children().len()), (0, 1), "the other rare parts stay");
-        assert!(s.take_removed_child(0).is_some());
+        assert!(s.take_removed_child(0, "").is_some());
         assert!(s.rare.is_none());
     }
 
@@ -244,7 +258,7 @@ mod tests {
         t.set_policy(Some(team.clone()));
         s.push_removed_child(write(i.intern("a"), 1));
         assert_eq!((s.removed_children().len(), t.removed_children().len()), (1, 0));
-        assert!(s.take_removed_child(0).is_some());
+        assert!(s.take_removed_child(0, "").is_some());
         assert!(s.policy().is_some(), "the policy stays when the lists are freed");
     }
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A bounded fuzz run of each cargo-fuzz target (fuzz/): the body decoder and the whole
-# processing chain as replay runs it. Each target starts from its committed seed corpus
-# (fuzz/corpus/TARGET, minimized from ../shared/audit-samples and tests/fixtures) and runs for
+# A bounded fuzz run of each cargo-fuzz target (fuzz/): the body decoder, the whole processing
+# chain as replay runs it, the history store's writer and reader, the query API's parameters.
+# Each target starts from its committed seed corpus (fuzz/corpus/TARGET, minimized from
+# ../shared/audit-samples and tests/fixtures; written by hand for query_params) and runs for
 # KAUSALITY_FUZZ_SECONDS (default 60); what it finds new goes to a scratch directory, not into
 # the committed corpus. A crash fails the target and leaves its input in fuzz/artifacts/TARGET.
 #
@@ -17,7 +18,7 @@ cd "$(dirname "$0")/.."
 
 seconds=${KAUSALITY_FUZZ_SECONDS:-60}
 sanitizer=${KAUSALITY_FUZZ_SANITIZER:-none}
-targets=(decode_body pipeline)
+targets=(decode_body pipeline history_writer query_params)
 passed=0
 failed=0
 

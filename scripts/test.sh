@@ -18,7 +18,8 @@
 #      from the Go module proxy, cached, and one test on a real control plane (built here
 #      first, cached; left out with KAUSALITY_E2E=0); KAUSALITY_LEAF=0 skips it;
 #   7. scripts/fuzz.sh: a bounded run (KAUSALITY_FUZZ_SECONDS, 60 s) of each cargo-fuzz target,
-#      the body decoder and the whole processing chain, from the committed seed corpus
+#      the body decoder, the whole processing chain, the history store's writer and the query
+#      API's parameters, from the committed seed corpus
 #      (installs cargo-fuzz; builds on stable); KAUSALITY_FUZZ=0 skips it;
 #   8. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
 #      (builds it first: ~15 min on a fresh machine, cached after); KAUSALITY_E2E=0 skips it.

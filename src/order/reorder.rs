@@ -121,6 +121,10 @@ pub struct Placing {
     pub evicts: bool,
 }
 
+/// The most two API servers' clocks are taken to differ when an eviction is put before the
+/// final delete of its pod (see [`ReorderBuffer::place`]): 2 s, far past what NTP keeps them to.
+const EVICTION_SKEW_US: i64 = 2_000_000;
+
 /// How many recent (time, resourceVersion) pairs place writes that have no resourceVersion.
 const RECENT: usize = 4096;
 
@@ -345,7 +349,10 @@ impl<T> ReorderBuffer<T> {
         let same = |o: u64| placing.object != 0 && o == placing.object;
         let mut at = self.recent.iter().filter(|&&(t, _, o)| t <= event_us || (same(o) && t <= placing.done_us)).map(|&(_, rv, _)| rv).max().unwrap_or(0);
         if placing.evicts && placing.name != 0 {
-            let since = event_us.saturating_sub(self.window_us);
+            // Within the skew two API servers' clocks may have, never more than the window: a
+            // window of a day (`replay` of a whole log) would take the removal of an earlier
+            // pod of that name for the one this eviction caused.
+            let since = event_us.saturating_sub(self.window_us.min(EVICTION_SKEW_US));
             let caused = self.removed_names.iter().filter(|&&(t, rv, n)| n == placing.name && rv <= at && t >= since).map(|&(_, rv, _)| rv).max();
             if let Some(rv) = caused {
                 at = rv.saturating_sub(1);
@@ -650,6 +657,22 @@ mod tests {
             b.flush(&mut out);
             assert_eq!(items_str(out), vec![(what, false), ("create", false), ("evict", false)]);
         }
+    }
+
+    #[test]
+    fn with_a_window_of_a_day_an_eviction_is_not_put_before_an_earlier_pod_s_removal() {
+        // `replay` of a whole log holds a day: db-0 was removed (rv 11) and made again (rv 12)
+        // in a rolling update; 9 s later a person evicts the new db-0. That removal is not the
+        // one the eviction caused (more than the 2 s two clocks may differ): it keeps its place.
+        let (evict, last) = (Placing { name: 5, evicts: true, ..Placing::default() }, Placing { name: 5, ..Placing::default() });
+        let mut b = ReorderBuffer::new(86_400_000_000, 1000);
+        let mut out = Vec::new();
+        b.push_write("rolling removal", Some(11), 0, 1_000_000, last, &mut out);
+        b.push_write("create", Some(12), 1, 1_100_000, Placing::default(), &mut out);
+        b.push_write("evict", None, 2, 10_000_000, evict, &mut out);
+        b.push_write("final delete", Some(13), 3, 10_100_000, last, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), vec![("rolling removal", false), ("create", false), ("evict", false), ("final delete", false)]);
     }
 
     #[test]

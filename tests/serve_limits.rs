@@ -231,3 +231,41 @@ async fn bodies_past_the_in_flight_budget_get_503_until_room_is_back() {
     assert!(running.shutdown().await.clean);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// One client of the query API that opens connections and never sends a request holds at most
+/// `max_connections_per_client` of them: another client is still answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_take_every_connection_of_the_query_api() {
+    let running = start(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
+         [query]\nlisten = \"127.0.0.1:0\"\nmax_connections = 8\nmax_connections_per_client = 3\n",
+    )
+    .await;
+    let addr = running.query_addr.expect("the query API listens");
+    let from = |ip: [u8; 4]| async move {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(SocketAddr::from((ip, 0))).unwrap();
+        s.connect(addr).await.unwrap()
+    };
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(from([127, 0, 0, 1]).await);
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut fourth = from([127, 0, 0, 1]).await;
+    assert!(closed_within(&mut fourth, Duration::from_secs(2)).await, "a fourth from the same client: closed at once");
+    assert!(wait_metric(running.metrics_addr, "kausality_connections_refused_total", &["listener=\"query\""], 1.0).await >= 1.0);
+    // Another client (another loopback address) is answered.
+    let mut other = from([127, 0, 0, 2]).await;
+    other.write_all(b"GET /v1/objects HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let head = read_head(&mut other, Duration::from_secs(5)).await;
+    assert!(head.starts_with("HTTP/1.1 503"), "answered (no history store here): {head}");
+    // Once one of its connections is gone, the first client gets one again.
+    drop(held.pop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut again = from([127, 0, 0, 1]).await;
+    again.write_all(b"GET /v1/objects HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    assert!(read_head(&mut again, Duration::from_secs(5)).await.starts_with("HTTP/1.1 503"));
+    drop(held);
+    running.shutdown().await;
+}

@@ -77,6 +77,10 @@ pub struct Limits {
     pub header_read_timeout: Duration,
     /// Longest a connection may wait for its next request.
     pub idle_timeout: Duration,
+    /// Most connections open at once from one client (IP address); one more from it is
+    /// accepted and closed at once, so that one client cannot take every connection of
+    /// `max_connections` from the others. `None`: no such cap.
+    pub max_connections_per_client: Option<usize>,
 }
 
 /// How many header read timeouts an answer may wait for its client to take any of its bytes:
@@ -89,13 +93,25 @@ impl Limits {
     /// longer than a slow scrape interval, so that a scraper's kept-alive connection is not
     /// closed just as it is used again.
     pub fn metrics() -> Limits {
-        Limits { name: "metrics", max_connections: 64, header_read_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(120) }
+        Limits {
+            name: "metrics",
+            max_connections: 64,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            max_connections_per_client: None,
+        }
     }
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { name: "http", max_connections: 1024, header_read_timeout: Duration::from_secs(10), idle_timeout: Duration::from_secs(120) }
+        Limits {
+            name: "http",
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            max_connections_per_client: None,
+        }
     }
 }
 
@@ -124,6 +140,7 @@ pub async fn serve(
         }
     }
     let mut conns = JoinSet::new();
+    let per_client = Arc::new(PerClient::default());
     loop {
         let (stream, peer) = tokio::select! {
             r = listener.accept() => match r {
@@ -147,12 +164,21 @@ pub async fn serve(
             tracing::debug!(%peer, listener = limits.name, open = conns.len(), "connection refused: max_connections open");
             continue;
         }
+        let Some(slot) = PerClient::take(&per_client, peer.ip(), limits.max_connections_per_client) else {
+            drop(stream);
+            if let Some(r) = &refused {
+                r.inc();
+            }
+            tracing::debug!(%peer, listener = limits.name, "connection refused: max_connections_per_client open from this client");
+            continue;
+        };
         let app = app.clone();
         let acceptor = acceptor.clone();
         let shutdown = shutdown.clone();
         let limits = limits.clone();
         let metrics = metrics.clone();
         conns.spawn(async move {
+            let _slot = slot;
             let _ = stream.set_nodelay(true);
             match acceptor {
                 None => serve_conn(stream, app, shutdown, &limits, metrics.as_deref()).await,
@@ -169,6 +195,41 @@ pub async fn serve(
     if drained.is_err() {
         tracing::warn!(open = conns.len(), listener = limits.name, "connections still open after the grace period; closing them");
         conns.abort_all();
+    }
+}
+
+/// Connections open per client, for [`Limits::max_connections_per_client`].
+#[derive(Default)]
+struct PerClient(std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>);
+
+/// One open connection of a client: given back when dropped.
+struct ClientSlot(Option<(Arc<PerClient>, std::net::IpAddr)>);
+
+impl PerClient {
+    /// A slot for a new connection from `ip`, unless it has `most` open already.
+    fn take(this: &Arc<PerClient>, ip: std::net::IpAddr, most: Option<usize>) -> Option<ClientSlot> {
+        let Some(most) = most else { return Some(ClientSlot(None)) };
+        let mut open = this.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= most {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot(Some((this.clone(), ip))))
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        if let Some((clients, ip)) = self.0.take() {
+            let mut open = clients.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(n) = open.get_mut(&ip) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(&ip);
+                }
+            }
+        }
     }
 }
 

@@ -29,6 +29,10 @@ pub struct QueryConfig {
     pub history: Option<PathBuf>,
     /// Most connections open at once; one more is accepted and closed at once. Default: 64.
     pub max_connections: usize,
+    /// Most connections open at once from one client (IP address), so that one client that
+    /// opens connections and never reads cannot shut the others out (the token is sent
+    /// inside a connection: no connection cap can come after it). Default: 16.
+    pub max_connections_per_client: usize,
     /// Most requests being answered at once (each reads on a blocking thread); more wait.
     /// Default: 4.
     pub max_concurrent_reads: usize,
@@ -47,6 +51,7 @@ impl Default for QueryConfig {
             plain_http: false,
             history: None,
             max_connections: 64,
+            max_connections_per_client: 16,
             max_concurrent_reads: 4,
             header_read_timeout: Span::secs(10),
             idle_timeout: Span::secs(120),
@@ -66,7 +71,11 @@ impl QueryConfig {
             _ => {}
         }
         check_credentials(errors, key, self.tls.as_ref(), self.bearer_token_file.as_deref());
-        for (name, n) in [("max_connections", self.max_connections), ("max_concurrent_reads", self.max_concurrent_reads)] {
+        for (name, n) in [
+            ("max_connections", self.max_connections),
+            ("max_connections_per_client", self.max_connections_per_client),
+            ("max_concurrent_reads", self.max_concurrent_reads),
+        ] {
             if n == 0 {
                 errors.push(format!("{key}.{name}"), None, "must be at least 1");
             }

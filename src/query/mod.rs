@@ -284,8 +284,13 @@ pub async fn start(cfg: &QueryConfig, ctx: Context, shutdown: watch::Receiver<bo
     metrics.connections_refused.with_label_values(&["query"]);
     let history = ctx.history.as_ref().map(|p| p.display().to_string());
     let state = QueryState::new(ctx, token, cfg.max_concurrent_reads);
-    let limits =
-        Limits { name: "query", max_connections: cfg.max_connections, header_read_timeout: cfg.header_read_timeout.0, idle_timeout: cfg.idle_timeout.0 };
+    let limits = Limits {
+        name: "query",
+        max_connections: cfg.max_connections,
+        header_read_timeout: cfg.header_read_timeout.0,
+        idle_timeout: cfg.idle_timeout.0,
+        max_connections_per_client: Some(cfg.max_connections_per_client),
+    };
     tracing::info!(addr = %local_addr, https = tls.is_some(), bearer_token = cfg.bearer_token_file.is_some(), history = ?history, "query API listening");
     let task = tokio::spawn(listen::serve(listener, router(state), tls, shutdown, grace, limits, Some(metrics)));
     Ok(Running { local_addr, task })

@@ -95,8 +95,14 @@ pub async fn start(
             metrics.tls_handshake_failures.with_label_values(&[reason.as_str()]);
         }
     }
-    let limits =
-        Limits { name: "webhook", max_connections: cfg.max_connections, header_read_timeout: cfg.header_read_timeout.0, idle_timeout: cfg.idle_timeout.0 };
+    // API servers are few clients, each with as many connections as it batches at once.
+    let limits = Limits {
+        name: "webhook",
+        max_connections: cfg.max_connections,
+        header_read_timeout: cfg.header_read_timeout.0,
+        idle_timeout: cfg.idle_timeout.0,
+        max_connections_per_client: None,
+    };
     let https = tls.is_some();
     let mtls = cfg.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
     tracing::info!(addr = %local_addr, https, client_certs = mtls, bearer_token = cfg.bearer_token_file.is_some(), "webhook listening");

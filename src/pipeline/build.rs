@@ -128,6 +128,11 @@ fn metrics(cfg: &PipelineConfig) -> Arc<Metrics> {
             metrics.snapshot_partitions.with_label_values(&[result]);
         }
     }
+    // Hand edits of applied objects, by applier: a closed set, from the first scrape (an alert
+    // and a panel read them before the first edit).
+    for applier in crate::config::appliers::BUILTIN_NAMES.iter().chain(&[crate::metrics::OTHER_KIND]) {
+        metrics.applier_hand_edits.with_label_values(&[applier]);
+    }
     for s in &cfg.sources {
         metrics.events_received.with_label_values(&[s.kind()]);
         if matches!(s, SourceConfig::Webhook(_)) {

@@ -25,6 +25,7 @@ pub mod audit;
 pub mod controlplane;
 pub mod enriched;
 pub mod harness;
+pub mod random;
 pub mod serve;
 pub mod truth;
 pub mod wait;

@@ -13,6 +13,9 @@ use crate::enriched::short_user;
 /// Kinds whose controller's first report of the current generation ends initialization
 /// (src/config.rs, docs/model.md): they have no ready-like condition.
 const OBSERVED_GENERATION_KINDS: [&str; 4] = ["ReplicaSet", "StatefulSet", "DaemonSet", "ReplicationController"];
+/// Kinds with no ready-like condition at all, initialized at their controller's first status
+/// write (DESIGN §1.4: a Job's `startTime`).
+const FIRST_STATUS_KINDS: [&str; 2] = ["Job", "CronJob"];
 /// An object as the audit log shows it so far.
 #[derive(Clone, Debug)]
 struct Obj {
@@ -69,6 +72,8 @@ fn initialized_now(kind: &str, o: &Value, status_written: bool) -> bool {
         || ((observed.is_some() || status_written) && cond("Available"))
         || phase
         || (OBSERVED_GENERATION_KINDS.contains(&kind) && observed.is_some() && observed == generation)
+        // No ready-like condition: initialized at its controller's first status write.
+        || (FIRST_STATUS_KINDS.contains(&kind) && status_written)
 }
 
 /// A pod a person removed (deleted, evicted) in a step.

@@ -34,10 +34,12 @@ struct Args {
     days: usize,
     steps: usize,
     seed: Option<u64>,
+    /// Print the days the seeds draw, run nothing.
+    dry_run: bool,
 }
 
 fn args() -> Result<Args> {
-    let mut a = Args { days: 1, steps: 8, seed: None };
+    let mut a = Args { days: 1, steps: 8, seed: None, dry_run: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -45,9 +47,10 @@ fn args() -> Result<Args> {
             "--days" => a.days = value("--days")?.parse().context("--days N")?,
             "--steps" => a.steps = value("--steps")?.parse().context("--steps M")?,
             "--seed" => a.seed = Some(value("--seed")?.parse().context("--seed S (a number)")?),
+            "--dry-run" => a.dry_run = true,
             // What cargo and libtest pass along.
             "--test-threads=1" | "--nocapture" | "-q" | "--quiet" => {}
-            other => bail!("unknown argument {other}: --days N --steps M --seed S"),
+            other => bail!("unknown argument {other}: --days N --steps M --seed S --dry-run"),
         }
     }
     Ok(a)
@@ -85,6 +88,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.dry_run {
+        for d in 0..args.days {
+            let day = random::day(args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64)), args.steps);
+            println!("day seed {}: {} steps", day.seed, day.steps());
+            for w in &day.workloads {
+                println!("  {:?}: {}", w.kind, w.actions.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", "));
+            }
+        }
+        return ExitCode::SUCCESS;
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     let t0 = Instant::now();
     let cluster = match rt.block_on(Cluster::start("random", 1)) {

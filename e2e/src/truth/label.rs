@@ -607,6 +607,30 @@ mod tests {
     }
 
     #[test]
+    fn a_job_is_initialized_at_its_first_status_write() {
+        const JC: &str = "system:serviceaccount:kube-system:job-controller";
+        let job = || json!({"kind": "Job", "metadata": {"name": "j", "uid": "u-j", "generation": 1}, "spec": {"completions": 2}});
+        let pod = |name: &str| {
+            json!({"kind": "Pod", "metadata": {"name": name, "uid": format!("u-{name}"),
+                "ownerReferences": [{"kind": "Job", "name": "j", "uid": "u-j", "controller": true}]}, "spec": {"image": "a"}})
+        };
+        let lines = vec![
+            line("create-job", 0, "create jobs", "kubernetes-admin", 1, job()),
+            line("p1", 1, "create pods", JC, 2, pod("p1")),
+            line("status", 2, "update jobs/status", JC, 3, {
+                let mut j = job();
+                j["status"] = json!({"startTime": "2027-01-15T08:00:02Z", "active": 1});
+                j
+            }),
+            line("p2", 3, "create pods", JC, 4, pod("p2")),
+        ];
+        let p = plan(&[(0, Cause::Intent(vec![("Job".into(), "j".into())]), &[("create-job", "unowned", Role::Plain)])]);
+        let labels = label(&lines, &p).unwrap();
+        assert_eq!(at(&labels, "p1").0, "initializing");
+        assert_eq!(at(&labels, "p2").0, "expected", "DESIGN §1.4: initialized at the controller's first status write");
+    }
+
+    #[test]
     fn a_write_nothing_explains_fails_the_truth() {
         let lines =
             vec![line("create-rs", 0, "create replicasets", "kubernetes-admin", 1, rs(1, Some(1))), line("p1", 10, "create pods", RSC, 2, pod("p1", false))];

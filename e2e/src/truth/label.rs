@@ -108,7 +108,8 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
         .filter(|l| (200..300).contains(&l.code()))
         .map(|l| Written { received_us: l.str("/requestReceivedTimestamp").and_then(parse_time_us).unwrap_or(0), line: l })
         .collect();
-    let (mut with_rv, without): (Vec<Written>, Vec<Written>) = ok.into_iter().partition(|w| w.line.resource_version().is_some());
+    let (mut with_rv, without): (Vec<Written>, Vec<Written>) =
+        ok.into_iter().partition(|w| w.line.resource_version().is_some() && !is_immediate_delete(w.line));
     with_rv.sort_by_key(|w| w.line.resource_version());
     // (the index of the write it follows, 0 for a write with a resourceVersion, received).
     let mut keyed: Vec<((i64, u8, i64), Written)> = with_rv.into_iter().enumerate().map(|(i, w)| ((i as i64, 0, 0), w)).collect();
@@ -137,6 +138,14 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
     }
     keyed.sort_by_key(|(k, _)| *k);
     keyed.into_iter().map(|(_, w)| w).collect()
+}
+
+/// A delete with grace period 0 answered with the object: the API server first marks the
+/// object deleted, then removes it, and the answer carries the resourceVersion of the removal.
+/// The controllers see the mark and act before that (a replacement pod of a lower
+/// resourceVersion), so the delete goes where it was received, like a write without one.
+fn is_immediate_delete(l: &AuditLine) -> bool {
+    l.str("/verb") == Some("delete") && l.value.pointer("/responseObject/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(0)
 }
 
 /// The labels of every write in the namespace, or the writes no rule explains.
@@ -614,6 +623,20 @@ mod tests {
         ];
         let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
         assert_eq!(order, ["p1", "p2", "gc", "dc", "other"]);
+    }
+
+    #[test]
+    fn a_delete_with_grace_period_zero_goes_where_it_was_received() {
+        let mut gone = pod("p1", true);
+        gone["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        let lines = vec![
+            line("p1", 0, "create pods", RSC, 5, pod("p1", false)),
+            // alice's delete is marked at 6 and removed at 8; the replacement is created at 7.
+            line("alice", 10, "delete pods", "alice", 8, gone),
+            line("p2", 11, "create pods", RSC, 7, pod("p2", false)),
+        ];
+        let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
+        assert_eq!(order, ["p1", "alice", "p2"]);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use kausality_e2e::audit;
 use kausality_e2e::enriched::Event;
 use kausality_e2e::harness::{Cluster, Scene, REORDER_WINDOW};
 use kausality_e2e::random::{self, act, record, Day};
-use kausality_e2e::truth::{self, event_key, Judgement, Label};
+use kausality_e2e::truth::{self, event_key, Judgement, Label, Plan};
 
 /// A day runs its workloads at once; the longest takes a few minutes.
 const DAY_TIMEOUT: Duration = Duration::from_secs(1200);
@@ -36,10 +36,12 @@ struct Args {
     seed: Option<u64>,
     /// Print the days the seeds draw, run nothing.
     dry_run: bool,
+    /// Label the recorded days again with the oracle as it is now, run nothing.
+    relabel: bool,
 }
 
 fn args() -> Result<Args> {
-    let mut a = Args { days: 1, steps: 8, seed: None, dry_run: false };
+    let mut a = Args { days: 1, steps: 8, seed: None, dry_run: false, relabel: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -48,9 +50,10 @@ fn args() -> Result<Args> {
             "--steps" => a.steps = value("--steps")?.parse().context("--steps M")?,
             "--seed" => a.seed = Some(value("--seed")?.parse().context("--seed S (a number)")?),
             "--dry-run" => a.dry_run = true,
+            "--relabel" => a.relabel = true,
             // What cargo and libtest pass along.
             "--test-threads=1" | "--nocapture" | "-q" | "--quiet" => {}
-            other => bail!("unknown argument {other}: --days N --steps M --seed S --dry-run"),
+            other => bail!("unknown argument {other}: --days N --steps M --seed S --dry-run --relabel"),
         }
     }
     Ok(a)
@@ -98,6 +101,9 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    if args.relabel {
+        return relabel();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
     let t0 = Instant::now();
     let cluster = match rt.block_on(Cluster::start("random", 1)) {
@@ -129,6 +135,28 @@ fn main() -> ExitCode {
     }
     println!("    cluster stopped in {:.1}s", t1.elapsed().as_secs_f64());
     summary(&outcomes, t0.elapsed().as_secs_f64())
+}
+
+/// Every recorded day labelled again (`--relabel`).
+fn relabel() -> ExitCode {
+    let mut status = ExitCode::SUCCESS;
+    for sub in ["failing", "passing"] {
+        let dir = record::fixtures_dir().join(sub);
+        let mut paths: Vec<_> = std::fs::read_dir(&dir)
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.to_string_lossy().ends_with(".expected.json")).collect())
+            .unwrap_or_default();
+        paths.sort();
+        for p in paths {
+            match record::relabel(&p) {
+                Ok((to, n)) => println!("{}: {n} mismatch(es), now in {}", p.display(), to.display()),
+                Err(e) => {
+                    println!("{}: {e:#}", p.display());
+                    status = ExitCode::FAILURE;
+                }
+            }
+        }
+    }
+    status
 }
 
 fn verdict_word(v: &Verdict) -> String {
@@ -165,6 +193,7 @@ async fn run_day(cluster: &Cluster, day: &Day) -> Result<(Verdict, Vec<Label>, V
         ran.push(r);
     }
     let (mut labels, mut events, mut streams) = (Vec::new(), Vec::new(), Vec::new());
+    let plans: BTreeMap<String, Plan> = scenes.iter().zip(&ran).map(|(s, r)| (s.ns.clone(), r.plan.clone())).collect();
     for (s, r) in scenes.iter().zip(&ran) {
         let scenarios = cluster.dir.join("scenarios");
         std::fs::create_dir_all(&scenarios)?;
@@ -189,8 +218,16 @@ async fn run_day(cluster: &Cluster, day: &Day) -> Result<(Verdict, Vec<Label>, V
         println!("    mismatch: {m}");
     }
     let lines = record::merge(streams);
-    let rec =
-        record::DayRecord { name: format!("seed-{seed}"), seed, about: about.join("\n"), lines: &lines, labels: &labels, events: &events, judged: &judged };
+    let rec = record::DayRecord {
+        name: format!("seed-{seed}"),
+        seed,
+        about: about.join("\n"),
+        lines: &lines,
+        plans: &plans,
+        labels: &labels,
+        events: &events,
+        judged: &judged,
+    };
     let dir = if !judged.mismatches.is_empty() {
         record::fixtures_dir().join("failing")
     } else if cluster.record {

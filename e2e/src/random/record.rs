@@ -7,15 +7,17 @@
 //! got wrong (`mismatches`): their replay may still differ there, and only there, until the
 //! model is fixed, so a known failing day never fails `cargo test`.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
-use crate::audit::{classes, write_lines};
+use crate::audit::{classes, replay, write_lines, AuditLine};
 use crate::enriched::Event;
-use crate::truth::{Judgement, Label};
+use crate::harness::REORDER_WINDOW;
+use crate::truth::{self, Judgement, Label, Plan};
 use crate::CLUSTER;
 
 /// `tests/fixtures/random-days/` of the root package.
@@ -47,6 +49,9 @@ pub struct DayRecord<'a> {
     /// The day's workloads and actions, in words.
     pub about: String,
     pub lines: &'a [String],
+    /// What the test did in each namespace: kept so that the day can be labelled again when
+    /// the oracle learns a rule ([`relabel`]).
+    pub plans: &'a BTreeMap<String, Plan>,
     pub labels: &'a [Label],
     /// What kausality-stream classified (the replay of the day's namespaces).
     pub events: &'a [Event],
@@ -72,10 +77,46 @@ pub fn write(dir: &Path, r: &DayRecord<'_>) -> Result<()> {
         "served": classes(r.events)?,
         "mismatches": r.judged.mismatches.iter().map(|m| (mismatch_key(m).to_string(), json!(m))).collect::<serde_json::Map<_, _>>(),
         "confusion": r.judged.report(),
+        "plans": r.plans,
     });
     if let (Value::Object(truth), Some(o)) = (Judgement::expectations(r.labels), expected.as_object_mut()) {
         o.extend(truth);
     }
     fs::write(dir.join(format!("{}.expected.json", r.name)), serde_json::to_string_pretty(&expected)? + "\n")?;
     Ok(())
+}
+
+/// Labels a recorded day again from its stream and plans (the oracle may have learned a rule
+/// since), replays it, and writes it again into `passing/` or `failing/` as it now judges.
+/// Returns where it went and its mismatches.
+pub fn relabel(expected_path: &Path) -> Result<(PathBuf, usize)> {
+    let expected: Value = serde_json::from_str(&fs::read_to_string(expected_path)?)?;
+    let name = expected["scenario"].as_str().context("scenario")?.to_string();
+    let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
+    let text = fs::read_to_string(&jsonl).with_context(|| format!("reading {}", jsonl.display()))?;
+    let lines: Vec<AuditLine> = text.lines().map(|l| Ok(AuditLine { raw: l.to_string(), value: serde_json::from_str(l)? })).collect::<Result<_>>()?;
+    let plans: BTreeMap<String, Plan> = serde_json::from_value(expected["plans"].clone()).context("the fixture keeps no plans: record the day again")?;
+    let mut labels = Vec::new();
+    for (ns, plan) in &plans {
+        let own: Vec<AuditLine> = lines
+            .iter()
+            .filter(|l| {
+                l.str("/objectRef/namespace") == Some(ns) || (l.str("/objectRef/resource") == Some("namespaces") && l.str("/objectRef/name") == Some(ns))
+            })
+            .cloned()
+            .collect();
+        labels.extend(truth::label(&own, plan).with_context(|| format!("{name}: namespace {ns}"))?);
+    }
+    let events = replay(&jsonl, REORDER_WINDOW)?;
+    let judged = Judgement::new(&labels, &events);
+    let dir = fixtures_dir().join(if judged.mismatches.is_empty() { "passing" } else { "failing" });
+    let seed = expected["seed"].as_str().and_then(|s| s.parse().ok()).context("seed")?;
+    let stripped: Vec<String> = text.lines().map(str::to_string).collect();
+    let about = expected["about"].as_str().unwrap_or("").to_string();
+    if Some(dir.as_path()) != expected_path.parent() {
+        fs::remove_file(expected_path)?;
+        fs::remove_file(&jsonl)?;
+    }
+    write(&dir, &DayRecord { name, seed, about, lines: &stripped, plans: &plans, labels: &labels, events: &events, judged: &judged })?;
+    Ok((dir, judged.mismatches.len()))
 }

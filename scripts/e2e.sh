@@ -10,6 +10,13 @@
 #
 # Arguments go to the test runner: substring filters (`scripts/e2e.sh rollout`).
 # KAUSALITY_E2E_RECORD=1 rewrites tests/fixtures/controlplane/ from this run.
+#
+#   scripts/e2e.sh random [--days N] [--steps M] [--seed S]
+#
+# runs random cluster days instead (e2e/tests/random_days.rs, docs/e2e.md "Random days"): fresh
+# seeds unless --seed, each printed; a failing day is recorded in
+# tests/fixtures/random-days/failing/, a passing one with KAUSALITY_E2E_RECORD=1 in
+# tests/fixtures/random-days/passing/.
 # Prints the wall time of each step; exits non-zero if any step failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +47,11 @@ cleanup() {
 trap cleanup EXIT
 
 status=0
+random=0
+if [[ ${1:-} == random ]]; then
+  random=1
+  shift
+fi
 
 step "control plane binaries (scripts/controlplane.sh build)"
 t=$SECONDS
@@ -65,10 +77,17 @@ if ! cargo build --locked -p kausality-e2e --tests; then
 fi
 took "e2e tests build" $((SECONDS - t))
 
-step "cargo test -p kausality-e2e"
-t=$SECONDS
-cargo test --locked -p kausality-e2e -- --test-threads=1 "$@" || status=1
-took "e2e scenarios" $((SECONDS - t))
+if ((random)); then
+  step "cargo test -p kausality-e2e --test random_days"
+  t=$SECONDS
+  KAUSALITY_E2E_RANDOM=1 cargo test --locked -p kausality-e2e --test random_days -- "$@" || status=1
+  took "random days" $((SECONDS - t))
+else
+  step "cargo test -p kausality-e2e"
+  t=$SECONDS
+  cargo test --locked -p kausality-e2e -- --test-threads=1 "$@" || status=1
+  took "e2e scenarios" $((SECONDS - t))
+fi
 
 cleanup
 trap - EXIT

@@ -17,6 +17,8 @@
 //! - [`workloads`]: Deployments, and waiting for the real controllers to be done with them.
 //! - [`truth`]: the ground truth of a scenario from what the test did (its steps, its own
 //!   writes), every write of its namespace labelled, compared with kausality-stream's classes.
+//! - [`random`]: random cluster days: a seeded catalog of actions on workloads, run against
+//!   the cluster, labelled by [`truth`], recorded as fixtures (`scripts/e2e.sh random`).
 //! - [`wait`]: polling a condition until it holds.
 //! - [`harness`]: all of the above together for one cluster, stopped when dropped.
 
@@ -25,6 +27,7 @@ pub mod audit;
 pub mod controlplane;
 pub mod enriched;
 pub mod harness;
+pub mod random;
 pub mod serve;
 pub mod truth;
 pub mod wait;

@@ -46,6 +46,12 @@ fn content(o: &Value) -> Value {
     Value::Object(m)
 }
 
+/// A response that holds only the object's metadata (`PartialObjectMetadata`, what the garbage
+/// collector reads and patches): it says nothing of the spec.
+fn is_metadata_only(o: &Value) -> bool {
+    o.get("kind").and_then(Value::as_str) == Some("PartialObjectMetadata")
+}
+
 fn controller_owner(o: &Value) -> Option<String> {
     o.pointer("/metadata/ownerReferences")?
         .as_array()?
@@ -102,7 +108,8 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
         .filter(|l| (200..300).contains(&l.code()))
         .map(|l| Written { received_us: l.str("/requestReceivedTimestamp").and_then(parse_time_us).unwrap_or(0), line: l })
         .collect();
-    let (mut with_rv, without): (Vec<Written>, Vec<Written>) = ok.into_iter().partition(|w| w.line.resource_version().is_some());
+    let (mut with_rv, without): (Vec<Written>, Vec<Written>) =
+        ok.into_iter().partition(|w| w.line.resource_version().is_some() && !is_immediate_delete(w.line));
     with_rv.sort_by_key(|w| w.line.resource_version());
     // (the index of the write it follows, 0 for a write with a resourceVersion, received).
     let mut keyed: Vec<((i64, u8, i64), Written)> = with_rv.into_iter().enumerate().map(|(i, w)| ((i as i64, 0, 0), w)).collect();
@@ -131,6 +138,14 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
     }
     keyed.sort_by_key(|(k, _)| *k);
     keyed.into_iter().map(|(_, w)| w).collect()
+}
+
+/// A delete with grace period 0 answered with the object: the API server first marks the
+/// object deleted, then removes it, and the answer carries the resourceVersion of the removal.
+/// The controllers see the mark and act before that (a replacement pod of a lower
+/// resourceVersion), so the delete goes where it was received, like a write without one.
+fn is_immediate_delete(l: &AuditLine) -> bool {
+    l.str("/verb") == Some("delete") && l.value.pointer("/responseObject/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(0)
 }
 
 /// The labels of every write in the namespace, or the writes no rule explains.
@@ -281,6 +296,8 @@ impl<'p> Labeller<'p> {
             ("create", "") => true,
             ("delete" | "deletecollection", "") => !deleting,
             ("update" | "patch", "") => match (before, after) {
+                // Metadata only (the garbage collector's patches): no spec to compare.
+                (Some(_), Some(a)) if is_metadata_only(a) => false,
                 (Some(b), Some(a)) => b.content != content(a),
                 (None, _) => true,
                 _ => false,
@@ -308,7 +325,9 @@ impl<'p> Labeller<'p> {
             }
             obj.name = a.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(&obj.name).to_string();
             obj.owner = controller_owner(a);
-            obj.content = content(a);
+            if !(before.is_some() && is_metadata_only(a)) {
+                obj.content = content(a);
+            }
             obj.deleting |= a.pointer("/metadata/deletionTimestamp").is_some();
             obj.status_written |= w.sub == "status";
             obj.initialized |= initialized_now(&obj.kind, a, obj.status_written);
@@ -604,6 +623,62 @@ mod tests {
         ];
         let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
         assert_eq!(order, ["p1", "p2", "gc", "dc", "other"]);
+    }
+
+    #[test]
+    fn a_delete_with_grace_period_zero_goes_where_it_was_received() {
+        let mut gone = pod("p1", true);
+        gone["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        let lines = vec![
+            line("p1", 0, "create pods", RSC, 5, pod("p1", false)),
+            // alice's delete is marked at 6 and removed at 8; the replacement is created at 7.
+            line("alice", 10, "delete pods", "alice", 8, gone),
+            line("p2", 11, "create pods", RSC, 7, pod("p2", false)),
+        ];
+        let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
+        assert_eq!(order, ["p1", "alice", "p2"]);
+    }
+
+    #[test]
+    fn a_metadata_only_patch_changes_no_spec() {
+        const GC: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+        let mut deleting = rs(1, Some(1));
+        deleting["metadata"]["deletionTimestamp"] = json!("2027-01-15T08:00:00Z");
+        deleting["metadata"]["finalizers"] = json!(["orphan"]);
+        let lines = vec![
+            line("create-rs", 0, "create replicasets", "kubernetes-admin", 1, rs(1, None)),
+            line("orphan", 1, "delete replicasets", "kubernetes-admin", 2, deleting),
+            // The garbage collector removes the orphan finalizer, answered with metadata only.
+            line("gc", 2, "patch replicasets", GC, 3, json!({"kind": "PartialObjectMetadata", "metadata": {"name": "r", "uid": "u-r"}})),
+        ];
+        let p =
+            plan(&[(0, Cause::Intent(vec![("ReplicaSet".into(), "r".into())]), &[("create-rs", "unowned", Role::Plain), ("orphan", "unowned", Role::Plain)])]);
+        let labels = label(&lines, &p).unwrap();
+        assert_eq!(at(&labels, "gc").0, NONE);
+    }
+
+    #[test]
+    fn a_job_is_initialized_at_its_first_status_write() {
+        const JC: &str = "system:serviceaccount:kube-system:job-controller";
+        let job = || json!({"kind": "Job", "metadata": {"name": "j", "uid": "u-j", "generation": 1}, "spec": {"completions": 2}});
+        let pod = |name: &str| {
+            json!({"kind": "Pod", "metadata": {"name": name, "uid": format!("u-{name}"),
+                "ownerReferences": [{"kind": "Job", "name": "j", "uid": "u-j", "controller": true}]}, "spec": {"image": "a"}})
+        };
+        let lines = vec![
+            line("create-job", 0, "create jobs", "kubernetes-admin", 1, job()),
+            line("p1", 1, "create pods", JC, 2, pod("p1")),
+            line("status", 2, "update jobs/status", JC, 3, {
+                let mut j = job();
+                j["status"] = json!({"startTime": "2027-01-15T08:00:02Z", "active": 1});
+                j
+            }),
+            line("p2", 3, "create pods", JC, 4, pod("p2")),
+        ];
+        let p = plan(&[(0, Cause::Intent(vec![("Job".into(), "j".into())]), &[("create-job", "unowned", Role::Plain)])]);
+        let labels = label(&lines, &p).unwrap();
+        assert_eq!(at(&labels, "p1").0, "initializing");
+        assert_eq!(at(&labels, "p2").0, "expected", "DESIGN §1.4: initialized at the controller's first status write");
     }
 
     #[test]

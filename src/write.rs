@@ -141,6 +141,10 @@ pub struct ObjectFacts {
     /// The applier's parent that the object's markers name (DESIGN §1.9); `None` with a
     /// controller ownerReference, which wins.
     pub applier: Option<Box<Membership>>,
+    /// The answer holds the object's metadata only (`PartialObjectMetadata`, what a client of
+    /// the metadata API gets: the garbage collector orphaning or adopting an object): it says
+    /// nothing of the spec or the status.
+    pub metadata_only: bool,
     /// What an applier's parent shows of its intent (its source revision, DESIGN §1.9):
     /// only for the parents of appliers whose intent is a revision.
     pub intent: Option<Box<IntentFacts>>,
@@ -436,6 +440,7 @@ impl Extractor<'_> {
             .map(Box::new)
         });
         Some(ObjectFacts {
+            metadata_only: kind == "PartialObjectMetadata" && api_version.starts_with("meta.k8s.io/"),
             uid: uid_key(uid),
             uid_text: Arc::from(uid),
             ty: self.interner.ty(self.interner.intern(api_version), self.interner.intern(kind)),

@@ -601,3 +601,32 @@ fn an_eviction_that_comes_past_the_window_is_not_taken_for_the_pod_created_since
     let e = find(&out, &person).expect("carol's delete of the new pod is a first delete");
     assert_eq!((e.class, &*e.object.uid), (Class::Origin, &*new.uid));
 }
+
+/// `kubectl delete --cascade=orphan`: the garbage collector removes the ownerReference of the
+/// ReplicaSet with a metadata-only patch, answered with a `PartialObjectMetadata`. It changes
+/// no spec: not a mutation (found by a random day, seed 17941246411164689450), and it does not
+/// make the state forget the spec: a later write that leaves the spec as it was is no mutation
+/// either, one that changes it is.
+#[test]
+fn the_garbage_collector_s_orphaning_patch_answered_with_metadata_only_is_no_mutation() {
+    let (mut api, mut events, t) = stable("orphan");
+    let patch = api.patch(GARBAGE_COLLECTOR, &t.rs, |r| {
+        r["metadata"].as_object_mut().unwrap().remove("ownerReferences");
+    });
+    let mut v: serde_json::Value = serde_json::from_str(&patch).unwrap();
+    let md = v["responseObject"]["metadata"].clone();
+    v["responseObject"] = json!({"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": md});
+    let orphaning = v.to_string();
+    events.push(orphaning.clone());
+    let same = api.update(ADMIN, &t.rs, |r| {
+        r["metadata"]["labels"] = json!({"note": "orphaned"});
+    });
+    events.push(same.clone());
+    let scaled = api.update(ADMIN, &t.rs, |r| r["spec"]["replicas"] = json!(3));
+    events.push(scaled.clone());
+    let (p, out) = run(&events);
+    assert!(not_classified(&out, &orphaning), "the orphaning patch is no mutation");
+    assert!(not_classified(&out, &same), "a label change after it is none either: the spec is still known");
+    assert_eq!(class_of(&out, &scaled), Class::Unowned, "orphaned: the top of its own tree now");
+    assert!(ignored(&p, Ignored::NotSpecChange) >= 2);
+}

@@ -478,6 +478,13 @@ impl Engine {
     fn update(&self, w: &Write, f: &ObjectFacts) -> Applied {
         let key = Self::key(w, f.uid);
         let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash(), s.status_hash(), s.generation()));
+        // An answer of metadata only (the garbage collector's orphaning patch) shows no spec: it
+        // changed the spec only if the generation moved. Otherwise it is no mutation of intent,
+        // and its empty spec and status must not overwrite what the state knows.
+        if f.metadata_only && !prev.is_some_and(|(_, _, _, g)| g != 0 && f.generation.is_some_and(|n| n != g)) {
+            self.store.update(&key, |s| s.seen_at(w.time_us));
+            return Applied::Ignored(Ignored::NotSpecChange);
+        }
         let spec_changed = match prev {
             Some((rv, ..)) if rv != 0 && f.resource_version == Some(rv) => {
                 self.store.update(&key, |s| s.seen_at(w.time_us));

@@ -242,11 +242,18 @@ snapshot_interval = "100ms"
 async fn an_ingest_tier_whose_broker_cannot_be_reached_is_not_ready() {
     let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let running = start(&format!(
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[[sinks]]\ntype = \"kafka_route\"\nbrokers = \"{nobody}\"\ntopic = \"audit\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[[sinks]]\ntype = \"kafka_route\"\nbrokers = \"{nobody}\"\ntopic = \"audit\"\ndelivery_timeout = \"2s\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"
     ))
     .await;
     let (code, why) = wait_readyz(running.metrics_addr, |c, _| c == 503).await;
     assert_eq!(code, 503, "{why}");
     assert!(why.starts_with("not ready: sink cannot write: kafka_route: cannot read topic audit from the broker"), "{why}");
+    // A body is answered 503 within the delivery timeout it documents (and a little), not 5 s
+    // past it.
+    let started = std::time::Instant::now();
+    let r = reqwest::Client::new().post(format!("http://{}/audit", running.webhook_addrs[0])).body(event_list(&deployment_story("b"))).send().await.unwrap();
+    let took = started.elapsed();
+    assert_eq!(r.status().as_u16(), 503);
+    assert!(took < std::time::Duration::from_millis(3500), "answered after {took:?} with a 2 s delivery timeout");
     running.shutdown().await;
 }

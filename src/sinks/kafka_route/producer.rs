@@ -96,6 +96,12 @@ pub struct RouteProducer {
     status: Arc<Status>,
 }
 
+/// How long past `delivery_timeout` (librdkafka's `message.timeout.ms`, which fails a message
+/// itself) a body waits for its acknowledgements before it is answered 503 all the same: a
+/// safety net, kept short, so that the webhook's answer comes within the timeout it documents
+/// (it waited 5 s more, and a body took 10 s with a 5 s timeout while the broker was down).
+const DELIVERY_SLACK: Duration = Duration::from_millis(500);
+
 /// Longest wait for room in the producer's local queue before a body is answered 503.
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
 
@@ -163,7 +169,7 @@ impl RouteProducer {
             }
         }
         flight.settle();
-        let waited = tokio::time::timeout(self.delivery_timeout + Duration::from_secs(5), rx).await;
+        let waited = tokio::time::timeout(self.delivery_timeout + DELIVERY_SLACK, rx).await;
         let failed = flight.failed.load(Ordering::Relaxed);
         let result = match (refused, waited) {
             (Some(e), _) => Err(e),

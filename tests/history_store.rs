@@ -316,6 +316,21 @@ fn corpus_lines(seed: u64, events: usize) -> Vec<Vec<u8>> {
     buf.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(<[u8]>::to_vec).collect()
 }
 
+/// The same writes to new objects, `round` hours later (new auditIDs, UIDs and times): one
+/// round of an endless stream of new history.
+fn again(round_one: &[Enriched], round: i64) -> Vec<Enriched> {
+    round_one
+        .iter()
+        .map(|e| {
+            let mut e = e.clone();
+            e.audit_id = format!("{}-{round}", e.audit_id).into();
+            e.object.uid = format!("{}-{round}", e.object.uid).into();
+            e.stage_timestamp = format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap() + round * 3_600_000_000).into();
+            e
+        })
+        .collect()
+}
+
 #[test]
 fn retention_by_size_keeps_the_file_bounded_on_an_endless_stream() {
     let (dir, path) = temp_store("size");
@@ -334,16 +349,7 @@ fn retention_by_size_keeps_the_file_bounded_on_an_endless_stream() {
     let mut round = 0i64;
     while json_bytes < 12 * MAX {
         round += 1;
-        let out: Vec<Enriched> = round_one
-            .iter()
-            .map(|e| {
-                let mut e = e.clone();
-                e.audit_id = format!("{}-{round}", e.audit_id).into();
-                e.object.uid = format!("{}-{round}", e.object.uid).into();
-                e.stage_timestamp = format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap() + round * 3_600_000_000).into();
-                e
-            })
-            .collect();
+        let out = again(&round_one, round);
         for chunk in out.chunks(500) {
             let w = store.write(&[chunk]).unwrap();
             written += w.mutations;
@@ -393,16 +399,7 @@ fn size_retention_holds_its_bound_under_load() {
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Enriched>>(100_000);
     let mut json_bytes = 0u64;
     for round in 1..=20i64 {
-        let out: Vec<Enriched> = round_one
-            .iter()
-            .map(|e| {
-                let mut e = e.clone();
-                e.audit_id = format!("{}-{round}", e.audit_id).into();
-                e.object.uid = format!("{}-{round}", e.object.uid).into();
-                e.stage_timestamp = format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap() + round * 3_600_000_000).into();
-                e
-            })
-            .collect();
+        let out = again(&round_one, round);
         for chunk in out.chunks(400) {
             let mut j = Vec::new();
             chunk.iter().for_each(|e| e.write_json(&mut j));

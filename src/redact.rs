@@ -31,13 +31,11 @@ pub struct Sensitive {
     fields: Vec<(String, Vec<Vec<String>>)>,
     /// Key names whose scalar values are redacted in every kind.
     keys: Vec<String>,
-    /// `"key":` for each key: a content text without any of these needs no parsing.
-    needles: Vec<String>,
 }
 
 impl Default for Sensitive {
     fn default() -> Self {
-        let mut s = Sensitive { fields: Vec::new(), keys: Vec::new(), needles: Vec::new() };
+        let mut s = Sensitive { fields: Vec::new(), keys: Vec::new() };
         for (kind, paths) in DEFAULT_FIELDS {
             for p in *paths {
                 s.add_field(kind, p);
@@ -53,7 +51,7 @@ impl Default for Sensitive {
 impl Sensitive {
     /// Nothing is sensitive (only for tests and measurements).
     pub fn none() -> Self {
-        Sensitive { fields: Vec::new(), keys: Vec::new(), needles: Vec::new() }
+        Sensitive { fields: Vec::new(), keys: Vec::new() }
     }
 
     /// Marks `path` (dotted: `data`, `spec.credentials.password`) of `kind_key` sensitive: every
@@ -71,8 +69,18 @@ impl Sensitive {
     pub fn add_key(&mut self, name: &str) {
         if !self.keys.iter().any(|k| k == name) {
             self.keys.push(name.to_string());
-            self.needles.push(format!("\"{name}\":"));
         }
+    }
+
+    /// Whether `text` holds `"key":` for a sensitive key: one pass over its colons, each
+    /// checked against the keys (a text without any needs no parsing).
+    fn names_a_key(&self, text: &[u8]) -> bool {
+        memchr::memchr_iter(b':', text).any(|i| {
+            let Some(head) = text[..i].strip_suffix(b"\"") else {
+                return false;
+            };
+            self.keys.iter().any(|k| head.strip_suffix(k.as_bytes()).is_some_and(|h| h.ends_with(b"\"")))
+        })
     }
 
     fn paths(&self, kind_key: &str) -> &[Vec<String>] {
@@ -84,7 +92,7 @@ impl Sensitive {
     /// they are, without being parsed.
     pub fn redact(&self, kind_key: &str, content: Arc<str>) -> Arc<str> {
         let paths = self.paths(kind_key);
-        if paths.is_empty() && !self.needles.iter().any(|n| memchr::memmem::find(content.as_bytes(), n.as_bytes()).is_some()) {
+        if paths.is_empty() && !self.names_a_key(content.as_bytes()) {
             return content;
         }
         let Ok(mut v) = serde_json::from_str::<Value>(&content) else {
@@ -163,6 +171,17 @@ mod tests {
 
     fn redact(kind: &str, text: &str) -> String {
         Sensitive::default().redact(kind, Arc::from(text)).to_string()
+    }
+
+    #[test]
+    fn only_a_key_named_in_full_makes_a_text_parsed() {
+        let s = Sensitive::default();
+        assert!(s.names_a_key(br#"{"spec":{"password":"x"}}"#));
+        assert!(s.names_a_key(br#"{"a":{"b":1},"apiKey":2}"#));
+        assert!(!s.names_a_key(br#"{"spec":{"mypassword":"x","image":"a:1","tokens":1}}"#));
+        assert!(!s.names_a_key(br#"{"spec":{"note":"password:"}}"#));
+        assert!(!s.names_a_key(b"password\":"), "no opening quote");
+        assert!(!Sensitive::none().names_a_key(br#"{"password":"x"}"#));
     }
 
     #[test]

@@ -44,6 +44,12 @@ pub fn is_person(user: &str) -> bool {
 /// empty arrays or objects.
 pub type Leaves = BTreeMap<String, Box<str>>;
 
+/// A content text parsed, for [`diff_values`] and reading leaves by path.
+fn parse(content: &str) -> Option<Value> {
+    serde_json::from_str(content).ok()
+}
+
+/// The leaves of a content text (`None`: not JSON).
 pub fn leaves(content: &str) -> Option<Leaves> {
     let v: Value = serde_json::from_str(content).ok()?;
     let mut out = Leaves::new();
@@ -72,10 +78,136 @@ fn walk(v: &Value, path: &mut String, out: &mut Leaves) {
             }
         }
         leaf => {
-            let text = leaf.to_string();
-            let kept = if text.len() > MAX_VALUE_BYTES { format!("\"({} bytes, xxh3 {:016x})\"", text.len(), xxh3_64(text.as_bytes())) } else { text };
-            out.insert(path.clone(), kept.into_boxed_str());
+            out.insert(path.clone(), leaf_text(leaf));
         }
+    }
+}
+
+/// A leaf's text as [`Leaves`] keep it: compact JSON, or its length and hash when long.
+fn leaf_text(leaf: &Value) -> Box<str> {
+    let text = leaf.to_string();
+    let kept = if text.len() > MAX_VALUE_BYTES { format!("\"({} bytes, xxh3 {:016x})\"", text.len(), xxh3_64(text.as_bytes())) } else { text };
+    kept.into_boxed_str()
+}
+
+/// The value of the leaf at `path` (as [`leaves`] names it) in a parsed content: `None` when
+/// there is none (absent, or a non-empty object or array there).
+fn leaf_at(content: &Value, path: &str) -> Option<Box<str>> {
+    match lookup(content, path, true)? {
+        Value::Object(m) if !m.is_empty() => None,
+        Value::Array(a) if !a.is_empty() => None,
+        leaf => Some(leaf_text(leaf)),
+    }
+}
+
+/// The value under `rest`, what is left of a path below `v` (`.key...` or `[i]...`; at the
+/// root the first key has no dot). A key may hold dots (`app.kubernetes.io/name`), so every
+/// key the path starts with is tried.
+fn lookup<'a>(v: &'a Value, rest: &str, root: bool) -> Option<&'a Value> {
+    if rest.is_empty() {
+        return Some(v);
+    }
+    match v {
+        Value::Object(m) => {
+            let rest = if root { rest } else { rest.strip_prefix('.')? };
+            m.iter().filter(|(k, _)| rest.starts_with(k.as_str())).find_map(|(k, child)| {
+                let after = &rest[k.len()..];
+                (after.is_empty() || after.starts_with('.') || after.starts_with('[')).then(|| lookup(child, after, false)).flatten()
+            })
+        }
+        Value::Array(a) => {
+            let inner = rest.strip_prefix('[')?;
+            let close = inner.find(']')?;
+            let i: usize = inner[..close].parse().ok()?;
+            lookup(a.get(i)?, &inner[close + 1..], false)
+        }
+        _ => None,
+    }
+}
+
+/// The leaf fields that differ between two parsed contents: what [`diff`] gives for their
+/// [`leaves`], found by walking both at once, so that the leaves that did not change are never
+/// spelled out.
+pub fn diff_values(before: &Value, after: &Value) -> Vec<FieldChange> {
+    let mut out = Vec::new();
+    diff_walk(Some(before), Some(after), &mut String::new(), &mut out);
+    out.sort_by(|a, b| a.path.cmp(&b.path));
+    out.dedup_by(|a, b| a.path == b.path);
+    out.truncate(MAX_FIELDS);
+    out
+}
+
+fn diff_walk(before: Option<&Value>, after: Option<&Value>, path: &mut String, out: &mut Vec<FieldChange>) {
+    let len = path.len();
+    match (before, after) {
+        (Some(Value::Object(b)), Some(Value::Object(a))) if !b.is_empty() && !a.is_empty() => {
+            // Both maps are sorted by key: walk them side by side.
+            let (mut bi, mut ai) = (b.iter().peekable(), a.iter().peekable());
+            loop {
+                let (key, bv, av) = match (bi.peek(), ai.peek()) {
+                    (None, None) => break,
+                    (Some((bk, _)), Some((ak, _))) if bk == ak => {
+                        let ((k, bv), (_, av)) = (bi.next().expect("peeked"), ai.next().expect("peeked"));
+                        (k, Some(bv), Some(av))
+                    }
+                    (Some((bk, _)), Some((ak, _))) if bk > ak => {
+                        let (k, av) = ai.next().expect("peeked");
+                        (k, None, Some(av))
+                    }
+                    (Some(_), _) => {
+                        let (k, bv) = bi.next().expect("peeked");
+                        (k, Some(bv), None)
+                    }
+                    (None, Some(_)) => {
+                        let (k, av) = ai.next().expect("peeked");
+                        (k, None, Some(av))
+                    }
+                };
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                diff_walk(bv, av, path, out);
+                path.truncate(len);
+            }
+        }
+        (Some(Value::Array(b)), Some(Value::Array(a))) if !b.is_empty() && !a.is_empty() => {
+            use std::fmt::Write as _;
+            for i in 0..b.len().max(a.len()) {
+                let _ = write!(path, "[{i}]");
+                diff_walk(b.get(i), a.get(i), path, out);
+                path.truncate(len);
+            }
+        }
+        (Some(b), Some(a)) if is_leaf(b) && is_leaf(a) => {
+            if b != a {
+                let (bt, at) = (leaf_text(b), leaf_text(a));
+                if bt != at {
+                    out.push(FieldChange { path: path.as_str().into(), before: Some(bt), after: Some(at) });
+                }
+            }
+        }
+        (None, None) => {}
+        _ => {
+            // Different shapes, or one side absent: the leaves of each side, compared.
+            let side = |v: Option<&Value>| {
+                let mut l = Leaves::new();
+                if let Some(v) = v {
+                    walk(v, &mut path.clone(), &mut l);
+                }
+                l
+            };
+            out.extend(diff(&side(before), &side(after)).into_iter().filter(|f| f.before != f.after));
+        }
+    }
+}
+
+/// A scalar, or an empty object or array: what [`leaves`] keeps as one leaf.
+fn is_leaf(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => true,
     }
 }
 
@@ -95,7 +227,7 @@ pub fn diff(before: &Leaves, after: &Leaves) -> Vec<FieldChange> {
 /// What the controller's write leaves in a child, as far as it is known.
 pub(super) enum Now {
     /// Its whole content.
-    Full(Leaves),
+    Full(Value),
     /// Only these fields (a scale write: `spec.replicas`); the others did not change.
     Partial(Leaves),
     /// The child was deleted.
@@ -106,10 +238,10 @@ pub(super) enum Now {
 
 impl Now {
     /// The value of `path` now: `Some(None)` when absent, `None` when not known.
-    fn value(&self, path: &str) -> Option<Option<&Box<str>>> {
+    fn value(&self, path: &str) -> Option<Option<Box<str>>> {
         match self {
-            Now::Full(l) => Some(l.get(path)),
-            Now::Partial(l) => l.get(path).map(Some),
+            Now::Full(v) => Some(leaf_at(v, path)),
+            Now::Partial(l) => l.get(path).map(|v| Some(v.clone())),
             Now::Removed => Some(None),
             Now::Unknown => None,
         }
@@ -127,7 +259,7 @@ enum After {
 impl After {
     fn leaves(&self) -> Now {
         match self {
-            After::Text(t) => leaves(t).map_or(Now::Unknown, Now::Full),
+            After::Text(t) => parse(t).map_or(Now::Unknown, Now::Full),
             After::Replicas(n) => Now::Partial(Leaves::from([("spec.replicas".to_string(), n.to_string().into_boxed_str())])),
             After::Removed => Now::Removed,
             After::Unknown => Now::Unknown,
@@ -161,7 +293,7 @@ pub(super) fn settle(writes: &[OriginWrite], now: &Now, since_us: i64) -> (Vec<R
             .iter()
             .filter_map(|f| {
                 let value = now.value(&f.path)?;
-                (value != f.after.as_ref()).then(|| (f.clone(), value == f.before.as_ref()))
+                (value != f.after).then(|| (f.clone(), value == f.before))
             })
             .collect();
         if overwritten.is_empty() {
@@ -297,8 +429,8 @@ impl Engine {
             }
             Identity::NotController(_) => {
                 let now = after.leaves();
-                let fields = match (before.as_deref().and_then(leaves), &now) {
-                    (Some(b), Now::Full(a)) => Some(diff(&b, a)),
+                let fields = match (before.as_deref().and_then(parse), &now) {
+                    (Some(b), Now::Full(a)) => Some(diff_values(&b, a)),
                     _ => None,
                 };
                 // What it puts back of others' writes (a controller's drift undoing an earlier
@@ -384,6 +516,70 @@ mod tests {
     use super::*;
     use crate::state::{Sym, Ty};
     use crate::write::Name;
+    use proptest::prelude::*;
+
+    /// JSON values of contents' shapes: keys with dots and brackets (labels), arrays, empty
+    /// containers, long strings, and the same small key set so that two draws overlap.
+    fn content() -> impl Strategy<Value = Value> {
+        let key = prop::sample::select(vec!["spec", "replicas", "a", "a.b", "app.kubernetes.io/name", "x[0]", "b"]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            (0i64..4).prop_map(Value::from),
+            prop::sample::select(vec!["v", "w", "a.b"]).prop_map(Value::from),
+            (250usize..260).prop_map(|n| Value::from("y".repeat(n))),
+            Just(Value::Object(Default::default())),
+            Just(Value::Array(Vec::new())),
+        ];
+        leaf.prop_recursive(4, 24, 4, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(key.clone().prop_map(String::from), inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// Walking two contents at once finds exactly the changed leaves that comparing all
+        /// their leaves finds, and a leaf read by path is the one `leaves` names.
+        #[test]
+        fn diff_values_is_diff_of_leaves(before in content(), after in content()) {
+            let (lb, la) = (leaves(&before.to_string()).unwrap(), leaves(&after.to_string()).unwrap());
+            // Paths that two shapes spell alike (a key `a.b` and `a` holding `b`) are one leaf
+            // in a map and can be two in a walk: such draws say nothing.
+            let spelled_once = |v: &Value, l: &Leaves| { let mut n = 0; count_leaves(v, &mut n); n == l.len() };
+            prop_assume!(spelled_once(&before, &lb) && spelled_once(&after, &la));
+            prop_assert_eq!(diff_values(&before, &after), diff(&lb, &la));
+            for (path, value) in &la {
+                let got = leaf_at(&after, path);
+                prop_assert_eq!(got.as_ref(), Some(value), "{}", path);
+            }
+            for path in lb.keys().filter(|p| !la.contains_key(*p)) {
+                prop_assert_eq!(leaf_at(&after, path), None, "{}", path);
+            }
+        }
+    }
+
+    fn count_leaves(v: &Value, n: &mut usize) {
+        match v {
+            Value::Object(m) if !m.is_empty() => m.values().for_each(|c| count_leaves(c, n)),
+            Value::Array(a) if !a.is_empty() => a.iter().for_each(|c| count_leaves(c, n)),
+            _ => *n += 1,
+        }
+    }
+
+    #[test]
+    fn a_leaf_is_read_through_keys_that_hold_dots() {
+        let v: Value =
+            serde_json::from_str(r#"{"metadata":{"labels":{"app":"x","app.kubernetes.io/name":"shop"}},"spec":{"c":[{"image":"a:1"}],"e":{}}}"#).unwrap();
+        assert_eq!(leaf_at(&v, "metadata.labels.app.kubernetes.io/name").as_deref(), Some("\"shop\""));
+        assert_eq!(leaf_at(&v, "metadata.labels.app").as_deref(), Some("\"x\""));
+        assert_eq!(leaf_at(&v, "spec.c[0].image").as_deref(), Some("\"a:1\""));
+        assert_eq!(leaf_at(&v, "spec.e").as_deref(), Some("{}"));
+        assert_eq!(leaf_at(&v, "spec.c"), None, "a non-empty array is no leaf");
+        assert_eq!(leaf_at(&v, "spec.c[1].image"), None);
+        assert_eq!(leaf_at(&v, "spec.missing"), None);
+    }
 
     fn origin(fields: Option<Vec<FieldChange>>, time_us: i64) -> OriginWrite {
         OriginWrite {
@@ -431,7 +627,7 @@ mod tests {
         let edit = FieldChange { path: "spec.paused".into(), before: None, after: Some("true".into()) };
         let writes = vec![origin(Some(vec![scale.clone()]), 10), origin(Some(vec![edit.clone()]), 20), origin(None, 30), origin(None, 1)];
         // Scaled back to 2, paused left as the person set it.
-        let (reverted, standing) = settle(&writes, &Now::Full(l(r#"{"spec":{"replicas":2,"paused":true}}"#)), 5);
+        let (reverted, standing) = settle(&writes, &Now::Full(serde_json::from_str(r#"{"spec":{"replicas":2,"paused":true}}"#).unwrap()), 5);
         assert_eq!(reverted.len(), 2, "the scale and the write of unknown fields; the one past the horizon is dropped");
         assert_eq!(reverted[0].fields.as_ref().unwrap(), &vec![(scale.clone(), true)]);
         assert!(reverted[1].fields.is_none());

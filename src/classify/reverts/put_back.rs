@@ -24,7 +24,7 @@ pub(in crate::classify) fn put_back(writes: &[OriginWrite], now: &Now, user: Sym
             .flatten()
             .filter_map(|f| {
                 let value = now.value(&f.path)?;
-                (value != f.after.as_ref()).then(|| (f.clone(), value == f.before.as_ref()))
+                (value != f.after).then(|| (f.clone(), value == f.before))
             })
             .collect();
         if w.user != user && overwritten.iter().any(|(_, restored)| *restored) {
@@ -38,7 +38,7 @@ pub(in crate::classify) fn put_back(writes: &[OriginWrite], now: &Now, user: Sym
 
 /// Whether a write leaving `now` changes every field that `w` set (known fields only).
 fn superseded(w: &OriginWrite, now: &Now) -> bool {
-    w.fields.as_deref().is_some_and(|fields| !fields.is_empty() && fields.iter().all(|f| now.value(&f.path).is_some_and(|v| v != f.after.as_ref())))
+    w.fields.as_deref().is_some_and(|fields| !fields.is_empty() && fields.iter().all(|f| now.value(&f.path).is_some_and(|v| v != f.after)))
 }
 
 /// The path of a field as the fights metric names it: a closed set (STYLE 16).
@@ -95,8 +95,8 @@ impl Engine {
                 standing = Some(writes.into_iter().filter(|o| o.user != w.user || !superseded(o, &now)).collect());
             }
         }
-        let fields = match (before.as_deref().and_then(leaves), &now) {
-            (Some(b), Now::Full(a)) if !removes => Some(diff(&b, a)).filter(|f| !f.is_empty()),
+        let fields = match (before.as_deref().and_then(parse), &now) {
+            (Some(b), Now::Full(a)) if !removes => Some(diff_values(&b, a)).filter(|f| !f.is_empty()),
             _ => None,
         };
         if standing.is_some() || fields.is_some() {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
-use crate::config::appliers::{self, IntentFacts, Member, Membership};
+use crate::config::appliers::{self, IntentFacts, Member, Membership, TargetCluster};
 use crate::config::{kind_key, ModelConfig};
 use crate::decode::time::parse_rfc3339_micros;
 use crate::decode::{in_progress, AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX};
@@ -148,6 +148,9 @@ pub struct ObjectFacts {
     /// What an applier's parent shows of its intent (its source revision, DESIGN §1.9):
     /// only for the parents of appliers whose intent is a revision.
     pub intent: Option<Box<IntentFacts>>,
+    /// An applier's parent that applies to another cluster: that cluster's name (`*`: any),
+    /// DESIGN §1.9.
+    pub target_cluster: Option<Arc<str>>,
 }
 
 impl ObjectFacts {
@@ -429,7 +432,13 @@ impl Extractor<'_> {
             let member = Member { api_version, kind, namespace, name };
             self.config.appliers.membership(&member, label, |k| md.annotation(k)).map(Box::new)
         };
-        let intent = self.config.appliers.of_parent(&key).and_then(|p| self.config.appliers.get(p)).and_then(|p| {
+        let profile = self.config.appliers.of_parent(&key).and_then(|p| self.config.appliers.get(p));
+        let target_cluster = profile.and_then(|p| match &p.target_cluster {
+            TargetCluster::Own => None,
+            TargetCluster::Any => Some(Arc::from("*")),
+            TargetCluster::Field(path) => obj.spec.and_then(|spec| spec_string(spec, path)).map(Arc::from),
+        });
+        let intent = profile.and_then(|p| {
             appliers::intent(
                 p.intent,
                 obj.status.map(RawValue::get),
@@ -471,8 +480,15 @@ impl Extractor<'_> {
             owner,
             applier,
             intent,
+            target_cluster,
         })
     }
+}
+
+/// The non-empty string at `path` in a spec.
+fn spec_string(spec: &RawValue, path: &[String]) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(spec.get()).ok()?;
+    path.iter().try_fold(&v, |v, k| v.get(k.as_str()))?.as_str().filter(|s| !s.is_empty()).map(str::to_string)
 }
 
 /// The trace label an object installed by a Helm release carries: `<namespace>/<release>`.

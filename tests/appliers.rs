@@ -590,3 +590,134 @@ fn after_a_restore_members_find_their_parent_and_its_intent() {
     assert_eq!(e.class, Class::Drift, "{}", e.reason);
     assert_eq!(e.parent.as_ref().unwrap().applier.as_ref().unwrap().revision.as_deref(), Some("main@sha1:1111"));
 }
+
+/// Runs events of several clusters, each as its webhook path names it, in one instance.
+fn run_clusters(events: &[(&str, String)]) -> Vec<Enriched> {
+    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+    let opts = ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, ..ProcessorOptions::default() };
+    let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
+    let mut out = Vec::new();
+    for (i, (cluster, ev)) in events.iter().enumerate() {
+        p.ingest_document(Some(cluster), ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
+    }
+    p.flush(0, &mut out);
+    out
+}
+
+/// Two API servers' clocks kept together, as real clusters' are (the one behind catches up),
+/// and two seconds on: steps of a day, each past the reorder window.
+fn together(a: &mut ApiServer, b: &mut ApiServer) {
+    a.advance_ms(2_000);
+    b.advance_ms(2_000);
+    let (ta, tb) = (a.now_us(), b.now_us());
+    if ta > tb {
+        b.advance_ms((ta - tb) / 1000 + 1);
+    } else if tb > ta {
+        a.advance_ms((tb - ta) / 1000 + 1);
+    }
+}
+
+const ARGO_REMOTE: &str = "system:serviceaccount:kube-system:argocd-manager";
+const SVELTOS_REMOTE: &str = "system:serviceaccount:projectsveltos:projectsveltos-sa";
+
+#[test]
+fn an_application_in_a_management_cluster_is_the_parent_of_its_members_in_the_cluster_it_names() {
+    // Two API servers: the management cluster's (Argo CD, its Application) and prod-1's (the
+    // members, written by Argo CD's `argocd-manager` there). UIDs kept apart as real ones are.
+    let (mut mgmt, mut prod) = (ApiServer::new(), ApiServer::new());
+    for i in 0..10 {
+        mgmt.create(ADMIN, configmap("argocd", &format!("pad-{i}"), &[], None));
+    }
+    let mut events: Vec<(&str, String)> = Vec::new();
+    let mut app_obj = application("shop");
+    app_obj["spec"]["destination"] = json!({"name": "prod-1", "namespace": "shop"});
+    let (app, e) = mgmt.create(ADMIN, app_obj);
+    together(&mut mgmt, &mut prod);
+    events.push(("mgmt", e));
+    let auto = json!({"automated": true});
+    together(&mut mgmt, &mut prod);
+    events.push(("mgmt", argo_status(&mut mgmt, &app, "aaaa", None, "Running", auto.clone())));
+    let (d, first) = prod.create(ARGO_REMOTE, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
+    together(&mut mgmt, &mut prod);
+    events.push(("prod-1", first.clone()));
+    together(&mut mgmt, &mut prod);
+    events.push(("mgmt", argo_status(&mut mgmt, &app, "aaaa", Some("aaaa"), "Succeeded", auto.clone())));
+    let scale = prod.scale(ALICE, &d, 4);
+    together(&mut mgmt, &mut prod);
+    events.push(("prod-1", scale.clone()));
+    together(&mut mgmt, &mut prod);
+    events.push(("mgmt", argo_status(&mut mgmt, &app, "aaaa", Some("aaaa"), "Running", auto.clone())));
+    let heal = prod.patch(ARGO_REMOTE, &d, |o| o["spec"]["replicas"] = json!(2));
+    together(&mut mgmt, &mut prod);
+    events.push(("prod-1", heal.clone()));
+    together(&mut mgmt, &mut prod);
+    events.push(("mgmt", argo_status(&mut mgmt, &app, "bbbb", Some("aaaa"), "Running", auto.clone())));
+    let next = prod.patch(ARGO_REMOTE, &d, |o| o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
+    together(&mut mgmt, &mut prod);
+    events.push(("prod-1", next.clone()));
+    // The same object in a cluster the Application does not name: no member of it.
+    let mut staging = ApiServer::new();
+    for i in 0..50 {
+        staging.create(ADMIN, configmap("default", &format!("pad-{i}"), &[], None));
+    }
+    together(&mut staging, &mut prod);
+    let (_, elsewhere) = staging.create(ARGO_REMOTE, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
+    together(&mut mgmt, &mut prod);
+    events.push(("staging", elsewhere.clone()));
+    let out = run_clusters(&events);
+    assert_eq!(class_of(&out, &first), Class::Expected, "{}", find(&out, &first).unwrap().reason);
+    assert_eq!(class_of(&out, &scale), Class::Origin);
+    assert_eq!(class_of(&out, &heal), Class::Drift, "{}", find(&out, &heal).unwrap().reason);
+    let reverts = find(&out, &heal).unwrap().reverts.clone().unwrap();
+    assert_eq!((reverts.len(), &*reverts[0].audit_id), (1, &*audit_id(&scale)));
+    assert_eq!(class_of(&out, &next), Class::Expected, "a new revision: {}", find(&out, &next).unwrap().reason);
+    let parent = find(&out, &heal).unwrap().parent.clone().unwrap();
+    assert_eq!((&*parent.kind, &*parent.name, &*parent.applier.unwrap().name), ("Application", "shop", "argocd"));
+    assert_eq!(
+        class_of(&out, &elsewhere),
+        Class::UnknownParent,
+        "staging has no Application shop, and the one in mgmt names prod-1: {:?}",
+        find(&out, &elsewhere)
+    );
+}
+
+#[test]
+fn a_cluster_profile_applies_to_any_cluster_that_lacks_it() {
+    let (mut mgmt, mut prod) = (ApiServer::new(), ApiServer::new());
+    for i in 0..10 {
+        mgmt.create(ADMIN, configmap("default", &format!("pad-{i}"), &[], None));
+    }
+    let mut events: Vec<(&str, String)> = Vec::new();
+    let (cp, e) = mgmt.create(
+        ADMIN,
+        json!({
+            "apiVersion": "config.projectsveltos.io/v1beta1", "kind": "ClusterProfile", "metadata": {"name": "addons"},
+            "spec": {"clusterSelector": {"matchLabels": {"env": "prod"}}, "helmCharts": []}
+        }),
+    );
+    together(&mut mgmt, &mut prod);
+    events.push(("mgmt", e));
+    let mut cm = configmap("kube-system", "addon-config", &[("level", "info")], None);
+    cm["metadata"]["annotations"] = json!({"projectsveltos.io/owner-kind": "ClusterProfile", "projectsveltos.io/owner-name": "addons"});
+    let (cm, first) = prod.create(SVELTOS_REMOTE, cm);
+    together(&mut mgmt, &mut prod);
+    events.push(("prod-1", first.clone()));
+    together(&mut mgmt, &mut prod);
+    events.push((
+        "mgmt",
+        mgmt.update_status(SVELTOS, &cp, |st| {
+            st.insert("matchingClusterRefs".into(), json!([{"kind": "SveltosCluster", "name": "prod-1"}]));
+        }),
+    ));
+    let edit = prod.update(ALICE, &cm, |o| o["data"]["level"] = json!("debug"));
+    together(&mut mgmt, &mut prod);
+    events.push(("prod-1", edit.clone()));
+    let back = prod.update(SVELTOS_REMOTE, &cm, |o| o["data"]["level"] = json!("info"));
+    together(&mut mgmt, &mut prod);
+    events.push(("prod-1", back.clone()));
+    let out = run_clusters(&events);
+    assert_eq!(class_of(&out, &first), Class::Expected, "{}", find(&out, &first).unwrap().reason);
+    assert_eq!(class_of(&out, &edit), Class::Origin);
+    assert_eq!(class_of(&out, &back), Class::Drift, "{}", find(&out, &back).unwrap().reason);
+    assert_eq!(&*find(&out, &back).unwrap().reverts.as_ref().unwrap()[0].audit_id, &*audit_id(&edit));
+}

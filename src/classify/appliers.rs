@@ -44,10 +44,38 @@ impl Engine {
             s.set_name(f.name.clone());
         }
         let Some(name) = s.name() else { return };
-        let at: ParentAt = (self.interner.resolve(scope), profile, self.interner.resolve(s.namespace), name.clone());
+        let cluster = self.interner.resolve(scope);
+        let at: ParentAt = (cluster.clone(), profile, self.interner.resolve(s.namespace), name.clone());
+        if let Some(target) = f.target_cluster.as_ref().filter(|t| t[..] != cluster[..]) {
+            let remote: ParentAt = (target.clone(), profile, at.2.clone(), name.clone());
+            if self.remote_parents.get(&remote).is_none_or(|p| p.1 != uid || p.0 != cluster) {
+                self.remote_parents.insert(remote, (cluster, uid));
+            }
+        }
         if self.applier_parents.get(&at).is_none_or(|u| *u != uid) {
             self.applier_parents.insert(at, uid);
         }
+    }
+
+    /// Where the owner `uid` of a write in `scope` is kept: in the write's cluster, unless it
+    /// is an applier's parent found in another cluster (DESIGN §1.9, across clusters).
+    pub(super) fn owner_key(&self, scope: Sym, uid: crate::write::Uid) -> ObjKey {
+        if !self.remote_owners.is_empty() {
+            if let Some(cluster) = self.remote_owners.get(&ObjKey::new(scope, uid)) {
+                return ObjKey::new(self.interner.intern(&cluster), uid);
+            }
+        }
+        ObjKey::new(scope, uid)
+    }
+
+    /// A parent of `at` (named in the member's cluster) kept in another cluster whose parent
+    /// applies to the member's cluster by name, else to any.
+    fn remote_parent(&self, at: &ParentAt) -> Option<(Arc<str>, crate::write::Uid)> {
+        if self.remote_parents.is_empty() {
+            return None;
+        }
+        let any: ParentAt = (Arc::from("*"), at.1, at.2.clone(), at.3.clone());
+        self.remote_parents.get(at).or_else(|| self.remote_parents.get(&any)).map(|p| p.clone())
     }
 
     /// The facts with the owner link that the object's markers make (a controller
@@ -59,7 +87,16 @@ impl Engine {
         let Some(profile) = self.applier(m.profile) else { return Cow::Borrowed(f) };
         let at: ParentAt = (self.interner.resolve(w.scope), m.profile, m.namespace.clone(), Name::from(&*m.name));
         let found = self.applier_parents.get(&at).map(|u| *u);
-        let found = found.and_then(|uid| self.store.read(&ObjKey::new(w.scope, uid), |p| (uid, p.ty)));
+        let mut found = found.and_then(|uid| self.store.read(&ObjKey::new(w.scope, uid), |p| (uid, p.ty)));
+        if found.is_none() {
+            if let Some((cluster, uid)) = self.remote_parent(&at) {
+                found = self.store.read(&ObjKey::new(self.interner.intern(&cluster), uid), |p| (uid, p.ty));
+                let key = ObjKey::new(w.scope, uid);
+                if found.is_some() && self.remote_owners.get(&key).is_none_or(|c| *c != cluster) {
+                    self.remote_owners.insert(key, cluster);
+                }
+            }
+        }
         let (uid, ty) = match found {
             Some(found) => found,
             None if m.weak => return Cow::Borrowed(f),
@@ -76,10 +113,15 @@ impl Engine {
 
     /// The judgement of a member reads its applier's parent: initialized from the start (its
     /// first apply carries out its first intent), and, when nobody is seen writing its status,
-    /// the profile's known users among the member's updaters are its applier.
-    pub(super) fn applier_view(&self, owner: Ty, updaters: &Recent, p: &mut ParentView) -> Option<Arc<str>> {
+    /// the profile's known users among the member's updaters are its applier. A parent in
+    /// another cluster (`remote`) writes its status there as another user than the one that
+    /// applies here: then the profile's users here are its applier.
+    pub(super) fn applier_view(&self, owner: Ty, updaters: &Recent, remote: bool, p: &mut ParentView) -> Option<Arc<str>> {
         let profile = self.applier(self.applier_of_parent(owner)?)?;
         p.facts.initialized = true;
+        if remote {
+            p.status_updaters = Recent::default();
+        }
         if p.status_updaters.is_empty() {
             for &u in updaters.as_slice().iter().rev() {
                 if profile.is_user(&self.interner.resolve(u)) {

@@ -233,7 +233,7 @@ impl Engine {
             phase: None,
             applier: None,
         };
-        let Some(mut p) = self.parent_view(&ObjKey::new(w.scope, owner.uid), owner) else {
+        let Some(mut p) = self.parent_view(&self.owner_key(w.scope, owner.uid), owner) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
             let unknown_parent = Hop { ty: owner.ty, name: owner.name.clone(), generation: None, user: None, timestamp: None, labels: None };
@@ -242,7 +242,8 @@ impl Engine {
             event.parent = Some(parent_out);
             return (event, origin_state);
         };
-        p.applier = self.applier_view(owner.ty, updaters, &mut p);
+        let parent_key = self.owner_key(w.scope, owner.uid);
+        p.applier = self.applier_view(owner.ty, updaters, parent_key.cluster != w.scope, &mut p);
         let namespace_teardown = self.namespace_teardown(w.scope, child.namespace, &mut p);
         let identity = identify(w.user, updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);
@@ -298,7 +299,7 @@ impl Engine {
             event.policy = resolved.policy;
             event.snoozed = p.policy.as_deref().is_some_and(|policy| policy.snoozed_at(w.time_us));
             if let Some(used) = resolved.used {
-                self.store.update(&ObjKey::new(w.scope, owner.uid), |s| s.consume_approval(used));
+                self.store.update(&self.owner_key(w.scope, owner.uid), |s| s.consume_approval(used));
             }
         }
         event.parent = Some(parent_out);

@@ -112,6 +112,12 @@ pub struct Engine {
     pub forwards: forward::Forwards,
     /// Appliers' parents by where their members' markers name them (DESIGN §1.9).
     applier_parents: DashMap<appliers::ParentAt, Uid, FastBuild>,
+    /// Appliers' parents that apply to another cluster, by where their members there name
+    /// them (the target cluster's name, `*` for any): the parent's own cluster and UID.
+    remote_parents: DashMap<appliers::ParentAt, (Arc<str>, Uid), FastBuild>,
+    /// The parents found in another cluster than their members': their cluster, by the
+    /// members' cluster and the parent's UID.
+    remote_owners: DashMap<ObjKey, Arc<str>, FastBuild>,
     /// The applier profile of each type of parent, `None` for the other types; once per type.
     applier_kinds: DashMap<Ty, Option<u16>, FastBuild>,
 }
@@ -134,6 +140,8 @@ impl Engine {
             partition_scopes: DashMap::with_hasher(FastBuild::default()),
             forwards: forward::Forwards::default(),
             applier_parents: DashMap::with_hasher(FastBuild::default()),
+            remote_parents: DashMap::with_hasher(FastBuild::default()),
+            remote_owners: DashMap::with_hasher(FastBuild::default()),
             applier_kinds: DashMap::with_hasher(FastBuild::default()),
         }
     }

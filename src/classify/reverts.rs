@@ -424,7 +424,7 @@ impl Engine {
         match identity {
             Identity::Undetermined => None,
             Identity::NotController(_) if removes => {
-                self.store.update(&ObjKey::new(w.scope, parent), |p| p.push_removed_child(record()));
+                self.store.update(&self.owner_key(w.scope, parent), |p| p.push_removed_child(record()));
                 None
             }
             Identity::NotController(_) => {
@@ -477,7 +477,7 @@ impl Engine {
                     reverted = found;
                 }
                 if w.verb == Verb::Create {
-                    let sibling = self.store.update(&ObjKey::new(w.scope, parent), |p| p.take_removed_child(since, child.name)).flatten();
+                    let sibling = self.store.update(&self.owner_key(w.scope, parent), |p| p.take_removed_child(since, child.name)).flatten();
                     reverted.extend(sibling.map(|write| Reverted { write, fields: None, fight: false }));
                 }
                 (class == Class::Drift).then(|| reverted.into_iter().map(|r| self.revert_out(r)).collect())

@@ -45,6 +45,19 @@ pub enum Markers {
     ArgoCd { namespace: String },
 }
 
+/// Which cluster a profile's parent applies its members to (DESIGN §1.9, across clusters).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TargetCluster {
+    /// Its own (Flux).
+    Own,
+    /// The cluster named at this path of the parent's spec (Argo CD: `destination.name`),
+    /// as this instance names its clusters; its own when the field is absent.
+    Field(Vec<String>),
+    /// Any cluster (Sveltos' ClusterProfile selects clusters by label): a member in a cluster
+    /// without that parent finds it in the cluster that has it.
+    Any,
+}
+
 /// One applier profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applier {
@@ -59,6 +72,8 @@ pub struct Applier {
     /// (`kustomize-controller` matches `system:serviceaccount:<any>:kustomize-controller`).
     pub users: Vec<String>,
     pub intent: IntentRule,
+    /// Where its parents apply their members.
+    pub target_cluster: TargetCluster,
 }
 
 /// The names of the built-in profiles (metric label values).
@@ -92,6 +107,7 @@ pub fn builtin() -> Vec<Applier> {
             markers: keys(true, "kustomize.toolkit.fluxcd.io/name", Some("kustomize.toolkit.fluxcd.io/namespace")),
             users: users(&["kustomize-controller"]),
             intent: IntentRule::Flux,
+            target_cluster: TargetCluster::Own,
         },
         Applier {
             name: Arc::from("flux-helm"),
@@ -100,14 +116,18 @@ pub fn builtin() -> Vec<Applier> {
             markers: keys(true, "helm.toolkit.fluxcd.io/name", Some("helm.toolkit.fluxcd.io/namespace")),
             users: users(&["helm-controller"]),
             intent: IntentRule::Flux,
+            target_cluster: TargetCluster::Own,
         },
         Applier {
             name: Arc::from("argocd"),
             parent_kind: "Application.argoproj.io".into(),
             parent_api_version: "argoproj.io/v1alpha1".into(),
             markers: Markers::ArgoCd { namespace: ARGOCD_NAMESPACE.into() },
-            users: users(&["argocd-application-controller"]),
+            // In a cluster it was added to (`argocd cluster add`), Argo CD writes as the
+            // `argocd-manager` service account.
+            users: users(&["argocd-application-controller", "argocd-manager"]),
             intent: IntentRule::ArgoCd,
+            target_cluster: TargetCluster::Field(vec!["destination".into(), "name".into()]),
         },
         Applier {
             name: Arc::from("sveltos"),
@@ -120,8 +140,11 @@ pub fn builtin() -> Vec<Applier> {
                 namespace: String::new(),
                 kind_key: Some(SVELTOS_OWNER_KIND.into()),
             },
-            users: users(&["addon-controller"]),
+            // In a registered cluster Sveltos writes with the kubeconfig it was given,
+            // `projectsveltos-sa` where its own script made it.
+            users: users(&["addon-controller", "projectsveltos-sa"]),
             intent: IntentRule::Generation,
+            target_cluster: TargetCluster::Any,
         },
     ]
 }
@@ -283,6 +306,13 @@ pub struct ApplierConfig {
     /// The applier's users (full user names, or service account names). Default: none.
     #[serde(default)]
     pub users: Vec<String>,
+    /// The dotted path in the parent's spec naming the cluster it applies its members to
+    /// (as this instance names its clusters). Default: its own cluster.
+    #[serde(default)]
+    pub target_cluster_field: Option<String>,
+    /// Its parents apply to any cluster (found in whichever cluster has them). Default: false.
+    #[serde(default)]
+    pub any_cluster: bool,
 }
 
 impl ApplierConfig {
@@ -307,6 +337,11 @@ impl ApplierConfig {
         if self.namespace_key.as_deref().is_some_and(str::is_empty) {
             out.push(("namespace_key", "must not be empty".to_string()));
         }
+        match &self.target_cluster_field {
+            Some(_) if self.any_cluster => out.push(("target_cluster_field", "give target_cluster_field or any_cluster, not both".to_string())),
+            Some(f) if f.split('.').any(str::is_empty) => out.push(("target_cluster_field", format!("{f:?} is not a dotted path like destination.name"))),
+            _ => {}
+        }
         out
     }
 
@@ -325,6 +360,11 @@ impl ApplierConfig {
             },
             users: self.users.clone(),
             intent: IntentRule::Generation,
+            target_cluster: match (&self.target_cluster_field, self.any_cluster) {
+                (Some(f), _) => TargetCluster::Field(f.split('.').map(str::to_string).collect()),
+                (None, true) => TargetCluster::Any,
+                (None, false) => TargetCluster::Own,
+            },
         }
     }
 }
@@ -392,8 +432,17 @@ mod tests {
             namespace_key: None,
             parent_namespace: "deploy".into(),
             users: vec!["bundle-controller".into()],
+            target_cluster_field: None,
+            any_cluster: false,
         };
         assert!(good.problems().is_empty());
+        assert_eq!(good.profile().target_cluster, TargetCluster::Own);
+        let remote = ApplierConfig { target_cluster_field: Some("target.cluster".into()), ..good.clone() };
+        assert_eq!(remote.profile().target_cluster, TargetCluster::Field(vec!["target".into(), "cluster".into()]));
+        let both = ApplierConfig { any_cluster: true, ..remote.clone() };
+        assert_eq!(both.problems().iter().map(|(f, _)| *f).collect::<Vec<_>>(), ["target_cluster_field"]);
+        let hollow = ApplierConfig { target_cluster_field: Some("target.".into()), ..good.clone() };
+        assert_eq!(hollow.problems().len(), 1);
         let bad = ApplierConfig { parent_kind: "Bundle".into(), parent_api_version: "v1".into(), name_label: None, ..good.clone() };
         let fields: Vec<&str> = bad.problems().iter().map(|(f, _)| *f).collect();
         assert_eq!(fields, ["parent_kind", "parent_api_version", "name_label"]);

@@ -192,7 +192,9 @@ fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>, status: &Arc<Statu
     {
         let producer = sinks::kafka_route::producer::RouteProducer::new(rc, metrics.clone(), status.clone())?;
         let decode = crate::decode::DecodeOptions { max_record_bytes: cfg.options.max_record_bytes, ..crate::decode::DecodeOptions::default() };
-        Ok(Some(sources::webhook::RouteIntake { producer, decode, scope: super::build::scope(cfg) }))
+        let mut model = crate::config::ModelConfig::default();
+        super::load::model_appliers(&cfg.appliers, &mut model);
+        Ok(Some(sources::webhook::RouteIntake { producer, decode, scope: super::build::scope(cfg), appliers: Arc::new(model.appliers) }))
     }
     #[cfg(not(feature = "kafka"))]
     {

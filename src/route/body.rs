@@ -4,6 +4,7 @@
 use std::ops::Range;
 
 use super::{partition_of, route, Skip, Unroutable};
+use crate::config::appliers::Appliers;
 use crate::decode::{decode_body_raw, DecodeOptions, Invalid, InvalidReason};
 use crate::filter::Ignored;
 use crate::process::IngestReport;
@@ -56,9 +57,9 @@ const KEPT_ERRORS: usize = 10;
 
 /// Routes every event of `body` among `partitions` (> 0). A state-only copy that would land
 /// on its judged copy's partition is not produced: the judged copy brings the state there.
-/// A Namespace's write ([`super::everywhere`]) also gets a state-only copy on each partition
+/// A Namespace's or an applier's parent's write ([`super::everywhere`]) also gets a state-only copy on each partition
 /// that no other copy reaches, keyed like its judged copy, on that partition explicitly.
-pub fn route_body(body: &[u8], opts: &DecodeOptions, scope: Option<&Scope>, partitions: i32) -> Routed {
+pub fn route_body(body: &[u8], opts: &DecodeOptions, scope: Option<&Scope>, appliers: &Appliers, partitions: i32) -> Routed {
     let mut out = Routed::default();
     let base = body.as_ptr() as usize;
     decode_body_raw(body, opts, &mut |_, r| {
@@ -88,7 +89,7 @@ pub fn route_body(body: &[u8], opts: &DecodeOptions, scope: Option<&Scope>, part
                 out.messages.push(Message { range: range.clone(), key, partition, copy: Copy::State, judged_partition });
             }
         }
-        if super::everywhere(&ev) {
+        if super::everywhere(&ev, appliers) {
             let key = out.messages[first].key.clone();
             for partition in 0..partitions {
                 if !out.messages[first..].iter().any(|m| m.partition == partition) {
@@ -135,7 +136,7 @@ mod tests {
         let (owner, own) = apart(8);
         let (a, b) = (write("a", &own, Some(&owner), "replicasets"), write("b", &owner, None, "deployments"));
         let body = format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{a},{{"kind":"Event"}},{b}]}}"#);
-        let r = route_body(body.as_bytes(), &DecodeOptions::default(), None, 8);
+        let r = route_body(body.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8);
         assert_eq!((r.report.events, r.report.invalid), (2, 1));
         let texts: Vec<&str> = r.messages.iter().map(|m| &body[m.range.clone()]).collect();
         assert_eq!(texts, [a.as_str(), a.as_str(), b.as_str()]);
@@ -172,7 +173,7 @@ mod tests {
         ];
         for n in [1, 3, 8] {
             for ev in &writes {
-                let r = route_body(ev.as_bytes(), &DecodeOptions::default(), None, n);
+                let r = route_body(ev.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), n);
                 let jp = partition_of(NS.as_bytes(), n);
                 let mut parts: Vec<i32> = r.messages.iter().map(|m| m.partition).collect();
                 parts.sort();
@@ -185,14 +186,38 @@ mod tests {
         }
         // What the classify tier would ignore is not produced at all (a finalize write).
         let finalize = namespace("f", "update", Some("finalize"), &obj(true));
-        assert_eq!(route_body(finalize.as_bytes(), &DecodeOptions::default(), None, 8).messages.len(), 0);
+        assert_eq!(route_body(finalize.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(), 0);
         // Another group's `namespaces` is an object like any other; so is any object in a
         // namespace (objectRef.namespace names it, objectRef.resource does not).
         let other = writes[1].replace(r#""apiVersion":"v1"}"#, r#""apiGroup":"example.com","apiVersion":"v1"}"#);
         assert!(other.contains("example.com"));
-        assert_eq!(route_body(other.as_bytes(), &DecodeOptions::default(), None, 8).messages.len(), 1);
+        assert_eq!(route_body(other.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(), 1);
         let (owner, own) = apart(8);
-        assert_eq!(route_body(write("a", &own, Some(&owner), "replicasets").as_bytes(), &DecodeOptions::default(), None, 8).messages.len(), 2);
+        assert_eq!(
+            route_body(write("a", &own, Some(&owner), "replicasets").as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(),
+            2
+        );
+    }
+
+    #[test]
+    fn an_appliers_parent_reaches_every_partition_once() {
+        const KS: &str = "66666666-6666-6666-6666-666666666666";
+        let ev = |group: &str, resource: &str| {
+            format!(
+                r#"{{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"k","stage":"ResponseComplete","verb":"update","requestURI":"/apis/{group}/v1/namespaces/flux-system/{resource}/apps/status","user":{{"username":"system:serviceaccount:flux-system:kustomize-controller"}},"objectRef":{{"resource":"{resource}","subresource":"status","namespace":"flux-system","name":"apps","apiGroup":"{group}","apiVersion":"v1"}},"responseStatus":{{"code":200}},"responseObject":{{"kind":"Kustomization","apiVersion":"{group}/v1","metadata":{{"name":"apps","namespace":"flux-system","uid":"{KS}","resourceVersion":"9","generation":1}},"spec":{{}},"status":{{"lastAppliedRevision":"main@sha1:a"}}}}}}"#
+            )
+        };
+        let flux = ev("kustomize.toolkit.fluxcd.io", "kustomizations");
+        let r = route_body(flux.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8);
+        let mut parts: Vec<i32> = r.messages.iter().map(|m| m.partition).collect();
+        parts.sort();
+        assert_eq!(parts, (0..8).collect::<Vec<_>>(), "one message per partition");
+        assert_eq!(r.messages.iter().filter(|m| m.copy == Copy::Judged).count(), 1);
+        // Without the profiles, or another group's kind of that name: one message.
+        let none = Appliers { profiles: Vec::new() };
+        assert_eq!(route_body(flux.as_bytes(), &DecodeOptions::default(), None, &none, 8).messages.len(), 1);
+        let other = ev("example.com", "kustomizations");
+        assert_eq!(route_body(other.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(), 1);
     }
 
     #[test]
@@ -200,9 +225,9 @@ mod tests {
         let (owner, own) = apart(8);
         let ev = write("a", &own, Some(&owner), "replicasets");
         // One partition: both keys land together.
-        let r = route_body(ev.as_bytes(), &DecodeOptions::default(), None, 1);
+        let r = route_body(ev.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 1);
         assert_eq!(r.messages.iter().map(|m| m.copy).collect::<Vec<_>>(), [Copy::Judged]);
-        assert_eq!(route_body(ev.as_bytes(), &DecodeOptions::default(), None, 8).messages.len(), 2);
+        assert_eq!(route_body(ev.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(), 2);
     }
 
     #[test]
@@ -212,14 +237,14 @@ mod tests {
         let no_uid = ok.replace(&format!(r#","uid":"{DEP}""#), "");
         let body = format!("{ok}\n{read}\n{no_uid}\nnot json\n");
         let scope = Scope { exclude_resources: ["deployments".to_string()].into_iter().collect(), ..Scope::default() };
-        let r = route_body(body.as_bytes(), &DecodeOptions::default(), Some(&scope), 4);
+        let r = route_body(body.as_bytes(), &DecodeOptions::default(), Some(&scope), &Appliers::default(), 4);
         assert_eq!((r.report.events, r.report.invalid, r.messages.len()), (3, 1, 1));
         assert_eq!(r.ignored, [Ignored::ReadVerb]);
         assert_eq!(r.unroutable, [Unroutable::NoObject]);
         assert_eq!(r.invalid, [InvalidReason::Json]);
         // Out of scope.
         let dep = write("d", DEP, None, "deployments");
-        let r = route_body(dep.as_bytes(), &DecodeOptions::default(), Some(&scope), 4);
+        let r = route_body(dep.as_bytes(), &DecodeOptions::default(), Some(&scope), &Appliers::default(), 4);
         assert_eq!((r.messages.len(), r.ignored.as_slice()), (0, [Ignored::Excluded].as_slice()));
     }
 }

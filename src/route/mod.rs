@@ -20,6 +20,12 @@
 //!   those objects;
 //! - a `scale` write: the object's own UID (a `Scale` carries no ownerReferences).
 //!
+//! An applier's parent (DESIGN §1.9: a Kustomization, an Application, a ClusterProfile) goes
+//! to every partition too ([`everywhere`]): its members carry no ownerReference, only markers
+//! naming it, and a write of a member (a `scale` answered with a `Scale` included, which shows
+//! no markers) is judged at the member's own UID, wherever that is; each partition must hold
+//! the parents' intent. Appliers' parents are few and write their status once a sync.
+//!
 //! A Namespace's writes go to **every** partition ([`everywhere`]): its judged copy as any
 //! object's, and a state-only copy to each other partition, so that every partition knows
 //! a namespace being deleted and judges the writes in it as its teardown (DESIGN §1.4).
@@ -50,6 +56,7 @@ pub const COPY_TRACE: &str = "trace";
 /// brings the same write.
 pub const JUDGED_PARTITION_HEADER: &str = "kausality-judged-partition";
 
+use crate::config::appliers::Appliers;
 use crate::decode::{AuditEvent, ObjectRef, ObjectView};
 use crate::filter::{admit, Ignored, Subresource, Verb};
 use crate::write::status_details_uid;
@@ -165,8 +172,27 @@ pub fn route<'a>(ev: &'a AuditEvent<'a>) -> Result<Route<'a>, Skip> {
 /// `namespaces`, any subresource: `status`, `finalize`). The namespace controller deletes a
 /// namespace's contents kind by kind, children before their parents, so a child's parent does
 /// not show the teardown; the namespace's own state does, and each partition must hold it.
-pub fn everywhere(ev: &AuditEvent<'_>) -> bool {
-    ev.object_ref.as_ref().is_some_and(|o| o.resource.as_deref() == Some("namespaces") && o.api_group.as_deref().unwrap_or("").is_empty())
+/// An applier's parent (`appliers`' profiles) goes everywhere too, for the same reason: its
+/// members are judged wherever their own UIDs put them.
+pub fn everywhere(ev: &AuditEvent<'_>, appliers: &Appliers) -> bool {
+    let Some(o) = ev.object_ref.as_ref() else { return false };
+    let group = o.api_group.as_deref().unwrap_or("");
+    if o.resource.as_deref() == Some("namespaces") && group.is_empty() {
+        return true;
+    }
+    !group.is_empty() && !appliers.profiles.is_empty() && o.resource.as_deref().is_some_and(|r| is_applier_parent(r, group, appliers))
+}
+
+/// Whether `resource` of `group` holds an applier profile's parents: its kind key's group is
+/// `group` and its kind, lowercased, plus `s` is `resource` (`kustomizations`,
+/// `applications`, `clusterprofiles`, `helmreleases`; a pipeline's own kinds follow the same
+/// rule as the API server's default plural).
+fn is_applier_parent(resource: &str, group: &str, appliers: &Appliers) -> bool {
+    appliers.profiles.iter().any(|p| {
+        p.parent_kind.split_once('.').is_some_and(|(kind, g)| {
+            g == group && resource.len() == kind.len() + 1 && resource.ends_with('s') && resource[..kind.len()].eq_ignore_ascii_case(kind)
+        })
+    })
 }
 
 /// A full object with a UID: judged at its controller, state-only at itself when it has one.

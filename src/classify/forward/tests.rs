@@ -35,7 +35,7 @@ fn feed(p: &mut Processor, ev: &str, n: i32) -> Vec<Enriched> {
 /// each message only when `flush`.
 fn feed_at(p: &mut Processor, ev: &str, n: i32, at_us: i64, flush: bool) -> Vec<Enriched> {
     let decoder = p.decoder();
-    let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, n);
+    let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, &Default::default(), n);
     let mut out = Vec::new();
     for m in &routed.messages {
         let mut decoded = Decoded::default();

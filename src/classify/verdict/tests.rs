@@ -385,7 +385,7 @@ fn kinds_match_by_name_and_group() {
 fn feed_partitioned(p: &mut Processor, events: &[String], n: i32, now_us: i64) {
     let decoder = p.decoder();
     for ev in events {
-        let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, n);
+        let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, &Default::default(), n);
         for m in &routed.messages {
             let mut decoded = crate::process::Decoded::default();
             decoder.decode(None, &ev.as_bytes()[m.range.clone()], crate::decode::Unwrap::None, "test", &mut decoded);
@@ -477,8 +477,11 @@ fn a_state_kept_by_partition_is_asked_by_cluster() {
     // Unknown objects and clusters are still not found; an unknown child names what it missed.
     let missing = VerdictQuery { cluster: "default", parent: ParentRef::Uid("00000000-0000-0000-0000-000000000000"), ..q };
     let partitions: Vec<String> = {
-        let mut ps: Vec<i32> =
-            events.iter().flat_map(|ev| crate::route::route_body(ev.as_bytes(), &Default::default(), None, n).messages).map(|m| m.partition).collect();
+        let mut ps: Vec<i32> = events
+            .iter()
+            .flat_map(|ev| crate::route::route_body(ev.as_bytes(), &Default::default(), None, &Default::default(), n).messages)
+            .map(|m| m.partition)
+            .collect();
         ps.sort();
         ps.dedup();
         ps.iter().map(i32::to_string).collect()
@@ -492,4 +495,71 @@ fn a_state_kept_by_partition_is_asked_by_cluster() {
     // The drift report's reads find the objects too.
     assert_eq!(engine.read_in_cluster("default", uid_key(&rs.uid), |s| s.generation()), Some(1));
     assert_eq!(engine.read_in_cluster("default", uid_key(&pods[0].uid), |s| s.deleted()), Some(true));
+}
+
+/// The members of an applier's parent (DESIGN §1.9) are judged where the ingest tier routes
+/// them, by the parent they name, and that partition holds the parent's state: classes by
+/// partition are those of the whole state.
+#[test]
+fn an_appliers_members_are_judged_where_their_parent_is_kept() {
+    const KUSTOMIZE: &str = "system:serviceaccount:flux-system:kustomize-controller";
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (ks, ev) = api.create(
+        ADMIN,
+        json!({"apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization", "metadata": {"name": "apps", "namespace": "flux-system"},
+               "spec": {"interval": "10m", "path": "./apps", "prune": true, "sourceRef": {"kind": "GitRepository", "name": "flux-system"}}}),
+    );
+    events.push(ev);
+    let revision = |api: &mut ApiServer, attempted: &str, applied: &str| {
+        api.update_status(KUSTOMIZE, &ks, |st| {
+            st.insert("lastAttemptedRevision".into(), json!(attempted));
+            st.insert("lastAppliedRevision".into(), json!(applied));
+            st.insert("observedGeneration".into(), json!(1));
+        })
+    };
+    events.push(revision(&mut api, "main@sha1:a", ""));
+    let mut d = deployment("shop", "web", 2, "web:1");
+    d["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    let (d, ev) = api.create(KUSTOMIZE, d);
+    events.push(ev);
+    events.push(revision(&mut api, "main@sha1:a", "main@sha1:a"));
+    events.push(api.scale(ALICE, &d, 5));
+    events.push(api.patch(KUSTOMIZE, &d, |o| o["spec"]["replicas"] = json!(2)));
+    // A partition count that puts the member's own UID and its Kustomization's apart.
+    let n = (2..64).find(|&n| crate::route::partition_of(d.uid.as_bytes(), n) != crate::route::partition_of(ks.uid.as_bytes(), n)).unwrap();
+    let now = api.now_us();
+    let processor = || {
+        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
+        Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() })
+    };
+    let mut whole = processor();
+    let mut expected = Vec::new();
+    for ev in &events {
+        whole.ingest_body(None, ev.as_bytes(), "test", now, &mut expected);
+        whole.flush(now, &mut expected);
+    }
+    let classes = |out: &[Enriched]| out.iter().map(|e| (e.audit_id.to_string(), e.class)).collect::<Vec<_>>();
+    assert_eq!(
+        classes(&expected).iter().map(|(_, c)| *c).collect::<Vec<_>>(),
+        [Class::Unowned, Class::Expected, Class::Origin, Class::Drift],
+        "the Kustomization, its first apply, alice's scale, the put-back"
+    );
+    let mut split = processor();
+    let decoder = split.decoder();
+    let mut got = Vec::new();
+    for ev in &events {
+        let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, &Default::default(), n);
+        for m in &routed.messages {
+            let mut decoded = crate::process::Decoded::default();
+            decoder.decode(None, &ev.as_bytes()[m.range.clone()], crate::decode::Unwrap::None, "test", &mut decoded);
+            decoder.partition_from(&mut decoded, 0, m.partition);
+            if m.copy == crate::route::Copy::State {
+                decoded.silence_from(0);
+            }
+            split.ingest_decoded(decoded, now, now, &mut got);
+            split.flush(now, &mut got);
+        }
+    }
+    assert_eq!(classes(&got), classes(&expected));
 }

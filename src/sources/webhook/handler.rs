@@ -66,6 +66,9 @@ pub struct RouteIntake {
     pub decode: DecodeOptions,
     /// The pipeline's scope: what is out of it is not produced.
     pub scope: Option<Arc<Scope>>,
+    /// The applier profiles (built-in and the pipeline's): members go where their parent's
+    /// state is (DESIGN §1.9).
+    pub appliers: Arc<crate::config::appliers::Appliers>,
 }
 
 pub async fn audit_default(State(s): State<Arc<WebhookState>>, headers: HeaderMap, body: Body) -> Response {
@@ -208,9 +211,9 @@ impl WebhookState {
         if partitions <= 0 {
             return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the keyed topic's partitions are not known yet (is the broker reachable?); retry later");
         }
-        let (decode, scope) = (route.decode.clone(), route.scope.clone());
+        let (decode, scope, appliers) = (route.decode.clone(), route.scope.clone(), route.appliers.clone());
         let routed = tokio::task::spawn_blocking(move || {
-            let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| route_body(&bytes, &decode, scope.as_deref(), partitions)));
+            let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| route_body(&bytes, &decode, scope.as_deref(), &appliers, partitions)));
             (bytes, routed)
         })
         .await;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::config::PipelineConfig;
 use super::error::Error;
-use super::{load, snapshot};
+use super::{load, snapshot_file};
 use crate::classify::{Engine, EngineOptions};
 use crate::config::progress::{Comparison, ConditionReason};
 use crate::config::ModelConfig;
@@ -223,10 +223,10 @@ pub(super) fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
 fn restore(cfg: &PipelineConfig, processor: &mut Processor) -> Result<HashMap<(String, i32), i64>, Error> {
     let mut resume = HashMap::new();
     let Some(path) = snapshot_path(cfg).filter(|_| !with_changelog(cfg)) else { return Ok(resume) };
-    for stale in snapshot::remove_stale_temporaries(path) {
+    for stale in snapshot_file::remove_stale_temporaries(path) {
         tracing::info!(path = %stale.display(), "removed the temporary snapshot file of a process that was killed while writing it");
     }
-    match snapshot::restore(path, processor)? {
+    match snapshot_file::restore(path, processor)? {
         Some(r) => {
             tracing::info!(
                 path = %path.display(),
@@ -250,10 +250,10 @@ fn restore(cfg: &PipelineConfig, processor: &mut Processor) -> Result<HashMap<(S
 /// changelog), never a reason not to start.
 #[cfg(feature = "kafka")]
 fn restore_cached(path: &std::path::Path, processor: &mut Processor) -> Option<crate::state::Cached> {
-    for stale in snapshot::remove_stale_temporaries(path) {
+    for stale in snapshot_file::remove_stale_temporaries(path) {
         tracing::info!(path = %stale.display(), "removed the temporary snapshot file of a process that was killed while writing it");
     }
-    match snapshot::restore_cached(path, processor) {
+    match snapshot_file::restore_cached(path, processor) {
         Ok(Some((stats, Some(cached)))) => {
             tracing::info!(
                 path = %path.display(),

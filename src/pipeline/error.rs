@@ -1,6 +1,6 @@
 //! What can keep a pipeline from starting.
 
-use super::snapshot;
+use super::snapshot_file;
 use crate::shell::ConfigErrors;
 use crate::{sinks, sources};
 
@@ -11,7 +11,7 @@ pub enum Error {
     #[error("{0}")]
     Config(#[from] ConfigErrors),
     #[error(transparent)]
-    Snapshot(#[from] snapshot::Error),
+    Snapshot(#[from] snapshot_file::Error),
     #[error(transparent)]
     Listen(#[from] crate::listen::Error),
     #[error(transparent)]

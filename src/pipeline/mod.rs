@@ -11,7 +11,7 @@
 //! ```
 //!
 //! - [`config`]: the pipeline file's structs; [`load`]: reading it with every error at once.
-//! - [`processor`]: the task that classifies; [`snapshot`]: the state file.
+//! - [`classify_loop`]: the task that classifies; [`snapshot_file`]: the state file.
 //! - [`health`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`start`] builds the pipeline (`build`: metrics, model, state restored), spawns its parts
 //!   (`spawn`: sinks, fetcher, processor, listeners, sources) and returns a [`Running`]
@@ -24,8 +24,8 @@ pub mod config;
 mod error;
 pub mod health;
 pub mod load;
-pub mod processor;
-pub mod snapshot;
+pub mod classify_loop;
+pub mod snapshot_file;
 mod spawn;
 
 use std::net::SocketAddr;
@@ -43,7 +43,7 @@ use crate::classify::Engine;
 use crate::metrics::Metrics;
 use crate::sources::SourceConfig;
 use crate::status::Status;
-use processor::Summary;
+use classify_loop::Summary;
 use spawn::{Spawned, Stop, Tasks};
 
 /// The embedded default pipeline (`pipelines/default.toml`): webhook on 127.0.0.1:8080 (plain

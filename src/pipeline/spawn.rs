@@ -17,7 +17,7 @@ use super::build::Parts;
 use super::config::PipelineConfig;
 use super::error::Error;
 use super::health::{self, Health};
-use super::processor::{ProcessorTask, Summary};
+use super::classify_loop::{ProcessorTask, Summary};
 use crate::classify::Engine;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;
@@ -208,13 +208,13 @@ fn changelog_writer(
     cfg: &PipelineConfig,
     changelog: Option<&Arc<sources::kafka::changelog::Changelog>>,
     transaction: Option<Arc<crate::kafka::Transaction>>,
-) -> Option<(super::processor::ChangelogWriter, Duration)> {
+) -> Option<(super::classify_loop::ChangelogWriter, Duration)> {
     let changelog = changelog?.clone();
     let every = cfg.sources.iter().find_map(|s| match s {
         SourceConfig::Kafka(k) => Some(k.transaction_interval.0),
         _ => None,
     })?;
-    let write: super::processor::ChangelogWriter = Box::new(move || {
+    let write: super::classify_loop::ChangelogWriter = Box::new(move || {
         let via = match &transaction {
             // Not ready yet: nothing is committed either; the changes wait for the first commit.
             Some(t) => match t.producer() {
@@ -245,8 +245,8 @@ fn changelog_writer(
 /// commit (the changelog holds the state of that commit); without, it stops the processor.
 #[cfg(feature = "kafka")]
 fn with_transaction(task: ProcessorTask, t: &Arc<crate::kafka::Transaction>, every: Duration, changelog: bool) -> ProcessorTask {
-    use super::processor::{CommitError, Committer, Positions, Rewinder};
-    use super::snapshot::Position;
+    use super::classify_loop::{CommitError, Committer, Positions, Rewinder};
+    use super::snapshot_file::Position;
     let committer = t.clone();
     let commit: Committer = Box::new(move || {
         committer.commit().map(|c| c.is_some()).map_err(|e| if e.rewinds() { CommitError::Rewind(e.to_string()) } else { CommitError::Fatal(e.to_string()) })

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch};
 use tokio::time::MissedTickBehavior;
 
-use super::snapshot;
+use super::snapshot_file;
 use crate::classify::Class;
 use crate::enriched::Enriched;
 use crate::process::Processor;
@@ -115,7 +115,7 @@ enum Commit {
 pub type ChangelogWriter = Box<dyn FnMut() -> Result<(), String> + Send>;
 
 /// The source positions the state covers after the last commit, saved with each snapshot.
-pub type Positions = Box<dyn Fn() -> Vec<snapshot::Position> + Send>;
+pub type Positions = Box<dyn Fn() -> Vec<snapshot_file::Position> + Send>;
 
 /// Writes a snapshot's content other than the processor's own.
 pub type SnapshotContent = Box<dyn Fn(&Processor, &mut dyn std::io::Write) -> std::io::Result<crate::state::SnapshotStats> + Send>;
@@ -125,7 +125,7 @@ pub type SnapshotContent = Box<dyn Fn(&Processor, &mut dyn std::io::Write) -> st
 pub struct Summary {
     pub batches: u64,
     pub enriched: u64,
-    pub snapshot: Option<snapshot::Stats>,
+    pub snapshot: Option<snapshot_file::Stats>,
     /// The processor stopped on a failure (a Kafka transaction that could not commit): its
     /// state is ahead of what was committed, so nothing was flushed or saved.
     pub failed: bool,
@@ -621,11 +621,11 @@ impl ProcessorTask {
         events.len() as u64
     }
 
-    fn save_snapshot(&mut self) -> Option<snapshot::Stats> {
+    fn save_snapshot(&mut self) -> Option<snapshot_file::Stats> {
         let (path, _) = self.snapshot.as_ref()?;
         let saved = match &self.content {
-            Some(content) => snapshot::save_with(path, &[], |w| content(&self.processor, w)),
-            None => snapshot::save(path, &self.processor, &self.positions.as_ref().map(|p| p()).unwrap_or_default()),
+            Some(content) => snapshot_file::save_with(path, &[], |w| content(&self.processor, w)),
+            None => snapshot_file::save(path, &self.processor, &self.positions.as_ref().map(|p| p()).unwrap_or_default()),
         };
         match saved {
             Ok(stats) => {

@@ -38,10 +38,10 @@ use crate::sinks::Events;
 use crate::sources::{Batch, Body};
 use crate::status::Status;
 
-/// The processor task: made with [`ProcessorTask::new`] and the methods that add what a
-/// pipeline has (the fetcher, a snapshot file, Kafka checkpoints, a transaction), then
-/// [`ProcessorTask::run`] on a thread of its own.
-pub struct ProcessorTask {
+/// The processor task, the loop around the [`Processor`]: made with [`ClassifyLoop::new`]
+/// and the methods that add what a pipeline has (the fetcher, a snapshot file, Kafka
+/// checkpoints, a transaction), then [`ClassifyLoop::run`] on a thread of its own.
+pub struct ClassifyLoop {
     processor: Processor,
     /// Bodies from the sources, in arrival order.
     intake: mpsc::Receiver<Batch>,
@@ -105,7 +105,7 @@ pub type Rewinder = Box<dyn FnMut(Rewind) + Send>;
 enum Commit {
     /// Committed, or nothing to commit.
     Done,
-    /// Aborted: go back to the last commit ([`ProcessorTask::rewind_now`]).
+    /// Aborted: go back to the last commit ([`ClassifyLoop::rewind_now`]).
     Rewind(String),
     /// Stop (`summary.failed` is set).
     Failed,
@@ -157,7 +157,7 @@ async fn next_barrier(barriers: &mut Option<mpsc::Receiver<Barrier>>) -> Option<
     }
 }
 
-impl ProcessorTask {
+impl ClassifyLoop {
     /// Classifies the bodies of `intake` and sends the enriched events to every sink, checking
     /// the reorder buffer every `tick`, until `stop`; `status` hears of failed snapshots.
     pub fn new(
@@ -167,8 +167,8 @@ impl ProcessorTask {
         tick: Duration,
         stop: watch::Receiver<bool>,
         status: Arc<Status>,
-    ) -> ProcessorTask {
-        ProcessorTask {
+    ) -> ClassifyLoop {
+        ClassifyLoop {
             processor,
             intake,
             // Closed (no fetcher) until `fetcher` gives one.
@@ -222,7 +222,7 @@ impl ProcessorTask {
         self
     }
 
-    /// Exactly-once (with [`ProcessorTask::checkpoints`]): `commit` commits the transaction
+    /// Exactly-once (with [`ClassifyLoop::checkpoints`]): `commit` commits the transaction
     /// every `every` and at barriers; `positions` are saved with each snapshot.
     pub fn transaction(mut self, commit: Committer, every: Duration, positions: Positions) -> Self {
         self.commit = Some((commit, every));
@@ -237,7 +237,7 @@ impl ProcessorTask {
         self
     }
 
-    /// The state changelog's writer: with [`ProcessorTask::transaction`] it writes into each
+    /// The state changelog's writer: with [`ClassifyLoop::transaction`] it writes into each
     /// transaction before the commit; without, every `every`, and done messages are handed
     /// back only once the changelog holds their effect.
     pub fn changelog(mut self, write: ChangelogWriter, every: Duration) -> Self {

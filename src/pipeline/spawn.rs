@@ -17,7 +17,7 @@ use super::build::Parts;
 use super::config::PipelineConfig;
 use super::error::Error;
 use super::health::{self, Health};
-use super::classify_loop::{ProcessorTask, Summary};
+use super::classify_loop::{ClassifyLoop, Summary};
 use crate::classify::Engine;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;
@@ -112,7 +112,7 @@ pub(super) async fn spawn(cfg: &PipelineConfig, parts: Parts, stop: &Stop) -> Re
     let decoder = processor.decoder();
     let freshness = processor.freshness().clone();
     let queues = sinks.iter().map(|h| (h.kind, h.queue.clone())).collect();
-    let mut task = ProcessorTask::new(processor, intake_rx, queues, cfg.options.tick_interval.0, stop.rx.clone(), status.clone());
+    let mut task = ClassifyLoop::new(processor, intake_rx, queues, cfg.options.tick_interval.0, stop.rx.clone(), status.clone());
     if let Some((unknown_parents, observe)) = fetcher {
         task = task.fetcher(unknown_parents, observe);
     }
@@ -244,7 +244,7 @@ fn changelog_writer(
 /// restart. With a state changelog, an aborted transaction sends the source back to the last
 /// commit (the changelog holds the state of that commit); without, it stops the processor.
 #[cfg(feature = "kafka")]
-fn with_transaction(task: ProcessorTask, t: &Arc<crate::kafka::Transaction>, every: Duration, changelog: bool) -> ProcessorTask {
+fn with_transaction(task: ClassifyLoop, t: &Arc<crate::kafka::Transaction>, every: Duration, changelog: bool) -> ClassifyLoop {
     use super::classify_loop::{CommitError, Committer, Positions, Rewinder};
     use super::snapshot_file::Position;
     let committer = t.clone();
@@ -266,7 +266,7 @@ fn with_transaction(task: ProcessorTask, t: &Arc<crate::kafka::Transaction>, eve
 
 /// Runs the processor task on a thread of its own: classifying is CPU work that must not
 /// stall the runtime's workers. Its summary comes on the returned channel when it ends.
-fn spawn_processor(task: ProcessorTask) -> Result<oneshot::Receiver<Summary>, Error> {
+fn spawn_processor(task: ClassifyLoop) -> Result<oneshot::Receiver<Summary>, Error> {
     let (done_tx, done) = oneshot::channel();
     let rt = tokio::runtime::Handle::current();
     std::thread::Builder::new()

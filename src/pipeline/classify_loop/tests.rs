@@ -53,7 +53,7 @@ fn start_with(commit: Option<Committer>, rewind: Option<Rewinder>) -> Harness {
             seen.lock().unwrap().extend(events.iter().map(|e| e.object.name.to_string()));
         }
     });
-    let task = ProcessorTask {
+    let task = ClassifyLoop {
         processor,
         intake: intake_rx,
         observe: observe_rx,

@@ -11,7 +11,8 @@
 //! ```
 //!
 //! - [`config`]: the pipeline file's structs; [`load`]: reading it with every error at once.
-//! - [`classify_loop`]: the task that classifies; [`snapshot_file`]: the state file.
+//! - [`classify_loop`]: the task that classifies; [`durability`]: what survives a restart and
+//!   when (snapshots, checkpoints, commits, the changelog); [`snapshot_file`]: the state file.
 //! - [`health`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`start`] builds the pipeline (`build`: metrics, model, state restored), spawns its parts
 //!   (`spawn`: sinks, fetcher, processor, listeners, sources) and returns a [`Running`]
@@ -25,6 +26,7 @@ mod error;
 pub mod health;
 pub mod load;
 pub mod classify_loop;
+pub mod durability;
 pub mod snapshot_file;
 mod spawn;
 

@@ -54,6 +54,7 @@ pub mod kafka;
 pub mod listen;
 pub mod metrics;
 pub mod order;
+pub mod partition;
 pub mod pipeline;
 pub mod process;
 pub mod query;

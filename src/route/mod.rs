@@ -30,14 +30,13 @@
 //! ingest tier (`kafka_route` sink), the tests and the classify tier's tests share it.
 
 mod body;
-mod partition;
 #[cfg(test)]
 mod tests;
 
 use std::borrow::Cow;
 
 pub use body::{route_body, Copy, Message, Routed};
-pub use partition::{murmur2, partition_of};
+pub use crate::partition::{murmur2, partition_of};
 
 /// The header that marks a state-only copy, and its value.
 pub const COPY_HEADER: &str = "kausality-copy";

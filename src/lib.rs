@@ -41,6 +41,8 @@
 //! - [`status`]: what the parts report about themselves (a sink that cannot write, a failed
 //!   snapshot), for the webhook, `/readyz` and the exit code.
 
+#[cfg(feature = "kafka")]
+pub mod changelog;
 pub mod classify;
 pub mod config;
 pub mod corpus;

@@ -44,7 +44,7 @@ pub(super) struct Parts {
     /// The Kafka source's state changelog, when it has one on: the state is kept per
     /// partition, restored from it when a partition is assigned.
     #[cfg(feature = "kafka")]
-    pub changelog: Option<Arc<crate::sources::kafka::changelog::Changelog>>,
+    pub changelog: Option<Arc<crate::changelog::Changelog>>,
 }
 
 /// Builds the pipeline of `cfg`: fails only when the snapshot cannot be restored, or the
@@ -94,14 +94,14 @@ async fn start_changelog(
     cfg: &PipelineConfig,
     engine: &Arc<Engine>,
     metrics: &Arc<Metrics>,
-) -> Result<Option<Arc<crate::sources::kafka::changelog::Changelog>>, Error> {
+) -> Result<Option<Arc<crate::changelog::Changelog>>, Error> {
     let Some(k) = cfg.sources.iter().find_map(|s| match s {
         SourceConfig::Kafka(k) if k.changelog_on().is_some() => Some(k),
         _ => None,
     }) else {
         return Ok(None);
     };
-    let changelog = crate::sources::kafka::changelog::Changelog::new(k, engine.clone(), metrics.clone())?;
+    let changelog = crate::changelog::Changelog::new(k, engine.clone(), metrics.clone())?;
     changelog.ensure_topic(&k.topics[0]).await?;
     tracing::info!(topic = %changelog.topic, exactly_once = k.exactly_once, "state kept per partition in the changelog");
     Ok(Some(Arc::new(changelog)))

@@ -208,7 +208,7 @@ impl Durability {
         shutdown_timeout: Duration,
         status: Arc<Status>,
         #[cfg(feature = "kafka")] transaction: Option<&(Arc<crate::kafka::Transaction>, Duration)>,
-        #[cfg(feature = "kafka")] changelog: Option<&Arc<crate::sources::kafka::changelog::Changelog>>,
+        #[cfg(feature = "kafka")] changelog: Option<&Arc<crate::changelog::Changelog>>,
     ) -> Durability {
         let mut d = Durability::new(status);
         if let Some(path) = super::build::snapshot_path(cfg) {
@@ -556,13 +556,13 @@ mod kafka {
     use super::{ChangelogWriter, CommitError, Committer, Durability, Positions, Rewinder};
     use crate::pipeline::config::PipelineConfig;
     use crate::pipeline::snapshot_file::Position;
-    use crate::sources::{self, SourceConfig};
+    use crate::sources::SourceConfig;
 
     pub(super) fn with_kafka(
         mut d: Durability,
         cfg: &PipelineConfig,
         transaction: Option<&(Arc<crate::kafka::Transaction>, Duration)>,
-        changelog: Option<&Arc<sources::kafka::changelog::Changelog>>,
+        changelog: Option<&Arc<crate::changelog::Changelog>>,
     ) -> Durability {
         if let Some((t, every)) = transaction {
             d = with_transaction(d, t, *every, changelog.is_some());
@@ -581,7 +581,7 @@ mod kafka {
     /// through the changelog's own producer every `transaction_interval`.
     fn changelog_writer(
         cfg: &PipelineConfig,
-        changelog: Option<&Arc<sources::kafka::changelog::Changelog>>,
+        changelog: Option<&Arc<crate::changelog::Changelog>>,
         transaction: Option<Arc<crate::kafka::Transaction>>,
     ) -> Option<(ChangelogWriter, Duration)> {
         let changelog = changelog?.clone();

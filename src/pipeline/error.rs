@@ -28,7 +28,7 @@ pub enum Error {
     KafkaSource(#[from] sources::kafka::consumer::Error),
     #[cfg(feature = "kafka")]
     #[error(transparent)]
-    Changelog(#[from] sources::kafka::changelog::Error),
+    Changelog(#[from] crate::changelog::Error),
     #[error("cannot start the processor thread: {0}")]
     Thread(std::io::Error),
 }

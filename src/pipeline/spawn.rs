@@ -245,7 +245,7 @@ struct SourceWiring<'a> {
     #[cfg(feature = "kafka")]
     transaction: Option<Arc<crate::kafka::Transaction>>,
     #[cfg(feature = "kafka")]
-    changelog: Option<Arc<sources::kafka::changelog::Changelog>>,
+    changelog: Option<Arc<crate::changelog::Changelog>>,
 }
 
 /// Starts the sources in configuration order; returns the webhooks' addresses and every

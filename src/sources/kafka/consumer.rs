@@ -33,7 +33,7 @@ use rdkafka::types::RDKafkaRespErr;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::changelog::Changelog;
+use crate::changelog::Changelog;
 use super::copies;
 use super::stage::{Decoders, Gather, Sealed};
 use super::KafkaSourceConfig;

@@ -10,8 +10,6 @@
 //! transaction. The consumer itself is in [`consumer`]; its decode threads in `stage`.
 
 #[cfg(feature = "kafka")]
-pub mod changelog;
-#[cfg(feature = "kafka")]
 pub mod consumer;
 #[cfg(feature = "kafka")]
 mod copies;

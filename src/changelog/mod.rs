@@ -33,7 +33,7 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use super::KafkaSourceConfig;
+use crate::sources::kafka::KafkaSourceConfig;
 use crate::classify::forward::{Completion, Forward};
 use crate::classify::Engine;
 use crate::kafka::{self as client, Logged, Transactional};

@@ -101,7 +101,7 @@ async fn start_changelog(
     }) else {
         return Ok(None);
     };
-    let changelog = crate::changelog::Changelog::new(k, engine.clone(), metrics.clone())?;
+    let changelog = crate::changelog::Changelog::new(&k.changelog_settings(), engine.clone(), metrics.clone())?;
     changelog.ensure_topic(&k.topics[0]).await?;
     tracing::info!(topic = %changelog.topic, exactly_once = k.exactly_once, "state kept per partition in the changelog");
     Ok(Some(Arc::new(changelog)))

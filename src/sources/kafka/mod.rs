@@ -147,6 +147,19 @@ impl KafkaSourceConfig {
         }
     }
 
+    /// What the state changelog takes from this source: its topic, the input topic, and the
+    /// client settings.
+    #[cfg(feature = "kafka")]
+    pub fn changelog_settings(&self) -> crate::changelog::Settings {
+        crate::changelog::Settings {
+            topic: self.changelog.as_ref().map(|c| c.topic.clone()).unwrap_or_default(),
+            input: self.topics.first().cloned().unwrap_or_default(),
+            brokers: self.brokers.clone(),
+            properties: self.properties.clone(),
+            exactly_once: self.exactly_once,
+        }
+    }
+
     /// The changelog, when it is on.
     pub fn changelog_on(&self) -> Option<&ChangelogConfig> {
         self.changelog.as_ref().filter(|c| c.enabled)

@@ -27,24 +27,13 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::time::{Interval, MissedTickBehavior};
 
-use super::classify_loop::Flow;
+use super::flow::{Flow, Next};
 use super::config::PipelineConfig;
 use super::snapshot_file;
 use crate::process::Processor;
 use crate::shell::{Barrier, Done, Rewind};
 use crate::sources::SourceConfig;
 use crate::status::Status;
-
-/// What the loop does after a step.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Next {
-    /// Go on.
-    Go,
-    /// A transaction was aborted: go back to the last commit ([`Durability::rewind`]).
-    Rewind(String),
-    /// Stop now (`summary.failed` tells whether on a failure).
-    Stop,
-}
 
 /// What durability a pipeline has, told once from what it was given.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

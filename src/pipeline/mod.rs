@@ -27,6 +27,7 @@ pub mod health;
 pub mod load;
 pub mod classify_loop;
 pub mod durability;
+mod flow;
 pub mod snapshot_file;
 mod spawn;
 

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::*;
 use crate::pipeline::durability::{CommitError, Committer, Rewinder};
 use crate::shell::Rewind;
+use crate::sources::Body;
 use crate::classify::{Engine, EngineOptions};
 use crate::config::ModelConfig;
 use crate::metrics::Metrics;

@@ -180,7 +180,7 @@ fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>, status: &Arc<Statu
     };
     #[cfg(feature = "kafka")]
     {
-        let producer = sinks::kafka_route::producer::RouteProducer::new(rc, metrics.clone(), status.clone())?;
+        let producer = crate::route::producer::RouteProducer::new(rc, metrics.clone(), status.clone())?;
         let decode = crate::decode::DecodeOptions { max_record_bytes: cfg.options.max_record_bytes, ..crate::decode::DecodeOptions::default() };
         Ok(Some(sources::webhook::RouteIntake { producer, decode, scope: super::build::scope(cfg) }))
     }

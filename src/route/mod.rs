@@ -30,12 +30,16 @@
 //! ingest tier (`kafka_route` sink), the tests and the classify tier's tests share it.
 
 mod body;
+pub mod config;
+#[cfg(feature = "kafka")]
+pub mod producer;
 #[cfg(test)]
 mod tests;
 
 use std::borrow::Cow;
 
 pub use body::{route_body, Copy, Message, Routed};
+pub use config::KafkaRouteConfig;
 pub use crate::partition::{murmur2, partition_of};
 
 /// The header that marks a state-only copy, and its value.

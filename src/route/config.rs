@@ -5,9 +5,6 @@
 //! message of the body. Nothing is kept on disk or in memory past a request, so any number of
 //! these processes can stand behind one Service. The producer is in [`producer`].
 
-#[cfg(feature = "kafka")]
-pub mod producer;
-
 use serde::Deserialize;
 
 use crate::kafka::{check_client, Properties};

@@ -1,13 +1,23 @@
 //! A pipeline: sources → processor task → sinks, joined by bounded queues, plus the metrics
-//! listener, the state snapshot and a graceful, bounded shutdown.
+//! listener, the query API, durability and a graceful, bounded shutdown.
 //!
 //! ```text
-//!  webhook ─┐                       ┌─▶ jsonl
-//!  file ────┼─▶ intake ─▶ processor ┼─▶ http          (one bounded queue per sink)
-//!           │   (bounded)  (thread) └─▶ drift_report
-//!  fetch ───┘ (fetched parents)  │
-//!      ▲                         └─ snapshot (periodic, on stop)
-//!      └──── unknown-parent events
+//!  classify tier (one process, or many sharing a Kafka topic's partitions)
+//!
+//!  webhook ─┐                       ┌─▶ jsonl, http, kafka  (one bounded queue per sink)
+//!  file ────┤                       ├─▶ drift_report
+//!  kafka ───┼─▶ intake ─▶ processor ┴─▶ history ──▶ query API (/v1/verdict from the live
+//!           │   (bounded)  (thread)      (SQLite)    state; objects, drift, why from history)
+//!  fetch ───┘ (fetched parents)  │  ▲
+//!      ▲                         │  └── durability: snapshot file, Kafka checkpoints and
+//!      └──── unknown-parent ─────┤      transactions, the changelog's records
+//!                                └──▶ changelog: trace messages to other partitions, on the
+//!                                     input topic, read back by the kafka source
+//!
+//!  ingest tier (any number of processes, nothing kept; pipelines with a `kafka_route` sink)
+//!
+//!  webhook ─▶ route (judged and state-only keys) ─▶ producer ─▶ keyed audit topic ─▶ kafka
+//!             (answers once the broker acknowledged every message)      source of the classify tier
 //! ```
 //!
 //! - [`config`]: the pipeline file's structs; [`load`]: reading it with every error at once.

@@ -27,7 +27,9 @@
 //!
 //! What each of these costs (the judgement lacks the controller's state when the key is not
 //! the controller's) is in docs/scale-out.md, "Ingest tier". The function here is pure: the
-//! ingest tier (`kafka_route` sink), the tests and the classify tier's tests share it.
+//! ingest tier ([`producer`], configured by a `kafka_route` section: [`config`]), the tests and
+//! the classify tier's tests share it. Kafka's partitioner is [`crate::partition`], a leaf the
+//! model imports too.
 
 mod body;
 pub mod config;

@@ -90,11 +90,7 @@ pub(super) fn snapshot_path(cfg: &PipelineConfig) -> Option<&PathBuf> {
 /// The state changelog of the pipeline's Kafka source, when it has one on: its topic is
 /// created or checked before anything is read.
 #[cfg(feature = "kafka")]
-async fn start_changelog(
-    cfg: &PipelineConfig,
-    engine: &Arc<Engine>,
-    metrics: &Arc<Metrics>,
-) -> Result<Option<Arc<crate::changelog::Changelog>>, Error> {
+async fn start_changelog(cfg: &PipelineConfig, engine: &Arc<Engine>, metrics: &Arc<Metrics>) -> Result<Option<Arc<crate::changelog::Changelog>>, Error> {
     let Some(k) = cfg.sources.iter().find_map(|s| match s {
         SourceConfig::Kafka(k) if k.changelog_on().is_some() => Some(k),
         _ => None,

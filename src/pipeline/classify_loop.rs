@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 
 use super::durability::Durability;
-use super::flow::{Flow, Next};
 pub use super::flow::Summary;
+use super::flow::{Flow, Next};
 use crate::enriched::Enriched;
 use crate::process::Processor;
 use crate::shell::{now_us, Barrier, Checkpoints, Observed};

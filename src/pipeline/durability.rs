@@ -27,8 +27,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio::time::{Interval, MissedTickBehavior};
 
-use super::flow::{Flow, Next};
 use super::config::PipelineConfig;
+use super::flow::{Flow, Next};
 use super::snapshot_file;
 use crate::process::Processor;
 use crate::shell::{Barrier, Done, Rewind};
@@ -306,7 +306,10 @@ impl Durability {
         if self.barrier(flow, false).await {
             return self.commit_now(flow);
         }
-        tracing::warn!(unacknowledged = flow.checkpoints.unacknowledged(), "sinks did not acknowledge in time; the transaction commit waits for the next interval");
+        tracing::warn!(
+            unacknowledged = flow.checkpoints.unacknowledged(),
+            "sinks did not acknowledge in time; the transaction commit waits for the next interval"
+        );
         Next::Go
     }
 
@@ -610,7 +613,10 @@ mod kafka {
     fn with_transaction(d: Durability, t: &Arc<crate::kafka::Transaction>, every: Duration, changelog: bool) -> Durability {
         let committer = t.clone();
         let commit: Committer = Box::new(move || {
-            committer.commit().map(|c| c.is_some()).map_err(|e| if e.rewinds() { CommitError::Rewind(e.to_string()) } else { CommitError::Fatal(e.to_string()) })
+            committer
+                .commit()
+                .map(|c| c.is_some())
+                .map_err(|e| if e.rewinds() { CommitError::Rewind(e.to_string()) } else { CommitError::Fatal(e.to_string()) })
         });
         let rewinder = t.clone();
         let positions_of = t.clone();

@@ -93,7 +93,12 @@ impl Flow {
         Next::Go
     }
 
-    fn ingest_decoded(processor: &mut Processor, decoded: crate::process::Decoded, received_us: Option<i64>, out: &mut Vec<Enriched>) -> crate::process::IngestReport {
+    fn ingest_decoded(
+        processor: &mut Processor,
+        decoded: crate::process::Decoded,
+        received_us: Option<i64>,
+        out: &mut Vec<Enriched>,
+    ) -> crate::process::IngestReport {
         let now = now_us();
         processor.ingest_decoded(decoded, received_us.map_or(now, |r| r.min(now)), now, out)
     }

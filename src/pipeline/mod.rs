@@ -31,13 +31,13 @@
 //!   sinks flushed, snapshot written, all within `options.shutdown_timeout`.
 
 mod build;
+pub mod classify_loop;
 pub mod config;
+pub mod durability;
 mod error;
+mod flow;
 pub mod health;
 pub mod load;
-pub mod classify_loop;
-pub mod durability;
-mod flow;
 pub mod snapshot_file;
 mod spawn;
 

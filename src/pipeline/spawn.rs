@@ -14,11 +14,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::build::Parts;
+use super::classify_loop::{ClassifyLoop, Summary};
 use super::config::PipelineConfig;
+use super::durability::Durability;
 use super::error::Error;
 use super::health::{self, Health};
-use super::classify_loop::{ClassifyLoop, Summary};
-use super::durability::Durability;
 use crate::classify::Engine;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;

@@ -46,11 +46,7 @@ fn freshness_is_the_newest_event_time_applied_per_cluster_not_received() {
 /// A processor on the arrival clock with a one-second reorder window.
 fn arrival_processor() -> Processor {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    Processor::new(
-        engine,
-        Arc::new(Metrics::new()),
-        ProcessorOptions { reorder_window_us: 1_000_000, clock: Clock::Arrival, ..ProcessorOptions::default() },
-    )
+    Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: 1_000_000, clock: Clock::Arrival, ..ProcessorOptions::default() })
 }
 
 /// Takes in one document of cluster `a`, received at `at_us`, from Kafka partition

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::params::Params;
-use super::{ApiError, QueryState, Endpoint};
+use super::{ApiError, Endpoint, QueryState};
 use crate::classify::Class;
 use crate::decode::time::format_rfc3339_micros;
 use crate::history::story::{stored_event, ObjectRef, OwnerRef, Tombstone};

@@ -8,7 +8,7 @@ use axum::response::Response;
 use serde::Serialize;
 
 use super::params::Params;
-use super::{ApiError, QueryState, Endpoint};
+use super::{ApiError, Endpoint, QueryState};
 use crate::classify::{ChildQuery, ParentRef, Verdict, VerdictError, VerdictQuery};
 use crate::decode::time::format_rfc3339_micros;
 

@@ -8,7 +8,7 @@ use axum::http::Uri;
 use axum::response::Response;
 
 use super::params::Params;
-use super::{ApiError, QueryState, Endpoint};
+use super::{ApiError, Endpoint, QueryState};
 use crate::history::story::{self, StoryError, StoryQuery};
 
 const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at", "limit", "before"];

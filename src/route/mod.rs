@@ -40,9 +40,9 @@ mod tests;
 
 use std::borrow::Cow;
 
+pub use crate::partition::{murmur2, partition_of};
 pub use body::{route_body, Copy, Message, Routed};
 pub use config::KafkaRouteConfig;
-pub use crate::partition::{murmur2, partition_of};
 
 /// The header that marks a state-only copy, and its value.
 pub const COPY_HEADER: &str = "kausality-copy";

@@ -7,15 +7,15 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::*;
-use crate::pipeline::durability::{CommitError, Committer, Rewinder};
-use crate::shell::Rewind;
-use crate::sources::Body;
 use crate::classify::{Engine, EngineOptions};
 use crate::config::ModelConfig;
 use crate::metrics::Metrics;
+use crate::pipeline::durability::{CommitError, Committer, Rewinder};
 use crate::process::{Clock, Decoded, Decoder, ProcessorOptions};
 use crate::shell::Done;
+use crate::shell::Rewind;
 use crate::sim::{deployment, ApiServer, ADMIN};
+use crate::sources::Body;
 
 struct Harness {
     intake: mpsc::Sender<Batch>,

@@ -265,7 +265,7 @@ say "prometheus on 127.0.0.1:$PROM_PORT"
 # ------------------------------------------------------------------ the recorded stream
 
 # 5000 events, not fewer: the state is kept under max_objects every 4096 writes
-# (MAINTAIN_EVERY in src/process.rs), and the state-evictions panel should see one.
+# (MAINTAIN_EVERY in src/process/mod.rs), and the state-evictions panel should see one.
 "$BIN" generate --events 5000 --output "$tmp/corpus.jsonl" >/dev/null 2>&1 ||
   fail_setup "kausality-stream generate failed"
 

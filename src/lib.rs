@@ -12,26 +12,33 @@
 //! - [`redact`]: the values of sensitive fields (Secrets, passwords, tokens) replaced by
 //!   digests before anything keeps an object's content.
 //! - [`enriched`]: the output record of a classified mutation, and its JSON as sinks write it.
-//! - [`process`]: the chain above, shared by every front end.
+//! - [`process`]: the chain above, shared by every front end: [`process::Decoder`] (on a
+//!   source's thread) and the [`process::Processor`].
+//! - [`partition`]: Kafka's partitioner, a leaf that the model (traces across partitions) and
+//!   the ingest tier share.
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`history`]: the history store on disk (SQLite): every classified mutation and tombstone,
 //!   for `why` and the query API.
 //! - [`why`]: the `why` command: an object's story from the history store or the query API,
 //!   for the terminal.
 //! - [`replay`]: the `replay` command: a recorded audit log in, enriched events out.
-//! - [`route`]: where an audit event goes on a keyed topic (its judged and state-only keys),
-//!   for the ingest tier of a scaled-out deployment.
 //! - [`scope`]: which events a pipeline looks at (groups, resources, namespaces, labels).
 //! - [`corpus`]: a workload generator on top of [`sim`], for benchmarks and soak tests.
 //! - [`sim`]: a simulated API server writing audit events, for tests, benchmarks and corpora.
 //!
-//! The live service (`serve`), around that chain:
+//! The live service (`serve`), around that chain, in two tiers when scaled out
+//! (docs/scale-out.md; the diagram is in [`pipeline`]):
 //!
 //! - [`pipeline`]: the pipeline file, and the runner that joins sources → processor → sinks
-//!   with bounded queues, the snapshot and the graceful shutdown.
+//!   with bounded queues, its durability (snapshot, Kafka checkpoints and transactions, the
+//!   changelog's writes) and the graceful shutdown.
 //! - [`sources`]: the audit webhook, Kafka topics, recorded files.
-//! - [`sinks`]: JSON lines, HTTP, Kafka, Kausality drift reports, and the ingest tier's keyed
-//!   topic (`kafka_route`).
+//! - [`sinks`]: JSON lines, HTTP, Kafka, Kausality drift reports, the history store.
+//! - [`route`]: the ingest tier: where an audit event goes on a keyed topic (its judged and
+//!   state-only keys) and the producer the webhook hands it to (`kafka_route`).
+//! - `changelog` (with the `kafka` feature): the classify tier's state kept per partition in a
+//!   compacted topic, and the trace messages it sends to other partitions on the input topic
+//!   (read back by the Kafka source).
 //! - [`kafka`]: what the Kafka source and sink share (client properties, transactions).
 //! - [`shell`]: what the runner and its components share, below both: the pipeline file's
 //!   errors, durations, checkpoints and receipts, the wall clock.
@@ -41,6 +48,8 @@
 //! - [`status`]: what the parts report about themselves (a sink that cannot write, a failed
 //!   snapshot), for the webhook, `/readyz` and the exit code.
 
+#[cfg(feature = "kafka")]
+pub mod changelog;
 pub mod classify;
 pub mod config;
 pub mod corpus;
@@ -54,6 +63,7 @@ pub mod kafka;
 pub mod listen;
 pub mod metrics;
 pub mod order;
+pub mod partition;
 pub mod pipeline;
 pub mod process;
 pub mod query;

@@ -480,6 +480,6 @@ fn snapshot_position(path: &std::path::Path, topic: &str) -> Option<i64> {
     use kausality_stream::process::{Processor, ProcessorOptions};
     let engine = std::sync::Arc::new(Engine::new(kausality_stream::config::ModelConfig::default(), EngineOptions::default()));
     let mut processor = Processor::new(engine, std::sync::Arc::new(kausality_stream::metrics::Metrics::new()), ProcessorOptions::default());
-    let restored = kausality_stream::pipeline::snapshot::restore(path, &mut processor).expect("the snapshot reads")?;
+    let restored = kausality_stream::pipeline::snapshot_file::restore(path, &mut processor).expect("the snapshot reads")?;
     restored.positions.iter().find(|p| p.topic == topic && p.partition == 0).map(|p| p.next)
 }

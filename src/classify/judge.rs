@@ -4,29 +4,16 @@
 use std::num::NonZeroI64;
 use std::sync::Arc;
 
+use super::child::Child;
 use super::platform::{self, DriftFacts};
 use super::policy::{ChildRef, Policy, Resolution};
-use super::reverts::Written;
 use super::trace::{self, Hop, Labels, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
 use crate::config::{kind_key, PlatformPolicy, PolicyAction};
 use crate::decode::time::rfc3339_micros_arc;
 use crate::enriched::{user_hash, ActorOut, ApplierOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::{Intent, ObjKey, ObjectState, OwnerKey, Recent, Sym, TraceState, Ty};
-use crate::write::{Name, OwnerLink, Uid, Write};
-
-/// What the judgement of a mutation needs to know about the mutated object.
-pub(super) struct Child<'a> {
-    pub uid: Uid,
-    pub uid_text: &'a Arc<str>,
-    pub ty: Ty,
-    pub namespace: Sym,
-    pub name: &'a Name,
-    pub generation: Option<i64>,
-    pub labels: Option<Labels>,
-    /// What the write says of the child's content (for reverts, DESIGN §1.8).
-    pub written: Written<'a>,
-}
+use crate::write::{OwnerLink, Uid, Write};
 
 /// A copy of the parent's state, taken so no two map entries are ever locked at once.
 pub(super) struct ParentView {

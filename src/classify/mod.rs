@@ -3,6 +3,7 @@
 //! reorder buffer's job); the engine itself is safe to share between threads.
 
 mod appliers;
+mod child;
 mod decide;
 pub mod forward;
 mod judge;
@@ -17,9 +18,9 @@ use std::sync::Arc;
 
 use dashmap::DashMap;
 
+use child::{Child, Written};
 pub use decide::{decide, identify, Class, Identity, ParentFacts};
-use judge::{trace_labels, Child};
-use reverts::Written;
+use judge::trace_labels;
 pub use reverts::{diff, field_label, is_person, leaves, Contents};
 pub use verdict::{kind_matches, Candidate, ChildQuery, ParentRef, Verdict, VerdictError, VerdictParent, VerdictQuery};
 

@@ -137,24 +137,7 @@ fn cut_at(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
-/// How a drift was resolved by the parent's policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Resolution {
-    Approved,
-    Rejected,
-    Unresolved,
-}
-
-impl Resolution {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Resolution::Approved => "approved",
-            Resolution::Rejected => "rejected",
-            Resolution::Unresolved => "unresolved",
-        }
-    }
-}
+pub use crate::enriched::Resolution;
 
 /// A freeze on a parent: every child mutation is a violation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::judge::Child;
+use super::child::{Child, Written};
 use super::{Class, Engine, Identity};
 use crate::enriched::{FieldOut, RevertOut, RevertedObject};
 use crate::filter::Verb;
@@ -362,17 +362,6 @@ pub(super) fn with_replicas(content: &str, replicas: i64) -> Option<Arc<str>> {
 /// eviction (a `create` of `pods/eviction`: a delete of the pod, DESIGN §1.5).
 fn removes(w: &Write) -> bool {
     w.verb.is_delete() || w.subresource == crate::filter::Subresource::Eviction
-}
-
-/// What a write says of a child's content.
-#[derive(Clone, Copy)]
-pub(super) enum Written<'a> {
-    /// The whole content (create, update, patch; a delete that returned the object).
-    Full(&'a Arc<str>),
-    /// `spec.replicas` only (a scale write).
-    Replicas(i64),
-    /// Nothing (a kind whose fields are not tracked, a delete answered with a Status).
-    Nothing,
 }
 
 impl Engine {

@@ -320,8 +320,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::super::{ActorOut, ApplierOut, Enriched, FieldOut, HopOut, ObjectOut, ParentOut, Phase, RevertOut, RevertedObject};
-    use crate::classify::policy::Resolution;
-    use crate::classify::Class;
+    use crate::enriched::{Class, Resolution};
     use crate::filter::Verb;
     use crate::write::{Name, ObservedSource};
 

@@ -3,16 +3,16 @@
 //! (module `json`), byte for byte what its `Serialize` gives, at a fraction of the cost.
 
 mod json;
+mod vocabulary;
 
 use std::sync::Arc;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::classify::policy::Resolution;
-use crate::classify::Class;
 use crate::filter::Verb;
 use crate::write::{Name, ObservedSource};
+pub use vocabulary::{Class, Resolution};
 
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::config::PipelineConfig;
 use super::error::Error;
-use super::{load, snapshot};
+use super::{load, snapshot_file};
 use crate::classify::{Engine, EngineOptions};
 use crate::config::progress::{Comparison, ConditionReason};
 use crate::config::ModelConfig;
@@ -44,7 +44,7 @@ pub(super) struct Parts {
     /// The Kafka source's state changelog, when it has one on: the state is kept per
     /// partition, restored from it when a partition is assigned.
     #[cfg(feature = "kafka")]
-    pub changelog: Option<Arc<crate::sources::kafka::changelog::Changelog>>,
+    pub changelog: Option<Arc<crate::changelog::Changelog>>,
 }
 
 /// Builds the pipeline of `cfg`: fails only when the snapshot cannot be restored, or the
@@ -90,18 +90,14 @@ pub(super) fn snapshot_path(cfg: &PipelineConfig) -> Option<&PathBuf> {
 /// The state changelog of the pipeline's Kafka source, when it has one on: its topic is
 /// created or checked before anything is read.
 #[cfg(feature = "kafka")]
-async fn start_changelog(
-    cfg: &PipelineConfig,
-    engine: &Arc<Engine>,
-    metrics: &Arc<Metrics>,
-) -> Result<Option<Arc<crate::sources::kafka::changelog::Changelog>>, Error> {
+async fn start_changelog(cfg: &PipelineConfig, engine: &Arc<Engine>, metrics: &Arc<Metrics>) -> Result<Option<Arc<crate::changelog::Changelog>>, Error> {
     let Some(k) = cfg.sources.iter().find_map(|s| match s {
         SourceConfig::Kafka(k) if k.changelog_on().is_some() => Some(k),
         _ => None,
     }) else {
         return Ok(None);
     };
-    let changelog = crate::sources::kafka::changelog::Changelog::new(k, engine.clone(), metrics.clone())?;
+    let changelog = crate::changelog::Changelog::new(&k.changelog_settings(), engine.clone(), metrics.clone())?;
     changelog.ensure_topic(&k.topics[0]).await?;
     tracing::info!(topic = %changelog.topic, exactly_once = k.exactly_once, "state kept per partition in the changelog");
     Ok(Some(Arc::new(changelog)))
@@ -223,10 +219,10 @@ pub(super) fn scope(cfg: &PipelineConfig) -> Option<Arc<Scope>> {
 fn restore(cfg: &PipelineConfig, processor: &mut Processor) -> Result<HashMap<(String, i32), i64>, Error> {
     let mut resume = HashMap::new();
     let Some(path) = snapshot_path(cfg).filter(|_| !with_changelog(cfg)) else { return Ok(resume) };
-    for stale in snapshot::remove_stale_temporaries(path) {
+    for stale in snapshot_file::remove_stale_temporaries(path) {
         tracing::info!(path = %stale.display(), "removed the temporary snapshot file of a process that was killed while writing it");
     }
-    match snapshot::restore(path, processor)? {
+    match snapshot_file::restore(path, processor)? {
         Some(r) => {
             tracing::info!(
                 path = %path.display(),
@@ -250,10 +246,10 @@ fn restore(cfg: &PipelineConfig, processor: &mut Processor) -> Result<HashMap<(S
 /// changelog), never a reason not to start.
 #[cfg(feature = "kafka")]
 fn restore_cached(path: &std::path::Path, processor: &mut Processor) -> Option<crate::state::Cached> {
-    for stale in snapshot::remove_stale_temporaries(path) {
+    for stale in snapshot_file::remove_stale_temporaries(path) {
         tracing::info!(path = %stale.display(), "removed the temporary snapshot file of a process that was killed while writing it");
     }
-    match snapshot::restore_cached(path, processor) {
+    match snapshot_file::restore_cached(path, processor) {
         Ok(Some((stats, Some(cached)))) => {
             tracing::info!(
                 path = %path.display(),

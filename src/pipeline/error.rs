@@ -1,6 +1,6 @@
 //! What can keep a pipeline from starting.
 
-use super::snapshot;
+use super::snapshot_file;
 use crate::shell::ConfigErrors;
 use crate::{sinks, sources};
 
@@ -11,7 +11,7 @@ pub enum Error {
     #[error("{0}")]
     Config(#[from] ConfigErrors),
     #[error(transparent)]
-    Snapshot(#[from] snapshot::Error),
+    Snapshot(#[from] snapshot_file::Error),
     #[error(transparent)]
     Listen(#[from] crate::listen::Error),
     #[error(transparent)]
@@ -28,7 +28,7 @@ pub enum Error {
     KafkaSource(#[from] sources::kafka::consumer::Error),
     #[cfg(feature = "kafka")]
     #[error(transparent)]
-    Changelog(#[from] sources::kafka::changelog::Error),
+    Changelog(#[from] crate::changelog::Error),
     #[error("cannot start the processor thread: {0}")]
     Thread(std::io::Error),
 }

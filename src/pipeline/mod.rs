@@ -1,17 +1,28 @@
 //! A pipeline: sources → processor task → sinks, joined by bounded queues, plus the metrics
-//! listener, the state snapshot and a graceful, bounded shutdown.
+//! listener, the query API, durability and a graceful, bounded shutdown.
 //!
 //! ```text
-//!  webhook ─┐                       ┌─▶ jsonl
-//!  file ────┼─▶ intake ─▶ processor ┼─▶ http          (one bounded queue per sink)
-//!           │   (bounded)  (thread) └─▶ drift_report
-//!  fetch ───┘ (fetched parents)  │
-//!      ▲                         └─ snapshot (periodic, on stop)
-//!      └──── unknown-parent events
+//!  classify tier (one process, or many sharing a Kafka topic's partitions)
+//!
+//!  webhook ─┐                       ┌─▶ jsonl, http, kafka  (one bounded queue per sink)
+//!  file ────┤                       ├─▶ drift_report
+//!  kafka ───┼─▶ intake ─▶ processor ┴─▶ history ──▶ query API (/v1/verdict from the live
+//!           │   (bounded)  (thread)      (SQLite)    state; objects, drift, why from history)
+//!  fetch ───┘ (fetched parents)  │  ▲
+//!      ▲                         │  └── durability: snapshot file, Kafka checkpoints and
+//!      └──── unknown-parent ─────┤      transactions, the changelog's records
+//!                                └──▶ changelog: trace messages to other partitions, on the
+//!                                     input topic, read back by the kafka source
+//!
+//!  ingest tier (any number of processes, nothing kept; pipelines with a `kafka_route` sink)
+//!
+//!  webhook ─▶ route (judged and state-only keys) ─▶ producer ─▶ keyed audit topic ─▶ kafka
+//!             (answers once the broker acknowledged every message)      source of the classify tier
 //! ```
 //!
 //! - [`config`]: the pipeline file's structs; [`load`]: reading it with every error at once.
-//! - [`processor`]: the task that classifies; [`snapshot`]: the state file.
+//! - [`classify_loop`]: the task that classifies; [`durability`]: what survives a restart and
+//!   when (snapshots, checkpoints, commits, the changelog); [`snapshot_file`]: the state file.
 //! - [`health`]: `/metrics`, `/healthz`, `/readyz`.
 //! - [`start`] builds the pipeline (`build`: metrics, model, state restored), spawns its parts
 //!   (`spawn`: sinks, fetcher, processor, listeners, sources) and returns a [`Running`]
@@ -20,12 +31,14 @@
 //!   sinks flushed, snapshot written, all within `options.shutdown_timeout`.
 
 mod build;
+pub mod classify_loop;
 pub mod config;
+pub mod durability;
 mod error;
+mod flow;
 pub mod health;
 pub mod load;
-pub mod processor;
-pub mod snapshot;
+pub mod snapshot_file;
 mod spawn;
 
 use std::net::SocketAddr;
@@ -43,7 +56,7 @@ use crate::classify::Engine;
 use crate::metrics::Metrics;
 use crate::sources::SourceConfig;
 use crate::status::Status;
-use processor::Summary;
+use classify_loop::Summary;
 use spawn::{Spawned, Stop, Tasks};
 
 /// The embedded default pipeline (`pipelines/default.toml`): webhook on 127.0.0.1:8080 (plain

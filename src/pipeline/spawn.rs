@@ -14,10 +14,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use super::build::Parts;
+use super::classify_loop::{ClassifyLoop, Summary};
 use super::config::PipelineConfig;
+use super::durability::Durability;
 use super::error::Error;
 use super::health::{self, Health};
-use super::processor::{ProcessorTask, Summary};
 use crate::classify::Engine;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;
@@ -112,30 +113,19 @@ pub(super) async fn spawn(cfg: &PipelineConfig, parts: Parts, stop: &Stop) -> Re
     let decoder = processor.decoder();
     let freshness = processor.freshness().clone();
     let queues = sinks.iter().map(|h| (h.kind, h.queue.clone())).collect();
-    let mut task = ProcessorTask::new(processor, intake_rx, queues, cfg.options.tick_interval.0, stop.rx.clone(), status.clone());
+    let durability = Durability::for_pipeline(
+        cfg,
+        barrier_rx,
+        stop.timeout,
+        status.clone(),
+        #[cfg(feature = "kafka")]
+        transaction.as_ref(),
+        #[cfg(feature = "kafka")]
+        changelog.as_ref(),
+    );
+    let mut task = ClassifyLoop::new(processor, intake_rx, queues, cfg.options.tick_interval.0, stop.rx.clone(), durability);
     if let Some((unknown_parents, observe)) = fetcher {
         task = task.fetcher(unknown_parents, observe);
-    }
-    if let Some(path) = super::build::snapshot_path(cfg) {
-        task = task.snapshot(path.clone(), cfg.state.snapshot_interval.0);
-    }
-    // Kafka sources commit offsets only for delivered outputs (checkpoints); with
-    // `exactly_once`, the source and the Kafka sink share one transaction.
-    if cfg.sources.iter().any(|s| matches!(s, SourceConfig::Kafka(_))) {
-        task = task.checkpoints(barrier_rx, (stop.timeout / 2).max(Duration::from_secs(1)));
-    }
-    #[cfg(feature = "kafka")]
-    if let Some((t, every)) = &transaction {
-        task = with_transaction(task, t, *every, changelog.is_some());
-    }
-    #[cfg(feature = "kafka")]
-    if let Some((write, every)) = changelog_writer(cfg, changelog.as_ref(), transaction.as_ref().map(|(t, _)| t.clone())) {
-        task = task.changelog(write, every);
-    }
-    // With a changelog the snapshot is its cache: the states by partition and their positions.
-    #[cfg(feature = "kafka")]
-    if let Some(c) = changelog.clone().filter(|_| cfg.state.snapshot.is_some()) {
-        task = task.snapshot_content(Box::new(move |p, mut w| c.snapshot(&p.dedupe_window(), &mut w)));
     }
     let processor = spawn_processor(task)?;
     let sinks = sinks.into_iter().map(|h| (h.kind, h.task)).collect();
@@ -190,7 +180,7 @@ fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>, status: &Arc<Statu
     };
     #[cfg(feature = "kafka")]
     {
-        let producer = sinks::kafka_route::producer::RouteProducer::new(rc, metrics.clone(), status.clone())?;
+        let producer = crate::route::producer::RouteProducer::new(rc, metrics.clone(), status.clone())?;
         let decode = crate::decode::DecodeOptions { max_record_bytes: cfg.options.max_record_bytes, ..crate::decode::DecodeOptions::default() };
         let mut model = crate::config::ModelConfig::default();
         super::load::model_appliers(&cfg.appliers, &mut model);
@@ -203,72 +193,9 @@ fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>, status: &Arc<Statu
     }
 }
 
-/// What the processor calls to write the changelog: into the transaction (exactly-once), or
-/// through the changelog's own producer every `transaction_interval`.
-#[cfg(feature = "kafka")]
-fn changelog_writer(
-    cfg: &PipelineConfig,
-    changelog: Option<&Arc<sources::kafka::changelog::Changelog>>,
-    transaction: Option<Arc<crate::kafka::Transaction>>,
-) -> Option<(super::processor::ChangelogWriter, Duration)> {
-    let changelog = changelog?.clone();
-    let every = cfg.sources.iter().find_map(|s| match s {
-        SourceConfig::Kafka(k) => Some(k.transaction_interval.0),
-        _ => None,
-    })?;
-    let write: super::processor::ChangelogWriter = Box::new(move || {
-        let via = match &transaction {
-            // Not ready yet: nothing is committed either; the changes wait for the first commit.
-            Some(t) => match t.producer() {
-                Some(p) => Some(p.clone()),
-                None => return Ok(()),
-            },
-            None => None,
-        };
-        let written = changelog.write(via.as_deref())?;
-        if written.records + written.tombstones + written.traces > 0 {
-            tracing::debug!(
-                records = written.records,
-                tombstones = written.tombstones,
-                bytes = written.bytes,
-                trace_messages = written.traces,
-                trace_bytes = written.trace_bytes,
-                "state changelog written"
-            );
-        }
-        Ok(())
-    });
-    Some((write, every))
-}
-
-/// Exactly-once: the processor commits the transaction, and saves the positions of the last
-/// commit with each snapshot (taken right after a commit), for the silent re-read after a
-/// restart. With a state changelog, an aborted transaction sends the source back to the last
-/// commit (the changelog holds the state of that commit); without, it stops the processor.
-#[cfg(feature = "kafka")]
-fn with_transaction(task: ProcessorTask, t: &Arc<crate::kafka::Transaction>, every: Duration, changelog: bool) -> ProcessorTask {
-    use super::processor::{CommitError, Committer, Positions, Rewinder};
-    use super::snapshot::Position;
-    let committer = t.clone();
-    let commit: Committer = Box::new(move || {
-        committer.commit().map(|c| c.is_some()).map_err(|e| if e.rewinds() { CommitError::Rewind(e.to_string()) } else { CommitError::Fatal(e.to_string()) })
-    });
-    let rewinder = t.clone();
-    let positions_of = t.clone();
-    let positions: Positions = Box::new(move || {
-        positions_of.committed_positions().into_iter().map(|(topic, partition, next)| Position { topic: topic.to_string(), partition, next }).collect()
-    });
-    let task = task.transaction(commit, every, positions);
-    if !changelog {
-        return task;
-    }
-    let rewind: Rewinder = Box::new(move |r| rewinder.request_rewind(r));
-    task.rewinds(rewind)
-}
-
 /// Runs the processor task on a thread of its own: classifying is CPU work that must not
 /// stall the runtime's workers. Its summary comes on the returned channel when it ends.
-fn spawn_processor(task: ProcessorTask) -> Result<oneshot::Receiver<Summary>, Error> {
+fn spawn_processor(task: ClassifyLoop) -> Result<oneshot::Receiver<Summary>, Error> {
     let (done_tx, done) = oneshot::channel();
     let rt = tokio::runtime::Handle::current();
     std::thread::Builder::new()
@@ -320,7 +247,7 @@ struct SourceWiring<'a> {
     #[cfg(feature = "kafka")]
     transaction: Option<Arc<crate::kafka::Transaction>>,
     #[cfg(feature = "kafka")]
-    changelog: Option<Arc<sources::kafka::changelog::Changelog>>,
+    changelog: Option<Arc<crate::changelog::Changelog>>,
 }
 
 /// Starts the sources in configuration order; returns the webhooks' addresses and every

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::value::RawValue;
 
 use super::params::Params;
-use super::{ApiError, QueryState, Route};
+use super::{ApiError, Endpoint, QueryState};
 use crate::classify::Class;
 use crate::decode::time::format_rfc3339_micros;
 use crate::history::story::{stored_event, ObjectRef, OwnerRef, Tombstone};
@@ -96,7 +96,7 @@ const OBJECT_PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", 
 
 pub async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Objects, |s| async move {
+    s.serve(Endpoint::Objects, |s| async move {
         let p = Params::parse(query.as_deref(), OBJECT_PARAMS)?;
         let limit = p.limit()?;
         let mut f = Filter::default();
@@ -185,12 +185,12 @@ struct Page {
 
 pub async fn drift(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Drift, |s| async move {
+    s.serve(Endpoint::Drift, |s| async move {
         let p = Params::parse(query.as_deref(), DRIFT_PARAMS)?;
         let (f, after, limit) = drift_filter(&p)?;
         s.blocking(move |s| {
             let page = s.history()?.read(|c| drift_page(c, &f, after, limit))?;
-            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Route::Drift.as_str()]).inc_by(page.unreadable);
+            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Endpoint::Drift.as_str()]).inc_by(page.unreadable);
             serde_json::to_string(&page).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await

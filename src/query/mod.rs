@@ -70,9 +70,10 @@ pub struct Running {
     pub task: JoinHandle<()>,
 }
 
-/// The routes, as the `route` label of `kausality_query_requests_total` names them.
+/// The endpoints of the query API, as the `route` label of `kausality_query_requests_total`
+/// names them (not to be confused with [`crate::route::Route`], where an audit event goes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Route {
+pub enum Endpoint {
     Verdict,
     Objects,
     Drift,
@@ -80,27 +81,27 @@ pub enum Route {
     Other,
 }
 
-impl Route {
-    pub const ALL: [Route; 5] = [Route::Verdict, Route::Objects, Route::Drift, Route::Why, Route::Other];
+impl Endpoint {
+    pub const ALL: [Endpoint; 5] = [Endpoint::Verdict, Endpoint::Objects, Endpoint::Drift, Endpoint::Why, Endpoint::Other];
 
     /// The route of a request's path, as [`router`] routes it.
-    fn of(path: &str) -> Route {
+    fn of(path: &str) -> Endpoint {
         match path {
-            "/v1/verdict" => Route::Verdict,
-            "/v1/objects" => Route::Objects,
-            "/v1/drift" => Route::Drift,
-            "/v1/why" => Route::Why,
-            _ => Route::Other,
+            "/v1/verdict" => Endpoint::Verdict,
+            "/v1/objects" => Endpoint::Objects,
+            "/v1/drift" => Endpoint::Drift,
+            "/v1/why" => Endpoint::Why,
+            _ => Endpoint::Other,
         }
     }
 
     pub fn as_str(self) -> &'static str {
         match self {
-            Route::Verdict => "verdict",
-            Route::Objects => "objects",
-            Route::Drift => "drift",
-            Route::Why => "why",
-            Route::Other => "other",
+            Endpoint::Verdict => "verdict",
+            Endpoint::Objects => "objects",
+            Endpoint::Drift => "drift",
+            Endpoint::Why => "why",
+            Endpoint::Other => "other",
         }
     }
 }
@@ -169,19 +170,19 @@ pub struct QueryState {
 impl QueryState {
     pub fn new(ctx: Context, token: Option<String>, max_concurrent_reads: usize) -> Arc<QueryState> {
         let history = ctx.history.clone().map(history::Store::new);
-        for route in Route::ALL {
+        for route in Endpoint::ALL {
             for code in ["200", "400", "401", "404"] {
                 ctx.metrics.query_requests.with_label_values(&[route.as_str(), code]);
             }
         }
-        for route in [Route::Drift, Route::Why] {
+        for route in [Endpoint::Drift, Endpoint::Why] {
             ctx.metrics.history_unreadable_rows.with_label_values(&[route.as_str()]);
         }
         Arc::new(QueryState { ctx, token, reads: Semaphore::new(max_concurrent_reads.max(1)), history })
     }
 
     /// Answers one request that [`gate`] let through: `answer` with a permit to read.
-    async fn serve<F, Fut>(self: &Arc<Self>, route: Route, answer: F) -> Response
+    async fn serve<F, Fut>(self: &Arc<Self>, route: Endpoint, answer: F) -> Response
     where
         F: FnOnce(Arc<QueryState>) -> Fut,
         Fut: std::future::Future<Output = Result<String, ApiError>>,
@@ -194,7 +195,7 @@ impl QueryState {
     }
 
     /// The answer as JSON, counted by route and code.
-    fn respond(&self, route: Route, result: Result<String, ApiError>) -> Response {
+    fn respond(&self, route: Endpoint, result: Result<String, ApiError>) -> Response {
         let (code, body) = match result {
             Ok(body) => (StatusCode::OK, body),
             Err(e) => (e.code(), e.body().to_string()),
@@ -241,11 +242,11 @@ pub fn router(state: Arc<QueryState>) -> Router {
 /// that a client without it learns nothing of the API, not even its routes' methods), then
 /// the method, then the size of the request target.
 async fn gate(State(s): State<Arc<QueryState>>, req: Request, next: Next) -> Response {
-    let route = Route::of(req.uri().path());
+    let route = Endpoint::of(req.uri().path());
     let target = req.uri().path_and_query().map_or(0, |p| p.as_str().len());
     let refused = match &s.token {
         Some(token) if !listen::bearer_matches(req.headers(), token) => Some(ApiError::Unauthorized),
-        _ if route != Route::Other && !matches!(*req.method(), Method::GET | Method::HEAD) => {
+        _ if route != Endpoint::Other && !matches!(*req.method(), Method::GET | Method::HEAD) => {
             Some(ApiError::MethodNotAllowed(format!("{} {}: the API answers only GET (and HEAD)", req.method(), req.uri().path())))
         }
         _ if target > MAX_TARGET_BYTES => {
@@ -262,7 +263,7 @@ async fn gate(State(s): State<Arc<QueryState>>, req: Request, next: Next) -> Res
 async fn not_found(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let path = uri.path().to_string();
     s.serve(
-        Route::Other,
+        Endpoint::Other,
         |_| async move { Err(ApiError::NotFound(format!("no route {path}; the API serves GET /v1/verdict, /v1/objects, /v1/drift, /v1/why"))) },
     )
     .await

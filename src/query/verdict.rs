@@ -8,7 +8,7 @@ use axum::response::Response;
 use serde::Serialize;
 
 use super::params::Params;
-use super::{ApiError, QueryState, Route};
+use super::{ApiError, Endpoint, QueryState};
 use crate::classify::{ChildQuery, ParentRef, Verdict, VerdictError, VerdictQuery};
 use crate::decode::time::format_rfc3339_micros;
 
@@ -36,7 +36,7 @@ struct Answer {
 
 pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Verdict, |s| async move {
+    s.serve(Endpoint::Verdict, |s| async move {
         let p = Params::parse(query.as_deref(), PARAMS)?;
         let asked = Asked::of(&p, &s.ctx.default_cluster)?;
         s.blocking(move |s| answer(s, &asked)).await

@@ -8,14 +8,14 @@ use axum::http::Uri;
 use axum::response::Response;
 
 use super::params::Params;
-use super::{ApiError, QueryState, Route};
+use super::{ApiError, Endpoint, QueryState};
 use crate::history::story::{self, StoryError, StoryQuery};
 
 const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at", "limit", "before"];
 
 pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
-    s.serve(Route::Why, |s| async move {
+    s.serve(Endpoint::Why, |s| async move {
         let p = Params::parse(query.as_deref(), PARAMS)?;
         let q = StoryQuery {
             cluster: p.get("cluster").map(str::to_string),
@@ -29,7 +29,7 @@ pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
         };
         s.blocking(move |s| {
             let story = s.history()?.read(|c| story::build(c, &q).map_err(|e| answer_error(c, &q, e)))?;
-            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Route::Why.as_str()]).inc_by(story.unreadable);
+            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Endpoint::Why.as_str()]).inc_by(story.unreadable);
             serde_json::to_string(&story).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await

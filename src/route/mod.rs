@@ -33,17 +33,22 @@
 //!
 //! What each of these costs (the judgement lacks the controller's state when the key is not
 //! the controller's) is in docs/scale-out.md, "Ingest tier". The function here is pure: the
-//! ingest tier (`kafka_route` sink), the tests and the classify tier's tests share it.
+//! ingest tier ([`producer`], configured by a `kafka_route` section: [`config`]), the tests and
+//! the classify tier's tests share it. Kafka's partitioner is [`crate::partition`], a leaf the
+//! model imports too.
 
 mod body;
-mod partition;
+pub mod config;
+#[cfg(feature = "kafka")]
+pub mod producer;
 #[cfg(test)]
 mod tests;
 
 use std::borrow::Cow;
 
+pub use crate::partition::{murmur2, partition_of};
 pub use body::{route_body, Copy, Message, Routed};
-pub use partition::{murmur2, partition_of};
+pub use config::KafkaRouteConfig;
 
 /// The header that marks a state-only copy, and its value.
 pub const COPY_HEADER: &str = "kausality-copy";

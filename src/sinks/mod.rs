@@ -11,7 +11,6 @@ pub mod history;
 pub mod http;
 pub mod jsonl;
 pub mod kafka;
-pub mod kafka_route;
 
 use std::sync::Arc;
 
@@ -77,7 +76,7 @@ pub enum SinkConfig {
     History(history::HistoryConfig),
     /// The ingest tier: every audit event of the webhook, unchanged, to a keyed topic (nothing
     /// is classified; the only sink of its pipeline).
-    KafkaRoute(kafka_route::KafkaRouteConfig),
+    KafkaRoute(crate::route::KafkaRouteConfig),
 }
 
 impl SinkConfig {

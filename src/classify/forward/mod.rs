@@ -129,7 +129,7 @@ impl Engine {
         if partitions <= 0 || uid_text.is_empty() || !self.owner_kinds.contains_key(&ty) {
             return;
         }
-        let own = crate::route::partition_of(uid_text.as_bytes(), partitions);
+        let own = crate::partition::partition_of(uid_text.as_bytes(), partitions);
         if own == judged {
             return;
         }

@@ -33,10 +33,10 @@ use rdkafka::types::RDKafkaRespErr;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use super::changelog::Changelog;
 use super::copies;
 use super::stage::{Decoders, Gather, Sealed};
 use super::KafkaSourceConfig;
+use crate::changelog::Changelog;
 use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
 use crate::process::Decoder;

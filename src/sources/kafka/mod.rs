@@ -10,8 +10,6 @@
 //! transaction. The consumer itself is in [`consumer`]; its decode threads in `stage`.
 
 #[cfg(feature = "kafka")]
-pub mod changelog;
-#[cfg(feature = "kafka")]
 pub mod consumer;
 #[cfg(feature = "kafka")]
 mod copies;
@@ -146,6 +144,19 @@ impl KafkaSourceConfig {
             if span.0.is_zero() {
                 errors.push(format!("{key}.{name}"), None, "must be more than 0");
             }
+        }
+    }
+
+    /// What the state changelog takes from this source: its topic, the input topic, and the
+    /// client settings.
+    #[cfg(feature = "kafka")]
+    pub fn changelog_settings(&self) -> crate::changelog::Settings {
+        crate::changelog::Settings {
+            topic: self.changelog.as_ref().map(|c| c.topic.clone()).unwrap_or_default(),
+            input: self.topics.first().cloned().unwrap_or_default(),
+            brokers: self.brokers.clone(),
+            properties: self.properties.clone(),
+            exactly_once: self.exactly_once,
         }
     }
 

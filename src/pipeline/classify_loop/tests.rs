@@ -10,9 +10,12 @@ use super::*;
 use crate::classify::{Engine, EngineOptions};
 use crate::config::ModelConfig;
 use crate::metrics::Metrics;
+use crate::pipeline::durability::{CommitError, Committer, Rewinder};
 use crate::process::{Clock, Decoded, Decoder, ProcessorOptions};
-use crate::shell::{Checkpoints, Done};
+use crate::shell::Done;
+use crate::shell::Rewind;
 use crate::sim::{deployment, ApiServer, ADMIN};
+use crate::sources::Body;
 
 struct Harness {
     intake: mpsc::Sender<Batch>,
@@ -43,7 +46,6 @@ fn start_with(commit: Option<Committer>, rewind: Option<Rewinder>) -> Harness {
     let (intake, intake_rx) = mpsc::channel(8);
     let (barriers, barriers_rx) = mpsc::channel(4);
     let (stop, stop_rx) = watch::channel(false);
-    let (_observe, observe_rx) = mpsc::channel(1);
     let (sink, mut sink_rx) = mpsc::channel::<Events>(8);
     let delivered = Arc::new(Mutex::new(Vec::new()));
     let seen = delivered.clone();
@@ -53,27 +55,14 @@ fn start_with(commit: Option<Committer>, rewind: Option<Rewinder>) -> Harness {
             seen.lock().unwrap().extend(events.iter().map(|e| e.object.name.to_string()));
         }
     });
-    let task = ProcessorTask {
-        processor,
-        intake: intake_rx,
-        observe: observe_rx,
-        sinks: vec![("test", sink)],
-        unknown_parents: None,
-        tick: Duration::from_millis(10),
-        snapshot: None,
-        stop: stop_rx,
-        track: true,
-        checkpoints: Checkpoints::default(),
-        barriers: Some(barriers_rx),
-        commit: commit.map(|c| (c, Duration::from_secs(3600))),
-        rewind,
-        positions: None,
-        content: None,
-        changelog: None,
-        barrier_timeout: Duration::from_secs(5),
-        unsaved: Vec::new(),
-        status: Default::default(),
-    };
+    let mut durability = Durability::new(Default::default()).checkpoints(barriers_rx, Duration::from_secs(5));
+    if let Some(c) = commit {
+        durability = durability.transaction(c, Duration::from_secs(3600), None);
+    }
+    if let Some(r) = rewind {
+        durability = durability.rewinds(r);
+    }
+    let task = ClassifyLoop::new(processor, intake_rx, vec![("test", sink)], Duration::from_millis(10), stop_rx, durability);
     let task = std::thread::spawn(move || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(task.run()));
     Harness { intake, barriers, stop, task, delivered, done: Arc::new(Mutex::new(Vec::new())), decoder, metrics }
 }

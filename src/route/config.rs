@@ -1,12 +1,11 @@
-//! `[[sinks]] type = "kafka_route"`: the ingest tier of a scaled-out deployment. The webhook's
+//! `[[sinks]] type = "kafka_route"`: the ingest tier of a scaled-out deployment (a section of
+//! the pipeline file under `sinks`, though it takes no enriched event: `sinks::spawn` never
+//! starts it, the webhook feeds it). The webhook's
 //! bodies are not classified here: each audit event is produced, unchanged, to a keyed topic
 //! (its judged copy at its controller-owner UID, a state-only copy at its own UID: see
 //! [`crate::route`]), and the webhook answers 200 only once the broker has acknowledged every
 //! message of the body. Nothing is kept on disk or in memory past a request, so any number of
-//! these processes can stand behind one Service. The producer is in [`producer`].
-
-#[cfg(feature = "kafka")]
-pub mod producer;
+//! these processes can stand behind one Service. The producer is in [`super::producer`].
 
 use serde::Deserialize;
 

@@ -1,19 +1,26 @@
 //! The processing chain, synchronous and shared by every front end (replay, webhook, Kafka):
 //! decode → filter → dedupe → reorder → classify, counting everything on the way.
+//!
+//! - [`decoder`]: decode, filter and extract writes ([`Decoder`], on a source's thread or here).
+//! - this module: the [`Processor`], which takes decoded writes in through one door
+//!   (`ingest_writes`): dedupe, reorder buffer, classification, maintenance.
+
+mod decoder;
+
+pub use decoder::{Decoded, Decoder, IngestReport};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use crate::classify::{Applied, Class, Engine};
-use crate::decode::{self, AuditEvent, DecodeOptions, Invalid, InvalidReason, Location, Unwrap};
+use crate::decode::{DecodeOptions, Invalid, Location, Unwrap};
 use crate::enriched::Enriched;
-use crate::filter::{admit, Ignored};
 use crate::metrics::Metrics;
 use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
 use crate::order::{Dedupe, Freshness, Placing, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::{read_partitioned, read_snapshot, write_snapshot, Cached, FastBuild, ObjKey, Partitions, Pin, SnapshotError, SnapshotStats, Sym};
-use crate::write::{Extractor, Rejected, Target, Uid, Write};
+use crate::state::{read_partitioned, read_snapshot, write_snapshot, Cached, FastBuild, ObjKey, Partitions, SnapshotError, SnapshotStats, Sym};
+use crate::write::{Rejected, Target, Uid, Write};
 
 /// Which clock the reorder window runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,256 +76,11 @@ impl Default for ProcessorOptions {
     }
 }
 
-/// What one body or document brought.
-#[derive(Debug, Default)]
-pub struct IngestReport {
-    /// Audit events decoded (before filtering and dedupe).
-    pub events: usize,
-    /// Records rejected; the first few are kept in `errors`.
-    pub invalid: usize,
-    pub errors: Vec<Invalid>,
-}
-
-impl IngestReport {
-    /// Nothing in the body can ever be read: no event, and what was rejected is the body
-    /// itself or each of its lines, not items of a list whose framing held (those are read
-    /// one by one, and a list of bad items is still a list that was taken in).
-    pub fn unreadable(&self) -> bool {
-        self.events == 0 && self.invalid > 0 && !self.errors.iter().any(|e| matches!(e.location, Location::Item(_) | Location::LineItem(..)))
-    }
-}
-
-const KEPT_ERRORS: usize = 10;
-/// Told into a trace message's dedupe key, so that it is not taken for its write's copy.
-const TRACE_DEDUPE_SALT: u128 = 0x7472_6163_6500_0000_0000_0000_0000_0001;
 const MAINTAIN_EVERY: u64 = 4096;
 /// The interner is swept (at a maintenance point) once it has grown since the last sweep by
 /// as many strings as live state refers to, and by this many at least: a sweep visits every
 /// object, so it runs as the live table doubles.
 const SWEEP_FROM: usize = 4096;
-
-/// Decoding, filtering and extraction of writes: the part of the chain that needs no state of
-/// the processor (only the interner and the model's configuration, both shared), so a source
-/// can run it on its own thread while the processor classifies what came before.
-#[derive(Clone)]
-pub struct Decoder {
-    engine: Arc<Engine>,
-    decode: DecodeOptions,
-    scope: Option<Arc<Scope>>,
-    default_cluster: Sym,
-    /// The clusters admitted, shared by every decoder of the processor.
-    clusters: Arc<Clusters>,
-}
-
-/// Events decoded by a [`Decoder`], in arrival order, waiting for the processor's dedupe,
-/// reorder buffer and classification. What was received, ignored or rejected is counted in
-/// the metrics when the processor takes the events in (a body refused before, e.g. over the
-/// webhook's event limit, counts for nothing).
-#[derive(Debug, Default)]
-pub struct Decoded {
-    items: Vec<Item>,
-    report: IngestReport,
-    /// Label of `kausality_events_received_total`.
-    source: &'static str,
-    ignored: Vec<Ignored>,
-    invalid: Vec<InvalidReason>,
-    /// Keeps the strings interned for these events from being swept until the processor has
-    /// taken them in.
-    pin: Option<Pin>,
-}
-
-/// One admitted event: its auditID's dedupe key, and the write (or why there is none: judged
-/// after dedupe, so a second copy of a bad event counts as a duplicate, as it always has).
-#[derive(Debug)]
-struct Item {
-    dedupe_key: u128,
-    write: Result<Write, Rejected>,
-}
-
-impl Decoded {
-    /// Audit events decoded (before filtering and dedupe), and records rejected so far.
-    pub fn report(&self) -> &IngestReport {
-        &self.report
-    }
-
-    fn reject(&mut self, invalid: Invalid) {
-        self.invalid.push(invalid.reason);
-        self.report.invalid += 1;
-        if self.report.errors.len() < KEPT_ERRORS {
-            self.report.errors.push(invalid);
-        }
-    }
-
-    /// Counts what was received, ignored and rejected, once.
-    fn count(&mut self, metrics: &Metrics) {
-        if self.report.events > 0 {
-            metrics.received(self.source, self.report.events as u64);
-        }
-        self.ignored.drain(..).for_each(|r| metrics.ignored(r));
-        self.invalid.drain(..).for_each(|r| metrics.invalid(r));
-    }
-
-    /// Admitted events waiting for the processor.
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.items.is_empty()
-    }
-
-    /// Marks the events from the `from`th on as [`Write::silent`]: read again after a restart
-    /// only to bring the state up to date.
-    pub fn silence_from(&mut self, from: usize) {
-        for item in self.items.iter_mut().skip(from) {
-            if let Ok(w) = &mut item.write {
-                w.silent = true;
-            }
-        }
-    }
-}
-
-impl Decoder {
-    /// Marks the events of `decoded` from the `from`th on as coming from Kafka partition
-    /// `partition`, for a state kept per partition: each reads and changes the state of its
-    /// partition (its cluster's, scoped `cluster#pN`), and a copy of the same event on another
-    /// partition (a write routed twice) is not a duplicate: each partition applies its own.
-    pub fn partition_from(&self, decoded: &mut Decoded, from: usize, partition: i32) {
-        let mut scopes: Vec<(Sym, Sym)> = Vec::new();
-        for item in decoded.items.iter_mut().skip(from) {
-            item.dedupe_key ^= (partition as u128 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15_f39c_c060_5ced_c835);
-            let Ok(w) = &mut item.write else { continue };
-            w.partition = Some(partition);
-            w.scope = match scopes.iter().find(|(c, _)| *c == w.cluster) {
-                Some((_, s)) => *s,
-                None => {
-                    let cluster = self.engine.interner.resolve(w.cluster);
-                    let s = self.engine.interner.intern(&format!("{cluster}#p{partition}"));
-                    self.engine.note_partition_scope(&cluster, partition);
-                    scopes.push((w.cluster, s));
-                    s
-                }
-            };
-        }
-    }
-
-    /// The pipeline's envelope setting.
-    pub fn unwrap(&self) -> Unwrap {
-        self.decode.unwrap
-    }
-
-    /// The cluster of a body, admitted (or refused: past `max_clusters`).
-    fn cluster_sym(&self, cluster: Option<&str>) -> Result<Sym, Invalid> {
-        match cluster {
-            Some(c) if !c.is_empty() => self.clusters.admit(c, &self.engine.interner),
-            _ => Ok(self.default_cluster),
-        }
-    }
-
-    /// Decodes a body of any supported shape (EventList, Event, JSON lines) of one cluster
-    /// (`None`: the pipeline's) and appends its admitted events to `into`.
-    pub fn decode(&self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &'static str, into: &mut Decoded) {
-        into.source = source;
-        into.pin.get_or_insert_with(|| self.engine.interner.pin());
-        let cluster = match self.cluster_sym(cluster) {
-            Ok(c) => c,
-            Err(refused) => return into.reject(refused),
-        };
-        let opts = DecodeOptions { unwrap, ..self.decode.clone() };
-        Self::contained(source, into, |into| decode::decode_body(body, &opts, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, loc, r, into)));
-    }
-
-    /// Decodes one JSON document (one line of a log file) and appends its admitted events.
-    pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, into: &mut Decoded) {
-        into.source = source;
-        into.pin.get_or_insert_with(|| self.engine.interner.pin());
-        let cluster = match self.cluster_sym(cluster) {
-            Ok(c) => c,
-            Err(refused) => return into.reject(Invalid { location, ..refused }),
-        };
-        Self::contained(source, into, |into| {
-            decode::decode_document(doc, location, &self.decode, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, loc, r, into))
-        });
-    }
-
-    /// Decodes a trace message (a Kafka message marked `kausality-copy: trace`, see
-    /// [`crate::classify::forward`]) into a write that applies it. A message that cannot be
-    /// read is counted invalid (`not_audit_event`) and skipped.
-    pub fn decode_trace(&self, value: &[u8], source: &'static str, into: &mut Decoded) {
-        into.source = source;
-        into.pin.get_or_insert_with(|| self.engine.interner.pin());
-        let m = match crate::state::RecordReader::new(&self.engine.interner).read_trace_message(value) {
-            Ok(m) => m,
-            Err(e) => return into.reject(Invalid::new(Location::Body, InvalidReason::NotAuditEvent, format!("a trace message that cannot be read: {e}"))),
-        };
-        let cluster = match self.clusters.admit(&m.cluster, &self.engine.interner) {
-            Ok(c) => c,
-            Err(refused) => return into.reject(refused),
-        };
-        // Not the auditID's own key: the write's copy on this partition has that one.
-        let dedupe_key = Dedupe::key(&m.audit_id) ^ TRACE_DEDUPE_SALT;
-        let write = Write {
-            seq: 0,
-            cluster,
-            audit_id: Arc::from(m.audit_id),
-            time_us: m.time_us,
-            received_us: 0,
-            stage_timestamp: Arc::from(""),
-            verb: crate::filter::Verb::Update,
-            subresource: crate::filter::Subresource::None,
-            user: m.user,
-            resource_version: None,
-            resource: Sym::EMPTY,
-            target: Target::Trace { uid: m.uid, prev: m.prev },
-            late: false,
-            silent: true,
-            partition: None,
-            scope: cluster,
-        };
-        into.items.push(Item { dedupe_key, write: Ok(write) });
-    }
-
-    /// Runs one decode so that a panic in it (a defect) costs only the rest of that body: the
-    /// events taken before it are kept, the body is counted invalid (`internal`), and the
-    /// service, and the good bodies around it, go on. Without it a Kafka message that panics
-    /// the decoder would stop the service at every restart, and a webhook batch would be
-    /// answered 500 and sent again by the API server, good events and all.
-    fn contained(source: &'static str, into: &mut Decoded, decode: impl FnOnce(&mut Decoded)) {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode(&mut *into))).is_err() {
-            tracing::error!(source, "the decoder failed on a body (a defect; the panic is logged above): skipped and counted as invalid (internal)");
-            into.reject(Invalid::new(Location::Body, InvalidReason::Internal, "the decoder failed on this body; skipped"));
-        }
-    }
-
-    fn take(&self, cluster: Sym, location: Location, r: Result<AuditEvent<'_>, Invalid>, into: &mut Decoded) {
-        let ev = match r {
-            Ok(ev) => ev,
-            Err(invalid) => return into.reject(invalid),
-        };
-        into.report.events += 1;
-        let adm = match admit(&ev) {
-            Ok(a) => a,
-            Err(reason) => return into.ignored.push(reason),
-        };
-        if self.scope.as_deref().is_some_and(|s| !s.admits(&ev)) {
-            return into.ignored.push(Ignored::Excluded);
-        }
-        let dedupe_key = Dedupe::key(ev.audit_id.as_deref().unwrap_or(""));
-        let extractor = Extractor { interner: &self.engine.interner, config: &self.engine.config };
-        // The arrival seq is given by the processor, after dedupe.
-        let write = extractor.extract(&ev, adm, cluster, 0, location);
-        into.items.push(Item { dedupe_key, write });
-    }
-}
-
-/// Counts a record rejected (not an audit event, or not a usable one); keeps the first few.
-fn reject(metrics: &Metrics, invalid: Invalid, report: &mut IngestReport) {
-    metrics.invalid(invalid.reason);
-    report.invalid += 1;
-    if report.errors.len() < KEPT_ERRORS {
-        report.errors.push(invalid);
-    }
-}
 
 pub struct Processor {
     decoder: Decoder,
@@ -414,10 +176,6 @@ impl Processor {
 
     pub fn options(&self) -> &ProcessorOptions {
         &self.opts
-    }
-
-    pub fn dedupe(&self) -> &Dedupe {
-        &self.dedupe
     }
 
     pub fn dedupe_mut(&mut self) -> &mut Dedupe {
@@ -551,11 +309,8 @@ impl Processor {
         now_us: i64,
         out: &mut Vec<Enriched>,
     ) -> IngestReport {
-        let mut decoded = std::mem::take(&mut self.decoded);
-        self.decoder.decode(cluster, body, unwrap, source, &mut decoded);
-        let report = self.ingest_writes(&mut decoded, now_us, now_us, out);
-        self.after_batch(now_us, out);
-        self.decoded = decoded;
+        let report = self.decode_and_take(now_us, out, |d, into| d.decode(cluster, body, unwrap, source, into));
+        self.after_batch();
         report
     }
 
@@ -569,8 +324,13 @@ impl Processor {
         now_us: i64,
         out: &mut Vec<Enriched>,
     ) -> IngestReport {
+        self.decode_and_take(now_us, out, |d, into| d.decode_document(cluster, doc, location, source, into))
+    }
+
+    /// Decodes raw input here (into the reused [`Decoded`]) and takes its writes in.
+    fn decode_and_take(&mut self, now_us: i64, out: &mut Vec<Enriched>, decode: impl FnOnce(&Decoder, &mut Decoded)) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
-        self.decoder.decode_document(cluster, doc, location, source, &mut decoded);
+        decode(&self.decoder, &mut decoded);
         let report = self.ingest_writes(&mut decoded, now_us, now_us, out);
         self.decoded = decoded;
         report
@@ -585,12 +345,13 @@ impl Processor {
             // Received a while ago: what is already over its window goes out now.
             self.tick(now_us, out);
         } else {
-            self.after_batch(now_us, out);
+            self.after_batch();
         }
         report
     }
 
-    /// Dedupe, reorder buffer and classification of decoded events; leaves `decoded` empty.
+    /// The one way in: dedupe, reorder buffer and classification of decoded events; leaves
+    /// `decoded` empty.
     fn ingest_writes(&mut self, decoded: &mut Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         decoded.count(&self.metrics);
         let mut report = std::mem::take(&mut decoded.report);
@@ -615,7 +376,7 @@ impl Processor {
                     continue;
                 }
                 Err(Rejected::Invalid(invalid)) => {
-                    reject(&self.metrics, invalid, &mut report);
+                    self.reject(invalid, &mut report);
                     continue;
                 }
             };
@@ -680,8 +441,9 @@ impl Processor {
     }
 
     /// Counts a record rejected before decoding (e.g. an over-long line).
-    pub fn reject(&mut self, invalid: Invalid, report: &mut IngestReport) {
-        reject(&self.metrics, invalid, report);
+    pub fn reject(&self, invalid: Invalid, report: &mut IngestReport) {
+        self.metrics.invalid(invalid.reason);
+        report.reject(invalid);
     }
 
     /// When [`Processor::tick`] next has something to release (microseconds on the reorder
@@ -694,14 +456,14 @@ impl Processor {
     pub fn tick(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
         self.release_active(|b, released| b.advance(now_us, released));
         self.apply_released(now_us, out);
-        self.after_batch(now_us, out);
+        self.after_batch();
     }
 
     /// Releases everything held (end of input, shutdown).
     pub fn flush(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
         self.release_active(|b, released| b.flush(released));
         self.apply_released(now_us, out);
-        self.after_batch(now_us, out);
+        self.after_batch();
     }
 
     /// Drops every reorder buffer that holds nothing, with what it remembers of the writes it
@@ -726,7 +488,8 @@ impl Processor {
         });
     }
 
-    fn after_batch(&mut self, _now_us: i64, _out: &mut [Enriched]) {
+    /// Sets the gauges of what is held and tracked.
+    fn after_batch(&mut self) {
         self.metrics.reorder_buffer_events.set(self.held as i64);
         self.metrics.tracked_objects.set(self.engine.store.len() as i64);
     }
@@ -891,211 +654,7 @@ impl Processor {
     pub fn dedupe_window(&self) -> Vec<u128> {
         self.dedupe.hashes()
     }
-
-    /// Counts of ignored events, by reason (for summaries).
-    pub fn ignored_counts(&self) -> Vec<(Ignored, u64)> {
-        Ignored::ALL.iter().map(|&r| (r, self.metrics.ignored_count(r))).filter(|(_, n)| *n > 0).collect()
-    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::classify::EngineOptions;
-    use crate::config::ModelConfig;
-    use crate::filter::{Subresource, Verb};
-    use crate::state::Interner;
-    use crate::write::Target;
-
-    fn configmap_create(id: &str, uid: &str, rv: u64, time: &str) -> String {
-        format!(
-            r#"{{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"{id}","stage":"ResponseComplete",
-            "requestURI":"/api/v1/namespaces/x/configmaps","verb":"create","user":{{"username":"alice"}},
-            "objectRef":{{"resource":"configmaps","namespace":"x","name":"{uid}","apiVersion":"v1"}},"responseStatus":{{"code":201}},
-            "responseObject":{{"kind":"ConfigMap","apiVersion":"v1","metadata":{{"name":"{uid}","namespace":"x","uid":"{uid}","resourceVersion":"{rv}"}},"data":{{"k":"v"}}}},
-            "stageTimestamp":"{time}"}}"#
-        )
-    }
-
-    #[test]
-    fn freshness_is_the_newest_event_time_applied_per_cluster_not_received() {
-        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-        let mut p = Processor::new(
-            engine,
-            Arc::new(Metrics::new()),
-            ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, ..ProcessorOptions::default() },
-        );
-        let fresh = p.freshness().clone();
-        assert_eq!(fresh.window_us(), 500_000);
-        let mut out = Vec::new();
-        let t = |s: &str| crate::decode::time::parse_rfc3339_micros(s).unwrap();
-        p.ingest_document(Some("a"), configmap_create("1", "c1", 10, "2024-05-01T10:00:05.000000Z").as_bytes(), Location::Line(1), "test", 0, &mut out);
-        assert_eq!(fresh.newest_us("a"), None, "held in the reorder window: not applied yet");
-        // A later write releases the first; an older one arriving late does not move it back.
-        p.ingest_document(Some("a"), configmap_create("2", "c2", 11, "2024-05-01T10:00:09.000000Z").as_bytes(), Location::Line(2), "test", 0, &mut out);
-        assert_eq!(fresh.newest_us("a"), Some(t("2024-05-01T10:00:05Z")));
-        p.ingest_document(Some("b"), configmap_create("3", "c3", 5, "2024-05-01T09:00:00.000000Z").as_bytes(), Location::Line(3), "test", 0, &mut out);
-        p.flush(0, &mut out);
-        p.ingest_document(Some("a"), configmap_create("4", "c4", 9, "2024-05-01T10:00:01.000000Z").as_bytes(), Location::Line(4), "test", 0, &mut out);
-        p.flush(0, &mut out);
-        assert_eq!(out.len(), 4);
-        assert_eq!(fresh.newest_us("a"), Some(t("2024-05-01T10:00:09Z")));
-        assert_eq!(fresh.newest_us("b"), Some(t("2024-05-01T09:00:00Z")));
-        assert_eq!(fresh.newest_us("default"), None);
-    }
-
-    /// A processor on the arrival clock with a one-second reorder window.
-    fn arrival_processor() -> Processor {
-        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-        Processor::new(
-            engine,
-            Arc::new(Metrics::new()),
-            ProcessorOptions { reorder_window_us: 1_000_000, clock: Clock::Arrival, ..ProcessorOptions::default() },
-        )
-    }
-
-    /// Takes in one document of cluster `a`, received at `at_us`, from Kafka partition
-    /// `partition` (a state kept per partition) or from no partition.
-    fn take_at(p: &mut Processor, doc: &str, partition: Option<i32>, at_us: i64, out: &mut Vec<Enriched>) {
-        let mut decoded = Decoded::default();
-        p.decoder().decode_document(Some("a"), doc.as_bytes(), Location::Line(1), "test", &mut decoded);
-        if let Some(partition) = partition {
-            p.decoder().partition_from(&mut decoded, 0, partition);
-        }
-        p.ingest_decoded(decoded, at_us, at_us, out);
-    }
-
-    /// (object name, late) of each output.
-    fn names(out: &[Enriched]) -> Vec<(String, bool)> {
-        out.iter().map(|e| (e.object.name.to_string(), e.late)).collect()
-    }
-
-    /// With a state kept per partition, each partition's writes are ordered among themselves:
-    /// a higher resourceVersion released on another partition (read ahead of this one, or the
-    /// other copy of a write routed twice) does not make them late. They wait for their window
-    /// and go in resourceVersion order.
-    #[test]
-    fn a_partition_s_writes_are_not_late_for_what_another_partition_released() {
-        let second = 1_000_000;
-        let mut p = arrival_processor();
-        let mut out = Vec::new();
-        take_at(&mut p, &configmap_create("1", "c1", 10, "2024-05-01T10:00:01.000000Z"), Some(5), 0, &mut out);
-        take_at(&mut p, &configmap_create("2", "c2", 12, "2024-05-01T10:00:03.000000Z"), Some(5), 0, &mut out);
-        p.tick(2 * second, &mut out);
-        assert_eq!(names(&out), [("c1".to_string(), false), ("c2".to_string(), false)]);
-        out.clear();
-        // Partition 0, behind: resourceVersion 11 and 9 (in that order) after 12 went out.
-        take_at(&mut p, &configmap_create("3", "c3", 11, "2024-05-01T10:00:02.000000Z"), Some(0), 3 * second, &mut out);
-        take_at(&mut p, &configmap_create("4", "c4", 9, "2024-05-01T10:00:00.000000Z"), Some(0), 3 * second, &mut out);
-        assert!(out.is_empty(), "held for their window: {:?}", names(&out));
-        p.tick(5 * second, &mut out);
-        assert_eq!(names(&out), [("c4".to_string(), false), ("c3".to_string(), false)]);
-        assert_eq!((p.metrics().late_events.get(), p.reorder_buffers().0), (0, 2), "a buffer per partition");
-    }
-
-    /// After a Kafka transaction was aborted, the state goes back to the last commit and the
-    /// writes since are read again: the reorder buffers forget what they released since, so
-    /// the writes read again are ordered as the first time, not applied late in arrival order.
-    #[test]
-    fn writes_read_again_after_a_rewind_are_ordered_not_late() {
-        let second = 1_000_000;
-        let mut p = arrival_processor();
-        let docs = [configmap_create("1", "c1", 12, "2024-05-01T10:00:03.000000Z"), configmap_create("2", "c2", 10, "2024-05-01T10:00:01.000000Z")];
-        let mut out = Vec::new();
-        for d in &docs {
-            take_at(&mut p, d, Some(0), 0, &mut out);
-        }
-        p.flush(second, &mut out);
-        assert_eq!(names(&out), [("c2".to_string(), false), ("c1".to_string(), false)]);
-        // The rewind: the auditIDs since the last commit forgotten, the buffers' memory too.
-        p.dedupe_mut().forget_since_mark();
-        p.forget_released();
-        assert_eq!(p.reorder_buffers().0, 0);
-        out.clear();
-        for d in &docs {
-            take_at(&mut p, d, Some(0), 2 * second, &mut out);
-        }
-        p.tick(4 * second, &mut out);
-        assert_eq!(names(&out), [("c2".to_string(), false), ("c1".to_string(), false)], "in resourceVersion order, none late");
-        assert_eq!(p.metrics().late_events.get(), 0);
-    }
-
-    #[test]
-    fn a_write_the_engine_fails_on_is_skipped_and_counted_and_the_next_one_is_classified() {
-        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-        let metrics = Arc::new(Metrics::new());
-        let mut p = Processor::new(engine, metrics.clone(), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() });
-        // A handle from another interner: resolving it in this engine panics, as a defect would.
-        let other = Interner::new();
-        for i in 0..100 {
-            other.intern(&i.to_string());
-        }
-        let foreign = other.intern("widgets");
-        let broken = Write {
-            seq: 0,
-            cluster: Sym::EMPTY,
-            audit_id: Arc::from("broken"),
-            time_us: 1,
-            received_us: 0,
-            stage_timestamp: Arc::from(""),
-            verb: Verb::Update,
-            subresource: Subresource::Scale,
-            user: Sym::EMPTY,
-            resource_version: Some(5),
-            resource: foreign,
-            target: Target::Scale {
-                uid: 7,
-                uid_text: Arc::from("7"),
-                namespace: Sym::EMPTY,
-                name: crate::write::Name::from("w"),
-                resource: foreign,
-                api_version: Sym::EMPTY,
-                replicas: None,
-            },
-            late: false,
-            silent: false,
-            partition: None,
-            scope: Sym::EMPTY,
-        };
-        p.released.push(Released { item: broken, late: false, at: 5 });
-        let mut out = Vec::new();
-        p.apply_released(0, &mut out);
-        assert!(out.is_empty());
-        assert_eq!(metrics.classify_failures.get(), 1);
-
-        let good = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"good","stage":"ResponseComplete",
-            "requestURI":"/api/v1/namespaces/x/configmaps","verb":"create","user":{"username":"alice"},
-            "objectRef":{"resource":"configmaps","namespace":"x","name":"c","apiVersion":"v1"},"responseStatus":{"code":201},
-            "responseObject":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c","namespace":"x","uid":"u-1","resourceVersion":"6"},"data":{"k":"v"}},
-            "stageTimestamp":"2023-11-14T22:15:00.000000Z"}"#;
-        p.ingest_document(None, good.as_bytes(), Location::Line(1), "test", 0, &mut out);
-        p.flush(0, &mut out);
-        assert_eq!(out.iter().map(|e| (&*e.audit_id, e.class)).collect::<Vec<_>>(), [("good", Class::Unowned)]);
-    }
-
-    #[test]
-    fn a_body_the_decoder_fails_on_is_counted_invalid_and_keeps_what_came_before_it() {
-        let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-        let metrics = Arc::new(Metrics::new());
-        let mut p = Processor::new(engine, metrics.clone(), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() });
-        let decoder = p.decoder();
-        let good = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"good","stage":"ResponseComplete",
-            "requestURI":"/api/v1/namespaces/x/configmaps","verb":"create","user":{"username":"alice"},
-            "objectRef":{"resource":"configmaps","namespace":"x","name":"c","apiVersion":"v1"},"responseStatus":{"code":201},
-            "responseObject":{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c","namespace":"x","uid":"u-1","resourceVersion":"6"},"data":{"k":"v"}},
-            "stageTimestamp":"2023-11-14T22:15:00.000000Z"}"#;
-        // A decode that takes one event in, then fails as a defect would.
-        let mut decoded = Decoded::default();
-        Decoder::contained("test", &mut decoded, |into| {
-            decoder.decode(None, good.as_bytes(), Unwrap::None, "test", into);
-            panic!("a defect in the decoder");
-        });
-        assert_eq!((decoded.len(), decoded.report().events, decoded.report().invalid), (1, 1, 1));
-        assert_eq!(decoded.report().errors[0].reason, InvalidReason::Internal);
-        let mut out = Vec::new();
-        p.ingest_decoded(decoded, 0, 0, &mut out);
-        p.flush(0, &mut out);
-        assert_eq!(out.iter().map(|e| (&*e.audit_id, e.class)).collect::<Vec<_>>(), [("good", Class::Unowned)]);
-        assert_eq!(metrics.invalid_count(InvalidReason::Internal), 1);
-    }
-}
+mod tests;

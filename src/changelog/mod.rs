@@ -33,10 +33,9 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use super::KafkaSourceConfig;
 use crate::classify::forward::{Completion, Forward};
 use crate::classify::Engine;
-use crate::kafka::{self as client, Logged, Transactional};
+use crate::kafka::{self as client, Logged, Properties, Transactional};
 use crate::metrics::Metrics;
 use crate::state::{encode_record, record_key, Cached, ObjKey, Partitions, RecordReader};
 
@@ -160,11 +159,28 @@ impl ClientContext for Restoring {
 
 impl rdkafka::consumer::ConsumerContext for Restoring {}
 
+/// What the changelog takes from the Kafka source it keeps the state of
+/// ([`crate::sources::kafka::KafkaSourceConfig::changelog_settings`]).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The changelog topic.
+    pub topic: String,
+    /// The source's one input topic: trace messages for other partitions go there.
+    pub input: String,
+    /// The source's bootstrap brokers.
+    pub brokers: String,
+    /// The source's client properties: all of them for the changelog's reader and admin
+    /// client, the TLS and SASL ones for its producers.
+    pub properties: Properties,
+    /// Records go through the source's transaction instead of a producer of their own.
+    pub exactly_once: bool,
+}
+
 impl Changelog {
-    /// The changelog of the Kafka source `cfg` (whose `changelog` is set and on). With
+    /// The changelog of a Kafka source (whose `changelog` is set and on). With
     /// `exactly_once`, records go through the transaction; else through a producer of its own.
-    pub fn new(cfg: &KafkaSourceConfig, engine: Arc<Engine>, metrics: Arc<Metrics>) -> Result<Changelog, Error> {
-        let topic = cfg.changelog.as_ref().map(|c| c.topic.clone()).unwrap_or_default();
+    pub fn new(cfg: &Settings, engine: Arc<Engine>, metrics: Arc<Metrics>) -> Result<Changelog, Error> {
+        let topic = cfg.topic.clone();
         let client = client::client_config(&cfg.brokers, &[], &cfg.properties, &[]);
         // The consumer's properties (TLS, SASL) serve the producers too; consumer-only ones
         // are ignored by librdkafka with a warning.
@@ -188,7 +204,7 @@ impl Changelog {
         })?;
         Ok(Changelog {
             topic,
-            input: cfg.topics.first().cloned().unwrap_or_default(),
+            input: cfg.input.clone(),
             partitions: Arc::new(Partitions::default()),
             engine,
             client,

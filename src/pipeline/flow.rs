@@ -1,0 +1,160 @@
+//! What moves through the classify loop: bodies in from the intake, enriched events out to
+//! the sinks, and the receipts of the messages they came from. The loop
+//! ([`super::classify_loop`]) steps it; [`super::durability`] drives it at its barriers.
+
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, watch};
+
+use super::snapshot_file;
+use crate::classify::Class;
+use crate::enriched::Enriched;
+use crate::process::Processor;
+use crate::shell::{now_us, Checkpoints, Observed};
+use crate::sinks::Events;
+use crate::sources::{Batch, Body};
+
+/// What the loop does after a step.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Next {
+    /// Go on.
+    Go,
+    /// A transaction was aborted: go back to the last commit ([`super::durability::Durability::rewind`]).
+    Rewind(String),
+    /// Stop now (`summary.failed` tells whether on a failure).
+    Stop,
+}
+
+/// What moves through the loop: bodies in, enriched events out, and the receipts of the
+/// messages they came from. [`Durability`] drives it at its barriers.
+pub(super) struct Flow {
+    pub processor: Processor,
+    /// Bodies from the sources, in arrival order.
+    pub intake: mpsc::Receiver<Batch>,
+    /// Parents the fetcher got from the API server; closed when there is no fetcher.
+    pub observe: mpsc::Receiver<Observed>,
+    pub sinks: Vec<(&'static str, mpsc::Sender<Events>)>,
+    /// Enriched `unknown-parent` events for the fetcher; best effort (never waits).
+    pub unknown_parents: Option<mpsc::Sender<Arc<Enriched>>>,
+    pub stop: watch::Receiver<bool>,
+    /// Sources that commit positions are fed (Kafka): batches carry receipts.
+    pub track: bool,
+    /// Which messages are done, so their offsets may be committed.
+    pub checkpoints: Checkpoints,
+    /// Enriched events not yet sent to the sinks (reused).
+    pub out: Vec<Enriched>,
+    pub summary: Summary,
+}
+
+/// What the processor did, for the final log line.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub batches: u64,
+    pub enriched: u64,
+    pub snapshot: Option<snapshot_file::Stats>,
+    /// The processor stopped on a failure (a Kafka transaction that could not commit): its
+    /// state is ahead of what was committed, so nothing was flushed or saved.
+    pub failed: bool,
+}
+
+impl Flow {
+    /// Takes a body in (waiting for its events when they are still being decoded).
+    /// [`Next::Stop`] (and `summary.failed`) when they never come (the decoding failed, a
+    /// defect): no later message of the source may be marked done past the lost ones (their
+    /// offsets stay uncommitted and are read again after the restart).
+    pub(super) async fn take(&mut self, b: Batch) -> Next {
+        self.summary.batches += 1;
+        let out = &mut self.out;
+        let report = match b.body {
+            Body::Raw(bytes) => {
+                let unwrap = b.unwrap.unwrap_or(self.processor.options().decode.unwrap);
+                self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &bytes, unwrap, b.source, now_us(), out)
+            }
+            Body::Decoded(decoded) => Self::ingest_decoded(&mut self.processor, decoded, b.received_us, out),
+            Body::Decoding(events) => match events.await {
+                Ok(decoded) => Self::ingest_decoded(&mut self.processor, decoded, b.received_us, out),
+                Err(_) => {
+                    tracing::error!(
+                        source = b.source,
+                        "a batch was lost while being decoded (see the panic above); stopping, its messages are read again after the restart"
+                    );
+                    self.summary.failed = true;
+                    return Next::Stop;
+                }
+            },
+        };
+        if let Some(ack) = b.ack {
+            // The source may have given up waiting (client gone): nothing to do then.
+            let _ = ack.send(report);
+        }
+        if let Some(done) = b.done {
+            self.checkpoints.message(self.processor.last_seq(), done);
+        }
+        Next::Go
+    }
+
+    fn ingest_decoded(
+        processor: &mut Processor,
+        decoded: crate::process::Decoded,
+        received_us: Option<i64>,
+        out: &mut Vec<Enriched>,
+    ) -> crate::process::IngestReport {
+        let now = now_us();
+        processor.ingest_decoded(decoded, received_us.map_or(now, |r| r.min(now)), now, out)
+    }
+
+    /// Takes in every body queued now, sending what comes out; false when one is lost.
+    pub(super) async fn take_queued(&mut self) -> bool {
+        while let Ok(b) = self.intake.try_recv() {
+            let floor = self.processor.low_water_seq();
+            if self.take(b).await == Next::Stop {
+                return false;
+            }
+            self.emit(floor).await;
+        }
+        true
+    }
+
+    /// Releases everything the reorder buffers hold and sends it.
+    pub(super) async fn flush(&mut self) {
+        let floor = self.processor.low_water_seq();
+        self.processor.flush(now_us(), &mut self.out);
+        self.emit(floor).await;
+    }
+
+    /// Releases what is due by the clock.
+    pub(super) fn tick(&mut self) -> Next {
+        self.processor.tick(now_us(), &mut self.out);
+        Next::Go
+    }
+
+    /// Teaches the model a parent the fetcher got.
+    pub(super) fn observe(&mut self, o: Observed) -> Next {
+        let engine = self.processor.engine();
+        engine.observe(engine.interner.intern(&o.cluster), &o.facts, now_us());
+        Next::Go
+    }
+
+    /// Sends the enriched events to every sink, waiting for room in each queue. `floor` is
+    /// the processor's low-water mark before the step that produced them.
+    pub(super) async fn emit(&mut self, floor: u64) {
+        if self.out.is_empty() {
+            return;
+        }
+        let receipt = self.track.then(|| self.checkpoints.batch(floor));
+        let events = Events::new(std::mem::take(&mut self.out), receipt);
+        if let Some(fetch) = &self.unknown_parents {
+            for e in events.iter().filter(|e| e.class == Class::UnknownParent) {
+                // Full queue: the fetcher is busy or rate-limited; a later child will ask again.
+                let _ = fetch.try_send(Arc::new(e.clone()));
+            }
+        }
+        for (kind, sink) in &self.sinks {
+            if sink.send(events.clone()).await.is_err() {
+                self.processor.metrics().sink_errors.with_label_values(&[kind]).inc_by(events.len() as u64);
+                tracing::error!(sink = kind, "sink task has stopped; its events are lost");
+            }
+        }
+        self.summary.enriched += events.len() as u64;
+    }
+}

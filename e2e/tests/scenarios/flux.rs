@@ -278,6 +278,8 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str) -> Result<()> {
     let alice_ks = shop.alice_kustomizations.clone();
     shop.own("unowned", "alice suspends the Kustomization", true, alice_ks.patch(NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))))
         .await?;
+    // A reconcile that started before the suspend was seen ends within a second or so.
+    tokio::time::sleep(Duration::from_secs(2)).await;
     let edit = json!({"data": {"color": "red"}});
     shop.own("origin", "alice edits the ConfigMap while suspended", true, alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit))).await?;
     tokio::time::sleep(Duration::from_secs(2 * INTERVAL_S + 2)).await;

@@ -25,7 +25,11 @@ const DAY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// (cluster directory, API servers, scenarios)
 const CLUSTERS: [(&str, u8, &[&str]); 2] = [
-    ("single", 1, &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals", "cluster-day", "flux"]),
+    (
+        "single",
+        1,
+        &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals", "cluster-day", "flux"],
+    ),
     ("dual", 2, &["dual-rollout", "dual-manual-scale", "dual-hpa-scale", "dual-deletes", "dual-cluster-day"]),
 ];
 

@@ -49,8 +49,9 @@ enum FluxCause {
     /// Only a person changed members (object → the person's write): an apply that changes one
     /// of them puts the person's change back.
     PersonChanged(BTreeMap<String, String>),
-    /// The Kustomization is suspended: Flux must not write.
-    Suspended,
+    /// Flux must not write to its members (before any Kustomization, or suspended); also the
+    /// placeholder of a step until the person's writes of [`FluxCause::PersonChanged`] are known.
+    Quiet,
 }
 
 fn gvk(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -93,7 +94,8 @@ fn tree(greeting: &str, service_port: Option<i64>) -> Vec<(&'static str, String)
     let mut files = vec![("shop/deployment.yaml", deployment.to_string()), ("shop/configmap.yaml", config.to_string())];
     if let Some(port) = service_port {
         // No selector: no EndpointSlice controller writes under it.
-        let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME}, "spec": {"ports": [{"name": "http", "port": port, "targetPort": 8080}]}});
+        let service =
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME}, "spec": {"ports": [{"name": "http", "port": port, "targetPort": 8080}]}});
         files.push(("shop/service.yaml", service.to_string()));
     }
     files
@@ -188,7 +190,7 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str) -> Result<()> {
         server: ArtifactServer::start(&dir.join("artifacts"))?,
         s,
         plan,
-        flux: vec![("setup".into(), FluxCause::Suspended)],
+        flux: vec![("setup".into(), FluxCause::Quiet)],
     };
     let pp = PostParams::default();
     let deploys: Api<Deployment> = Api::namespaced(shop.s.admin.client.clone(), ns);
@@ -225,9 +227,10 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str) -> Result<()> {
     // 2. alice scales the Deployment and edits the ConfigMap; Flux's next reconcile (at most
     // an interval later) puts both back.
     let mut changed = BTreeMap::new();
-    shop.step("alice scales and edits, Flux corrects the drift", Cause::Intent(vec![("Deployment".into(), NAME.into())]), FluxCause::Suspended);
+    shop.step("alice scales and edits, Flux corrects the drift", Cause::Intent(vec![("Deployment".into(), NAME.into())]), FluxCause::Quiet);
     let scale = json!({"spec": {"replicas": 4}});
-    let id = shop.own("origin", "alice scales the Deployment to 4", true, alice_deploys.patch_scale(NAME, &PatchParams::default(), &Patch::Merge(scale))).await?;
+    let id =
+        shop.own("origin", "alice scales the Deployment to 4", true, alice_deploys.patch_scale(NAME, &PatchParams::default(), &Patch::Merge(scale))).await?;
     changed.insert(format!("Deployment/{NAME}"), id);
     let edit = json!({"data": {"greeting": "hi from alice"}});
     let id = shop.own("origin", "alice edits the ConfigMap", true, alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit))).await?;
@@ -255,7 +258,7 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str) -> Result<()> {
     // 4. alice edits the ConfigMap and, at once, asks Flux to reconcile: the apply that
     // follows her request carries it out (one that came before it would be a drift).
     let mut changed = BTreeMap::new();
-    shop.step("alice edits the ConfigMap", Cause::Intent(Vec::new()), FluxCause::Suspended);
+    shop.step("alice edits the ConfigMap", Cause::Intent(Vec::new()), FluxCause::Quiet);
     let edit = json!({"data": {"greeting": "alice again"}});
     let id = shop.own("origin", "alice edits the ConfigMap", true, alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit))).await?;
     changed.insert(format!("ConfigMap/{CONFIG}"), id);
@@ -274,10 +277,15 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str) -> Result<()> {
     shop.s.settle().await?;
 
     // 5. Suspended: alice's edit stays, whatever the interval.
-    shop.step("the Kustomization suspended, alice edits", Cause::Intent(Vec::new()), FluxCause::Suspended);
+    shop.step("the Kustomization suspended, alice edits", Cause::Intent(Vec::new()), FluxCause::Quiet);
     let alice_ks = shop.alice_kustomizations.clone();
-    shop.own("unowned", "alice suspends the Kustomization", true, alice_ks.patch(NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))))
-        .await?;
+    shop.own(
+        "unowned",
+        "alice suspends the Kustomization",
+        true,
+        alice_ks.patch(NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": true}}))),
+    )
+    .await?;
     // A reconcile that started before the suspend was seen ends within a second or so.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let edit = json!({"data": {"color": "red"}});
@@ -289,8 +297,13 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str) -> Result<()> {
 
     // 6. Resumed: a spec change of the Kustomization, its apply is expected.
     shop.step("alice resumes the Kustomization", Cause::Intent(Vec::new()), FluxCause::Apply);
-    shop.own("unowned", "alice resumes the Kustomization", true, alice_ks.patch(NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": false}}))))
-        .await?;
+    shop.own(
+        "unowned",
+        "alice resumes the Kustomization",
+        true,
+        alice_ks.patch(NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": false}}))),
+    )
+    .await?;
     wait::until("Flux to put the color back", Duration::from_secs(60), || {
         let configs = configs.clone();
         async move { Ok((configs.get(CONFIG).await?.data.and_then(|d| d.get("color").cloned()).as_deref() == Some("blue")).then_some(())) }
@@ -341,7 +354,7 @@ fn flux_labels(mut labels: Vec<Label>, steps: &[(String, FluxCause)]) -> Result<
                 }
                 None => unexplained.push(format!("{at}: Flux changed an object nobody else changed in this step")),
             },
-            Some(FluxCause::Suspended) => unexplained.push(format!("{at}: Flux wrote where the test expects no write of it")),
+            Some(FluxCause::Quiet) => unexplained.push(format!("{at}: Flux wrote where the test expects no write of it")),
             None => unexplained.push(format!("{at}: in no step of the test")),
         }
     }

@@ -171,13 +171,13 @@ pub async fn flux(cluster: &Cluster) -> Result<()> {
     let ns = s.ns.clone();
     let dir = cluster.dir.join("flux");
     let mut kc = KustomizeController::start(&cluster.controlplane, &cluster.setup.client, &dir).await?;
-    let run = run(s, &dir, &ns).await;
+    let run = run(s, &dir, &ns, &kc.version).await;
     let tail = kc.log_tail(30);
     kc.stop();
     run.with_context(|| format!("kustomize-controller {} log (last lines):\n{tail}", kc.version))
 }
 
-async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str) -> Result<()> {
+async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Result<()> {
     let repo_res = gvk("source.toolkit.fluxcd.io", "v1", "GitRepository", "gitrepositories");
     let ks_res = gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations");
     let mut plan = Plan::new();
@@ -323,7 +323,7 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str) -> Result<()> {
     .await?;
     shop.s.settle().await?;
 
-    finish(shop).await
+    finish(shop, version).await
 }
 
 /// The audit lines of the namespace that are writes: a dry run (Flux computes its diff with
@@ -366,7 +366,7 @@ fn flux_labels(mut labels: Vec<Label>, steps: &[(String, FluxCause)]) -> Result<
 
 /// The replay check, the judgement against the truth, the fixture (tests/fixtures/flux/ with
 /// `KAUSALITY_E2E_RECORD=1`): as [`Scene::finish_judged`], with the Flux labels.
-async fn finish(shop: Shop<'_>) -> Result<()> {
+async fn finish(shop: Shop<'_>, version: &str) -> Result<()> {
     let Shop { s, plan, flux, .. } = shop;
     let c = s.cluster;
     let scenarios = c.dir.join("scenarios");
@@ -383,6 +383,15 @@ async fn finish(shop: Shop<'_>) -> Result<()> {
     println!("      expected: precision {p:.2}, recall {r:.2}");
     let dir = if c.record { kausality_e2e::repo_root().join("tests").join("fixtures").join("flux") } else { c.dir.join("fixtures") };
     audit::write_fixture(&dir, &s.name, ABOUT, REORDER_WINDOW, &check, &[], Some(Judgement::expectations(&labels)))?;
+    // Which Flux: the shared fixture header names the control plane only.
+    let path = dir.join(format!("{}.expected.json", s.name));
+    let mut expected: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path)?)?;
+    let with = format!(
+        "{}; Flux kustomize-controller {version} (scripts/flux.sh), source-controller played by the test",
+        expected["recordedWith"].as_str().unwrap_or("")
+    );
+    expected["recordedWith"] = json!(with);
+    std::fs::write(&path, serde_json::to_string_pretty(&expected)? + "\n")?;
     if !judged.mismatches.is_empty() {
         bail!("{} of {} writes differ from the truth:\n  {}\n{}", judged.mismatches.len(), judged.writes, judged.mismatches.join("\n  "), judged.report());
     }

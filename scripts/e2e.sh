@@ -12,7 +12,8 @@
 #      its control planes and kausality-stream itself, even on failure)
 #
 # Arguments go to the test runner: substring filters (`scripts/e2e.sh rollout`).
-# KAUSALITY_E2E_RECORD=1 rewrites tests/fixtures/controlplane/ from this run.
+# KAUSALITY_E2E_RECORD=1 rewrites tests/fixtures/controlplane/ (and tests/fixtures/flux/) from
+# this run.
 #
 #   scripts/e2e.sh random [--days N] [--steps M] [--seed S]
 #

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo test -p kausality-e2e -- [FILTER...]     # substring filters, like libtest
-//! KAUSALITY_E2E_RECORD=1 ...                     # rewrite tests/fixtures/controlplane/
+//! KAUSALITY_E2E_RECORD=1 ...                     # rewrite tests/fixtures/controlplane/ (and flux/)
 //! KAUSALITY_FLUX=0 ...                           # leave out the flux scenario
 //! ```
 

@@ -16,7 +16,8 @@
 # not serve; v1.7.3 builds with Go 1.26.
 #
 # source-controller is not built: the scenario plays its part (a GitRepository whose
-# status.artifact the test writes, pointing at a tarball it serves on 127.0.0.1).
+# status.artifact the test writes, pointing at a tarball it serves on 127.0.0.1); docs/e2e.md
+# "Flux" says why.
 set -euo pipefail
 
 if ! command -v go >/dev/null 2>&1 && [[ -x /usr/local/go/bin/go ]]; then

@@ -2,6 +2,9 @@
 # scripts/e2e.sh — kausality-stream against a real Kubernetes control plane (docs/e2e.md).
 #
 #   1. scripts/controlplane.sh build   (cached: ~15 min on a fresh machine, then 0 s)
+#   1b. scripts/flux.sh build          (Flux's kustomize-controller for the `flux` scenario;
+#                                       cached: minutes on a fresh machine, docs/e2e.md, then
+#                                       1 s; KAUSALITY_FLUX=0 skips it and the scenario)
 #   2. cargo build -p kausality-stream (the binary the tests start and replay with)
 #   3. cargo test -p kausality-e2e     (one control plane with 1 API server, then one with 2;
 #                                       every scenario in its own namespace)
@@ -9,7 +12,8 @@
 #      its control planes and kausality-stream itself, even on failure)
 #
 # Arguments go to the test runner: substring filters (`scripts/e2e.sh rollout`).
-# KAUSALITY_E2E_RECORD=1 rewrites tests/fixtures/controlplane/ from this run.
+# KAUSALITY_E2E_RECORD=1 rewrites tests/fixtures/controlplane/ (and tests/fixtures/flux/) from
+# this run.
 #
 #   scripts/e2e.sh random [--days N] [--steps M] [--seed S]
 #
@@ -60,6 +64,18 @@ if ! bash scripts/controlplane.sh build; then
   exit 1
 fi
 took "control plane build" $((SECONDS - t))
+
+if [[ ${KAUSALITY_FLUX:-1} != 0 ]] && ((!random)); then
+  step "Flux's kustomize-controller (scripts/flux.sh build)"
+  t=$SECONDS
+  if ! bash scripts/flux.sh build; then
+    # The other scenarios still run; the run fails.
+    echo "e2e: building kustomize-controller failed; the flux scenario is left out"
+    status=1
+    export KAUSALITY_FLUX=0
+  fi
+  took "kustomize-controller build" $((SECONDS - t))
+fi
 
 step "cargo build -p kausality-stream"
 t=$SECONDS

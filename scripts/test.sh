@@ -22,7 +22,8 @@
 #      API's parameters, from the committed seed corpus
 #      (installs cargo-fuzz; builds on stable); KAUSALITY_FUZZ=0 skips it;
 #   8. scripts/e2e.sh: the end-to-end scenarios against a real Kubernetes control plane
-#      (builds it first: ~15 min on a fresh machine, cached after); KAUSALITY_E2E=0 skips it.
+#      (builds it first: ~15 min on a fresh machine, cached after) and real Flux
+#      (scripts/flux.sh, cached; KAUSALITY_FLUX=0 leaves Flux out); KAUSALITY_E2E=0 skips it.
 # Installs what it needs (idempotent). Prints one closing line: "tests: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -249,3 +249,29 @@ fn the_self_healing_example_approves_the_recorded_replacement() {
         .expect("run kausality-stream replay");
     assert!(!bad.status.success(), "an unreadable policy file is an error");
 }
+
+/// Real Flux (docs/e2e.md "Flux"): kustomize-controller applying a Deployment, a ConfigMap and
+/// a Service, alice's scale and edits, Flux's drift correction, new commits, a reconcile
+/// request, a suspend and a prune. Every write replays to the ground truth of what the test
+/// did, and every drift names the person whose write it put back.
+#[test]
+fn the_flux_scenario_replays_to_its_ground_truth() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/flux/flux.expected.json");
+    let problems = check(&path);
+    assert!(problems.is_empty(), "{} write(s) differ from the truth:\n{}", problems.len(), problems.join("\n"));
+    let expected: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("JSON");
+    let classes = expected["classes"].as_object().expect("classes");
+    let count = |class: &str| classes.values().filter(|c| *c == class).count();
+    assert!(count("drift") >= 2 && count("origin") >= 3 && count("expected") >= 4, "the scenario's classes: {classes:?}");
+    let events = replay(&path.with_file_name("flux.jsonl"), "e2e", expected["replay"]["reorderWindow"].as_str().expect("window"));
+    for (id, class) in classes {
+        if class != "drift" {
+            continue;
+        }
+        let e = &events[id];
+        assert_eq!(e["user"], "system:serviceaccount:flux-system:kustomize-controller", "{id}: a drift of Flux");
+        let users: Vec<&str> = e["reverts"].as_array().into_iter().flatten().filter_map(|r| r["user"].as_str()).collect();
+        assert_eq!(users, ["alice"], "{id}: the drift names the person whose write it put back");
+        assert_eq!(e["parent"]["kind"], "Kustomization", "{id}: the member's parent is its Kustomization");
+    }
+}

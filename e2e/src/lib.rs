@@ -17,6 +17,8 @@
 //! - [`workloads`]: Deployments, and waiting for the real controllers to be done with them.
 //! - [`truth`]: the ground truth of a scenario from what the test did (its steps, its own
 //!   writes), every write of its namespace labelled, compared with kausality-stream's classes.
+//! - [`flux`]: Flux's kustomize-controller (`scripts/flux.sh`) on the control plane, and the
+//!   tarballs of the source-controller part the test plays.
 //! - [`random`]: random cluster days: a seeded catalog of actions on workloads, run against
 //!   the cluster, labelled by [`truth`], recorded as fixtures (`scripts/e2e.sh random`).
 //! - [`wait`]: polling a condition until it holds.
@@ -26,6 +28,7 @@ pub mod actors;
 pub mod audit;
 pub mod controlplane;
 pub mod enriched;
+pub mod flux;
 pub mod harness;
 pub mod random;
 pub mod serve;

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! cargo test -p kausality-e2e -- [FILTER...]     # substring filters, like libtest
-//! KAUSALITY_E2E_RECORD=1 ...                     # rewrite tests/fixtures/controlplane/
+//! KAUSALITY_E2E_RECORD=1 ...                     # rewrite tests/fixtures/controlplane/ (and flux/)
+//! KAUSALITY_FLUX=0 ...                           # leave out the flux scenario
 //! ```
 
 mod scenarios;
@@ -24,7 +25,11 @@ const DAY_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// (cluster directory, API servers, scenarios)
 const CLUSTERS: [(&str, u8, &[&str]); 2] = [
-    ("single", 1, &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals", "cluster-day"]),
+    (
+        "single",
+        1,
+        &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals", "cluster-day", "flux"],
+    ),
     ("dual", 2, &["dual-rollout", "dual-manual-scale", "dual-hpa-scale", "dual-deletes", "dual-cluster-day"]),
 ];
 
@@ -36,7 +41,11 @@ fn main() -> ExitCode {
     let exact = args.iter().any(|a| a == "--exact");
     let matches = |name: &str, f: &str| if exact { name == f } else { name.contains(f) };
     let selected = |name: &str| filters.is_empty() || filters.iter().any(|f| matches(name, f) || matches(name, &f.replace('_', "-")));
-    let all: Vec<&str> = CLUSTERS.iter().flat_map(|(_, _, names)| names.iter().copied()).collect();
+    // The flux scenario needs kustomize-controller (scripts/flux.sh build); KAUSALITY_FLUX=0
+    // leaves it out, as if it were not there.
+    let flux = std::env::var("KAUSALITY_FLUX").map_or(true, |v| v != "0");
+    let known = |name: &&str| flux || *name != "flux";
+    let all: Vec<&str> = CLUSTERS.iter().flat_map(|(_, _, names)| names.iter().copied()).filter(known).collect();
     if args.iter().any(|a| a == "--list") {
         for n in &all {
             println!("{n}: test");
@@ -50,7 +59,7 @@ fn main() -> ExitCode {
     let (mut passed, mut failed) = (0usize, Vec::new());
     println!("\nrunning {total} tests");
     for (dir, apiservers, names) in CLUSTERS {
-        let names: Vec<&str> = names.iter().copied().filter(|n| selected(n)).collect();
+        let names: Vec<&str> = names.iter().copied().filter(known).filter(|n| selected(n)).collect();
         if names.is_empty() {
             continue;
         }
@@ -68,7 +77,7 @@ fn main() -> ExitCode {
         println!("    cluster {dir} ({apiservers} API server(s)) up in {:.1}s: {}", t0.elapsed().as_secs_f64(), cluster.dir.display());
         for name in names {
             let t = Instant::now();
-            let limit = if name.ends_with("cluster-day") { DAY_TIMEOUT } else { SCENARIO_TIMEOUT };
+            let limit = if name.ends_with("cluster-day") || name == "flux" { DAY_TIMEOUT } else { SCENARIO_TIMEOUT };
             let run = async { AssertUnwindSafe(tokio::time::timeout(limit, scenarios::run(&cluster, name))).catch_unwind().await };
             let outcome = match rt.block_on(run) {
                 Ok(Ok(Ok(()))) => Ok(()),

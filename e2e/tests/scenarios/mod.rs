@@ -5,6 +5,7 @@
 mod approvals;
 mod cluster_day;
 mod deployments;
+mod flux;
 mod widgets;
 
 use anyhow::{bail, Result};
@@ -23,6 +24,7 @@ pub async fn run(cluster: &Cluster, name: &str) -> Result<()> {
         "widget-synthetic" => widgets::widget(cluster, "widget-synthetic", StatusStyle::Synthetic).await,
         "approvals" => approvals::approvals(cluster).await,
         "cluster-day" => cluster_day::cluster_day(cluster).await,
+        "flux" => flux::flux(cluster).await,
         other => bail!("no scenario {other}"),
     }
 }

@@ -14,6 +14,7 @@ use kausality_stream::config::ModelConfig;
 use kausality_stream::corpus::{self, CorpusOptions};
 use kausality_stream::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
 use kausality_stream::enriched::Enriched;
+use kausality_stream::history::pack::Unpacker;
 use kausality_stream::history::{self, Mode, Retention, Store};
 use kausality_stream::sim::*;
 use rusqlite::{Connection, OptionalExtension};
@@ -135,16 +136,17 @@ fn each_object_is_one_row_with_its_identity_owner_and_times() {
     let top: Option<String> = conn.query_row("SELECT parent_uid FROM objects WHERE uid = ?1", [&deploy.uid], |r| r.get(0)).unwrap();
     assert_eq!(top, None);
     assert_eq!(count(&conn, "SELECT count(*) FROM objects"), 4);
-    // One mutation per enriched event, with its facts and its JSON.
-    let (class, user, verb, event): (String, String, String, String) = conn
+    // One mutation per enriched event, with its facts and its JSON (compressed, read back).
+    let unpacker = Unpacker::new(&conn);
+    let (class, user, verb, event): (String, String, String, Vec<u8>) = conn
         .query_row("SELECT class, user, verb, event FROM mutations WHERE audit_id = ?1", [audit_id(&edit)], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, unpacker.json(r.get_ref(3)?).expect("a stored event")))
         })
         .unwrap();
     assert_eq!((class.as_str(), user.as_str(), verb.as_str()), (class_of(&out, &edit).as_str(), "alice@example.com", "update"));
     let mut json = Vec::new();
     find(&out, &edit).unwrap().write_json(&mut json);
-    assert_eq!(event.as_bytes(), json.as_slice());
+    assert_eq!(event, json);
     let (oldest, newest): (String, String) = conn
         .query_row("SELECT (SELECT value FROM meta WHERE key = 'oldest_us'), (SELECT value FROM meta WHERE key = 'newest_us')", [], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -654,5 +656,130 @@ fn an_object_removed_by_retention_is_written_again_when_it_comes_back() {
         conn.query_row("SELECT parent_uid, first_us, last_us FROM objects WHERE uid = ?1", [&rs.uid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
     let t = time_of(&events[0]) + 86_400_000_001;
     assert_eq!((parent, first, last), (rs_create.parent.as_ref().map(|p| p.uid.to_string()), t, t));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Each event as the jsonl sink writes it, by (auditID, object UID).
+fn json_by_key(events: &[Enriched]) -> std::collections::HashMap<(String, String), Vec<u8>> {
+    events
+        .iter()
+        .map(|e| {
+            let mut json = Vec::new();
+            e.write_json(&mut json);
+            ((e.audit_id.to_string(), e.object.uid.to_string()), json)
+        })
+        .collect()
+}
+
+#[test]
+fn events_are_stored_compressed_and_read_back_byte_for_byte() {
+    let (dir, path) = temp_store("packed");
+    let lines = corpus_lines(7, 8000);
+    let mut p = processor(ModelConfig::default(), 500_000);
+    let mut out = Vec::new();
+    feed(&mut p, &lines, &mut out);
+    p.flush(0, &mut out);
+    assert!(out.len() > 3000, "{} enriched events", out.len());
+    // In transactions of 500: the first ones are the dictionary's samples.
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    for chunk in out.chunks(500) {
+        store.write(&[chunk]).unwrap();
+    }
+    drop(store);
+    let want = json_by_key(&out);
+    let conn = history::open(&path, Mode::Read).unwrap();
+    assert_eq!(count(&conn, "SELECT count(*) FROM dictionaries"), 1);
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE typeof(event) <> 'blob'"), 0);
+    let events = Unpacker::new(&conn);
+    let mut s = conn.prepare("SELECT m.audit_id, o.uid, m.event FROM mutations m JOIN objects o ON o.id = m.object_id").unwrap();
+    let mut rows = s.query([]).unwrap();
+    let (mut n, mut stored, mut json) = (0usize, 0usize, 0usize);
+    while let Some(r) = rows.next().unwrap() {
+        let key: (String, String) = (r.get(0).unwrap(), r.get(1).unwrap());
+        let value = r.get_ref(2).unwrap();
+        let blob = value.as_blob().unwrap();
+        let back = events.json(value).expect("a stored event reads back");
+        assert_eq!(std::str::from_utf8(&back).unwrap(), std::str::from_utf8(&want[&key]).unwrap(), "{key:?}");
+        // Written after the dictionary was trained (the first events are its samples).
+        if blob[1..5] != [0; 4] {
+            stored += blob.len();
+            json += back.len();
+        }
+        n += 1;
+    }
+    assert_eq!(n, out.len());
+    // Compressed with the dictionary, the events take a fraction of their JSON.
+    assert!(json > 0 && stored * 6 < json, "{stored} bytes stored for {json} bytes of JSON");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_store_of_schema_1_is_read_as_it_is_and_converted_by_the_writer() {
+    let (dir, path) = temp_store("schema-1");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, rs, _) = tree(&mut api, &mut events);
+    events.push(api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5)));
+    let out = run(&events);
+    let (old, new) = out.split_at(out.len() - 1);
+    // The store as a build of schema 1 wrote it: no dictionaries, each event's JSON as TEXT.
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
+        c.execute_batch(history::schema::SQL).unwrap();
+        c.execute_batch("DROP TABLE dictionaries; INSERT INTO meta (key, value) VALUES ('schema_version', '1');").unwrap();
+        for e in old {
+            let mut json = Vec::new();
+            e.write_json(&mut json);
+            c.execute(
+                "INSERT OR IGNORE INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, 0)",
+                rusqlite::params![&*e.cluster, &*e.object.uid, &*e.object.api_version, &*e.object.kind, &*e.object.namespace, e.object.name.as_str()],
+            )
+            .unwrap();
+            let object_id: i64 = c.query_row("SELECT id FROM objects WHERE uid = ?1", [&*e.object.uid], |r| r.get(0)).unwrap();
+            c.execute(
+                "INSERT INTO mutations (object_id, time_us, audit_id, verb, user, class, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                rusqlite::params![
+                    object_id,
+                    parse_rfc3339_micros(&e.stage_timestamp).unwrap(),
+                    &*e.audit_id,
+                    e.verb.as_str(),
+                    &*e.user,
+                    e.class.as_str(),
+                    String::from_utf8(json).unwrap()
+                ],
+            )
+            .unwrap();
+        }
+    }
+    let rs_query =
+        history::story::StoryQuery { kind: "ReplicaSet".into(), namespace: Some(rs.namespace.clone()), name: Some(rs.name.clone()), ..Default::default() };
+    let want = json_by_key(&out);
+    let told = |conn: &Connection| -> Vec<String> {
+        let story = history::story::build(conn, &rs_query).unwrap();
+        story.writes.iter().map(|w| w.event.get().to_string()).collect()
+    };
+    // A reader of this build reads it as it is.
+    let before = told(&history::open(&path, Mode::Read).unwrap());
+    assert!(!before.is_empty());
+    // The writer converts it: schema 2, its rows kept as they were; the new rows compressed.
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    store.write(&[new]).unwrap();
+    drop(store);
+    let conn = history::open(&path, Mode::Read).unwrap();
+    let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, history::SCHEMA_VERSION);
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE typeof(event) = 'text'"), old.len() as i64);
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE typeof(event) = 'blob'"), 1);
+    let after = told(&conn);
+    assert_eq!(after.len(), before.len() + 1);
+    assert_eq!(after[..before.len()], before[..]);
+    let last = &new[0];
+    assert_eq!(after.last().unwrap().as_bytes(), want[&(last.audit_id.to_string(), last.object.uid.to_string())].as_slice());
+    // A store of a later schema is refused, saying so.
+    drop(conn);
+    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'", []).unwrap();
+    let e = Store::open(&path, keep_all()).err().expect("refused").to_string();
+    assert!(e.contains("schema version 3") && e.contains("move the file aside"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -5,6 +5,7 @@
 //! This module owns the schema and how the database is opened; the `history` sink writes it,
 //! `replay --history` fills it from a log, and the readers query it in SQL.
 
+pub mod pack;
 pub mod retention;
 pub mod schema;
 pub mod story;
@@ -23,7 +24,7 @@ pub use writer::{Store, Written};
 pub enum Error {
     #[error("history store {path}: {source}")]
     Sqlite { path: String, source: rusqlite::Error },
-    #[error("history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; move the file aside or use a matching build")]
+    #[error("history store {path}: schema version {found}, this build reads 1 and {SCHEMA_VERSION} (it converts 1 to {SCHEMA_VERSION} when it writes); move the file aside or use a matching build")]
     Version { path: String, found: String },
     #[error("history store {path} does not exist (start `serve` with a history sink, or fill one with `replay --history {path}`)")]
     Missing { path: String },
@@ -147,6 +148,15 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
         })?;
     match found {
         Some(v) if v == SCHEMA_VERSION => Ok(conn),
+        // Schema 1: the writer has added what 2 has (`dictionaries`, by schema::SQL); its rows
+        // are read as they are. A reader reads it as it is.
+        Some(v) if schema::READS.contains(&v.as_str()) => {
+            if mode == Mode::Write {
+                conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION]).map_err(err)?;
+                tracing::info!(path = %shown, from = %v, to = SCHEMA_VERSION, "history store converted (new events are compressed; older ones are kept as they were)");
+            }
+            Ok(conn)
+        }
         Some(v) => Err(Error::Version { path: shown, found: v }),
         None => Err(Error::Version { path: shown, found: "none".into() }),
     }

@@ -2,8 +2,13 @@
 //! µs since the Unix epoch, of the API server's `stageTimestamp`; SQL shows them with
 //! `datetime(time_us / 1e6, 'unixepoch')`.
 
-/// Bumped on any change a reader of an older store could not take.
-pub const SCHEMA_VERSION: &str = "1";
+/// Bumped on any change a reader of an older store could not take. 2: events compressed
+/// (`dictionaries`, [`super::pack`]).
+pub const SCHEMA_VERSION: &str = "2";
+
+/// The versions this build reads: a store of version 1 (events as TEXT) reads as it is, and the
+/// writer converts it to 2 when it opens it (it adds `dictionaries`; the rows stay as they are).
+pub const READS: [&str; 2] = ["1", "2"];
 
 /// Indexes of earlier builds that [`SQL`] replaced: dropped by the writer when it opens a store
 /// (readers do not depend on them).
@@ -64,7 +69,8 @@ CREATE TABLE IF NOT EXISTS mutations (
     resolution     TEXT,                       -- drift only: approved, rejected, unresolved
     policy         TEXT,                       -- drift only: what resolved it
     reverts_person INTEGER NOT NULL DEFAULT 0, -- 1: a drift that undoes a person's write
-    event          TEXT NOT NULL               -- the enriched event, as the jsonl sink writes it
+    event          TEXT NOT NULL               -- the enriched event, as the jsonl sink writes it: a
+                                               -- BLOB compressed with zstd (docs/history.md), or TEXT
 );
 CREATE INDEX IF NOT EXISTS mutations_by_object ON mutations (object_id, time_us);
 -- Mutations by time (retention by age and by size), and each written once:
@@ -91,4 +97,11 @@ CREATE TABLE IF NOT EXISTS reverts (
 );
 CREATE INDEX IF NOT EXISTS reverts_by_origin ON reverts (origin_audit_id);
 CREATE INDEX IF NOT EXISTS reverts_by_mutation ON reverts (mutation_id);
+
+-- The zstd dictionaries the events are compressed with (trained on the store's first events);
+-- an event names its own (src/history/pack.rs). Never removed: one per store, 64 KiB.
+CREATE TABLE IF NOT EXISTS dictionaries (
+    id         INTEGER PRIMARY KEY,
+    dictionary BLOB NOT NULL
+);
 "#;

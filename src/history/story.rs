@@ -10,12 +10,12 @@ mod find;
 mod message;
 mod tree;
 
-use rusqlite::types::ValueRef;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::decode::time::format_rfc3339_micros;
+use crate::history::pack::Unpacker;
 
 pub use find::kind_matches;
 pub use message::{ambiguous_message, before_history_message, explain, not_found_message};
@@ -268,16 +268,13 @@ ORDER BY m.time_us, m.id";
 /// The event column of row `r` at `index`, when it holds a JSON object: `None` for one
 /// written by hand or damaged (not UTF-8, not JSON, not an object), which a reader leaves out
 /// or tells from the row's other columns, never failing the whole answer for it.
-pub fn stored_event(r: &Row<'_>, index: usize) -> rusqlite::Result<Option<Box<RawValue>>> {
-    let bytes = match r.get_ref(index)? {
-        ValueRef::Text(b) | ValueRef::Blob(b) => b,
-        ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => return Ok(None),
-    };
-    let Ok(text) = std::str::from_utf8(bytes) else { return Ok(None) };
+pub fn stored_event(r: &Row<'_>, index: usize, events: &Unpacker<'_>) -> rusqlite::Result<Option<Box<RawValue>>> {
+    let Some(bytes) = events.json(r.get_ref(index)?) else { return Ok(None) };
+    let Ok(text) = String::from_utf8(bytes) else { return Ok(None) };
     if !text.trim_start().starts_with('{') {
         return Ok(None);
     }
-    Ok(RawValue::from_string(text.to_string()).ok())
+    Ok(RawValue::from_string(text).ok())
 }
 
 /// A write, and whether its stored event could be read.
@@ -294,6 +291,7 @@ fn writes(
     before: Option<(i64, i64)>,
     limit: Option<usize>,
 ) -> Result<(Vec<Told>, Option<Earlier>), StoryError> {
+    let events = Unpacker::new(conn);
     let mut stmt = conn.prepare(WRITES)?;
     let (before_us, before_id) = (before.map(|b| b.0), before.map(|b| b.1));
     let most = limit.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
@@ -301,7 +299,7 @@ fn writes(
     let rows = stmt.query_map(params![found.id, at_us, before_us, before_id, most], |r| {
         oldest = Some((r.get::<_, i64>(1)?, r.get::<_, i64>(0)?));
         let audit_id: String = r.get(2)?;
-        let stored = stored_event(r, 9)?;
+        let stored = stored_event(r, 9, &events)?;
         let readable = stored.is_some();
         let event = stored.unwrap_or_else(|| {
             // A row whose event cannot be read (written by hand, or damaged) still tells what
@@ -324,7 +322,7 @@ fn writes(
     let mut writes = Vec::new();
     for row in rows {
         let (audit_id, event, readable) = row?;
-        let reverted_by = reverted_by(conn, &found.object, &audit_id, at_us)?;
+        let reverted_by = reverted_by(conn, &events, &found.object, &audit_id, at_us)?;
         writes.push(Told { write: Write { event, reverted_by }, readable });
     }
     drop(stmt);
@@ -365,10 +363,10 @@ struct RevertEntryObject<'a> {
 /// The drifts that undid the write `audit_id` of `object`. One audit event can write several
 /// objects (a deletecollection): a drift counts when its `reverts` names this write of this
 /// object (by kind and name), not another object's item of the same request.
-fn reverted_by(conn: &Connection, object: &ObjectRef, audit_id: &str, at_us: Option<i64>) -> Result<Vec<RevertedBy>, StoryError> {
+fn reverted_by(conn: &Connection, events: &Unpacker<'_>, object: &ObjectRef, audit_id: &str, at_us: Option<i64>) -> Result<Vec<RevertedBy>, StoryError> {
     let mut stmt = conn.prepare_cached(REVERTED_BY)?;
     let rows = stmt.query_map(params![audit_id, object.cluster, at_us], |r| {
-        let event = stored_event(r, 8)?;
+        let event = stored_event(r, 8, events)?;
         let names_it = match event.as_deref().map(|e| serde_json::from_str::<Reverts<'_>>(e.get())) {
             Some(Ok(rv)) => rv.reverts.iter().any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),
             // The reverts table says so; an unreadable event cannot say otherwise.

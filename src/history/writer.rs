@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, params_from_iter, CachedStatement, Connection, OptionalExtension, ToSql};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
+use super::pack::Packer;
 use super::retention::{self, Retained, Retention};
 use super::{Error, Mode, Result};
 use crate::classify::Class;
@@ -95,8 +96,10 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     retention: Retention,
-    /// One enriched event's JSON, reused.
+    /// One enriched event's JSON, and its compressed bytes, reused.
     json: Vec<u8>,
+    packed: Vec<u8>,
+    packer: Packer,
     /// Newest `stageTimestamp` written: the time of an event whose timestamp cannot be read.
     newest_us: i64,
     /// Objects whose row the writer knows, by (cluster, UID): a write that changes nothing of
@@ -165,7 +168,18 @@ impl Store {
         conn.set_prepared_statement_cache_capacity(16);
         let newest_us =
             conn.query_row("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'newest_us'", [], |r| r.get(0)).optional().map_err(err)?.unwrap_or(0);
-        Ok(Store { conn, path: path.to_path_buf(), retention, json: Vec::with_capacity(4096), newest_us, known: HashMap::new(), touched: HashMap::new() })
+        let packer = Packer::load(&conn).map_err(err)?;
+        Ok(Store {
+            conn,
+            path: path.to_path_buf(),
+            retention,
+            json: Vec::with_capacity(4096),
+            packed: Vec::with_capacity(4096),
+            packer,
+            newest_us,
+            known: HashMap::new(),
+            touched: HashMap::new(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -182,6 +196,10 @@ impl Store {
 
     /// Writes `batches` in one transaction: all of them, or (on an error) none.
     pub fn write<B: Deref<Target = [Enriched]>>(&mut self, batches: &[B]) -> Result<Written> {
+        if self.packer.ready_to_train() {
+            // Its own transaction, before the rows that use it.
+            self.packer.train(&self.conn).map_err(|e| sqlite_err(&self.path, e))?;
+        }
         let result = self.write_tx(batches);
         if result.is_err() {
             // The rows of the rolled-back transaction, new objects among them, are gone.
@@ -197,7 +215,15 @@ impl Store {
         let path = &self.path;
         let tx = self.conn.transaction().map_err(|e| sqlite_err(path, e))?;
         let result = (|| -> rusqlite::Result<(i64, i64)> {
-            let mut rows = Rows { conn: &tx, statements: Statements::prepare(&tx)?, known: &mut self.known, touched: &mut self.touched, json: &mut self.json };
+            let mut rows = Rows {
+                conn: &tx,
+                statements: Statements::prepare(&tx)?,
+                known: &mut self.known,
+                touched: &mut self.touched,
+                json: &mut self.json,
+                packer: &mut self.packer,
+                packed: &mut self.packed,
+            };
             let mut oldest = i64::MAX;
             for batch in batches {
                 for e in batch.iter() {
@@ -304,6 +330,9 @@ struct Rows<'a> {
     touched: &'a mut HashMap<i64, (i64, i64)>,
     /// One enriched event's JSON, and before it the fields of its object's hashes.
     json: &'a mut Vec<u8>,
+    /// Compresses the JSON into `packed`.
+    packer: &'a mut Packer,
+    packed: &'a mut Vec<u8>,
 }
 
 /// The fields, each followed by a 0 byte, in `buf` (emptied first): what an object's key,
@@ -325,7 +354,8 @@ impl Rows<'_> {
         let json = &mut *self.json;
         json.clear();
         e.write_json(json);
-        let event = std::str::from_utf8(json).map_err(|err| rusqlite::Error::Utf8Error(10, err))?;
+        self.packer.pack(json, self.packed)?;
+        let event = &self.packed[..];
         let reverts = e.reverts.as_deref().unwrap_or_default();
         let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
         let added = self.statements.insert_mutation.execute(params![

@@ -16,6 +16,7 @@ use super::params::Params;
 use super::{ApiError, Endpoint, QueryState};
 use crate::classify::Class;
 use crate::decode::time::format_rfc3339_micros;
+use crate::history::pack::Unpacker;
 use crate::history::story::{stored_event, ObjectRef, OwnerRef, Tombstone};
 use crate::history::{self, Mode};
 
@@ -309,7 +310,8 @@ fn drift_page(c: &Connection, f: &Filter, after: Option<After>, limit: usize) ->
     let sql = drift_sql(f, limit);
     let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
     let args = f.args.iter().cloned().chain([Sql::Integer(after)]);
-    let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| Ok((r.get::<_, i64>(0)?, stored_event(r, 1)?)));
+    let events = Unpacker::new(&tx);
+    let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| Ok((r.get::<_, i64>(0)?, stored_event(r, 1, &events)?)));
     let mut rows = rows.map_err(sql_error)?.collect::<Result<Vec<_>, _>>().map_err(sql_error)?;
     drop(stmt);
     let more = rows.len() > limit;

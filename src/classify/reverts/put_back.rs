@@ -83,6 +83,14 @@ impl Engine {
         let key = ObjKey::new(w.scope, child.uid);
         let removes = removes(w);
         let (before, after) = self.contents_at(key, child.written, removes);
+        // A write that leaves the content as it was (a status write, a no-op apply) changes no
+        // field, so it puts nothing back and overwrites none of its user's earlier writes: the
+        // content is not parsed at all.
+        if let (Some(b), After::Text(a)) = (&before, &after) {
+            if b == a {
+                return None;
+            }
+        }
         let now = after.leaves();
         let (found, mut standing) = self.put_back_at(key, &now, w.user, w.time_us);
         // Its own earlier writes that this one overwrites in every field are done with: an

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The test command of kausality-stream (the README's and CI's): every test, against real parts.
+#   0. the fast lane, first: cargo fmt --check and cargo clippy with warnings as errors (the
+#      `dashmap-store` build's too), then the unit tests and the recorded fixtures
+#      (controlplane_fixtures, samples); a failure there ends the run before the slow steps;
 #   1. cargo test: unit tests, scenario/property tests, the shared real audit samples, and the
 #      black-box tests that start servers on 127.0.0.1, among them a real Apache Kafka broker
 #      (tests/kafka.rs, scripts/kafka.sh; KAUSALITY_KAFKA_TESTS=0 skips those);
 #   2. the `fetch` feature's test (tests/serve_fetch.rs: unknown parents fetched from a
 #      stand-in API server), the state's tests on the `dashmap-store` feature's store (the
-#      variant benches/state-map.sh measures), and cargo fmt --check and cargo clippy with
-#      warnings as errors (the `dashmap-store` build's too);
+#      variant benches/state-map.sh measures);
 #   3. scripts/check-fresh-run.sh: the README's run command on a fresh clone with curl's headers
 #      hidden (a release build, cached in target/fresh-run), fed the README's sample;
 #   4. scripts/check-deploy.sh: promtool on the alert rules, the dashboard's queries, the
@@ -91,6 +93,46 @@ command -v bc >/dev/null 2>&1 || {
   apt-get -o DPkg::Lock::Timeout=600 -qq install -y bc >/dev/null 2>&1 || { apt-get -qq update && apt-get -qq install -y bc >/dev/null; }
 }
 
+step "fast lane: format and lints (cargo fmt --check; cargo clippy, warnings are errors)"
+# Each is one test. Skipped with a warning when the toolchain lacks the component.
+for check in "fmt --all --check" "clippy --locked --all-targets -- -D warnings" "clippy --locked --lib --benches --features dashmap-store -- -D warnings"; do
+  tool=${check%% *}
+  if ! cargo "$tool" --version >/dev/null 2>&1; then
+    echo "warning: cargo $tool is not installed: skipped" >&2
+    continue
+  fi
+  # shellcheck disable=SC2086
+  if cargo $check 2>&1 | tail -n 60; [ "${PIPESTATUS[0]}" -eq 0 ]; then
+    echo "cargo $tool: ok"
+    passed=$((passed + 1))
+  else
+    echo "cargo $tool: FAILED (run: cargo $check)"
+    failed=$((failed + 1))
+    status=1
+  fi
+done
+if [ "$status" -ne 0 ]; then
+  echo "fast lane failed (format or lints): the slow steps were not run" >&2
+  echo
+  echo "tests: $passed passed, $failed failed"
+  exit 1
+fi
+
+# The fast lane: format, lints, unit tests and the recorded fixtures, a few minutes. The slow
+# steps (the Kafka broker, the whole cargo test, the fresh clone, fuzz, e2e) start only once it
+# passes: a failure here ends the run at once, with the count so far.
+step "fast lane: unit tests and recorded fixtures (cargo test --lib, controlplane_fixtures, samples)"
+cargo test --locked --no-fail-fast --lib --test controlplane_fixtures --test samples 2>&1 | tee "$log"
+if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+  # Counted here only when it fails: the whole cargo test below runs these again.
+  count_cargo
+  grep -q '^test result:' "$log" || failed=$((failed + 1))
+  echo "fast lane failed: the slow steps were not run" >&2
+  echo
+  echo "tests: $passed passed, $failed failed"
+  exit 1
+fi
+
 # The Kafka tests start a broker themselves; fetch what it needs first (Java, kcat, the Kafka
 # jars from Maven Central, cached under ~/.cache/kausality-stream), so a missing piece fails
 # here, clearly, and not inside a test.
@@ -111,25 +153,6 @@ run_cargo_tests cargo test --locked --features fetch --test serve_fetch
 
 step "cargo test --features dashmap-store --lib state:: (the store on a DashMap, as benches/state-map.sh builds it)"
 run_cargo_tests cargo test --locked --features dashmap-store --lib state::
-
-step "format and lints (cargo fmt --check; cargo clippy, warnings are errors)"
-# Each is one test. Skipped with a warning when the toolchain lacks the component.
-for check in "fmt --all --check" "clippy --locked --all-targets -- -D warnings" "clippy --locked --lib --benches --features dashmap-store -- -D warnings"; do
-  tool=${check%% *}
-  if ! cargo "$tool" --version >/dev/null 2>&1; then
-    echo "warning: cargo $tool is not installed: skipped" >&2
-    continue
-  fi
-  # shellcheck disable=SC2086
-  if cargo $check 2>&1 | tail -n 60; [ "${PIPESTATUS[0]}" -eq 0 ]; then
-    echo "cargo $tool: ok"
-    passed=$((passed + 1))
-  else
-    echo "cargo $tool: FAILED (run: cargo $check)"
-    failed=$((failed + 1))
-    status=1
-  fi
-done
 
 step "the README's run command on a fresh clone, without curl's headers (scripts/check-fresh-run.sh)"
 count_script bash scripts/check-fresh-run.sh

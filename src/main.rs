@@ -246,21 +246,9 @@ enum UnwrapArg {
     Aks,
 }
 
+/// A duration flag, in microseconds: the pipeline file's parser (`500ms`, `10m`, `30d`, ...).
 fn parse_duration_us(s: &str) -> Result<i64, String> {
-    let s = s.trim();
-    let (num, unit) = s.find(|c: char| !c.is_ascii_digit() && c != '.').map_or((s, ""), |i| s.split_at(i));
-    let v: f64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 500ms, 2s, 1m"))?;
-    let mult = match unit {
-        "" if v == 0.0 => 0.0,
-        "us" | "µs" => 1.0,
-        "ms" => 1e3,
-        "s" => 1e6,
-        "m" => 60e6,
-        "h" => 3600e6,
-        "d" => 86400e6,
-        _ => return Err(format!("{s:?}: unit must be one of us, ms, s, m, h, d")),
-    };
-    Ok((v * mult) as i64)
+    kausality_stream::shell::duration::parse(s).map(|d| d.as_micros() as i64)
 }
 
 fn parse_class(s: &str) -> Result<Class, String> {

@@ -637,14 +637,14 @@ impl Processor {
             if let (Target::Many(items), Some(rv)) = (&write.target, rv) {
                 buffer.note_listed(rv, write.received_us, items.iter().map(|f| Self::uid_key(f.uid)));
             }
-            let placing =
-                Placing {
+            let placing = Placing {
                 object: Self::object_key(&write),
                 done_us: write.time_us,
                 removed: matches!(write.target, Target::Gone { .. }),
                 name,
                 evicts,
                 received_us: write.received_us,
+                marked: matches!(&write.target, Target::Object(f) if f.deleting),
                 own_rv: 0,
             };
             buffer.push_write(write, rv, time, order_us, placing, &mut self.released);

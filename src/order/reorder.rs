@@ -86,8 +86,10 @@ pub struct ReorderBuffer<T> {
     /// (event time, resourceVersion) of recent writes, to place a write without a
     /// resourceVersion (a delete answered with a `Status`) after the writes that happened
     /// before it rather than after whatever arrived last (batches from several API servers);
-    /// with the key of the object written (0: not known), for writes of the same object.
-    recent: VecDeque<(i64, u64, u64)>,
+    /// with the key of the object written (0: not known), for writes of the same object, and
+    /// when its request was received if its answer shows the object marked for deletion (0:
+    /// not marked, or not known).
+    recent: VecDeque<(i64, u64, u64, i64)>,
     /// Of each held write placed for lack of a resourceVersion, by slot: when it completed
     /// (its stageTimestamp), the key of its object, whether it removed it. Rare: a side
     /// table, so that the heap's entries stay small.
@@ -128,6 +130,8 @@ pub struct Placing {
     /// `evicts` (a pod's delete answered with the pod, removed), the write is placed where its
     /// request was received (see [`ReorderBuffer::push_write`]).
     pub received_us: i64,
+    /// The write's answer shows its object marked for deletion (a `deletionTimestamp`).
+    pub marked: bool,
     /// The write's own resourceVersion, when it is placed by its receipt instead: it never
     /// goes after it, and what it placed itself there does not count (set by the buffer).
     pub own_rv: u64,
@@ -229,7 +233,7 @@ impl<T> ReorderBuffer<T> {
                     // Not as a write of its pod: a delete of the pod answered without a
                     // resourceVersion that completed after it had marked the pod before it
                     // (it lost the race to remove it), and keeps its own place by receipt.
-                    self.recent.push_back((event_us, rv, 0));
+                    self.recent.push_back((event_us, rv, 0, placing.received_us));
                     self.note_removed_name(event_us, rv, placing);
                 }
                 (placed, tie) = (true, placing.received_us);
@@ -241,7 +245,7 @@ impl<T> ReorderBuffer<T> {
                     if self.recent.len() == RECENT {
                         self.recent.pop_front();
                     }
-                    self.recent.push_back((event_us, rv, placing.object));
+                    self.recent.push_back((event_us, rv, placing.object, if placing.marked { placing.received_us } else { 0 }));
                     self.note_removed_name(event_us, rv, placing);
                 }
                 rv
@@ -467,11 +471,16 @@ impl<T> ReorderBuffer<T> {
     fn place_by_time(&self, event_us: i64, placing: Placing) -> u64 {
         let same = |o: u64| placing.object != 0 && o == placing.object;
         let below_own = |rv: u64| placing.own_rv == 0 || rv < placing.own_rv;
+        // A pod removed at once goes after the writes of its pod done before it (its create,
+        // the mark another request set, for a final delete), but not after one that shows the
+        // pod marked and whose request came after its own: a status write showing the mark
+        // this delete set, done a moment before the delete's answer.
+        let before_own = |r: i64| placing.own_rv == 0 || r == 0 || r <= placing.received_us;
         let mut at = self
             .recent
             .iter()
-            .filter(|&&(t, rv, o)| below_own(rv) && (t <= event_us || (same(o) && t <= placing.done_us)))
-            .map(|&(_, rv, _)| rv)
+            .filter(|&&(t, rv, o, r)| below_own(rv) && (t <= event_us || (same(o) && t <= placing.done_us && before_own(r))))
+            .map(|&(_, rv, ..)| rv)
             .max()
             .unwrap_or(0);
         if placing.evicts && placing.name != 0 {
@@ -486,11 +495,10 @@ impl<T> ReorderBuffer<T> {
         }
         if placing.removed {
             if let Some(list_rv) = self.listed.iter().filter(|&&(_, o, _)| same(o)).map(|&(rv, _, _)| rv).min() {
-                let own = self.recent.iter().filter(|&&(t, _, o)| same(o) && t <= placing.done_us).map(|&(_, rv, _)| rv).max().unwrap_or(0);
+                let own = self.recent.iter().filter(|&&(t, _, o, _)| same(o) && t <= placing.done_us).map(|&(_, rv, ..)| rv).max().unwrap_or(0);
                 at = at.min(list_rv.saturating_sub(1)).max(own);
             }
-        } else if let Some(list_rv) =
-            self.listed.iter().filter(|&&(rv, o, r)| same(o) && r != 0 && r <= event_us && below_own(rv)).map(|&(rv, _, _)| rv).max()
+        } else if let Some(list_rv) = self.listed.iter().filter(|&&(rv, o, r)| same(o) && r != 0 && r <= event_us && below_own(rv)).map(|&(rv, _, _)| rv).max()
         {
             at = at.max(list_rv);
         }
@@ -542,7 +550,7 @@ impl<T> ReorderBuffer<T> {
             + self.slots.capacity() * std::mem::size_of::<Option<T>>()
             + self.free.capacity() * 4
             + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
-            + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64)>()
+            + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64, i64)>()
             + self.placed_of.capacity() * std::mem::size_of::<(u32, Placing)>()
             + self.listed.capacity() * std::mem::size_of::<(u64, u64)>()
             + self.removed_names.capacity() * std::mem::size_of::<(i64, u64, u64)>()
@@ -701,12 +709,14 @@ mod tests {
     fn a_pod_removed_at_once_goes_where_its_request_came_before_the_writes_its_mark_caused() {
         // Seen on the real control plane: a delete of a pod with grace period 0, received at
         // 193, answered at 199 with the pod removed at rv 424. The API server wrote the
-        // deletion mark first: kwok's status write of the pod showed it at rv 422 (done at
-        // 201), and the ReplicaSet created the replacement at rv 423 (received at 196, done at
-        // 198). By its resourceVersion the delete came after both: the replacement named no
+        // deletion mark first: kwok's status write of the pod showed it at rv 422, and the
+        // ReplicaSet created the replacement at rv 423 (received at 196, done at 198). By its
+        // resourceVersion the delete came after both: the replacement named no
         // removal it reverts, and the status write made the delete look like the completion
         // of a deletion already marked.
         let delete = Placing { object: 7, name: 5, done_us: 199, received_us: 193, ..Placing::default() };
+        // The status write completes a moment before the delete does (done at 198, received at
+        // 195): its request came after the delete's, so it showed the mark this delete set.
         let arrivals = [["delete", "status", "create"], ["create", "delete", "status"], ["status", "create", "delete"]];
         for arrival in arrivals {
             let mut b = ReorderBuffer::new(100, 1000);
@@ -716,7 +726,14 @@ mod tests {
                 let at = 1 + i as i64;
                 match what {
                     "delete" => b.push_write("delete", Some(424), at, 199, delete, &mut out),
-                    "status" => b.push_write("status", Some(422), at, 201, Placing { object: 7, done_us: 201, received_us: 200, ..Placing::default() }, &mut out),
+                    "status" => b.push_write(
+                        "status",
+                        Some(422),
+                        at,
+                        198,
+                        Placing { object: 7, done_us: 198, received_us: 195, marked: true, ..Placing::default() },
+                        &mut out,
+                    ),
                     _ => b.push_write("create", Some(423), at, 198, Placing { object: 8, done_us: 198, received_us: 196, ..Placing::default() }, &mut out),
                 }
             }
@@ -734,12 +751,43 @@ mod tests {
             b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
             for (i, what) in arrival.into_iter().enumerate() {
                 match what {
-                    "mark" => b.push_write("mark", Some(430), 1 + i as i64, 205, Placing { object: 7, done_us: 205, received_us: 190, ..Placing::default() }, &mut out),
+                    "mark" => b.push_write(
+                        "mark",
+                        Some(430),
+                        1 + i as i64,
+                        205,
+                        Placing { object: 7, done_us: 205, received_us: 190, ..Placing::default() },
+                        &mut out,
+                    ),
                     _ => b.push_write("final", Some(432), 1 + i as i64, 210, final_delete, &mut out),
                 }
             }
             b.flush(&mut out);
             assert_eq!(items_str(out), vec![("earlier", false), ("mark", false), ("final", false)], "arrival order {arrival:?}");
+        }
+
+        // kwok deletes db-0 again (received at 300) a moment before the StatefulSet's create
+        // of the new db-0 was received (301, done at 305, rv 440): the delete found, and
+        // removed, the new pod (rv 442). It goes after the create of its pod.
+        for arrival in [["create", "again"], ["again", "create"]] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+            for (i, what) in arrival.into_iter().enumerate() {
+                match what {
+                    "create" => b.push_write(
+                        "create",
+                        Some(440),
+                        1 + i as i64,
+                        305,
+                        Placing { object: 7, done_us: 305, received_us: 301, ..Placing::default() },
+                        &mut out,
+                    ),
+                    _ => b.push_write("again", Some(442), 1 + i as i64, 310, Placing { received_us: 300, done_us: 310, ..final_delete }, &mut out),
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("earlier", false), ("create", false), ("again", false)], "arrival order {arrival:?}");
         }
 
         // Without the time its request came, the delete keeps its resourceVersion.
@@ -769,12 +817,9 @@ mod tests {
         b.push_write("final", Some(2245), 2, 592, final_delete, &mut out);
         b.push_write("create", Some(2247), 3, 604, Placing { object: 8, done_us: 604, received_us: 600, ..Placing::default() }, &mut out);
         b.push_write("again", Some(2254), 4, 629, again, &mut out);
-        b.push_write("status", Some(2253), 5, 632, Placing { object: 8, done_us: 632, received_us: 621, ..Placing::default() }, &mut out);
+        b.push_write("status", Some(2253), 5, 632, Placing { object: 8, done_us: 632, received_us: 621, marked: true, ..Placing::default() }, &mut out);
         b.flush(&mut out);
-        assert_eq!(
-            items_str(out),
-            vec![("earlier", false), ("evict", false), ("final", false), ("create", false), ("again", false), ("status", false)]
-        );
+        assert_eq!(items_str(out), vec![("earlier", false), ("evict", false), ("final", false), ("create", false), ("again", false), ("status", false)]);
     }
 
     #[test]

@@ -175,6 +175,7 @@ fn print_drawn(tags: impl Iterator<Item = String>) {
 /// Every recorded day labelled again (`--relabel`).
 fn relabel() -> ExitCode {
     let mut status = ExitCode::SUCCESS;
+    let (mut labels, mut events, mut days) = (Vec::new(), Vec::new(), 0);
     for sub in ["failing", "passing"] {
         let dir = record::fixtures_dir().join(sub);
         let mut paths: Vec<_> = std::fs::read_dir(&dir)
@@ -183,7 +184,13 @@ fn relabel() -> ExitCode {
         paths.sort();
         for p in paths {
             match record::relabel(&p) {
-                Ok((to, n)) => println!("{}: {n} mismatch(es), now in {}", p.display(), to.display()),
+                Ok((to, l, e)) => {
+                    let n = Judgement::new(&l, &e).mismatches.len();
+                    println!("{}: {n} mismatch(es), now in {}", p.display(), to.display());
+                    labels.extend(l);
+                    events.extend(e);
+                    days += 1;
+                }
                 Err(e) => {
                     println!("{}: {e:#}", p.display());
                     status = ExitCode::FAILURE;
@@ -191,6 +198,7 @@ fn relabel() -> ExitCode {
             }
         }
     }
+    println!("\nsummed over the {days} recorded day(s):\n{}", Judgement::new(&labels, &events).report());
     status
 }
 

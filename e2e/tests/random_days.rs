@@ -176,12 +176,18 @@ fn print_drawn(tags: impl Iterator<Item = String>) {
 fn relabel() -> ExitCode {
     let mut status = ExitCode::SUCCESS;
     let (mut labels, mut events, mut days) = (Vec::new(), Vec::new(), 0);
+    // Every day listed first: a failing day that now passes moves to `passing/`, and is not
+    // judged twice.
+    let mut all = Vec::new();
     for sub in ["failing", "passing"] {
         let dir = record::fixtures_dir().join(sub);
         let mut paths: Vec<_> = std::fs::read_dir(&dir)
             .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.to_string_lossy().ends_with(".expected.json")).collect())
             .unwrap_or_default();
         paths.sort();
+        all.push(paths);
+    }
+    for paths in all {
         for p in paths {
             match record::relabel(&p) {
                 Ok((to, l, e)) => {

@@ -11,7 +11,9 @@
 #   4. stops whatever a test run may have left behind (normally nothing: the harness stops
 #      its control planes and kausality-stream itself, even on failure)
 #
-# Arguments go to the test runner: substring filters (`scripts/e2e.sh rollout`).
+# Arguments go to the test runner: substring filters (`scripts/e2e.sh rollout`). Unfiltered,
+# it then runs 3 random days of 15 steps with fresh seeds (KAUSALITY_E2E_RANDOM_DAYS,
+# KAUSALITY_E2E_RANDOM_STEPS; 0 days skips them).
 # KAUSALITY_E2E_RECORD=1 rewrites tests/fixtures/controlplane/ (and tests/fixtures/flux/) from
 # this run.
 #
@@ -103,6 +105,17 @@ else
   t=$SECONDS
   cargo test --locked -p kausality-e2e -- --test-threads=1 "$@" || status=1
   took "e2e scenarios" $((SECONDS - t))
+  # A few random days nobody has seen (fresh seeds, printed), all at once, unless the run is
+  # filtered or KAUSALITY_E2E_RANDOM_DAYS=0. A failing day prints its seed, confusion table
+  # and mismatches, and is recorded in tests/fixtures/random-days/failing/.
+  days=${KAUSALITY_E2E_RANDOM_DAYS:-3}
+  if (($# == 0 && days > 0)); then
+    step "random days: $days fresh seeds of ${KAUSALITY_E2E_RANDOM_STEPS:-15} steps, at once"
+    t=$SECONDS
+    KAUSALITY_E2E_RANDOM=1 cargo test --locked -p kausality-e2e --test random_days -- \
+      --days "$days" --steps "${KAUSALITY_E2E_RANDOM_STEPS:-15}" --parallel "$days" || status=1
+    took "random days" $((SECONDS - t))
+  fi
 fi
 
 cleanup

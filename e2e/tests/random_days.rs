@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use futures::future::join_all;
+use futures::stream::{self, StreamExt};
 
 use kausality_e2e::audit;
 use kausality_e2e::enriched::Event;
@@ -34,6 +35,8 @@ struct Args {
     days: usize,
     steps: usize,
     seed: Option<u64>,
+    /// Days run at the same time, each in namespaces of its own on the one control plane.
+    parallel: usize,
     /// Print the days the seeds draw, run nothing.
     dry_run: bool,
     /// Label the recorded days again with the oracle as it is now, run nothing.
@@ -41,7 +44,7 @@ struct Args {
 }
 
 fn args() -> Result<Args> {
-    let mut a = Args { days: 1, steps: 8, seed: None, dry_run: false, relabel: false };
+    let mut a = Args { days: 1, steps: 8, seed: None, parallel: 1, dry_run: false, relabel: false };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -49,11 +52,12 @@ fn args() -> Result<Args> {
             "--days" => a.days = value("--days")?.parse().context("--days N")?,
             "--steps" => a.steps = value("--steps")?.parse().context("--steps M")?,
             "--seed" => a.seed = Some(value("--seed")?.parse().context("--seed S (a number)")?),
+            "--parallel" => a.parallel = value("--parallel")?.parse::<usize>().context("--parallel K")?.max(1),
             "--dry-run" => a.dry_run = true,
             "--relabel" => a.relabel = true,
             // What cargo and libtest pass along.
             "--test-threads=1" | "--nocapture" | "-q" | "--quiet" => {}
-            other => bail!("unknown argument {other}: --days N --steps M --seed S --dry-run --relabel"),
+            other => bail!("unknown argument {other}: --days N --steps M --seed S --parallel K --dry-run --relabel"),
         }
     }
     Ok(a)
@@ -77,6 +81,8 @@ struct Outcome {
     verdict: Verdict,
     labels: Vec<Label>,
     events: Vec<Event>,
+    /// The action of every step ([`random::Action::tag`]), the first of each workload its creation.
+    tags: Vec<String>,
 }
 
 fn main() -> ExitCode {
@@ -92,13 +98,16 @@ fn main() -> ExitCode {
         }
     };
     if args.dry_run {
+        let mut all = Vec::new();
         for d in 0..args.days {
             let day = random::day(args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64)), args.steps);
+            all.extend(drawn(&day));
             println!("day seed {}: {} steps", day.seed, day.steps());
             for w in &day.workloads {
                 println!("  {:?}: {}", w.kind, w.actions.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", "));
             }
         }
+        print_drawn(all.into_iter());
         return ExitCode::SUCCESS;
     }
     if args.relabel {
@@ -114,21 +123,27 @@ fn main() -> ExitCode {
         }
     };
     println!("    cluster up in {:.1}s: {}", t0.elapsed().as_secs_f64(), cluster.dir.display());
-    let mut outcomes = Vec::new();
-    for d in 0..args.days {
-        let seed = args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64));
+    // Seeds drawn up front, so that a run prints them in order whatever finishes first.
+    let seeds: Vec<u64> = (0..args.days).map(|d| args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64))).collect();
+    let one = |seed: u64| {
+        let cluster = &cluster;
         let day = random::day(seed, args.steps);
-        let t = Instant::now();
-        let run = rt.block_on(async { tokio::time::timeout(DAY_TIMEOUT, run_day(&cluster, &day)).await });
-        let (verdict, labels, events) = match run {
-            Ok(Ok(x)) => x,
-            Ok(Err(e)) => (Verdict::Broken(format!("{e:#}")), Vec::new(), Vec::new()),
-            Err(_) => (Verdict::Broken(format!("timed out after {DAY_TIMEOUT:?}")), Vec::new(), Vec::new()),
-        };
-        let o = Outcome { seed, steps: day.steps(), secs: t.elapsed().as_secs_f64(), verdict, labels, events };
-        println!("test day seed {} ({} steps) ... {} ({:.1}s)", o.seed, o.steps, verdict_word(&o.verdict), o.secs);
-        outcomes.push(o);
-    }
+        async move {
+            let t = Instant::now();
+            let run = tokio::time::timeout(DAY_TIMEOUT, run_day(cluster, &day)).await;
+            let (verdict, labels, events) = match run {
+                Ok(Ok(x)) => x,
+                Ok(Err(e)) => (Verdict::Broken(format!("{e:#}")), Vec::new(), Vec::new()),
+                Err(_) => (Verdict::Broken(format!("timed out after {DAY_TIMEOUT:?}")), Vec::new(), Vec::new()),
+            };
+            let tags = drawn(&day);
+            let o = Outcome { seed, steps: day.steps(), secs: t.elapsed().as_secs_f64(), verdict, labels, events, tags };
+            println!("test day seed {} ({} steps) ... {} ({:.1}s)", o.seed, o.steps, verdict_word(&o.verdict), o.secs);
+            o
+        }
+    };
+    let mut outcomes: Vec<Outcome> = rt.block_on(stream::iter(seeds.iter().copied()).map(one).buffer_unordered(args.parallel).collect());
+    outcomes.sort_by_key(|o| seeds.iter().position(|&s| s == o.seed));
     let t1 = Instant::now();
     if let Err(e) = cluster.stop() {
         println!("random days: stopping the cluster: {e:#}");
@@ -137,18 +152,51 @@ fn main() -> ExitCode {
     summary(&outcomes, t0.elapsed().as_secs_f64())
 }
 
+/// The actions of a day's steps, a creation named with its kind (`create Deployment`).
+fn drawn(day: &Day) -> Vec<String> {
+    day.workloads
+        .iter()
+        .flat_map(|w| w.actions.iter().map(move |a| if a.tag() == "create" { format!("create {}", w.kind.object().0) } else { a.tag().to_string() }))
+        .collect()
+}
+
+/// How many times each action was drawn.
+fn print_drawn(tags: impl Iterator<Item = String>) {
+    let mut n: BTreeMap<String, usize> = BTreeMap::new();
+    for t in tags {
+        *n.entry(t).or_insert(0) += 1;
+    }
+    println!("\nactions drawn ({} steps):", n.values().sum::<usize>());
+    for (t, k) in &n {
+        println!("  {k:>5} {t}");
+    }
+}
+
 /// Every recorded day labelled again (`--relabel`).
 fn relabel() -> ExitCode {
     let mut status = ExitCode::SUCCESS;
+    let (mut labels, mut events, mut days) = (Vec::new(), Vec::new(), 0);
+    // Every day listed first: a failing day that now passes moves to `passing/`, and is not
+    // judged twice.
+    let mut all = Vec::new();
     for sub in ["failing", "passing"] {
         let dir = record::fixtures_dir().join(sub);
         let mut paths: Vec<_> = std::fs::read_dir(&dir)
             .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.to_string_lossy().ends_with(".expected.json")).collect())
             .unwrap_or_default();
         paths.sort();
+        all.push(paths);
+    }
+    for paths in all {
         for p in paths {
             match record::relabel(&p) {
-                Ok((to, n)) => println!("{}: {n} mismatch(es), now in {}", p.display(), to.display()),
+                Ok((to, l, e)) => {
+                    let n = Judgement::new(&l, &e).mismatches.len();
+                    println!("{}: {n} mismatch(es), now in {}", p.display(), to.display());
+                    labels.extend(l);
+                    events.extend(e);
+                    days += 1;
+                }
                 Err(e) => {
                     println!("{}: {e:#}", p.display());
                     status = ExitCode::FAILURE;
@@ -156,6 +204,7 @@ fn relabel() -> ExitCode {
             }
         }
     }
+    println!("\nsummed over the {days} recorded day(s):\n{}", Judgement::new(&labels, &events).report());
     status
 }
 
@@ -251,6 +300,7 @@ fn summary(outcomes: &[Outcome], secs: f64) -> ExitCode {
             println!("    {}", e.replace('\n', "\n    "));
         }
     }
+    print_drawn(outcomes.iter().flat_map(|o| o.tags.iter().cloned()));
     let labels: Vec<Label> = outcomes.iter().flat_map(|o| o.labels.iter().cloned()).collect();
     let events: Vec<Event> = outcomes.iter().flat_map(|o| o.events.iter().cloned()).collect();
     let judged = Judgement::new(&labels, &events);

@@ -86,8 +86,10 @@ pub struct ReorderBuffer<T> {
     /// (event time, resourceVersion) of recent writes, to place a write without a
     /// resourceVersion (a delete answered with a `Status`) after the writes that happened
     /// before it rather than after whatever arrived last (batches from several API servers);
-    /// with the key of the object written (0: not known), for writes of the same object.
-    recent: VecDeque<(i64, u64, u64)>,
+    /// with the key of the object written (0: not known), for writes of the same object, and
+    /// when its request was received if its answer shows the object marked for deletion (0:
+    /// not marked, or not known).
+    recent: VecDeque<(i64, u64, u64, i64)>,
     /// Of each held write placed for lack of a resourceVersion, by slot: when it completed
     /// (its stageTimestamp), the key of its object, whether it removed it. Rare: a side
     /// table, so that the heap's entries stay small.
@@ -95,11 +97,16 @@ pub struct ReorderBuffer<T> {
     /// (resourceVersion, object key) of the objects recent deletecollections listed: a
     /// removal of one of them goes before the deletecollection (see
     /// [`ReorderBuffer::note_listed`]).
-    listed: VecDeque<(u64, u64)>,
+    /// With the time its request was received (µs, 0: not known): a write of a listed object
+    /// received after it goes after it.
+    listed: VecDeque<(u64, u64, i64)>,
     /// (event time, resourceVersion, name key) of recent writes that removed an object named
     /// by name: an eviction of that name that seems to come after one goes before it (see
     /// [`ReorderBuffer::place`]).
     removed_names: VecDeque<(i64, u64, u64)>,
+    /// (request time, name key) of recent evictions: a final delete of that name keeps its
+    /// resourceVersion (see [`ReorderBuffer::push_write`]).
+    evictions: VecDeque<(i64, u64)>,
     seq: u64,
 }
 
@@ -119,6 +126,24 @@ pub struct Placing {
     /// eviction); without it, a write with a resourceVersion that removed the object of that
     /// name (its final delete).
     pub evicts: bool,
+    /// When the API server received the request (µs); 0 when not known. With `name` and not
+    /// `evicts` (a pod's delete answered with the pod, removed), the write is placed where its
+    /// request was received (see [`ReorderBuffer::push_write`]).
+    pub received_us: i64,
+    /// The write's answer shows its object marked for deletion (a `deletionTimestamp`).
+    pub marked: bool,
+    /// The write's own resourceVersion, when it is placed by its receipt instead: it never
+    /// goes after it, and what it placed itself there does not count (set by the buffer).
+    pub own_rv: u64,
+}
+
+impl Placing {
+    /// A pod's delete that removed it, answered with the pod: with grace period 0 (a forced
+    /// delete, the kubelet's or kwok's final one) the API server first writes the deletion
+    /// mark, then removes the pod; the answer shows the removal's resourceVersion only.
+    fn removes_at_once(&self) -> bool {
+        self.name != 0 && !self.evicts && !self.removed && self.received_us != 0
+    }
 }
 
 /// The most two API servers' clocks are taken to differ when an eviction is put before the
@@ -145,6 +170,7 @@ impl<T> ReorderBuffer<T> {
             placed_of: HashMap::new(),
             listed: VecDeque::new(),
             removed_names: VecDeque::new(),
+            evictions: VecDeque::new(),
             seq: 0,
         }
     }
@@ -179,21 +205,59 @@ impl<T> ReorderBuffer<T> {
             (_, 0) => i64::MAX,
             (_, t) => t,
         };
+        let (mut placing, mut placed, mut tie) = (placing, placed, tie);
         let rv = match rv {
+            // A delete that marked its pod and removed it in one request: the controllers saw
+            // the mark at a resourceVersion below the answer's, and a StatefulSet recreated
+            // the pod, a ReplicaSet replaced it (a status write showed it marked) before the
+            // removal. Its decision came first: where its request was received, after every
+            // write that had completed by then and every write of its pod that had completed
+            // when it completed, never after its own resourceVersion. A final delete of a pod
+            // marked earlier goes after the mark all the same (the same pod's write).
+            //
+            // Not the final delete of a pod an eviction of its name marked (received within
+            // the skew of two API servers' clocks): that one completes the eviction and keeps
+            // its resourceVersion, which the eviction is placed by (see `place`).
+            Some(rv)
+                if placing.removes_at_once()
+                    && !self.eviction_completed(placing.name, placing.received_us)
+                    && self.place(placing.received_us, Placing { own_rv: rv, ..placing }) < rv =>
+            {
+                placing.own_rv = rv;
+                let at = self.place(placing.received_us, placing);
+                self.seen_rv = self.seen_rv.max(rv);
+                if event_us != 0 {
+                    if self.recent.len() == RECENT {
+                        self.recent.pop_front();
+                    }
+                    // Not as a write of its pod: a delete of the pod answered without a
+                    // resourceVersion that completed after it had marked the pod before it
+                    // (it lost the race to remove it), and keeps its own place by receipt.
+                    self.recent.push_back((event_us, rv, 0, placing.received_us));
+                    self.note_removed_name(event_us, rv, placing);
+                }
+                (placed, tie) = (true, placing.received_us);
+                at
+            }
             Some(rv) => {
                 self.seen_rv = self.seen_rv.max(rv);
                 if event_us != 0 {
                     if self.recent.len() == RECENT {
                         self.recent.pop_front();
                     }
-                    self.recent.push_back((event_us, rv, placing.object));
+                    self.recent.push_back((event_us, rv, placing.object, if placing.marked { placing.received_us } else { 0 }));
                     self.note_removed_name(event_us, rv, placing);
                 }
                 rv
             }
             // After the highest resourceVersion written at or before this write's time; with
             // no time, after everything seen.
-            None if event_us != 0 => self.place(event_us, placing),
+            None if event_us != 0 => {
+                if placing.evicts && placing.name != 0 {
+                    self.note_eviction(event_us, placing.name);
+                }
+                self.place(event_us, placing)
+            }
             None => self.seen_rv,
         };
         let (mut rv, mut placed, mut tie, mut late) = (rv, placed, tie, false);
@@ -248,7 +312,10 @@ impl<T> ReorderBuffer<T> {
             due_rv = due_rv.max(Some(rv));
         }
         while let Some(Reverse(top)) = self.heap.peek() {
-            if top.time_us > due && self.heap.len() <= self.max_held && due_rv.is_none_or(|r| top.rv > r) {
+            // A write placed below its own resourceVersion (removed at once) is due by that
+            // one: a deletecollection that marked its pod may still come within its window.
+            let rv = top.rv.max(self.placed_of.get(&top.slot).map_or(0, |p| p.own_rv));
+            if top.time_us > due && self.heap.len() <= self.max_held && due_rv.is_none_or(|r| rv > r) {
                 break;
             }
             let Reverse(mut h) = self.heap.pop().expect("peeked");
@@ -268,6 +335,51 @@ impl<T> ReorderBuffer<T> {
             self.free.clear();
             self.placed_of.clear();
         }
+    }
+
+    /// Whether a pod's removal of `name` received at `received_us` completes an eviction of
+    /// that name received within the skew of two API servers' clocks, and not completed yet
+    /// (one eviction, one final delete: kwok's next delete of the name, of the pod created
+    /// since, is one of its own). Takes that eviction.
+    fn eviction_completed(&mut self, name: u64, received_us: i64) -> bool {
+        let skew = self.window_us.min(EVICTION_SKEW_US);
+        match self.evictions.iter().position(|&(t, n)| n == name && (t - received_us).abs() <= skew) {
+            Some(i) => {
+                self.evictions.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Notes an eviction of `name` received at `received_us`. A held final delete of that name
+    /// placed by its receipt (the first of them) completes it: it goes back to its own
+    /// resourceVersion, which the eviction goes before (see [`ReorderBuffer::place`]).
+    /// Otherwise the eviction waits for the removal that completes it.
+    fn note_eviction(&mut self, received_us: i64, name: u64) {
+        let skew = self.window_us.min(EVICTION_SKEW_US);
+        let back = |p: &Placing| p.own_rv != 0 && p.name == name && !p.evicts && (p.received_us - received_us).abs() <= skew;
+        let first = self.placed_of.iter().filter(|(_, p)| back(p)).min_by_key(|(_, p)| p.received_us).map(|(&slot, _)| slot);
+        let Some(slot) = first else {
+            if self.evictions.len() == RECENT {
+                self.evictions.pop_front();
+            }
+            self.evictions.push_back((received_us, name));
+            return;
+        };
+        let held = std::mem::take(&mut self.heap).into_vec();
+        self.heap = held
+            .into_iter()
+            .map(|Reverse(mut h)| {
+                if h.slot == slot && h.placed {
+                    if let Some(p) = self.placed_of.get_mut(&h.slot) {
+                        h.rv = h.rv.max(p.own_rv);
+                        p.own_rv = 0;
+                    }
+                }
+                Reverse(h)
+            })
+            .collect();
     }
 
     /// Notes a write that removed the object of a name (`placing.name`, not an eviction) at
@@ -303,16 +415,23 @@ impl<T> ReorderBuffer<T> {
     /// did remove its object (had another request removed it first, it would have been
     /// answered 404). So such a delete of a listed object goes before the deletecollection,
     /// whenever its request came: held already, it is moved.
-    pub fn note_listed(&mut self, rv: u64, objects: impl IntoIterator<Item = u64>) {
+    ///
+    /// A deletecollection marks the pods it lists (their grace period) after its request came:
+    /// a write of a listed object placed by its receipt (a kubelet's or kwok's final delete,
+    /// one answered without a resourceVersion), received after the deletecollection's request,
+    /// completes that deletion, and goes after the deletecollection (never after its own
+    /// resourceVersion). Taken before it, the final delete would be judged as the deletion's
+    /// intent and the namespace's teardown as its completion.
+    pub fn note_listed(&mut self, rv: u64, received_us: i64, objects: impl IntoIterator<Item = u64>) {
         let mut new = Vec::new();
         for o in objects.into_iter().filter(|&o| o != 0) {
             if self.listed.len() == RECENT {
                 self.listed.pop_front();
             }
-            self.listed.push_back((rv, o));
+            self.listed.push_back((rv, o, received_us));
             new.push(o);
         }
-        let moves = |p: &Placing| p.removed && new.contains(&p.object);
+        let moves = |p: &Placing| new.contains(&p.object);
         if rv <= self.released_rv || !self.placed_of.values().any(moves) {
             return;
         }
@@ -320,8 +439,12 @@ impl<T> ReorderBuffer<T> {
         self.heap = held
             .into_iter()
             .map(|Reverse(mut h)| {
-                if let Some(p) = self.placed_of.get(&h.slot).filter(|p| h.placed && h.rv >= rv && moves(p)) {
-                    h.rv = h.rv.min(self.place(h.tie, *p));
+                if let Some(p) = self.placed_of.get(&h.slot).filter(|p| h.placed && moves(p)) {
+                    if p.removed && h.rv >= rv {
+                        h.rv = h.rv.min(self.place(h.tie, *p));
+                    } else if !p.removed && h.rv < rv {
+                        h.rv = h.rv.max(self.place(h.tie, *p));
+                    }
                 }
                 Reverse(h)
             })
@@ -347,7 +470,19 @@ impl<T> ReorderBuffer<T> {
     /// write belongs.
     fn place_by_time(&self, event_us: i64, placing: Placing) -> u64 {
         let same = |o: u64| placing.object != 0 && o == placing.object;
-        let mut at = self.recent.iter().filter(|&&(t, _, o)| t <= event_us || (same(o) && t <= placing.done_us)).map(|&(_, rv, _)| rv).max().unwrap_or(0);
+        let below_own = |rv: u64| placing.own_rv == 0 || rv < placing.own_rv;
+        // A pod removed at once goes after the writes of its pod done before it (its create,
+        // the mark another request set, for a final delete), but not after one that shows the
+        // pod marked and whose request came after its own: a status write showing the mark
+        // this delete set, done a moment before the delete's answer.
+        let before_own = |r: i64| placing.own_rv == 0 || r == 0 || r <= placing.received_us;
+        let mut at = self
+            .recent
+            .iter()
+            .filter(|&&(t, rv, o, r)| below_own(rv) && (t <= event_us || (same(o) && t <= placing.done_us && before_own(r))))
+            .map(|&(_, rv, ..)| rv)
+            .max()
+            .unwrap_or(0);
         if placing.evicts && placing.name != 0 {
             // Within the skew two API servers' clocks may have, never more than the window: a
             // window of a day (`replay` of a whole log) would take the removal of an earlier
@@ -359,10 +494,16 @@ impl<T> ReorderBuffer<T> {
             }
         }
         if placing.removed {
-            if let Some(list_rv) = self.listed.iter().filter(|&&(_, o)| same(o)).map(|&(rv, _)| rv).min() {
-                let own = self.recent.iter().filter(|&&(t, _, o)| same(o) && t <= placing.done_us).map(|&(_, rv, _)| rv).max().unwrap_or(0);
+            if let Some(list_rv) = self.listed.iter().filter(|&&(_, o, _)| same(o)).map(|&(rv, _, _)| rv).min() {
+                let own = self.recent.iter().filter(|&&(t, _, o, _)| same(o) && t <= placing.done_us).map(|&(_, rv, ..)| rv).max().unwrap_or(0);
                 at = at.min(list_rv.saturating_sub(1)).max(own);
             }
+        } else if let Some(list_rv) = self.listed.iter().filter(|&&(rv, o, r)| same(o) && r != 0 && r <= event_us && below_own(rv)).map(|&(rv, _, _)| rv).max()
+        {
+            at = at.max(list_rv);
+        }
+        if placing.own_rv != 0 {
+            at = at.min(placing.own_rv);
         }
         at
     }
@@ -394,6 +535,7 @@ impl<T> ReorderBuffer<T> {
             self.placed_of = HashMap::new();
             self.listed = VecDeque::new();
             self.removed_names = VecDeque::new();
+            self.evictions = VecDeque::new();
         }
     }
 
@@ -408,10 +550,11 @@ impl<T> ReorderBuffer<T> {
             + self.slots.capacity() * std::mem::size_of::<Option<T>>()
             + self.free.capacity() * 4
             + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
-            + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64)>()
+            + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64, i64)>()
             + self.placed_of.capacity() * std::mem::size_of::<(u32, Placing)>()
             + self.listed.capacity() * std::mem::size_of::<(u64, u64)>()
             + self.removed_names.capacity() * std::mem::size_of::<(i64, u64, u64)>()
+            + self.evictions.capacity() * std::mem::size_of::<(i64, u64)>()
     }
 
     /// Releases everything (end of input, shutdown).
@@ -563,6 +706,193 @@ mod tests {
     }
 
     #[test]
+    fn a_pod_removed_at_once_goes_where_its_request_came_before_the_writes_its_mark_caused() {
+        // Seen on the real control plane: a delete of a pod with grace period 0, received at
+        // 193, answered at 199 with the pod removed at rv 424. The API server wrote the
+        // deletion mark first: kwok's status write of the pod showed it at rv 422, and the
+        // ReplicaSet created the replacement at rv 423 (received at 196, done at 198). By its
+        // resourceVersion the delete came after both: the replacement named no
+        // removal it reverts, and the status write made the delete look like the completion
+        // of a deletion already marked.
+        let delete = Placing { object: 7, name: 5, done_us: 199, received_us: 193, ..Placing::default() };
+        // The status write completes a moment before the delete does (done at 198, received at
+        // 195): its request came after the delete's, so it showed the mark this delete set.
+        let arrivals = [["delete", "status", "create"], ["create", "delete", "status"], ["status", "create", "delete"]];
+        for arrival in arrivals {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+            for (i, what) in arrival.into_iter().enumerate() {
+                let at = 1 + i as i64;
+                match what {
+                    "delete" => b.push_write("delete", Some(424), at, 199, delete, &mut out),
+                    "status" => b.push_write(
+                        "status",
+                        Some(422),
+                        at,
+                        198,
+                        Placing { object: 7, done_us: 198, received_us: 195, marked: true, ..Placing::default() },
+                        &mut out,
+                    ),
+                    _ => b.push_write("create", Some(423), at, 198, Placing { object: 8, done_us: 198, received_us: 196, ..Placing::default() }, &mut out),
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("earlier", false), ("delete", false), ("status", false), ("create", false)], "arrival order {arrival:?}");
+        }
+
+        // A final delete of a pod marked by another request goes after the mark whenever its
+        // request came (kwok deleting as soon as it saw the mark, before the marking request's
+        // answer completed): the pod's own write done before it was.
+        let final_delete = Placing { object: 7, name: 5, done_us: 210, received_us: 203, ..Placing::default() };
+        for arrival in [["mark", "final"], ["final", "mark"]] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+            for (i, what) in arrival.into_iter().enumerate() {
+                match what {
+                    "mark" => b.push_write(
+                        "mark",
+                        Some(430),
+                        1 + i as i64,
+                        205,
+                        Placing { object: 7, done_us: 205, received_us: 190, ..Placing::default() },
+                        &mut out,
+                    ),
+                    _ => b.push_write("final", Some(432), 1 + i as i64, 210, final_delete, &mut out),
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("earlier", false), ("mark", false), ("final", false)], "arrival order {arrival:?}");
+        }
+
+        // kwok deletes db-0 again (received at 300) a moment before the StatefulSet's create
+        // of the new db-0 was received (301, done at 305, rv 440): the delete found, and
+        // removed, the new pod (rv 442). It goes after the create of its pod.
+        for arrival in [["create", "again"], ["again", "create"]] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+            for (i, what) in arrival.into_iter().enumerate() {
+                match what {
+                    "create" => b.push_write(
+                        "create",
+                        Some(440),
+                        1 + i as i64,
+                        305,
+                        Placing { object: 7, done_us: 305, received_us: 301, ..Placing::default() },
+                        &mut out,
+                    ),
+                    _ => b.push_write("again", Some(442), 1 + i as i64, 310, Placing { received_us: 300, done_us: 310, ..final_delete }, &mut out),
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("earlier", false), ("create", false), ("again", false)], "arrival order {arrival:?}");
+        }
+
+        // Without the time its request came, the delete keeps its resourceVersion.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+        b.push_write("delete", Some(424), 1, 199, Placing { received_us: 0, ..delete }, &mut out);
+        b.push_write("create", Some(423), 2, 198, Placing { object: 8, done_us: 198, ..Placing::default() }, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), vec![("earlier", false), ("create", false), ("delete", false)]);
+    }
+
+    #[test]
+    fn one_eviction_is_completed_by_one_final_delete_the_next_delete_of_the_name_is_its_own() {
+        // An eviction of db-1 (received at 580); kwok's final delete of the evicted pod (rv
+        // 2245, received at 589) completes it and keeps its resourceVersion; the StatefulSet
+        // creates db-1 again (rv 2247); kwok deletes db-1 once more (received at 621), the new
+        // pod, marked and removed at once (rv 2254), and writes its status showing the mark at
+        // 2253: that delete is placed where it was received, before the status write.
+        let evict = Placing { name: 5, evicts: true, ..Placing::default() };
+        let final_delete = Placing { object: 7, name: 5, done_us: 592, received_us: 589, ..Placing::default() };
+        let again = Placing { object: 8, name: 5, done_us: 629, received_us: 621, ..Placing::default() };
+        let mut b = ReorderBuffer::new(2000, 1000);
+        let mut out = Vec::new();
+        b.push_write("earlier", Some(2240), 0, 500, Placing { object: 9, done_us: 500, ..Placing::default() }, &mut out);
+        b.push_write("evict", None, 1, 580, evict, &mut out);
+        b.push_write("final", Some(2245), 2, 592, final_delete, &mut out);
+        b.push_write("create", Some(2247), 3, 604, Placing { object: 8, done_us: 604, received_us: 600, ..Placing::default() }, &mut out);
+        b.push_write("again", Some(2254), 4, 629, again, &mut out);
+        b.push_write("status", Some(2253), 5, 632, Placing { object: 8, done_us: 632, received_us: 621, marked: true, ..Placing::default() }, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), vec![("earlier", false), ("evict", false), ("final", false), ("create", false), ("again", false), ("status", false)]);
+    }
+
+    #[test]
+    fn a_final_delete_received_after_a_deletecollection_that_lists_its_pod_goes_after_it() {
+        // Seen in a namespace's teardown: the namespace controller's deletecollection of pods
+        // (received at 796, done at 839) read them at rv 2368 and marked db-0; kwok's final
+        // deletes of db-0, received at 802 and 816, were answered before it: one without a
+        // resourceVersion (another request removed the pod), one at rv 2374. Before the
+        // deletecollection, the first was taken for the deletion's intent and the teardown
+        // for its completion.
+        let kwok = |received_us, done_us| Placing { object: 7, name: 5, done_us, received_us, ..Placing::default() };
+        for arrival in [["a", "b", "dc"], ["dc", "a", "b"], ["a", "dc", "b"]] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("other", Some(2360), 0, 700, Placing { object: 11, done_us: 700, ..Placing::default() }, &mut out);
+            for (i, what) in arrival.into_iter().enumerate() {
+                let at = 1 + i as i64;
+                match what {
+                    "dc" => {
+                        b.note_listed(2368, 796, [7, 8]);
+                        b.push_write("dc", Some(2368), at, 839, Placing { done_us: 839, received_us: 796, ..Placing::default() }, &mut out);
+                    }
+                    "a" => b.push_write("kwok a", None, at, 802, kwok(802, 828), &mut out),
+                    _ => b.push_write("kwok b", Some(2374), at, 830, kwok(816, 830), &mut out),
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("other", false), ("dc", false), ("kwok a", false), ("kwok b", false)], "arrival order {arrival:?}");
+        }
+        // The deletecollection's answer may come long after: the final delete, placed where
+        // its request came, waits for it as long as it would have at its own resourceVersion.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push_write("early", Some(1400), 50, 50, Placing { object: 11, done_us: 50, ..Placing::default() }, &mut out);
+        b.push_write("kwok", Some(1416), 73, 73, kwok(65, 73), &mut out);
+        b.advance(160, &mut out);
+        assert_eq!(items_str(std::mem::take(&mut out)), vec![("early", false)]);
+        b.note_listed(1411, 61, [7]);
+        b.push_write("dc", Some(1411), 165, 165, Placing { done_us: 165, received_us: 61, ..Placing::default() }, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), vec![("dc", false), ("kwok", false)]);
+
+        // A person's forced delete marks the pod; kwok, seeing the mark, removes it at once
+        // (rv 2458, received at 105, done at 107); the person's delete then finds it gone and is
+        // answered with the pod without a resourceVersion (received at 100, done at 108). The
+        // person's came first: it is not put after kwok's for having completed later.
+        let person = Placing { object: 7, name: 5, done_us: 108, received_us: 100, ..Placing::default() };
+        for arrival in [["person", "kwok"], ["kwok", "person"]] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write("other", Some(2450), 0, 95, Placing { object: 11, done_us: 95, ..Placing::default() }, &mut out);
+            for (i, what) in arrival.into_iter().enumerate() {
+                match what {
+                    "person" => b.push_write("person", None, 1 + i as i64, 100, person, &mut out),
+                    _ => b.push_write("kwok", Some(2458), 1 + i as i64, 107, kwok(105, 107), &mut out),
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(items_str(out), vec![("other", false), ("person", false), ("kwok", false)], "arrival order {arrival:?}");
+        }
+
+        // A delete of the pod received before the deletecollection keeps its place.
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push_write("other", Some(2360), 0, 700, Placing { object: 11, done_us: 700, ..Placing::default() }, &mut out);
+        b.push_write("forced", Some(2364), 1, 830, kwok(790, 830), &mut out);
+        b.note_listed(2368, 796, [7, 8]);
+        b.push_write("dc", Some(2368), 2, 839, Placing { done_us: 839, received_us: 796, ..Placing::default() }, &mut out);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), vec![("other", false), ("forced", false), ("dc", false)]);
+    }
+
+    #[test]
     fn a_removal_goes_before_a_deletecollection_that_lists_its_object_in_any_arrival_order() {
         // Seen on a control plane with two API servers, in a namespace's teardown: the
         // namespace controller's deletecollection of ReplicaSets read them at rv 100 (done at
@@ -577,7 +907,7 @@ mod tests {
             for (i, what) in order.into_iter().enumerate() {
                 let at = 1 + i as i64;
                 if what == "dc" {
-                    b.note_listed(100, [7, 8]);
+                    b.note_listed(100, 0, [7, 8]);
                     b.push_write("dc", Some(100), at, 90, Placing::default(), &mut out);
                 } else {
                     b.push_write("gc", None, at, 60, gc, &mut out);
@@ -592,7 +922,7 @@ mod tests {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
             b.push_write("other", Some(105), 0, 50, Placing::default(), &mut out);
-            b.note_listed(100, [7, 8]);
+            b.note_listed(100, 0, [7, 8]);
             b.push_write("dc", Some(100), 1, 90, Placing::default(), &mut out);
             b.push_write(what, None, 2, 60, placing, &mut out);
             b.flush(&mut out);
@@ -601,7 +931,7 @@ mod tests {
         // The object's own writes that completed before the removal still go first.
         let mut b = ReorderBuffer::new(100, 1000);
         let mut out = Vec::new();
-        b.note_listed(100, [7]);
+        b.note_listed(100, 0, [7]);
         b.push_write("dc", Some(100), 0, 90, Placing::default(), &mut out);
         b.push_write("rs-7 status", Some(103), 1, 55, Placing { object: 7, done_us: 55, ..Placing::default() }, &mut out);
         b.push_write("gc", None, 2, 60, gc, &mut out);
@@ -611,9 +941,9 @@ mod tests {
         // list at resourceVersion 0.
         let mut b = ReorderBuffer::new(100, 1000);
         let mut out = Vec::new();
-        b.note_listed(0, [7]);
+        b.note_listed(0, 0, [7]);
         b.push_write("dc0", Some(0), 0, 10, Placing::default(), &mut out);
-        b.note_listed(100, [7]);
+        b.note_listed(100, 0, [7]);
         b.push_write("dc", Some(100), 1, 90, Placing::default(), &mut out);
         b.advance(500, &mut out);
         b.push_write("gc", None, 501, 60, gc, &mut out);

@@ -396,10 +396,18 @@ impl Processor {
             let buffer = self.buffers.entry(scope).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
             let (rv, seq, order_us) = (write.resource_version, write.seq, Self::order_time(&write));
             if let (Target::Many(items), Some(rv)) = (&write.target, rv) {
-                buffer.note_listed(rv, items.iter().map(|f| Self::uid_key(f.uid)));
+                buffer.note_listed(rv, write.received_us, items.iter().map(|f| Self::uid_key(f.uid)));
             }
-            let placing =
-                Placing { object: Self::object_key(&write), done_us: write.time_us, removed: matches!(write.target, Target::Gone { .. }), name, evicts };
+            let placing = Placing {
+                object: Self::object_key(&write),
+                done_us: write.time_us,
+                removed: matches!(write.target, Target::Gone { .. }),
+                name,
+                evicts,
+                received_us: write.received_us,
+                marked: matches!(&write.target, Target::Object(f) if f.deleting),
+                own_rv: 0,
+            };
             buffer.push_write(write, rv, time, order_us, placing, &mut self.released);
             if !buffer.is_empty() {
                 self.active.insert(scope);

@@ -175,12 +175,15 @@ struct State {
     /// A Job ran (and can be deleted), or was deleted (nothing more to do).
     job_ran: bool,
     job_gone: bool,
+    /// A long day ([`LONG_DAY`]): the rarer Deployment actions drawn more often, half the Jobs
+    /// deleted mid-run.
+    long: bool,
 }
 
 impl State {
     /// The first action of a workload of `kind`.
-    fn create(kind: Kind, rng: &mut Rng) -> (State, Action) {
-        let mut s = State { kind, replicas: 0, revisions: 1, paused: false, orphaned: false, job_ran: false, job_gone: false };
+    fn create(kind: Kind, long: bool, rng: &mut Rng) -> (State, Action) {
+        let mut s = State { kind, replicas: 0, revisions: 1, paused: false, orphaned: false, job_ran: false, job_gone: false, long };
         let a = match kind {
             Kind::Deployment => {
                 s.replicas = rng.range(1, 6);
@@ -198,7 +201,7 @@ impl State {
                 Action::CreateStatefulSet { replicas: s.replicas }
             }
             Kind::Job => {
-                let delete_mid_run = rng.chance(40);
+                let delete_mid_run = rng.chance(if long { 50 } else { 40 });
                 s.job_ran = true;
                 s.job_gone = delete_mid_run;
                 let completions = if delete_mid_run { rng.range(6, 12) } else { rng.range(1, 6) };
@@ -235,18 +238,19 @@ impl State {
     }
 
     fn next_deployment(&self, rng: &mut Rng) -> Action {
-        let mut choices: Vec<(u64, u8)> = vec![(3, 0), (2, 5)];
+        let twice = if self.long { 2 } else { 1 };
+        let mut choices: Vec<(u64, u8)> = vec![(3, 0), (if self.long { 5 } else { 2 }, 5)];
         if self.paused {
             choices.push((4, 4));
         } else {
-            choices.extend([(2, 3), (1, 10)]);
+            choices.extend([(2, 3), (twice, 10)]);
             if self.revisions >= 2 {
-                choices.push((2, 1));
+                choices.push((2 * twice, 1));
             }
             choices.push((2, 2));
         }
         if self.replicas > 0 {
-            choices.extend([(1, 6), (2, 7), (1, 8), (3, 9)]);
+            choices.extend([(twice, 6), (2, 7), (twice, 8), (3, 9)]);
         }
         match rng.weighted(&choices) {
             0 => Action::Image,
@@ -312,16 +316,28 @@ impl Day {
     }
 }
 
-/// The day of `seed`: 1 to 3 workloads (fewer when `steps` is smaller), each created, and
+/// From this many steps a day is long: up to 5 workloads, a mix richer in Jobs and Widgets.
+pub const LONG_DAY: usize = 20;
+
+/// The day of `seed`: 1 to 3 workloads (5 in a long day; fewer when `steps` is smaller), each created, and
 /// `steps` actions in all, dealt to the workloads at random.
 pub fn day(seed: u64, steps: usize) -> Day {
     let mut rng = Rng::new(seed);
-    let n = rng.range(1, steps.clamp(1, 3) as i32) as usize;
+    // A long day (20 steps or more) holds more workloads, and more Jobs and Widgets (a Job has
+    // at most two steps, a Widget one workload per namespace): over 50 long days every action
+    // is drawn at least 20 times. Shorter days draw as they always did (their seeds stay).
+    let long = steps >= LONG_DAY;
+    let n = rng.range(1, steps.clamp(1, if long { 5 } else { 3 }) as i32) as usize;
+    let kinds: &[(u64, Kind)] = if long {
+        &[(5, Kind::Deployment), (3, Kind::StatefulSet), (4, Kind::Job), (3, Kind::Widget)]
+    } else {
+        &[(4, Kind::Deployment), (2, Kind::StatefulSet), (1, Kind::Job), (1, Kind::Widget)]
+    };
     let mut states = Vec::new();
     let mut workloads = Vec::new();
     for _ in 0..n {
-        let kind = rng.weighted(&[(4, Kind::Deployment), (2, Kind::StatefulSet), (1, Kind::Job), (1, Kind::Widget)]);
-        let (s, a) = State::create(kind, &mut rng);
+        let kind = rng.weighted(kinds);
+        let (s, a) = State::create(kind, long, &mut rng);
         states.push(s);
         workloads.push(Workload { kind, actions: vec![a] });
     }
@@ -355,9 +371,9 @@ mod tests {
 
     #[test]
     fn every_workload_starts_with_its_creation_and_follows_its_state() {
-        for seed in 0..500 {
-            let d = day(seed, 12);
-            assert!(d.steps() <= 12 && !d.workloads.is_empty() && d.workloads.len() <= 3);
+        for (seed, steps, most) in (0..500).map(|s| (s, 12, 3)).chain((0..200).map(|s| (s, 30, 5))) {
+            let d = day(seed, steps);
+            assert!(d.steps() <= steps && !d.workloads.is_empty() && d.workloads.len() <= most);
             for w in &d.workloads {
                 let created = matches!(
                     w.actions[0],

@@ -21,8 +21,10 @@ use crate::truth::{self, Judgement, Label, Plan};
 use crate::CLUSTER;
 
 /// `tests/fixtures/random-days/` of the root package.
+/// `KAUSALITY_E2E_RANDOM_FIXTURES` puts them elsewhere (a long run's days, judged again
+/// outside the repository).
 pub fn fixtures_dir() -> PathBuf {
-    crate::repo_root().join("tests").join("fixtures").join("random-days")
+    std::env::var_os("KAUSALITY_E2E_RANDOM_FIXTURES").map_or_else(|| crate::repo_root().join("tests").join("fixtures").join("random-days"), PathBuf::from)
 }
 
 /// Stripped audit lines of several namespaces, merged by stageTimestamp (one API server: the
@@ -88,8 +90,8 @@ pub fn write(dir: &Path, r: &DayRecord<'_>) -> Result<()> {
 
 /// Labels a recorded day again from its stream and plans (the oracle may have learned a rule
 /// since), replays it, and writes it again into `passing/` or `failing/` as it now judges.
-/// Returns where it went and its mismatches.
-pub fn relabel(expected_path: &Path) -> Result<(PathBuf, usize)> {
+/// Returns where it went, and its labels and events.
+pub fn relabel(expected_path: &Path) -> Result<(PathBuf, Vec<Label>, Vec<Event>)> {
     let expected: Value = serde_json::from_str(&fs::read_to_string(expected_path)?)?;
     let name = expected["scenario"].as_str().context("scenario")?.to_string();
     let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
@@ -118,5 +120,5 @@ pub fn relabel(expected_path: &Path) -> Result<(PathBuf, usize)> {
         fs::remove_file(&jsonl)?;
     }
     write(&dir, &DayRecord { name, seed, about, lines: &stripped, plans: &plans, labels: &labels, events: &events, judged: &judged })?;
-    Ok((dir, judged.mismatches.len()))
+    Ok((dir, labels, events))
 }

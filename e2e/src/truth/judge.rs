@@ -15,6 +15,13 @@ pub struct Judgement {
     pub confusion: BTreeMap<(String, String), usize>,
     pub mismatches: Vec<String>,
     pub writes: usize,
+    /// Drifts, true and classified so, whose truth names the writes they revert: how many,
+    /// and how many of them name one of those writes in `reverts`.
+    pub reverts_wanted: usize,
+    pub reverts_named: usize,
+    /// Drifts, true and classified so, that revert nobody: how many, and how many say so.
+    pub reverts_nobody: usize,
+    pub reverts_nobody_said: usize,
 }
 
 impl Judgement {
@@ -23,6 +30,7 @@ impl Judgement {
         let mut confusion = BTreeMap::new();
         let mut mismatches = Vec::new();
         let mut known = BTreeSet::new();
+        let (mut reverts_wanted, mut reverts_named, mut reverts_nobody, mut reverts_nobody_said) = (0, 0, 0, 0);
         for l in labels {
             known.insert(l.key.clone());
             let got = by_key.get(&l.key);
@@ -35,6 +43,16 @@ impl Judgement {
             }
             if let (Some(want), Some(e)) = (&l.reverts, got) {
                 let named: Vec<&str> = e.reverts.iter().flatten().map(|r| r.audit_id.as_str()).collect();
+                match want {
+                    Reverts::AnyOf(ids) => {
+                        reverts_wanted += 1;
+                        reverts_named += usize::from(ids.iter().any(|i| named.contains(&i.as_str())));
+                    }
+                    Reverts::Nobody => {
+                        reverts_nobody += 1;
+                        reverts_nobody_said += usize::from(named.is_empty());
+                    }
+                }
                 match want {
                     Reverts::AnyOf(ids) if !ids.iter().any(|i| named.contains(&i.as_str())) => {
                         mismatches.push(format!("{at}: a drift that undoes {ids:?} names {named:?} in reverts — {}", l.why))
@@ -58,7 +76,7 @@ impl Judgement {
                 ));
             }
         }
-        Judgement { confusion, mismatches, writes: labels.len() }
+        Judgement { confusion, mismatches, writes: labels.len(), reverts_wanted, reverts_named, reverts_nobody, reverts_nobody_said }
     }
 
     fn count(&self, f: impl Fn(&str, &str) -> bool) -> usize {
@@ -97,6 +115,11 @@ impl Judgement {
             let (p, r, tp, said, truly) = self.precision_recall(class);
             let _ = writeln!(out, "{class}: precision {p:.2} ({tp}/{said}), recall {r:.2} ({tp}/{truly})");
         }
+        let _ = writeln!(
+            out,
+            "reverts: {}/{} true drifts name the write they revert; {}/{} that revert nobody say so",
+            self.reverts_named, self.reverts_wanted, self.reverts_nobody_said, self.reverts_nobody
+        );
         out
     }
 

@@ -126,8 +126,20 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
             }
         }
     }
+    // UID → index of the create of that object.
+    let created: HashMap<&str, i64> = keyed
+        .iter()
+        .filter(|(_, w)| w.line.str("/verb") == Some("create") && w.line.str("/objectRef/subresource").is_none_or(str::is_empty))
+        .filter_map(|((i, ..), w)| w.line.str("/responseObject/metadata/uid").map(|uid| (uid, *i)))
+        .collect();
     for w in without {
         let mut after = places.iter().filter(|(r, _)| *r <= w.received_us).map(|(_, i)| *i).max().unwrap_or(-1);
+        // Never before the create of the object it wrote: kwok's delete of a StatefulSet's pod,
+        // received a moment before the pod of that name was created again, deleted the new pod
+        // (its answer names it), so it came after that create.
+        if let Some(&c) = w.line.str("/responseObject/metadata/uid").and_then(|uid| created.get(uid)) {
+            after = after.max(c);
+        }
         let removed = (w.line.str("/verb") == Some("delete") && w.line.str("/responseObject/kind") == Some("Status"))
             .then(|| w.line.str("/responseObject/details/uid"))
             .flatten();
@@ -637,6 +649,21 @@ mod tests {
         ];
         let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
         assert_eq!(order, ["p1", "alice", "p2"]);
+    }
+
+    #[test]
+    fn a_delete_received_before_its_pod_was_created_again_goes_after_that_create() {
+        // kwok deletes db-0 again (grace period 0) a moment before the StatefulSet's create
+        // of the new db-0 was received; its answer names the new pod: it deleted that one.
+        let mut gone = pod("db-0-new", true);
+        gone["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        let lines = vec![
+            line("old", 0, "create pods", RSC, 5, pod("db-0-old", false)),
+            line("new", 11, "create pods", RSC, 7, pod("db-0-new", false)),
+            line("kwok", 10, "delete pods", "kwok-controller", 9, gone),
+        ];
+        let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
+        assert_eq!(order, ["old", "new", "kwok"]);
     }
 
     #[test]

@@ -132,9 +132,21 @@ pub fn diff_values(before: &Value, after: &Value) -> Vec<FieldChange> {
     let mut out = Vec::new();
     diff_walk(Some(before), Some(after), &mut String::new(), &mut out);
     out.sort_by(|a, b| a.path.cmp(&b.path));
-    out.dedup_by(|a, b| a.path == b.path);
-    out.truncate(MAX_FIELDS);
-    out
+    // One path spelled by two shapes (a key `a.b` before, `a` holding `b` after) is one leaf,
+    // as [`leaves`] names it: its value before from the one, after from the other.
+    let mut merged: Vec<FieldChange> = Vec::with_capacity(out.len());
+    for f in out {
+        match merged.last_mut() {
+            Some(last) if last.path == f.path => {
+                last.before = last.before.take().or(f.before);
+                last.after = last.after.take().or(f.after);
+            }
+            _ => merged.push(f),
+        }
+    }
+    merged.retain(|f| f.before != f.after);
+    merged.truncate(MAX_FIELDS);
+    merged
 }
 
 fn diff_walk(before: Option<&Value>, after: Option<&Value>, path: &mut String, out: &mut Vec<FieldChange>) {
@@ -529,6 +541,7 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
         /// Walking two contents at once finds exactly the changed leaves that comparing all
         /// their leaves finds, and a leaf read by path is the one `leaves` names.
         #[test]
@@ -555,6 +568,15 @@ mod tests {
             Value::Array(a) if !a.is_empty() => a.iter().for_each(|c| count_leaves(c, n)),
             _ => *n += 1,
         }
+    }
+
+    #[test]
+    fn one_path_spelled_by_two_shapes_is_one_leaf() {
+        let v = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        assert_eq!(diff_values(&v(r#"{"a.b":null}"#), &v(r#"{"a":{"b":null}}"#)), Vec::new());
+        let d = diff_values(&v(r#"{"a.b":1}"#), &v(r#"{"a":{"b":2}}"#));
+        assert_eq!(d, diff(&leaves(r#"{"a.b":1}"#).unwrap(), &leaves(r#"{"a":{"b":2}}"#).unwrap()));
+        assert_eq!((&*d[0].path, d[0].before.as_deref(), d[0].after.as_deref()), ("a.b", Some("1"), Some("2")));
     }
 
     #[test]

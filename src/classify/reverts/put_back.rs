@@ -91,6 +91,12 @@ impl Engine {
                 return None;
             }
         }
+        // Nobody's writes kept on it, and nothing known of it before (a create, a first write
+        // seen) or nothing after (a delete): it names no field and puts nothing back, so
+        // neither content is parsed.
+        if (before.is_none() || removes) && self.store.read(&key, |c| c.origin_writes().is_empty()).unwrap_or(true) {
+            return None;
+        }
         let now = after.leaves();
         let (found, mut standing) = self.put_back_at(key, &now, w.user, w.time_us);
         // Its own earlier writes that this one overwrites in every field are done with: an
@@ -103,8 +109,8 @@ impl Engine {
                 standing = Some(writes.into_iter().filter(|o| o.user != w.user || !superseded(o, &now)).collect());
             }
         }
-        let fields = match (before.as_deref().and_then(parse), &now) {
-            (Some(b), Now::Full(a)) if !removes => Some(diff_values(&b, a)).filter(|f| !f.is_empty()),
+        let fields = match (&now, removes) {
+            (Now::Full(a), false) => before.as_deref().and_then(parse).map(|b| diff_values(&b, a)).filter(|f| !f.is_empty()),
             _ => None,
         };
         if standing.is_some() || fields.is_some() {

@@ -75,11 +75,17 @@ impl Sensitive {
     /// Whether `text` holds `"key":` for a sensitive key: one pass over its colons, each
     /// checked against the keys (a text without any needs no parsing).
     fn names_a_key(&self, text: &[u8]) -> bool {
-        memchr::memchr_iter(b':', text).any(|i| {
-            let Some(head) = text[..i].strip_suffix(b"\"") else {
-                return false;
-            };
-            self.keys.iter().any(|k| head.strip_suffix(k.as_bytes()).is_some_and(|h| h.ends_with(b"\"")))
+        let longest = self.keys.iter().map(String::len).max().unwrap_or(0);
+        if longest == 0 {
+            return false;
+        }
+        memchr::memmem::find_iter(text, b"\":").any(|end| {
+            // The key's opening quote, at most `longest` bytes back.
+            let from = end.saturating_sub(longest + 1);
+            memchr::memrchr(b'"', &text[from..end]).is_some_and(|q| {
+                let key = &text[from + q + 1..end];
+                self.keys.iter().any(|k| k.as_bytes() == key)
+            })
         })
     }
 

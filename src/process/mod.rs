@@ -331,7 +331,7 @@ impl Processor {
     fn decode_and_take(&mut self, now_us: i64, out: &mut Vec<Enriched>, decode: impl FnOnce(&Decoder, &mut Decoded)) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         decode(&self.decoder, &mut decoded);
-        let report = self.ingest_writes(&mut decoded, now_us, now_us, out);
+        let report = self.ingest_writes(&mut decoded, now_us, now_us, now_us, out);
         self.decoded = decoded;
         report
     }
@@ -339,9 +339,17 @@ impl Processor {
     /// Takes in events a [`Decoder`] has decoded (on a source's thread). On the arrival clock
     /// their reorder windows start at `received_us`, when the source received them; `now_us`
     /// is the clock now (what is over its window by then is applied at once).
-    pub fn ingest_decoded(&mut self, mut decoded: Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
-        let report = self.ingest_writes(&mut decoded, received_us, now_us, out);
-        if received_us < now_us {
+    pub fn ingest_decoded(&mut self, decoded: Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        self.ingest_decoded_at(decoded, received_us, received_us, now_us, out)
+    }
+
+    /// [`Processor::ingest_decoded`] with the reorder windows on a clock of their own (the
+    /// service clock of `serve`, see [`crate::order::Arrivals`]): they start at `window_us`,
+    /// and `now_us` is that clock now; `received_us` (wall clock) still bounds the events'
+    /// own timestamps.
+    pub fn ingest_decoded_at(&mut self, mut decoded: Decoded, received_us: i64, window_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        let report = self.ingest_writes(&mut decoded, received_us, window_us, now_us, out);
+        if window_us < now_us {
             // Received a while ago: what is already over its window goes out now.
             self.tick(now_us, out);
         } else {
@@ -352,7 +360,7 @@ impl Processor {
 
     /// The one way in: dedupe, reorder buffer and classification of decoded events; leaves
     /// `decoded` empty.
-    fn ingest_writes(&mut self, decoded: &mut Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    fn ingest_writes(&mut self, decoded: &mut Decoded, received_us: i64, window_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         decoded.count(&self.metrics);
         let mut report = std::mem::take(&mut decoded.report);
         // The service's clock: when the source received the writes, or (event-time clock) now.
@@ -385,7 +393,7 @@ impl Processor {
             self.bound_time(&mut write, received_us, &mut future_after);
             let time = match self.opts.clock {
                 Clock::EventTime if write.time_us != 0 => write.time_us,
-                _ => received_us,
+                _ => window_us,
             };
             // One buffer per scope: with a state kept per partition, each partition is a
             // stream of its own (its own state, read at its own pace), and a write another
@@ -496,6 +504,9 @@ impl Processor {
 
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
         let released = std::mem::take(&mut self.released);
+        // The lag is on the wall clock: `now_us` is the reorder windows' clock, which `serve`
+        // stops while the service is behind (order::Arrivals).
+        let wall_us = if released.is_empty() || self.opts.clock != Clock::Arrival { now_us } else { crate::shell::now_us().max(now_us) };
         for Released { item: mut write, late, at } in released {
             self.unhold(write.seq);
             if let Target::Eviction { place, .. } = &mut write.target {
@@ -543,7 +554,7 @@ impl Processor {
                 }
             }
             if self.opts.clock == Clock::Arrival && time_us != 0 && !trace {
-                self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
+                self.metrics.processing_lag.observe(((wall_us - time_us).max(0)) as f64 / 1e6);
             }
             if write.seq.is_multiple_of(MAINTAIN_EVERY) {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };

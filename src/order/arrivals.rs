@@ -13,9 +13,9 @@
 //!   queued, not yet taken in by the processor).
 //!
 //! Bodies are stamped on this clock when the source receives them ([`Arrivals::enter`]).
-//! The reorder windows use it (and the state's periodic expiry, which it delays by at most
-//! the time spent behind); the bound on future timestamps and the processing lag, compared
-//! with the API server's times, stay on the wall clock.
+//! Only the reorder windows use it: it falls behind the wall clock by all the time the
+//! processor ever spent behind, so whatever is compared with the API server's times (the bound
+//! on future timestamps, the processing lag, the state's expiry) stays on the wall clock.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;

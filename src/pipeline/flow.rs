@@ -114,7 +114,7 @@ impl Flow {
         // Its own stamp holds the clock too while it is taken in.
         let clock = status.arrivals.clock_us(now);
         let window = status.arrivals.window_us(received, now).min(clock);
-        processor.ingest_decoded_at(decoded, received, window, clock, out)
+        processor.ingest_decoded_at(decoded, received, window, clock, now, out)
     }
 
     /// Takes in every body queued now, sending what comes out; false when one is lost.
@@ -138,7 +138,8 @@ impl Flow {
 
     /// Releases what is due by the clock.
     pub(super) fn tick(&mut self) -> Next {
-        self.processor.tick(self.status.arrivals.clock_us(now_us()), &mut self.out);
+        let now = now_us();
+        self.processor.tick_at(self.status.arrivals.clock_us(now), now, &mut self.out);
         Next::Go
     }
 

@@ -340,18 +340,26 @@ impl Processor {
     /// their reorder windows start at `received_us`, when the source received them; `now_us`
     /// is the clock now (what is over its window by then is applied at once).
     pub fn ingest_decoded(&mut self, decoded: Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
-        self.ingest_decoded_at(decoded, received_us, received_us, now_us, out)
+        self.ingest_decoded_at(decoded, received_us, received_us, now_us, now_us, out)
     }
 
     /// [`Processor::ingest_decoded`] with the reorder windows on a clock of their own (the
     /// service clock of `serve`, see [`crate::order::Arrivals`]): they start at `window_us`,
-    /// and `now_us` is that clock now; `received_us` (wall clock) still bounds the events'
-    /// own timestamps.
-    pub fn ingest_decoded_at(&mut self, mut decoded: Decoded, received_us: i64, window_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    /// and that clock reads `clock_us` now. `received_us` and `now_us` are on the wall clock:
+    /// the bound on the events' own timestamps, the processing lag and the state's expiry.
+    pub fn ingest_decoded_at(
+        &mut self,
+        mut decoded: Decoded,
+        received_us: i64,
+        window_us: i64,
+        clock_us: i64,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+    ) -> IngestReport {
         let report = self.ingest_writes(&mut decoded, received_us, window_us, now_us, out);
-        if window_us < now_us {
+        if window_us < clock_us {
             // Received a while ago: what is already over its window goes out now.
-            self.tick(now_us, out);
+            self.tick_at(clock_us, now_us, out);
         } else {
             self.after_batch();
         }
@@ -462,7 +470,13 @@ impl Processor {
 
     /// Releases what is due by the clock (call periodically on a live stream).
     pub fn tick(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
-        self.release_active(|b, released| b.advance(now_us, released));
+        self.tick_at(now_us, now_us, out);
+    }
+
+    /// [`Processor::tick`] with the reorder windows on a clock of their own, which reads
+    /// `clock_us` now (see [`Processor::ingest_decoded_at`]).
+    pub fn tick_at(&mut self, clock_us: i64, now_us: i64, out: &mut Vec<Enriched>) {
+        self.release_active(|b, released| b.advance(clock_us, released));
         self.apply_released(now_us, out);
         self.after_batch();
     }
@@ -504,9 +518,6 @@ impl Processor {
 
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
         let released = std::mem::take(&mut self.released);
-        // The lag is on the wall clock: `now_us` is the reorder windows' clock, which `serve`
-        // stops while the service is behind (order::Arrivals).
-        let wall_us = if released.is_empty() || self.opts.clock != Clock::Arrival { now_us } else { crate::shell::now_us().max(now_us) };
         for Released { item: mut write, late, at } in released {
             self.unhold(write.seq);
             if let Target::Eviction { place, .. } = &mut write.target {
@@ -554,7 +565,7 @@ impl Processor {
                 }
             }
             if self.opts.clock == Clock::Arrival && time_us != 0 && !trace {
-                self.metrics.processing_lag.observe(((wall_us - time_us).max(0)) as f64 / 1e6);
+                self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
             }
             if write.seq.is_multiple_of(MAINTAIN_EVERY) {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };

@@ -32,6 +32,9 @@ pub struct Status {
     /// The ingest tier's broker cannot be reached, or has not its topic: the error; `None`
     /// once the topic's metadata is read again.
     broker: Mutex<Option<String>>,
+    /// Bodies received and not yet taken in by the processor: its reorder clock holds at the
+    /// oldest (a write's place in the window does not depend on how long it waited inside).
+    pub arrivals: crate::order::Arrivals,
 }
 
 /// What `/readyz` answers.

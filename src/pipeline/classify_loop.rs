@@ -77,6 +77,7 @@ impl ClassifyLoop {
             checkpoints: Checkpoints::default(),
             out: Vec::new(),
             summary: Summary::default(),
+            status: durability.status().clone(),
         };
         ClassifyLoop { flow, durability, tick }
     }
@@ -95,8 +96,17 @@ impl ClassifyLoop {
         loop {
             // Timers before the intake: under a backlog the intake is always ready, and a
             // biased select would never get to the reorder tick, the commit or the snapshot.
-            // Held writes are released when they are due, not at the next tick.
-            let due = self.flow.processor.next_release_us();
+            // Held writes are released when they are due, not at the next tick. With bodies
+            // inside the service the clock waits for them: what is held is released as they
+            // are taken in (and at the tick). The reorder clock is the service clock
+            // (order::Arrivals): it goes on only while the processor waits for input, from
+            // here when nothing is queued.
+            let arrivals = &self.flow.status.arrivals;
+            let now = now_us();
+            if self.flow.intake.is_empty() {
+                arrivals.waiting(now);
+            }
+            let due = if arrivals.any_inside() { None } else { self.flow.processor.next_release_us().map(|at| arrivals.wall_us(at, now)) };
             let flow = &mut self.flow;
             let step = tokio::select! {
                 biased;
@@ -110,6 +120,8 @@ impl ClassifyLoop {
                 Some(o) = flow.observe.recv() => Step::Observe(o),
                 _ = flow.checkpoints.acked(), if track => Step::Acked,
             };
+            // Working (or waiting for a sink) from here: the reorder clock stops.
+            self.flow.status.arrivals.behind_from(now_us());
             let floor = self.flow.processor.low_water_seq();
             let next = match step {
                 Step::Batch(b) => self.flow.take(b).await,

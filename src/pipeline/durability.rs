@@ -214,6 +214,11 @@ impl Durability {
         d
     }
 
+    /// What the service's parts report, shared with the sources.
+    pub(super) fn status(&self) -> &Arc<Status> {
+        &self.status
+    }
+
     pub(super) fn mode(&self) -> Mode {
         match (self.barriers.is_some(), self.commit.is_some(), self.snapshot.is_some()) {
             (true, true, _) => Mode::ExactlyOnce,

@@ -13,6 +13,7 @@ use crate::process::Processor;
 use crate::shell::{now_us, Checkpoints, Observed};
 use crate::sinks::Events;
 use crate::sources::{Batch, Body};
+use crate::status::Status;
 
 /// What the loop does after a step.
 #[derive(Debug, PartialEq, Eq)]
@@ -44,6 +45,9 @@ pub(super) struct Flow {
     /// Enriched events not yet sent to the sinks (reused).
     pub out: Vec<Enriched>,
     pub summary: Summary,
+    /// The reorder windows' clock ([`crate::order::Arrivals`], in the pipeline's status):
+    /// the bodies received and not taken in yet, and the time the processor spent behind.
+    pub status: Arc<Status>,
 }
 
 /// What the processor did, for the final log line.
@@ -68,11 +72,13 @@ impl Flow {
         let report = match b.body {
             Body::Raw(bytes) => {
                 let unwrap = b.unwrap.unwrap_or(self.processor.options().decode.unwrap);
-                self.processor.ingest_body_unwrapping(b.cluster.as_deref(), &bytes, unwrap, b.source, now_us(), out)
+                let mut decoded = crate::process::Decoded::default();
+                self.processor.decoder().decode(b.cluster.as_deref(), &bytes, unwrap, b.source, &mut decoded);
+                Self::ingest_decoded(&mut self.processor, &self.status, decoded, None, out)
             }
-            Body::Decoded(decoded) => Self::ingest_decoded(&mut self.processor, decoded, b.received_us, out),
+            Body::Decoded(decoded) => Self::ingest_decoded(&mut self.processor, &self.status, decoded, b.received_us, out),
             Body::Decoding(events) => match events.await {
-                Ok(decoded) => Self::ingest_decoded(&mut self.processor, decoded, b.received_us, out),
+                Ok(decoded) => Self::ingest_decoded(&mut self.processor, &self.status, decoded, b.received_us, out),
                 Err(_) => {
                     tracing::error!(
                         source = b.source,
@@ -93,14 +99,22 @@ impl Flow {
         Next::Go
     }
 
+    /// Takes decoded events in, their reorder windows starting where the service clock stood
+    /// when the source received them ([`crate::order::Arrivals::window_us`]), on the reorder
+    /// clock now; the wall receipt still bounds their own timestamps.
     fn ingest_decoded(
         processor: &mut Processor,
+        status: &Status,
         decoded: crate::process::Decoded,
         received_us: Option<i64>,
         out: &mut Vec<Enriched>,
     ) -> crate::process::IngestReport {
         let now = now_us();
-        processor.ingest_decoded(decoded, received_us.map_or(now, |r| r.min(now)), now, out)
+        let received = received_us.map_or(now, |r| r.min(now));
+        // Its own stamp holds the clock too while it is taken in.
+        let clock = status.arrivals.clock_us(now);
+        let window = status.arrivals.window_us(received, now).min(clock);
+        processor.ingest_decoded_at(decoded, received, window, clock, now, out)
     }
 
     /// Takes in every body queued now, sending what comes out; false when one is lost.
@@ -124,7 +138,8 @@ impl Flow {
 
     /// Releases what is due by the clock.
     pub(super) fn tick(&mut self) -> Next {
-        self.processor.tick(now_us(), &mut self.out);
+        let now = now_us();
+        self.processor.tick_at(self.status.arrivals.clock_us(now), now, &mut self.out);
         Next::Go
     }
 

@@ -331,7 +331,7 @@ impl Processor {
     fn decode_and_take(&mut self, now_us: i64, out: &mut Vec<Enriched>, decode: impl FnOnce(&Decoder, &mut Decoded)) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         decode(&self.decoder, &mut decoded);
-        let report = self.ingest_writes(&mut decoded, now_us, now_us, out);
+        let report = self.ingest_writes(&mut decoded, now_us, now_us, now_us, out);
         self.decoded = decoded;
         report
     }
@@ -339,11 +339,27 @@ impl Processor {
     /// Takes in events a [`Decoder`] has decoded (on a source's thread). On the arrival clock
     /// their reorder windows start at `received_us`, when the source received them; `now_us`
     /// is the clock now (what is over its window by then is applied at once).
-    pub fn ingest_decoded(&mut self, mut decoded: Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
-        let report = self.ingest_writes(&mut decoded, received_us, now_us, out);
-        if received_us < now_us {
+    pub fn ingest_decoded(&mut self, decoded: Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+        self.ingest_decoded_at(decoded, received_us, received_us, now_us, now_us, out)
+    }
+
+    /// [`Processor::ingest_decoded`] with the reorder windows on a clock of their own (the
+    /// service clock of `serve`, see [`crate::order::Arrivals`]): they start at `window_us`,
+    /// and that clock reads `clock_us` now. `received_us` and `now_us` are on the wall clock:
+    /// the bound on the events' own timestamps, the processing lag and the state's expiry.
+    pub fn ingest_decoded_at(
+        &mut self,
+        mut decoded: Decoded,
+        received_us: i64,
+        window_us: i64,
+        clock_us: i64,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+    ) -> IngestReport {
+        let report = self.ingest_writes(&mut decoded, received_us, window_us, now_us, out);
+        if window_us < clock_us {
             // Received a while ago: what is already over its window goes out now.
-            self.tick(now_us, out);
+            self.tick_at(clock_us, now_us, out);
         } else {
             self.after_batch();
         }
@@ -352,7 +368,7 @@ impl Processor {
 
     /// The one way in: dedupe, reorder buffer and classification of decoded events; leaves
     /// `decoded` empty.
-    fn ingest_writes(&mut self, decoded: &mut Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    fn ingest_writes(&mut self, decoded: &mut Decoded, received_us: i64, window_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
         decoded.count(&self.metrics);
         let mut report = std::mem::take(&mut decoded.report);
         // The service's clock: when the source received the writes, or (event-time clock) now.
@@ -385,7 +401,7 @@ impl Processor {
             self.bound_time(&mut write, received_us, &mut future_after);
             let time = match self.opts.clock {
                 Clock::EventTime if write.time_us != 0 => write.time_us,
-                _ => received_us,
+                _ => window_us,
             };
             // One buffer per scope: with a state kept per partition, each partition is a
             // stream of its own (its own state, read at its own pace), and a write another
@@ -462,7 +478,13 @@ impl Processor {
 
     /// Releases what is due by the clock (call periodically on a live stream).
     pub fn tick(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
-        self.release_active(|b, released| b.advance(now_us, released));
+        self.tick_at(now_us, now_us, out);
+    }
+
+    /// [`Processor::tick`] with the reorder windows on a clock of their own, which reads
+    /// `clock_us` now (see [`Processor::ingest_decoded_at`]).
+    pub fn tick_at(&mut self, clock_us: i64, now_us: i64, out: &mut Vec<Enriched>) {
+        self.release_active(|b, released| b.advance(clock_us, released));
         self.apply_released(now_us, out);
         self.after_batch();
     }

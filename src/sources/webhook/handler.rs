@@ -134,6 +134,10 @@ impl WebhookState {
             }
             _ => {}
         }
+        // Received when its body starts to be read; inside until the processor has taken it in
+        // (this request's end): the reorder clock holds for it (order::Arrivals).
+        let received_us = now_us();
+        let inside = self.status.arrivals.enter(received_us);
         let read = tokio::time::timeout(self.body_read_timeout, read_body(body, self.max_body_bytes, &mut budget)).await;
         let bytes = match read {
             Ok(Ok(b)) => b,
@@ -148,11 +152,11 @@ impl WebhookState {
                 return r;
             }
         };
-        let received_us = now_us();
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return self.answer(StatusCode::BAD_REQUEST, error_body("empty body: expected an audit.k8s.io/v1 EventList or Event"));
         }
         if let Some(route) = &self.route {
+            drop(inside);
             // The body's bytes stay in the budget until the broker has acknowledged them.
             return self.route(route, cluster, bytes).await;
         }
@@ -196,7 +200,9 @@ impl WebhookState {
                 return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance")
             }
         }
-        match acked.await {
+        let acked = acked.await;
+        drop(inside);
+        match acked {
             Ok(report) => self.report(report),
             Err(_) => self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the processor stopped before taking the batch"),
         }

@@ -381,8 +381,10 @@ fn kinds_match_by_name_and_group() {
 
 /// The events of a tree on the partitions the ingest tier routes them to (`route_body` among
 /// `n`), fed to a processor that keeps its state by partition (`cluster#pN`, as with a state
-/// changelog): a state-only copy is applied silently, on its own partition.
-fn feed_partitioned(p: &mut Processor, events: &[String], n: i32, now_us: i64) {
+/// changelog): a state-only copy is applied silently, on its own partition. Returns what was
+/// emitted.
+fn feed_partitioned(p: &mut Processor, events: &[String], n: i32, now_us: i64) -> Vec<Enriched> {
+    let mut out = Vec::new();
     let decoder = p.decoder();
     for ev in events {
         let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, &Default::default(), n);
@@ -393,11 +395,11 @@ fn feed_partitioned(p: &mut Processor, events: &[String], n: i32, now_us: i64) {
             if m.copy == crate::route::Copy::State {
                 decoded.silence_from(0);
             }
-            let mut out = Vec::new();
             p.ingest_decoded(decoded, now_us, now_us, &mut out);
             p.flush(now_us, &mut out);
         }
     }
+    out
 }
 
 #[test]
@@ -435,7 +437,7 @@ fn a_state_kept_by_partition_is_asked_by_cluster() {
         whole.flush(now, &mut out);
     }
     let mut split = processor();
-    feed_partitioned(&mut split, &events, n, now);
+    let _ = feed_partitioned(&mut split, &events, n, now);
     let engine = split.engine();
     let scope = |uid: &str| engine.interner.lookup(&format!("default#p{}", crate::route::partition_of(uid.as_bytes(), n))).unwrap();
     let scopes = engine.scopes("default");
@@ -546,20 +548,6 @@ fn an_appliers_members_are_judged_where_their_parent_is_kept() {
         "the Kustomization, its first apply, alice's scale, the put-back"
     );
     let mut split = processor();
-    let decoder = split.decoder();
-    let mut got = Vec::new();
-    for ev in &events {
-        let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, &Default::default(), n);
-        for m in &routed.messages {
-            let mut decoded = crate::process::Decoded::default();
-            decoder.decode(None, &ev.as_bytes()[m.range.clone()], crate::decode::Unwrap::None, "test", &mut decoded);
-            decoder.partition_from(&mut decoded, 0, m.partition);
-            if m.copy == crate::route::Copy::State {
-                decoded.silence_from(0);
-            }
-            split.ingest_decoded(decoded, now, now, &mut got);
-            split.flush(now, &mut got);
-        }
-    }
+    let got = feed_partitioned(&mut split, &events, n, now);
     assert_eq!(classes(&got), classes(&expected));
 }

@@ -9,6 +9,9 @@
 //! they are counted under). No control plane needed; `KAUSALITY_E2E_RECORD=1 scripts/e2e.sh`
 //! records them again.
 
+mod common;
+
+use common::replay_by_key;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,27 +29,6 @@ fn fixtures() -> Vec<PathBuf> {
     v
 }
 
-/// `kausality-stream replay` of a fixture: auditID → enriched event (`auditID/uid` for each
-/// object of a deletecollection, which is one audit event for many objects).
-fn replay(jsonl: &Path, cluster: &str, window: &str) -> BTreeMap<String, Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
-        .args(["replay", "--cluster", cluster, "--reorder-window", window, "--no-progress", "--quiet"])
-        .arg(jsonl)
-        .output()
-        .expect("run kausality-stream replay");
-    assert!(out.status.success(), "replay of {} failed: {}", jsonl.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("an enriched event"))
-        .map(|e| {
-            let id = e["auditID"].as_str().expect("auditID");
-            let key = if e["verb"] == "deletecollection" { format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or("")) } else { id.to_string() };
-            (key, e)
-        })
-        .collect()
-}
-
 /// The auditIDs an event's `reverts` names.
 fn reverted(e: &Value) -> Vec<&str> {
     e["reverts"].as_array().into_iter().flatten().filter_map(|r| r["auditID"].as_str()).collect()
@@ -57,7 +39,7 @@ fn check(expected_path: &Path) -> Vec<String> {
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(expected_path).expect("read")).expect("JSON");
     let name = expected["scenario"].as_str().expect("scenario");
     let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
-    let events = replay(&jsonl, expected["replay"]["cluster"].as_str().expect("cluster"), expected["replay"]["reorderWindow"].as_str().expect("window"));
+    let events = replay_by_key(&jsonl, expected["replay"]["cluster"].as_str().expect("cluster"), expected["replay"]["reorderWindow"].as_str().expect("window"));
     let mut problems = Vec::new();
     let want = expected["classes"].as_object().expect("classes");
     // Why the truth says what it says (`cluster-day`), for the messages.
@@ -263,7 +245,7 @@ fn the_flux_scenario_replays_to_its_ground_truth() {
     let classes = expected["classes"].as_object().expect("classes");
     let count = |class: &str| classes.values().filter(|c| *c == class).count();
     assert!(count("drift") >= 2 && count("origin") >= 3 && count("expected") >= 4, "the scenario's classes: {classes:?}");
-    let events = replay(&path.with_file_name("flux.jsonl"), "e2e", expected["replay"]["reorderWindow"].as_str().expect("window"));
+    let events = replay_by_key(&path.with_file_name("flux.jsonl"), "e2e", expected["replay"]["reorderWindow"].as_str().expect("window"));
     for (id, class) in classes {
         if class != "drift" {
             continue;

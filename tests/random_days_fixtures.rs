@@ -9,9 +9,11 @@
 //!   is not fixed: the replay may differ from the truth on those writes and on no other. A write
 //!   that now replays to its truth is printed; once a day has none left, move it to `passing/`.
 
+mod common;
+
+use common::replay_by_key;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -24,32 +26,12 @@ fn fixtures(sub: &str) -> Vec<PathBuf> {
     v
 }
 
-/// `kausality-stream replay` of a day: key (auditID, `auditID/uid` in a deletecollection) → event.
-fn replay(jsonl: &Path, cluster: &str, window: &str) -> BTreeMap<String, Value> {
-    let out = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
-        .args(["replay", "--cluster", cluster, "--reorder-window", window, "--no-progress", "--quiet"])
-        .arg(jsonl)
-        .output()
-        .expect("run kausality-stream replay");
-    assert!(out.status.success(), "replay of {} failed: {}", jsonl.display(), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout)
-        .expect("utf-8")
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("an enriched event"))
-        .map(|e| {
-            let id = e["auditID"].as_str().expect("auditID");
-            let key = if e["verb"] == "deletecollection" { format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or("")) } else { id.to_string() };
-            (key, e)
-        })
-        .collect()
-}
-
 /// The writes of a day whose replay differs from the truth: key → what differs.
 fn differences(expected_path: &Path) -> (Value, BTreeMap<String, String>) {
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(expected_path).expect("read")).expect("JSON");
     let name = expected["scenario"].as_str().expect("scenario");
     let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
-    let events = replay(&jsonl, expected["replay"]["cluster"].as_str().expect("cluster"), expected["replay"]["reorderWindow"].as_str().expect("window"));
+    let events = replay_by_key(&jsonl, expected["replay"]["cluster"].as_str().expect("cluster"), expected["replay"]["reorderWindow"].as_str().expect("window"));
     let want = expected["classes"].as_object().expect("classes");
     let why = |id: &str| expected["why"][id].as_str().unwrap_or("").to_string();
     let mut out = BTreeMap::new();

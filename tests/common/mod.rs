@@ -69,3 +69,24 @@ pub fn classes(out: &[Enriched]) -> Vec<(String, Class)> {
     v.sort();
     v
 }
+
+/// `kausality-stream replay` of a recorded stream: auditID → enriched event (`auditID/uid` for
+/// each object of a deletecollection, which is one audit event for many objects).
+pub fn replay_by_key(jsonl: &std::path::Path, cluster: &str, window: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
+        .args(["replay", "--cluster", cluster, "--reorder-window", window, "--no-progress", "--quiet"])
+        .arg(jsonl)
+        .output()
+        .expect("run kausality-stream replay");
+    assert!(out.status.success(), "replay of {} failed: {}", jsonl.display(), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("an enriched event"))
+        .map(|e| {
+            let id = e["auditID"].as_str().expect("auditID");
+            let key = if e["verb"] == "deletecollection" { format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or("")) } else { id.to_string() };
+            (key, e)
+        })
+        .collect()
+}

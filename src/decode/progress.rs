@@ -135,10 +135,21 @@ fn field<'a, S: AsRef<str>>(obj: &ObjectView<'a>, path: &[S]) -> Option<Scalar<'
         _ => return None,
     };
     for key in rest {
+        if !may_hold_key(raw.get(), key.as_ref()) {
+            return None;
+        }
         let mut de = serde_json::Deserializer::from_str(raw.get());
         raw = Seek(key.as_ref()).deserialize(&mut de).ok().flatten()?;
     }
     serde_json::from_str::<Scalar<'a>>(raw.get()).ok()
+}
+
+/// Whether `text` may hold the key `key`: it holds `"key"`, or a backslash (an escaped key
+/// could spell it otherwise). A spec without `"paused"` is not parsed to learn so.
+fn may_hold_key(text: &str, key: &str) -> bool {
+    let bytes = text.as_bytes();
+    memchr::memchr(b'\\', bytes).is_some()
+        || memchr::memmem::find_iter(bytes, key.as_bytes()).any(|at| at > 0 && bytes[at - 1] == b'"' && bytes.get(at + key.len()) == Some(&b'"'))
 }
 
 /// A JSON scalar as a comparison reads it.

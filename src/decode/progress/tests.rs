@@ -107,6 +107,23 @@ fn a_paused_deployment_asks_for_no_progress() {
 }
 
 #[test]
+fn a_paused_key_is_read_however_the_text_spells_it() {
+    let d = builtin(Builtin::Deployment);
+    let halfway = r#"{"observedGeneration": 3, "replicas": 4, "updatedReplicas": 1, "availableReplicas": 4}"#;
+    let shows_text = |spec: &str| {
+        let text = format!(r#"{{"spec": {spec}, "status": {halfway}}}"#);
+        let view: ObjectView = serde_json::from_str(&text).expect("object");
+        in_progress(&d, &view, &StatusView::parse(view.status))
+    };
+    assert!(!shows_text(r#"{"replicas": 3, "paused": true}"#));
+    // An escaped key is the same key.
+    assert!(!shows_text(r#"{"replicas": 3, "pa\u0075sed": true}"#));
+    // The word as a value, or inside a longer key, is no `paused` key.
+    assert!(shows_text(r#"{"replicas": 3, "template": {"metadata": {"labels": {"state": "paused", "unpaused": "true"}}}}"#));
+    assert!(shows_text(r#"{"replicas": 3, "xpaused": true, "pausedx": true}"#));
+}
+
+#[test]
 fn a_partitioned_statefulset_finishes_as_far_as_its_partition() {
     let s = builtin(Builtin::StatefulSet);
     let obj = |replicas: i64, partition: Value, status: Value| {

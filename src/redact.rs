@@ -79,10 +79,18 @@ impl Sensitive {
         if longest == 0 {
             return false;
         }
+        // The last byte of every key, and their lengths: most keys of a text end otherwise or
+        // are longer, and are passed over without looking for their opening quote.
+        let mut last = [false; 256];
+        // (An empty key ends at its opening quote.)
+        self.keys.iter().map(|k| k.as_bytes().last().unwrap_or(&b'"')).for_each(|&b| last[b as usize] = true);
         memchr::memmem::find_iter(text, b"\":").any(|end| {
+            if end == 0 || !last[text[end - 1] as usize] {
+                return false;
+            }
             // The key's opening quote, at most `longest` bytes back.
             let from = end.saturating_sub(longest + 1);
-            memchr::memrchr(b'"', &text[from..end]).is_some_and(|q| {
+            text[from..end].iter().rposition(|&b| b == b'"').is_some_and(|q| {
                 let key = &text[from + q + 1..end];
                 self.keys.iter().any(|k| k.as_bytes() == key)
             })

@@ -24,7 +24,9 @@ use crate::state::{FastBuild, FieldChange, ObjKey, OriginWrite};
 use crate::write::{Uid, Write};
 
 mod put_back;
+mod raw;
 pub use put_back::field_label;
+pub use raw::diff_texts;
 
 /// Most fields an origin write records (the first by path).
 const MAX_FIELDS: usize = 32;
@@ -127,10 +129,17 @@ fn lookup<'a>(v: &'a Value, rest: &str, root: bool) -> Option<&'a Value> {
 
 /// The leaf fields that differ between two parsed contents: what [`diff`] gives for their
 /// [`leaves`], found by walking both at once, so that the leaves that did not change are never
-/// spelled out.
+/// spelled out. (The service reads them from the texts, [`diff_texts`]; this is what those
+/// are held to.)
+#[cfg(test)]
 pub fn diff_values(before: &Value, after: &Value) -> Vec<FieldChange> {
     let mut out = Vec::new();
     diff_walk(Some(before), Some(after), &mut String::new(), &mut out);
+    merge_changes(out)
+}
+
+/// The changes [`diff_walk`] found, by path, each once, at most [`MAX_FIELDS`].
+fn merge_changes(mut out: Vec<FieldChange>) -> Vec<FieldChange> {
     out.sort_by(|a, b| a.path.cmp(&b.path));
     // One path spelled by two shapes (a key `a.b` before, `a` holding `b` after) is one leaf,
     // as [`leaves`] names it: its value before from the one, after from the other.
@@ -276,6 +285,32 @@ impl After {
             After::Removed => Now::Removed,
             After::Unknown => Now::Unknown,
         }
+    }
+}
+
+/// What a write leaves, parsed the first time it is asked for: most writes find no other
+/// user's write on the object to compare it with, and need only the fields they changed.
+pub(super) struct Leaving<'a> {
+    after: &'a After,
+    now: std::cell::OnceCell<Now>,
+}
+
+impl<'a> Leaving<'a> {
+    fn new(after: &'a After) -> Self {
+        Leaving { after, now: std::cell::OnceCell::new() }
+    }
+
+    pub(super) fn now(&self) -> &Now {
+        self.now.get_or_init(|| self.after.leaves())
+    }
+}
+
+/// The fields a write leaving `after` changed in a content that was `before` (`None`: not
+/// known).
+fn changed_fields(before: Option<&str>, after: &After) -> Option<Vec<FieldChange>> {
+    match after {
+        After::Text(a) => diff_texts(before?, a),
+        _ => None,
     }
 }
 
@@ -429,11 +464,8 @@ impl Engine {
                 None
             }
             Identity::NotController(_) => {
-                let now = after.leaves();
-                let fields = match (before.as_deref().and_then(parse), &now) {
-                    (Some(b), Now::Full(a)) => Some(diff_values(&b, a)),
-                    _ => None,
-                };
+                let now = Leaving::new(&after);
+                let fields = changed_fields(before.as_deref(), &after);
                 // What it puts back of others' writes (a controller's drift undoing an earlier
                 // write of this user: a fight), named though it is no drift.
                 let (found, standing) = self.put_back_at(key, &now, w.user, w.time_us);

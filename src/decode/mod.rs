@@ -21,6 +21,7 @@ use std::fmt;
 
 pub use body::{decode_body, decode_body_raw, decode_document, DecodeOptions, Unwrap};
 pub use event::{AuditEvent, Event, EventOrList, NoItems, ObjectRef, ResponseStatus, UserInfo};
+pub(crate) use object::CowStr;
 pub use object::{keep_annotations, keeps_annotation};
 pub use object::{Condition, Metadata, ObjectView, OwnerRef, StatusView, ANNOTATION_PREFIX};
 pub use progress::in_progress;

@@ -37,8 +37,8 @@ pub(in crate::classify) fn put_back(writes: &[OriginWrite], now: &Now, user: Sym
 }
 
 /// Whether a write leaving `now` changes every field that `w` set (known fields only).
-fn superseded(w: &OriginWrite, now: &Now) -> bool {
-    w.fields.as_deref().is_some_and(|fields| !fields.is_empty() && fields.iter().all(|f| now.value(&f.path).is_some_and(|v| v != f.after)))
+fn superseded(w: &OriginWrite, now: &Leaving<'_>) -> bool {
+    w.fields.as_deref().is_some_and(|fields| !fields.is_empty() && fields.iter().all(|f| now.now().value(&f.path).is_some_and(|v| v != f.after)))
 }
 
 /// The path of a field as the fights metric names it: a closed set (STYLE 16).
@@ -66,12 +66,12 @@ impl Engine {
     /// The writes to the object `key` by others than `user` that a write of `user` leaving
     /// `now` puts back, and what stands of its origin writes when it took any out (`None`:
     /// none taken out, nothing to change).
-    pub(super) fn put_back_at(&self, key: ObjKey, now: &Now, user: Sym, time_us: i64) -> (Vec<Reverted>, Option<Vec<OriginWrite>>) {
+    pub(super) fn put_back_at(&self, key: ObjKey, now: &Leaving<'_>, user: Sym, time_us: i64) -> (Vec<Reverted>, Option<Vec<OriginWrite>>) {
         let writes = self.store.read(&key, |c| c.origin_writes().to_vec()).unwrap_or_default();
         if writes.is_empty() {
             return (Vec::new(), None);
         }
-        let (found, standing) = put_back(&writes, now, user, self.revert_since(time_us));
+        let (found, standing) = put_back(&writes, now.now(), user, self.revert_since(time_us));
         let changed = !found.is_empty() || standing.len() != writes.len();
         (found, changed.then_some(standing))
     }
@@ -97,7 +97,7 @@ impl Engine {
         if (before.is_none() || removes) && self.store.read(&key, |c| c.origin_writes().is_empty()).unwrap_or(true) {
             return None;
         }
-        let now = after.leaves();
+        let now = Leaving::new(&after);
         let (found, mut standing) = self.put_back_at(key, &now, w.user, w.time_us);
         // Its own earlier writes that this one overwrites in every field are done with: an
         // object one user keeps writing (a lease renewed) keeps one write, not four.
@@ -109,10 +109,7 @@ impl Engine {
                 standing = Some(writes.into_iter().filter(|o| o.user != w.user || !superseded(o, &now)).collect());
             }
         }
-        let fields = match (&now, removes) {
-            (Now::Full(a), false) => before.as_deref().and_then(parse).map(|b| diff_values(&b, a)).filter(|f| !f.is_empty()),
-            _ => None,
-        };
+        let fields = if removes { None } else { changed_fields(before.as_deref(), &after).filter(|f| !f.is_empty()) };
         if standing.is_some() || fields.is_some() {
             let origin = fields.map(|fields| OriginWrite {
                 user: w.user,

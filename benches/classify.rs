@@ -70,8 +70,10 @@ fn bench(c: &mut Criterion) {
                 processor,
                 |mut p| {
                     let mut out = Vec::with_capacity(1024);
-                    for (i, l) in lines.iter().enumerate() {
-                        p.ingest_document(None, l, Location::Line(i), "bench", 0, &mut out);
+                    // In batches of lines, as `replay` takes them in.
+                    for (n, chunk) in lines.chunks(256).enumerate() {
+                        let docs = chunk.iter().enumerate().map(|(i, l)| (*l, Location::Line(n * 256 + i)));
+                        p.ingest_documents(None, docs, "bench", 0, &mut out);
                         out.clear();
                     }
                     p.flush(0, &mut out);
@@ -86,8 +88,9 @@ fn bench(c: &mut Criterion) {
                 |mut p| {
                     let mut out = Vec::with_capacity(1024);
                     let mut sink = Vec::with_capacity(1 << 20);
-                    for (i, l) in lines.iter().enumerate() {
-                        p.ingest_document(None, l, Location::Line(i), "bench", 0, &mut out);
+                    for (n, chunk) in lines.chunks(256).enumerate() {
+                        let docs = chunk.iter().enumerate().map(|(i, l)| (*l, Location::Line(n * 256 + i)));
+                        p.ingest_documents(None, docs, "bench", 0, &mut out);
                         for e in out.drain(..) {
                             e.write_json(&mut sink);
                             sink.push(b'\n');
@@ -106,8 +109,9 @@ fn bench(c: &mut Criterion) {
                     let (queue, rx) = std::sync::mpsc::sync_channel::<Vec<Enriched>>(64);
                     let writer = writer::spawn(store, rx, WriterOptions::default(), |_| {}).unwrap();
                     let mut out = Vec::with_capacity(1024);
-                    for (i, l) in lines.iter().enumerate() {
-                        p.ingest_document(None, l, Location::Line(i), "bench", 0, &mut out);
+                    for (n, chunk) in lines.chunks(256).enumerate() {
+                        let docs = chunk.iter().enumerate().map(|(i, l)| (*l, Location::Line(n * 256 + i)));
+                        p.ingest_documents(None, docs, "bench", 0, &mut out);
                         if out.len() >= HISTORY_BATCH {
                             queue.send(std::mem::replace(&mut out, Vec::with_capacity(1024))).unwrap();
                         }

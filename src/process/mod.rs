@@ -327,6 +327,22 @@ impl Processor {
         self.decode_and_take(now_us, out, |d, into| d.decode_document(cluster, doc, location, source, into))
     }
 
+    /// Takes in several JSON documents (lines of a log file) as one batch, as a body of many
+    /// events is taken in: all are decoded first, then their writes go through the dedupe,
+    /// the reorder buffer and the classification in the same order as one at a time. The
+    /// decoding of many documents in a row keeps its code in the processor's caches, instead
+    /// of taking turns with the classification at every line.
+    pub fn ingest_documents<'d>(
+        &mut self,
+        cluster: Option<&str>,
+        docs: impl IntoIterator<Item = (&'d [u8], Location)>,
+        source: &'static str,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+    ) -> IngestReport {
+        self.decode_and_take(now_us, out, |d, into| docs.into_iter().for_each(|(doc, location)| d.decode_document(cluster, doc, location, source, into)))
+    }
+
     /// Decodes raw input here (into the reused [`Decoded`]) and takes its writes in.
     fn decode_and_take(&mut self, now_us: i64, out: &mut Vec<Enriched>, decode: impl FnOnce(&Decoder, &mut Decoded)) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);

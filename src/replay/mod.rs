@@ -57,6 +57,44 @@ impl Default for ReplayOptions {
     }
 }
 
+/// Lines read and not yet taken in, one after another in one buffer: taken in as one batch
+/// ([`Processor::ingest_documents`]) once there are [`Lines::MAX`] of them or
+/// [`Lines::MAX_BYTES`], or something else is read.
+#[derive(Default)]
+struct Lines {
+    bytes: Vec<u8>,
+    /// Where each line ends in `bytes`, and its number.
+    ends: Vec<(usize, usize)>,
+}
+
+impl Lines {
+    const MAX: usize = 256;
+    const MAX_BYTES: usize = 4 << 20;
+
+    fn push(&mut self, line: &[u8], number: usize) {
+        self.bytes.extend_from_slice(line);
+        self.ends.push((self.bytes.len(), number));
+    }
+
+    fn full(&self) -> bool {
+        self.ends.len() >= Self::MAX || self.bytes.len() >= Self::MAX_BYTES
+    }
+
+    fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    fn clear(&mut self) {
+        self.bytes.clear();
+        self.ends.clear();
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&[u8], Location)> {
+        let starts = std::iter::once(0).chain(self.ends.iter().map(|&(end, _)| end));
+        starts.zip(&self.ends).map(|(start, &(end, n))| (&self.bytes[start..end], Location::Line(n)))
+    }
+}
+
 /// What a replay did.
 pub struct Outcome {
     pub summary: Summary,
@@ -110,19 +148,37 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
         let mut reader = Reader::new(BufReader::with_capacity(1 << 20, input), opts.max_line_bytes, opts.max_document_bytes);
         let mut report = IngestReport::default();
         let mut line = Vec::with_capacity(1 << 16);
+        let mut lines = Lines::default();
         loop {
             let record = match reader.next_record(&mut line) {
-                Ok(Some(r)) => r,
-                Ok(None) => break,
+                Ok(Some(r)) => Some(r),
+                Ok(None) => None,
                 Err(e) => {
                     summary.unreadable.push(format!("{name}: read error after {} bytes: {e}", reader.consumed));
-                    break;
+                    None
                 }
             };
+            if let Some(Record::Line(n)) = record {
+                lines.push(&line, n);
+                if !lines.full() {
+                    continue;
+                }
+            }
+            // The lines read so far go in as one batch, before anything else read.
+            if !lines.is_empty() {
+                let r = processor.ingest_documents(None, lines.iter(), "file", 0, &mut batch);
+                lines.clear();
+                merge(&mut report, r, &name, &mut summary);
+                write_batch(&mut batch, &mut summary, &opts.classes, &mut out, history.as_mut())?;
+                if let Some(b) = &bar {
+                    b.set_position(done_before + reader.consumed);
+                }
+            }
             let r = match record {
-                Record::Line(n) => processor.ingest_document(None, &line, Location::Line(n), "file", 0, &mut batch),
-                Record::Document(doc) => processor.ingest_body(None, &doc, "file", 0, &mut batch),
-                Record::TooLong(n, len) => {
+                None => break,
+                Some(Record::Line(_)) => continue,
+                Some(Record::Document(doc)) => processor.ingest_body(None, &doc, "file", 0, &mut batch),
+                Some(Record::TooLong(n, len)) => {
                     let mut r = IngestReport::default();
                     let msg = format!("{len} bytes is over the limit of {} bytes per line", opts.max_line_bytes);
                     processor.reject(Invalid::new(Location::Line(n), InvalidReason::TooLarge, msg), &mut r);

@@ -583,12 +583,24 @@ fn content_hash(obj: &ObjectView<'_>, ignored: Option<&[Vec<String>]>) -> u64 {
 /// What an object wants as one JSON object text: `{"spec":...}`, or for kinds without `spec`
 /// every top-level field but apiVersion, kind, metadata and status (as [`content_hash`] reads it).
 fn content_text(obj: &ObjectView<'_>) -> Arc<str> {
-    let mut out = String::from("{");
+    let size = match obj.spec {
+        Some(spec) => spec.get().len() + 9,
+        None => obj.other.iter().map(|(k, v)| k.len() + v.get().len() + 4).sum::<usize>() + 2,
+    };
+    let mut out = String::with_capacity(size);
+    out.push('{');
     let mut add = |key: &str, raw: &RawValue| {
         if out.len() > 1 {
             out.push(',');
         }
-        out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+        // A key is written as JSON writes it; one with nothing to escape as it is.
+        if key.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20) {
+            out.push_str(&serde_json::to_string(key).expect("a string serializes"));
+        } else {
+            out.push('"');
+            out.push_str(key);
+            out.push('"');
+        }
         out.push(':');
         out.push_str(raw.get());
     };
@@ -655,6 +667,16 @@ mod tests {
         let cm3 = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c"},"data":{"k":"2"}}"#;
         assert_eq!(hash_of(cm1, &cfg), hash_of(cm2, &cfg));
         assert_ne!(hash_of(cm1, &cfg), hash_of(cm3, &cfg));
+    }
+
+    #[test]
+    fn a_content_text_is_json_whatever_its_keys() {
+        let text = |json: &str| content_text(&serde_json::from_str::<ObjectView>(json).unwrap()).to_string();
+        let d = r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{},"spec":{"replicas":1},"status":{}}"#;
+        assert_eq!(text(d), r#"{"spec":{"replicas":1}}"#);
+        let cm = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{},"data":{"k":"1"},"we\"ird\\key":2,"tab\tkey":3}"#;
+        let v: serde_json::Value = serde_json::from_str(&text(cm)).expect("JSON");
+        assert_eq!(v, serde_json::json!({"data": {"k": "1"}, "we\"ird\\key": 2, "tab\tkey": 3}));
     }
 
     #[test]

@@ -541,8 +541,8 @@ impl Processor {
     }
 
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
-        let released = std::mem::take(&mut self.released);
-        for Released { item: mut write, late, at } in released {
+        let mut released = std::mem::take(&mut self.released);
+        for Released { item: mut write, late, at } in released.drain(..) {
             self.unhold(write.seq);
             if let Target::Eviction { place, .. } = &mut write.target {
                 *place = Some(at);
@@ -597,6 +597,10 @@ impl Processor {
                 self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);
                 self.sweep_due = true;
             }
+        }
+        // The vector goes back, its room kept for the next writes released.
+        if self.released.is_empty() {
+            self.released = released;
         }
         if std::mem::take(&mut self.sweep_due) {
             self.sweep_symbols();

@@ -19,10 +19,10 @@ use crate::state::FieldChange;
 /// What [`diff_values`](super::diff_values) gives for the two texts parsed; `None` when either
 /// is not JSON.
 pub fn diff_texts(before: &str, after: &str) -> Option<Vec<FieldChange>> {
-    let b: &RawValue = serde_json::from_str(before).ok()?;
-    let a: &RawValue = serde_json::from_str(after).ok()?;
+    // Each text is read whole at its first level (or parsed whole, a leaf), so a text that is
+    // not JSON is found there.
     let mut out = Vec::new();
-    diff_raw(b, a, &mut String::new(), &mut out).ok()?;
+    diff_raw(before, after, &mut String::new(), &mut out).ok()?;
     Some(merge_changes(out))
 }
 
@@ -37,11 +37,10 @@ enum Shape<'a> {
     Other,
 }
 
-fn shape(v: &RawValue) -> Result<Shape<'_>, NotJson> {
-    let text = v.get();
+fn shape(text: &str) -> Result<Shape<'_>, NotJson> {
     match text.trim_start().as_bytes().first() {
         Some(b'{') => {
-            let m = RawMap::deserialize(&mut serde_json::Deserializer::from_str(text)).map_err(|_| NotJson)?.0;
+            let m = serde_json::from_str::<RawMap>(text).map_err(|_| NotJson)?.0;
             Ok(if m.is_empty() { Shape::Other } else { Shape::Object(m) })
         }
         Some(b'[') => {
@@ -52,13 +51,13 @@ fn shape(v: &RawValue) -> Result<Shape<'_>, NotJson> {
     }
 }
 
-fn parse(v: Option<&RawValue>) -> Result<Option<Value>, NotJson> {
-    v.map(|v| serde_json::from_str(v.get()).map_err(|_| NotJson)).transpose()
+fn parse(v: Option<&str>) -> Result<Option<Value>, NotJson> {
+    v.map(|v| serde_json::from_str(v).map_err(|_| NotJson)).transpose()
 }
 
 /// [`diff_walk`] of the two values these texts hold.
-fn diff_raw(before: &RawValue, after: &RawValue, path: &mut String, out: &mut Vec<FieldChange>) -> Result<(), NotJson> {
-    if before.get() == after.get() {
+fn diff_raw(before: &str, after: &str, path: &mut String, out: &mut Vec<FieldChange>) -> Result<(), NotJson> {
+    if before == after {
         // The same text is the same value: nothing changed below.
         return Ok(());
     }
@@ -72,19 +71,19 @@ fn diff_raw(before: &RawValue, after: &RawValue, path: &mut String, out: &mut Ve
                     (None, None) => break,
                     (Some((bk, _)), Some((ak, _))) if bk == ak => {
                         let ((k, bv), (_, av)) = (bi.next().expect("peeked"), ai.next().expect("peeked"));
-                        (k, Some(*bv), Some(*av))
+                        (k, Some(bv.get()), Some(av.get()))
                     }
                     (Some((bk, _)), Some((ak, _))) if bk > ak => {
                         let (k, av) = ai.next().expect("peeked");
-                        (k, None, Some(*av))
+                        (k, None, Some(av.get()))
                     }
                     (Some(_), _) => {
                         let (k, bv) = bi.next().expect("peeked");
-                        (k, Some(*bv), None)
+                        (k, Some(bv.get()), None)
                     }
                     (None, Some(_)) => {
                         let (k, av) = ai.next().expect("peeked");
-                        (k, None, Some(*av))
+                        (k, None, Some(av.get()))
                     }
                 };
                 if !path.is_empty() {
@@ -99,7 +98,7 @@ fn diff_raw(before: &RawValue, after: &RawValue, path: &mut String, out: &mut Ve
             use std::fmt::Write as _;
             for i in 0..b.len().max(a.len()) {
                 let _ = write!(path, "[{i}]");
-                diff_either(b.get(i).copied(), a.get(i).copied(), path, out)?;
+                diff_either(b.get(i).map(|v| v.get()), a.get(i).map(|v| v.get()), path, out)?;
                 path.truncate(len);
             }
         }
@@ -109,7 +108,7 @@ fn diff_raw(before: &RawValue, after: &RawValue, path: &mut String, out: &mut Ve
     Ok(())
 }
 
-fn diff_either(before: Option<&RawValue>, after: Option<&RawValue>, path: &mut String, out: &mut Vec<FieldChange>) -> Result<(), NotJson> {
+fn diff_either(before: Option<&str>, after: Option<&str>, path: &mut String, out: &mut Vec<FieldChange>) -> Result<(), NotJson> {
     match (before, after) {
         (Some(b), Some(a)) => diff_raw(b, a, path, out),
         _ => {
@@ -183,6 +182,10 @@ mod tests {
             // Not JSON.
             (r#"{"a":1"#, r#"{"a":1}"#),
             (r#"{"a":1}"#, "nope"),
+            (r#"{"a":1} x"#, r#"{"a":1}"#),
+            (r#"{"a":1}"#, r#"{"a":1}}"#),
+            (r#"[1,2]"#, r#"[1,2"#),
+            ("3", "4"),
         ] {
             let (texts, parsed) = both(before, after);
             assert_eq!(texts, parsed, "{before} -> {after}");

@@ -501,7 +501,7 @@ fn an_object_one_user_keeps_writing_keeps_one_write_of_it() {
     let (p, out) = run(&events);
     assert!(out.iter().all(|e| e.class == Class::Unowned && e.reverts.is_none()));
     let uid = kausality_stream::write::uid_key(&l.uid);
-    let kept = p.engine().store.read(&kausality_stream::state::ObjKey::new(p.engine().interner.intern("default"), uid), |s| s.origin_writes().len());
+    let kept = p.engine().read_state(&kausality_stream::state::ObjKey::new(p.engine().interner().intern("default"), uid), |s| s.origin_writes().len());
     assert_eq!(kept, Some(1));
 }
 

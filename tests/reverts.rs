@@ -285,7 +285,7 @@ fn a_removal_during_teardown_or_before_initialization_is_kept_only_when_judged()
     let (p, out) = run(&t.events);
     assert_eq!(class_of(&out, &gc), Class::Deleting);
     let rs_uid = kausality_stream::write::uid_key(&t.rs.uid);
-    let kept = p.engine().store.read(&kausality_stream::state::ObjKey::new(p.engine().interner.intern("default"), rs_uid), |s| s.removed_children().len());
+    let kept = p.engine().read_state(&kausality_stream::state::ObjKey::new(p.engine().interner().intern("default"), rs_uid), |s| s.removed_children().len());
     assert_eq!(kept, Some(0));
 }
 

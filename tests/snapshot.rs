@@ -131,7 +131,7 @@ fn a_restored_engine_still_knows_which_kinds_own_others() {
     second.flush(0, &mut out);
     let uid = kausality_stream::write::uid_key(&other.uid);
     let mut names = Vec::new();
-    second.engine().store.for_each(|k, s| names.push((k.uid() == uid, s.name().map(|n| n.to_string()))));
+    second.engine().for_each_state(|k, s| names.push((k.uid() == uid, s.name().map(|n| n.to_string()))));
     names.sort();
     assert_eq!(
         names,

@@ -138,7 +138,7 @@ impl Changelog {
         }
         let mut objects = Vec::new();
         let mut parts: Vec<Parts> = Vec::new();
-        self.engine.store.for_each(|k, s| {
+        self.engine.for_each_state(|k, s| {
             let homes = only(self.partitions.homes(k), &positions);
             if !homes.is_empty() {
                 objects.push((*k, s.clone()));
@@ -185,7 +185,7 @@ impl Changelog {
         drop(cache);
         positions.sort_unstable();
         let mark = ChangelogMark { topic: self.topic.clone(), partitions: layout.partitions, taken_us, positions };
-        write_partitioned(&objects, &parts, &mark, &self.engine.interner, dedupe, out)
+        write_partitioned(&objects, &parts, &mark, self.engine.interner(), dedupe, out)
     }
 }
 

@@ -146,7 +146,7 @@ impl Flow {
     /// Teaches the model a parent the fetcher got.
     pub(super) fn observe(&mut self, o: Observed) -> Next {
         let engine = self.processor.engine();
-        engine.observe(engine.interner.intern(&o.cluster), &o.facts, now_us());
+        engine.observe(engine.interner().intern(&o.cluster), &o.facts, now_us());
         Next::Go
     }
 

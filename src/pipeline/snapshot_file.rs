@@ -256,7 +256,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("state.snapshot");
         let p = processor();
-        let interner = &p.engine().interner;
+        let interner = p.engine().interner();
         let state = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("ns"));
         let objects = vec![(ObjKey::new(interner.intern("c#p2"), 5), state)];
         let mark = ChangelogMark { topic: "state".into(), partitions: 4, taken_us: 1, positions: vec![(2, 17)] };
@@ -266,7 +266,7 @@ mod tests {
         let cached = cached.expect("changelog positions");
         assert_eq!((stats.content.objects, cached.topic(), cached.partitions(), cached.states()), (1, "state", vec![2], 1));
         assert_eq!(q.dedupe_window(), [7], "the dedupe window is restored at once");
-        assert_eq!(q.engine().store.len(), 0, "the states wait for their partition");
+        assert_eq!(q.engine().tracked_objects(), 0, "the states wait for their partition");
         // Without a changelog: its own snapshot, no cache; and a plain restore refuses the cache.
         save(&path, &p, &[Position { topic: "audit".into(), partition: 0, next: 3 }]).unwrap();
         let (_, cached) = restore_cached(&path, &mut processor()).unwrap().unwrap();

@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
 use crate::order::{Dedupe, Freshness, Placing, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::{read_partitioned, read_snapshot, write_snapshot, Cached, FastBuild, ObjKey, Partitions, SnapshotError, SnapshotStats, Sym};
+use crate::state::{read_partitioned, Cached, FastBuild, ObjKey, Partitions, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Rejected, Target, Uid, Write};
 
 /// Which clock the reorder window runs on.
@@ -126,8 +126,8 @@ pub struct Processor {
 impl Processor {
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, opts: ProcessorOptions) -> Self {
         let clusters = Arc::new(Clusters::new(opts.max_clusters));
-        let default_cluster = engine.interner.intern(&opts.default_cluster);
-        let default_cluster = clusters.admit(&opts.default_cluster, &engine.interner).unwrap_or(default_cluster);
+        let default_cluster = engine.interner().intern(&opts.default_cluster);
+        let default_cluster = clusters.admit(&opts.default_cluster, engine.interner()).unwrap_or(default_cluster);
         let decoder = Decoder { engine: engine.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster, clusters };
         let opts_window = opts.reorder_window_us;
         Processor {
@@ -157,7 +157,7 @@ impl Processor {
     /// Keeps the state per partition: the objects each write changes belong to its partition
     /// (docs/scale-out.md, "Classify tier").
     pub fn keep_partitions(&mut self, partitions: Arc<Partitions>) {
-        self.engine.store.keep_journal();
+        self.engine.keep_journal();
         self.partitions = Some(partitions);
     }
 
@@ -226,7 +226,7 @@ impl Processor {
     /// evictions, which name their pod by name only, and the deletes that removed a pod (its
     /// final delete), which an eviction may have caused (DESIGN §1.5).
     fn name_placing(engine: &Engine, w: &Write) -> (u64, bool) {
-        let interner = &engine.interner;
+        let interner = engine.interner();
         let key = |namespace: Sym, name: &str| xxhash_rust::xxh3::xxh3_64(format!("{}/{name}", interner.resolve(namespace)).as_bytes()) | 1;
         match &w.target {
             Target::Eviction { namespace, name, .. } => (key(*namespace, name), true),
@@ -521,7 +521,7 @@ impl Processor {
     /// Sets the gauges of what is held and tracked.
     fn after_batch(&mut self) {
         self.metrics.reorder_buffer_events.set(self.held as i64);
-        self.metrics.tracked_objects.set(self.engine.store.len() as i64);
+        self.metrics.tracked_objects.set(self.engine.tracked_objects() as i64);
     }
 
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
@@ -544,12 +544,12 @@ impl Processor {
             // around it (the store's locks survive a panic; see `state::store`).
             if self.partitions.is_some() {
                 // Changes made outside a write (a fetched parent) belong to no partition.
-                self.engine.store.take_journal(&mut self.journal);
+                self.engine.take_journal(&mut self.journal);
                 self.journal.clear();
             }
             let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.engine.apply(&write)));
             if let Some(parts) = &self.partitions {
-                self.engine.store.take_journal(&mut self.journal);
+                self.engine.take_journal(&mut self.journal);
                 if let Some(p) = write.partition {
                     parts.changed(&self.journal, p);
                 }
@@ -577,7 +577,7 @@ impl Processor {
             }
             if write.seq.is_multiple_of(MAINTAIN_EVERY) {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };
-                let stats = self.engine.store.maintain(clock);
+                let stats = self.engine.maintain(clock);
                 self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);
                 self.sweep_due = true;
             }
@@ -591,7 +591,7 @@ impl Processor {
         let cell = match self.fresh_cells.get(&cluster) {
             Some(c) => c,
             None => {
-                let c = self.freshness.cell(&self.engine.interner.resolve(cluster));
+                let c = self.freshness.cell(&self.engine.interner().resolve(cluster));
                 self.fresh_cells.entry(cluster).or_insert(c)
             }
         };
@@ -602,7 +602,7 @@ impl Processor {
     /// in hand: what is not in the store is in a reorder buffer (marked here) or in a body
     /// still pinned.
     fn sweep_symbols(&mut self) {
-        if self.engine.interner.len() < self.sweep_at {
+        if self.engine.interner().len() < self.sweep_at {
             return;
         }
         let (buffers, decoder) = (&self.buffers, &self.decoder);
@@ -617,7 +617,7 @@ impl Processor {
         // What is left is what state refers to and what was looked up since the last sweep
         // (freed by the next one unless state takes it): the next sweep comes after as many
         // new strings as state refers to, so its cost per string stays constant.
-        let left = self.engine.interner.len();
+        let left = self.engine.interner().len();
         self.sweep_at = left + live.max(SWEEP_FROM);
         tracing::debug!(strings, types, live, left, "interned strings no state refers to were freed");
     }
@@ -657,15 +657,15 @@ impl Processor {
 
     /// Writes the state and the dedupe window. Flush first: held writes are not part of it.
     pub fn snapshot(&self, out: &mut impl std::io::Write) -> std::io::Result<SnapshotStats> {
-        write_snapshot(&self.engine.store, &self.engine.interner, &self.dedupe.hashes(), out)
+        self.engine.write_snapshot(&self.dedupe.hashes(), out)
     }
 
     /// Restores a snapshot into this (fresh) processor.
     pub fn restore(&mut self, input: &mut impl std::io::Read) -> Result<SnapshotStats, SnapshotError> {
-        let (stats, dedupe) = read_snapshot(&self.engine.store, &self.engine.interner, input)?;
+        let (stats, dedupe) = self.engine.read_snapshot(input)?;
         self.dedupe.restore(&dedupe);
         self.engine.note_restored();
-        self.metrics.tracked_objects.set(self.engine.store.len() as i64);
+        self.metrics.tracked_objects.set(self.engine.tracked_objects() as i64);
         Ok(stats)
     }
 
@@ -674,8 +674,8 @@ impl Processor {
     /// snapshot has no changelog positions, its states are not kept by partition).
     pub fn restore_partitioned(&mut self, input: &mut impl std::io::Read) -> Result<(SnapshotStats, Option<Cached>), SnapshotError> {
         // The strings of states not in the store are not swept while the cache holds them.
-        let pin = self.engine.interner.pin();
-        let read = read_partitioned(&self.engine.interner, input)?;
+        let pin = self.engine.interner().pin();
+        let read = read_partitioned(self.engine.interner(), input)?;
         self.dedupe.restore(&read.dedupe);
         Ok((read.stats, read.mark.map(|m| Cached::new(m, read.objects, Some(pin)))))
     }

@@ -140,7 +140,7 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
     }
     processor.flush(0, &mut batch);
     write_batch(&mut batch, &mut summary, &opts.classes, &mut out, history.as_mut())?;
-    summary.tracked_objects = processor.engine().store.len();
+    summary.tracked_objects = processor.engine().tracked_objects();
     out.flush()?;
     if let Some(h) = history {
         summary.history = Some(h.finish()?);

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 
 use super::http::{check_url, client, post_json};
 use super::{Error, Events, SinkContext};
-use crate::classify::policy::{ChildRef, Resolution};
+use crate::classify::policy::ChildRef;
 use crate::shell::{Errors, Span};
 use crate::write::uid_key;
 use report::DriftReport;
@@ -94,30 +94,14 @@ pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkCo
 /// The parent's own namespace, from the model (a cluster-scoped parent has none).
 fn parent_namespace(ctx: &SinkContext, e: &crate::enriched::Enriched) -> Option<String> {
     let p = e.parent.as_ref()?;
-    let ns = ctx.engine.read_in_cluster(&e.cluster, uid_key(&p.uid), |s| s.namespace)?;
-    Some(ctx.engine.interner.resolve(ns).to_string())
+    Some(ctx.engine.namespace_of(&e.cluster, uid_key(&p.uid))?.to_string())
 }
 
 /// Is an open report over, judging by the parent's and child's state in the model?
 fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &Open) -> bool {
-    // A cluster the model no longer knows has no object in it (as a parent not found). With
-    // a changelog the objects are kept by partition: the first scope holding each is read.
     let child = &o.report.spec.child;
-    let child_gone = ctx.engine.read_in_cluster(cluster, uid_key(&child.uid), |s| s.deleted() || s.deleting()).unwrap_or(false);
-    if child_gone {
-        return true;
-    }
-    let parent = ctx
-        .engine
-        .read_in_cluster(cluster, uid_key(parent_uid), |s| (s.generation(), s.deleted() || s.deleting(), s.policy().cloned(), s.consumed_approvals().to_vec()));
-    let Some((generation, gone, policy, consumed)) = parent else { return false };
-    if gone || generation > o.parent_generation {
-        return true;
-    }
-    policy.is_some_and(|p| {
-        let child_ref = ChildRef { api_version: &child.api_version, kind: &child.kind, name: &child.name };
-        p.resolve(child_ref, generation, &consumed).0 == Resolution::Approved
-    })
+    let child_ref = ChildRef { api_version: &child.api_version, kind: &child.kind, name: &child.name };
+    !ctx.engine.drift_open(cluster, parent_uid, &child.uid, child_ref, o.parent_generation)
 }
 
 async fn deliver(client: &reqwest::Client, cfg: &DriftReportConfig, ctx: &SinkContext, r: &DriftReport) {

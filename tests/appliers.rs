@@ -409,7 +409,7 @@ fn an_hpa_and_an_applier_fighting_over_replicas_are_counted() {
         f.applied("main@sha1:1111");
     }
     let (p, out) = run(&f.events);
-    let fights = p.metrics().fights.with_label_values(&["Deployment", "spec.replicas"]).get();
+    let fights = p.metrics().fight_count("Deployment", "spec.replicas");
     // The applier's first put-back undoes the HPA's first scale: a revert, no fight yet. From
     // then on each side puts back what the other put back.
     assert_eq!(class_of(&out, &backs[0]), Class::Drift);
@@ -419,7 +419,7 @@ fn an_hpa_and_an_applier_fighting_over_replicas_are_counted() {
     assert_eq!((&*hpa_reverts[0].user, hpa_reverts[0].fight, &*hpa_reverts[0].audit_id), (KUSTOMIZE, true, &*audit_id(&backs[0])));
     assert!(find(&out, &backs[1]).unwrap().reverts.as_ref().unwrap()[0].fight);
     assert_eq!(fights, 4, "HPA, applier, HPA, applier after the first revert");
-    assert_eq!(p.metrics().applier_hand_edits.with_label_values(&["flux-kustomize"]).get(), 0, "an HPA is no person");
+    assert_eq!(p.metrics().hand_edit_count("flux-kustomize"), 0, "an HPA is no person");
 }
 
 #[test]
@@ -428,7 +428,7 @@ fn a_persons_edit_of_an_applied_object_is_counted() {
     let edit = f.api.update(ALICE, &f.config, |o| o["data"]["mode"] = json!("debug"));
     f.events.push(edit);
     let (p, _) = run(&f.events);
-    assert_eq!(p.metrics().applier_hand_edits.with_label_values(&["flux-kustomize"]).get(), 1);
+    assert_eq!(p.metrics().hand_edit_count("flux-kustomize"), 1);
 }
 
 #[test]

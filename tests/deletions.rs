@@ -211,7 +211,7 @@ fn an_eviction_delivered_twice_is_classified_once() {
     events.extend([evict.clone(), evict.clone()]);
     let (p, out) = run(&events);
     assert_eq!(out.iter().filter(|e| *e.audit_id == *audit_id(&evict)).count(), 1);
-    assert_eq!(p.metrics().dedup_hits.get(), 1);
+    assert_eq!(p.metrics().duplicates(), 1);
     assert_eq!(ignored(&p, Ignored::DeletionCompleted), 0);
 }
 

@@ -113,7 +113,7 @@ async fn served(dir: &std::path::Path, bodies: Arc<Vec<Vec<u8>>>, store: bool) -
         })
         .collect();
     tokio::task::spawn_blocking(move || posters.into_iter().for_each(|p| p.join().unwrap())).await.unwrap();
-    let late = running.metrics.late_events.get();
+    let late = running.metrics.late_writes();
     assert!(running.shutdown().await.clean);
     (classes(&std::fs::read_to_string(&out).unwrap()), late)
 }

@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{audit_id, class_of, feed, find};
+use kausality_stream::classify::policy::Resolution;
 use kausality_stream::classify::{Class, Engine, EngineOptions};
 use kausality_stream::config::ModelConfig;
 use kausality_stream::enriched::{Enriched, RevertOut};
@@ -78,8 +79,8 @@ fn f(path: &str, before: Option<&str>, after: Option<&str>, restored: bool) -> F
 }
 
 fn person_reverts(p: &Processor) -> u64 {
-    p.metrics().person_reverts.with_label_values(&["ReplicaSet", "Pod", "unresolved"]).get()
-        + p.metrics().person_reverts.with_label_values(&["Deployment", "ReplicaSet", "unresolved"]).get()
+    p.metrics().person_revert_count("ReplicaSet", "Pod", Resolution::Unresolved)
+        + p.metrics().person_revert_count("Deployment", "ReplicaSet", Resolution::Unresolved)
 }
 
 #[test]

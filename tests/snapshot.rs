@@ -90,7 +90,7 @@ fn restart_from_a_snapshot_classifies_like_an_uninterrupted_run() {
     assert_eq!(got, reference);
     // Alice's origin write was not in the snapshot: the drift after the restart names nobody.
     assert_eq!(reverted(&out, &events[5]), []);
-    assert_eq!(second.metrics().dedup_hits.get(), 5);
+    assert_eq!(second.metrics().duplicates(), 5);
     // The approval survived the restart and was used up once.
     assert_eq!(got.iter().filter(|l| l.contains("\"resolution\":\"approved\"")).count(), 1);
 }

@@ -358,9 +358,9 @@ impl Changelog {
         let lost = (traces.len() - queued) as u64 + (self.traces.context().failed.load(Ordering::Relaxed) - failed_before);
         let lost = lost.min(traces.len() as u64);
         written.traces = traces.len() - lost as usize;
-        self.metrics.trace_messages.with_label_values(&[Completion::Sent.as_str()]).inc_by(written.traces as u64);
+        self.metrics.trace_messages(Completion::Sent, written.traces as u64);
         if lost > 0 {
-            self.metrics.trace_messages.with_label_values(&[Completion::Unsent.as_str()]).inc_by(lost);
+            self.metrics.trace_messages(Completion::Unsent, lost);
             tracing::warn!(topic = %self.input, lost, error = ?error.map(|e| e.to_string()), "trace messages not delivered: the traces of those objects' children lack their parents' hops");
         }
     }

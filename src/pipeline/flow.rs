@@ -166,7 +166,7 @@ impl Flow {
         }
         for (kind, sink) in &self.sinks {
             if sink.send(events.clone()).await.is_err() {
-                self.processor.metrics().sink_errors.with_label_values(&[kind]).inc_by(events.len() as u64);
+                self.processor.metrics().sink_lost(kind, events.len() as u64);
                 tracing::error!(sink = kind, "sink task has stopped; its events are lost");
             }
         }

@@ -375,7 +375,7 @@ impl Processor {
         let mut future_after = None;
         for item in decoded.items.drain(..) {
             if !self.dedupe.first_sight_key(item.dedupe_key) {
-                self.metrics.dedup_hits.inc();
+                self.metrics.duplicate();
                 if let (Some(parts), Ok(w)) = (&self.partitions, &item.write) {
                     // The other copy of a write routed twice (judged, and state-only): its
                     // objects belong to this partition too.
@@ -456,7 +456,7 @@ impl Processor {
             self.stream_us = self.stream_us.max(write.time_us);
             return;
         }
-        self.metrics.future_events.inc();
+        self.metrics.future_write();
         write.time_us = match self.opts.clock {
             Clock::Arrival => received_us,
             Clock::EventTime if self.stream_us > 0 => self.stream_us,
@@ -520,8 +520,8 @@ impl Processor {
 
     /// Sets the gauges of what is held and tracked.
     fn after_batch(&mut self) {
-        self.metrics.reorder_buffer_events.set(self.held as i64);
-        self.metrics.tracked_objects.set(self.engine.tracked_objects() as i64);
+        self.metrics.held_writes(self.held);
+        self.metrics.tracked_objects(self.engine.tracked_objects());
     }
 
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
@@ -536,7 +536,7 @@ impl Processor {
             let trace = matches!(write.target, Target::Trace { .. });
             write.late = late;
             if late {
-                self.metrics.late_events.inc();
+                self.metrics.late_write();
             }
             let time_us = write.time_us;
             self.note_fresh(write.cluster, time_us);
@@ -557,11 +557,11 @@ impl Processor {
             }
             match applied {
                 Err(_) => {
-                    self.metrics.classify_failures.inc();
+                    self.metrics.classify_failed();
                     tracing::error!(audit_id = %write.audit_id, "classifying a write failed inside kausality-stream: skipped (a defect: please report it with this event)");
                 }
                 Ok(Applied::Ignored(reason)) => self.metrics.ignored(reason),
-                Ok(Applied::Trace(done)) => self.metrics.trace_messages.with_label_values(&[done.as_str()]).inc(),
+                Ok(Applied::Trace(done)) => self.metrics.trace_messages(done, 1),
                 // Its outputs went out before a restart (see `Decoded::silence_from`).
                 Ok(Applied::Classified(_)) if write.silent => {}
                 Ok(Applied::Classified(events)) => self.emit(events, out),
@@ -573,12 +573,12 @@ impl Processor {
                 }
             }
             if self.opts.clock == Clock::Arrival && time_us != 0 && !trace {
-                self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
+                self.metrics.processing_lag(((now_us - time_us).max(0)) as f64 / 1e6);
             }
             if write.seq.is_multiple_of(MAINTAIN_EVERY) {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };
                 let stats = self.engine.maintain(clock);
-                self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);
+                self.metrics.evicted((stats.evicted + stats.expired_tombstones) as u64);
                 self.sweep_due = true;
             }
         }
@@ -665,7 +665,7 @@ impl Processor {
         let (stats, dedupe) = self.engine.read_snapshot(input)?;
         self.dedupe.restore(&dedupe);
         self.engine.note_restored();
-        self.metrics.tracked_objects.set(self.engine.tracked_objects() as i64);
+        self.metrics.tracked_objects(self.engine.tracked_objects());
         Ok(stats)
     }
 

@@ -191,7 +191,7 @@ pub async fn drift(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
         let (f, after, limit) = drift_filter(&p)?;
         s.blocking(move |s| {
             let page = s.history()?.read(|c| drift_page(c, &f, after, limit))?;
-            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Endpoint::Drift.as_str()]).inc_by(page.unreadable);
+            s.ctx.metrics.unreadable_rows(Endpoint::Drift.as_str(), page.unreadable);
             serde_json::to_string(&page).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await

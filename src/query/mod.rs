@@ -18,7 +18,6 @@ mod params;
 mod verdict;
 mod why;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,14 +29,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinHandle;
 
 pub use config::QueryConfig;
 pub use params::{DEFAULT_LIMIT, MAX_LIMIT};
 
 use crate::classify::Engine;
+pub use crate::listen::Running;
 use crate::listen::{self, Limits};
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 use crate::order::Freshness;
 
 #[derive(Debug, thiserror::Error)]
@@ -63,12 +62,6 @@ pub struct Context {
 /// A question takes a few hundred bytes. (A request line over 64 KiB never reaches the API:
 /// the HTTP layer refuses it before the request is read, with an empty 414.)
 pub const MAX_TARGET_BYTES: usize = 8192;
-
-/// A query API that is listening.
-pub struct Running {
-    pub local_addr: SocketAddr,
-    pub task: JoinHandle<()>,
-}
 
 /// The endpoints of the query API, as the `route` label of `kausality_query_requests_total`
 /// names them (not to be confused with [`crate::route::Route`], where an audit event goes).
@@ -170,14 +163,7 @@ pub struct QueryState {
 impl QueryState {
     pub fn new(ctx: Context, token: Option<String>, max_concurrent_reads: usize) -> Arc<QueryState> {
         let history = ctx.history.clone().map(history::Store::new);
-        for route in Endpoint::ALL {
-            for code in ["200", "400", "401", "404"] {
-                ctx.metrics.query_requests.with_label_values(&[route.as_str(), code]);
-            }
-        }
-        for route in [Endpoint::Drift, Endpoint::Why] {
-            ctx.metrics.history_unreadable_rows.with_label_values(&[route.as_str()]);
-        }
+        ctx.metrics.query_series(Endpoint::ALL.map(Endpoint::as_str), [Endpoint::Drift, Endpoint::Why].map(Endpoint::as_str));
         Arc::new(QueryState { ctx, token, reads: Semaphore::new(max_concurrent_reads.max(1)), history })
     }
 
@@ -200,7 +186,7 @@ impl QueryState {
             Ok(body) => (StatusCode::OK, body),
             Err(e) => (e.code(), e.body().to_string()),
         };
-        self.ctx.metrics.query_requests.with_label_values(&[route.as_str(), code.as_str()]).inc();
+        self.ctx.metrics.query_answered(route.as_str(), code.as_str());
         let mut r = (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
         match code {
             StatusCode::UNAUTHORIZED => {
@@ -271,28 +257,17 @@ async fn not_found(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
 
 /// Binds the listener and serves until `shutdown`.
 pub async fn start(cfg: &QueryConfig, ctx: Context, shutdown: watch::Receiver<bool>, grace: Duration) -> Result<Running, Error> {
-    let token = match &cfg.bearer_token_file {
-        Some(p) => Some(listen::read_token(p).map_err(|source| Error::Token { path: p.display().to_string(), source })?),
-        None => None,
-    };
-    let tls = match &cfg.tls {
-        Some(t) => Some(t.server_config()?),
-        None => None,
-    };
-    let listener = listen::bind(cfg.listen).await?;
-    let local_addr = listener.local_addr().unwrap_or(cfg.listen);
+    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| Error::Token { path, source }).await?;
     let metrics = ctx.metrics.clone();
-    metrics.connections_refused.with_label_values(&["query"]);
     let history = ctx.history.as_ref().map(|p| p.display().to_string());
-    let state = QueryState::new(ctx, token, cfg.max_concurrent_reads);
+    let state = QueryState::new(ctx, opened.token.take(), cfg.max_concurrent_reads);
     let limits = Limits {
-        name: "query",
+        name: Listener::Query,
         max_connections: cfg.max_connections,
         header_read_timeout: cfg.header_read_timeout.0,
         idle_timeout: cfg.idle_timeout.0,
         max_connections_per_client: Some(cfg.max_connections_per_client),
     };
-    tracing::info!(addr = %local_addr, https = tls.is_some(), bearer_token = cfg.bearer_token_file.is_some(), history = ?history, "query API listening");
-    let task = tokio::spawn(listen::serve(listener, router(state), tls, shutdown, grace, limits, Some(metrics)));
-    Ok(Running { local_addr, task })
+    tracing::info!(addr = %opened.local_addr, https = opened.tls.is_some(), bearer_token = cfg.bearer_token_file.is_some(), history = ?history, "query API listening");
+    Ok(opened.serve(router(state), shutdown, grace, limits, metrics))
 }

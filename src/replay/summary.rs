@@ -110,7 +110,7 @@ impl Summary {
         for ex in &self.invalid_examples {
             let _ = writeln!(s, "      e.g. {ex}");
         }
-        let _ = writeln!(s, "  duplicates     {:>12}", thousands(metrics.dedup_hits.get()));
+        let _ = writeln!(s, "  duplicates     {:>12}", thousands(metrics.duplicates()));
         let _ = writeln!(
             s,
             "  state          {:>12}   objects tracked{}",

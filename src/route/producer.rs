@@ -111,12 +111,7 @@ impl RouteProducer {
             [("enable.idempotence", "true".to_string()), ("acks", "all".to_string()), ("message.timeout.ms", cfg.delivery_timeout.0.as_millis().to_string())];
         let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &cfg.properties, &managed);
         let producer: ThreadedProducer<RouteContext> = config.create_with_context(RouteContext).map_err(|e| Error::Kafka(e.to_string()))?;
-        for copy in [Copy::Judged, Copy::State] {
-            metrics.route_messages.with_label_values(&[copy.as_str()]);
-        }
-        for reason in crate::route::Unroutable::ALL {
-            metrics.route_unroutable.with_label_values(&[reason.as_str()]);
-        }
+        metrics.route_series([Copy::Judged, Copy::State].map(Copy::as_str), crate::route::Unroutable::ALL.map(|r| r.as_str()));
         let this = Arc::new(RouteProducer {
             producer,
             topic: cfg.topic.clone(),
@@ -182,11 +177,11 @@ impl RouteProducer {
         match &result {
             Ok(()) => {
                 let state = messages.iter().filter(|m| m.copy == Copy::State).count() as u64;
-                self.metrics.route_messages.with_label_values(&[Copy::Judged.as_str()]).inc_by(messages.len() as u64 - state);
-                self.metrics.route_messages.with_label_values(&[Copy::State.as_str()]).inc_by(state);
+                self.metrics.routed(Copy::Judged.as_str(), messages.len() as u64 - state);
+                self.metrics.routed(Copy::State.as_str(), state);
             }
             Err(e) => {
-                self.metrics.route_errors.inc_by(failed.max(1) as u64);
+                self.metrics.route_failed(failed.max(1) as u64);
                 tracing::debug!(error = %e, messages = messages.len(), "kafka route sink: a body was not acknowledged whole");
             }
         }

@@ -17,7 +17,7 @@ use tokio::task::JoinHandle;
 use super::{Error, Events};
 use crate::history::writer::{self, Report, WriterOptions};
 use crate::history::{OnDamaged, Retention, Store};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Sink};
 use crate::shell::{Errors, Span};
 use crate::status::Status;
 
@@ -88,9 +88,8 @@ impl HistoryConfig {
 /// Opens the store (an error names the file and what SQLite said) and starts its writer.
 pub fn spawn(cfg: HistoryConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<JoinHandle<()>, Error> {
     let store = Store::open_checked(Path::new(&cfg.path), cfg.retention(), cfg.on_damaged).map_err(|e| Error::History(e.to_string()))?;
-    metrics.history_bytes.set(i64::try_from(store.disk_bytes()).unwrap_or(i64::MAX));
-    let delivered = metrics.sink_events.with_label_values(&["history"]);
-    let failed = metrics.sink_errors.with_label_values(&["history"]);
+    metrics.history_bytes(store.disk_bytes());
+    let (delivered, failed) = metrics.sink_counters(Sink::History);
     let name = format!("history {}", cfg.path);
     // Dropped with the report closure when the writer thread ends: the task below then ends.
     let (ended, end) = oneshot::channel::<()>();
@@ -100,7 +99,7 @@ pub fn spawn(cfg: HistoryConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metric
         match r {
             Report::Written { written, bytes } => {
                 delivered.inc_by(written.events);
-                metrics.history_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+                metrics.history_bytes(bytes);
             }
             Report::Failing(error) => {
                 failed.inc();

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{Error, Events};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Sink};
 use crate::shell::{Errors, Span};
 
 #[derive(Clone, Debug, Deserialize)]
@@ -118,8 +118,7 @@ fn bytes_of(v: Vec<u8>) -> axum::body::Bytes {
 
 pub fn spawn(cfg: HttpConfig, mut rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>) -> Result<JoinHandle<()>, Error> {
     let client = client(cfg.timeout.0, "http")?;
-    let delivered = metrics.sink_events.with_label_values(&["http"]);
-    let failed = metrics.sink_errors.with_label_values(&["http"]);
+    let (delivered, failed) = metrics.sink_counters(Sink::Http);
     Ok(tokio::spawn(async move {
         let mut batch = JsonArray::default();
         let mut first_at: Option<Instant> = None;

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::classify::Engine;
 use crate::enriched::Enriched;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Sink};
 use crate::shell::{Errors, Receipt};
 use crate::status::Status;
 
@@ -81,15 +81,20 @@ pub enum SinkConfig {
 
 impl SinkConfig {
     /// The `sink` label of the sink metrics.
-    pub fn kind(&self) -> &'static str {
+    pub fn label(&self) -> Sink {
         match self {
-            SinkConfig::Jsonl(_) => "jsonl",
-            SinkConfig::Http(_) => "http",
-            SinkConfig::DriftReport(_) => "drift_report",
-            SinkConfig::Kafka(_) => "kafka",
-            SinkConfig::History(_) => "history",
-            SinkConfig::KafkaRoute(_) => "kafka_route",
+            SinkConfig::Jsonl(_) => Sink::Jsonl,
+            SinkConfig::Http(_) => Sink::Http,
+            SinkConfig::DriftReport(_) => Sink::DriftReport,
+            SinkConfig::Kafka(_) => Sink::Kafka,
+            SinkConfig::History(_) => Sink::History,
+            SinkConfig::KafkaRoute(_) => Sink::KafkaRoute,
         }
+    }
+
+    /// The sink's `type`, as the pipeline file and the logs name it.
+    pub fn kind(&self) -> &'static str {
+        self.label().as_str()
     }
 
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
@@ -142,8 +147,7 @@ pub fn spawn(cfg: &SinkConfig, ctx: &SinkContext) -> Result<SinkHandle, Error> {
     let (queue, rx) = mpsc::channel(ctx.queue_capacity);
     let kind = cfg.kind();
     // Show the sink in the metrics from the start, with zeros.
-    ctx.metrics.sink_events.with_label_values(&[kind]);
-    ctx.metrics.sink_errors.with_label_values(&[kind]);
+    ctx.metrics.sink_counters(cfg.label());
     let task = match cfg {
         SinkConfig::Jsonl(c) => jsonl::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.status.clone())?,
         SinkConfig::History(c) => history::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.status.clone())?,

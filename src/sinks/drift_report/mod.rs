@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use super::http::{check_url, client, post_json};
 use super::{Error, Events, SinkContext};
 use crate::classify::policy::ChildRef;
+use crate::metrics::Sink;
 use crate::shell::{Errors, Span};
 use crate::write::uid_key;
 use report::DriftReport;
@@ -105,20 +106,21 @@ fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &O
 }
 
 async fn deliver(client: &reqwest::Client, cfg: &DriftReportConfig, ctx: &SinkContext, r: &DriftReport) {
+    let (delivered_counter, failed) = ctx.metrics.sink_counters(Sink::DriftReport);
     let body = serde_json::to_vec(r).expect("drift reports serialize");
     let mut delivered = false;
     for url in &cfg.urls {
         match post_json(client, url, body.clone(), cfg.max_retries).await.and_then(|resp| acknowledged(&resp)) {
             Ok(()) => delivered = true,
             Err(why) => {
-                ctx.metrics.sink_errors.with_label_values(&["drift_report"]).inc();
+                failed.inc();
                 tracing::warn!(id = %r.spec.id, phase = r.spec.phase.label(), error = %why, "drift report not delivered");
             }
         }
     }
     if delivered {
-        ctx.metrics.sink_events.with_label_values(&["drift_report"]).inc();
-        ctx.metrics.drift_reports.with_label_values(&[r.spec.phase.label()]).inc();
+        delivered_counter.inc();
+        ctx.metrics.drift_report_sent(r.spec.phase.label());
     }
 }
 

@@ -670,11 +670,11 @@ fn probe_lag(consumer: &BaseConsumer<SourceContext>, metrics: &Metrics, ended: &
             };
             let lag = (high - from).max(0);
             let labels = (e.topic().to_string(), e.partition().to_string());
-            metrics.kafka_consumer_lag.with_label_values(&[&labels.0, &labels.1]).set(lag);
+            metrics.consumer_lag(&labels.0, &labels.1, lag);
             now_shown.push(labels);
         }
         for gone in shown.iter().filter(|l| !now_shown.contains(l)) {
-            let _ = metrics.kafka_consumer_lag.remove_label_values(&[&gone.0, &gone.1]);
+            metrics.consumer_lag_gone(&gone.0, &gone.1);
         }
         shown = now_shown;
     }

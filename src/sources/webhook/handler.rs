@@ -28,7 +28,7 @@ use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::decode::DecodeOptions;
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 use crate::process::{Decoded, Decoder, IngestReport};
 use crate::route::{self, route_body, Producer};
 use crate::scope::Scope;
@@ -145,7 +145,7 @@ impl WebhookState {
             Ok(Err(BodyError::Busy)) => return self.busy(),
             Ok(Err(BodyError::Read(e))) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
             Err(_) => {
-                self.metrics.connection_timeouts.with_label_values(&["webhook", "body"]).inc();
+                self.metrics.connection_timed_out(Listener::Webhook, "body");
                 let msg = format!("the body did not arrive within body_read_timeout ({:?})", self.body_read_timeout);
                 let mut r = self.retry_later(StatusCode::REQUEST_TIMEOUT, &msg);
                 r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -250,7 +250,7 @@ impl WebhookState {
         }
         invalid.into_iter().for_each(|r| self.metrics.invalid(r));
         ignored.into_iter().for_each(|r| self.metrics.ignored(r));
-        unroutable.into_iter().for_each(|r| self.metrics.route_unroutable.with_label_values(&[r.as_str()]).inc());
+        unroutable.into_iter().for_each(|r| self.metrics.unroutable(r.as_str()));
         self.report(report)
     }
 
@@ -301,7 +301,7 @@ impl WebhookState {
     }
 
     pub fn answer(&self, code: StatusCode, body: serde_json::Value) -> Response {
-        self.metrics.webhook_requests.with_label_values(&[code.as_str()]).inc();
+        self.metrics.webhook_answered(code.as_str());
         (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
     }
 }

@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 /// One audit event, as the floor reads it.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Floor<'a> {
+pub(crate) struct Floor<'a> {
     #[serde(borrow, rename = "auditID")]
     audit_id: Cow<'a, str>,
     #[serde(borrow)]
@@ -81,12 +81,12 @@ struct FloorMeta<'a> {
 
 /// A webhook body: an `EventList` of events read as [`Floor`]s.
 #[derive(Deserialize)]
-pub struct FloorList<'a> {
+pub(crate) struct FloorList<'a> {
     #[serde(borrow)]
     pub items: Vec<Floor<'a>>,
 }
 
 /// Events in an EventList body, parsed as the floor parses them; `None` when it does not parse.
-pub fn parse_list(body: &[u8]) -> Option<usize> {
+pub(crate) fn parse_list(body: &[u8]) -> Option<usize> {
     serde_json::from_slice::<FloorList>(body).ok().map(|l| l.items.len())
 }

@@ -42,7 +42,7 @@ pub fn is_person(user: &str) -> bool {
 /// The leaf fields of a content text: dotted path (`spec.replicas`,
 /// `spec.template.spec.containers[0].image`) to compact JSON text. Leaves are scalars and
 /// empty arrays or objects.
-pub type Leaves = BTreeMap<String, Box<str>>;
+pub(super) type Leaves = BTreeMap<String, Box<str>>;
 
 /// A content text parsed, for [`diff_values`] and reading leaves by path.
 fn parse(content: &str) -> Option<Value> {
@@ -128,7 +128,7 @@ fn lookup<'a>(v: &'a Value, rest: &str, root: bool) -> Option<&'a Value> {
 /// The leaf fields that differ between two parsed contents: what [`diff`] gives for their
 /// [`leaves`], found by walking both at once, so that the leaves that did not change are never
 /// spelled out.
-pub fn diff_values(before: &Value, after: &Value) -> Vec<FieldChange> {
+pub(super) fn diff_values(before: &Value, after: &Value) -> Vec<FieldChange> {
     let mut out = Vec::new();
     diff_walk(Some(before), Some(after), &mut String::new(), &mut out);
     out.sort_by(|a, b| a.path.cmp(&b.path));

@@ -13,7 +13,7 @@ use crate::history::story::{self, StoryError, StoryQuery};
 
 const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at", "limit", "before"];
 
-pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
+pub(super) async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
     s.serve(Endpoint::Why, |s| async move {
         let p = Params::parse(query.as_deref(), PARAMS)?;

@@ -32,7 +32,7 @@ struct Shared {
     error: Option<String>,
 }
 
-pub struct HistoryOut {
+pub(super) struct HistoryOut {
     queue: Option<SyncSender<Vec<Enriched>>>,
     pending: Vec<Enriched>,
     thread: Option<JoinHandle<()>>,
@@ -44,7 +44,7 @@ fn failed(msg: String) -> io::Error {
 }
 
 impl HistoryOut {
-    pub fn open(path: &Path, retention: Retention) -> io::Result<HistoryOut> {
+    pub(super) fn open(path: &Path, retention: Retention) -> io::Result<HistoryOut> {
         let store = Store::open(path, retention).map_err(|e| failed(e.to_string()))?;
         let shared = Arc::new(Mutex::new(Shared { written: HistoryWritten { path: path.display().to_string(), ..HistoryWritten::default() }, error: None }));
         let (queue, rx) = sync_channel(16);
@@ -66,7 +66,7 @@ impl HistoryOut {
         Ok(HistoryOut { queue: Some(queue), pending: Vec::with_capacity(BATCH), thread: Some(thread), shared })
     }
 
-    pub fn push(&mut self, e: Enriched) -> io::Result<()> {
+    pub(super) fn push(&mut self, e: Enriched) -> io::Result<()> {
         self.pending.push(e);
         if self.pending.len() >= BATCH {
             self.send()?;
@@ -97,7 +97,7 @@ impl HistoryOut {
     }
 
     /// Writes what is pending, waits for the writer and says what it wrote.
-    pub fn finish(mut self) -> io::Result<HistoryWritten> {
+    pub(super) fn finish(mut self) -> io::Result<HistoryWritten> {
         if !self.pending.is_empty() {
             self.send()?;
         }

@@ -38,7 +38,7 @@ pub struct Summary {
 
 const EXAMPLES: usize = 5;
 /// Reverted changes listed by name in the summary.
-pub const REVERTS_SHOWN: usize = 20;
+pub(super) const REVERTS_SHOWN: usize = 20;
 
 impl Summary {
     pub fn record(&mut self, e: &Enriched) {
@@ -202,7 +202,7 @@ fn reverted_line(e: &Enriched, r: &RevertOut) -> String {
 }
 
 /// Peak resident memory of this process in KiB (Linux: VmHWM), for the summary.
-pub fn peak_rss() -> Option<u64> {
+pub(super) fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()

@@ -9,7 +9,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose
 
 /// The files are in `dir`: `ca.crt`, `tls.crt` and `tls.key` (the server's), `client.crt` and
 /// `client.key`; the client's PEM also in memory.
-pub struct Pki {
+pub(crate) struct Pki {
     pub dir: PathBuf,
     pub ca_pem: String,
     pub client_pem: String,
@@ -17,7 +17,7 @@ pub struct Pki {
 }
 
 /// Makes the certificates in `dir` (which must exist).
-pub fn pki(dir: PathBuf) -> Pki {
+pub(crate) fn pki(dir: PathBuf) -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

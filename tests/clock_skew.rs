@@ -162,21 +162,7 @@ fn a_write_from_the_future_is_counted_and_moves_no_clock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_verdict_s_freshness_is_not_poisoned_by_2099() {
-    let running = serve_support::start(
-        r#"
-[options]
-reorder_window = "20ms"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[metrics]
-listen = "127.0.0.1:0"
-[query]
-listen = "127.0.0.1:0"
-"#,
-    )
-    .await;
+    let running = serve_support::start(&serve_support::Pipeline::webhook().options(r#"reorder_window = "20ms""#).query("").toml()).await;
     let client = reqwest::Client::new();
     let stale = now_us() - 60_000_000;
     let mut ev = serve_support::Ev {

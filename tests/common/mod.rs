@@ -1,4 +1,5 @@
 //! Shared helpers for the black-box tests: run audit events through the real processing chain.
+// Each test crate uses the helpers its tests need: the others go unused in it.
 #![allow(dead_code)]
 
 pub(crate) mod schema;

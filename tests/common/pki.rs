@@ -1,6 +1,7 @@
 //! Certificates made inside the TLS tests: a CA, a serving certificate for 127.0.0.1 and
 //! localhost, and a client certificate, written as PEM files into a directory. Included with
 //! `#[path = "common/pki.rs"] mod pki;` by the tests that need it.
+// Each test crate uses the helpers its tests need: the others go unused in it.
 #![allow(dead_code)]
 
 use std::path::PathBuf;

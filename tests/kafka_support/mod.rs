@@ -12,7 +12,11 @@
 //! `KAUSALITY_TEST_KAFKA_PORT` (default 19192; the controller gets the next port) and
 //! `KAUSALITY_TEST_KAFKA_STATE` (default: `kafka` under cargo's target tmp dir) move the
 //! broker.
+// Each test crate uses the helpers its tests need: the others go unused in it.
 #![allow(dead_code)]
+
+#[path = "../common/pipeline.rs"]
+mod pipeline_toml;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,6 +27,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use pipeline_toml::Pipeline;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -564,22 +569,8 @@ snapshot_interval = "2s"
 /// An ingest pipeline: a webhook on an ephemeral port, and the `kafka_route` sink to `topic`.
 pub(crate) fn ingest_pipeline(dir: &Path, name: &str, brokers: &str, topic: &str, delivery_timeout: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
-    let text = format!(
-        r#"[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "kafka_route"
-brokers = "{brokers}"
-topic = "{topic}"
-delivery_timeout = "{delivery_timeout}"
-metadata_refresh = "1s"
-[metrics]
-listen = "127.0.0.1:0"
-"#
-    );
-    std::fs::write(&path, text).unwrap();
+    let route = format!("brokers = \"{brokers}\"\ntopic = \"{topic}\"\ndelivery_timeout = \"{delivery_timeout}\"\nmetadata_refresh = \"1s\"");
+    std::fs::write(&path, Pipeline::webhook().sink("kafka_route", &route).toml()).unwrap();
     path
 }
 

@@ -1,7 +1,12 @@
 //! Shared by the `serve` black-box tests: audit events built the way kube-apiserver writes
 //! them, a pipeline started in-process on 127.0.0.1:0, and a collector standing in for HTTP
 //! sinks' endpoints.
+// Each test crate uses the helpers its tests need: the others go unused in it.
 #![allow(dead_code)]
+
+#[path = "../common/pipeline.rs"]
+mod pipeline_toml;
+pub(crate) use pipeline_toml::Pipeline;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -7,14 +7,11 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{audit_id, class_of, feed, find};
-use kausality_stream::classify::{Class, Engine, EngineOptions};
+use kausality_stream::classify::Class;
 use kausality_stream::config::ModelConfig;
 use kausality_stream::enriched::Enriched;
-use kausality_stream::metrics::Metrics;
-use kausality_stream::process::{Clock, Processor, ProcessorOptions};
+use kausality_stream::process::Processor;
 use kausality_stream::sim::*;
 use serde_json::{json, Value};
 
@@ -24,9 +21,7 @@ const SVELTOS: &str = "system:serviceaccount:projectsveltos:addon-controller";
 const ALICE: &str = "alice@example.com";
 
 fn run(events: &[String]) -> (Processor, Vec<Enriched>) {
-    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let opts = ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, ..ProcessorOptions::default() };
-    let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
+    let mut p = common::processor(ModelConfig::default(), 500_000);
     let mut out = Vec::new();
     feed(&mut p, events, &mut out);
     p.flush(0, &mut out);
@@ -472,14 +467,7 @@ fn the_replay_summary_names_the_applier_and_revision_of_a_put_back() {
     let deploy = f.deploy.clone();
     f.apply(&deploy, |o| o["spec"]["replicas"] = json!(2));
     f.applied("main@sha1:1111");
-    let dir = std::env::temp_dir().join(format!("kausality-appliers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join("audit.jsonl");
-    std::fs::write(&input, f.events.join("\n")).unwrap();
-    let opts = kausality_stream::replay::ReplayOptions { inputs: vec![input], progress: false, ..Default::default() };
-    let outcome = kausality_stream::replay::run(&opts, &mut std::io::sink()).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    let text = outcome.render();
+    let text = common::replay_summary("appliers", &f.events);
     let when = serde_json::from_str::<Value>(&scale).unwrap()["stageTimestamp"].as_str().unwrap().to_string();
     let line = format!(
         "{when} {ALICE} update Deployment shop/web spec.replicas 2→5 · undone by {KUSTOMIZE} (patch of Deployment shop/web) · applier flux-kustomize of Kustomization apps at revision main@sha1:1111"
@@ -593,9 +581,7 @@ fn after_a_restore_members_find_their_parent_and_its_intent() {
 
 /// Runs events of several clusters, each as its webhook path names it, in one instance.
 fn run_clusters(events: &[(&str, String)]) -> Vec<Enriched> {
-    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let opts = ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, ..ProcessorOptions::default() };
-    let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
+    let mut p = common::processor(ModelConfig::default(), 500_000);
     let mut out = Vec::new();
     for (i, (cluster, ev)) in events.iter().enumerate() {
         p.ingest_document(Some(cluster), ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);

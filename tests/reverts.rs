@@ -28,19 +28,7 @@ struct Tree {
 fn tree() -> Tree {
     let mut api = ApiServer::new();
     let mut events = Vec::new();
-    let (deploy, e) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
-    events.push(e);
-    let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
-    events.push(e);
-    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "False")]));
-    let mut pods = Vec::new();
-    for s in ["a", "b"] {
-        let (p, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
-        pods.push(p);
-        events.push(e);
-    }
-    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
-    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
+    let (deploy, rs, pods) = common::web_tree(&mut api, &mut events);
     Tree { api, events, deploy, rs, pods }
 }
 
@@ -299,14 +287,7 @@ fn the_replay_summary_lists_reverted_changes_with_who_and_what() {
     let del = t.api.delete("system:node:worker-1", &t.pods[0], &[]);
     let (_, replacement) = t.api.create(REPLICASET_CONTROLLER, pod(&t.rs, "c", "web:1"));
     t.events.extend([by_hand.clone(), back, caught_up, del, replacement]);
-    let dir = std::env::temp_dir().join(format!("kausality-reverts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join("audit.jsonl");
-    std::fs::write(&input, t.events.join("\n")).unwrap();
-    let opts = kausality_stream::replay::ReplayOptions { inputs: vec![input], progress: false, ..Default::default() };
-    let outcome = kausality_stream::replay::run(&opts, &mut std::io::sink()).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    let text = outcome.render();
+    let text = common::replay_summary("reverts", &t.events);
     assert!(text.contains("reverted changes: 2 (1 by persons)"), "{text}");
     let when = serde_json::from_str::<serde_json::Value>(&by_hand).unwrap()["stageTimestamp"].as_str().unwrap().to_string();
     let scale = format!(

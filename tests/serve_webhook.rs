@@ -352,27 +352,22 @@ fn tls_client(pki: &Pki, with_client_cert: bool) -> reqwest::Client {
     b.build().unwrap()
 }
 
+/// A webhook serving HTTPS with the certificate and key in `d`, asking clients for a
+/// certificate from its CA when `client_ca`.
+fn tls_pipeline(d: &std::path::Path, client_ca: bool) -> String {
+    let ca = if client_ca { format!("client_ca = \"{}\"\n", d.join("ca.crt").display()) } else { String::new() };
+    format!(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\n[sources.tls]\ncert = \"{}\"\nkey = \"{}\"\n{ca}[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        d.join("tls.crt").display(),
+        d.join("tls.key").display()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_client_certificates() {
     let pki = pki(temp_dir("mtls"));
     let d = &pki.dir;
-    let running = start(&format!(
-        r#"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-[sources.tls]
-cert = "{}"
-key = "{}"
-client_ca = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        d.join("tls.crt").display(),
-        d.join("tls.key").display(),
-        d.join("ca.crt").display()
-    ))
-    .await;
+    let running = start(&tls_pipeline(d, true)).await;
     let url = format!("https://127.0.0.1:{}/audit/tls-cluster", running.webhook_addrs[0].port());
     let body = event_list(&deployment_story("x")[..1]);
     let (code, _, _) = post(&tls_client(&pki, true), &url, body.clone()).await;
@@ -398,21 +393,7 @@ listen = "127.0.0.1:0"
 async fn https_without_client_certificates() {
     let pki = pki(temp_dir("tls"));
     let d = &pki.dir;
-    let running = start(&format!(
-        r#"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-[sources.tls]
-cert = "{}"
-key = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        d.join("tls.crt").display(),
-        d.join("tls.key").display()
-    ))
-    .await;
+    let running = start(&tls_pipeline(d, false)).await;
     let url = format!("https://127.0.0.1:{}/audit", running.webhook_addrs[0].port());
     let (code, body, _) = post(&tls_client(&pki, false), &url, event_list(&deployment_story("y")[..2])).await;
     assert_eq!(code, 200, "{body}");

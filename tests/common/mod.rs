@@ -12,6 +12,7 @@ use kausality_stream::decode::Location;
 use kausality_stream::enriched::Enriched;
 use kausality_stream::metrics::Metrics;
 use kausality_stream::process::{Clock, Processor, ProcessorOptions};
+use kausality_stream::sim::{deployment, pod, replicaset, ApiServer, ObjRef, ADMIN, DEPLOYMENT_CONTROLLER, REPLICASET_CONTROLLER};
 
 pub(crate) fn processor(config: ModelConfig, window_us: i64) -> Processor {
     let engine = Arc::new(Engine::new(config, EngineOptions::default()));
@@ -90,4 +91,35 @@ pub(crate) fn replay_by_key(jsonl: &std::path::Path, cluster: &str, window: &str
             (key, e)
         })
         .collect()
+}
+
+/// The summary `replay` renders for `events`, read from a file as the command reads them.
+pub(crate) fn replay_summary(name: &str, events: &[String]) -> String {
+    let dir = std::env::temp_dir().join(format!("kausality-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let input = dir.join("audit.jsonl");
+    std::fs::write(&input, events.join("\n")).unwrap();
+    let opts = kausality_stream::replay::ReplayOptions { inputs: vec![input], progress: false, ..Default::default() };
+    let outcome = kausality_stream::replay::run(&opts, &mut std::io::sink()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    outcome.render()
+}
+
+/// Deployment shop/web → ReplicaSet web-5d4f → pods a and b, created and reported available;
+/// their events go to `events`.
+pub(crate) fn web_tree(api: &mut ApiServer, events: &mut Vec<String>) -> (ObjRef, ObjRef, Vec<ObjRef>) {
+    let (deploy, e) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
+    events.push(e);
+    let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
+    events.push(e);
+    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "False")]));
+    let mut pods = Vec::new();
+    for s in ["a", "b"] {
+        let (p, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
+        pods.push(p);
+        events.push(e);
+    }
+    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
+    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
+    (deploy, rs, pods)
 }

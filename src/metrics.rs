@@ -16,6 +16,7 @@ use crate::decode::InvalidReason;
 use crate::filter::Ignored;
 use crate::state::Refused;
 
+/// The service's metrics: the registry and every family in it, shared as an `Arc`.
 pub struct Metrics {
     registry: Registry,
     events_received: IntCounterVec,
@@ -92,11 +93,17 @@ pub struct Metrics {
 /// The `sink` label: a sink's `type` in the pipeline file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sink {
+    /// `jsonl`.
     Jsonl,
+    /// `http`.
     Http,
+    /// `drift_report`.
     DriftReport,
+    /// `kafka`.
     Kafka,
+    /// `history`.
     History,
+    /// `kafka_route`: the ingest tier's.
     KafkaRoute,
 }
 
@@ -117,8 +124,11 @@ impl Sink {
 /// The `listener` label of the connection metrics, and the listener's name in logs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Listener {
+    /// The audit webhook.
     Webhook,
+    /// The query API.
     Query,
+    /// `/metrics`, `/healthz` and `/readyz`.
     Metrics,
     /// A listener of none of the above (tests).
     Http,
@@ -349,14 +359,17 @@ impl Metrics {
         }
     }
 
+    /// `n` audit events received by the source of type `source`.
     pub fn received(&self, source: &str, n: u64) {
         self.events_received.with_label_values(&[source]).inc_by(n);
     }
 
+    /// An audit event not classified, for `reason`.
     pub fn ignored(&self, reason: Ignored) {
         self.ignored_by[reason as usize].inc();
     }
 
+    /// A record rejected as not a decodable audit event, for `reason`.
     pub fn invalid(&self, reason: InvalidReason) {
         self.invalid_by[reason as usize].inc();
     }
@@ -370,18 +383,22 @@ impl Metrics {
         }
     }
 
+    /// A classified mutation of `kind` under `parent_kind` (empty: no parent).
     pub fn classified(&self, class: Class, parent_kind: &str, kind: &str) {
         self.mutations.with_label_values(&[class.as_str(), self.kind_label(parent_kind), self.kind_label(kind)]).inc();
     }
 
+    /// A drift of `kind` under `parent_kind`, resolved as `resolution`.
     pub fn drifted(&self, parent_kind: &str, kind: &str, resolution: Resolution) {
         self.drift.with_label_values(&[self.kind_label(parent_kind), self.kind_label(kind), resolution.as_str()]).inc();
     }
 
+    /// A child mutation under a frozen parent of `parent_kind`.
     pub fn freeze_violated(&self, parent_kind: &str) {
         self.freeze_violations.with_label_values(&[self.kind_label(parent_kind)]).inc();
     }
 
+    /// A drift of `kind` under `parent_kind` that reverts a person's write.
     pub fn reverted_person(&self, parent_kind: &str, kind: &str, resolution: Resolution) {
         self.person_reverts.with_label_values(&[self.kind_label(parent_kind), self.kind_label(kind), resolution.as_str()]).inc();
     }
@@ -637,10 +654,12 @@ impl Metrics {
         self.person_reverts.with_label_values(&[parent_kind, kind, resolution.as_str()]).get()
     }
 
+    /// Audit events not classified for `reason` so far.
     pub fn ignored_count(&self, reason: Ignored) -> u64 {
         self.ignored_by[reason as usize].get()
     }
 
+    /// Records rejected for `reason` so far.
     pub fn invalid_count(&self, reason: InvalidReason) -> u64 {
         self.invalid_by[reason as usize].get()
     }
@@ -703,6 +722,7 @@ impl Metrics {
         text
     }
 
+    /// The Prometheus registry every family is registered in.
     pub fn registry(&self) -> &Registry {
         &self.registry
     }

@@ -31,12 +31,25 @@ pub use tls::TlsConfig;
 pub use watch_io::HandshakeFailure;
 use watch_io::{Activity, Expired, Watched};
 
+/// Why a listener could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The address cannot be bound.
     #[error("cannot listen on {addr}: {source} (is another process using the port?)")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A TLS file cannot be read or used.
     #[error("TLS file {path}: {message}")]
-    Tls { path: String, message: String },
+    Tls {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// Binds `addr` (port 0 picks a free port; see `local_addr`).
@@ -67,7 +80,9 @@ pub async fn stopped(rx: &mut watch::Receiver<bool>) {
 
 /// A listener that is serving.
 pub struct Running {
+    /// The address bound (with the port picked, for port 0).
     pub local_addr: SocketAddr,
+    /// The accept loop: it ends once the listener has stopped and drained.
     pub task: JoinHandle<()>,
 }
 
@@ -77,6 +92,7 @@ pub struct Opened {
     listener: TcpListener,
     /// The address bound (with the port picked, for port 0).
     pub local_addr: SocketAddr,
+    /// The TLS configuration, when the listener serves HTTPS.
     pub tls: Option<Arc<ServerConfig>>,
     /// The bearer token requests must carry, if any.
     pub token: Option<String>,

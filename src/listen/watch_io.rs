@@ -213,6 +213,7 @@ pub enum HandshakeFailure {
 }
 
 impl HandshakeFailure {
+    /// Every reason: the closed set of the `reason` label.
     pub const ALL: [HandshakeFailure; 6] = [
         HandshakeFailure::Timeout,
         HandshakeFailure::NoClientCertificate,
@@ -222,6 +223,7 @@ impl HandshakeFailure {
         HandshakeFailure::Closed,
     ];
 
+    /// The `reason` label.
     pub fn as_str(self) -> &'static str {
         match self {
             HandshakeFailure::Timeout => "timeout",

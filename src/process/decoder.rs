@@ -19,6 +19,7 @@ pub struct IngestReport {
     pub events: usize,
     /// Records rejected; the first few are kept in `errors`.
     pub invalid: usize,
+    /// The first few records rejected, and why.
     pub errors: Vec<Invalid>,
 }
 
@@ -107,6 +108,7 @@ impl Decoded {
         self.items.len()
     }
 
+    /// Whether no admitted event waits.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }

@@ -31,6 +31,7 @@ pub enum Clock {
     Arrival,
 }
 
+/// The processor's settings, from the pipeline's options.
 #[derive(Clone, Debug)]
 pub struct ProcessorOptions {
     /// Cluster name for events whose source names none.
@@ -44,7 +45,9 @@ pub struct ProcessorOptions {
     pub max_clusters: usize,
     /// How many recent auditIDs are remembered to drop duplicates.
     pub dedupe_capacity: usize,
+    /// How bodies are decoded: what wraps the events, and the largest event taken.
     pub decode: DecodeOptions,
+    /// Which clock the reorder window runs on.
     pub clock: Clock,
     /// Which events the pipeline looks at; `None` takes everything.
     pub scope: Option<Arc<Scope>>,
@@ -82,6 +85,7 @@ const MAINTAIN_EVERY: u64 = 4096;
 /// object, so it runs as the live table doubles.
 const SWEEP_FROM: usize = 4096;
 
+/// The processing chain of one service: decode, filter, dedupe, reorder, classify, count.
 pub struct Processor {
     decoder: Decoder,
     engine: Arc<Engine>,
@@ -124,6 +128,7 @@ pub struct Processor {
 }
 
 impl Processor {
+    /// A processor applying writes to `engine`, counting in `metrics`.
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, opts: ProcessorOptions) -> Self {
         let clusters = Arc::new(Clusters::new(opts.max_clusters));
         let default_cluster = engine.interner().intern(&opts.default_cluster);
@@ -166,18 +171,22 @@ impl Processor {
         &self.freshness
     }
 
+    /// The engine it applies writes to.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
 
+    /// The metrics it counts in.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 
+    /// Its settings.
     pub fn options(&self) -> &ProcessorOptions {
         &self.opts
     }
 
+    /// The dedupe window (tests mark it and look in it).
     pub fn dedupe_mut(&mut self) -> &mut Dedupe {
         &mut self.dedupe
     }

@@ -51,6 +51,7 @@
 // Every public item says what it is (`missing_docs`), module by module as each is documented;
 // the modules without the attribute are still to be done.
 #[cfg(feature = "kafka")]
+#[warn(missing_docs)]
 pub mod changelog;
 pub mod classify;
 pub mod config;
@@ -63,6 +64,7 @@ pub mod fetch;
 #[warn(missing_docs)]
 pub mod filter;
 pub mod history;
+#[warn(missing_docs)]
 pub mod kafka;
 #[warn(missing_docs)]
 pub mod listen;
@@ -75,10 +77,12 @@ pub mod partition;
 pub mod pipeline;
 #[warn(missing_docs)]
 pub mod process;
+#[warn(missing_docs)]
 pub mod query;
 #[warn(missing_docs)]
 pub mod redact;
 pub mod replay;
+#[warn(missing_docs)]
 pub mod route;
 #[warn(missing_docs)]
 pub mod scope;

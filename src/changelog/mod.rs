@@ -39,14 +39,39 @@ use crate::kafka::{self as client, Logged, Properties, Transactional};
 use crate::metrics::Metrics;
 use crate::state::{encode_record, record_key, Cached, ObjKey, Partitions, RecordReader};
 
+/// Why the changelog could not be set up or read.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A call to the broker failed.
     #[error("state changelog {topic}: {what}: {source}")]
-    Kafka { topic: String, what: &'static str, source: KafkaError },
+    Kafka {
+        /// The changelog topic.
+        topic: String,
+        /// What was being done.
+        what: &'static str,
+        /// What the client said.
+        source: KafkaError,
+    },
+    /// The topic is not as a changelog must be (partitions, cleanup policy).
     #[error("state changelog {topic}: {message}")]
-    Mismatch { topic: String, message: String },
+    Mismatch {
+        /// The changelog topic.
+        topic: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A record cannot be read.
     #[error("state changelog {topic}, partition {partition}: record at offset {offset}: {message}")]
-    Record { topic: String, partition: i32, offset: i64, message: String },
+    Record {
+        /// The changelog topic.
+        topic: String,
+        /// The record's partition.
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// Longest wait for the broker while checking the topic or reading a partition to its end.
@@ -55,6 +80,7 @@ const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The changelog of one pipeline: the topic, the state it keeps, and (at-least-once) the
 /// producer that writes it.
 pub struct Changelog {
+    /// The changelog topic.
     pub topic: String,
     /// The input topic: trace messages for other partitions go there.
     input: String,
@@ -96,21 +122,28 @@ const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
 /// What one write of the changelog sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Written {
+    /// Records of objects' states.
     pub records: usize,
+    /// Tombstones of objects gone.
     pub tombstones: usize,
     /// Bytes of the records and tombstones (keys and values).
     pub bytes: usize,
     /// Trace messages sent to the input topic ([`crate::classify::forward`]), and their bytes.
     pub traces: usize,
+    /// Bytes of the trace messages.
     pub trace_bytes: usize,
 }
 
 /// What restoring one partition read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Restored {
+    /// Records of objects' states read.
     pub records: usize,
+    /// Tombstones read.
     pub tombstones: usize,
+    /// Bytes of the records' values read.
     pub bytes: usize,
+    /// How long it took, in milliseconds.
     pub millis: u128,
     /// States loaded from the snapshot before the changelog was read.
     pub from_snapshot: usize,

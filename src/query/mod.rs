@@ -39,18 +39,29 @@ use crate::listen::{self, Limits};
 use crate::metrics::{Listener, Metrics};
 use crate::order::Freshness;
 
+/// Why the query API could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Its listener could not start.
     #[error(transparent)]
     Listen(#[from] listen::Error),
+    /// The bearer token file cannot be read.
     #[error("query.bearer_token_file {path}: {source}")]
-    Token { path: String, source: std::io::Error },
+    Token {
+        /// The file.
+        path: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
 }
 
 /// What the query API reads: the live engine and how current it is, and the history store.
 pub struct Context {
+    /// The live engine the verdict asks.
     pub engine: Arc<Engine>,
+    /// How current the engine's state is, per cluster.
     pub freshness: Arc<Freshness>,
+    /// Where requests are counted.
     pub metrics: Arc<Metrics>,
     /// The cluster of a request that names none (the pipeline's `cluster`).
     pub default_cluster: String,
@@ -67,14 +78,20 @@ pub const MAX_TARGET_BYTES: usize = 8192;
 /// names them (not to be confused with [`crate::route::Route`], where an audit event goes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
+    /// `/v1/verdict`.
     Verdict,
+    /// `/v1/objects`.
     Objects,
+    /// `/v1/drift`.
     Drift,
+    /// `/v1/why`.
     Why,
+    /// Any other path.
     Other,
 }
 
 impl Endpoint {
+    /// Every endpoint: the closed set of the `route` label.
     pub const ALL: [Endpoint; 5] = [Endpoint::Verdict, Endpoint::Objects, Endpoint::Drift, Endpoint::Why, Endpoint::Other];
 
     /// The route of a request's path, as [`router`] routes it.
@@ -88,6 +105,7 @@ impl Endpoint {
         }
     }
 
+    /// The `route` label.
     pub fn as_str(self) -> &'static str {
         match self {
             Endpoint::Verdict => "verdict",
@@ -102,8 +120,11 @@ impl Endpoint {
 /// An answer other than 200.
 #[derive(Debug)]
 pub enum ApiError {
+    /// 400: what is wrong with the request.
     BadRequest(String),
+    /// 401: no bearer token, or the wrong one.
     Unauthorized,
+    /// 404: what was not found.
     NotFound(String),
     /// A route asked with another method than GET (or HEAD).
     MethodNotAllowed(String),
@@ -111,13 +132,16 @@ pub enum ApiError {
     UriTooLong(String),
     /// Several objects answer to the name; they are listed.
     Ambiguous {
+        /// What was asked and how to name one.
         message: String,
+        /// The objects that answer to the name.
         candidates: serde_json::Value,
     },
     /// The time asked for is older than the history store reaches.
     Gone(String),
     /// No history store to read.
     Unavailable(String),
+    /// 500: what failed inside.
     Internal(String),
 }
 
@@ -161,6 +185,8 @@ pub struct QueryState {
 }
 
 impl QueryState {
+    /// What the requests of `ctx` share: the bearer `token` they must carry, if any, and at
+    /// most `max_concurrent_reads` of them reading at once (at least one).
     pub fn new(ctx: Context, token: Option<String>, max_concurrent_reads: usize) -> Arc<QueryState> {
         let history = ctx.history.clone().map(history::Store::new);
         ctx.metrics.query_series(Endpoint::ALL.map(Endpoint::as_str), [Endpoint::Drift, Endpoint::Why].map(Endpoint::as_str));

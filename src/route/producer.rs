@@ -28,12 +28,16 @@ use crate::status::Status;
 /// Why a body's messages were not all acknowledged; the webhook answers 503 + Retry-After.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
+    /// The topic's partitions are not known yet: the topic.
     #[error("the partitions of topic {0} are not known yet (is the broker reachable, does the topic exist?)")]
     NoPartitions(String),
+    /// The broker refused or lost a message: why.
     #[error("the broker did not acknowledge every message: {0}")]
     Delivery(String),
+    /// The producer's local queue had no room within the wait.
     #[error("the producer's queue stayed full")]
     QueueFull,
+    /// A message was not acknowledged within the delivery timeout.
     #[error("no acknowledgement within the delivery timeout")]
     Timeout,
 }
@@ -106,6 +110,7 @@ const DELIVERY_SLACK: Duration = Duration::from_millis(500);
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 impl RouteProducer {
+    /// The producer of `cfg`, counting in `metrics` and reporting an unreachable broker in `status`.
     pub fn new(cfg: &KafkaRouteConfig, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<Arc<RouteProducer>, Error> {
         let managed =
             [("enable.idempotence", "true".to_string()), ("acks", "all".to_string()), ("message.timeout.ms", cfg.delivery_timeout.0.as_millis().to_string())];

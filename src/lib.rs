@@ -81,6 +81,7 @@ pub mod process;
 pub mod query;
 #[warn(missing_docs)]
 pub mod redact;
+#[warn(missing_docs)]
 pub mod replay;
 #[warn(missing_docs)]
 pub mod route;
@@ -88,8 +89,10 @@ pub mod route;
 pub mod scope;
 #[warn(missing_docs)]
 pub mod shell;
+#[warn(missing_docs)]
 pub mod sim;
 pub mod sinks;
+#[warn(missing_docs)]
 pub mod sources;
 pub mod state;
 #[warn(missing_docs)]

@@ -18,7 +18,9 @@ const BATCH: usize = 1024;
 /// What went into the store, for the summary.
 #[derive(Clone, Debug, Default)]
 pub struct HistoryWritten {
+    /// The store's path.
     pub path: String,
+    /// Mutations written.
     pub mutations: u64,
     /// Already in the store (the same auditID on the same object): not written again.
     pub duplicates: u64,

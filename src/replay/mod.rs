@@ -22,14 +22,20 @@ pub use history::HistoryWritten;
 pub use reader::{Reader, Record};
 pub use summary::Summary;
 
+/// What `replay` reads and how it classifies it.
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
+    /// Audit log files (JSON lines, EventLists, exports), read in this order.
     pub inputs: Vec<PathBuf>,
+    /// The processor's settings (the event-time clock by default).
     pub processor: ProcessorOptions,
+    /// The engine's bounds.
     pub engine: EngineOptions,
+    /// The model's configuration (a pipeline file's, or the default).
     pub model: ModelConfig,
     /// Only these classes are written (all when empty).
     pub classes: Vec<Class>,
+    /// Show a progress bar (on a terminal).
     pub progress: bool,
     /// Longest line accepted (longer lines are counted as too_large).
     pub max_line_bytes: usize,
@@ -37,6 +43,7 @@ pub struct ReplayOptions {
     pub max_document_bytes: usize,
     /// Write the enriched events into this history store instead of `out`.
     pub history: Option<PathBuf>,
+    /// How long and how much the history store keeps, with `history`.
     pub history_retention: crate::history::Retention,
 }
 
@@ -59,8 +66,11 @@ impl Default for ReplayOptions {
 
 /// What a replay did.
 pub struct Outcome {
+    /// What was read and classified.
     pub summary: Summary,
+    /// The metrics the replay counted in.
     pub metrics: Arc<Metrics>,
+    /// How long it took.
     pub elapsed: std::time::Duration,
 }
 
@@ -72,6 +82,7 @@ impl Outcome {
         self.summary.events == 0 && (self.summary.unreadable.len() == self.summary.files || invalid > 0)
     }
 
+    /// The summary in words, as `replay` prints it.
     pub fn render(&self) -> String {
         self.summary.render(&self.metrics, self.elapsed)
     }

@@ -23,12 +23,20 @@ use crate::process::Decoder;
 use crate::sources::Batch;
 use crate::status::Status;
 
+/// Why the webhook could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Its listener could not start.
     #[error(transparent)]
     Listen(#[from] listen::Error),
+    /// The bearer token file cannot be read.
     #[error("bearer_token_file {path}: {source}")]
-    Token { path: String, source: std::io::Error },
+    Token {
+        /// The file.
+        path: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
 }
 
 /// The routes, for serving and for in-process tests.
@@ -43,8 +51,11 @@ pub fn router(state: Arc<WebhookState>) -> Router {
 /// Where the webhook's bodies go: the processor's queue (decoded here first), or with `route`
 /// (the ingest tier) the keyed topic.
 pub struct Intake {
+    /// The processor's queue.
     pub queue: mpsc::Sender<Batch>,
+    /// What decodes bodies for the processor.
     pub decoder: Decoder,
+    /// The ingest tier's producer and what it routes with, instead of the processor.
     pub route: Option<RouteIntake>,
 }
 

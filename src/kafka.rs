@@ -1,5 +1,6 @@
 //! What the Kafka source and sink share: librdkafka properties from the pipeline file, the
-//! librdkafka log routed into `tracing`, and the exactly-once transaction between them.
+//! librdkafka log routed into `tracing`, the exactly-once transaction between them, and the
+//! headers of the ingest tier's keyed topic.
 //!
 //! The config half is always compiled (a pipeline file with `type = "kafka"` is read and
 //! checked by any build); the client half needs the `kafka` cargo feature (librdkafka).
@@ -10,6 +11,18 @@ use std::fmt;
 use serde::Deserialize;
 
 use crate::shell::Errors;
+
+/// The header that marks a state-only copy, and its value.
+pub const COPY_HEADER: &str = "kausality-copy";
+/// The value of [`COPY_HEADER`] on a state-only copy.
+pub const COPY_STATE: &str = "state";
+/// The header value of a trace message: the trace an object's write extended where it was
+/// judged, sent by the classify tier to the object's own partition (`classify::forward`).
+pub const COPY_TRACE: &str = "trace";
+/// The header of a state-only copy naming the partition of its judged copy (decimal): a
+/// process that also reads that partition leaves the state-only copy out, as the judged copy
+/// brings the same write.
+pub const JUDGED_PARTITION_HEADER: &str = "kausality-judged-partition";
 
 /// A librdkafka property value as written in TOML: `"SASL_SSL"`, `5000`, `true`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
@@ -444,7 +457,7 @@ mod client {
             record = record.payload(v);
         }
         if trace {
-            let header = rdkafka::message::Header { key: crate::route::COPY_HEADER, value: Some(crate::route::COPY_TRACE) };
+            let header = rdkafka::message::Header { key: super::COPY_HEADER, value: Some(super::COPY_TRACE) };
             record = record.headers(rdkafka::message::OwnedHeaders::new().insert(header));
         }
         let mut wait = Duration::from_micros(200);

@@ -50,17 +50,9 @@ pub use crate::partition::{murmur2, partition_of};
 pub use body::{route_body, Copy, Message, Routed};
 pub use config::KafkaRouteConfig;
 
-/// The header that marks a state-only copy, and its value.
-pub const COPY_HEADER: &str = "kausality-copy";
-/// The value of [`COPY_HEADER`] on a state-only copy.
-pub const COPY_STATE: &str = "state";
-/// The header value of a trace message: the trace an object's write extended where it was
-/// judged, sent by the classify tier to the object's own partition (`classify::forward`).
-pub const COPY_TRACE: &str = "trace";
-/// The header of a state-only copy naming the partition of its judged copy (decimal): a
-/// process that also reads that partition leaves the state-only copy out, as the judged copy
-/// brings the same write.
-pub const JUDGED_PARTITION_HEADER: &str = "kausality-judged-partition";
+// The keyed topic's headers: the route's producer writes them, the Kafka source reads them,
+// and the classify tier's trace messages carry one (`kafka`, below both).
+pub use crate::kafka::{COPY_HEADER, COPY_STATE, COPY_TRACE, JUDGED_PARTITION_HEADER};
 
 use crate::config::appliers::Appliers;
 use crate::decode::{AuditEvent, ObjectRef, ObjectView};

@@ -74,6 +74,7 @@ pub mod metrics;
 pub mod order;
 #[warn(missing_docs)]
 pub mod partition;
+#[warn(missing_docs)]
 pub mod pipeline;
 #[warn(missing_docs)]
 pub mod process;

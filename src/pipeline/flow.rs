@@ -53,8 +53,11 @@ pub(super) struct Flow {
 /// What the processor did, for the final log line.
 #[derive(Debug, Default)]
 pub struct Summary {
+    /// Batches taken in.
     pub batches: u64,
+    /// Enriched events handed to the sinks.
     pub enriched: u64,
+    /// The last snapshot saved, if any.
     pub snapshot: Option<snapshot_file::Stats>,
     /// The processor stopped on a failure (a Kafka transaction that could not commit): its
     /// state is ahead of what was committed, so nothing was flushed or saved.

@@ -15,7 +15,9 @@ use axum::Router;
 use crate::metrics::Metrics;
 use crate::status::{Readiness, Status};
 
+/// What the metrics listener answers from.
 pub struct Health {
+    /// The metrics `/metrics` renders.
     pub metrics: Arc<Metrics>,
     /// Started and not stopping.
     pub ready: AtomicBool,
@@ -23,6 +25,7 @@ pub struct Health {
     pub status: Arc<Status>,
 }
 
+/// The routes: `/metrics`, `/healthz`, `/readyz`.
 pub fn router(health: Arc<Health>) -> Router {
     Router::new().route("/metrics", get(metrics)).route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz)).with_state(health)
 }

@@ -92,6 +92,7 @@ pub mod scope;
 pub mod shell;
 #[warn(missing_docs)]
 pub mod sim;
+#[warn(missing_docs)]
 pub mod sinks;
 #[warn(missing_docs)]
 pub mod sources;

@@ -24,6 +24,7 @@ use crate::status::Status;
 /// The store's default file, in the working directory (what `why` reads without a flag).
 pub const DEFAULT_PATH: &str = "kausality-history.db";
 
+/// `[[sinks]] type = "history"`: the history store (SQLite) that `why` and the query API read.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryConfig {
@@ -63,6 +64,7 @@ pub const MIN_BYTES: u64 = 1 << 20;
 const MIN_AGE: Duration = Duration::from_secs(60);
 
 impl HistoryConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         if self.path.is_empty() || self.path == "-" {
             errors.push(format!("{key}.path"), None, "must be a file path (the SQLite database), e.g. \"kausality-history.db\"");
@@ -80,6 +82,7 @@ impl HistoryConfig {
         }
     }
 
+    /// How long and how much the store keeps.
     pub fn retention(&self) -> Retention {
         Retention { max_age: self.max_age.0, max_bytes: self.max_bytes }
     }

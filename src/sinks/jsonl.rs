@@ -19,6 +19,7 @@ use crate::metrics::{Metrics, Sink};
 use crate::shell::Errors;
 use crate::status::Status;
 
+/// `[[sinks]] type = "jsonl"`: JSON lines to stdout or a file, with size-based rotation.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JsonlConfig {
@@ -43,6 +44,7 @@ fn default_keep() -> usize {
 }
 
 impl JsonlConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         if self.path.is_empty() {
             errors.push(format!("{key}.path"), None, "must be \"-\" (stdout) or a file path");

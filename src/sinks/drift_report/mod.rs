@@ -20,6 +20,7 @@ use crate::write::uid_key;
 use report::DriftReport;
 use tracker::{Open, ParentKey, Tracker};
 
+/// `[[sinks]] type = "drift_report"`: a Kausality `DriftReport` per drift, and its resolution.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriftReportConfig {
@@ -51,6 +52,7 @@ fn default_max_retries() -> u32 {
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 impl DriftReportConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         if self.urls.is_empty() {
             errors.push(format!("{key}.urls"), None, "must name at least one URL");
@@ -61,6 +63,7 @@ impl DriftReportConfig {
     }
 }
 
+/// Starts the sink: reports drift from `rx`, and resolves open reports against the model.
 pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkContext) -> Result<JoinHandle<()>, Error> {
     let client = client(cfg.timeout.0, "drift_report")?;
     Ok(tokio::spawn(async move {

@@ -109,6 +109,7 @@ impl ProducerContext for DeliveryContext {
     }
 }
 
+/// The sink's producer: a thread polls its deliveries.
 pub type KafkaProducer = ThreadedProducer<DeliveryContext>;
 
 /// Longest wait for the last deliveries when the pipeline stops (within its own

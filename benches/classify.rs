@@ -8,7 +8,7 @@
 //! timed until the last one is committed.
 
 mod support {
-    pub mod floor;
+    pub(crate) mod floor;
 }
 
 use std::sync::Arc;

@@ -171,7 +171,7 @@ listen = "127.0.0.1:0"
         std::thread::sleep(Duration::from_millis(10));
     }
     let before_stop = arrivals.lock().expect("arrivals").len();
-    let late = running.metrics.late_events.get();
+    let late = running.metrics.late_writes();
     let outcome = serve_rt.block_on(running.shutdown());
     let arrived = std::mem::take(&mut *arrivals.lock().expect("arrivals"));
     if !outcome.clean {

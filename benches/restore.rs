@@ -27,7 +27,7 @@ use kausality_stream::decode::Location;
 use kausality_stream::enriched::Enriched;
 use kausality_stream::metrics::Metrics;
 use kausality_stream::process::{Clock, Processor, ProcessorOptions};
-use kausality_stream::state::{read_snapshot, write_snapshot, Interner, ObjKey, ObjectState, Store};
+use kausality_stream::state::{read_snapshot, Interner, ObjKey, ObjectState, Store};
 
 /// Feeds the JSON lines written to it to a processor, one at a time (the corpus of a million
 /// objects is 2.8 GiB of text: never held whole).
@@ -98,10 +98,10 @@ fn replayed() -> Arc<Engine> {
 
 fn bench(c: &mut Criterion) {
     let engine = replayed();
-    let mut states: Vec<(ObjKey, ObjectState)> = Vec::with_capacity(engine.store.len());
-    engine.store.for_each(|k, s| states.push((*k, s.clone())));
+    let mut states: Vec<(ObjKey, ObjectState)> = Vec::with_capacity(engine.tracked_objects());
+    engine.for_each_state(|k, s| states.push((*k, s.clone())));
     let mut snapshot = Vec::new();
-    write_snapshot(&engine.store, &engine.interner, &[], &mut snapshot).unwrap();
+    engine.write_snapshot(&[], &mut snapshot).unwrap();
     drop(engine);
     let map = if cfg!(feature = "dashmap-store") { "dashmap" } else { "table" };
     eprintln!("restore: {} states, {} bytes of snapshot, store map: {map}", states.len(), snapshot.len());

@@ -263,7 +263,7 @@ listen = "127.0.0.1:0"
 
     // Writes taken in after later ones of their cluster were applied (a 429-retried list comes
     // back behind lists sent after it): classified against a newer state than in order.
-    let late = running.metrics.late_events.get();
+    let late = running.metrics.late_writes();
     let outcome = serve_rt.block_on(running.shutdown());
     let outcome_h = serveh_rt.block_on(running_h.shutdown());
     let store_bytes = kausality_stream::history::writer::disk_bytes(&store);

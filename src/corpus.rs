@@ -9,10 +9,14 @@ use serde_json::json;
 
 use crate::sim::*;
 
+/// What [`generate`] writes: how much, of how many trees, from which seed.
 #[derive(Clone, Debug)]
 pub struct CorpusOptions {
+    /// The seed: the same options give the same stream.
     pub seed: u64,
+    /// Namespaces, each with its own Deployment trees.
     pub namespaces: usize,
+    /// Deployment trees per namespace.
     pub deployments_per_namespace: usize,
     /// Stop after this many events.
     pub events: usize,

@@ -3,17 +3,24 @@
 
 use crate::decode::AuditEvent;
 
+/// The write verbs of an audit event (any other verb is a read, ignored).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Verb {
+    /// `create`.
     Create,
+    /// `update`.
     Update,
+    /// `patch`.
     Patch,
+    /// `delete`.
     Delete,
+    /// `deletecollection`: one audit event for many objects.
     Deletecollection,
 }
 
 impl Verb {
+    /// The verb as the audit event spells it; `None` for any other.
     pub fn parse(s: &str) -> Option<Verb> {
         Some(match s {
             "create" => Verb::Create,
@@ -25,6 +32,7 @@ impl Verb {
         })
     }
 
+    /// As the audit event spells it.
     pub fn as_str(self) -> &'static str {
         match self {
             Verb::Create => "create",
@@ -35,6 +43,7 @@ impl Verb {
         }
     }
 
+    /// `delete` or `deletecollection`.
     pub fn is_delete(self) -> bool {
         matches!(self, Verb::Delete | Verb::Deletecollection)
     }
@@ -44,9 +53,13 @@ impl Verb {
 /// (a `create` of `pods/eviction`) deletes the pod.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Subresource {
+    /// The object itself.
     None,
+    /// `status`.
     Status,
+    /// `scale`.
     Scale,
+    /// `eviction`.
     Eviction,
 }
 
@@ -95,6 +108,7 @@ pub enum Ignored {
 }
 
 impl Ignored {
+    /// Every reason, in the order of the enum (the metrics index them by it).
     pub const ALL: [Ignored; 12] = [
         Ignored::Stage,
         Ignored::StatusCode,
@@ -110,6 +124,7 @@ impl Ignored {
         Ignored::EvictionUnknownPod,
     ];
 
+    /// The `reason` label.
     pub fn as_str(self) -> &'static str {
         match self {
             Ignored::Stage => "stage",
@@ -131,7 +146,9 @@ impl Ignored {
 /// What the filter learned about an admitted event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Admitted {
+    /// The write's verb.
     pub verb: Verb,
+    /// The subresource written, if one that matters.
     pub subresource: Subresource,
 }
 

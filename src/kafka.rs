@@ -1,5 +1,6 @@
 //! What the Kafka source and sink share: librdkafka properties from the pipeline file, the
-//! librdkafka log routed into `tracing`, and the exactly-once transaction between them.
+//! librdkafka log routed into `tracing`, the exactly-once transaction between them, and the
+//! headers of the ingest tier's keyed topic.
 //!
 //! The config half is always compiled (a pipeline file with `type = "kafka"` is read and
 //! checked by any build); the client half needs the `kafka` cargo feature (librdkafka).
@@ -11,13 +12,29 @@ use serde::Deserialize;
 
 use crate::shell::Errors;
 
+/// The header that marks a state-only copy, and its value.
+pub const COPY_HEADER: &str = "kausality-copy";
+/// The value of [`COPY_HEADER`] on a state-only copy.
+pub const COPY_STATE: &str = "state";
+/// The header value of a trace message: the trace an object's write extended where it was
+/// judged, sent by the classify tier to the object's own partition (`classify::forward`).
+pub const COPY_TRACE: &str = "trace";
+/// The header of a state-only copy naming the partition of its judged copy (decimal): a
+/// process that also reads that partition leaves the state-only copy out, as the judged copy
+/// brings the same write.
+pub const JUDGED_PARTITION_HEADER: &str = "kausality-judged-partition";
+
 /// A librdkafka property value as written in TOML: `"SASL_SSL"`, `5000`, `true`.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(untagged)]
 pub enum PropertyValue {
+    /// A string.
     Text(String),
+    /// An integer.
     Integer(i64),
+    /// A number with a fraction.
     Float(f64),
+    /// `true` or `false`.
     Bool(bool),
 }
 
@@ -81,6 +98,7 @@ mod client {
 
     /// The consumer's side of a transaction: its group membership, which fences a zombie.
     pub trait GroupMember: Send + Sync {
+        /// The group membership offsets are sent with; `None` while the consumer has none.
         fn group_metadata(&self) -> Option<ConsumerGroupMetadata>;
     }
 
@@ -92,9 +110,13 @@ mod client {
 
     /// The producer's side of a transaction.
     pub trait Transactional: Send + Sync {
+        /// Adds the consumed `offsets` of `group` to the open transaction.
         fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError>;
+        /// Commits the open transaction.
         fn commit(&self, timeout: Duration) -> Result<(), KafkaError>;
+        /// Opens the next transaction.
         fn begin(&self) -> Result<(), KafkaError>;
+        /// Aborts the open transaction.
         fn abort(&self, timeout: Duration) -> Result<(), KafkaError>;
         /// Produces a state changelog record (`None`: a tombstone) into the open transaction,
         /// waiting while the local queue is full.
@@ -137,6 +159,7 @@ mod client {
         rewind: Mutex<Option<crate::shell::Rewind>>,
     }
 
+    /// Why a transaction was not committed.
     #[derive(Debug, thiserror::Error)]
     pub enum TransactionError {
         /// The transaction was aborted and a new one opened: its outputs, changelog records
@@ -144,6 +167,7 @@ mod client {
         /// state and the positions must go back there too ([`Failure::Rewind`]).
         #[error("the consumer has no group membership (not subscribed yet, or left the group); transaction aborted")]
         NoGroup,
+        /// The commit failed and the transaction was aborted.
         #[error("kafka transaction aborted: {0}")]
         Aborted(KafkaError),
         /// The consumer lost its partitions (its membership expired): what the transaction
@@ -153,8 +177,14 @@ mod client {
         /// The producer cannot go on ([`Failure::Fatal`], or the abort itself failed).
         #[error("kafka transaction failed and the producer cannot go on (fenced: another process uses this transactional.id; or not authorized): {0}")]
         Fatal(KafkaError),
+        /// The commit failed, and so did the abort that followed.
         #[error("kafka transaction failed ({commit}) and could not be aborted: {abort}")]
-        AbortFailed { commit: Box<KafkaError>, abort: Box<KafkaError> },
+        AbortFailed {
+            /// Why the commit failed.
+            commit: Box<KafkaError>,
+            /// Why the abort failed.
+            abort: Box<KafkaError>,
+        },
     }
 
     impl TransactionError {
@@ -185,6 +215,7 @@ mod client {
     }
 
     impl Failure {
+        /// What a failed transactional call means for the process.
         pub fn of(e: &KafkaError) -> Failure {
             match e {
                 KafkaError::Transaction(t) => Failure::classify(t.code(), t.is_fatal()),
@@ -233,10 +264,12 @@ mod client {
     /// What a commit did.
     #[derive(Debug, Default)]
     pub struct Committed {
+        /// Partitions whose offsets it committed.
         pub partitions: usize,
     }
 
     impl Transaction {
+        /// The transaction of the producer with `transactional.id` `id`; each call waits `timeout` at most.
         pub fn new(id: String, timeout: Duration) -> Transaction {
             Transaction {
                 id,
@@ -248,6 +281,7 @@ mod client {
             }
         }
 
+        /// The consumer whose membership the offsets go with (set once).
         pub fn set_consumer(&self, member: Arc<dyn GroupMember>) {
             let _ = self.member.set(member);
         }
@@ -398,6 +432,7 @@ mod client {
             *self.rewind.lock().expect("rewind lock") = Some(r);
         }
 
+        /// The rewind requested, if any (taken once).
         pub fn take_rewind(&self) -> Option<crate::shell::Rewind> {
             self.rewind.lock().expect("rewind lock").take()
         }
@@ -422,7 +457,7 @@ mod client {
             record = record.payload(v);
         }
         if trace {
-            let header = rdkafka::message::Header { key: crate::route::COPY_HEADER, value: Some(crate::route::COPY_TRACE) };
+            let header = rdkafka::message::Header { key: super::COPY_HEADER, value: Some(super::COPY_TRACE) };
             record = record.headers(rdkafka::message::OwnedHeaders::new().insert(header));
         }
         let mut wait = Duration::from_micros(200);

@@ -231,8 +231,7 @@ enum WhyOutput {
 }
 
 fn parse_at(s: &str) -> Result<i64, String> {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64);
-    why::parse_at(s, now)
+    why::parse_at(s, kausality_stream::shell::now_us())
 }
 
 fn parse_writes_limit(s: &str) -> Result<usize, String> {

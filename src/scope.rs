@@ -45,10 +45,12 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// Whether the selector has no requirement (it matches everything).
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
 
+    /// Whether labels, looked up by key with `labels`, meet every requirement.
     pub fn matches<'a>(&self, labels: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.0.iter().all(|r| match r {
             Requirement::Equals(k, v) => labels(k) == Some(v.as_str()),
@@ -81,14 +83,20 @@ fn value(v: &str) -> Result<String, String> {
 /// Include/exclude lists; an empty include list includes everything.
 #[derive(Clone, Debug, Default)]
 pub struct Scope {
+    /// API groups to classify (`""` for the core group); empty: all.
     pub include_groups: HashSet<String>,
+    /// API groups never classified.
     pub exclude_groups: HashSet<String>,
+    /// Resources to classify (`deployments`); empty: all.
     pub include_resources: HashSet<String>,
+    /// Resources never classified.
     pub exclude_resources: HashSet<String>,
     /// Applies to namespaced objects only: cluster-scoped objects (which may be parents, such
     /// as Crossplane composites) are never excluded by namespace.
     pub include_namespaces: HashSet<String>,
+    /// Namespaces whose objects are never classified (namespaced objects only, as above).
     pub exclude_namespaces: HashSet<String>,
+    /// The labels an object must have to be classified.
     pub labels: LabelSelector,
 }
 

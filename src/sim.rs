@@ -12,17 +12,24 @@ use crate::decode::time::format_rfc3339_micros;
 /// A reference to an object held by the simulated API server.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ObjRef {
+    /// The UID the server gave it.
     pub uid: String,
+    /// Its apiVersion.
     pub api_version: String,
+    /// Its kind.
     pub kind: String,
+    /// Its namespace, empty for a cluster-scoped object.
     pub namespace: String,
+    /// Its name.
     pub name: String,
 }
 
 /// Who makes a request: a user, optionally impersonating another.
 #[derive(Clone, Debug)]
 pub struct Actor {
+    /// The authenticated user.
     pub user: String,
+    /// The user it impersonates, if any.
     pub impersonate: Option<String>,
 }
 
@@ -32,19 +39,31 @@ impl From<&str> for Actor {
     }
 }
 
+/// A person: the cluster admin of a kubeadm cluster.
 pub const ADMIN: &str = "kubernetes-admin";
+/// The Deployment controller.
 pub const DEPLOYMENT_CONTROLLER: &str = "system:serviceaccount:kube-system:deployment-controller";
+/// The ReplicaSet controller.
 pub const REPLICASET_CONTROLLER: &str = "system:serviceaccount:kube-system:replicaset-controller";
+/// The garbage collector.
 pub const GARBAGE_COLLECTOR: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+/// The HorizontalPodAutoscaler controller.
 pub const HPA: &str = "system:serviceaccount:kube-system:horizontal-pod-autoscaler";
+/// The StatefulSet controller.
 pub const STATEFULSET_CONTROLLER: &str = "system:serviceaccount:kube-system:statefulset-controller";
+/// The DaemonSet controller.
 pub const DAEMONSET_CONTROLLER: &str = "system:serviceaccount:kube-system:daemon-set-controller";
+/// The Job controller.
 pub const JOB_CONTROLLER: &str = "system:serviceaccount:kube-system:job-controller";
+/// The CronJob controller.
 pub const CRONJOB_CONTROLLER: &str = "system:serviceaccount:kube-system:cronjob-controller";
 /// The kubelet of a node: its final delete removes a terminating pod.
 pub const KUBELET: &str = "system:node:node-1";
+/// The namespace controller (it deletes what a deleted namespace holds).
 pub const NAMESPACE_CONTROLLER: &str = "system:serviceaccount:kube-system:namespace-controller";
 
+/// A simulated API server: it keeps objects, gives UIDs and resourceVersions, and writes the
+/// audit event of every request, as kube-apiserver does.
 pub struct ApiServer {
     rv: u64,
     now_us: i64,
@@ -62,6 +81,7 @@ impl Default for ApiServer {
 }
 
 impl ApiServer {
+    /// An empty server; its clock starts at 2023-11-14T22:13:20Z.
     pub fn new() -> Self {
         ApiServer { rv: 1000, now_us: 1_700_000_000_000_000, ids: 0, objects: HashMap::new(), managed_fields: false }
     }
@@ -71,6 +91,7 @@ impl ApiServer {
         self.now_us += ms * 1000;
     }
 
+    /// Its clock, µs since the epoch.
     pub fn now_us(&self) -> i64 {
         self.now_us
     }
@@ -411,6 +432,7 @@ fn content(obj: &Value) -> Value {
     }
 }
 
+/// The resource of `kind`, as the API names it (`Deployment` → `deployments`).
 pub fn plural(kind: &str) -> String {
     let k = kind.to_ascii_lowercase();
     if let Some(stem) = k.strip_suffix('y') {
@@ -445,6 +467,7 @@ pub fn owner_ref(owner: &ObjRef) -> Value {
     json!([{"apiVersion": owner.api_version, "kind": owner.kind, "name": owner.name, "uid": owner.uid, "controller": true, "blockOwnerDeletion": true}])
 }
 
+/// A Deployment of `replicas` pods of `image`.
 pub fn deployment(ns: &str, name: &str, replicas: i64, image: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
@@ -455,6 +478,7 @@ pub fn deployment(ns: &str, name: &str, replicas: i64, image: &str) -> Value {
     })
 }
 
+/// A ReplicaSet of the Deployment `owner`, with pod-template-hash `hash`.
 pub fn replicaset(owner: &ObjRef, hash: &str, replicas: i64, image: &str) -> Value {
     let name = format!("{}-{hash}", owner.name);
     json!({
@@ -466,6 +490,7 @@ pub fn replicaset(owner: &ObjRef, hash: &str, replicas: i64, image: &str) -> Val
     })
 }
 
+/// A StatefulSet of `replicas` pods of `image`.
 pub fn statefulset(ns: &str, name: &str, replicas: i64, image: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -476,6 +501,7 @@ pub fn statefulset(ns: &str, name: &str, replicas: i64, image: &str) -> Value {
     })
 }
 
+/// A DaemonSet of `image`.
 pub fn daemonset(ns: &str, name: &str, image: &str) -> Value {
     json!({
         "apiVersion": "apps/v1", "kind": "DaemonSet",
@@ -501,6 +527,7 @@ pub fn job(ns: &str, name: &str, completions: i64, parallelism: i64, owner: Opti
     job
 }
 
+/// A CronJob on `schedule`.
 pub fn cronjob(ns: &str, name: &str, schedule: &str) -> Value {
     json!({
         "apiVersion": "batch/v1", "kind": "CronJob",
@@ -510,6 +537,7 @@ pub fn cronjob(ns: &str, name: &str, schedule: &str) -> Value {
     })
 }
 
+/// A pod of `owner` named after it with `suffix`, running `image`.
 pub fn pod(owner: &ObjRef, suffix: &str, image: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "Pod",
@@ -518,6 +546,7 @@ pub fn pod(owner: &ObjRef, suffix: &str, image: &str) -> Value {
     })
 }
 
+/// A ConfigMap holding `data`, owned by `owner` when given.
 pub fn configmap(ns: &str, name: &str, data: &[(&str, &str)], owner: Option<&ObjRef>) -> Value {
     let mut cm = json!({
         "apiVersion": "v1", "kind": "ConfigMap",

@@ -21,6 +21,8 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+/// What the parts of a running service report about themselves: sinks that cannot write, a
+/// failing snapshot, an unreachable broker; `/readyz` and the webhook read it.
 #[derive(Default)]
 pub struct Status {
     /// True while `sinks` is not empty: read on every webhook request, without the lock.
@@ -40,9 +42,11 @@ pub struct Status {
 /// What `/readyz` answers.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Readiness {
+    /// Ready, with nothing to report.
     Ready,
     /// Ready, with a problem that loses nothing yet.
     Degraded(String),
+    /// Not ready: the reason (a sink that cannot write, no broker).
     NotReady(String),
 }
 
@@ -87,6 +91,8 @@ impl Status {
         *self.broker.lock().unwrap_or_else(|e| e.into_inner()) = result.err();
     }
 
+    /// What `/readyz` answers now: not ready while a sink cannot write or the broker is not
+    /// reached, degraded while snapshots fail.
     pub fn readiness(&self) -> Readiness {
         let sinks = self.failing_sinks();
         if !sinks.is_empty() {

@@ -7,14 +7,11 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{audit_id, class_of, feed, find};
-use kausality_stream::classify::{Class, Engine, EngineOptions};
+use kausality_stream::classify::Class;
 use kausality_stream::config::ModelConfig;
 use kausality_stream::enriched::Enriched;
-use kausality_stream::metrics::Metrics;
-use kausality_stream::process::{Clock, Processor, ProcessorOptions};
+use kausality_stream::process::Processor;
 use kausality_stream::sim::*;
 use serde_json::{json, Value};
 
@@ -24,9 +21,7 @@ const SVELTOS: &str = "system:serviceaccount:projectsveltos:addon-controller";
 const ALICE: &str = "alice@example.com";
 
 fn run(events: &[String]) -> (Processor, Vec<Enriched>) {
-    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let opts = ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, ..ProcessorOptions::default() };
-    let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
+    let mut p = common::processor(ModelConfig::default(), 500_000);
     let mut out = Vec::new();
     feed(&mut p, events, &mut out);
     p.flush(0, &mut out);
@@ -409,7 +404,7 @@ fn an_hpa_and_an_applier_fighting_over_replicas_are_counted() {
         f.applied("main@sha1:1111");
     }
     let (p, out) = run(&f.events);
-    let fights = p.metrics().fights.with_label_values(&["Deployment", "spec.replicas"]).get();
+    let fights = p.metrics().fight_count("Deployment", "spec.replicas");
     // The applier's first put-back undoes the HPA's first scale: a revert, no fight yet. From
     // then on each side puts back what the other put back.
     assert_eq!(class_of(&out, &backs[0]), Class::Drift);
@@ -419,7 +414,7 @@ fn an_hpa_and_an_applier_fighting_over_replicas_are_counted() {
     assert_eq!((&*hpa_reverts[0].user, hpa_reverts[0].fight, &*hpa_reverts[0].audit_id), (KUSTOMIZE, true, &*audit_id(&backs[0])));
     assert!(find(&out, &backs[1]).unwrap().reverts.as_ref().unwrap()[0].fight);
     assert_eq!(fights, 4, "HPA, applier, HPA, applier after the first revert");
-    assert_eq!(p.metrics().applier_hand_edits.with_label_values(&["flux-kustomize"]).get(), 0, "an HPA is no person");
+    assert_eq!(p.metrics().hand_edit_count("flux-kustomize"), 0, "an HPA is no person");
 }
 
 #[test]
@@ -428,7 +423,7 @@ fn a_persons_edit_of_an_applied_object_is_counted() {
     let edit = f.api.update(ALICE, &f.config, |o| o["data"]["mode"] = json!("debug"));
     f.events.push(edit);
     let (p, _) = run(&f.events);
-    assert_eq!(p.metrics().applier_hand_edits.with_label_values(&["flux-kustomize"]).get(), 1);
+    assert_eq!(p.metrics().hand_edit_count("flux-kustomize"), 1);
 }
 
 #[test]
@@ -472,14 +467,7 @@ fn the_replay_summary_names_the_applier_and_revision_of_a_put_back() {
     let deploy = f.deploy.clone();
     f.apply(&deploy, |o| o["spec"]["replicas"] = json!(2));
     f.applied("main@sha1:1111");
-    let dir = std::env::temp_dir().join(format!("kausality-appliers-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join("audit.jsonl");
-    std::fs::write(&input, f.events.join("\n")).unwrap();
-    let opts = kausality_stream::replay::ReplayOptions { inputs: vec![input], progress: false, ..Default::default() };
-    let outcome = kausality_stream::replay::run(&opts, &mut std::io::sink()).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    let text = outcome.render();
+    let text = common::replay_summary("appliers", &f.events);
     let when = serde_json::from_str::<Value>(&scale).unwrap()["stageTimestamp"].as_str().unwrap().to_string();
     let line = format!(
         "{when} {ALICE} update Deployment shop/web spec.replicas 2→5 · undone by {KUSTOMIZE} (patch of Deployment shop/web) · applier flux-kustomize of Kustomization apps at revision main@sha1:1111"
@@ -501,7 +489,7 @@ fn an_object_one_user_keeps_writing_keeps_one_write_of_it() {
     let (p, out) = run(&events);
     assert!(out.iter().all(|e| e.class == Class::Unowned && e.reverts.is_none()));
     let uid = kausality_stream::write::uid_key(&l.uid);
-    let kept = p.engine().store.read(&kausality_stream::state::ObjKey::new(p.engine().interner.intern("default"), uid), |s| s.origin_writes().len());
+    let kept = p.engine().read_state(&kausality_stream::state::ObjKey::new(p.engine().interner().intern("default"), uid), |s| s.origin_writes().len());
     assert_eq!(kept, Some(1));
 }
 
@@ -593,9 +581,7 @@ fn after_a_restore_members_find_their_parent_and_its_intent() {
 
 /// Runs events of several clusters, each as its webhook path names it, in one instance.
 fn run_clusters(events: &[(&str, String)]) -> Vec<Enriched> {
-    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let opts = ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, ..ProcessorOptions::default() };
-    let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
+    let mut p = common::processor(ModelConfig::default(), 500_000);
     let mut out = Vec::new();
     for (i, (cluster, ev)) in events.iter().enumerate() {
         p.ingest_document(Some(cluster), ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);

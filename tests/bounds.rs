@@ -195,7 +195,7 @@ fn new_clusters_past_the_bound_are_refused_and_known_ones_go_on() {
     let mut api = ApiServer::new();
     let mut p = cluster_processor(3);
     let mut out = Vec::new();
-    let strings = p.engine().interner.len();
+    let strings = p.engine().interner().len();
     for i in 0..1_000 {
         let (_, ev) = api.create(ADMIN, widget(&format!("w{i}"), None));
         let report = p.ingest_body(Some(&format!("cluster-{i}")), ev.as_bytes(), "test", 0, &mut out);
@@ -215,7 +215,7 @@ fn new_clusters_past_the_bound_are_refused_and_known_ones_go_on() {
     clusters.sort_unstable();
     assert_eq!(clusters, ["cluster-0", "cluster-1", "cluster-1", "default"]);
     assert_eq!(p.metrics().invalid_count(InvalidReason::Cluster), 998);
-    assert!(p.engine().interner.len() < strings + 20, "refused names are not interned");
+    assert!(p.engine().interner().len() < strings + 20, "refused names are not interned");
     assert_eq!(p.reorder_buffers().0, 3);
 }
 
@@ -270,13 +270,13 @@ fn an_endless_stream_of_new_users_and_namespaces_keeps_the_interner_bounded() {
             let ev = api.update(ADMIN, &deploy, |d| d["spec"]["replicas"] = json!(i / 1_000 + 2));
             common::feed(&mut p, &[ev], &mut out);
         }
-        most = most.max(p.engine().interner.len());
+        most = most.max(p.engine().interner().len());
     }
     p.flush(0, &mut out);
     // Two new strings per write: 80,000 without sweeps. With them: what state refers to, what
     // was interned since the last sweep and before it (sweeps run every 4,096 writes).
     assert!(most < 20_000, "{most} strings interned at most");
-    assert!(p.engine().store.len() <= 100 + 4_096);
+    assert!(p.engine().tracked_objects() <= 100 + 4_096);
     // Handles given out again never mix names up: each event names its own user and namespace.
     for e in &out {
         assert_eq!(&*e.user_hash, user_hash(&e.user), "{}", e.user);

@@ -133,14 +133,14 @@ fn a_write_from_the_future_is_counted_and_moves_no_clock() {
     };
     let (p, out) = run(ProcessorOptions::default().max_clock_skew_us);
     let m = p.metrics().clone();
-    assert_eq!((m.future_events.get(), m.late_events.get()), (1, 0), "counted; nothing late");
+    assert_eq!((m.future_writes(), m.late_writes()), (1, 0), "counted; nothing late");
     let order: Vec<String> = out.iter().map(|e| e.audit_id.to_string()).collect();
     assert_eq!(order, [audit_id(&events[0]), audit_id(&events[1]), audit_id(&future)], "in resourceVersion order");
     assert_eq!(out[2].class, Class::Unowned, "the write itself is classified as any other");
     assert_eq!(p.freshness().newest_us("default"), Some(end - 39_000_000), "the freshness is the stream's newest, not 2099");
     // The same without the bound: the 2099 write releases rv 2 and makes rv 1 late.
     let (p, _) = run(0);
-    assert_eq!((p.metrics().future_events.get(), p.metrics().late_events.get()), (0, 1), "what the bound prevents");
+    assert_eq!((p.metrics().future_writes(), p.metrics().late_writes()), (0, 1), "what the bound prevents");
 
     // Arrival clock (serve): the write is taken as stamped when it arrived.
     let mut p = processor(Clock::Arrival, 0);
@@ -150,33 +150,19 @@ fn a_write_from_the_future_is_counted_and_moves_no_clock() {
         p.ingest_body(None, e.as_bytes(), "webhook", arrived, &mut out);
     }
     p.flush(arrived, &mut out);
-    assert_eq!(p.metrics().future_events.get(), 1);
+    assert_eq!(p.metrics().future_writes(), 1);
     let newest = p.freshness().newest_us("default").unwrap();
     assert!(newest <= arrived, "freshness at most when it arrived: {newest} > {arrived}");
     // Within the allowed skew: not counted.
     let mut p = processor(Clock::Arrival, 0);
     let soon = stamped(&api.create("bob", configmap("shop", "soon", &[], None)).1, &format_rfc3339_micros(arrived + 60_000_000));
     p.ingest_body(None, soon.as_bytes(), "webhook", arrived, &mut Vec::new());
-    assert_eq!(p.metrics().future_events.get(), 0, "a minute ahead is within the default 10 minutes");
+    assert_eq!(p.metrics().future_writes(), 0, "a minute ahead is within the default 10 minutes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_verdict_s_freshness_is_not_poisoned_by_2099() {
-    let running = serve_support::start(
-        r#"
-[options]
-reorder_window = "20ms"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[metrics]
-listen = "127.0.0.1:0"
-[query]
-listen = "127.0.0.1:0"
-"#,
-    )
-    .await;
+    let running = serve_support::start(&serve_support::Pipeline::webhook().options(r#"reorder_window = "20ms""#).query("").toml()).await;
     let client = reqwest::Client::new();
     let stale = now_us() - 60_000_000;
     let mut ev = serve_support::Ev {

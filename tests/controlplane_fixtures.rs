@@ -44,18 +44,11 @@ fn check(expected_path: &Path) -> Vec<String> {
     let want = expected["classes"].as_object().expect("classes");
     // Why the truth says what it says (`cluster-day`), for the messages.
     let why = |id: &str| expected["why"][id].as_str().map(|w| format!(" (truth: {w})")).unwrap_or_default();
+    let write = |e: &Value| format!("{} {}/{} by {}", e["verb"], e["object"]["kind"], e["object"]["name"], e["user"]);
     for (id, class) in want {
         match events.get(id) {
             None => problems.push(format!("{name}: {id} ({class}) not classified{}", why(id))),
-            Some(e) if e["class"] != *class => problems.push(format!(
-                "{name}: {id} {} {}/{} by {}: expected {class}, got {}{}",
-                e["verb"],
-                e["object"]["kind"],
-                e["object"]["name"],
-                e["user"],
-                e["class"],
-                why(id)
-            )),
+            Some(e) if e["class"] != *class => problems.push(format!("{name}: {id} {}: expected {class}, got {}{}", write(e), e["class"], why(id))),
             Some(_) => {}
         }
     }
@@ -68,15 +61,7 @@ fn check(expected_path: &Path) -> Vec<String> {
     }
     for (id, e) in &events {
         if !want.contains_key(id) {
-            problems.push(format!(
-                "{name}: {id} {} {}/{} by {} classified {} but not expected{}",
-                e["verb"],
-                e["object"]["kind"],
-                e["object"]["name"],
-                e["user"],
-                e["class"],
-                why(id)
-            ));
+            problems.push(format!("{name}: {id} {} classified {} but not expected{}", write(e), e["class"], why(id)));
         }
     }
     // A drift that undoes a person's write names it: at least one of the listed auditIDs (any

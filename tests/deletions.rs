@@ -211,7 +211,7 @@ fn an_eviction_delivered_twice_is_classified_once() {
     events.extend([evict.clone(), evict.clone()]);
     let (p, out) = run(&events);
     assert_eq!(out.iter().filter(|e| *e.audit_id == *audit_id(&evict)).count(), 1);
-    assert_eq!(p.metrics().dedup_hits.get(), 1);
+    assert_eq!(p.metrics().duplicates(), 1);
     assert_eq!(ignored(&p, Ignored::DeletionCompleted), 0);
 }
 
@@ -406,19 +406,26 @@ fn a_namespace_being_deleted_takes_its_children_down_as_teardown() {
     td.assert_classes(&out);
 }
 
-#[test]
-fn a_namespace_created_again_is_judged_as_usual() {
+/// The namespace `shop` deleted, finalized and created again, with a tree in it: its events,
+/// and a person's graceful delete of one of its pods (not among them).
+fn shop_made_again() -> (Vec<String>, String) {
     let mut api = ApiServer::new();
     let mut events = Vec::new();
     let (shop, ev) = api.create(ADMIN, namespace("shop"));
     events.push(ev);
     events.push(api.delete(ADMIN, &shop, &["kubernetes"]));
     events.push(api.finalize(NAMESPACE_CONTROLLER, &shop));
-    // The namespace is gone and made again: its new objects are judged by the usual rules.
     let (_, ev) = api.create(ADMIN, namespace("shop"));
     events.push(ev);
     let t = tree(&mut api, &mut events, "shop");
     let person = api.delete_graceful(ADMIN, &t.pods[0]);
+    (events, person)
+}
+
+#[test]
+fn a_namespace_created_again_is_judged_as_usual() {
+    // The namespace is gone and made again: its new objects are judged by the usual rules.
+    let (mut events, person) = shop_made_again();
     events.push(person.clone());
     let (_, out) = run(&events);
     assert_eq!(class_of(&out, &person), Class::Origin);
@@ -456,16 +463,7 @@ fn a_namespace_being_deleted_is_known_again_after_a_restore() {
 fn a_namespace_deleted_and_created_again_is_not_taken_down_after_a_restore() {
     // The old namespace's state (deleted) and the new one's (live) are both restored: the
     // newest says the name is in use again.
-    let mut api = ApiServer::new();
-    let mut events = Vec::new();
-    let (shop, ev) = api.create(ADMIN, namespace("shop"));
-    events.push(ev);
-    events.push(api.delete(ADMIN, &shop, &["kubernetes"]));
-    events.push(api.finalize(NAMESPACE_CONTROLLER, &shop));
-    let (_, ev) = api.create(ADMIN, namespace("shop"));
-    events.push(ev);
-    let t = tree(&mut api, &mut events, "shop");
-    let person = api.delete_graceful(ADMIN, &t.pods[0]);
+    let (events, person) = shop_made_again();
     let out = run_across_a_restore(&events, std::slice::from_ref(&person));
     assert_eq!(class_of(&out, &person), Class::Origin);
 }

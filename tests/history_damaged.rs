@@ -61,10 +61,7 @@ fn a_damaged_store_is_refused_with_what_to_do_or_moved_aside() {
 async fn serve_does_not_start_on_a_damaged_store() {
     let dir = serve_support::temp_dir("damaged-serve");
     let path = damaged_store(&dir);
-    let toml = format!(
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[[sinks]]\ntype = \"history\"\npath = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
-        path.display()
-    );
+    let toml = serve_support::Pipeline::webhook().sink("history", &format!("path = \"{}\"", path.display())).toml();
     let cfg = kausality_stream::pipeline::load_str("p.toml", &toml).unwrap();
     let msg = match kausality_stream::pipeline::start(cfg).await {
         Err(e) => e.to_string(),

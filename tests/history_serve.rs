@@ -2,6 +2,9 @@
 //! opens, SQLite finds it intact, and it holds every batch the sink had written (its
 //! delivered count) before the kill, with no gap in what came after.
 
+#[path = "common/pipeline.rs"]
+mod pipeline_toml;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
@@ -12,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use kausality_stream::history::{self, Mode};
 use kausality_stream::sim::*;
+use pipeline_toml::Pipeline;
 use serde_json::{json, Value};
 
 const BIN: &str = env!("CARGO_BIN_EXE_kausality-stream");
@@ -72,15 +76,8 @@ fn a_serve_killed_while_writing_leaves_a_sound_store_with_everything_it_had_writ
     std::fs::create_dir_all(&dir).unwrap();
     let store = dir.join("history.db");
     let pipeline = dir.join("pipeline.toml");
-    std::fs::write(
-        &pipeline,
-        format!(
-            "[options]\nreorder_window = \"0\"\n[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n\
-             [[sinks]]\ntype = \"history\"\npath = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
-            store.display()
-        ),
-    )
-    .unwrap();
+    std::fs::write(&pipeline, Pipeline::webhook().options(r#"reorder_window = "0""#).sink("history", &format!("path = \"{}\"", store.display())).toml())
+        .unwrap();
     let mut child = Command::new(BIN)
         .args(["--log-format", "json", "serve", "--pipeline"])
         .arg(&pipeline)
@@ -170,11 +167,8 @@ fn the_query_api_reads_the_history_sink_s_store_unless_told_otherwise() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let store = dir.join("h.db");
-    let toml = format!(
-        "[options]\nreorder_window = \"0\"\n[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n\
-         [[sinks]]\ntype = \"history\"\npath = \"{}\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\n",
-        store.display()
-    );
+    let history = format!("path = \"{}\"", store.display());
+    let toml = Pipeline::webhook().options(r#"reorder_window = "0""#).sink("history", &history).query("").toml();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let running = rt.block_on(async { kausality_stream::pipeline::start(kausality_stream::pipeline::load_str("q.toml", &toml).unwrap()).await.unwrap() });
     let (webhook, metrics, query) = (running.webhook_addrs[0], running.metrics_addr, running.query_addr.expect("the query API listens"));

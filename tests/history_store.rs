@@ -60,20 +60,7 @@ fn count(conn: &Connection, sql: &str) -> i64 {
 
 /// Deployment → ReplicaSet → pods a, b, stable.
 fn tree(api: &mut ApiServer, events: &mut Vec<String>) -> (ObjRef, ObjRef, Vec<ObjRef>) {
-    let (deploy, e) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
-    events.push(e);
-    let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
-    events.push(e);
-    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "False")]));
-    let mut pods = Vec::new();
-    for s in ["a", "b"] {
-        let (p, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
-        pods.push(p);
-        events.push(e);
-    }
-    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
-    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
-    (deploy, rs, pods)
+    common::web_tree(api, events)
 }
 
 #[test]

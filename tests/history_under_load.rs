@@ -82,13 +82,11 @@ async fn served(dir: &std::path::Path, bodies: Arc<Vec<Vec<u8>>>, store: bool) -
     let out = dir.join(if store { "served-store.jsonl" } else { "served.jsonl" });
     let history = dir.join("history.db");
     let _ = std::fs::remove_file(&out);
-    let sink = if store { format!("[[sinks]]\ntype = \"history\"\npath = \"{}\"\n", history.display()) } else { String::new() };
-    let running = start(&format!(
-        "[options]\nreorder_window = \"{WINDOW}\"\nsink_queue_capacity = 4\n[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n\
-         [[sinks]]\ntype = \"jsonl\"\npath = \"{}\"\n{sink}[metrics]\nlisten = \"127.0.0.1:0\"\n",
-        out.display()
-    ))
-    .await;
+    let mut pipeline = Pipeline::webhook().options(&format!("reorder_window = \"{WINDOW}\"\nsink_queue_capacity = 4")).jsonl(&out);
+    if store {
+        pipeline = pipeline.sink("history", &format!("path = \"{}\"", history.display()));
+    }
+    let running = start(&pipeline.toml()).await;
     let addr = running.webhook_addrs[0];
     let next = Arc::new(AtomicUsize::new(0));
     // Threads of their own, not tasks of the service's runtime: a poster that waits for a
@@ -113,7 +111,7 @@ async fn served(dir: &std::path::Path, bodies: Arc<Vec<Vec<u8>>>, store: bool) -
         })
         .collect();
     tokio::task::spawn_blocking(move || posters.into_iter().for_each(|p| p.join().unwrap())).await.unwrap();
-    let late = running.metrics.late_events.get();
+    let late = running.metrics.late_writes();
     assert!(running.shutdown().await.clean);
     (classes(&std::fs::read_to_string(&out).unwrap()), late)
 }

@@ -173,30 +173,8 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     let dir = temp_dir("query-api");
     let (out, store, token_file) = (dir.join("out.jsonl"), dir.join("history.db"), dir.join("token"));
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let running = start(&format!(
-        r#"
-cluster = "kind-test"
-[options]
-reorder_window = "50ms"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-[query]
-listen = "127.0.0.1:0"
-bearer_token_file = "{}"
-history = "{}"
-"#,
-        out.display(),
-        token_file.display(),
-        store.display()
-    ))
-    .await;
+    let query = format!("bearer_token_file = \"{}\"\nhistory = \"{}\"", token_file.display(), store.display());
+    let running = start(&Pipeline::webhook().cluster("kind-test").options(r#"reorder_window = "50ms""#).jsonl(&out).query(&query).toml()).await;
     let client = reqwest::Client::new();
     let api = Api { base: format!("http://{}", running.query_addr.expect("query listener")), client: client.clone(), doc: openapi() };
     let audit = format!("http://{}/audit", running.webhook_addrs[0]);
@@ -397,21 +375,7 @@ history = "{}"
 /// old its state is, per cluster.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn freshness_shows_a_stale_stream_per_cluster() {
-    let running = start(
-        r#"
-[options]
-reorder_window = "20ms"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[metrics]
-listen = "127.0.0.1:0"
-[query]
-listen = "127.0.0.1:0"
-"#,
-    )
-    .await;
+    let running = start(&Pipeline::webhook().options(r#"reorder_window = "20ms""#).query("").toml()).await;
     let client = reqwest::Client::new();
     let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: client.clone(), doc: openapi() };
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
@@ -461,7 +425,7 @@ listen = "127.0.0.1:0"
 /// Every parameter a route takes is in the document, and nothing more.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_document_lists_exactly_the_parameters_each_route_takes() {
-    let running = start("[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\n").await;
+    let running = start(&Pipeline::webhook().query("").toml()).await;
     let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
     // The checker is not lenient: an answer short of a field, or with one undeclared, fails.
     let verdict = &api.doc["components"]["schemas"]["Verdict"];
@@ -483,11 +447,7 @@ async fn the_document_lists_exactly_the_parameters_each_route_takes() {
 
 /// A pipeline whose query API reads the history store at `store`, without a token.
 async fn start_reading(store: &Path) -> Running {
-    start(&format!(
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\nhistory = \"{}\"\n",
-        store.display()
-    ))
-    .await
+    start(&Pipeline::webhook().query(&format!("history = \"{}\"", store.display())).toml()).await
 }
 
 /// An enriched event of the ReplicaSet shop/web, as `fill_history` takes it.
@@ -557,11 +517,7 @@ async fn every_answer_is_documented_json_and_the_token_comes_first() {
     let dir = temp_dir("query-answers");
     let token_file = dir.join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
-    let running = start(&format!(
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\nbearer_token_file = \"{}\"\n",
-        token_file.display()
-    ))
-    .await;
+    let running = start(&Pipeline::webhook().query(&format!("bearer_token_file = \"{}\"", token_file.display())).toml()).await;
     let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
     let long = format!("/v1/drift?cluster={}", "c".repeat(9000));
     for route in ["/v1/verdict", "/v1/objects", "/v1/drift", "/v1/why"] {

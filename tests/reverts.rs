@@ -6,6 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::{audit_id, class_of, feed, find};
+use kausality_stream::classify::policy::Resolution;
 use kausality_stream::classify::{Class, Engine, EngineOptions};
 use kausality_stream::config::ModelConfig;
 use kausality_stream::enriched::{Enriched, RevertOut};
@@ -27,19 +28,7 @@ struct Tree {
 fn tree() -> Tree {
     let mut api = ApiServer::new();
     let mut events = Vec::new();
-    let (deploy, e) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
-    events.push(e);
-    let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
-    events.push(e);
-    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "False")]));
-    let mut pods = Vec::new();
-    for s in ["a", "b"] {
-        let (p, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
-        pods.push(p);
-        events.push(e);
-    }
-    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
-    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
+    let (deploy, rs, pods) = common::web_tree(&mut api, &mut events);
     Tree { api, events, deploy, rs, pods }
 }
 
@@ -78,8 +67,8 @@ fn f(path: &str, before: Option<&str>, after: Option<&str>, restored: bool) -> F
 }
 
 fn person_reverts(p: &Processor) -> u64 {
-    p.metrics().person_reverts.with_label_values(&["ReplicaSet", "Pod", "unresolved"]).get()
-        + p.metrics().person_reverts.with_label_values(&["Deployment", "ReplicaSet", "unresolved"]).get()
+    p.metrics().person_revert_count("ReplicaSet", "Pod", Resolution::Unresolved)
+        + p.metrics().person_revert_count("Deployment", "ReplicaSet", Resolution::Unresolved)
 }
 
 #[test]
@@ -285,7 +274,7 @@ fn a_removal_during_teardown_or_before_initialization_is_kept_only_when_judged()
     let (p, out) = run(&t.events);
     assert_eq!(class_of(&out, &gc), Class::Deleting);
     let rs_uid = kausality_stream::write::uid_key(&t.rs.uid);
-    let kept = p.engine().store.read(&kausality_stream::state::ObjKey::new(p.engine().interner.intern("default"), rs_uid), |s| s.removed_children().len());
+    let kept = p.engine().read_state(&kausality_stream::state::ObjKey::new(p.engine().interner().intern("default"), rs_uid), |s| s.removed_children().len());
     assert_eq!(kept, Some(0));
 }
 
@@ -298,14 +287,7 @@ fn the_replay_summary_lists_reverted_changes_with_who_and_what() {
     let del = t.api.delete("system:node:worker-1", &t.pods[0], &[]);
     let (_, replacement) = t.api.create(REPLICASET_CONTROLLER, pod(&t.rs, "c", "web:1"));
     t.events.extend([by_hand.clone(), back, caught_up, del, replacement]);
-    let dir = std::env::temp_dir().join(format!("kausality-reverts-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let input = dir.join("audit.jsonl");
-    std::fs::write(&input, t.events.join("\n")).unwrap();
-    let opts = kausality_stream::replay::ReplayOptions { inputs: vec![input], progress: false, ..Default::default() };
-    let outcome = kausality_stream::replay::run(&opts, &mut std::io::sink()).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    let text = outcome.render();
+    let text = common::replay_summary("reverts", &t.events);
     assert!(text.contains("reverted changes: 2 (1 by persons)"), "{text}");
     let when = serde_json::from_str::<serde_json::Value>(&by_hand).unwrap()["stageTimestamp"].as_str().unwrap().to_string();
     let scale = format!(

@@ -61,7 +61,7 @@ fn falco_traces_classify_creates_and_deletes() {
     let Some(root) = samples() else { return };
     let (o, events) = replay(&files(&root.join("falco/k8s_audit")), Unwrap::None);
     assert_eq!(o.summary.events, 51);
-    assert_eq!(o.metrics.dedup_hits.get(), 2, "two files reuse an auditID");
+    assert_eq!(o.metrics.duplicates(), 2, "two files reuse an auditID");
     assert_eq!(o.metrics.ignored_count(Ignored::Stage), 2, "exec/attach ResponseStarted");
     let pods: Vec<&serde_json::Value> = events.iter().filter(|e| e["object"]["kind"] == "Pod" && e["verb"] == "create").collect();
     assert!(pods.len() >= 9);

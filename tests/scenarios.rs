@@ -210,8 +210,8 @@ fn an_object_whose_last_finalizer_goes_becomes_a_tombstone() {
         p.ingest_document(None, e.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
     }
     p.flush(0, &mut out);
-    let key = kausality_stream::state::ObjKey::new(engine.interner.intern("default"), kausality_stream::write::uid_key(&d.uid));
-    assert_eq!(engine.store.read(&key, |s| (s.deleting(), s.deleted())), Some((true, true)));
+    let key = kausality_stream::state::ObjKey::new(engine.interner().intern("default"), kausality_stream::write::uid_key(&d.uid));
+    assert_eq!(engine.read_state(&key, |s| (s.deleting(), s.deleted())), Some((true, true)));
 }
 
 #[test]
@@ -485,7 +485,7 @@ fn kept_names(p: &kausality_stream::process::Processor, objects: &[&ObjRef]) -> 
         .map(|o| {
             let uid = kausality_stream::write::uid_key(&o.uid);
             let mut name = None;
-            p.engine().store.for_each(|k, s| {
+            p.engine().for_each_state(|k, s| {
                 if k.uid() == uid {
                     name = s.name().map(|n| n.to_string());
                 }

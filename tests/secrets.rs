@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use kausality_stream::classify::Class;
 use kausality_stream::sim::*;
 use serde_json::{json, Value};
-use serve_support::{start, temp_dir, Collector};
+use serve_support::{start, temp_dir, Collector, Pipeline};
 
 const OPERATOR: &str = "system:serviceaccount:db:db-operator";
 const PERSON: &str = "alice@example.com";
@@ -158,33 +158,8 @@ async fn the_service_s_sinks_and_query_api_hold_no_secret_value() {
     let dir = temp_dir("secrets-serve");
     let (out, db) = (dir.join("out.jsonl"), dir.join("history.db"));
     let receiver = Collector::start(true).await;
-    let running = start(&format!(
-        r#"
-[options]
-reorder_window = "0"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[[sinks]]
-type = "history"
-path = "{}"
-[[sinks]]
-type = "drift_report"
-urls = ["{}"]
-[metrics]
-listen = "127.0.0.1:0"
-[query]
-listen = "127.0.0.1:0"
-"#,
-        out.display(),
-        db.display(),
-        receiver.url()
-    ))
-    .await;
+    let pipeline = Pipeline::webhook().options(r#"reorder_window = "0""#).jsonl(&out).sink("history", &format!("path = \"{}\"", db.display()));
+    let running = start(&pipeline.sink("drift_report", &format!("urls = [\"{}\"]", receiver.url())).query("").toml()).await;
     let (events, person, _) = story();
     let r = reqwest::Client::new().post(format!("http://{}/audit", running.webhook_addrs[0])).body(event_list_raw(&events)).send().await.expect("post");
     assert_eq!(r.status().as_u16(), 200);

@@ -86,25 +86,8 @@ async fn a_full_disk_holds_what_was_accepted_answers_503_and_writes_it_once_spac
     let out = fs.0.join("out.jsonl");
     let filler = fs.0.join("filler");
     std::fs::write(&filler, vec![b'x'; 40 << 10]).unwrap();
-    let running = start(&format!(
-        r#"
-[options]
-reorder_window = "10ms"
-queue_capacity = 2
-sink_queue_capacity = 2
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        out.display()
-    ))
-    .await;
+    let options = "reorder_window = \"10ms\"\nqueue_capacity = 2\nsink_queue_capacity = 2";
+    let running = start(&Pipeline::webhook().options(options).jsonl(&out).toml()).await;
     let client = reqwest::Client::new();
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     let mut accepted: Vec<String> = Vec::new();
@@ -154,23 +137,7 @@ listen = "127.0.0.1:0"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_that_cannot_write_at_the_stop_makes_it_unclean() {
-    let running = start(
-        r#"
-[options]
-reorder_window = "10ms"
-shutdown_timeout = "15s"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "/dev/full"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-    )
-    .await;
+    let running = start(&Pipeline::webhook().options("reorder_window = \"10ms\"\nshutdown_timeout = \"15s\"").jsonl("/dev/full").toml()).await;
     let client = reqwest::Client::new();
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     assert_eq!(client.post(&url).body(event_list(&creates("full", 3))).send().await.unwrap().status().as_u16(), 200);
@@ -195,27 +162,8 @@ async fn a_snapshot_that_cannot_be_written_is_counted_shown_and_fails_the_stop()
     let foreign = state.join(format!("other.tmp-{}", gone.id()));
     std::fs::write(&stale, b"half a snapshot").unwrap();
     std::fs::write(&foreign, b"not ours").unwrap();
-    let running = start(&format!(
-        r#"
-[options]
-reorder_window = "10ms"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-[state]
-snapshot = "{}"
-snapshot_interval = "100ms"
-"#,
-        dir.join("out.jsonl").display(),
-        snapshot.display()
-    ))
-    .await;
+    let state_section = format!("snapshot = \"{}\"\nsnapshot_interval = \"100ms\"", snapshot.display());
+    let running = start(&Pipeline::webhook().options(r#"reorder_window = "10ms""#).jsonl(dir.join("out.jsonl")).section("state", &state_section).toml()).await;
     assert!(!stale.exists(), "the dead process's temporary snapshot is removed at start");
     assert!(foreign.exists());
     let m = running.metrics_addr;
@@ -241,10 +189,8 @@ snapshot_interval = "100ms"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ingest_tier_whose_broker_cannot_be_reached_is_not_ready() {
     let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let running = start(&format!(
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[[sinks]]\ntype = \"kafka_route\"\nbrokers = \"{nobody}\"\ntopic = \"audit\"\ndelivery_timeout = \"2s\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n"
-    ))
-    .await;
+    let route = format!("brokers = \"{nobody}\"\ntopic = \"audit\"\ndelivery_timeout = \"2s\"");
+    let running = start(&Pipeline::webhook().sink("kafka_route", &route).toml()).await;
     let (code, why) = wait_readyz(running.metrics_addr, |c, _| c == 503).await;
     assert_eq!(code, 503, "{why}");
     assert!(why.starts_with("not ready: sink cannot write: kafka_route: cannot read topic audit from the broker"), "{why}");

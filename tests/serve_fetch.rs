@@ -57,28 +57,8 @@ async fn a_parent_never_seen_is_fetched_and_its_children_are_judged() {
     )
     .unwrap();
     let out = dir.join("out.jsonl");
-    let running = start(&format!(
-        r#"
-[options]
-reorder_window = "0"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-[unknown_parents]
-fetch = true
-kubeconfig = "{}"
-rate = 50
-"#,
-        out.display(),
-        kubeconfig.display()
-    ))
-    .await;
+    let fetch = format!("fetch = true\nkubeconfig = \"{}\"\nrate = 50", kubeconfig.display());
+    let running = start(&Pipeline::webhook().options(r#"reorder_window = "0""#).jsonl(&out).section("unknown_parents", &fetch).toml()).await;
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     let client = reqwest::Client::new();
     // The service starts after the Deployment's last write: the stream shows only its ReplicaSet.

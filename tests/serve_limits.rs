@@ -13,23 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 fn pipeline(webhook_extra: &str, out: &std::path::Path) -> String {
-    format!(
-        r#"
-[options]
-reorder_window = "10ms"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-{webhook_extra}
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        out.display()
-    )
+    Pipeline::webhook().options(r#"reorder_window = "10ms""#).webhook_with(webhook_extra).jsonl(out).toml()
 }
 
 /// Reads until the end of the response head, EOF or `within`; returns what came.
@@ -236,11 +220,7 @@ async fn bodies_past_the_in_flight_budget_get_503_until_room_is_back() {
 /// `max_connections_per_client` of them: another client is still answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_cannot_take_every_connection_of_the_query_api() {
-    let running = start(
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
-         [query]\nlisten = \"127.0.0.1:0\"\nmax_connections = 8\nmax_connections_per_client = 3\n",
-    )
-    .await;
+    let running = start(&Pipeline::webhook().query("max_connections = 8\nmax_connections_per_client = 3").toml()).await;
     let addr = running.query_addr.expect("the query API listens");
     let from = |ip: [u8; 4]| async move {
         let s = tokio::net::TcpSocket::new_v4().unwrap();

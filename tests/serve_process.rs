@@ -96,27 +96,13 @@ fn pipeline_file(dir: &Path) -> PathBuf {
     let path = dir.join("pipeline.toml");
     std::fs::write(
         &path,
-        format!(
-            r#"
-cluster = "restart-test"
-[options]
-# Long on purpose: the events are still in the reorder buffer when SIGTERM comes.
-reorder_window = "30s"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-[state]
-snapshot = "{}"
-"#,
-            dir.join("out.jsonl").display(),
-            dir.join("state.snapshot").display()
-        ),
+        // Long on purpose: the events are still in the reorder buffer when SIGTERM comes.
+        Pipeline::webhook()
+            .cluster("restart-test")
+            .options(r#"reorder_window = "30s""#)
+            .jsonl(dir.join("out.jsonl"))
+            .section("state", &format!("snapshot = \"{}\"", dir.join("state.snapshot").display()))
+            .toml(),
     )
     .unwrap();
     path
@@ -221,11 +207,7 @@ fn uninterrupted_run_classifies_the_next_event_as_drift() {
 fn a_stop_that_could_not_write_what_was_accepted_exits_non_zero() {
     let dir = temp_dir("dev-full");
     let pipeline = dir.join("pipeline.toml");
-    std::fs::write(
-        &pipeline,
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[[sinks]]\ntype = \"jsonl\"\npath = \"/dev/full\"\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
-    )
-    .unwrap();
+    std::fs::write(&pipeline, Pipeline::webhook().jsonl("/dev/full").toml()).unwrap();
     let serve = Serve::start(&pipeline);
     assert_eq!(post(serve.webhook, event_list(&deployment_story("f")[..1]))["events"], 1);
     let (code, log) = serve.terminate();

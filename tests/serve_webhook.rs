@@ -24,29 +24,8 @@ async fn deployment_story_is_classified_and_drift_is_reported_then_resolved() {
     let dir = temp_dir("story");
     let out = dir.join("out.jsonl");
     let receiver = Collector::start(true).await;
-    let running = start(&format!(
-        r#"
-cluster = "kind-test"
-[options]
-reorder_window = "50ms"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[[sinks]]
-type = "drift_report"
-urls = ["{}"]
-ttl = "10m"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        out.display(),
-        receiver.url()
-    ))
-    .await;
+    let pipeline = Pipeline::webhook().cluster("kind-test").options(r#"reorder_window = "50ms""#).jsonl(&out);
+    let running = start(&pipeline.sink("drift_report", &format!("urls = [\"{}\"]\nttl = \"10m\"", receiver.url())).toml()).await;
     let client = reqwest::Client::new();
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     let (code, body, _) = post(&client, &url, event_list(&deployment_story("s"))).await;
@@ -128,23 +107,7 @@ listen = "127.0.0.1:0"
 async fn malformed_oversize_and_per_cluster_paths() {
     let dir = temp_dir("malformed");
     let out = dir.join("out.jsonl");
-    let running = start(&format!(
-        r#"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-max_body_bytes = 20000
-max_events_per_request = 3
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        out.display()
-    ))
-    .await;
+    let running = start(&Pipeline::webhook().webhook_with("max_body_bytes = 20000\nmax_events_per_request = 3").jsonl(&out).toml()).await;
     let client = reqwest::Client::new();
     let base = format!("http://{}", running.webhook_addrs[0]);
 
@@ -215,21 +178,7 @@ listen = "127.0.0.1:0"
 async fn big_batches_bad_items_and_deep_bodies() {
     let dir = temp_dir("batches");
     let out = dir.join("out.jsonl");
-    let running = start(&format!(
-        r#"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "jsonl"
-path = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        out.display()
-    ))
-    .await;
+    let running = start(&Pipeline::webhook().jsonl(&out).toml()).await;
     let client = reqwest::Client::new();
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     let configmap = |i: usize, pad: usize| Ev {
@@ -312,28 +261,9 @@ async fn overload_answers_429_and_nothing_is_lost_once_the_client_retries() {
     // A sink that hangs (its endpoint holds every request) fills the sink queue, then the
     // processor waits, then the intake queue fills: the webhook must say 429, not drop.
     let collector = Collector::start(false).await;
-    let running = start(&format!(
-        r#"
-[options]
-reorder_window = "0"
-queue_capacity = 1
-sink_queue_capacity = 1
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "http"
-url = "{}"
-batch_size = 1
-timeout = "60s"
-flush_interval = "10ms"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        collector.url()
-    ))
-    .await;
+    let pipeline = Pipeline::webhook().options("reorder_window = \"0\"\nqueue_capacity = 1\nsink_queue_capacity = 1");
+    let sink = format!("url = \"{}\"\nbatch_size = 1\ntimeout = \"60s\"\nflush_interval = \"10ms\"", collector.url());
+    let running = start(&pipeline.sink("http", &sink).toml()).await;
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     const N: usize = 12;
     let client = reqwest::Client::new();
@@ -398,19 +328,7 @@ async fn bearer_token_is_required_when_configured() {
     let dir = temp_dir("token");
     let token = dir.join("token");
     std::fs::write(&token, "s3cret-token\n").unwrap();
-    let running = start(&format!(
-        r#"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-bearer_token_file = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        token.display()
-    ))
-    .await;
+    let running = start(&Pipeline::webhook().webhook_with(&format!("bearer_token_file = \"{}\"", token.display())).toml()).await;
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     let body = event_list(&deployment_story("t")[..1]);
     let client = reqwest::Client::new();
@@ -434,27 +352,22 @@ fn tls_client(pki: &Pki, with_client_cert: bool) -> reqwest::Client {
     b.build().unwrap()
 }
 
+/// A webhook serving HTTPS with the certificate and key in `d`, asking clients for a
+/// certificate from its CA when `client_ca`.
+fn tls_pipeline(d: &std::path::Path, client_ca: bool) -> String {
+    let ca = if client_ca { format!("client_ca = \"{}\"\n", d.join("ca.crt").display()) } else { String::new() };
+    format!(
+        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\n[sources.tls]\ncert = \"{}\"\nkey = \"{}\"\n{ca}[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        d.join("tls.crt").display(),
+        d.join("tls.key").display()
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_client_certificates() {
     let pki = pki(temp_dir("mtls"));
     let d = &pki.dir;
-    let running = start(&format!(
-        r#"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-[sources.tls]
-cert = "{}"
-key = "{}"
-client_ca = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        d.join("tls.crt").display(),
-        d.join("tls.key").display(),
-        d.join("ca.crt").display()
-    ))
-    .await;
+    let running = start(&tls_pipeline(d, true)).await;
     let url = format!("https://127.0.0.1:{}/audit/tls-cluster", running.webhook_addrs[0].port());
     let body = event_list(&deployment_story("x")[..1]);
     let (code, _, _) = post(&tls_client(&pki, true), &url, body.clone()).await;
@@ -480,21 +393,7 @@ listen = "127.0.0.1:0"
 async fn https_without_client_certificates() {
     let pki = pki(temp_dir("tls"));
     let d = &pki.dir;
-    let running = start(&format!(
-        r#"
-[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-[sources.tls]
-cert = "{}"
-key = "{}"
-[metrics]
-listen = "127.0.0.1:0"
-"#,
-        d.join("tls.crt").display(),
-        d.join("tls.key").display()
-    ))
-    .await;
+    let running = start(&tls_pipeline(d, false)).await;
     let url = format!("https://127.0.0.1:{}/audit", running.webhook_addrs[0].port());
     let (code, body, _) = post(&tls_client(&pki, false), &url, event_list(&deployment_story("y")[..2])).await;
     assert_eq!(code, 200, "{body}");

@@ -90,19 +90,25 @@ fn restart_from_a_snapshot_classifies_like_an_uninterrupted_run() {
     assert_eq!(got, reference);
     // Alice's origin write was not in the snapshot: the drift after the restart names nobody.
     assert_eq!(reverted(&out, &events[5]), []);
-    assert_eq!(second.metrics().dedup_hits.get(), 5);
+    assert_eq!(second.metrics().duplicates(), 5);
     // The approval survived the restart and was used up once.
     assert_eq!(got.iter().filter(|l| l.contains("\"resolution\":\"approved\"")).count(), 1);
 }
 
-#[test]
-fn corrupt_or_foreign_snapshots_are_refused() {
+/// The snapshot of a processor that took all of [`stream`].
+fn snapshot_of_stream() -> Vec<u8> {
     let mut p = processor(Default::default(), 500_000);
     let mut out = Vec::new();
     feed(&mut p, &stream(), &mut out);
     p.flush(0, &mut out);
     let mut snap = Vec::new();
     p.snapshot(&mut snap).unwrap();
+    snap
+}
+
+#[test]
+fn corrupt_or_foreign_snapshots_are_refused() {
+    let snap = snapshot_of_stream();
     let mut flipped = snap.clone();
     let mid = flipped.len() / 2;
     flipped[mid] ^= 0x55;
@@ -131,7 +137,7 @@ fn a_restored_engine_still_knows_which_kinds_own_others() {
     second.flush(0, &mut out);
     let uid = kausality_stream::write::uid_key(&other.uid);
     let mut names = Vec::new();
-    second.engine().store.for_each(|k, s| names.push((k.uid() == uid, s.name().map(|n| n.to_string()))));
+    second.engine().for_each_state(|k, s| names.push((k.uid() == uid, s.name().map(|n| n.to_string()))));
     names.sort();
     assert_eq!(
         names,
@@ -227,12 +233,7 @@ fn a_snapshot_of_format_4_is_read_with_its_observed_generations_finished() {
 
 #[test]
 fn a_snapshot_of_an_unknown_format_version_names_the_version_found_and_those_read() {
-    let mut p = processor(Default::default(), 500_000);
-    let mut out = Vec::new();
-    feed(&mut p, &stream(), &mut out);
-    p.flush(0, &mut out);
-    let mut snap = Vec::new();
-    p.snapshot(&mut snap).unwrap();
+    let snap = snapshot_of_stream();
     let body = &snap["KAUSALITY-STATE 8\n".len()..];
     for found in ["3", "9", "12", "x"] {
         let mut other = format!("KAUSALITY-STATE {found}\n").into_bytes();

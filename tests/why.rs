@@ -5,6 +5,8 @@
 //! message path of the command: an unknown object, an ambiguous name, a time older than the
 //! store, a missing store file, a server that answers.
 
+#[path = "common/pipeline.rs"]
+mod pipeline_toml;
 #[path = "common/pki.rs"]
 mod pki;
 
@@ -17,6 +19,7 @@ use std::process::{Command, Output};
 use kausality_stream::history::story::{self, Story, StoryQuery};
 use kausality_stream::history::{self, Mode};
 use kausality_stream::why;
+use pipeline_toml::Pipeline;
 use serde_json::Value;
 
 const RSC: &str = "system:serviceaccount:kube-system:replicaset-controller";
@@ -373,14 +376,8 @@ fn an_https_query_api_with_client_certificates_is_asked_with_ca_cert_and_key() {
     fill(&db, "cluster-day", None);
     let pki = pki::pki(dir.clone());
     let file = |name: &str| pki.dir.join(name).to_str().unwrap().to_string();
-    let toml = format!(
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n\
-         [query]\nlisten = \"127.0.0.1:0\"\nhistory = \"{}\"\n[query.tls]\ncert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"\n",
-        db.display(),
-        file("tls.crt"),
-        file("tls.key"),
-        file("ca.crt")
-    );
+    let tls = format!("cert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"", file("tls.crt"), file("tls.key"), file("ca.crt"));
+    let toml = Pipeline::webhook().query(&format!("history = \"{}\"", db.display())).section("query.tls", &tls).toml();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let running = rt.block_on(async { kausality_stream::pipeline::start(kausality_stream::pipeline::load_str("q.toml", &toml).unwrap()).await.unwrap() });
     let url = format!("https://127.0.0.1:{}", running.query_addr.expect("the query API listens").port());

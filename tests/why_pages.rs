@@ -75,11 +75,7 @@ fn the_library_tells_the_newest_writes_and_pages_back_to_the_first() {
 async fn the_query_api_and_why_page_an_object_s_story() {
     let dir = serve_support::temp_dir("why-pages-api");
     let (path, ids) = store(&dir);
-    let running = serve_support::start(&format!(
-        "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n[metrics]\nlisten = \"127.0.0.1:0\"\n[query]\nlisten = \"127.0.0.1:0\"\nhistory = \"{}\"\n",
-        path.display()
-    ))
-    .await;
+    let running = serve_support::start(&serve_support::Pipeline::webhook().query(&format!("history = \"{}\"", path.display())).toml()).await;
     let base = format!("http://{}/v1/why?kind=ConfigMap&namespace=shop&name=busy", running.query_addr.unwrap());
     let get = |url: String| async move {
         let r = reqwest::get(url).await.unwrap();

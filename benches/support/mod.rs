@@ -2,9 +2,10 @@
 //! the service started in-process on its own runtime (as `kausality-stream serve` runs it),
 //! a server that only reads and discards bodies and one that only parses them, on the same
 //! HTTP stack, and the machine's load and per-thread CPU time.
+// Each bench uses the parts it measures: the others go unused in it.
 #![allow(dead_code)]
 
-pub mod floor;
+pub(crate) mod floor;
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -24,11 +25,11 @@ use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
 /// The API server's default `--audit-webhook-batch-max-size`.
-pub const LIST_SIZE: usize = 400;
+pub(crate) const LIST_SIZE: usize = 400;
 
 /// `lists` EventLists of [`LIST_SIZE`] events from the corpus generator (seed 1, its default
 /// workload): every auditID differs, so the dedupe window drops nothing.
-pub fn event_lists(lists: usize) -> Vec<Bytes> {
+pub(crate) fn event_lists(lists: usize) -> Vec<Bytes> {
     let opts = CorpusOptions { events: lists * LIST_SIZE, event_list_size: LIST_SIZE, ..CorpusOptions::default() };
     let mut out = Vec::new();
     generate(&opts, &mut out).expect("the corpus generator writes to memory");
@@ -39,7 +40,7 @@ pub fn event_lists(lists: usize) -> Vec<Bytes> {
 /// service must deliver. With `reorder`, every write is put in resourceVersion order (on an
 /// arrival clock that stands still, so nothing is released before the end and no tombstone
 /// expires); without, writes are applied as they come (a service with no reorder window).
-pub fn expected_outputs(bodies: &[Bytes], reorder: bool) -> usize {
+pub(crate) fn expected_outputs(bodies: &[Bytes], reorder: bool) -> usize {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
     let opts = ProcessorOptions { reorder_window_us: i64::from(reorder), reorder_max_held: usize::MAX, clock: Clock::Arrival, ..ProcessorOptions::default() };
     let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
@@ -55,7 +56,7 @@ pub fn expected_outputs(bodies: &[Bytes], reorder: bool) -> usize {
 }
 
 /// The auditID of an enriched event's JSON (the first `"auditID"` key: the event's own).
-pub fn audit_id_of(json: &[u8]) -> Option<&str> {
+pub(crate) fn audit_id_of(json: &[u8]) -> Option<&str> {
     const KEY: &[u8] = br#""auditID":""#;
     let start = json.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
     let len = json[start..].iter().position(|&b| b == b'"')?;
@@ -64,19 +65,19 @@ pub fn audit_id_of(json: &[u8]) -> Option<&str> {
 
 /// A multi-threaded runtime with a worker per core, as `kausality-stream serve` builds it;
 /// its threads are named `name` (for [`cpu_seconds`]).
-pub fn runtime(name: &str) -> Runtime {
+pub(crate) fn runtime(name: &str) -> Runtime {
     tokio::runtime::Builder::new_multi_thread().enable_all().thread_name(name).build().expect("a tokio runtime")
 }
 
 /// Starts the pipeline described by `toml` on `rt`.
-pub fn start_service(rt: &Runtime, toml: &str) -> Running {
+pub(crate) fn start_service(rt: &Runtime, toml: &str) -> Running {
     let cfg = pipeline::load_str("bench.toml", toml).unwrap_or_else(|e| panic!("bench pipeline: {e}"));
     rt.block_on(pipeline::start(cfg)).expect("the pipeline starts")
 }
 
 /// A server that reads every request body and discards it, answering 200 with a small JSON
 /// body: the same accept loop and hyper HTTP/1 connection settings as the webhook.
-pub fn start_discard(rt: &Runtime) -> (SocketAddr, watch::Sender<bool>) {
+pub(crate) fn start_discard(rt: &Runtime) -> (SocketAddr, watch::Sender<bool>) {
     async fn discard(body: Body) -> &'static str {
         let mut body = body;
         while let Some(frame) = body.frame().await {
@@ -93,7 +94,7 @@ pub fn start_discard(rt: &Runtime) -> (SocketAddr, watch::Sender<bool>) {
 /// `serde_json`, on a blocking thread as the webhook decodes), answering 200 with the number
 /// of events, 400 when the body does not parse: every service that reads the events does at
 /// least this much.
-pub fn start_parse(rt: &Runtime) -> (SocketAddr, watch::Sender<bool>) {
+pub(crate) fn start_parse(rt: &Runtime) -> (SocketAddr, watch::Sender<bool>) {
     async fn parse(body: Body) -> (axum::http::StatusCode, String) {
         let Ok(body) = body.collect().await.map(|b| b.to_bytes()) else {
             return (axum::http::StatusCode::BAD_REQUEST, "body not read".into());
@@ -120,22 +121,22 @@ fn start_app(rt: &Runtime, app: Router) -> (SocketAddr, watch::Sender<bool>) {
 }
 
 /// The HTTP client of both sides (reqwest on hyper, HTTP/1, keep-alive).
-pub fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder().timeout(Duration::from_secs(60)).build().expect("an HTTP client")
 }
 
 /// `/proc/loadavg`'s first three fields.
-pub fn load_average() -> String {
+pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "?".into())
 }
 
-pub fn cores() -> usize {
+pub(crate) fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// CPU seconds (user + system) used so far by this process's threads whose name starts with
 /// one of `prefixes`.
-pub fn cpu_seconds(prefixes: &[&str]) -> f64 {
+pub(crate) fn cpu_seconds(prefixes: &[&str]) -> f64 {
     let hz = 100.0; // USER_HZ on Linux
     let mut ticks = 0u64;
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return 0.0 };
@@ -153,24 +154,24 @@ pub fn cpu_seconds(prefixes: &[&str]) -> f64 {
 }
 
 /// The `p` quantile (0..=1) of sorted values.
-pub fn quantile(sorted: &[Duration], p: f64) -> Duration {
+pub(crate) fn quantile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
     }
     sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
 }
 
-pub fn ms(d: Duration) -> String {
+pub(crate) fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
 }
 
 /// Fails the bench: a missing output is an error, never a figure.
-pub fn fail(msg: &str) -> ! {
+pub(crate) fn fail(msg: &str) -> ! {
     eprintln!("bench FAILED: {msg}");
     std::process::exit(1)
 }
 
 /// Time since `t0`, for progress lines.
-pub fn since(t0: Instant) -> String {
+pub(crate) fn since(t0: Instant) -> String {
     format!("{:.1}s", t0.elapsed().as_secs_f64())
 }

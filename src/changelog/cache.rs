@@ -96,11 +96,7 @@ impl Changelog {
             Some(cache) => cache.take(partition, &live),
             None => Err(Refused::NotHeld),
         };
-        let result = match &taken {
-            Ok(_) => "loaded",
-            Err(r) => r.label(),
-        };
-        self.metrics.snapshot_partitions.with_label_values(&[result]).inc();
+        self.metrics.snapshot_partition(taken.as_ref().err());
         match taken {
             Ok(slice) => {
                 tracing::info!(topic = %self.topic, partition, position = slice.position, states = slice.states.len(), end, "state snapshot: partition loaded; the changelog is read from its position");
@@ -111,7 +107,7 @@ impl Changelog {
                 None
             }
             Err(why) => {
-                tracing::warn!(topic = %self.topic, partition, reason = result, "state snapshot: partition not loaded, {why}; the changelog is read from its start");
+                tracing::warn!(topic = %self.topic, partition, reason = why.label(), "state snapshot: partition not loaded, {why}; the changelog is read from its start");
                 None
             }
         }
@@ -138,7 +134,7 @@ impl Changelog {
         }
         let mut objects = Vec::new();
         let mut parts: Vec<Parts> = Vec::new();
-        self.engine.store.for_each(|k, s| {
+        self.engine.for_each_state(|k, s| {
             let homes = only(self.partitions.homes(k), &positions);
             if !homes.is_empty() {
                 objects.push((*k, s.clone()));
@@ -185,7 +181,7 @@ impl Changelog {
         drop(cache);
         positions.sort_unstable();
         let mark = ChangelogMark { topic: self.topic.clone(), partitions: layout.partitions, taken_us, positions };
-        write_partitioned(&objects, &parts, &mark, &self.engine.interner, dedupe, out)
+        write_partitioned(&objects, &parts, &mark, self.engine.interner(), dedupe, out)
     }
 }
 

@@ -39,14 +39,39 @@ use crate::kafka::{self as client, Logged, Properties, Transactional};
 use crate::metrics::Metrics;
 use crate::state::{encode_record, record_key, Cached, ObjKey, Partitions, RecordReader};
 
+/// Why the changelog could not be set up or read.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A call to the broker failed.
     #[error("state changelog {topic}: {what}: {source}")]
-    Kafka { topic: String, what: &'static str, source: KafkaError },
+    Kafka {
+        /// The changelog topic.
+        topic: String,
+        /// What was being done.
+        what: &'static str,
+        /// What the client said.
+        source: KafkaError,
+    },
+    /// The topic is not as a changelog must be (partitions, cleanup policy).
     #[error("state changelog {topic}: {message}")]
-    Mismatch { topic: String, message: String },
+    Mismatch {
+        /// The changelog topic.
+        topic: String,
+        /// What is wrong and what to do.
+        message: String,
+    },
+    /// A record cannot be read.
     #[error("state changelog {topic}, partition {partition}: record at offset {offset}: {message}")]
-    Record { topic: String, partition: i32, offset: i64, message: String },
+    Record {
+        /// The changelog topic.
+        topic: String,
+        /// The record's partition.
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// Longest wait for the broker while checking the topic or reading a partition to its end.
@@ -55,6 +80,7 @@ const BROKER_TIMEOUT: Duration = Duration::from_secs(30);
 /// The changelog of one pipeline: the topic, the state it keeps, and (at-least-once) the
 /// producer that writes it.
 pub struct Changelog {
+    /// The changelog topic.
     pub topic: String,
     /// The input topic: trace messages for other partitions go there.
     input: String,
@@ -96,21 +122,28 @@ const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
 /// What one write of the changelog sent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Written {
+    /// Records of objects' states.
     pub records: usize,
+    /// Tombstones of objects gone.
     pub tombstones: usize,
     /// Bytes of the records and tombstones (keys and values).
     pub bytes: usize,
     /// Trace messages sent to the input topic ([`crate::classify::forward`]), and their bytes.
     pub traces: usize,
+    /// Bytes of the trace messages.
     pub trace_bytes: usize,
 }
 
 /// What restoring one partition read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Restored {
+    /// Records of objects' states read.
     pub records: usize,
+    /// Tombstones read.
     pub tombstones: usize,
+    /// Bytes of the records' values read.
     pub bytes: usize,
+    /// How long it took, in milliseconds.
     pub millis: u128,
     /// States loaded from the snapshot before the changelog was read.
     pub from_snapshot: usize,
@@ -196,7 +229,7 @@ impl Changelog {
         };
         let producer = if cfg.exactly_once { None } else { Some(create("cannot create its producer")?) };
         let traces = create("cannot create the producer of trace messages")?;
-        engine.store.keep_journal();
+        engine.keep_journal();
         let ends = restoring_client(&client, &topic).create_with_context(Restoring).map_err(|source| Error::Kafka {
             topic: topic.clone(),
             what: "cannot create its reader",
@@ -230,7 +263,7 @@ impl Changelog {
             return Err(mismatch(format!("the input topic {input} does not exist (create it first: the changelog takes its partition count)")));
         };
         // A write judged away from its object's own partition sends that partition its trace.
-        self.engine.forwards.enable(input_parts);
+        self.engine.enable_forwards(input_parts);
         let admin: AdminClient<Logged> = self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create an admin client"))?;
         let options = AdminOptions::new().request_timeout(Some(BROKER_TIMEOUT));
         let layout = |delete_retention_ms: i64| Layout { partitions: input_parts, tombstones_kept_us: delete_retention_ms.saturating_mul(1000) };
@@ -273,18 +306,18 @@ impl Changelog {
     /// write.
     pub fn write(&self, via: Option<&dyn Transactional>) -> Result<Written, String> {
         let changed = self.partitions.take_changed();
-        let traces = self.engine.forwards.take();
+        let traces = self.engine.take_forwards();
         if changed.is_empty() && traces.is_empty() {
             return Ok(Written::default());
         }
         let failed_before = self.producer.as_ref().map_or(0, |p| p.context().failed.load(Ordering::Relaxed));
         let mut written = Written::default();
-        let interner = &self.engine.interner;
+        let interner = self.engine.interner();
         self.send_traces(&traces, &mut written);
         let result = (|| -> Result<(), KafkaError> {
             for (key, parts) in &changed {
                 let name = record_key(interner, key);
-                let record = self.engine.store.read(key, |s| encode_record(interner, key, s));
+                let record = self.engine.read_state(key, |s| encode_record(interner, key, s));
                 let to = match &record {
                     Some(_) => parts.clone(),
                     None => {
@@ -358,9 +391,9 @@ impl Changelog {
         let lost = (traces.len() - queued) as u64 + (self.traces.context().failed.load(Ordering::Relaxed) - failed_before);
         let lost = lost.min(traces.len() as u64);
         written.traces = traces.len() - lost as usize;
-        self.metrics.trace_messages.with_label_values(&[Completion::Sent.as_str()]).inc_by(written.traces as u64);
+        self.metrics.trace_messages(Completion::Sent, written.traces as u64);
         if lost > 0 {
-            self.metrics.trace_messages.with_label_values(&[Completion::Unsent.as_str()]).inc_by(lost);
+            self.metrics.trace_messages(Completion::Unsent, lost);
             tracing::warn!(topic = %self.input, lost, error = ?error.map(|e| e.to_string()), "trace messages not delivered: the traces of those objects' children lack their parents' hops");
         }
     }
@@ -382,7 +415,7 @@ impl Changelog {
         let consumer: BaseConsumer<Restoring> =
             restoring_client(&self.client, &self.topic).create_with_context(Restoring).map_err(kafka("cannot create its reader"))?;
         let (low, high) = consumer.fetch_watermarks(&self.topic, partition, BROKER_TIMEOUT).map_err(kafka("cannot read its end offsets"))?;
-        let interner = &self.engine.interner;
+        let interner = self.engine.interner();
         // Strings interned here are not freed by a sweep before their states are in the store.
         let _pin = interner.pin();
         let mut restored = Restored { from_offset: low, ..Restored::default() };
@@ -394,7 +427,7 @@ impl Changelog {
             restored.from_snapshot = slice.states.len();
             loaded.reserve(slice.states.len());
             for (key, state) in slice.states {
-                if self.engine.store.restore_newer(key, state) {
+                if self.engine.restore_newer(key, state) {
                     loaded.insert(key);
                 }
                 self.partitions.restored(key, partition);
@@ -406,7 +439,7 @@ impl Changelog {
             // Tried again from the changelog's start, without the snapshot: its states go.
             for key in &loaded {
                 if self.partitions.tombstoned(key, partition) {
-                    self.engine.store.forget(key);
+                    self.engine.forget(key);
                 }
             }
         }
@@ -433,7 +466,7 @@ impl Changelog {
         let mut tpl = TopicPartitionList::new();
         tpl.add_partition_offset(&self.topic, partition, Offset::Offset(restored.from_offset)).map_err(kafka("cannot assign the partition"))?;
         consumer.assign(&tpl).map_err(kafka("cannot assign the partition"))?;
-        let interner = &self.engine.interner;
+        let interner = self.engine.interner();
         let mut reader = RecordReader::new(interner);
         let mut last_progress = Instant::now();
         loop {
@@ -456,9 +489,9 @@ impl Changelog {
                             restored.records += 1;
                             restored.bytes += value.len();
                             if loaded.contains(&key) {
-                                self.engine.store.restore_over(key, state);
+                                self.engine.restore_over(key, state);
                             } else {
-                                self.engine.store.restore_newer(key, state);
+                                self.engine.restore_newer(key, state);
                             }
                             self.partitions.restored(key, partition);
                         }
@@ -467,7 +500,7 @@ impl Changelog {
                                 m.key().and_then(|k| parse_key(interner, k)).ok_or_else(|| record("a tombstone whose key is not cluster/uid".to_string()))?;
                             restored.tombstones += 1;
                             if self.partitions.tombstoned(&key, partition) {
-                                self.engine.store.forget(&key);
+                                self.engine.forget(&key);
                             }
                         }
                     }
@@ -480,7 +513,7 @@ impl Changelog {
     /// transaction: its writes are read and judged again).
     pub fn discard_unwritten(&self) {
         drop(self.partitions.take_changed());
-        drop(self.engine.forwards.take());
+        drop(self.engine.take_forwards());
     }
 
     /// Partitions taken away: the objects that belong to no partition still held here leave
@@ -489,7 +522,7 @@ impl Changelog {
         self.held_lock().gone(partitions);
         let orphans = self.partitions.give_up(partitions);
         for k in &orphans {
-            self.engine.store.forget(k);
+            self.engine.forget(k);
         }
         orphans.len()
     }

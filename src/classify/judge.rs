@@ -39,7 +39,7 @@ pub(super) struct ParentView {
 
 impl ParentView {
     /// What the judgement of a child's write reads of its parent `p`, but its trace.
-    pub fn of(p: &ObjectState) -> ParentView {
+    pub(super) fn of(p: &ObjectState) -> ParentView {
         let observed = p.observed_generation();
         let intent = p.intent().cloned();
         // An applier's parent: its intents are its generations (DESIGN §1.9), each finished
@@ -65,7 +65,7 @@ impl ParentView {
     }
 
     /// The parent's phase as the enriched event writes it.
-    pub fn phase(&self) -> Phase {
+    pub(super) fn phase(&self) -> Phase {
         if self.facts.deleting {
             Phase::Deleting
         } else if self.facts.initialized {
@@ -76,13 +76,13 @@ impl ParentView {
     }
 
     /// Whether the controller has finished the observed generation; `None` without one.
-    pub fn finished(&self) -> Option<bool> {
+    pub(super) fn finished(&self) -> Option<bool> {
         self.observed.map(|_| self.facts.finished)
     }
 
     /// The parent is frozen (`kausality.io/freeze`): its annotations win over every platform
     /// policy.
-    pub fn frozen(&self) -> bool {
+    pub(super) fn frozen(&self) -> bool {
         self.policy.as_deref().is_some_and(|policy| policy.freeze.is_some())
     }
 }

@@ -5,6 +5,7 @@
 mod appliers;
 mod child;
 mod decide;
+mod engine_state;
 pub mod forward;
 mod judge;
 pub mod platform;
@@ -80,9 +81,9 @@ impl Default for EngineOptions {
 }
 
 pub struct Engine {
-    pub interner: Arc<Interner>,
-    pub store: Store,
-    pub config: ModelConfig,
+    interner: Arc<Interner>,
+    store: Store,
+    config: ModelConfig,
     /// Lifecycle signals by (apiVersion, kind), as a bit set; computed once per kind.
     lifecycle_bits: DashMap<Ty, u8, FastBuild>,
     /// (apiVersion, kind) of every controller owner seen: objects of these kinds keep their
@@ -95,7 +96,7 @@ pub struct Engine {
     /// Most hops in a trace, at least 2 (a parent and its child).
     max_trace_hops: usize,
     /// Recent contents of controller-owned children (DESIGN §1.8).
-    pub contents: Contents,
+    contents: Contents,
     /// How far back a drift looks for the origin writes it reverts, in µs of event time.
     revert_horizon_us: i64,
     /// Namespaces being deleted, by (cluster, name), with the event time their deletion was
@@ -110,7 +111,7 @@ pub struct Engine {
     /// once its objects are gone.
     partition_scopes: DashMap<Arc<str>, Vec<i32>, FastBuild>,
     /// Trace messages for other partitions, sent at the next commit ([`forward`]).
-    pub forwards: forward::Forwards,
+    forwards: forward::Forwards,
     /// Appliers' parents by where their members' markers name them (DESIGN §1.9).
     applier_parents: DashMap<appliers::ParentAt, Uid, FastBuild>,
     /// Appliers' parents that apply to another cluster, by where their members there name

@@ -26,7 +26,7 @@ use crate::write::{Uid, Write};
 mod put_back;
 mod raw;
 pub use put_back::field_label;
-pub use raw::diff_texts;
+use raw::diff_texts;
 
 /// Most fields an origin write records (the first by path).
 const MAX_FIELDS: usize = 32;
@@ -44,7 +44,7 @@ pub fn is_person(user: &str) -> bool {
 /// The leaf fields of a content text: dotted path (`spec.replicas`,
 /// `spec.template.spec.containers[0].image`) to compact JSON text. Leaves are scalars and
 /// empty arrays or objects.
-pub type Leaves = BTreeMap<String, Box<str>>;
+pub(super) type Leaves = BTreeMap<String, Box<str>>;
 
 /// A content text parsed, for [`diff_values`] and reading leaves by path.
 fn parse(content: &str) -> Option<Value> {
@@ -132,7 +132,7 @@ fn lookup<'a>(v: &'a Value, rest: &str, root: bool) -> Option<&'a Value> {
 /// spelled out. (The service reads them from the texts, [`diff_texts`]; this is what those
 /// are held to.)
 #[cfg(test)]
-pub fn diff_values(before: &Value, after: &Value) -> Vec<FieldChange> {
+pub(super) fn diff_values(before: &Value, after: &Value) -> Vec<FieldChange> {
     let mut out = Vec::new();
     diff_walk(Some(before), Some(after), &mut String::new(), &mut out);
     merge_changes(out)

@@ -207,6 +207,28 @@ impl Engine {
         Ok(verdict)
     }
 
+    /// Whether a drift of `child` (UID `child_uid`) under the parent `parent_uid` of
+    /// `cluster`, reported while the parent was at generation `generation`, is still open in
+    /// the live state (the drift report's `Resolved` phase). It is over once the child is gone
+    /// or being deleted, once the parent is gone, being deleted or past that generation, or
+    /// once the parent's annotations approve the child. A parent the state does not hold (a
+    /// cluster it no longer knows) leaves it open; with a changelog the first scope holding
+    /// each object is read.
+    pub fn drift_open(&self, cluster: &str, parent_uid: &str, child_uid: &str, child: ChildRef<'_>, generation: i64) -> bool {
+        let child_gone = self.read_in_cluster(cluster, uid_key(child_uid), |s| s.deleted() || s.deleting()).unwrap_or(false);
+        if child_gone {
+            return false;
+        }
+        let parent = self.read_in_cluster(cluster, uid_key(parent_uid), |s| {
+            (s.generation(), s.deleted() || s.deleting(), s.policy().cloned(), s.consumed_approvals().to_vec())
+        });
+        let Some((now, gone, policy, consumed)) = parent else { return true };
+        if gone || now > generation {
+            return false;
+        }
+        !policy.is_some_and(|p| p.resolve(child, now, &consumed).0 == Resolution::Approved)
+    }
+
     fn parts(&self, ty: Ty) -> (Arc<str>, Arc<str>) {
         let (api_version, kind) = self.interner.parts(ty);
         (self.interner.resolve(api_version), self.interner.resolve(kind))

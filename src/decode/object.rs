@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 /// String pairs borrowed from the input (annotations, labels).
-pub type StrPairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
+pub(super) type StrPairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 
 /// Annotation prefix of everything this service reads from objects.
 pub const ANNOTATION_PREFIX: &str = "kausality.io/";

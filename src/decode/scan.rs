@@ -30,7 +30,7 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
 
 /// Why the scan stopped before the end of a document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Broken {
+pub(super) enum Broken {
     /// The input ends in the middle of a value.
     Truncated,
     /// Something that cannot stand there, at this byte offset.
@@ -85,7 +85,7 @@ fn skip_value(b: &[u8], i: usize) -> Skip {
 
 /// The items of an array, as far as they could be found.
 #[derive(Debug, Default)]
-pub struct Items<'a> {
+pub(super) struct Items<'a> {
     pub items: Vec<&'a [u8]>,
     /// Where the scan stopped early; `Some((index, why))`: item `index` (possibly one past the
     /// last found) is where the framing broke, nothing after it was read.
@@ -95,7 +95,7 @@ pub struct Items<'a> {
 }
 
 /// Splits the array that starts at `b[i] == b'['`.
-pub fn split_array(b: &[u8], i: usize) -> Items<'_> {
+pub(super) fn split_array(b: &[u8], i: usize) -> Items<'_> {
     debug_assert_eq!(b.get(i), Some(&b'['));
     let mut out = Items::default();
     let mut i = skip_ws(b, i + 1);
@@ -137,7 +137,7 @@ pub fn split_array(b: &[u8], i: usize) -> Items<'_> {
 /// What the top level of an object holds that tells an EventList: `kind`, `apiVersion` and
 /// the items of `items`, found without parsing anything else.
 #[derive(Debug, Default)]
-pub struct ListParts<'a> {
+pub(super) struct ListParts<'a> {
     /// The raw values (a JSON string when well formed).
     pub kind: Option<&'a [u8]>,
     pub api_version: Option<&'a [u8]>,
@@ -147,7 +147,7 @@ pub struct ListParts<'a> {
 }
 
 /// Scans the object that starts at `b[0] == b'{'`.
-pub fn split_object(b: &[u8]) -> ListParts<'_> {
+pub(super) fn split_object(b: &[u8]) -> ListParts<'_> {
     debug_assert_eq!(b.first(), Some(&b'{'));
     let mut parts = ListParts::default();
     let mut i = 1;

@@ -28,7 +28,6 @@ use crate::decode::ObjectView;
 use crate::enriched::Enriched;
 use crate::metrics::Metrics;
 use crate::shell::{Observed, UnknownParentsConfig};
-use crate::write::Extractor;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -90,12 +89,12 @@ pub async fn spawn(
             }
             pace.tick().await;
             let outcome = fetcher.get(&p.api_version, &p.kind, &e.object.namespace, &p.name).await;
-            let pin = engine.interner.pin();
+            let pin = engine.interner().pin();
             let facts = match outcome {
                 Ok(Some(obj)) => {
                     let json = serde_json::to_string(&obj).unwrap_or_default();
                     let view: Option<ObjectView<'_>> = serde_json::from_str(&json).ok();
-                    let extractor = Extractor { interner: &engine.interner, config: &engine.config };
+                    let extractor = engine.extractor();
                     view.and_then(|v| extractor.facts(&v)).filter(|f| *f.uid_text == *p.uid)
                 }
                 Ok(None) => None,

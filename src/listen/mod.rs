@@ -22,21 +22,34 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_rustls::rustls::ServerConfig;
 use tokio_rustls::TlsAcceptor;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 pub use tls::TlsConfig;
 pub use watch_io::HandshakeFailure;
 use watch_io::{Activity, Expired, Watched};
 
+/// Why a listener could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The address cannot be bound.
     #[error("cannot listen on {addr}: {source} (is another process using the port?)")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A TLS file cannot be read or used.
     #[error("TLS file {path}: {message}")]
-    Tls { path: String, message: String },
+    Tls {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 /// Binds `addr` (port 0 picks a free port; see `local_addr`).
@@ -65,11 +78,64 @@ pub async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|s| *s).await;
 }
 
+/// A listener that is serving.
+pub struct Running {
+    /// The address bound (with the port picked, for port 0).
+    pub local_addr: SocketAddr,
+    /// The accept loop: it ends once the listener has stopped and drained.
+    pub task: JoinHandle<()>,
+}
+
+/// A listener of the service (the webhook, the query API), bound, with its TLS configuration
+/// and bearer token read: what [`Opened::serve`] serves on.
+pub struct Opened {
+    listener: TcpListener,
+    /// The address bound (with the port picked, for port 0).
+    pub local_addr: SocketAddr,
+    /// The TLS configuration, when the listener serves HTTPS.
+    pub tls: Option<Arc<ServerConfig>>,
+    /// The bearer token requests must carry, if any.
+    pub token: Option<String>,
+}
+
+/// Reads the bearer token file, then the TLS files, then binds `addr`. A token file that
+/// cannot be read is `token_error` of its path and the error (each listener names its key).
+pub async fn open<E: From<Error>>(
+    addr: SocketAddr,
+    tls: Option<&TlsConfig>,
+    token_file: Option<&std::path::Path>,
+    token_error: impl FnOnce(String, std::io::Error) -> E,
+) -> Result<Opened, E> {
+    let token = match token_file {
+        Some(p) => Some(read_token(p).map_err(|source| token_error(p.display().to_string(), source))?),
+        None => None,
+    };
+    let tls = match tls {
+        Some(t) => Some(t.server_config()?),
+        None => None,
+    };
+    let listener = bind(addr).await?;
+    let local_addr = listener.local_addr().unwrap_or(addr);
+    Ok(Opened { listener, local_addr, tls, token })
+}
+
+impl Opened {
+    /// Serves `app` in a task of its own ([`serve`]), counted in `metrics`: the refused
+    /// connections of the listener (and its failed handshakes, with TLS) show at zero at once,
+    /// so that alerts on a rate see them.
+    pub fn serve(self, app: Router, shutdown: watch::Receiver<bool>, grace: Duration, limits: Limits, metrics: Arc<Metrics>) -> Running {
+        let reasons = if self.tls.is_some() { &HandshakeFailure::ALL[..] } else { &[] };
+        metrics.listener_series(limits.name, [], reasons.iter().map(|r| r.as_str()));
+        let task = tokio::spawn(serve(self.listener, app, self.tls, shutdown, grace, limits, Some(metrics)));
+        Running { local_addr: self.local_addr, task }
+    }
+}
+
 /// What bounds one listener's connections.
 #[derive(Clone, Debug)]
 pub struct Limits {
-    /// The `listener` label of the connection metrics (`webhook`, `metrics`).
-    pub name: &'static str,
+    /// The `listener` label of the connection metrics, and the listener's name in logs.
+    pub name: Listener,
     /// Most connections open at once; one more is accepted and closed at once.
     pub max_connections: usize,
     /// Longest from the first byte of a request (or from the accept) to its last header
@@ -94,7 +160,7 @@ impl Limits {
     /// closed just as it is used again.
     pub fn metrics() -> Limits {
         Limits {
-            name: "metrics",
+            name: Listener::Metrics,
             max_connections: 64,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
@@ -106,7 +172,7 @@ impl Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            name: "http",
+            name: Listener::Http,
             max_connections: 1024,
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(120),
@@ -128,16 +194,12 @@ pub async fn serve(
 ) {
     let acceptor = tls.map(TlsAcceptor::from);
     let limits = Arc::new(limits);
-    let refused = metrics.as_ref().map(|m| m.connections_refused.with_label_values(&[limits.name]));
+    let refused = metrics.as_ref().map(|m| m.refused_counter(limits.name));
     if let Some(m) = &metrics {
         // Series that exist from the start, at zero: their label sets are closed, and a rate
         // (or an alert) over them works from the first scrape.
-        for phase in [watch_io::Expired::Headers, watch_io::Expired::Idle, watch_io::Expired::Write] {
-            m.connection_timeouts.with_label_values(&[limits.name, phase.as_str()]);
-        }
-        for reason in watch_io::HandshakeFailure::ALL {
-            m.tls_handshake_failures.with_label_values(&[reason.as_str()]);
-        }
+        let phases = [watch_io::Expired::Headers, watch_io::Expired::Idle, watch_io::Expired::Write].map(Expired::as_str);
+        m.listener_series(limits.name, phases, watch_io::HandshakeFailure::ALL.map(HandshakeFailure::as_str));
     }
     let mut conns = JoinSet::new();
     let per_client = Arc::new(PerClient::default());
@@ -147,7 +209,7 @@ pub async fn serve(
                 Ok(c) => c,
                 Err(e) => {
                     // Out of file descriptors and the like: wait instead of spinning.
-                    tracing::warn!(error = %e, listener = limits.name, "accept failed");
+                    tracing::warn!(error = %e, listener = limits.name.as_str(), "accept failed");
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     continue;
                 }
@@ -161,7 +223,7 @@ pub async fn serve(
             if let Some(r) = &refused {
                 r.inc();
             }
-            tracing::debug!(%peer, listener = limits.name, open = conns.len(), "connection refused: max_connections open");
+            tracing::debug!(%peer, listener = limits.name.as_str(), open = conns.len(), "connection refused: max_connections open");
             continue;
         }
         let Some(slot) = PerClient::take(&per_client, peer.ip(), limits.max_connections_per_client) else {
@@ -169,7 +231,7 @@ pub async fn serve(
             if let Some(r) = &refused {
                 r.inc();
             }
-            tracing::debug!(%peer, listener = limits.name, "connection refused: max_connections_per_client open from this client");
+            tracing::debug!(%peer, listener = limits.name.as_str(), "connection refused: max_connections_per_client open from this client");
             continue;
         };
         let app = app.clone();
@@ -193,7 +255,7 @@ pub async fn serve(
     drop(listener);
     let drained = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
-        tracing::warn!(open = conns.len(), listener = limits.name, "connections still open after the grace period; closing them");
+        tracing::warn!(open = conns.len(), listener = limits.name.as_str(), "connections still open after the grace period; closing them");
         conns.abort_all();
     }
 }
@@ -235,7 +297,7 @@ impl Drop for ClientSlot {
 
 fn handshake_failed(peer: &SocketAddr, reason: HandshakeFailure, metrics: Option<&Metrics>, error: &dyn std::fmt::Display) {
     if let Some(m) = metrics {
-        m.tls_handshake_failures.with_label_values(&[reason.as_str()]).inc();
+        m.handshake_failed(reason.as_str());
     }
     tracing::debug!(%peer, reason = reason.as_str(), error = %error, "TLS handshake failed");
 }
@@ -271,11 +333,11 @@ where
                 let write_timeout = limits.header_read_timeout * WRITE_STALL_HEADER_TIMEOUTS;
                 if let Some(expired) = activity.expired(limits.header_read_timeout, limits.idle_timeout, write_timeout) {
                     if let Some(m) = metrics {
-                        m.connection_timeouts.with_label_values(&[limits.name, expired.as_str()]).inc();
+                        m.connection_timed_out(limits.name, expired.as_str());
                     }
                     match expired {
-                        Expired::Headers => tracing::debug!(listener = limits.name, "connection closed: headers not received in time"),
-                        Expired::Write => tracing::debug!(listener = limits.name, "connection closed: the client did not read its answer"),
+                        Expired::Headers => tracing::debug!(listener = limits.name.as_str(), "connection closed: headers not received in time"),
+                        Expired::Write => tracing::debug!(listener = limits.name.as_str(), "connection closed: the client did not read its answer"),
                         Expired::Idle => {}
                     }
                     return;

@@ -20,7 +20,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 const NONE: u64 = u64::MAX;
 
 /// The state of one connection, in milliseconds since it was set up.
-pub struct Activity {
+pub(super) struct Activity {
     start: Instant,
     /// Requests handed to the service and not answered yet.
     in_flight: AtomicUsize,
@@ -36,7 +36,7 @@ pub struct Activity {
 
 /// Why the watchdog closes a connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Expired {
+pub(super) enum Expired {
     Headers,
     Idle,
     /// An answer made no progress: the client does not read it.
@@ -44,7 +44,7 @@ pub enum Expired {
 }
 
 impl Expired {
-    pub fn as_str(self) -> &'static str {
+    pub(super) fn as_str(self) -> &'static str {
         match self {
             Expired::Headers => "headers",
             Expired::Idle => "idle",
@@ -54,7 +54,7 @@ impl Expired {
 }
 
 impl Activity {
-    pub fn new() -> Activity {
+    pub(super) fn new() -> Activity {
         Activity {
             start: Instant::now(),
             in_flight: AtomicUsize::new(0),
@@ -86,7 +86,7 @@ impl Activity {
     /// Whether the connection has waited too long: for the client to take an answer's bytes
     /// (`write`, whether or not a request is being served), for the headers it began to
     /// receive, or for a next request (never while a request is being served).
-    pub fn expired(&self, headers: Duration, idle: Duration, write: Duration) -> Option<Expired> {
+    pub(super) fn expired(&self, headers: Duration, idle: Duration, write: Duration) -> Option<Expired> {
         let now = self.now();
         match self.write_blocked_since.load(Ordering::Acquire) {
             NONE => {}
@@ -124,7 +124,7 @@ impl Drop for Busy {
 }
 
 /// `app` as a hyper service that marks each request busy while it is served.
-pub fn counted(
+pub(super) fn counted(
     app: Router,
     activity: Arc<Activity>,
 ) -> impl hyper::service::Service<
@@ -146,13 +146,13 @@ pub fn counted(
 }
 
 /// An IO stream that tells its [`Activity`] when bytes come in.
-pub struct Watched<I> {
+pub(super) struct Watched<I> {
     inner: I,
     activity: Arc<Activity>,
 }
 
 impl<I> Watched<I> {
-    pub fn new(inner: I, activity: Arc<Activity>) -> Self {
+    pub(super) fn new(inner: I, activity: Arc<Activity>) -> Self {
         Watched { inner, activity }
     }
 }
@@ -213,6 +213,7 @@ pub enum HandshakeFailure {
 }
 
 impl HandshakeFailure {
+    /// Every reason: the closed set of the `reason` label.
     pub const ALL: [HandshakeFailure; 6] = [
         HandshakeFailure::Timeout,
         HandshakeFailure::NoClientCertificate,
@@ -222,6 +223,7 @@ impl HandshakeFailure {
         HandshakeFailure::Closed,
     ];
 
+    /// The `reason` label.
     pub fn as_str(self) -> &'static str {
         match self {
             HandshakeFailure::Timeout => "timeout",

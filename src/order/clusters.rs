@@ -24,6 +24,7 @@ pub struct Clusters {
 }
 
 impl Clusters {
+    /// At most `max` clusters.
     pub fn new(max: usize) -> Self {
         Clusters { max: max.max(1), names: Mutex::new(HashMap::default()) }
     }
@@ -56,6 +57,7 @@ impl Clusters {
         self.names.lock().unwrap_or_else(std::sync::PoisonError::into_inner).len()
     }
 
+    /// Whether no cluster was admitted.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

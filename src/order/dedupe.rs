@@ -14,6 +14,7 @@ use xxhash_rust::xxh3::xxh3_128;
 
 use crate::state::FastBuild;
 
+/// The window of recent auditIDs (see the module's doc).
 pub struct Dedupe {
     /// 128-bit hashes of the auditIDs in the window (16 bytes each instead of the 36-byte
     /// string); already hashes, so the set only mixes them ([`FastBuild`]).
@@ -26,6 +27,7 @@ pub struct Dedupe {
 }
 
 impl Dedupe {
+    /// A window of the last `capacity` auditIDs seen for the first time (at least one).
     pub fn new(capacity: usize) -> Self {
         Dedupe { seen: HashSet::default(), order: VecDeque::new(), capacity: capacity.max(1), since_mark: 0 }
     }

@@ -19,10 +19,12 @@ pub struct Freshness {
 const NONE: i64 = i64::MIN;
 
 impl Freshness {
+    /// No cluster yet; writes wait `window_us` in the reorder buffer.
     pub fn new(window_us: i64) -> Self {
         Freshness { window_us, clusters: RwLock::default() }
     }
 
+    /// How long writes are held in the reorder buffer before they are applied, µs.
     pub fn window_us(&self) -> i64 {
         self.window_us
     }

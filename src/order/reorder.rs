@@ -14,7 +14,9 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 /// A write ready to apply, and whether it came too late to be put in order.
 #[derive(Debug)]
 pub struct Released<T> {
+    /// The write.
     pub item: T,
+    /// It came after a write with a higher resourceVersion had gone out.
     pub late: bool,
     /// Its place in resourceVersion order: its own resourceVersion, or, for a write without
     /// one, the resourceVersion it was placed after (where it belongs even when it came late).
@@ -154,6 +156,7 @@ const EVICTION_SKEW_US: i64 = 2_000_000;
 const RECENT: usize = 4096;
 
 impl<T> ReorderBuffer<T> {
+    /// A buffer that holds each write `window_us` of its clock, and at most `max_held` writes.
     pub fn new(window_us: i64, max_held: usize) -> Self {
         ReorderBuffer {
             window_us,
@@ -175,10 +178,12 @@ impl<T> ReorderBuffer<T> {
         }
     }
 
+    /// Writes held.
     pub fn len(&self) -> usize {
         self.heap.len()
     }
 
+    /// Whether no write is held.
     pub fn is_empty(&self) -> bool {
         self.heap.is_empty()
     }

@@ -109,32 +109,8 @@ fn metrics(cfg: &PipelineConfig) -> Arc<Metrics> {
     let named = named.chain(&cfg.metrics.kinds);
     let metrics = Arc::new(Metrics::with_kinds(named));
     // Series that exist from the start, at zero, so that rates work from the first scrape.
-    for phase in ["detected", "resolved"] {
-        metrics.drift_reports.with_label_values(&[phase]);
-    }
-    metrics.connections_refused.with_label_values(&["metrics"]);
-    metrics.snapshot_failures.inc_by(0);
-    if with_changelog(cfg) {
-        for c in crate::classify::forward::Completion::ALL {
-            metrics.trace_messages.with_label_values(&[c.as_str()]);
-        }
-    }
-    if with_changelog(cfg) && cfg.state.snapshot.is_some() {
-        for result in ["loaded", "not_held", "other_changelog", "past_end", "before_start", "too_old"] {
-            metrics.snapshot_partitions.with_label_values(&[result]);
-        }
-    }
-    // Hand edits of applied objects, by applier: a closed set, from the first scrape (an alert
-    // and a panel read them before the first edit).
-    for applier in crate::config::appliers::BUILTIN_NAMES.iter().chain(&[crate::metrics::OTHER_KIND]) {
-        metrics.applier_hand_edits.with_label_values(&[applier]);
-    }
-    for s in &cfg.sources {
-        metrics.events_received.with_label_values(&[s.kind()]);
-        if matches!(s, SourceConfig::Webhook(_)) {
-            metrics.webhook_requests.with_label_values(&["200"]);
-        }
-    }
+    let sources = cfg.sources.iter().map(|s| (s.kind(), matches!(s, SourceConfig::Webhook(_))));
+    metrics.pipeline_series(sources, with_changelog(cfg), cfg.state.snapshot.is_some());
     metrics
 }
 

@@ -90,6 +90,8 @@ impl ClassifyLoop {
         self
     }
 
+    /// Runs until intake closes or the processor fails: takes batches in, ticks the reorder
+    /// buffers, commits and snapshots as its durability says; what it did is the summary.
     pub async fn run(mut self) -> Summary {
         let mut timers = self.durability.timers(self.tick);
         let (commits, snapshots, track) = (self.durability.commits_on_timer(), self.durability.snapshots(), self.durability.tracks());

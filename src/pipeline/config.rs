@@ -19,10 +19,15 @@ pub struct PipelineConfig {
     /// Cluster name for events whose source names none (`POST /audit`, file sources).
     /// Default: `"default"`.
     pub cluster: String,
+    /// `[options]`: queues, the reorder window, timeouts.
     pub options: Options,
+    /// `[scope]`: which events the pipeline looks at.
     pub scope: ScopeConfig,
+    /// `[[ignore]]`: fields whose changes are no change of intent.
     pub ignore: Vec<IgnoreConfig>,
+    /// `[[lifecycle]]`: how kinds tell that they are initialized, deleting or paused.
     pub lifecycle: Vec<LifecycleConfig>,
+    /// `[[in_progress]]`: how kinds tell that a rollout is under way.
     pub in_progress: Vec<InProgressConfig>,
     /// Fields whose values are never kept, besides the defaults (DESIGN §1.8, [`crate::redact`]).
     pub sensitive: Vec<SensitiveConfig>,
@@ -34,8 +39,11 @@ pub struct PipelineConfig {
     pub sources: Vec<SourceConfig>,
     /// Where enriched events go; none is allowed (metrics only).
     pub sinks: Vec<SinkConfig>,
+    /// `[metrics]`: the metrics listener and the kinds written as labels.
     pub metrics: MetricsConfig,
+    /// `[state]`: bounds of the state, and its snapshot.
     pub state: StateConfig,
+    /// `[unknown_parents]`: fetching parents the stream never showed.
     pub unknown_parents: UnknownParentsConfig,
     /// The query API's listener; `None`: no query API.
     pub query: Option<crate::query::QueryConfig>,

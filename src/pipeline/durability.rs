@@ -501,7 +501,7 @@ impl Durability {
         // of the writes released since goes back too.
         flow.processor.forget_released();
         let _ = resume.send(());
-        flow.processor.metrics().kafka_rewinds.inc();
+        flow.processor.metrics().rewound();
         tracing::warn!(
             reason = %why,
             batches_dropped = dropped,
@@ -535,7 +535,7 @@ impl Durability {
                 flow.summary.snapshot = Some(stats);
             }
             Err(e) => {
-                processor.metrics().snapshot_failures.inc();
+                processor.metrics().snapshot_failed();
                 // The error names the path and the OS error.
                 tracing::error!(path = %path.display(), error = %e, "state snapshot failed; the previous one is kept");
                 self.status.snapshot_result(Err(e.to_string()));

@@ -53,8 +53,11 @@ pub(super) struct Flow {
 /// What the processor did, for the final log line.
 #[derive(Debug, Default)]
 pub struct Summary {
+    /// Batches taken in.
     pub batches: u64,
+    /// Enriched events handed to the sinks.
     pub enriched: u64,
+    /// The last snapshot saved, if any.
     pub snapshot: Option<snapshot_file::Stats>,
     /// The processor stopped on a failure (a Kafka transaction that could not commit): its
     /// state is ahead of what was committed, so nothing was flushed or saved.
@@ -146,7 +149,7 @@ impl Flow {
     /// Teaches the model a parent the fetcher got.
     pub(super) fn observe(&mut self, o: Observed) -> Next {
         let engine = self.processor.engine();
-        engine.observe(engine.interner.intern(&o.cluster), &o.facts, now_us());
+        engine.observe(engine.interner().intern(&o.cluster), &o.facts, now_us());
         Next::Go
     }
 
@@ -166,7 +169,7 @@ impl Flow {
         }
         for (kind, sink) in &self.sinks {
             if sink.send(events.clone()).await.is_err() {
-                self.processor.metrics().sink_errors.with_label_values(&[kind]).inc_by(events.len() as u64);
+                self.processor.metrics().sink_lost(kind, events.len() as u64);
                 tracing::error!(sink = kind, "sink task has stopped; its events are lost");
             }
         }

@@ -417,6 +417,7 @@ pub fn load_policies(path: &Path) -> Result<Vec<PolicyConfig>, ConfigErrors> {
     load_policies_str(&name, &text)
 }
 
+/// As [`load_policies`], of the text of `file`.
 pub fn load_policies_str(file: &str, text: &str) -> Result<Vec<PolicyConfig>, ConfigErrors> {
     const PIPELINE_KEYS: &[&str] = &[
         "cluster",

@@ -76,6 +76,7 @@ pub struct Overrides {
 }
 
 impl Overrides {
+    /// Puts the overrides given into `cfg`.
     pub fn apply(&self, cfg: &mut PipelineConfig) {
         if let Some(addr) = self.listen {
             match cfg.sources.iter_mut().find(|s| matches!(s, SourceConfig::Webhook(_))) {
@@ -96,10 +97,13 @@ impl Overrides {
 pub struct Running {
     /// Bound addresses of the webhook sources, in configuration order.
     pub webhook_addrs: Vec<SocketAddr>,
+    /// Bound address of the metrics listener.
     pub metrics_addr: SocketAddr,
     /// Bound address of the query API, when `[query]` is present.
     pub query_addr: Option<SocketAddr>,
+    /// The pipeline's metrics.
     pub metrics: Arc<Metrics>,
+    /// The live engine.
     pub engine: Arc<Engine>,
     /// How current the live state is, per cluster.
     pub freshness: Arc<crate::order::Freshness>,
@@ -112,6 +116,8 @@ pub struct Running {
 pub struct Outcome {
     /// Everything was drained, flushed and saved within the shutdown timeout.
     pub clean: bool,
+    /// What the processor did; `None` when it did not end within the shutdown timeout, or
+    /// panicked.
     pub processor: Option<Summary>,
 }
 
@@ -132,6 +138,7 @@ impl Running {
         crate::listen::stopped(&mut rx).await
     }
 
+    /// Stops the pipeline and waits until it has stopped.
     pub async fn shutdown(self) -> Outcome {
         self.stop();
         self.wait().await

@@ -23,14 +23,33 @@ use std::time::Instant;
 use crate::process::Processor;
 use crate::state::{Cached, SnapshotError, SnapshotStats};
 
+/// Why a snapshot file could not be written or read.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The file cannot be written or read.
     #[error("snapshot {path}: {source}")]
-    Io { path: String, source: io::Error },
+    Io {
+        /// The snapshot file.
+        path: String,
+        /// What the OS said.
+        source: io::Error,
+    },
+    /// The file's content cannot be restored.
     #[error("snapshot {path}: {source}")]
-    Restore { path: String, source: SnapshotError },
+    Restore {
+        /// The snapshot file.
+        path: String,
+        /// What is wrong with it.
+        source: SnapshotError,
+    },
+    /// The Kafka positions at its start cannot be read.
     #[error("snapshot {path}: bad Kafka positions header: {line:?}")]
-    Positions { path: String, line: String },
+    Positions {
+        /// The snapshot file.
+        path: String,
+        /// The line that is not a position.
+        line: String,
+    },
 }
 
 const POSITIONS: &str = "KAUSALITY-POSITIONS 1";
@@ -38,17 +57,22 @@ const POSITIONS: &str = "KAUSALITY-POSITIONS 1";
 /// Where a source's partition stands: every message before `next` is in the state.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Position {
+    /// The topic.
     pub topic: String,
+    /// The partition.
     pub partition: i32,
+    /// The offset of the first message not in the state.
     pub next: i64,
 }
 
 /// What a save or a restore moved, and how long it took.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// What the snapshot held.
     pub content: SnapshotStats,
     /// Size of the file.
     pub bytes: u64,
+    /// How long it took, in milliseconds.
     pub millis: u128,
 }
 
@@ -98,6 +122,7 @@ pub fn save_with(path: &Path, positions: &[Position], content: impl FnOnce(&mut 
 /// What a restore brought back.
 #[derive(Debug)]
 pub struct Restored {
+    /// What was read, and how long it took.
     pub stats: Stats,
     /// The Kafka positions the state covers; empty unless written by an exactly-once pipeline.
     pub positions: Vec<Position>,
@@ -256,7 +281,7 @@ mod tests {
         fs::create_dir_all(&dir).unwrap();
         let path = dir.join("state.snapshot");
         let p = processor();
-        let interner = &p.engine().interner;
+        let interner = p.engine().interner();
         let state = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("ns"));
         let objects = vec![(ObjKey::new(interner.intern("c#p2"), 5), state)];
         let mark = ChangelogMark { topic: "state".into(), partitions: 4, taken_us: 1, positions: vec![(2, 17)] };
@@ -266,7 +291,7 @@ mod tests {
         let cached = cached.expect("changelog positions");
         assert_eq!((stats.content.objects, cached.topic(), cached.partitions(), cached.states()), (1, "state", vec![2], 1));
         assert_eq!(q.dedupe_window(), [7], "the dedupe window is restored at once");
-        assert_eq!(q.engine().store.len(), 0, "the states wait for their partition");
+        assert_eq!(q.engine().tracked_objects(), 0, "the states wait for their partition");
         // Without a changelog: its own snapshot, no cache; and a plain restore refuses the cache.
         save(&path, &p, &[Position { topic: "audit".into(), partition: 0, next: 3 }]).unwrap();
         let (_, cached) = restore_cached(&path, &mut processor()).unwrap().unwrap();

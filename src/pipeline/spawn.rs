@@ -40,7 +40,7 @@ pub(super) struct Stop {
 }
 
 impl Stop {
-    pub fn new(cfg: &PipelineConfig) -> Stop {
+    pub(super) fn new(cfg: &PipelineConfig) -> Stop {
         let (tx, rx) = watch::channel(false);
         let timeout = cfg.options.shutdown_timeout.0;
         Stop { tx: Arc::new(tx), rx, timeout, grace: (timeout / 3).min(Duration::from_secs(5)) }

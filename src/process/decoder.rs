@@ -10,7 +10,7 @@ use crate::metrics::Metrics;
 use crate::order::{Clusters, Dedupe};
 use crate::scope::Scope;
 use crate::state::{Pin, Sym};
-use crate::write::{Extractor, Rejected, Target, Write};
+use crate::write::{Rejected, Target, Write};
 
 /// What one body or document brought.
 #[derive(Debug, Default)]
@@ -19,6 +19,7 @@ pub struct IngestReport {
     pub events: usize,
     /// Records rejected; the first few are kept in `errors`.
     pub invalid: usize,
+    /// The first few records rejected, and why.
     pub errors: Vec<Invalid>,
 }
 
@@ -107,6 +108,7 @@ impl Decoded {
         self.items.len()
     }
 
+    /// Whether no admitted event waits.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
@@ -136,8 +138,8 @@ impl Decoder {
             w.scope = match scopes.iter().find(|(c, _)| *c == w.cluster) {
                 Some((_, s)) => *s,
                 None => {
-                    let cluster = self.engine.interner.resolve(w.cluster);
-                    let s = self.engine.interner.intern(&format!("{cluster}#p{partition}"));
+                    let cluster = self.engine.interner().resolve(w.cluster);
+                    let s = self.engine.interner().intern(&format!("{cluster}#p{partition}"));
                     self.engine.note_partition_scope(&cluster, partition);
                     scopes.push((w.cluster, s));
                     s
@@ -154,7 +156,7 @@ impl Decoder {
     /// The cluster of a body, admitted (or refused: past `max_clusters`).
     fn cluster_sym(&self, cluster: Option<&str>) -> Result<Sym, Invalid> {
         match cluster {
-            Some(c) if !c.is_empty() => self.clusters.admit(c, &self.engine.interner),
+            Some(c) if !c.is_empty() => self.clusters.admit(c, self.engine.interner()),
             _ => Ok(self.default_cluster),
         }
     }
@@ -163,7 +165,7 @@ impl Decoder {
     /// (`None`: the pipeline's) and appends its admitted events to `into`.
     pub fn decode(&self, cluster: Option<&str>, body: &[u8], unwrap: Unwrap, source: &'static str, into: &mut Decoded) {
         into.source = source;
-        into.pin.get_or_insert_with(|| self.engine.interner.pin());
+        into.pin.get_or_insert_with(|| self.engine.interner().pin());
         let cluster = match self.cluster_sym(cluster) {
             Ok(c) => c,
             Err(refused) => return into.reject(refused),
@@ -175,7 +177,7 @@ impl Decoder {
     /// Decodes one JSON document (one line of a log file) and appends its admitted events.
     pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, into: &mut Decoded) {
         into.source = source;
-        into.pin.get_or_insert_with(|| self.engine.interner.pin());
+        into.pin.get_or_insert_with(|| self.engine.interner().pin());
         let cluster = match self.cluster_sym(cluster) {
             Ok(c) => c,
             Err(refused) => return into.reject(Invalid { location, ..refused }),
@@ -190,12 +192,12 @@ impl Decoder {
     /// read is counted invalid (`not_audit_event`) and skipped.
     pub fn decode_trace(&self, value: &[u8], source: &'static str, into: &mut Decoded) {
         into.source = source;
-        into.pin.get_or_insert_with(|| self.engine.interner.pin());
-        let m = match crate::state::RecordReader::new(&self.engine.interner).read_trace_message(value) {
+        into.pin.get_or_insert_with(|| self.engine.interner().pin());
+        let m = match crate::state::RecordReader::new(self.engine.interner()).read_trace_message(value) {
             Ok(m) => m,
             Err(e) => return into.reject(Invalid::new(Location::Body, InvalidReason::NotAuditEvent, format!("a trace message that cannot be read: {e}"))),
         };
-        let cluster = match self.clusters.admit(&m.cluster, &self.engine.interner) {
+        let cluster = match self.clusters.admit(&m.cluster, self.engine.interner()) {
             Ok(c) => c,
             Err(refused) => return into.reject(refused),
         };
@@ -248,7 +250,7 @@ impl Decoder {
             return into.ignored.push(Ignored::Excluded);
         }
         let dedupe_key = Dedupe::key(ev.audit_id.as_deref().unwrap_or(""));
-        let extractor = Extractor { interner: &self.engine.interner, config: &self.engine.config };
+        let extractor = self.engine.extractor();
         // The arrival seq is given by the processor, after dedupe.
         let write = extractor.extract(&ev, adm, cluster, 0, location);
         into.items.push(Item { dedupe_key, write });

@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::order::{Clusters, DEFAULT_MAX_CLUSTERS};
 use crate::order::{Dedupe, Freshness, Placing, Released, ReorderBuffer};
 use crate::scope::Scope;
-use crate::state::{read_partitioned, read_snapshot, write_snapshot, Cached, FastBuild, ObjKey, Partitions, SnapshotError, SnapshotStats, Sym};
+use crate::state::{read_partitioned, Cached, FastBuild, ObjKey, Partitions, SnapshotError, SnapshotStats, Sym};
 use crate::write::{Rejected, Target, Uid, Write};
 
 /// Which clock the reorder window runs on.
@@ -31,6 +31,7 @@ pub enum Clock {
     Arrival,
 }
 
+/// The processor's settings, from the pipeline's options.
 #[derive(Clone, Debug)]
 pub struct ProcessorOptions {
     /// Cluster name for events whose source names none.
@@ -44,7 +45,9 @@ pub struct ProcessorOptions {
     pub max_clusters: usize,
     /// How many recent auditIDs are remembered to drop duplicates.
     pub dedupe_capacity: usize,
+    /// How bodies are decoded: what wraps the events, and the largest event taken.
     pub decode: DecodeOptions,
+    /// Which clock the reorder window runs on.
     pub clock: Clock,
     /// Which events the pipeline looks at; `None` takes everything.
     pub scope: Option<Arc<Scope>>,
@@ -82,6 +85,7 @@ const MAINTAIN_EVERY: u64 = 4096;
 /// object, so it runs as the live table doubles.
 const SWEEP_FROM: usize = 4096;
 
+/// The processing chain of one service: decode, filter, dedupe, reorder, classify, count.
 pub struct Processor {
     decoder: Decoder,
     engine: Arc<Engine>,
@@ -124,10 +128,11 @@ pub struct Processor {
 }
 
 impl Processor {
+    /// A processor applying writes to `engine`, counting in `metrics`.
     pub fn new(engine: Arc<Engine>, metrics: Arc<Metrics>, opts: ProcessorOptions) -> Self {
         let clusters = Arc::new(Clusters::new(opts.max_clusters));
-        let default_cluster = engine.interner.intern(&opts.default_cluster);
-        let default_cluster = clusters.admit(&opts.default_cluster, &engine.interner).unwrap_or(default_cluster);
+        let default_cluster = engine.interner().intern(&opts.default_cluster);
+        let default_cluster = clusters.admit(&opts.default_cluster, engine.interner()).unwrap_or(default_cluster);
         let decoder = Decoder { engine: engine.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster, clusters };
         let opts_window = opts.reorder_window_us;
         Processor {
@@ -157,7 +162,7 @@ impl Processor {
     /// Keeps the state per partition: the objects each write changes belong to its partition
     /// (docs/scale-out.md, "Classify tier").
     pub fn keep_partitions(&mut self, partitions: Arc<Partitions>) {
-        self.engine.store.keep_journal();
+        self.engine.keep_journal();
         self.partitions = Some(partitions);
     }
 
@@ -166,18 +171,22 @@ impl Processor {
         &self.freshness
     }
 
+    /// The engine it applies writes to.
     pub fn engine(&self) -> &Arc<Engine> {
         &self.engine
     }
 
+    /// The metrics it counts in.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 
+    /// Its settings.
     pub fn options(&self) -> &ProcessorOptions {
         &self.opts
     }
 
+    /// The dedupe window (tests mark it and look in it).
     pub fn dedupe_mut(&mut self) -> &mut Dedupe {
         &mut self.dedupe
     }
@@ -226,7 +235,7 @@ impl Processor {
     /// evictions, which name their pod by name only, and the deletes that removed a pod (its
     /// final delete), which an eviction may have caused (DESIGN §1.5).
     fn name_placing(engine: &Engine, w: &Write) -> (u64, bool) {
-        let interner = &engine.interner;
+        let interner = engine.interner();
         let key = |namespace: Sym, name: &str| xxhash_rust::xxh3::xxh3_64(format!("{}/{name}", interner.resolve(namespace)).as_bytes()) | 1;
         match &w.target {
             Target::Eviction { namespace, name, .. } => (key(*namespace, name), true),
@@ -391,7 +400,7 @@ impl Processor {
         let mut future_after = None;
         for item in decoded.items.drain(..) {
             if !self.dedupe.first_sight_key(item.dedupe_key) {
-                self.metrics.dedup_hits.inc();
+                self.metrics.duplicate();
                 if let (Some(parts), Ok(w)) = (&self.partitions, &item.write) {
                     // The other copy of a write routed twice (judged, and state-only): its
                     // objects belong to this partition too.
@@ -472,7 +481,7 @@ impl Processor {
             self.stream_us = self.stream_us.max(write.time_us);
             return;
         }
-        self.metrics.future_events.inc();
+        self.metrics.future_write();
         write.time_us = match self.opts.clock {
             Clock::Arrival => received_us,
             Clock::EventTime if self.stream_us > 0 => self.stream_us,
@@ -536,8 +545,8 @@ impl Processor {
 
     /// Sets the gauges of what is held and tracked.
     fn after_batch(&mut self) {
-        self.metrics.reorder_buffer_events.set(self.held as i64);
-        self.metrics.tracked_objects.set(self.engine.store.len() as i64);
+        self.metrics.held_writes(self.held);
+        self.metrics.tracked_objects(self.engine.tracked_objects());
     }
 
     fn apply_released(&mut self, now_us: i64, out: &mut Vec<Enriched>) {
@@ -552,7 +561,7 @@ impl Processor {
             let trace = matches!(write.target, Target::Trace { .. });
             write.late = late;
             if late {
-                self.metrics.late_events.inc();
+                self.metrics.late_write();
             }
             let time_us = write.time_us;
             self.note_fresh(write.cluster, time_us);
@@ -560,12 +569,12 @@ impl Processor {
             // around it (the store's locks survive a panic; see `state::store`).
             if self.partitions.is_some() {
                 // Changes made outside a write (a fetched parent) belong to no partition.
-                self.engine.store.take_journal(&mut self.journal);
+                self.engine.take_journal(&mut self.journal);
                 self.journal.clear();
             }
             let applied = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.engine.apply(&write)));
             if let Some(parts) = &self.partitions {
-                self.engine.store.take_journal(&mut self.journal);
+                self.engine.take_journal(&mut self.journal);
                 if let Some(p) = write.partition {
                     parts.changed(&self.journal, p);
                 }
@@ -573,11 +582,11 @@ impl Processor {
             }
             match applied {
                 Err(_) => {
-                    self.metrics.classify_failures.inc();
+                    self.metrics.classify_failed();
                     tracing::error!(audit_id = %write.audit_id, "classifying a write failed inside kausality-stream: skipped (a defect: please report it with this event)");
                 }
                 Ok(Applied::Ignored(reason)) => self.metrics.ignored(reason),
-                Ok(Applied::Trace(done)) => self.metrics.trace_messages.with_label_values(&[done.as_str()]).inc(),
+                Ok(Applied::Trace(done)) => self.metrics.trace_messages(done, 1),
                 // Its outputs went out before a restart (see `Decoded::silence_from`).
                 Ok(Applied::Classified(_)) if write.silent => {}
                 Ok(Applied::Classified(events)) => self.emit(events, out),
@@ -589,12 +598,12 @@ impl Processor {
                 }
             }
             if self.opts.clock == Clock::Arrival && time_us != 0 && !trace {
-                self.metrics.processing_lag.observe(((now_us - time_us).max(0)) as f64 / 1e6);
+                self.metrics.processing_lag(((now_us - time_us).max(0)) as f64 / 1e6);
             }
             if write.seq.is_multiple_of(MAINTAIN_EVERY) {
                 let clock = if self.opts.clock == Clock::EventTime { time_us } else { now_us };
-                let stats = self.engine.store.maintain(clock);
-                self.metrics.state_evictions.inc_by((stats.evicted + stats.expired_tombstones) as u64);
+                let stats = self.engine.maintain(clock);
+                self.metrics.evicted((stats.evicted + stats.expired_tombstones) as u64);
                 self.sweep_due = true;
             }
         }
@@ -611,7 +620,7 @@ impl Processor {
         let cell = match self.fresh_cells.get(&cluster) {
             Some(c) => c,
             None => {
-                let c = self.freshness.cell(&self.engine.interner.resolve(cluster));
+                let c = self.freshness.cell(&self.engine.interner().resolve(cluster));
                 self.fresh_cells.entry(cluster).or_insert(c)
             }
         };
@@ -622,7 +631,7 @@ impl Processor {
     /// in hand: what is not in the store is in a reorder buffer (marked here) or in a body
     /// still pinned.
     fn sweep_symbols(&mut self) {
-        if self.engine.interner.len() < self.sweep_at {
+        if self.engine.interner().len() < self.sweep_at {
             return;
         }
         let (buffers, decoder) = (&self.buffers, &self.decoder);
@@ -637,7 +646,7 @@ impl Processor {
         // What is left is what state refers to and what was looked up since the last sweep
         // (freed by the next one unless state takes it): the next sweep comes after as many
         // new strings as state refers to, so its cost per string stays constant.
-        let left = self.engine.interner.len();
+        let left = self.engine.interner().len();
         self.sweep_at = left + live.max(SWEEP_FROM);
         tracing::debug!(strings, types, live, left, "interned strings no state refers to were freed");
     }
@@ -677,15 +686,15 @@ impl Processor {
 
     /// Writes the state and the dedupe window. Flush first: held writes are not part of it.
     pub fn snapshot(&self, out: &mut impl std::io::Write) -> std::io::Result<SnapshotStats> {
-        write_snapshot(&self.engine.store, &self.engine.interner, &self.dedupe.hashes(), out)
+        self.engine.write_snapshot(&self.dedupe.hashes(), out)
     }
 
     /// Restores a snapshot into this (fresh) processor.
     pub fn restore(&mut self, input: &mut impl std::io::Read) -> Result<SnapshotStats, SnapshotError> {
-        let (stats, dedupe) = read_snapshot(&self.engine.store, &self.engine.interner, input)?;
+        let (stats, dedupe) = self.engine.read_snapshot(input)?;
         self.dedupe.restore(&dedupe);
         self.engine.note_restored();
-        self.metrics.tracked_objects.set(self.engine.store.len() as i64);
+        self.metrics.tracked_objects(self.engine.tracked_objects());
         Ok(stats)
     }
 
@@ -694,8 +703,8 @@ impl Processor {
     /// snapshot has no changelog positions, its states are not kept by partition).
     pub fn restore_partitioned(&mut self, input: &mut impl std::io::Read) -> Result<(SnapshotStats, Option<Cached>), SnapshotError> {
         // The strings of states not in the store are not swept while the cache holds them.
-        let pin = self.engine.interner.pin();
-        let read = read_partitioned(&self.engine.interner, input)?;
+        let pin = self.engine.interner().pin();
+        let read = read_partitioned(self.engine.interner(), input)?;
         self.dedupe.restore(&read.dedupe);
         Ok((read.stats, read.mark.map(|m| Cached::new(m, read.objects, Some(pin)))))
     }

@@ -85,7 +85,7 @@ fn a_partition_s_writes_are_not_late_for_what_another_partition_released() {
     assert!(out.is_empty(), "held for their window: {:?}", names(&out));
     p.tick(5 * second, &mut out);
     assert_eq!(names(&out), [("c4".to_string(), false), ("c3".to_string(), false)]);
-    assert_eq!((p.metrics().late_events.get(), p.reorder_buffers().0), (0, 2), "a buffer per partition");
+    assert_eq!((p.metrics().late_writes(), p.reorder_buffers().0), (0, 2), "a buffer per partition");
 }
 
 /// After a Kafka transaction was aborted, the state goes back to the last commit and the
@@ -112,7 +112,7 @@ fn writes_read_again_after_a_rewind_are_ordered_not_late() {
     }
     p.tick(4 * second, &mut out);
     assert_eq!(names(&out), [("c2".to_string(), false), ("c1".to_string(), false)], "in resourceVersion order, none late");
-    assert_eq!(p.metrics().late_events.get(), 0);
+    assert_eq!(p.metrics().late_writes(), 0);
 }
 
 #[test]
@@ -156,7 +156,7 @@ fn a_write_the_engine_fails_on_is_skipped_and_counted_and_the_next_one_is_classi
     let mut out = Vec::new();
     p.apply_released(0, &mut out);
     assert!(out.is_empty());
-    assert_eq!(metrics.classify_failures.get(), 1);
+    assert_eq!(metrics.classify_failures(), 1);
 
     let good = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"good","stage":"ResponseComplete",
         "requestURI":"/api/v1/namespaces/x/configmaps","verb":"create","user":{"username":"alice"},

@@ -60,6 +60,7 @@ impl Default for QueryConfig {
 }
 
 impl QueryConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         match (&self.tls, self.plain_http) {
             (None, false) if !self.listen.ip().is_loopback() => errors.push(

@@ -24,18 +24,18 @@ use crate::history::{self, Mode};
 const KEPT: usize = 4;
 
 /// The history store and the read connections kept open on it.
-pub struct Store {
+pub(super) struct Store {
     path: PathBuf,
     idle: Mutex<Vec<Connection>>,
 }
 
 impl Store {
-    pub fn new(path: PathBuf) -> Store {
+    pub(super) fn new(path: PathBuf) -> Store {
         Store { path, idle: Mutex::new(Vec::new()) }
     }
 
     /// Runs `f` on a read connection (call on a blocking thread).
-    pub fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, ApiError>) -> Result<T, ApiError> {
+    pub(super) fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, ApiError>) -> Result<T, ApiError> {
         let kept = self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner).pop();
         let conn = match kept {
             Some(c) => c,
@@ -95,7 +95,7 @@ impl Filter {
 
 const OBJECT_PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "limit"];
 
-pub async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
+pub(super) async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
     s.serve(Endpoint::Objects, |s| async move {
         let p = Params::parse(query.as_deref(), OBJECT_PARAMS)?;
@@ -184,14 +184,14 @@ struct Page {
     unreadable: u64,
 }
 
-pub async fn drift(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
+pub(super) async fn drift(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
     s.serve(Endpoint::Drift, |s| async move {
         let p = Params::parse(query.as_deref(), DRIFT_PARAMS)?;
         let (f, after, limit) = drift_filter(&p)?;
         s.blocking(move |s| {
             let page = s.history()?.read(|c| drift_page(c, &f, after, limit))?;
-            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Endpoint::Drift.as_str()]).inc_by(page.unreadable);
+            s.ctx.metrics.unreadable_rows(Endpoint::Drift.as_str(), page.unreadable);
             serde_json::to_string(&page).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await

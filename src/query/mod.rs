@@ -18,7 +18,6 @@ mod params;
 mod verdict;
 mod why;
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,28 +29,39 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use tokio::sync::{watch, Semaphore};
-use tokio::task::JoinHandle;
 
 pub use config::QueryConfig;
 pub use params::{DEFAULT_LIMIT, MAX_LIMIT};
 
 use crate::classify::Engine;
+pub use crate::listen::Running;
 use crate::listen::{self, Limits};
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 use crate::order::Freshness;
 
+/// Why the query API could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Its listener could not start.
     #[error(transparent)]
     Listen(#[from] listen::Error),
+    /// The bearer token file cannot be read.
     #[error("query.bearer_token_file {path}: {source}")]
-    Token { path: String, source: std::io::Error },
+    Token {
+        /// The file.
+        path: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
 }
 
 /// What the query API reads: the live engine and how current it is, and the history store.
 pub struct Context {
+    /// The live engine the verdict asks.
     pub engine: Arc<Engine>,
+    /// How current the engine's state is, per cluster.
     pub freshness: Arc<Freshness>,
+    /// Where requests are counted.
     pub metrics: Arc<Metrics>,
     /// The cluster of a request that names none (the pipeline's `cluster`).
     pub default_cluster: String,
@@ -64,24 +74,24 @@ pub struct Context {
 /// the HTTP layer refuses it before the request is read, with an empty 414.)
 pub const MAX_TARGET_BYTES: usize = 8192;
 
-/// A query API that is listening.
-pub struct Running {
-    pub local_addr: SocketAddr,
-    pub task: JoinHandle<()>,
-}
-
 /// The endpoints of the query API, as the `route` label of `kausality_query_requests_total`
 /// names them (not to be confused with [`crate::route::Route`], where an audit event goes).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Endpoint {
+    /// `/v1/verdict`.
     Verdict,
+    /// `/v1/objects`.
     Objects,
+    /// `/v1/drift`.
     Drift,
+    /// `/v1/why`.
     Why,
+    /// Any other path.
     Other,
 }
 
 impl Endpoint {
+    /// Every endpoint: the closed set of the `route` label.
     pub const ALL: [Endpoint; 5] = [Endpoint::Verdict, Endpoint::Objects, Endpoint::Drift, Endpoint::Why, Endpoint::Other];
 
     /// The route of a request's path, as [`router`] routes it.
@@ -95,6 +105,7 @@ impl Endpoint {
         }
     }
 
+    /// The `route` label.
     pub fn as_str(self) -> &'static str {
         match self {
             Endpoint::Verdict => "verdict",
@@ -109,8 +120,11 @@ impl Endpoint {
 /// An answer other than 200.
 #[derive(Debug)]
 pub enum ApiError {
+    /// 400: what is wrong with the request.
     BadRequest(String),
+    /// 401: no bearer token, or the wrong one.
     Unauthorized,
+    /// 404: what was not found.
     NotFound(String),
     /// A route asked with another method than GET (or HEAD).
     MethodNotAllowed(String),
@@ -118,13 +132,16 @@ pub enum ApiError {
     UriTooLong(String),
     /// Several objects answer to the name; they are listed.
     Ambiguous {
+        /// What was asked and how to name one.
         message: String,
+        /// The objects that answer to the name.
         candidates: serde_json::Value,
     },
     /// The time asked for is older than the history store reaches.
     Gone(String),
     /// No history store to read.
     Unavailable(String),
+    /// 500: what failed inside.
     Internal(String),
 }
 
@@ -168,16 +185,11 @@ pub struct QueryState {
 }
 
 impl QueryState {
+    /// What the requests of `ctx` share: the bearer `token` they must carry, if any, and at
+    /// most `max_concurrent_reads` of them reading at once (at least one).
     pub fn new(ctx: Context, token: Option<String>, max_concurrent_reads: usize) -> Arc<QueryState> {
         let history = ctx.history.clone().map(history::Store::new);
-        for route in Endpoint::ALL {
-            for code in ["200", "400", "401", "404"] {
-                ctx.metrics.query_requests.with_label_values(&[route.as_str(), code]);
-            }
-        }
-        for route in [Endpoint::Drift, Endpoint::Why] {
-            ctx.metrics.history_unreadable_rows.with_label_values(&[route.as_str()]);
-        }
+        ctx.metrics.query_series(Endpoint::ALL.map(Endpoint::as_str), [Endpoint::Drift, Endpoint::Why].map(Endpoint::as_str));
         Arc::new(QueryState { ctx, token, reads: Semaphore::new(max_concurrent_reads.max(1)), history })
     }
 
@@ -200,7 +212,7 @@ impl QueryState {
             Ok(body) => (StatusCode::OK, body),
             Err(e) => (e.code(), e.body().to_string()),
         };
-        self.ctx.metrics.query_requests.with_label_values(&[route.as_str(), code.as_str()]).inc();
+        self.ctx.metrics.query_answered(route.as_str(), code.as_str());
         let mut r = (code, [(header::CONTENT_TYPE, "application/json")], body).into_response();
         match code {
             StatusCode::UNAUTHORIZED => {
@@ -271,28 +283,17 @@ async fn not_found(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
 
 /// Binds the listener and serves until `shutdown`.
 pub async fn start(cfg: &QueryConfig, ctx: Context, shutdown: watch::Receiver<bool>, grace: Duration) -> Result<Running, Error> {
-    let token = match &cfg.bearer_token_file {
-        Some(p) => Some(listen::read_token(p).map_err(|source| Error::Token { path: p.display().to_string(), source })?),
-        None => None,
-    };
-    let tls = match &cfg.tls {
-        Some(t) => Some(t.server_config()?),
-        None => None,
-    };
-    let listener = listen::bind(cfg.listen).await?;
-    let local_addr = listener.local_addr().unwrap_or(cfg.listen);
+    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| Error::Token { path, source }).await?;
     let metrics = ctx.metrics.clone();
-    metrics.connections_refused.with_label_values(&["query"]);
     let history = ctx.history.as_ref().map(|p| p.display().to_string());
-    let state = QueryState::new(ctx, token, cfg.max_concurrent_reads);
+    let state = QueryState::new(ctx, opened.token.take(), cfg.max_concurrent_reads);
     let limits = Limits {
-        name: "query",
+        name: Listener::Query,
         max_connections: cfg.max_connections,
         header_read_timeout: cfg.header_read_timeout.0,
         idle_timeout: cfg.idle_timeout.0,
         max_connections_per_client: Some(cfg.max_connections_per_client),
     };
-    tracing::info!(addr = %local_addr, https = tls.is_some(), bearer_token = cfg.bearer_token_file.is_some(), history = ?history, "query API listening");
-    let task = tokio::spawn(listen::serve(listener, router(state), tls, shutdown, grace, limits, Some(metrics)));
-    Ok(Running { local_addr, task })
+    tracing::info!(addr = %opened.local_addr, https = opened.tls.is_some(), bearer_token = cfg.bearer_token_file.is_some(), history = ?history, "query API listening");
+    Ok(opened.serve(router(state), shutdown, grace, limits, metrics))
 }

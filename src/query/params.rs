@@ -14,11 +14,11 @@ pub const DEFAULT_LIMIT: usize = 100;
 
 /// The parameters of one request.
 #[derive(Debug, Default)]
-pub struct Params(BTreeMap<String, String>);
+pub(super) struct Params(BTreeMap<String, String>);
 
 impl Params {
     /// Parses `query` (`a=1&b=x%20y`), refusing names outside `allowed` and repeated names.
-    pub fn parse(query: Option<&str>, allowed: &[&str]) -> Result<Params, ApiError> {
+    pub(super) fn parse(query: Option<&str>, allowed: &[&str]) -> Result<Params, ApiError> {
         let mut map = BTreeMap::new();
         for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             if !allowed.contains(&&*k) {
@@ -32,22 +32,22 @@ impl Params {
     }
 
     /// The value of `name`; an empty value counts as absent.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(super) fn get(&self, name: &str) -> Option<&str> {
         self.0.get(name).map(String::as_str).filter(|v| !v.is_empty())
     }
 
     /// The value of `name`, including an empty one (a cluster-scoped object's namespace).
-    pub fn get_raw(&self, name: &str) -> Option<&str> {
+    pub(super) fn get_raw(&self, name: &str) -> Option<&str> {
         self.0.get(name).map(String::as_str)
     }
 
-    pub fn required(&self, name: &str, what: &str) -> Result<&str, ApiError> {
+    pub(super) fn required(&self, name: &str, what: &str) -> Result<&str, ApiError> {
         self.get(name).ok_or_else(|| ApiError::BadRequest(format!("{name} is required: {what}")))
     }
 
     /// An RFC 3339 time, as µs since the epoch; a date or UTC offset that does not exist
     /// (`+25:00`) is refused, not read as another time.
-    pub fn time(&self, name: &str) -> Result<Option<i64>, ApiError> {
+    pub(super) fn time(&self, name: &str) -> Result<Option<i64>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some(t) => parse_rfc3339_given(t).map(Some).map_err(|e| ApiError::BadRequest(format!("{name}={t:?} {e}"))),
@@ -55,7 +55,7 @@ impl Params {
     }
 
     /// `limit`: 1 to [`MAX_LIMIT`], [`DEFAULT_LIMIT`] when absent.
-    pub fn limit(&self) -> Result<usize, ApiError> {
+    pub(super) fn limit(&self) -> Result<usize, ApiError> {
         match self.get("limit") {
             None => Ok(DEFAULT_LIMIT),
             Some(l) => l
@@ -67,7 +67,7 @@ impl Params {
     }
 
     /// `true` or `false`.
-    pub fn flag(&self, name: &str) -> Result<Option<bool>, ApiError> {
+    pub(super) fn flag(&self, name: &str) -> Result<Option<bool>, ApiError> {
         match self.get(name) {
             None => Ok(None),
             Some("true") => Ok(Some(true)),
@@ -77,7 +77,7 @@ impl Params {
     }
 
     /// One of `options`.
-    pub fn one_of<'a>(&'a self, name: &str, options: &[&str]) -> Result<Option<&'a str>, ApiError> {
+    pub(super) fn one_of<'a>(&'a self, name: &str, options: &[&str]) -> Result<Option<&'a str>, ApiError> {
         match self.get(name) {
             Some(v) if !options.contains(&v) => Err(ApiError::BadRequest(format!("{name}={v:?} must be one of {}", options.join(", ")))),
             v => Ok(v),

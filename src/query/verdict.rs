@@ -17,7 +17,7 @@ const PARAMS: &[&str] = &["cluster", "parentUid", "parentKind", "namespace", "pa
 /// How current the state behind a verdict is.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Freshness {
+pub(super) struct Freshness {
     /// Event time (`stageTimestamp`) of the newest write applied for the cluster; `None`
     /// before the first (since the start: a restored snapshot does not say).
     pub newest_event_time: Option<String>,
@@ -34,7 +34,7 @@ struct Answer {
     freshness: Freshness,
 }
 
-pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
+pub(super) async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
     s.serve(Endpoint::Verdict, |s| async move {
         let p = Params::parse(query.as_deref(), PARAMS)?;
@@ -90,7 +90,7 @@ fn answer(s: &QueryState, a: &Asked) -> Result<String, ApiError> {
     serde_json::to_string(&Answer { verdict, freshness }).map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-pub fn freshness(f: &crate::order::Freshness, cluster: &str, now: i64) -> Freshness {
+pub(super) fn freshness(f: &crate::order::Freshness, cluster: &str, now: i64) -> Freshness {
     let newest = f.newest_us(cluster);
     Freshness {
         newest_event_time: newest.map(format_rfc3339_micros),

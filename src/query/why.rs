@@ -13,7 +13,7 @@ use crate::history::story::{self, StoryError, StoryQuery};
 
 const PARAMS: &[&str] = &["cluster", "kind", "namespace", "name", "uid", "at", "limit", "before"];
 
-pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
+pub(super) async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let query = uri.query().map(str::to_string);
     s.serve(Endpoint::Why, |s| async move {
         let p = Params::parse(query.as_deref(), PARAMS)?;
@@ -29,7 +29,7 @@ pub async fn handle(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
         };
         s.blocking(move |s| {
             let story = s.history()?.read(|c| story::build(c, &q).map_err(|e| answer_error(c, &q, e)))?;
-            s.ctx.metrics.history_unreadable_rows.with_label_values(&[Endpoint::Why.as_str()]).inc_by(story.unreadable);
+            s.ctx.metrics.unreadable_rows(Endpoint::Why.as_str(), story.unreadable);
             serde_json::to_string(&story).map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await

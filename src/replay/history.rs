@@ -18,7 +18,9 @@ const BATCH: usize = 1024;
 /// What went into the store, for the summary.
 #[derive(Clone, Debug, Default)]
 pub struct HistoryWritten {
+    /// The store's path.
     pub path: String,
+    /// Mutations written.
     pub mutations: u64,
     /// Already in the store (the same auditID on the same object): not written again.
     pub duplicates: u64,
@@ -32,7 +34,7 @@ struct Shared {
     error: Option<String>,
 }
 
-pub struct HistoryOut {
+pub(super) struct HistoryOut {
     queue: Option<SyncSender<Vec<Enriched>>>,
     pending: Vec<Enriched>,
     thread: Option<JoinHandle<()>>,
@@ -44,7 +46,7 @@ fn failed(msg: String) -> io::Error {
 }
 
 impl HistoryOut {
-    pub fn open(path: &Path, retention: Retention) -> io::Result<HistoryOut> {
+    pub(super) fn open(path: &Path, retention: Retention) -> io::Result<HistoryOut> {
         let store = Store::open(path, retention).map_err(|e| failed(e.to_string()))?;
         let shared = Arc::new(Mutex::new(Shared { written: HistoryWritten { path: path.display().to_string(), ..HistoryWritten::default() }, error: None }));
         let (queue, rx) = sync_channel(16);
@@ -66,7 +68,7 @@ impl HistoryOut {
         Ok(HistoryOut { queue: Some(queue), pending: Vec::with_capacity(BATCH), thread: Some(thread), shared })
     }
 
-    pub fn push(&mut self, e: Enriched) -> io::Result<()> {
+    pub(super) fn push(&mut self, e: Enriched) -> io::Result<()> {
         self.pending.push(e);
         if self.pending.len() >= BATCH {
             self.send()?;
@@ -97,7 +99,7 @@ impl HistoryOut {
     }
 
     /// Writes what is pending, waits for the writer and says what it wrote.
-    pub fn finish(mut self) -> io::Result<HistoryWritten> {
+    pub(super) fn finish(mut self) -> io::Result<HistoryWritten> {
         if !self.pending.is_empty() {
             self.send()?;
         }

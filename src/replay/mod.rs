@@ -22,14 +22,20 @@ pub use history::HistoryWritten;
 pub use reader::{Reader, Record};
 pub use summary::Summary;
 
+/// What `replay` reads and how it classifies it.
 #[derive(Clone, Debug)]
 pub struct ReplayOptions {
+    /// Audit log files (JSON lines, EventLists, exports), read in this order.
     pub inputs: Vec<PathBuf>,
+    /// The processor's settings (the event-time clock by default).
     pub processor: ProcessorOptions,
+    /// The engine's bounds.
     pub engine: EngineOptions,
+    /// The model's configuration (a pipeline file's, or the default).
     pub model: ModelConfig,
     /// Only these classes are written (all when empty).
     pub classes: Vec<Class>,
+    /// Show a progress bar (on a terminal).
     pub progress: bool,
     /// Longest line accepted (longer lines are counted as too_large).
     pub max_line_bytes: usize,
@@ -37,6 +43,7 @@ pub struct ReplayOptions {
     pub max_document_bytes: usize,
     /// Write the enriched events into this history store instead of `out`.
     pub history: Option<PathBuf>,
+    /// How long and how much the history store keeps, with `history`.
     pub history_retention: crate::history::Retention,
 }
 
@@ -97,8 +104,11 @@ impl Lines {
 
 /// What a replay did.
 pub struct Outcome {
+    /// What was read and classified.
     pub summary: Summary,
+    /// The metrics the replay counted in.
     pub metrics: Arc<Metrics>,
+    /// How long it took.
     pub elapsed: std::time::Duration,
 }
 
@@ -110,6 +120,7 @@ impl Outcome {
         self.summary.events == 0 && (self.summary.unreadable.len() == self.summary.files || invalid > 0)
     }
 
+    /// The summary in words, as `replay` prints it.
     pub fn render(&self) -> String {
         self.summary.render(&self.metrics, self.elapsed)
     }
@@ -196,7 +207,7 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
     }
     processor.flush(0, &mut batch);
     write_batch(&mut batch, &mut summary, &opts.classes, &mut out, history.as_mut())?;
-    summary.tracked_objects = processor.engine().store.len();
+    summary.tracked_objects = processor.engine().tracked_objects();
     out.flush()?;
     if let Some(h) = history {
         summary.history = Some(h.finish()?);

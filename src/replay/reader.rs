@@ -25,6 +25,7 @@ pub enum Record {
 const LOOK_LINES: usize = 16;
 const LOOK_BYTES: usize = 4 << 20;
 
+/// Reads audit events out of a file of any of the shapes `replay` takes, record by record.
 pub struct Reader<R> {
     inner: R,
     max_line: usize,
@@ -39,6 +40,7 @@ pub struct Reader<R> {
 }
 
 impl<R: BufRead> Reader<R> {
+    /// Reads `inner`; lines over `max_line` bytes and documents over `max_document` are refused.
     pub fn new(inner: R, max_line: usize, max_document: usize) -> Self {
         Reader { inner, max_line, max_document, line_no: 0, consumed: 0, first: true, looked: VecDeque::new() }
     }

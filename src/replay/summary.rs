@@ -14,21 +14,31 @@ use crate::metrics::Metrics;
 /// examples of rejected records.
 #[derive(Default)]
 pub struct Summary {
+    /// Input files.
     pub files: usize,
+    /// Input files that could not be read, and why.
     pub unreadable: Vec<String>,
+    /// Bytes read.
     pub bytes: u64,
+    /// Audit events decoded.
     pub events: u64,
+    /// Classified mutations, by class.
     pub classes: HashMap<Class, u64>,
+    /// Mutations applied after a write with a higher resourceVersion.
     pub late: u64,
+    /// Drift, by parent (`Kind namespace/name`).
     pub drift_parents: HashMap<String, u64>,
+    /// Drift, by the user that wrote it.
     pub drift_controllers: HashMap<String, u64>,
     /// Drift by what resolved it (a platform policy or the parent's annotation).
     pub drift_policies: HashMap<String, u64>,
+    /// The first few rejected records, with their file.
     pub invalid_examples: Vec<String>,
     /// Origin writes that a drift reverted (DESIGN §1.8), the first [`REVERTS_SHOWN`] in words.
     pub reverted: Vec<String>,
     /// All reverted origin writes, and those of persons.
     pub reverted_total: u64,
+    /// Reverted origin writes that were persons'.
     pub reverted_persons: u64,
     /// Objects in the state store at the end.
     pub tracked_objects: usize,
@@ -38,9 +48,10 @@ pub struct Summary {
 
 const EXAMPLES: usize = 5;
 /// Reverted changes listed by name in the summary.
-pub const REVERTS_SHOWN: usize = 20;
+pub(super) const REVERTS_SHOWN: usize = 20;
 
 impl Summary {
+    /// Tallies one enriched event.
     pub fn record(&mut self, e: &Enriched) {
         *self.classes.entry(e.class).or_default() += 1;
         if e.late {
@@ -67,16 +78,19 @@ impl Summary {
         }
     }
 
+    /// Keeps a rejected record of `file` as an example, while there are few.
     pub fn record_invalid(&mut self, file: &str, e: &Invalid) {
         if self.invalid_examples.len() < EXAMPLES {
             self.invalid_examples.push(format!("{file} {e}"));
         }
     }
 
+    /// Classified mutations, all classes.
     pub fn classified(&self) -> u64 {
         self.classes.values().sum()
     }
 
+    /// The summary in words, with the counts of `metrics` and the rate over `elapsed`.
     pub fn render(&self, metrics: &Metrics, elapsed: Duration) -> String {
         let mut s = String::new();
         let secs = elapsed.as_secs_f64().max(1e-9);
@@ -110,7 +124,7 @@ impl Summary {
         for ex in &self.invalid_examples {
             let _ = writeln!(s, "      e.g. {ex}");
         }
-        let _ = writeln!(s, "  duplicates     {:>12}", thousands(metrics.dedup_hits.get()));
+        let _ = writeln!(s, "  duplicates     {:>12}", thousands(metrics.duplicates()));
         let _ = writeln!(
             s,
             "  state          {:>12}   objects tracked{}",
@@ -202,7 +216,7 @@ fn reverted_line(e: &Enriched, r: &RevertOut) -> String {
 }
 
 /// Peak resident memory of this process in KiB (Linux: VmHWM), for the summary.
-pub fn peak_rss() -> Option<u64> {
+pub(super) fn peak_rss() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
     line.split_whitespace().nth(1)?.parse().ok()

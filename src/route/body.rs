@@ -34,8 +34,11 @@ impl Copy {
 pub struct Message {
     /// The event's bytes in the body.
     pub range: Range<usize>,
+    /// The message key (see [`super::Key`]).
     pub key: String,
+    /// The partition of the keyed topic it goes to.
     pub partition: i32,
+    /// Which copy of the event it is.
     pub copy: Copy,
     /// The partition of the event's judged copy (a state-only copy names it in
     /// [`super::JUDGED_PARTITION_HEADER`]).
@@ -45,11 +48,15 @@ pub struct Message {
 /// What a body brought.
 #[derive(Debug, Default)]
 pub struct Routed {
+    /// The messages to produce, in the body's order.
     pub messages: Vec<Message>,
     /// Events decoded, records rejected (the first few, for the webhook's answer).
     pub report: IngestReport,
+    /// Why each record rejected was, to count.
     pub invalid: Vec<InvalidReason>,
+    /// Why each event not routed was ignored, to count.
     pub ignored: Vec<Ignored>,
+    /// Why each write that names no object was not routed, to count.
     pub unroutable: Vec<Unroutable>,
 }
 

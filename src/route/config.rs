@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::kafka::{check_client, Properties};
 use crate::shell::{Errors, Span};
 
+/// `[[sinks]] type = "kafka_route"`: the ingest tier's keyed topic and its producer.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaRouteConfig {
@@ -56,6 +57,7 @@ fn default_metadata_refresh() -> Span {
 pub const MANAGED: &[&str] = &["enable.idempotence", "acks", "transactional.id", "message.timeout.ms"];
 
 impl KafkaRouteConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         check_client(key, &self.brokers, &self.properties, MANAGED, errors);
         if self.topic.trim().is_empty() {

@@ -50,16 +50,9 @@ pub use crate::partition::{murmur2, partition_of};
 pub use body::{route_body, Copy, Message, Routed};
 pub use config::KafkaRouteConfig;
 
-/// The header that marks a state-only copy, and its value.
-pub const COPY_HEADER: &str = "kausality-copy";
-pub const COPY_STATE: &str = "state";
-/// The header value of a trace message: the trace an object's write extended where it was
-/// judged, sent by the classify tier to the object's own partition (`classify::forward`).
-pub const COPY_TRACE: &str = "trace";
-/// The header of a state-only copy naming the partition of its judged copy (decimal): a
-/// process that also reads that partition leaves the state-only copy out, as the judged copy
-/// brings the same write.
-pub const JUDGED_PARTITION_HEADER: &str = "kausality-judged-partition";
+// The keyed topic's headers: the route's producer writes them, the Kafka source reads them,
+// and the classify tier's trace messages carry one (`kafka`, below both).
+pub use crate::kafka::{COPY_HEADER, COPY_STATE, COPY_TRACE, JUDGED_PARTITION_HEADER};
 
 use crate::config::appliers::Appliers;
 use crate::decode::{AuditEvent, ObjectRef, ObjectView};
@@ -95,7 +88,14 @@ pub enum Key<'a> {
     Uid(Cow<'a, str>),
     /// No UID can be told (an eviction without a precondition UID): the object by resource,
     /// namespace and name. Its partition is in general not its controller's.
-    Name { resource: Cow<'a, str>, namespace: Cow<'a, str>, name: Cow<'a, str> },
+    Name {
+        /// The resource (`pods`).
+        resource: Cow<'a, str>,
+        /// The namespace, empty for a cluster-scoped object.
+        namespace: Cow<'a, str>,
+        /// The object's name.
+        name: Cow<'a, str>,
+    },
 }
 
 impl Key<'_> {
@@ -108,6 +108,7 @@ impl Key<'_> {
         }
     }
 
+    /// The same key, owning its text.
     pub fn into_owned(self) -> Key<'static> {
         match self {
             Key::Uid(u) => Key::Uid(Cow::Owned(u.into_owned())),
@@ -138,8 +139,10 @@ pub enum Unroutable {
 }
 
 impl Unroutable {
+    /// Every reason: the closed set of the `reason` label.
     pub const ALL: [Unroutable; 1] = [Unroutable::NoObject];
 
+    /// The `reason` label.
     pub fn as_str(self) -> &'static str {
         match self {
             Unroutable::NoObject => "no_object",

@@ -28,12 +28,16 @@ use crate::status::Status;
 /// Why a body's messages were not all acknowledged; the webhook answers 503 + Retry-After.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {
+    /// The topic's partitions are not known yet: the topic.
     #[error("the partitions of topic {0} are not known yet (is the broker reachable, does the topic exist?)")]
     NoPartitions(String),
+    /// The broker refused or lost a message: why.
     #[error("the broker did not acknowledge every message: {0}")]
     Delivery(String),
+    /// The producer's local queue had no room within the wait.
     #[error("the producer's queue stayed full")]
     QueueFull,
+    /// A message was not acknowledged within the delivery timeout.
     #[error("no acknowledgement within the delivery timeout")]
     Timeout,
 }
@@ -106,17 +110,13 @@ const DELIVERY_SLACK: Duration = Duration::from_millis(500);
 const QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 impl RouteProducer {
+    /// The producer of `cfg`, counting in `metrics` and reporting an unreachable broker in `status`.
     pub fn new(cfg: &KafkaRouteConfig, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<Arc<RouteProducer>, Error> {
         let managed =
             [("enable.idempotence", "true".to_string()), ("acks", "all".to_string()), ("message.timeout.ms", cfg.delivery_timeout.0.as_millis().to_string())];
         let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &cfg.properties, &managed);
         let producer: ThreadedProducer<RouteContext> = config.create_with_context(RouteContext).map_err(|e| Error::Kafka(e.to_string()))?;
-        for copy in [Copy::Judged, Copy::State] {
-            metrics.route_messages.with_label_values(&[copy.as_str()]);
-        }
-        for reason in crate::route::Unroutable::ALL {
-            metrics.route_unroutable.with_label_values(&[reason.as_str()]);
-        }
+        metrics.route_series([Copy::Judged, Copy::State].map(Copy::as_str), crate::route::Unroutable::ALL.map(|r| r.as_str()));
         let this = Arc::new(RouteProducer {
             producer,
             topic: cfg.topic.clone(),
@@ -182,11 +182,11 @@ impl RouteProducer {
         match &result {
             Ok(()) => {
                 let state = messages.iter().filter(|m| m.copy == Copy::State).count() as u64;
-                self.metrics.route_messages.with_label_values(&[Copy::Judged.as_str()]).inc_by(messages.len() as u64 - state);
-                self.metrics.route_messages.with_label_values(&[Copy::State.as_str()]).inc_by(state);
+                self.metrics.routed(Copy::Judged.as_str(), messages.len() as u64 - state);
+                self.metrics.routed(Copy::State.as_str(), state);
             }
             Err(e) => {
-                self.metrics.route_errors.inc_by(failed.max(1) as u64);
+                self.metrics.route_failed(failed.max(1) as u64);
                 tracing::debug!(error = %e, messages = messages.len(), "kafka route sink: a body was not acknowledged whole");
             }
         }

@@ -24,10 +24,12 @@ use tokio::sync::Notify;
 pub struct Done(Box<dyn FnOnce() + Send>);
 
 impl Done {
+    /// `f`, to call once the message is done.
     pub fn new(f: impl FnOnce() + Send + 'static) -> Done {
         Done(Box::new(f))
     }
 
+    /// The message is done: calls it.
     pub fn fire(self) {
         (self.0)()
     }
@@ -44,6 +46,7 @@ impl std::fmt::Debug for Done {
 /// for the sinks, and answers whether everything was acknowledged in time.
 #[derive(Debug)]
 pub struct Barrier {
+    /// Where the processor answers: `true` once everything was acknowledged in time.
     pub reply: std::sync::mpsc::Sender<bool>,
 }
 
@@ -55,7 +58,9 @@ pub struct Barrier {
 /// batch is taken in after the rewind.
 #[derive(Debug)]
 pub struct Rewind {
+    /// Where the source answers: `true` once it went back, `false` when it could not.
     pub rewound: tokio::sync::oneshot::Sender<bool>,
+    /// What the source waits on before it sends batches again.
     pub resume: std::sync::mpsc::Receiver<()>,
 }
 

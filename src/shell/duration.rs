@@ -12,14 +12,17 @@ use serde::Deserialize;
 pub struct Span(pub Duration);
 
 impl Span {
+    /// `ms` milliseconds.
     pub const fn ms(ms: u64) -> Span {
         Span(Duration::from_millis(ms))
     }
 
+    /// `s` seconds.
     pub const fn secs(s: u64) -> Span {
         Span(Duration::from_secs(s))
     }
 
+    /// In microseconds, at most `i64::MAX`.
     pub fn as_micros_i64(self) -> i64 {
         i64::try_from(self.0.as_micros()).unwrap_or(i64::MAX)
     }

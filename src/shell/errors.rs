@@ -14,6 +14,7 @@ pub struct ConfigError {
     pub line: Option<usize>,
     /// The key, e.g. `sources[0].tls.cert`.
     pub key: String,
+    /// What is wrong and what to do.
     pub message: String,
 }
 
@@ -46,12 +47,14 @@ impl fmt::Display for ConfigErrors {
 pub struct Errors<'a> {
     file: &'a str,
     text: &'a str,
+    /// The errors found so far, in the order found.
     pub list: Vec<ConfigError>,
     /// Where each section and array item starts, so later checks can name a line.
     anchors: Vec<(String, usize)>,
 }
 
 impl<'a> Errors<'a> {
+    /// For the file named `file` whose text is `text` (to name lines).
     pub fn new(file: &'a str, text: &'a str) -> Self {
         Errors { file, text, list: Vec::new(), anchors: Vec::new() }
     }

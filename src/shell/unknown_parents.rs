@@ -42,7 +42,9 @@ impl Default for UnknownParentsConfig {
 /// An object fetched from the API server (a parent the stream never showed).
 #[derive(Debug)]
 pub struct Observed {
+    /// The cluster it was fetched from.
     pub cluster: String,
+    /// What the model reads of it.
     pub facts: ObjectFacts,
     /// Keeps the strings interned for `facts` from being swept until they are applied.
     pub pin: crate::state::Pin,

@@ -17,13 +17,14 @@ use tokio::task::JoinHandle;
 use super::{Error, Events};
 use crate::history::writer::{self, Report, WriterOptions};
 use crate::history::{OnDamaged, Retention, Store};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Sink};
 use crate::shell::{Errors, Span};
 use crate::status::Status;
 
 /// The store's default file, in the working directory (what `why` reads without a flag).
 pub const DEFAULT_PATH: &str = "kausality-history.db";
 
+/// `[[sinks]] type = "history"`: the history store (SQLite) that `why` and the query API read.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryConfig {
@@ -63,6 +64,7 @@ pub const MIN_BYTES: u64 = 1 << 20;
 const MIN_AGE: Duration = Duration::from_secs(60);
 
 impl HistoryConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         if self.path.is_empty() || self.path == "-" {
             errors.push(format!("{key}.path"), None, "must be a file path (the SQLite database), e.g. \"kausality-history.db\"");
@@ -80,6 +82,7 @@ impl HistoryConfig {
         }
     }
 
+    /// How long and how much the store keeps.
     pub fn retention(&self) -> Retention {
         Retention { max_age: self.max_age.0, max_bytes: self.max_bytes }
     }
@@ -88,9 +91,8 @@ impl HistoryConfig {
 /// Opens the store (an error names the file and what SQLite said) and starts its writer.
 pub fn spawn(cfg: HistoryConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<JoinHandle<()>, Error> {
     let store = Store::open_checked(Path::new(&cfg.path), cfg.retention(), cfg.on_damaged).map_err(|e| Error::History(e.to_string()))?;
-    metrics.history_bytes.set(i64::try_from(store.disk_bytes()).unwrap_or(i64::MAX));
-    let delivered = metrics.sink_events.with_label_values(&["history"]);
-    let failed = metrics.sink_errors.with_label_values(&["history"]);
+    metrics.history_bytes(store.disk_bytes());
+    let (delivered, failed) = metrics.sink_counters(Sink::History);
     let name = format!("history {}", cfg.path);
     // Dropped with the report closure when the writer thread ends: the task below then ends.
     let (ended, end) = oneshot::channel::<()>();
@@ -100,7 +102,7 @@ pub fn spawn(cfg: HistoryConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metric
         match r {
             Report::Written { written, bytes } => {
                 delivered.inc_by(written.events);
-                metrics.history_bytes.set(i64::try_from(bytes).unwrap_or(i64::MAX));
+                metrics.history_bytes(bytes);
             }
             Report::Failing(error) => {
                 failed.inc();

@@ -15,9 +15,10 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::{Error, Events};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Sink};
 use crate::shell::{Errors, Span};
 
+/// `[[sinks]] type = "http"`: JSON arrays POSTed to an endpoint, with retries.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpConfig {
@@ -51,6 +52,7 @@ fn default_flush_interval() -> Span {
 }
 
 impl HttpConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         check_url(errors, &format!("{key}.url"), &self.url);
         if self.batch_size == 0 {
@@ -62,6 +64,7 @@ impl HttpConfig {
     }
 }
 
+/// Records in `errors`, under `key`, what keeps `url` from being an http:// or https:// URL.
 pub fn check_url(errors: &mut Errors<'_>, key: &str, url: &str) {
     match reqwest::Url::parse(url) {
         Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => {}
@@ -116,10 +119,10 @@ fn bytes_of(v: Vec<u8>) -> axum::body::Bytes {
     axum::body::Bytes::from(v)
 }
 
+/// Starts the sink: POSTs the events of `rx` in batches, counted in `metrics`.
 pub fn spawn(cfg: HttpConfig, mut rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>) -> Result<JoinHandle<()>, Error> {
     let client = client(cfg.timeout.0, "http")?;
-    let delivered = metrics.sink_events.with_label_values(&["http"]);
-    let failed = metrics.sink_errors.with_label_values(&["http"]);
+    let (delivered, failed) = metrics.sink_counters(Sink::Http);
     Ok(tokio::spawn(async move {
         let mut batch = JsonArray::default();
         let mut first_at: Option<Instant> = None;

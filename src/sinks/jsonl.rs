@@ -15,10 +15,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::{Error, Events};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Sink};
 use crate::shell::Errors;
 use crate::status::Status;
 
+/// `[[sinks]] type = "jsonl"`: JSON lines to stdout or a file, with size-based rotation.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct JsonlConfig {
@@ -43,6 +44,7 @@ fn default_keep() -> usize {
 }
 
 impl JsonlConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         if self.path.is_empty() {
             errors.push(format!("{key}.path"), None, "must be \"-\" (stdout) or a file path");
@@ -140,8 +142,7 @@ const RETRY_AFTER_STOP: Duration = Duration::from_secs(5);
 /// the webhook answers 503 + `Retry-After` and `/readyz` is not ready until it writes again.
 pub fn spawn(cfg: JsonlConfig, mut rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<JoinHandle<()>, Error> {
     let mut out = Out::open(&cfg).map_err(|source| Error::Open { path: cfg.path.clone(), source })?;
-    let delivered = metrics.sink_events.with_label_values(&["jsonl"]);
-    let failed = metrics.sink_errors.with_label_values(&["jsonl"]);
+    let (delivered, failed) = metrics.sink_counters(Sink::Jsonl);
     let name = format!("jsonl {}", cfg.path);
     Ok(tokio::task::spawn_blocking(move || {
         let mut lines = Vec::with_capacity(1 << 16);

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 
 use crate::classify::Engine;
 use crate::enriched::Enriched;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Sink};
 use crate::shell::{Errors, Receipt};
 use crate::status::Status;
 
@@ -36,6 +36,7 @@ pub struct Events {
 }
 
 impl Events {
+    /// A batch of `events`, and the receipt that fires once every sink has delivered it.
     pub fn new(events: Vec<Enriched>, receipt: Option<Receipt>) -> Events {
         Events { events: Arc::new(events), receipt: receipt.map(Arc::new) }
     }
@@ -81,17 +82,23 @@ pub enum SinkConfig {
 
 impl SinkConfig {
     /// The `sink` label of the sink metrics.
-    pub fn kind(&self) -> &'static str {
+    pub fn label(&self) -> Sink {
         match self {
-            SinkConfig::Jsonl(_) => "jsonl",
-            SinkConfig::Http(_) => "http",
-            SinkConfig::DriftReport(_) => "drift_report",
-            SinkConfig::Kafka(_) => "kafka",
-            SinkConfig::History(_) => "history",
-            SinkConfig::KafkaRoute(_) => "kafka_route",
+            SinkConfig::Jsonl(_) => Sink::Jsonl,
+            SinkConfig::Http(_) => Sink::Http,
+            SinkConfig::DriftReport(_) => Sink::DriftReport,
+            SinkConfig::Kafka(_) => Sink::Kafka,
+            SinkConfig::History(_) => Sink::History,
+            SinkConfig::KafkaRoute(_) => Sink::KafkaRoute,
         }
     }
 
+    /// The sink's `type`, as the pipeline file and the logs name it.
+    pub fn kind(&self) -> &'static str {
+        self.label().as_str()
+    }
+
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         match self {
             SinkConfig::Jsonl(c) => c.check(key, errors),
@@ -104,33 +111,53 @@ impl SinkConfig {
     }
 }
 
+/// Why a sink could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The jsonl sink's file cannot be opened.
     #[error("jsonl sink: cannot open {path}: {source}")]
-    Open { path: String, source: std::io::Error },
+    Open {
+        /// The file.
+        path: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// An HTTP sink's client cannot be built.
     #[error("{sink} sink: cannot build the HTTP client: {source}")]
-    Client { sink: &'static str, source: reqwest::Error },
+    Client {
+        /// The sink's `type`.
+        sink: &'static str,
+        /// What the client said.
+        source: reqwest::Error,
+    },
+    /// A Kafka sink (or the ingest tier's) cannot start: why.
     #[error("kafka sink: {0}")]
     Kafka(String),
+    /// The history sink cannot open its store: why.
     #[error("history sink: {0}")]
     History(String),
 }
 
 /// A running sink: its queue and its task (which ends once the queue is closed and drained).
 pub struct SinkHandle {
+    /// The sink's `type`.
     pub kind: &'static str,
+    /// Where batches go to it.
     pub queue: mpsc::Sender<Events>,
+    /// The sink's task.
     pub task: JoinHandle<()>,
 }
 
 /// What sinks may use besides their queue.
 #[derive(Clone)]
 pub struct SinkContext {
+    /// Where sinks count.
     pub metrics: Arc<Metrics>,
     /// Where a sink that cannot write says so (the webhook then refuses bodies, `/readyz`).
     pub status: Arc<Status>,
     /// Read-only: the drift report sink checks open reports against the parent's state.
     pub engine: Arc<Engine>,
+    /// Batches each sink's queue holds.
     pub queue_capacity: usize,
     /// Exactly-once (a Kafka source with `exactly_once`): the Kafka sink's producer joins it.
     #[cfg(feature = "kafka")]
@@ -142,8 +169,7 @@ pub fn spawn(cfg: &SinkConfig, ctx: &SinkContext) -> Result<SinkHandle, Error> {
     let (queue, rx) = mpsc::channel(ctx.queue_capacity);
     let kind = cfg.kind();
     // Show the sink in the metrics from the start, with zeros.
-    ctx.metrics.sink_events.with_label_values(&[kind]);
-    ctx.metrics.sink_errors.with_label_values(&[kind]);
+    ctx.metrics.sink_counters(cfg.label());
     let task = match cfg {
         SinkConfig::Jsonl(c) => jsonl::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.status.clone())?,
         SinkConfig::History(c) => history::spawn(c.clone(), rx, ctx.metrics.clone(), ctx.status.clone())?,

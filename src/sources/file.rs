@@ -18,6 +18,7 @@ use crate::replay::{Reader, Record};
 use crate::shell::{check_file, Errors};
 use crate::sources::{Batch, Body};
 
+/// `[[sources]] type = "file"`: an audit log read once, from its start.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
@@ -40,6 +41,7 @@ fn default_max_line() -> usize {
 const CHUNK_BYTES: usize = 1 << 20;
 
 impl FileConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         check_file(errors, &format!("{key}.path"), &self.path);
     }

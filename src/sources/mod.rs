@@ -40,6 +40,7 @@ impl SourceConfig {
         }
     }
 
+    /// The address it listens on: a webhook's; `None` for the others.
     pub fn listen(&self) -> Option<SocketAddr> {
         match self {
             SourceConfig::Webhook(w) => Some(w.listen),
@@ -62,6 +63,7 @@ impl SourceConfig {
 pub struct Batch {
     /// Cluster named by the source (`/audit/{cluster}`); `None` for the pipeline's default.
     pub cluster: Option<String>,
+    /// The events, as the source has them.
     pub body: Body,
     /// Label of `kausality_events_received_total`.
     pub source: &'static str,
@@ -79,6 +81,7 @@ pub struct Batch {
     pub received_us: Option<i64>,
 }
 
+/// A batch's events: as received, decoded, or being decoded.
 #[derive(Debug)]
 pub enum Body {
     /// The bytes as received: an EventList, an Event, or JSON lines, of the batch's cluster;

@@ -84,7 +84,7 @@ impl fmt::Display for Refused {
 /// Whether the snapshot's state of a partition (taken from the changelog `topic` of
 /// `partitions` partitions at `taken_us`, at `position`) can be loaded and the changelog read
 /// on from `position`; `Ok(position)` when it can.
-pub fn check(topic: &str, partitions: i32, taken_us: i64, position: Option<i64>, live: &Live<'_>) -> Result<i64, Refused> {
+pub(super) fn check(topic: &str, partitions: i32, taken_us: i64, position: Option<i64>, live: &Live<'_>) -> Result<i64, Refused> {
     let Some(position) = position else { return Err(Refused::NotHeld) };
     if topic != live.topic || partitions != live.partitions {
         return Err(Refused::OtherChangelog { topic: topic.to_string(), partitions });

@@ -26,6 +26,7 @@ pub enum Source {
     Server(Server),
 }
 
+/// Why a story could not be told.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The question has no single story: not found, ambiguous, older than the store, or not

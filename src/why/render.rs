@@ -17,6 +17,7 @@ const MAX_CHILDREN_SHOWN: usize = 20;
 /// Colours (ANSI) or plain text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Style {
+    /// Whether to colour the text with ANSI escapes.
     pub color: bool,
 }
 

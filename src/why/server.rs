@@ -30,6 +30,7 @@ pub struct ClientTls {
     pub ca: Option<PathBuf>,
     /// A client certificate and its key, for an API with `client_ca`.
     pub cert: Option<PathBuf>,
+    /// The client certificate's private key.
     pub key: Option<PathBuf>,
 }
 

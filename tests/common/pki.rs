@@ -1,6 +1,7 @@
 //! Certificates made inside the TLS tests: a CA, a serving certificate for 127.0.0.1 and
 //! localhost, and a client certificate, written as PEM files into a directory. Included with
 //! `#[path = "common/pki.rs"] mod pki;` by the tests that need it.
+// Each test crate uses the helpers its tests need: the others go unused in it.
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose
 
 /// The files are in `dir`: `ca.crt`, `tls.crt` and `tls.key` (the server's), `client.crt` and
 /// `client.key`; the client's PEM also in memory.
-pub struct Pki {
+pub(crate) struct Pki {
     pub dir: PathBuf,
     pub ca_pem: String,
     pub client_pem: String,
@@ -17,7 +18,7 @@ pub struct Pki {
 }
 
 /// Makes the certificates in `dir` (which must exist).
-pub fn pki(dir: PathBuf) -> Pki {
+pub(crate) fn pki(dir: PathBuf) -> Pki {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

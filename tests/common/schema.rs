@@ -5,7 +5,7 @@
 use serde_json::Value;
 
 /// Checks `v` against `schema`, whose `$ref`s point into `root`; the error names the path.
-pub fn check(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), String> {
+pub(crate) fn check(schema: &Value, root: &Value, v: &Value, path: &str) -> Result<(), String> {
     let schema = match schema.get("$ref").and_then(Value::as_str) {
         Some(r) => root.pointer(r.trim_start_matches('#')).ok_or_else(|| format!("{path}: $ref {r} points nowhere"))?,
         None => schema,

@@ -12,7 +12,11 @@
 //! `KAUSALITY_TEST_KAFKA_PORT` (default 19192; the controller gets the next port) and
 //! `KAUSALITY_TEST_KAFKA_STATE` (default: `kafka` under cargo's target tmp dir) move the
 //! broker.
+// Each test crate uses the helpers its tests need: the others go unused in it.
 #![allow(dead_code)]
+
+#[path = "../common/pipeline.rs"]
+mod pipeline_toml;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -23,6 +27,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
+use pipeline_toml::Pipeline;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::{ClientContext, DefaultClientContext};
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -32,10 +37,10 @@ use rdkafka::topic_partition_list::{Offset, TopicPartitionList};
 use rdkafka::ClientConfig;
 use serde_json::Value;
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_kausality-stream");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_kausality-stream");
 
 /// True when the Kafka tests should run; prints why not otherwise.
-pub fn enabled(test: &str) -> bool {
+pub(crate) fn enabled(test: &str) -> bool {
     if std::env::var("KAUSALITY_KAFKA_TESTS").is_ok_and(|v| v == "0") {
         // Straight to the terminal: the test harness captures print! and eprint!.
         let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: KAUSALITY_KAFKA_TESTS=0 (these tests start a local Apache Kafka broker; unset it to run them)");
@@ -57,7 +62,7 @@ fn state_dir() -> PathBuf {
 }
 
 /// Runs `scripts/kafka.sh ARGS` against the test broker; panics with its output on failure.
-pub fn script(args: &[&str]) {
+pub(crate) fn script(args: &[&str]) {
     let o = Command::new("bash")
         .arg(repo().join("scripts/kafka.sh"))
         .args(args)
@@ -90,13 +95,13 @@ static STARTED: OnceLock<()> = OnceLock::new();
 static TOPICS: AtomicU32 = AtomicU32::new(0);
 
 /// The test broker, for the duration of one test.
-pub struct Kafka {
+pub(crate) struct Kafka {
     pub brokers: String,
     _turn: MutexGuard<'static, ()>,
 }
 
 impl Kafka {
-    pub fn get() -> Kafka {
+    pub(crate) fn get() -> Kafka {
         let turn = TURN.lock().unwrap_or_else(|e| e.into_inner());
         STARTED.get_or_init(|| {
             script(&["start"]);
@@ -107,7 +112,7 @@ impl Kafka {
     }
 
     /// A topic name no other test (or earlier run) uses.
-    pub fn unique(&self, name: &str) -> String {
+    pub(crate) fn unique(&self, name: &str) -> String {
         let n = TOPICS.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000;
         format!("{name}-{}-{nanos}-{n}", std::process::id())
@@ -117,7 +122,7 @@ impl Kafka {
         ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("admin client")
     }
 
-    pub fn create_topic(&self, name: &str, partitions: i32) {
+    pub(crate) fn create_topic(&self, name: &str, partitions: i32) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let admin = self.admin();
         let r = rt.block_on(admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &AdminOptions::new())).expect("create topic");
@@ -127,14 +132,14 @@ impl Kafka {
     }
 
     /// Deletes the test's topics (and, with them, what the test left in the broker).
-    pub fn delete_topics(&self, names: &[&str]) {
+    pub(crate) fn delete_topics(&self, names: &[&str]) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let admin = self.admin();
         let _ = rt.block_on(admin.delete_topics(names, &AdminOptions::new()));
     }
 
     /// Produces each (key, value, cluster header) and waits until all are delivered.
-    pub fn produce(&self, topic: &str, messages: &[(Option<String>, Vec<u8>, Option<String>)]) {
+    pub(crate) fn produce(&self, topic: &str, messages: &[(Option<String>, Vec<u8>, Option<String>)]) {
         // Idempotent: a send retried across a broker restart is written once, so the topic
         // holds exactly these messages (a duplicate would shift every offset the tests wait for).
         let p: ThreadedProducer<Delivery> = ClientConfig::new()
@@ -169,7 +174,7 @@ impl Kafka {
     }
 
     /// Produces each (key, value, headers) and waits until all are delivered.
-    pub fn produce_with_headers(&self, topic: &str, messages: &[Keyed]) {
+    pub(crate) fn produce_with_headers(&self, topic: &str, messages: &[Keyed]) {
         let p: ThreadedProducer<Delivery> = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             // A key's partition as the ingest tier and the classify tier's trace messages pick
@@ -197,7 +202,7 @@ impl Kafka {
 
     /// Reads `topic` from the start (committed data only) until `done` says so or nothing new
     /// came for `idle`; returns the messages as (value JSON, class header).
-    pub fn read_until(&self, topic: &str, idle: Duration, done: impl Fn(&[Out]) -> bool) -> Vec<Out> {
+    pub(crate) fn read_until(&self, topic: &str, idle: Duration, done: impl Fn(&[Out]) -> bool) -> Vec<Out> {
         let c: BaseConsumer = ClientConfig::new()
             .set("bootstrap.servers", &self.brokers)
             .set("group.id", self.unique("reader"))
@@ -233,7 +238,7 @@ impl Kafka {
     /// The group's committed offset of each partition of `topic` (None: nothing committed, or
     /// the group coordinator cannot answer yet, e.g. just after a broker restart: callers
     /// poll).
-    pub fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
+    pub(crate) fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
         let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &self.brokers).set("group.id", group).create().expect("offsets reader");
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions {
@@ -255,19 +260,19 @@ impl Kafka {
     }
 
     /// End offset (high watermark) of each partition.
-    pub fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
+    pub(crate) fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
         let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("watermarks reader");
         (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
     }
 }
 
 /// A message with a key and headers: (key, value, (header, value)s).
-pub type Keyed = (Option<String>, Vec<u8>, Vec<(String, String)>);
+pub(crate) type Keyed = (Option<String>, Vec<u8>, Vec<(String, String)>);
 
 /// The test producer's delivery reports: every failure is kept, so that a message lost on its
 /// way into a topic fails the test where it happened.
 #[derive(Default)]
-pub struct Delivery {
+pub(crate) struct Delivery {
     failed: Mutex<Vec<String>>,
 }
 
@@ -284,7 +289,7 @@ impl ProducerContext for Delivery {
 
 /// One output message.
 #[derive(Clone, Debug)]
-pub struct Out {
+pub(crate) struct Out {
     pub value: Value,
     pub key: Option<String>,
     pub class: Option<String>,
@@ -294,13 +299,13 @@ pub struct Out {
 }
 
 impl Out {
-    pub fn audit_id(&self) -> &str {
+    pub(crate) fn audit_id(&self) -> &str {
         self.value["auditID"].as_str().expect("auditID")
     }
 }
 
 /// auditID → how many times it was written.
-pub fn counts(out: &[Out]) -> HashMap<String, usize> {
+pub(crate) fn counts(out: &[Out]) -> HashMap<String, usize> {
     let mut m = HashMap::new();
     for o in out {
         *m.entry(o.audit_id().to_string()).or_default() += 1;
@@ -309,11 +314,11 @@ pub fn counts(out: &[Out]) -> HashMap<String, usize> {
 }
 
 /// A recorded-format audit stream from the corpus generator: one JSON event per line.
-pub fn corpus(events: usize, seed: u64) -> Vec<String> {
+pub(crate) fn corpus(events: usize, seed: u64) -> Vec<String> {
     corpus_of(events, seed, 4)
 }
 
-pub fn corpus_of(events: usize, seed: u64, namespaces: usize) -> Vec<String> {
+pub(crate) fn corpus_of(events: usize, seed: u64, namespaces: usize) -> Vec<String> {
     let opts = kausality_stream::corpus::CorpusOptions { seed, events, namespaces, deployments_per_namespace: 6, ..Default::default() };
     let mut buf = Vec::new();
     kausality_stream::corpus::generate(&opts, &mut buf).unwrap();
@@ -321,7 +326,7 @@ pub fn corpus_of(events: usize, seed: u64, namespaces: usize) -> Vec<String> {
 }
 
 /// auditID → class that `kausality-stream replay` gives the stream (the binary, on a file).
-pub fn replay_classes(dir: &Path, lines: &[String]) -> HashMap<String, String> {
+pub(crate) fn replay_classes(dir: &Path, lines: &[String]) -> HashMap<String, String> {
     let file = dir.join("replay-input.jsonl");
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
     let o = Command::new(BIN).args(["replay", "--quiet", "--no-progress"]).arg(&file).output().unwrap();
@@ -337,7 +342,7 @@ pub fn replay_classes(dir: &Path, lines: &[String]) -> HashMap<String, String> {
 }
 
 /// A fresh directory under cargo's target tmp dir, removed by the caller.
-pub fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-{name}-{}-{}", std::process::id(), TOPICS.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -345,19 +350,19 @@ pub fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// `kausality-stream serve --pipeline FILE`, the real binary; killed when dropped.
-pub struct Serve {
+pub(crate) struct Serve {
     child: Child,
     pub metrics: SocketAddr,
     log: mpsc::Receiver<Value>,
 }
 
 impl Serve {
-    pub fn start(pipeline: &Path) -> Serve {
+    pub(crate) fn start(pipeline: &Path) -> Serve {
         Serve::start_logging(pipeline, "info")
     }
 
     /// [`Serve::start`] with this `RUST_LOG` (e.g. the Kafka clients' debug logs).
-    pub fn start_logging(pipeline: &Path, rust_log: &str) -> Serve {
+    pub(crate) fn start_logging(pipeline: &Path, rust_log: &str) -> Serve {
         let mut child = Command::new(BIN)
             .args(["--log-format", "json", "serve", "--pipeline"])
             .arg(pipeline)
@@ -391,18 +396,18 @@ impl Serve {
     }
 
     /// SIGKILL: no drain, no final commit, no final snapshot.
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
 
     /// Sends a signal (`"STOP"`, `"CONT"`, ...) and goes on.
-    pub fn signal(&self, name: &str) {
+    pub(crate) fn signal(&self, name: &str) {
         assert!(Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap().success());
     }
 
     /// SIGTERM; the exit code and the log lines since the last look.
-    pub fn terminate(mut self) -> (i32, Vec<Value>) {
+    pub(crate) fn terminate(mut self) -> (i32, Vec<Value>) {
         assert!(Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap().success());
         let deadline = Instant::now() + Duration::from_secs(40);
         loop {
@@ -418,7 +423,7 @@ impl Serve {
     /// The service's last warnings and errors and its last lines about Kafka at any level
     /// (a run of the same line once, with its count; with their time), and its Kafka and
     /// pipeline counters: what a failed wait prints.
-    pub fn explain(&self) -> String {
+    pub(crate) fn explain(&self) -> String {
         let logs = self.logs();
         let folded = |keep: &dyn Fn(&Value) -> bool| {
             // (time of the first, line, count)
@@ -453,12 +458,12 @@ impl Serve {
     }
 
     /// Log lines so far (each line is returned once).
-    pub fn logs(&self) -> Vec<Value> {
+    pub(crate) fn logs(&self) -> Vec<Value> {
         self.log.try_iter().collect()
     }
 
     /// `/metrics` as text.
-    pub fn metrics(&self) -> String {
+    pub(crate) fn metrics(&self) -> String {
         let mut s = TcpStream::connect(self.metrics).unwrap();
         write!(s, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
         let mut body = String::new();
@@ -467,7 +472,7 @@ impl Serve {
     }
 
     /// Sum of the samples of `name` whose labels contain every `k="v"` of `labels`.
-    pub fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+    pub(crate) fn metric(&self, name: &str, labels: &[&str]) -> f64 {
         metric(&self.metrics(), name, labels)
     }
 }
@@ -479,7 +484,7 @@ impl Drop for Serve {
     }
 }
 
-pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+pub(crate) fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| l.starts_with(name) && matches!(l.as_bytes().get(name.len()), Some(b'{') | Some(b' ')))
@@ -489,13 +494,13 @@ pub fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
 }
 
 /// Waits until `f` holds (polling), or panics with `what` after `secs`.
-pub fn wait_for(what: &str, secs: u64, f: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, secs: u64, f: impl FnMut() -> bool) {
     wait_or_explain(what, secs, f, String::new);
 }
 
 /// [`wait_for`], and on timeout the panic message also holds what `explain` says (the
 /// service's warnings, its counters) so that a failure on a machine far away can be read.
-pub fn wait_or_explain(what: &str, secs: u64, mut f: impl FnMut() -> bool, explain: impl FnOnce() -> String) {
+pub(crate) fn wait_or_explain(what: &str, secs: u64, mut f: impl FnMut() -> bool, explain: impl FnOnce() -> String) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !f() {
         if Instant::now() >= deadline {
@@ -508,7 +513,7 @@ pub fn wait_or_explain(what: &str, secs: u64, mut f: impl FnMut() -> bool, expla
 /// Waits until `group`'s committed offset of the one partition of `topic` is `end` (the
 /// offset after the last message); on timeout the panic shows the offset last seen and what
 /// `serve` says (its warnings, its counters).
-pub fn wait_committed(kafka: &Kafka, group: &str, topic: &str, end: usize, secs: u64, what: &str, serve: &Serve) {
+pub(crate) fn wait_committed(kafka: &Kafka, group: &str, topic: &str, end: usize, secs: u64, what: &str, serve: &Serve) {
     let last = std::cell::RefCell::new(vec![]);
     wait_or_explain(
         what,
@@ -527,7 +532,7 @@ pub fn wait_committed(kafka: &Kafka, group: &str, topic: &str, end: usize, secs:
 /// are applied in arrival order (the later one flagged late if its resourceVersion is lower),
 /// where `replay` orders them by event time. 2 s is longer than any stall of a loaded 2-core
 /// machine between two fetched batches, so the classes never depend on scheduling.
-pub fn pipeline(dir: &Path, brokers: &str, input: &str, output: &str, group: &str, extra_source: &str) -> PathBuf {
+pub(crate) fn pipeline(dir: &Path, brokers: &str, input: &str, output: &str, group: &str, extra_source: &str) -> PathBuf {
     let path = dir.join("pipeline.toml");
     std::fs::write(
         &path,
@@ -562,29 +567,15 @@ snapshot_interval = "2s"
 // ---------------------------------------------------------------- the ingest tier
 
 /// An ingest pipeline: a webhook on an ephemeral port, and the `kafka_route` sink to `topic`.
-pub fn ingest_pipeline(dir: &Path, name: &str, brokers: &str, topic: &str, delivery_timeout: &str) -> PathBuf {
+pub(crate) fn ingest_pipeline(dir: &Path, name: &str, brokers: &str, topic: &str, delivery_timeout: &str) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
-    let text = format!(
-        r#"[[sources]]
-type = "webhook"
-listen = "127.0.0.1:0"
-plain_http = true
-[[sinks]]
-type = "kafka_route"
-brokers = "{brokers}"
-topic = "{topic}"
-delivery_timeout = "{delivery_timeout}"
-metadata_refresh = "1s"
-[metrics]
-listen = "127.0.0.1:0"
-"#
-    );
-    std::fs::write(&path, text).unwrap();
+    let route = format!("brokers = \"{brokers}\"\ntopic = \"{topic}\"\ndelivery_timeout = \"{delivery_timeout}\"\nmetadata_refresh = \"1s\"");
+    std::fs::write(&path, Pipeline::webhook().sink("kafka_route", &route).toml()).unwrap();
     path
 }
 
 /// The webhook address a started `serve` logs.
-pub fn webhook_addr(serve: &Serve) -> SocketAddr {
+pub(crate) fn webhook_addr(serve: &Serve) -> SocketAddr {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if let Some(v) = serve.logs().into_iter().find(|v| v["fields"]["message"] == "webhook listening") {
@@ -596,7 +587,7 @@ pub fn webhook_addr(serve: &Serve) -> SocketAddr {
 }
 
 /// POSTs `body` and returns the status code and the `Retry-After` header.
-pub fn post(addr: SocketAddr, path: &str, body: &[u8]) -> (u16, Option<String>) {
+pub(crate) fn post(addr: SocketAddr, path: &str, body: &[u8]) -> (u16, Option<String>) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
     write!(s, "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len()).unwrap();
@@ -608,12 +599,12 @@ pub fn post(addr: SocketAddr, path: &str, body: &[u8]) -> (u16, Option<String>) 
     (code, retry)
 }
 
-pub fn event_list(lines: &[String]) -> Vec<u8> {
+pub(crate) fn event_list(lines: &[String]) -> Vec<u8> {
     format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}]}}"#, lines.join(",")).into_bytes()
 }
 
 /// POSTs until answered 200 (a 503 or 429 is retried, as the API server does).
-pub fn post_until_taken(addr: SocketAddr, path: &str, body: &[u8]) {
+pub(crate) fn post_until_taken(addr: SocketAddr, path: &str, body: &[u8]) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match post(addr, path, body) {
@@ -626,14 +617,14 @@ pub fn post_until_taken(addr: SocketAddr, path: &str, body: &[u8]) {
 
 /// Ingest processes (`serve` with a webhook and the `kafka_route` sink) on one keyed topic,
 /// taking the batches in turn, as replicas behind one Service do.
-pub struct Ingest {
+pub(crate) struct Ingest {
     pub processes: Vec<Serve>,
     addrs: Vec<SocketAddr>,
     turn: std::cell::Cell<usize>,
 }
 
 impl Ingest {
-    pub fn start(dir: &Path, n: usize, brokers: &str, topic: &str) -> Ingest {
+    pub(crate) fn start(dir: &Path, n: usize, brokers: &str, topic: &str) -> Ingest {
         let processes: Vec<Serve> = (0..n).map(|i| Serve::start(&ingest_pipeline(dir, &format!("ingest-{i}"), brokers, topic, "10s"))).collect();
         let addrs = processes.iter().map(webhook_addr).collect();
         Ingest { processes, addrs, turn: std::cell::Cell::new(0) }
@@ -642,7 +633,7 @@ impl Ingest {
     /// Posts (cluster, line) pairs in their order: each run of one cluster's lines as
     /// EventLists of at most 25 events to `/audit/{cluster}`, the processes in turn; returns
     /// once every batch was answered 200 (the broker has its messages).
-    pub fn post(&self, lines: &[(&String, &String)]) {
+    pub(crate) fn post(&self, lines: &[(&String, &String)]) {
         let mut i = 0;
         while i < lines.len() {
             let cluster = lines[i].0;

@@ -1,7 +1,12 @@
 //! Shared by the `serve` black-box tests: audit events built the way kube-apiserver writes
 //! them, a pipeline started in-process on 127.0.0.1:0, and a collector standing in for HTTP
 //! sinks' endpoints.
+// Each test crate uses the helpers its tests need: the others go unused in it.
 #![allow(dead_code)]
+
+#[path = "../common/pipeline.rs"]
+mod pipeline_toml;
+pub(crate) use pipeline_toml::Pipeline;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -17,17 +22,17 @@ use tokio::sync::watch;
 
 use kausality_stream::pipeline::{self, Running};
 
-pub const DEPLOY_CTRL: &str = "system:serviceaccount:kube-system:deployment-controller";
-pub const RS_CTRL: &str = "system:serviceaccount:kube-system:replicaset-controller";
-pub const DEPLOY_UID: &str = "6f1c2a52-0d0b-4a53-9c8e-3b7f6c1d2e01";
-pub const RS_UID: &str = "8a2d4c11-5b9e-4f0a-a1b2-c3d4e5f60702";
+pub(crate) const DEPLOY_CTRL: &str = "system:serviceaccount:kube-system:deployment-controller";
+pub(crate) const RS_CTRL: &str = "system:serviceaccount:kube-system:replicaset-controller";
+pub(crate) const DEPLOY_UID: &str = "6f1c2a52-0d0b-4a53-9c8e-3b7f6c1d2e01";
+pub(crate) const RS_UID: &str = "8a2d4c11-5b9e-4f0a-a1b2-c3d4e5f60702";
 
 /// Numbers the directories [`temp_dir`] makes: two tests of one run never share one, even
 /// with the same name.
 static DIRS: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh directory under the system temp dir, removed by the caller when done.
-pub fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("ks-{name}-{}-{}", std::process::id(), DIRS.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -40,7 +45,7 @@ fn ts(second: u32) -> String {
 
 /// One audit event as kube-apiserver's webhook backend sends it (audit.k8s.io/v1,
 /// RequestResponse level, stage ResponseComplete).
-pub struct Ev {
+pub(crate) struct Ev {
     pub audit_id: String,
     pub verb: &'static str,
     pub user: String,
@@ -53,7 +58,7 @@ pub struct Ev {
 }
 
 impl Ev {
-    pub fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         let md = &self.object["metadata"];
         let ns = md["namespace"].as_str().unwrap_or("");
         let name = md["name"].as_str().unwrap_or("");
@@ -107,7 +112,7 @@ impl Ev {
     }
 }
 
-pub fn event_list(events: &[Ev]) -> Vec<u8> {
+pub(crate) fn event_list(events: &[Ev]) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "kind": "EventList",
         "apiVersion": "audit.k8s.io/v1",
@@ -117,7 +122,7 @@ pub fn event_list(events: &[Ev]) -> Vec<u8> {
     .unwrap()
 }
 
-pub fn deployment(generation: i64, rv: u64, replicas: i64, status: Option<Value>) -> Value {
+pub(crate) fn deployment(generation: i64, rv: u64, replicas: i64, status: Option<Value>) -> Value {
     let mut d = json!({
         "kind": "Deployment",
         "apiVersion": "apps/v1",
@@ -141,7 +146,7 @@ pub fn deployment(generation: i64, rv: u64, replicas: i64, status: Option<Value>
     d
 }
 
-pub fn available_status(observed: i64) -> Value {
+pub(crate) fn available_status(observed: i64) -> Value {
     json!({
         "observedGeneration": observed, "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1,
         "conditions": [
@@ -151,7 +156,7 @@ pub fn available_status(observed: i64) -> Value {
     })
 }
 
-pub fn replicaset(generation: i64, rv: u64, replicas: i64, status: Option<Value>) -> Value {
+pub(crate) fn replicaset(generation: i64, rv: u64, replicas: i64, status: Option<Value>) -> Value {
     json!({
         "kind": "ReplicaSet",
         "apiVersion": "apps/v1",
@@ -173,7 +178,7 @@ pub fn replicaset(generation: i64, rv: u64, replicas: i64, status: Option<Value>
 /// The story of the issue: a Deployment is created (unowned), its ReplicaSet is created before
 /// the Deployment is Available (initializing), the Deployment becomes Available, a person
 /// scales the ReplicaSet (origin) and the deployment-controller scales it back (drift).
-pub fn deployment_story(prefix: &str) -> Vec<Ev> {
+pub(crate) fn deployment_story(prefix: &str) -> Vec<Ev> {
     let id = |n: &str| format!("{prefix}-{n}");
     vec![
         Ev {
@@ -246,13 +251,13 @@ pub fn deployment_story(prefix: &str) -> Vec<Ev> {
 }
 
 /// Starts a pipeline from TOML text in-process.
-pub async fn start(toml: &str) -> Running {
+pub(crate) async fn start(toml: &str) -> Running {
     let cfg = pipeline::load_str("test.toml", toml).unwrap_or_else(|e| panic!("bad test pipeline:\n{e}"));
     pipeline::start(cfg).await.expect("pipeline starts")
 }
 
 /// Waits until `path` holds at least `n` JSON lines; returns them.
-pub async fn wait_lines(path: &Path, n: usize) -> Vec<Value> {
+pub(crate) async fn wait_lines(path: &Path, n: usize) -> Vec<Value> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -268,14 +273,14 @@ pub async fn wait_lines(path: &Path, n: usize) -> Vec<Value> {
     }
 }
 
-pub fn class_of<'a>(lines: &'a [Value], audit_id: &str) -> &'a str {
+pub(crate) fn class_of<'a>(lines: &'a [Value], audit_id: &str) -> &'a str {
     lines.iter().find(|l| l["auditID"] == audit_id).and_then(|l| l["class"].as_str()).unwrap_or("<none>")
 }
 
 /// An HTTP endpoint that records every JSON body POSTed to it; while its gate is closed it
 /// holds requests (to make a sink slow on purpose).
 #[derive(Clone)]
-pub struct Collector {
+pub(crate) struct Collector {
     pub addr: SocketAddr,
     pub bodies: Arc<Mutex<Vec<Value>>>,
     gate: Arc<watch::Sender<bool>>,
@@ -283,7 +288,7 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub async fn start(open: bool) -> Collector {
+    pub(crate) async fn start(open: bool) -> Collector {
         let (gate, _) = watch::channel(open);
         let (stop, mut stop_rx) = watch::channel(false);
         let c = Collector { addr: "127.0.0.1:0".parse().unwrap(), bodies: Default::default(), gate: Arc::new(gate), stop: Arc::new(stop) };
@@ -301,23 +306,23 @@ impl Collector {
         Collector { addr, ..c }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}/", self.addr)
     }
 
-    pub fn open(&self) {
+    pub(crate) fn open(&self) {
         self.gate.send_replace(true);
     }
 
-    pub fn received(&self) -> Vec<Value> {
+    pub(crate) fn received(&self) -> Vec<Value> {
         self.bodies.lock().unwrap().clone()
     }
 
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stop.send_replace(true);
     }
 
-    pub async fn wait_for(&self, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    pub(crate) async fn wait_for(&self, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let got = self.received();
@@ -337,14 +342,14 @@ async fn collect(State(c): State<Collector>, body: axum::body::Bytes) -> &'stati
 }
 
 /// Every metric name of the published contract.
-pub fn contract_metrics() -> Vec<String> {
+pub(crate) fn contract_metrics() -> Vec<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/metrics.txt");
     std::fs::read_to_string(path).unwrap().lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
 }
 
 /// The value of one series on the metrics listener at `addr` (0 when absent): `name` and
 /// the `labels` it must carry, each as `key="value"`.
-pub async fn metric(addr: SocketAddr, name: &str, labels: &[&str]) -> f64 {
+pub(crate) async fn metric(addr: SocketAddr, name: &str, labels: &[&str]) -> f64 {
     let text = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
     text.lines()
         .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
@@ -355,7 +360,7 @@ pub async fn metric(addr: SocketAddr, name: &str, labels: &[&str]) -> f64 {
 }
 
 /// Polls [`metric`] until it reaches `at_least` (or 10 s pass); returns the last value.
-pub async fn wait_metric(addr: SocketAddr, name: &str, labels: &[&str], at_least: f64) -> f64 {
+pub(crate) async fn wait_metric(addr: SocketAddr, name: &str, labels: &[&str], at_least: f64) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let v = metric(addr, name, labels).await;

@@ -84,7 +84,7 @@ fn hop(kind: &str, name: &str, user: &str) -> (String, String, Option<String>) {
 }
 
 fn count(p: &Processor, c: Completion) -> u64 {
-    p.metrics().trace_messages.with_label_values(&[c.as_str()]).get()
+    p.metrics().trace_message_count(c)
 }
 
 fn part(uid: &str, n: i32) -> i32 {
@@ -161,9 +161,9 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
     assert!(p.engine().forwards.take().is_empty(), "a Pod's trace is not sent");
 
     // The same message again (delivered twice, at-least-once): a duplicate, dropped.
-    let dups = p.metrics().dedup_hits.get();
+    let dups = p.metrics().duplicates();
     deliver(&mut p, &sent);
-    assert_eq!((p.metrics().dedup_hits.get() - dups, count(&p, Completion::Applied)), (1, 1));
+    assert_eq!((p.metrics().duplicates() - dups, count(&p, Completion::Applied)), (1, 1));
 
     // A rollout: the person's new template, a new ReplicaSet whose message arrives before any
     // of its pods (its producing write is still kept as a write, not a built node).
@@ -371,10 +371,10 @@ fn a_trace_message_held_in_the_reorder_buffer_does_not_hold_a_late_write_back() 
     // Pod a, late: out at once, flagged, while the message still waits.
     let out = feed_at(&mut p, &ev_pod_a, 1, 3 * second + 100_000, false);
     assert_eq!(out.iter().map(|e| (e.object.name.to_string(), e.late)).collect::<Vec<_>>(), vec![(pod_a.name.clone(), true)]);
-    assert_eq!((p.held(), p.metrics().late_events.get()), (1, 1));
+    assert_eq!((p.held(), p.metrics().late_writes()), (1, 1));
 
     // The message, once its window is over: applied, not counted late.
     let mut out = Vec::new();
     p.tick(5 * second, &mut out);
-    assert_eq!((out.len(), p.held(), count(&p, Completion::Applied), p.metrics().late_events.get()), (0, 0, 1, 1));
+    assert_eq!((out.len(), p.held(), count(&p, Completion::Applied), p.metrics().late_writes()), (0, 0, 1, 1));
 }

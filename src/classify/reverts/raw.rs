@@ -18,7 +18,7 @@ use crate::state::FieldChange;
 
 /// What [`diff_values`](super::diff_values) gives for the two texts parsed; `None` when either
 /// is not JSON.
-pub fn diff_texts(before: &str, after: &str) -> Option<Vec<FieldChange>> {
+pub(super) fn diff_texts(before: &str, after: &str) -> Option<Vec<FieldChange>> {
     // Each text is read whole at its first level (or parsed whole, a leaf), so a text that is
     // not JSON is found there.
     let mut out = Vec::new();

@@ -11,24 +11,19 @@ use crate::decode::time::format_rfc3339_micros;
 const COLUMNS: &str = "id, cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
                        first_us, last_us, deleted_us, deleted_by, deleted_audit_id";
 
-/// Every distinct kind in the store, by a loose index scan of `objects_by_name`: one seek per
-/// kind.
-const KINDS: &str = "
-WITH RECURSIVE kinds(kind) AS (
-    SELECT (SELECT min(kind) FROM objects)
+/// Every distinct value of `column` of `objects` (`kind`, on `objects_by_name`; `cluster`, on
+/// the `(cluster, uid)` index), by a loose index scan: one seek per value.
+fn distinct(column: &str) -> String {
+    format!(
+        "
+WITH RECURSIVE seen(v) AS (
+    SELECT (SELECT min({column}) FROM objects)
     UNION ALL
-    SELECT (SELECT min(kind) FROM objects WHERE kind > kinds.kind) FROM kinds WHERE kinds.kind IS NOT NULL
+    SELECT (SELECT min({column}) FROM objects WHERE {column} > seen.v) FROM seen WHERE seen.v IS NOT NULL
 )
-SELECT kind FROM kinds WHERE kind IS NOT NULL";
-
-/// Every distinct cluster, the same way on the `(cluster, uid)` index.
-const CLUSTERS: &str = "
-WITH RECURSIVE clusters(cluster) AS (
-    SELECT (SELECT min(cluster) FROM objects)
-    UNION ALL
-    SELECT (SELECT min(cluster) FROM objects WHERE cluster > clusters.cluster) FROM clusters WHERE clusters.cluster IS NOT NULL
-)
-SELECT cluster FROM clusters WHERE cluster IS NOT NULL";
+SELECT v FROM seen WHERE v IS NOT NULL"
+    )
+}
 
 /// The one object `q` names.
 pub(super) fn one(conn: &Connection, q: &StoryQuery) -> Result<Found, StoryError> {
@@ -52,7 +47,7 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
         // A UID is looked up per cluster on the `(cluster, uid)` index: alone it would scan it.
         let clusters: Vec<String> = match &q.cluster {
             Some(c) => vec![c.clone()],
-            None => conn.prepare(CLUSTERS)?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?,
+            None => conn.prepare(&distinct("cluster"))?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?,
         };
         let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM objects WHERE cluster = ?1 AND uid = ?2"))?;
         let mut rows = Vec::new();
@@ -76,7 +71,7 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
         Some(n) if !n.is_empty() && !q.kind.is_empty() => n,
         _ => return Err(StoryError::Invalid("name an object: a kind and a name (KIND/NAME), or a UID".into())),
     };
-    let kinds: Vec<String> = conn.prepare(KINDS)?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let kinds: Vec<String> = conn.prepare(&distinct("kind"))?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
     let sql = format!("SELECT {COLUMNS} FROM objects WHERE kind = ?1 AND name = ?2 AND (?3 IS NULL OR namespace = ?3) AND (?4 IS NULL OR cluster = ?4)");
     let mut stmt = conn.prepare(&sql)?;
     let mut out = Vec::new();

@@ -11,7 +11,7 @@ use crate::decode::time::format_rfc3339_micros;
 
 /// Children, grandchildren and great-grandchildren: a Deployment's ReplicaSets' Pods are two
 /// levels down, a composite's managed resources' own children three.
-pub const MAX_DEPTH: usize = 3;
+pub(super) const MAX_DEPTH: usize = 3;
 
 /// The children of one object in a cluster that existed by `at`.
 const CHILDREN: &str = "

@@ -165,7 +165,7 @@ async fn an_aborted_transaction_drops_what_was_queued_and_takes_its_events_again
     assert_eq!(h.barrier().await, Some(true));
     assert_eq!(*h.delivered.lock().unwrap(), ["a", "b", "b"], "b's first output was aborted with its transaction");
     assert_eq!(*h.done.lock().unwrap(), ["a", "b", "b again"]);
-    assert_eq!(h.metrics.kafka_rewinds.get(), 1);
+    assert_eq!(h.metrics.rewinds(), 1);
     h.stop.send_replace(true);
     let summary = finished(h.task).await;
     assert!(!summary.failed);
@@ -215,7 +215,7 @@ async fn a_fenced_producer_a_source_that_cannot_go_back_and_a_pipeline_without_r
     assert_eq!(h.barrier().await, Some(false));
     next(&requests).await.rewound.send(false).unwrap();
     assert!(finished(h.task).await.failed);
-    assert_eq!(h.metrics.kafka_rewinds.get(), 0);
+    assert_eq!(h.metrics.rewinds(), 0);
 }
 
 /// The processor's summary once it has stopped (by itself, or told to); at most 5 s.

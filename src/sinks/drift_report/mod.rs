@@ -13,12 +13,14 @@ use tokio::task::JoinHandle;
 
 use super::http::{check_url, client, post_json};
 use super::{Error, Events, SinkContext};
-use crate::classify::policy::{ChildRef, Resolution};
+use crate::classify::policy::ChildRef;
+use crate::metrics::Sink;
 use crate::shell::{Errors, Span};
 use crate::write::uid_key;
 use report::DriftReport;
 use tracker::{Open, ParentKey, Tracker};
 
+/// `[[sinks]] type = "drift_report"`: a Kausality `DriftReport` per drift, and its resolution.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DriftReportConfig {
@@ -50,6 +52,7 @@ fn default_max_retries() -> u32 {
 const SWEEP_EVERY: Duration = Duration::from_secs(5);
 
 impl DriftReportConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         if self.urls.is_empty() {
             errors.push(format!("{key}.urls"), None, "must name at least one URL");
@@ -60,6 +63,7 @@ impl DriftReportConfig {
     }
 }
 
+/// Starts the sink: reports drift from `rx`, and resolves open reports against the model.
 pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkContext) -> Result<JoinHandle<()>, Error> {
     let client = client(cfg.timeout.0, "drift_report")?;
     Ok(tokio::spawn(async move {
@@ -94,47 +98,32 @@ pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkCo
 /// The parent's own namespace, from the model (a cluster-scoped parent has none).
 fn parent_namespace(ctx: &SinkContext, e: &crate::enriched::Enriched) -> Option<String> {
     let p = e.parent.as_ref()?;
-    let ns = ctx.engine.read_in_cluster(&e.cluster, uid_key(&p.uid), |s| s.namespace)?;
-    Some(ctx.engine.interner.resolve(ns).to_string())
+    Some(ctx.engine.namespace_of(&e.cluster, uid_key(&p.uid))?.to_string())
 }
 
 /// Is an open report over, judging by the parent's and child's state in the model?
 fn resolved_in_model(ctx: &SinkContext, (cluster, parent_uid): &ParentKey, o: &Open) -> bool {
-    // A cluster the model no longer knows has no object in it (as a parent not found). With
-    // a changelog the objects are kept by partition: the first scope holding each is read.
     let child = &o.report.spec.child;
-    let child_gone = ctx.engine.read_in_cluster(cluster, uid_key(&child.uid), |s| s.deleted() || s.deleting()).unwrap_or(false);
-    if child_gone {
-        return true;
-    }
-    let parent = ctx
-        .engine
-        .read_in_cluster(cluster, uid_key(parent_uid), |s| (s.generation(), s.deleted() || s.deleting(), s.policy().cloned(), s.consumed_approvals().to_vec()));
-    let Some((generation, gone, policy, consumed)) = parent else { return false };
-    if gone || generation > o.parent_generation {
-        return true;
-    }
-    policy.is_some_and(|p| {
-        let child_ref = ChildRef { api_version: &child.api_version, kind: &child.kind, name: &child.name };
-        p.resolve(child_ref, generation, &consumed).0 == Resolution::Approved
-    })
+    let child_ref = ChildRef { api_version: &child.api_version, kind: &child.kind, name: &child.name };
+    !ctx.engine.drift_open(cluster, parent_uid, &child.uid, child_ref, o.parent_generation)
 }
 
 async fn deliver(client: &reqwest::Client, cfg: &DriftReportConfig, ctx: &SinkContext, r: &DriftReport) {
+    let (delivered_counter, failed) = ctx.metrics.sink_counters(Sink::DriftReport);
     let body = serde_json::to_vec(r).expect("drift reports serialize");
     let mut delivered = false;
     for url in &cfg.urls {
         match post_json(client, url, body.clone(), cfg.max_retries).await.and_then(|resp| acknowledged(&resp)) {
             Ok(()) => delivered = true,
             Err(why) => {
-                ctx.metrics.sink_errors.with_label_values(&["drift_report"]).inc();
+                failed.inc();
                 tracing::warn!(id = %r.spec.id, phase = r.spec.phase.label(), error = %why, "drift report not delivered");
             }
         }
     }
     if delivered {
-        ctx.metrics.sink_events.with_label_values(&["drift_report"]).inc();
-        ctx.metrics.drift_reports.with_label_values(&[r.spec.phase.label()]).inc();
+        delivered_counter.inc();
+        ctx.metrics.drift_report_sent(r.spec.phase.label());
     }
 }
 

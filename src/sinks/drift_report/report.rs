@@ -16,9 +16,12 @@ use crate::classify::policy::Resolution;
 use crate::enriched::{Enriched, Phase as LifecyclePhase, RevertOut};
 use crate::filter::Verb;
 
+/// The report's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub enum Phase {
+    /// A drift was seen.
     Detected,
+    /// The drift is over (see [`super::tracker`]).
     Resolved,
 }
 
@@ -32,14 +35,19 @@ impl Phase {
     }
 }
 
+/// A `DriftReport` as Kausality's callbacks take it (see the module's doc).
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct DriftReport {
+    /// `kausality.io/v1alpha1`.
     pub api_version: &'static str,
+    /// `DriftReport`.
     pub kind: &'static str,
+    /// What drifted, where, and by whom.
     pub spec: Spec,
 }
 
+/// The report's body.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Spec {
@@ -47,15 +55,23 @@ pub struct Spec {
     /// drift reported twice (a redelivery, a second controller write) has the same id; the
     /// Resolved report carries the id of the Detected one.
     pub id: String,
+    /// Detected or resolved.
     pub phase: Phase,
+    /// The parent whose intent the write departs from.
     pub parent: ObjectReference,
+    /// The object written.
     pub child: ObjectReference,
+    /// The object written, reduced to its identity (apiVersion, kind, metadata).
     pub new_object: serde_json::Value,
+    /// The write's request.
     pub request: RequestContext,
+    /// The cluster (kausality-stream's addition).
     pub cluster: String,
+    /// The user that wrote it (kausality-stream's addition).
     pub user: String,
     /// The stageTimestamp of the drifting write.
     pub timestamp: String,
+    /// How the drift was resolved, when it was (kausality-stream's addition).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resolution: Option<Resolution>,
     /// What resolved the drift: a platform policy's name or the parent's annotation.
@@ -67,27 +83,38 @@ pub struct Spec {
     pub reverts: Option<Vec<RevertOut>>,
 }
 
+/// An object as a report names it.
 #[derive(Clone, Debug, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectReference {
+    /// Its apiVersion.
     pub api_version: String,
+    /// Its kind.
     pub kind: String,
+    /// Its namespace, empty for a cluster-scoped object.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub namespace: String,
+    /// Its name.
     pub name: String,
+    /// Its UID, when known.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub uid: String,
+    /// Its `metadata.generation`, when known.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub generation: Option<i64>,
+    /// Its `status.observedGeneration`, when known (a parent's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Its lifecycle phase as Kausality names it, when known (a parent's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lifecycle_phase: Option<&'static str>,
 }
 
+/// The write's request.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RequestContext {
+    /// The user that made the request.
     pub user: String,
     /// The auditID of the write.
     pub uid: String,

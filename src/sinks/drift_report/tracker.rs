@@ -27,16 +27,20 @@ pub type ParentKey = (Arc<str>, Arc<str>);
 /// A Detected report waiting for its resolution.
 #[derive(Clone, Debug)]
 pub struct Open {
+    /// The Detected report.
     pub report: DriftReport,
+    /// The parent's generation when it was sent.
     pub parent_generation: i64,
 }
 
 impl Open {
+    /// The UID of the child that drifted.
     pub fn child_uid(&self) -> &str {
         &self.report.spec.child.uid
     }
 }
 
+/// Which drift was reported when, and which reports are still open.
 pub struct Tracker {
     ttl: Duration,
     /// When each id was last reported (Detected).
@@ -46,10 +50,12 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// A tracker that reports the same drift once within `ttl`.
     pub fn new(ttl: Duration) -> Self {
         Tracker { ttl, sent: HashMap::new(), open: HashMap::new(), open_count: 0 }
     }
 
+    /// Reports open.
     pub fn open_count(&self) -> usize {
         self.open_count
     }

@@ -13,6 +13,7 @@ use crate::classify::Class;
 use crate::kafka::{check_client, Properties};
 use crate::shell::Errors;
 
+/// `[[sinks]] type = "kafka"`: JSON messages to a topic, keyed by the parent's UID.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSinkConfig {
@@ -40,6 +41,7 @@ pub struct KafkaSinkConfig {
 pub const MANAGED: &[&str] = &["enable.idempotence", "transactional.id"];
 
 impl KafkaSinkConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         check_client(key, &self.brokers, &self.properties, MANAGED, errors);
         if self.topic.trim().is_empty() {

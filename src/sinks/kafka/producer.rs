@@ -21,6 +21,7 @@ use tokio::task::JoinHandle;
 use super::KafkaSinkConfig;
 use crate::kafka::{self as client, Transaction};
 use crate::metrics::Metrics;
+use crate::metrics::Sink;
 use crate::sinks::{Error, Events};
 
 /// The batch a message came from, and how often it was sent: one per batch, shared by its
@@ -108,6 +109,7 @@ impl ProducerContext for DeliveryContext {
     }
 }
 
+/// The sink's producer: a thread polls its deliveries.
 pub type KafkaProducer = ThreadedProducer<DeliveryContext>;
 
 /// Longest wait for the last deliveries when the pipeline stops (within its own
@@ -123,9 +125,10 @@ pub fn spawn(cfg: KafkaSinkConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metr
         managed.push(("transactional.id", t.id.clone()));
     }
     let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &cfg.properties, &managed);
+    let (delivered, failed) = metrics.sink_counters(Sink::Kafka);
     let context = DeliveryContext {
-        delivered: metrics.sink_events.with_label_values(&["kafka"]),
-        failed: metrics.sink_errors.with_label_values(&["kafka"]),
+        delivered,
+        failed,
         retries: transaction.is_none().then_some(retry_tx),
         max_retries: cfg.max_retries,
         quiet: std::sync::Mutex::new((None, 0)),

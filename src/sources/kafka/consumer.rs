@@ -43,20 +43,32 @@ use crate::process::Decoder;
 use crate::shell::{Barrier, Done};
 use crate::sources::{Batch, Body};
 
+/// Why the Kafka source could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The consumer cannot be created.
     #[error("kafka source: cannot create the consumer: {0}")]
     Create(KafkaError),
+    /// The consumer cannot subscribe.
     #[error("kafka source: cannot subscribe to {topics}: {source}")]
-    Subscribe { topics: String, source: KafkaError },
+    Subscribe {
+        /// The topics, comma-separated.
+        topics: String,
+        /// What the client said.
+        source: KafkaError,
+    },
+    /// The decode threads cannot be started.
     #[error("kafka source: cannot start the decode threads: {0}")]
     Thread(std::io::Error),
 }
 
 /// What the pipeline hands the source.
 pub struct Wiring {
+    /// The processor's queue.
     pub intake: mpsc::Sender<Batch>,
+    /// Where the source counts (received events, consumer lag).
     pub metrics: Arc<Metrics>,
+    /// Turns true when the source is to stop.
     pub stop: watch::Receiver<bool>,
     /// Asks the processor to finish everything taken in (before a rebalance).
     pub barriers: mpsc::Sender<Barrier>,
@@ -670,11 +682,11 @@ fn probe_lag(consumer: &BaseConsumer<SourceContext>, metrics: &Metrics, ended: &
             };
             let lag = (high - from).max(0);
             let labels = (e.topic().to_string(), e.partition().to_string());
-            metrics.kafka_consumer_lag.with_label_values(&[&labels.0, &labels.1]).set(lag);
+            metrics.consumer_lag(&labels.0, &labels.1, lag);
             now_shown.push(labels);
         }
         for gone in shown.iter().filter(|l| !now_shown.contains(l)) {
-            let _ = metrics.kafka_consumer_lag.remove_label_values(&[&gone.0, &gone.1]);
+            metrics.consumer_lag_gone(&gone.0, &gone.1);
         }
         shown = now_shown;
     }

@@ -13,7 +13,7 @@ use crate::route::{COPY_HEADER, COPY_STATE, COPY_TRACE, JUDGED_PARTITION_HEADER}
 
 /// What the source does with a message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Take {
+pub(super) enum Take {
     /// Classified and emitted (every message but a state-only copy).
     Classify,
     /// A state-only copy: classified into the state, nothing emitted.
@@ -25,7 +25,7 @@ pub enum Take {
 
 /// What the headers say: `None` for a judged copy (or a message of another producer), else
 /// the state-only copy's judged partition, when it names one.
-pub fn state_copy(headers: Option<&BorrowedHeaders>) -> Option<Option<i32>> {
+pub(super) fn state_copy(headers: Option<&BorrowedHeaders>) -> Option<Option<i32>> {
     let headers = headers?;
     let value = |key: &str| headers.iter().find(|h| h.key == key).and_then(|h| h.value);
     if value(COPY_HEADER) != Some(COPY_STATE.as_bytes()) {
@@ -35,12 +35,12 @@ pub fn state_copy(headers: Option<&BorrowedHeaders>) -> Option<Option<i32>> {
 }
 
 /// Whether the headers mark a trace message (see [`crate::classify::forward`]).
-pub fn is_trace(headers: Option<&BorrowedHeaders>) -> bool {
+pub(super) fn is_trace(headers: Option<&BorrowedHeaders>) -> bool {
     headers.is_some_and(|h| h.iter().any(|h| h.key == COPY_HEADER && h.value == Some(COPY_TRACE.as_bytes())))
 }
 
 /// The decision, from [`state_copy`] and whether this member reads a partition of the topic.
-pub fn take(state_copy: Option<Option<i32>>, reads: impl Fn(i32) -> bool) -> Take {
+pub(super) fn take(state_copy: Option<Option<i32>>, reads: impl Fn(i32) -> bool) -> Take {
     match state_copy {
         None => Take::Classify,
         Some(Some(judged)) if reads(judged) => Take::Skip,
@@ -50,10 +50,10 @@ pub fn take(state_copy: Option<Option<i32>>, reads: impl Fn(i32) -> bool) -> Tak
 
 /// The partitions this member is assigned, updated after each rebalance.
 #[derive(Default)]
-pub struct Assigned(Mutex<HashSet<(Arc<str>, i32)>>);
+pub(super) struct Assigned(Mutex<HashSet<(Arc<str>, i32)>>);
 
 impl Assigned {
-    pub fn update<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>) {
+    pub(super) fn update<C: ConsumerContext>(&self, consumer: &BaseConsumer<C>) {
         let parts = match consumer.assignment() {
             Ok(tpl) => tpl.elements().iter().map(|e| (Arc::from(e.topic()), e.partition())).collect(),
             Err(e) => {
@@ -64,7 +64,7 @@ impl Assigned {
         *self.0.lock().unwrap_or_else(|e| e.into_inner()) = parts;
     }
 
-    pub fn holds(&self, topic: &Arc<str>, partition: i32) -> bool {
+    pub(super) fn holds(&self, topic: &Arc<str>, partition: i32) -> bool {
         self.0.lock().unwrap_or_else(|e| e.into_inner()).contains(&(topic.clone(), partition))
     }
 }

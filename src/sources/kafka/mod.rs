@@ -22,6 +22,7 @@ use crate::decode::Unwrap;
 use crate::kafka::{check_client, Properties};
 use crate::shell::{Errors, Span};
 
+/// `[[sources]] type = "kafka"`: audit events consumed from topics, in a consumer group.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaSourceConfig {
@@ -117,6 +118,7 @@ fn default_lag_interval() -> Span {
 pub const MANAGED: &[&str] = &["group.id", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "isolation.level"];
 
 impl KafkaSourceConfig {
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         check_client(key, &self.brokers, &self.properties, MANAGED, errors);
         if self.topics.is_empty() || self.topics.iter().any(|t| t.trim().is_empty()) {

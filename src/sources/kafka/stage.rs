@@ -38,12 +38,12 @@ const BATCH_BYTES: usize = 1 << 20;
 const DECODE_QUEUE: usize = 2;
 
 /// The highest offset of a batch in one partition.
-pub type Last = (Arc<str>, i32, i64);
+pub(super) type Last = (Arc<str>, i32, i64);
 
 /// Copies of the messages of one batch, as polled: payloads and cluster headers side by side
 /// in one buffer (one allocation per batch, not per message).
 #[derive(Debug, Default)]
-pub struct Raw {
+pub(super) struct Raw {
     bytes: Vec<u8>,
     messages: Vec<RawMessage>,
 }
@@ -70,7 +70,7 @@ impl Raw {
 
     /// Decodes each message on its own, in order: a bad message is counted and skipped, and
     /// does not spoil its neighbours.
-    pub fn decode(&self, decoder: &Decoder, unwrap: Unwrap) -> Decoded {
+    pub(super) fn decode(&self, decoder: &Decoder, unwrap: Unwrap) -> Decoded {
         let mut decoded = Decoded::default();
         for m in &self.messages {
             let cluster = m.cluster.clone().and_then(|c| std::str::from_utf8(&self.bytes[c]).ok());
@@ -93,7 +93,7 @@ impl Raw {
 
 /// A batch ready for the processor: its messages, the highest offset per partition, and when
 /// its first message was polled (wall clock, µs).
-pub struct Sealed {
+pub(super) struct Sealed {
     pub raw: Raw,
     pub last: Vec<Last>,
     pub received_us: i64,
@@ -101,7 +101,7 @@ pub struct Sealed {
 
 /// The batch being gathered on the polling thread.
 #[derive(Default)]
-pub struct Gather {
+pub(super) struct Gather {
     raw: Raw,
     /// Highest offset per partition in this batch.
     last: Vec<Last>,
@@ -117,7 +117,17 @@ impl Gather {
     /// state-only copy. `keyed`: its writes are tagged with their partition (a state
     /// changelog). `trace`: a trace message.
     #[allow(clippy::too_many_arguments)]
-    pub fn add(&mut self, topic: &Arc<str>, partition: i32, offset: i64, cluster: Option<&[u8]>, payload: &[u8], silent: bool, keyed: bool, trace: bool) {
+    pub(super) fn add(
+        &mut self,
+        topic: &Arc<str>,
+        partition: i32,
+        offset: i64,
+        cluster: Option<&[u8]>,
+        payload: &[u8],
+        silent: bool,
+        keyed: bool,
+        trace: bool,
+    ) {
         if self.raw.messages.is_empty() {
             self.received_us = now_us();
             self.raw.bytes.reserve(self.previous_bytes);
@@ -131,16 +141,16 @@ impl Gather {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.raw.messages.is_empty()
     }
 
-    pub fn full(&self) -> bool {
+    pub(super) fn full(&self) -> bool {
         self.raw.messages.len() >= BATCH_MESSAGES || self.raw.bytes.len() >= BATCH_BYTES
     }
 
     /// The batch so far, leaving this one empty.
-    pub fn seal(&mut self) -> Sealed {
+    pub(super) fn seal(&mut self) -> Sealed {
         self.previous_bytes = self.raw.bytes.len();
         Sealed { raw: std::mem::take(&mut self.raw), last: std::mem::take(&mut self.last), received_us: self.received_us }
     }
@@ -153,13 +163,13 @@ struct Job {
 
 /// The decode threads, fed through a small bounded queue. Dropping it lets them finish the
 /// queued batches, then joins them.
-pub struct Decoders {
+pub(super) struct Decoders {
     jobs: Option<SyncSender<Job>>,
     threads: Vec<JoinHandle<()>>,
 }
 
 impl Decoders {
-    pub fn start(decoder: Decoder, unwrap: Unwrap, threads: usize) -> std::io::Result<Decoders> {
+    pub(super) fn start(decoder: Decoder, unwrap: Unwrap, threads: usize) -> std::io::Result<Decoders> {
         let (jobs, queue) = std_mpsc::sync_channel::<Job>(DECODE_QUEUE);
         let queue = Arc::new(Mutex::new(queue));
         let mut started = Vec::new();
@@ -184,7 +194,7 @@ impl Decoders {
 
     /// Queues a batch for decoding, waiting while the queue is full; its events come on the
     /// receiver. `None` once the threads are gone.
-    pub fn submit(&self, raw: Raw) -> Option<oneshot::Receiver<Decoded>> {
+    pub(super) fn submit(&self, raw: Raw) -> Option<oneshot::Receiver<Decoded>> {
         let (reply, events) = oneshot::channel();
         self.jobs.as_ref()?.send(Job { raw, reply }).ok()?;
         Some(events)

@@ -109,6 +109,7 @@ impl WebhookConfig {
         }
     }
 
+    /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         match (&self.tls, self.plain_http) {
             (None, false) => errors.push(

@@ -28,7 +28,7 @@ use http_body_util::BodyExt;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::decode::DecodeOptions;
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 use crate::process::{Decoded, Decoder, IngestReport};
 use crate::route::{self, route_body, Producer};
 use crate::scope::Scope;
@@ -38,14 +38,18 @@ use crate::status::Status;
 
 /// What every request of one webhook shares.
 pub struct WebhookState {
+    /// The processor's queue.
     pub queue: mpsc::Sender<Batch>,
     /// Bodies are decoded on the blocking pool (in parallel with the processor, which only
     /// classifies), and the event limit is checked on the decoded count.
     pub decoder: Decoder,
+    /// Where requests and events are counted.
     pub metrics: Arc<Metrics>,
     /// A sink that cannot write makes new bodies 503 (nothing more is accepted than held).
     pub status: Arc<Status>,
+    /// Largest body taken; a larger one is answered 413.
     pub max_body_bytes: usize,
+    /// Most audit events in one body.
     pub max_events: usize,
     /// Longest the body of one request may take to arrive, once its headers are in.
     pub body_read_timeout: Duration,
@@ -62,7 +66,9 @@ pub struct WebhookState {
 /// What the ingest tier's webhook routes with.
 #[derive(Clone)]
 pub struct RouteIntake {
+    /// What produces to the keyed topic.
     pub producer: Arc<dyn Producer>,
+    /// How bodies are decoded.
     pub decode: DecodeOptions,
     /// The pipeline's scope: what is out of it is not produced.
     pub scope: Option<Arc<Scope>>,
@@ -71,14 +77,17 @@ pub struct RouteIntake {
     pub appliers: Arc<crate::config::appliers::Appliers>,
 }
 
+/// `POST /audit`: a body of the pipeline's default cluster.
 pub async fn audit_default(State(s): State<Arc<WebhookState>>, headers: HeaderMap, body: Body) -> Response {
     s.handle(None, &headers, body).await
 }
 
+/// `POST /audit/{cluster}`: a body of `cluster`.
 pub async fn audit_cluster(State(s): State<Arc<WebhookState>>, Path(cluster): Path<String>, headers: HeaderMap, body: Body) -> Response {
     s.handle(Some(cluster), &headers, body).await
 }
 
+/// Any other path: 404 (401 first, without the token).
 pub async fn not_found(State(s): State<Arc<WebhookState>>, headers: HeaderMap) -> Response {
     if let Some(refused) = s.unauthorized(&headers) {
         return refused;
@@ -145,7 +154,7 @@ impl WebhookState {
             Ok(Err(BodyError::Busy)) => return self.busy(),
             Ok(Err(BodyError::Read(e))) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
             Err(_) => {
-                self.metrics.connection_timeouts.with_label_values(&["webhook", "body"]).inc();
+                self.metrics.connection_timed_out(Listener::Webhook, "body");
                 let msg = format!("the body did not arrive within body_read_timeout ({:?})", self.body_read_timeout);
                 let mut r = self.retry_later(StatusCode::REQUEST_TIMEOUT, &msg);
                 r.headers_mut().insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -250,7 +259,7 @@ impl WebhookState {
         }
         invalid.into_iter().for_each(|r| self.metrics.invalid(r));
         ignored.into_iter().for_each(|r| self.metrics.ignored(r));
-        unroutable.into_iter().for_each(|r| self.metrics.route_unroutable.with_label_values(&[r.as_str()]).inc());
+        unroutable.into_iter().for_each(|r| self.metrics.unroutable(r.as_str()));
         self.report(report)
     }
 
@@ -300,8 +309,9 @@ impl WebhookState {
         r
     }
 
+    /// An answer of `code` with the JSON `body`, counted.
     pub fn answer(&self, code: StatusCode, body: serde_json::Value) -> Response {
-        self.metrics.webhook_requests.with_label_values(&[code.as_str()]).inc();
+        self.metrics.webhook_answered(code.as_str());
         (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
     }
 }

@@ -5,37 +5,38 @@
 mod config;
 pub mod handler;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::routing::post;
 use axum::Router;
 use tokio::sync::{mpsc, watch, Semaphore};
-use tokio::task::JoinHandle;
 
 pub use config::{TlsConfig, WebhookConfig};
 pub use handler::RouteIntake;
 use handler::WebhookState;
 
+pub use crate::listen::Running;
 use crate::listen::{self, Limits};
-use crate::metrics::Metrics;
+use crate::metrics::{Listener, Metrics};
 use crate::process::Decoder;
 use crate::sources::Batch;
 use crate::status::Status;
 
+/// Why the webhook could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// Its listener could not start.
     #[error(transparent)]
     Listen(#[from] listen::Error),
+    /// The bearer token file cannot be read.
     #[error("bearer_token_file {path}: {source}")]
-    Token { path: String, source: std::io::Error },
-}
-
-/// A webhook that is listening.
-pub struct Running {
-    pub local_addr: SocketAddr,
-    pub task: JoinHandle<()>,
+    Token {
+        /// The file.
+        path: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
 }
 
 /// The routes, for serving and for in-process tests.
@@ -50,8 +51,11 @@ pub fn router(state: Arc<WebhookState>) -> Router {
 /// Where the webhook's bodies go: the processor's queue (decoded here first), or with `route`
 /// (the ingest tier) the keyed topic.
 pub struct Intake {
+    /// The processor's queue.
     pub queue: mpsc::Sender<Batch>,
+    /// What decodes bodies for the processor.
     pub decoder: Decoder,
+    /// The ingest tier's producer and what it routes with, instead of the processor.
     pub route: Option<RouteIntake>,
 }
 
@@ -64,16 +68,7 @@ pub async fn start(
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) -> Result<Running, Error> {
-    let token = match &cfg.bearer_token_file {
-        Some(p) => Some(listen::read_token(p).map_err(|source| Error::Token { path: p.display().to_string(), source })?),
-        None => None,
-    };
-    let tls = match &cfg.tls {
-        Some(t) => Some(t.server_config()?),
-        None => None,
-    };
-    let listener = listen::bind(cfg.listen).await?;
-    let local_addr = listener.local_addr().unwrap_or(cfg.listen);
+    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| Error::Token { path, source }).await?;
     let Intake { queue, decoder, route } = intake;
     let state = Arc::new(WebhookState {
         queue,
@@ -84,28 +79,20 @@ pub async fn start(
         max_events: cfg.max_events_per_request,
         body_read_timeout: cfg.body_read_timeout.0,
         in_flight: Arc::new(Semaphore::new(cfg.max_body_bytes_in_flight.min(Semaphore::MAX_PERMITS))),
-        token,
+        token: opened.token.take(),
         closing: shutdown.clone(),
         route,
     });
-    // Series at zero from the start, so that alerts on a rate see them.
-    metrics.connections_refused.with_label_values(&["webhook"]);
-    if tls.is_some() {
-        for reason in listen::HandshakeFailure::ALL {
-            metrics.tls_handshake_failures.with_label_values(&[reason.as_str()]);
-        }
-    }
     // API servers are few clients, each with as many connections as it batches at once.
     let limits = Limits {
-        name: "webhook",
+        name: Listener::Webhook,
         max_connections: cfg.max_connections,
         header_read_timeout: cfg.header_read_timeout.0,
         idle_timeout: cfg.idle_timeout.0,
         max_connections_per_client: None,
     };
-    let https = tls.is_some();
+    let https = opened.tls.is_some();
     let mtls = cfg.tls.as_ref().is_some_and(|t| t.client_ca.is_some());
-    tracing::info!(addr = %local_addr, https, client_certs = mtls, bearer_token = cfg.bearer_token_file.is_some(), "webhook listening");
-    let task = tokio::spawn(listen::serve(listener, router(state), tls, shutdown, grace, limits, Some(metrics)));
-    Ok(Running { local_addr, task })
+    tracing::info!(addr = %opened.local_addr, https, client_certs = mtls, bearer_token = cfg.bearer_token_file.is_some(), "webhook listening");
+    Ok(opened.serve(router(state), shutdown, grace, limits, metrics))
 }

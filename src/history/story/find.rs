@@ -2,6 +2,7 @@
 //! given). A kind is matched the way people type it (`ReplicaSet`, `replicaset`, `replicasets`,
 //! `Deployment.apps`): the store's kinds are listed first (an index seek per distinct kind, not
 //! a scan of the objects), then the objects are looked up by exact kind and name on the index.
+//! The rows are read through the view `objects` (the names as text), found in `object_rows`.
 
 use rusqlite::{params, Connection, Row};
 
@@ -11,24 +12,24 @@ use crate::decode::time::format_rfc3339_micros;
 const COLUMNS: &str = "id, cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
                        first_us, last_us, deleted_us, deleted_by, deleted_audit_id";
 
-/// Every distinct kind in the store, by a loose index scan of `objects_by_name`: one seek per
-/// kind.
+/// Every distinct kind in the store, by a loose index scan of `object_rows_by_name`: one seek
+/// per kind.
 const KINDS: &str = "
 WITH RECURSIVE kinds(kind) AS (
-    SELECT (SELECT min(kind) FROM objects)
+    SELECT (SELECT min(kind) FROM object_rows)
     UNION ALL
-    SELECT (SELECT min(kind) FROM objects WHERE kind > kinds.kind) FROM kinds WHERE kinds.kind IS NOT NULL
+    SELECT (SELECT min(kind) FROM object_rows WHERE kind > kinds.kind) FROM kinds WHERE kinds.kind IS NOT NULL
 )
-SELECT kind FROM kinds WHERE kind IS NOT NULL";
+SELECT s.text FROM kinds JOIN strings s ON s.id = kinds.kind";
 
 /// Every distinct cluster, the same way on the `(cluster, uid)` index.
 const CLUSTERS: &str = "
 WITH RECURSIVE clusters(cluster) AS (
-    SELECT (SELECT min(cluster) FROM objects)
+    SELECT (SELECT min(cluster) FROM object_rows)
     UNION ALL
-    SELECT (SELECT min(cluster) FROM objects WHERE cluster > clusters.cluster) FROM clusters WHERE clusters.cluster IS NOT NULL
+    SELECT (SELECT min(cluster) FROM object_rows WHERE cluster > clusters.cluster) FROM clusters WHERE clusters.cluster IS NOT NULL
 )
-SELECT cluster FROM clusters WHERE cluster IS NOT NULL";
+SELECT s.text FROM clusters JOIN strings s ON s.id = clusters.cluster";
 
 /// The one object `q` names.
 pub(super) fn one(conn: &Connection, q: &StoryQuery) -> Result<Found, StoryError> {
@@ -54,10 +55,14 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
             Some(c) => vec![c.clone()],
             None => conn.prepare(CLUSTERS)?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?,
         };
-        let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM objects WHERE cluster = ?1 AND uid = ?2"))?;
+        // The UID as rows keep it (16 bytes for a UUID), or as text (a row of an earlier schema).
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM objects WHERE id IN
+             (SELECT id FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = ?1) AND uid IN (?2, ?3))"
+        ))?;
         let mut rows = Vec::new();
         for cluster in &clusters {
-            for f in stmt.query_map(params![cluster, uid], row)? {
+            for f in stmt.query_map(params![cluster, crate::history::schema::id_value(uid), uid], row)? {
                 rows.push(f?);
             }
         }
@@ -77,7 +82,12 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
         _ => return Err(StoryError::Invalid("name an object: a kind and a name (KIND/NAME), or a UID".into())),
     };
     let kinds: Vec<String> = conn.prepare(KINDS)?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    let sql = format!("SELECT {COLUMNS} FROM objects WHERE kind = ?1 AND name = ?2 AND (?3 IS NULL OR namespace = ?3) AND (?4 IS NULL OR cluster = ?4)");
+    // On `object_rows_by_name`: the kind's id and the name's last 8 characters, then the name.
+    let sql = format!(
+        "SELECT {COLUMNS} FROM objects WHERE id IN
+         (SELECT id FROM object_rows WHERE kind = (SELECT id FROM strings WHERE text = ?1) AND substr(name, -8) = substr(?2, -8) AND name = ?2)
+         AND (?3 IS NULL OR namespace = ?3) AND (?4 IS NULL OR cluster = ?4)"
+    );
     let mut stmt = conn.prepare(&sql)?;
     let mut out = Vec::new();
     for kind in kinds.iter().filter(|k| kind_name_matches(&q.kind, k)) {

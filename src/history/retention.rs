@@ -193,7 +193,7 @@ fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut R
         let mut next = tx.prepare_cached(NEXT_BLOCK)?;
         let mut rows_of = tx.prepare_cached(
             "INSERT INTO candidate (id, object_id, time_us)
-             SELECT id, object_id, time_us FROM mutation_rows WHERE id BETWEEN ?1 AND ?2 AND time_us < ?3 AND id < ?4 AND event IS NULL",
+             SELECT id, object_id, time_us FROM mutation_rows WHERE id BETWEEN ?1 AND ?2 AND time_us < ?3 AND event IS NULL",
         )?;
         let mut nth = tx.prepare_cached("SELECT time_us FROM candidate ORDER BY time_us LIMIT 1 OFFSET ?1")?;
         let mut at = (i64::MIN, i64::MIN);
@@ -206,7 +206,8 @@ fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut R
                     break;
                 }
             }
-            found += rows_of.execute(params![first, last_id, before, last])? as i64;
+            // One upper bound: with two, SQLite may take the other and read to the table's end.
+            found += rows_of.execute(params![first, last_id.min(last - 1), before])? as i64;
             at = (min_us, first);
         }
     }
@@ -220,6 +221,11 @@ fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut R
     *newest_removed = (*newest_removed).max(newest);
     tx.execute("DELETE FROM revert_rows WHERE mutation_id IN (SELECT id FROM retire)", [])?;
     tx.execute("DELETE FROM mutation_rows WHERE id IN (SELECT id FROM retire)", [])?;
+    // The owners of the objects that may go, looked at once those are gone.
+    tx.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS owned (id INTEGER PRIMARY KEY); DELETE FROM owned;
+         INSERT OR IGNORE INTO owned (id) SELECT owner FROM object_rows WHERE id IN (SELECT DISTINCT object_id FROM retire) AND owner IS NOT NULL;",
+    )?;
     let objects = tx.execute(
         "DELETE FROM object_rows WHERE id IN (SELECT DISTINCT object_id FROM retire)
            AND NOT EXISTS (SELECT 1 FROM mutation_rows m WHERE m.object_id = object_rows.id)",
@@ -239,7 +245,7 @@ fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut R
          WHERE id IN (SELECT id FROM touched);",
     )?;
     if objects > 0 {
-        tx.execute("DELETE FROM owners WHERE NOT EXISTS (SELECT 1 FROM object_rows o WHERE o.owner = owners.id)", [])?;
+        tx.execute("DELETE FROM owners WHERE id IN (SELECT id FROM owned) AND NOT EXISTS (SELECT 1 FROM object_rows o WHERE o.owner = owners.id)", [])?;
     }
     tx.commit()?;
     done.mutations += picked;

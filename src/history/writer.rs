@@ -1,14 +1,15 @@
 //! Writing the history store: batches of enriched events in, one transaction per group of
 //! batches out, on a thread of its own (never the processor's, never a tokio worker).
 //!
-//! Each enriched event becomes: its object's row in `objects` (upserted: identity, owner,
-//! first/last time, the tombstone of a delete or an eviction), one row in `mutations` (the
-//! event's JSON as [`Enriched::write_json`] writes it), one row in `reverts` per origin write
-//! it undoes; `meta.oldest_us`/`newest_us` follow. A transaction is all or nothing: a store
-//! that cannot write (a full disk) keeps no part of the batches, which are held and tried
-//! again. The same auditID on the same object is written once (the unique index
-//! `mutations_by_time_audit`: an audit event keeps its stageTimestamp), so replaying a log twice, or a batch the API server sent again,
-//! adds nothing.
+//! Each enriched event becomes: its object's row in `object_rows` (upserted: identity, owner,
+//! first/last time, the tombstone of a delete or an eviction), one row in `mutation_rows`, its
+//! JSON (as [`Enriched::write_json`] writes it) in the block of `event_blocks` being filled,
+//! one row in `revert_rows` per origin write it undoes; names become integers of `strings`,
+//! owners of `owners`; `meta.oldest_us`/`newest_us` follow. A transaction is all or nothing: a
+//! store that cannot write (a full disk) keeps no part of the batches, which are held and tried
+//! again. The same auditID on the same object is written once (looked up on
+//! `mutation_rows_by_object`: an audit event keeps its stageTimestamp), so replaying a log
+//! twice, or a batch the API server sent again, adds nothing.
 
 use std::collections::HashMap;
 use std::ops::Deref;

@@ -327,7 +327,8 @@ fn retention_by_size_keeps_the_file_bounded_on_an_endless_stream() {
     let mut store = Store::open(&path, Retention { max_age: Duration::ZERO, max_bytes: MAX }).unwrap();
     // One round of the generator, classified once; each round after it is the same writes to
     // new objects, an hour later (new auditIDs, UIDs and times): an endless stream of new
-    // history, 12x the bound in JSON.
+    // history, 24x the bound in JSON (a mutation takes a fifth of its JSON on disk: at 12x the
+    // bound would hold a quarter of it).
     let mut p = processor(ModelConfig::default(), 0);
     let mut round_one = Vec::new();
     feed(&mut p, &corpus_lines(1, 3_000), &mut round_one);
@@ -336,7 +337,7 @@ fn retention_by_size_keeps_the_file_bounded_on_an_endless_stream() {
     let mut peak = 0u64;
     let mut json_bytes = 0u64;
     let mut round = 0i64;
-    while json_bytes < 12 * MAX {
+    while json_bytes < 24 * MAX {
         round += 1;
         let out = again(&round_one, round);
         for chunk in out.chunks(500) {
@@ -676,32 +677,41 @@ fn events_are_stored_compressed_and_read_back_byte_for_byte() {
     let want = json_by_key(&out);
     let conn = history::open(&path, Mode::Read).unwrap();
     assert_eq!(count(&conn, "SELECT count(*) FROM dictionaries"), 1);
-    assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE typeof(event) <> 'blob'"), 0);
+    // Every event is in a block: the rows hold none, the view names each by its row's id.
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutation_rows WHERE event IS NOT NULL"), 0);
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE event IS NOT id"), 0);
+    let blocks = count(&conn, "SELECT count(*) FROM event_blocks");
+    assert!(blocks >= (out.len() / history::pack::BLOCK_EVENTS) as i64 && blocks < out.len() as i64 / 8, "{blocks} blocks");
     let events = Unpacker::new(&conn);
-    let mut s = conn.prepare("SELECT m.audit_id, o.uid, m.event FROM mutations m JOIN objects o ON o.id = m.object_id").unwrap();
+    let mut s = conn
+        .prepare(
+            "SELECT m.audit_id, o.uid, m.event, b.dictionary, b.id FROM mutations m JOIN objects o ON o.id = m.object_id
+             JOIN event_blocks b ON m.id BETWEEN b.id AND b.last_id ORDER BY m.id",
+        )
+        .unwrap();
     let mut rows = s.query([]).unwrap();
-    let (mut n, mut stored, mut json) = (0usize, 0usize, 0usize);
+    let (mut n, mut json) = (0usize, 0usize);
+    let mut with_dictionary = std::collections::HashSet::new();
     while let Some(r) = rows.next().unwrap() {
         let key: (String, String) = (r.get(0).unwrap(), r.get(1).unwrap());
-        let value = r.get_ref(2).unwrap();
-        let blob = value.as_blob().unwrap();
-        let back = events.json(value).expect("a stored event reads back");
+        let back = events.json(r.get_ref(2).unwrap()).expect("a stored event reads back");
         assert_eq!(std::str::from_utf8(&back).unwrap(), std::str::from_utf8(&want[&key]).unwrap(), "{key:?}");
         // Written after the dictionary was trained (the first events are its samples).
-        if blob[1..5] != [0; 4] {
-            stored += blob.len();
+        if r.get::<_, i64>(3).unwrap() != 0 {
             json += back.len();
+            with_dictionary.insert(r.get::<_, i64>(4).unwrap());
         }
         n += 1;
     }
     assert_eq!(n, out.len());
-    // Compressed with the dictionary, the events take a fraction of their JSON.
-    assert!(json > 0 && stored * 6 < json, "{stored} bytes stored for {json} bytes of JSON");
+    // Compressed with the dictionary, in blocks, the events take a small fraction of their JSON.
+    let stored: i64 = with_dictionary.iter().map(|b| count(&conn, &format!("SELECT length(data) FROM event_blocks WHERE id = {b}"))).sum();
+    assert!(json > 0 && stored * 15 < json as i64, "{stored} bytes stored for {json} bytes of JSON");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
-fn a_store_of_schema_1_is_read_as_it_is_and_converted_by_the_writer() {
+fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
     let (dir, path) = temp_store("schema-1");
     let mut api = ApiServer::new();
     let mut events = Vec::new();
@@ -713,7 +723,7 @@ fn a_store_of_schema_1_is_read_as_it_is_and_converted_by_the_writer() {
     {
         let c = Connection::open(&path).unwrap();
         c.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
-        c.execute_batch(history::schema::SQL).unwrap();
+        c.execute_batch(history::schema::SQL_2).unwrap();
         c.execute_batch("DROP TABLE dictionaries; INSERT INTO meta (key, value) VALUES ('schema_version', '1');").unwrap();
         for e in old {
             let mut json = Vec::new();
@@ -746,10 +756,16 @@ fn a_store_of_schema_1_is_read_as_it_is_and_converted_by_the_writer() {
         let story = history::story::build(conn, &rs_query).unwrap();
         story.writes.iter().map(|w| w.event.get().to_string()).collect()
     };
-    // A reader of this build reads it as it is.
+    // A reader of this build asks for the conversion.
+    let e = history::open(&path, Mode::Read).expect_err("refused").to_string();
+    assert!(e.contains("schema version 1") && e.contains("converted when the writer opens it"), "{e}");
+    // The writer converts it: schema 3, its rows kept as they were (their events as TEXT); the
+    // new rows' events in blocks.
+    drop(Store::open(&path, keep_all()).unwrap());
     let before = told(&history::open(&path, Mode::Read).unwrap());
-    assert!(!before.is_empty());
-    // The writer converts it: schema 2, its rows kept as they were; the new rows compressed.
+    let rs_old: Vec<&[u8]> =
+        old.iter().filter(|e| *e.object.uid == *rs.uid).map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].as_slice()).collect();
+    assert_eq!(before.iter().map(|s| s.as_bytes()).collect::<Vec<_>>(), rs_old, "the ReplicaSet's writes, byte for byte");
     let mut store = Store::open(&path, keep_all()).unwrap();
     store.write(&[new]).unwrap();
     drop(store);
@@ -757,7 +773,8 @@ fn a_store_of_schema_1_is_read_as_it_is_and_converted_by_the_writer() {
     let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
     assert_eq!(version, history::SCHEMA_VERSION);
     assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE typeof(event) = 'text'"), old.len() as i64);
-    assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE typeof(event) = 'blob'"), 1);
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutation_rows WHERE event IS NULL"), 1);
+    assert_eq!(count(&conn, "SELECT count(*) FROM event_blocks"), 1);
     let after = told(&conn);
     assert_eq!(after.len(), before.len() + 1);
     assert_eq!(after[..before.len()], before[..]);
@@ -765,8 +782,169 @@ fn a_store_of_schema_1_is_read_as_it_is_and_converted_by_the_writer() {
     assert_eq!(after.last().unwrap().as_bytes(), want[&(last.audit_id.to_string(), last.object.uid.to_string())].as_slice());
     // A store of a later schema is refused, saying so.
     drop(conn);
-    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'", []).unwrap();
+    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'", []).unwrap();
     let e = Store::open(&path, keep_all()).err().expect("refused").to_string();
-    assert!(e.contains("schema version 3") && e.contains("move the file aside"), "{e}");
+    assert!(e.contains("schema version 4") && e.contains("move the file aside"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Rows of `objects`, of `mutations` and of `reverts`.
+type AllRows = (Vec<Vec<rusqlite::types::Value>>, Vec<Vec<rusqlite::types::Value>>, Vec<(i64, String)>);
+
+/// Every row of a store's `objects`, `mutations` (the event as its JSON) and `reverts`, in
+/// the columns of schema 2, by id.
+fn all_rows(conn: &Connection) -> AllRows {
+    use rusqlite::types::Value;
+    let events = Unpacker::new(conn);
+    let objects = conn
+        .prepare(
+            "SELECT id, cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
+                    first_us, last_us, deleted_us, deleted_by, deleted_audit_id FROM objects ORDER BY id",
+        )
+        .unwrap()
+        .query_map([], |r| (0..16).map(|i| r.get::<_, Value>(i)).collect::<Result<Vec<_>, _>>())
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mutations = conn
+        .prepare(
+            "SELECT id, object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event
+             FROM mutations ORDER BY id",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            let mut row = (0..11).map(|i| r.get::<_, Value>(i)).collect::<Result<Vec<_>, _>>()?;
+            row.push(Value::Blob(events.json(r.get_ref(11)?).expect("a stored event")));
+            Ok(row)
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let reverts = conn
+        .prepare("SELECT mutation_id, origin_audit_id FROM reverts ORDER BY mutation_id, origin_audit_id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    (objects, mutations, reverts)
+}
+
+#[test]
+fn a_store_of_schema_2_is_converted_by_the_writer_with_every_row_as_it_was() {
+    let (dir, path) = temp_store("schema-2");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, rs, pods) = tree(&mut api, &mut events);
+    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
+    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
+    let done = api.report(REPLICASET_CONTROLLER, &rs, &[]);
+    let del = api.delete("carol@example.com", &pods[1], &[]);
+    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
+    events.extend([by_hand, back.clone(), done, del, replacement]);
+    let out = run(&events);
+    assert_eq!(class_of(&out, &back), Class::Drift);
+    // The store as a build of schema 2 wrote it: each event one zstd frame (no dictionary),
+    // after a byte 1 and the dictionary's id 0; the objects' rows with their owners, times and
+    // tombstones; the drifts' reverts.
+    {
+        let c = Connection::open(&path).unwrap();
+        c.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
+        c.execute_batch(history::schema::SQL_2).unwrap();
+        c.execute("INSERT INTO meta (key, value) VALUES ('schema_version', '2')", []).unwrap();
+        for e in &out {
+            let t = parse_rfc3339_micros(&e.stage_timestamp).unwrap();
+            let p = e.parent.as_ref();
+            let gone = e.verb.is_delete();
+            c.execute(
+                "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
+                                      first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)
+                 ON CONFLICT (cluster, uid) DO UPDATE SET parent_uid = coalesce(excluded.parent_uid, parent_uid),
+                     parent_api_version = coalesce(excluded.parent_api_version, parent_api_version),
+                     parent_kind = coalesce(excluded.parent_kind, parent_kind), parent_name = coalesce(excluded.parent_name, parent_name),
+                     first_us = min(first_us, excluded.first_us), last_us = max(last_us, excluded.last_us),
+                     deleted_us = coalesce(deleted_us, excluded.deleted_us), deleted_by = coalesce(deleted_by, excluded.deleted_by),
+                     deleted_audit_id = coalesce(deleted_audit_id, excluded.deleted_audit_id)",
+                rusqlite::params![
+                    &*e.cluster,
+                    &*e.object.uid,
+                    &*e.object.api_version,
+                    &*e.object.kind,
+                    &*e.object.namespace,
+                    e.object.name.as_str(),
+                    p.map(|p| &*p.uid),
+                    p.map(|p| &*p.api_version),
+                    p.map(|p| &*p.kind),
+                    p.map(|p| p.name.as_str()),
+                    t,
+                    gone.then_some(t),
+                    gone.then_some(&*e.user),
+                    gone.then_some(&*e.audit_id),
+                ],
+            )
+            .unwrap();
+            let object_id: i64 = c.query_row("SELECT id FROM objects WHERE uid = ?1", [&*e.object.uid], |r| r.get(0)).unwrap();
+            let mut json = Vec::new();
+            e.write_json(&mut json);
+            let mut packed = vec![1u8, 0, 0, 0, 0];
+            packed.extend(zstd::bulk::compress(&json, 3).unwrap());
+            let reverts = e.reverts.as_deref().unwrap_or_default();
+            c.execute(
+                "INSERT INTO mutations (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+                rusqlite::params![
+                    object_id,
+                    t,
+                    &*e.audit_id,
+                    e.verb.as_str(),
+                    e.subresource,
+                    &*e.user,
+                    e.class.as_str(),
+                    e.resolution.map(|r| r.as_str()),
+                    e.policy.as_deref(),
+                    reverts.iter().any(|r| r.person),
+                    packed,
+                ],
+            )
+            .unwrap();
+            let id = c.last_insert_rowid();
+            for r in reverts {
+                c.execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", rusqlite::params![id, &*r.audit_id]).unwrap();
+            }
+        }
+        let (first, last) = (parse_rfc3339_micros(&out[0].stage_timestamp).unwrap(), parse_rfc3339_micros(&out[out.len() - 1].stage_timestamp).unwrap());
+        c.execute("INSERT INTO meta (key, value) VALUES ('oldest_us', ?1), ('newest_us', ?2)", [first.to_string(), last.to_string()]).unwrap();
+    }
+    let rows_before = all_rows(&Connection::open(&path).unwrap());
+    assert_eq!(rows_before.1.len(), out.len());
+    assert!(rows_before.0.iter().any(|o| o[13] != rusqlite::types::Value::Null), "a tombstone");
+    assert!(!rows_before.2.is_empty(), "a revert");
+    let rs_query =
+        history::story::StoryQuery { kind: "ReplicaSet".into(), namespace: Some(rs.namespace.clone()), name: Some(rs.name.clone()), ..Default::default() };
+    // A reader asks for the conversion; the writer converts the store.
+    let e = history::open(&path, Mode::Read).expect_err("refused").to_string();
+    assert!(e.contains("schema version 2") && e.contains("converted when the writer opens it"), "{e}");
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    // Every row as it was, with its id (the drift feed's cursors stay valid).
+    let conn = history::open(&path, Mode::Read).unwrap();
+    let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, history::SCHEMA_VERSION);
+    assert_eq!(all_rows(&conn), rows_before);
+    for old in ["objects_old", "mutations_old", "reverts_old"] {
+        assert_eq!(count(&conn, &format!("SELECT count(*) FROM sqlite_schema WHERE name = '{old}'")), 0, "{old} dropped");
+    }
+    // The story of the ReplicaSet: its writes byte for byte, and the drift that undid the person's.
+    let story = history::story::build(&conn, &rs_query).unwrap();
+    let want = json_by_key(&out);
+    let rs_events: Vec<&[u8]> =
+        out.iter().filter(|e| *e.object.uid == *rs.uid).map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].as_slice()).collect();
+    assert_eq!(story.writes.iter().map(|w| w.event.get().as_bytes()).collect::<Vec<_>>(), rs_events);
+    assert_eq!(story.writes.iter().filter(|w| !w.reverted_by.is_empty()).count(), 1);
+    // The same events written again add nothing (their rows of schema 2 are found).
+    let w = store.write(&[out.as_slice()]).unwrap();
+    assert_eq!((w.mutations, w.duplicates), (0, out.len() as u64));
+    assert_eq!(all_rows(&conn), rows_before);
+    drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

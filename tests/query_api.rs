@@ -83,8 +83,8 @@ fn fill_history(path: &Path, events: &[Value]) {
         let (o, p) = (&e["object"], &e["parent"]);
         c.execute(
             "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name, first_us, last_us)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
-             ON CONFLICT (cluster, uid) DO UPDATE SET last_us = max(last_us, excluded.last_us)",
+             SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11
+             WHERE NOT EXISTS (SELECT 1 FROM objects WHERE cluster = ?1 AND uid = ?2)",
             rusqlite::params![
                 e["cluster"].as_str(),
                 o["uid"].as_str(),
@@ -98,6 +98,11 @@ fn fill_history(path: &Path, events: &[Value]) {
                 p["name"].as_str(),
                 t
             ],
+        )
+        .unwrap();
+        c.execute(
+            "UPDATE objects SET last_us = max(last_us, ?3) WHERE cluster = ?1 AND uid = ?2",
+            rusqlite::params![e["cluster"].as_str(), o["uid"].as_str(), t],
         )
         .unwrap();
         let object_id: i64 =
@@ -121,7 +126,7 @@ fn fill_history(path: &Path, events: &[Value]) {
             ],
         )
         .unwrap();
-        let mutation_id = c.last_insert_rowid();
+        let mutation_id: i64 = c.query_row("SELECT max(id) FROM mutations", [], |r| r.get(0)).unwrap();
         for r in e["reverts"].as_array().into_iter().flatten() {
             c.execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", rusqlite::params![mutation_id, r["auditID"].as_str()]).unwrap();
         }

@@ -14,7 +14,7 @@ pub mod writer;
 use std::path::Path;
 use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::{Connection, OpenFlags, OptionalExtension};
 
 pub use retention::{Retained, Retention};
 pub use schema::SCHEMA_VERSION;
@@ -24,7 +24,11 @@ pub use writer::{Store, Written};
 pub enum Error {
     #[error("history store {path}: {source}")]
     Sqlite { path: String, source: rusqlite::Error },
-    #[error("history store {path}: schema version {found}, this build reads 1 and {SCHEMA_VERSION} (it converts 1 to {SCHEMA_VERSION} when it writes); move the file aside or use a matching build")]
+    #[error(
+        "history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; a store of 1 or 2 (an earlier build's) is converted when \
+         the writer opens it (start `serve` with its history sink, or run `kausality-stream replay --history {path} LOG` once); \
+         of another version: move the file aside or use a matching build"
+    )]
     Version { path: String, found: String },
     #[error("history store {path} does not exist (start `serve` with a history sink, or fill one with `replay --history {path}`)")]
     Missing { path: String },
@@ -136,30 +140,58 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
             "PRAGMA page_size = {PAGE_SIZE}; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;"
         ))
         .map_err(err)?;
-        conn.execute_batch(schema::DROPPED).map_err(err)?;
-        conn.execute_batch(schema::SQL).map_err(err)?;
-        conn.execute("INSERT OR IGNORE INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).map_err(err)?;
     }
+    let has_meta: bool = conn.query_row("SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0)).map_err(err)?;
     let found: Option<String> =
-        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).map_err(err).or_else(|e| match mode {
-            // A store whose writer has not created the schema yet reads as empty.
-            Mode::Read => Err(e),
-            Mode::Write => Ok(None),
-        })?;
-    match found {
-        Some(v) if v == SCHEMA_VERSION => Ok(conn),
-        // Schema 1: the writer has added what 2 has (`dictionaries`, by schema::SQL); its rows
-        // are read as they are. A reader reads it as it is.
-        Some(v) if schema::READS.contains(&v.as_str()) => {
+        if has_meta { conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional().map_err(err)? } else { None };
+    match (mode, found) {
+        (_, Some(v)) if v == SCHEMA_VERSION => {
             if mode == Mode::Write {
-                conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION]).map_err(err)?;
-                tracing::info!(path = %shown, from = %v, to = SCHEMA_VERSION, "history store converted (new events are compressed; older ones are kept as they were)");
+                conn.execute_batch(schema::SQL).map_err(err)?;
             }
             Ok(conn)
         }
-        Some(v) => Err(Error::Version { path: shown, found: v }),
-        None => Err(Error::Version { path: shown, found: "none".into() }),
+        // A new file (or one whose writer had not created the schema yet).
+        (Mode::Write, None) => {
+            conn.execute_batch(schema::SQL).map_err(err)?;
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).map_err(err)?;
+            Ok(conn)
+        }
+        (Mode::Write, Some(v)) if schema::CONVERTS.contains(&v.as_str()) => {
+            convert(&conn).map_err(err)?;
+            tracing::info!(path = %shown, from = %v, to = SCHEMA_VERSION, "history store converted (names interned; new events are compressed in blocks, older ones are kept as they were)");
+            Ok(conn)
+        }
+        (Mode::Read, None) => Err(Error::Version { path: shown, found: "none".into() }),
+        (_, Some(v)) => Err(Error::Version { path: shown, found: v }),
     }
+}
+
+/// Converts a store of schema 1 or 2 to [`SCHEMA_VERSION`] in one transaction: its rows
+/// copied into the tables of [`schema::SQL`] with their ids, names interned, events kept as
+/// they were (TEXT or one compressed event each); the old tables dropped and their pages
+/// given back to the file system.
+pub fn convert(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "BEGIN IMMEDIATE;
+         ALTER TABLE objects RENAME TO objects_old;
+         ALTER TABLE mutations RENAME TO mutations_old;
+         ALTER TABLE reverts RENAME TO reverts_old;",
+    )?;
+    let done = conn
+        .execute_batch(schema::DROPPED)
+        .and_then(|()| conn.execute_batch(schema::SQL))
+        .and_then(|()| conn.execute_batch(schema::CONVERT))
+        .and_then(|()| conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION]).map(drop))
+        .and_then(|()| conn.execute_batch("COMMIT"));
+    if let Err(e) = done {
+        let _ = conn.execute_batch("ROLLBACK");
+        return Err(e);
+    }
+    let mut vacuum = conn.prepare("PRAGMA incremental_vacuum")?;
+    let mut pages = vacuum.query([])?;
+    while pages.next()?.is_some() {}
+    Ok(())
 }
 
 #[cfg(test)]

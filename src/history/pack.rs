@@ -1,8 +1,11 @@
-//! The enriched event's JSON in `mutations.event`, compressed (docs/history.md, "Events"):
-//! zstd, with a dictionary trained on the store's own first events and kept in the
-//! `dictionaries` table. An event is a BLOB: [`PACKED`], the dictionary's id (4 bytes, little
-//! endian; 0: none), then one zstd frame. A row whose `event` is TEXT (written by a build of
-//! schema 1, or by hand) holds the JSON itself and is read as it is.
+//! The enriched events' JSON, compressed (docs/history.md, "Events"): zstd, with a dictionary
+//! trained on the store's own first events and kept in the `dictionaries` table. The events of
+//! consecutive mutations of a transaction are one block (`event_blocks`): their JSON, each
+//! followed by a newline, in one zstd frame; the view `mutations` shows such a row's `event` as
+//! the mutation's id, which [`Unpacker::json`] reads in its block. A row of schema 2 holds its
+//! own event: a BLOB of [`PACKED`], the dictionary's id (4 bytes, little endian; 0: none), then
+//! one zstd frame; a row whose `event` is TEXT (schema 1, or written by hand) holds the JSON
+//! itself and is read as it is.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -13,9 +16,13 @@ use rusqlite::{params, Connection, OptionalExtension};
 /// The first byte of a compressed event.
 pub const PACKED: u8 = 1;
 
-/// zstd's level: 3 (its default) is within 2 % of 9 in size on these events, with a dictionary,
-/// and several times as fast (docs/history.md).
-const LEVEL: i32 = 3;
+/// zstd's level for a block: in blocks, the levels above 3 find what repeats from one event to
+/// the next (docs/history.md has the measurements).
+pub const LEVEL: i32 = 9;
+
+/// Most events in one block: past a few dozen a block gains little, and a reader
+/// decompresses a whole block for one event.
+pub const BLOCK_EVENTS: usize = 128;
 
 /// Events taken as samples before a dictionary is trained, and the most bytes of them.
 const SAMPLE_EVENTS: usize = 2000;
@@ -32,7 +39,7 @@ pub struct Packer {
     /// The JSON of the first events written, while no dictionary is trained.
     samples: Vec<u8>,
     sizes: Vec<usize>,
-    /// One compressed frame, reused.
+    /// One compressed block, reused.
     frame: Vec<u8>,
 }
 
@@ -46,7 +53,7 @@ impl Packer {
             Some((id, dict)) => (id, zstd::bulk::Compressor::with_dictionary(LEVEL, &dict).map_err(io_err)?),
             None => (0, zstd::bulk::Compressor::new(LEVEL).map_err(io_err)?),
         };
-        Ok(Packer { id, compressor, samples: Vec::new(), sizes: Vec::new(), frame: Vec::with_capacity(4096) })
+        Ok(Packer { id, compressor, samples: Vec::new(), sizes: Vec::new(), frame: Vec::with_capacity(64 << 10) })
     }
 
     /// Whether the samples are enough to train a dictionary.
@@ -74,22 +81,25 @@ impl Packer {
         Ok(())
     }
 
-    /// `json` compressed into `out` (emptied first).
-    pub fn pack(&mut self, json: &[u8], out: &mut Vec<u8>) -> rusqlite::Result<()> {
+    /// Notes `json` (one event) as a sample for the dictionary, while there is none yet.
+    pub fn sample(&mut self, json: &[u8]) {
         if self.id == 0 && self.sizes.len() < SAMPLE_EVENTS && self.samples.len() < SAMPLE_BYTES {
             self.samples.extend_from_slice(json);
             self.sizes.push(json.len());
         }
-        // The compressor writes from the start of a buffer: the frame first, then the header
-        // and the frame into `out`.
+    }
+
+    /// The dictionary the next block is compressed with (`dictionaries.id`; 0: none).
+    pub fn dictionary(&self) -> u32 {
+        self.id
+    }
+
+    /// A block's events (each followed by a newline) compressed: one zstd frame.
+    pub fn pack_block(&mut self, events: &[u8]) -> rusqlite::Result<&[u8]> {
         self.frame.clear();
-        self.frame.reserve(zstd::zstd_safe::compress_bound(json.len()));
-        self.compressor.compress_to_buffer(json, &mut self.frame).map_err(io_err)?;
-        out.clear();
-        out.push(PACKED);
-        out.extend_from_slice(&self.id.to_le_bytes());
-        out.extend_from_slice(&self.frame);
-        Ok(())
+        self.frame.reserve(zstd::zstd_safe::compress_bound(events.len()));
+        self.compressor.compress_to_buffer(events, &mut self.frame).map_err(io_err)?;
+        Ok(&self.frame)
     }
 }
 
@@ -97,34 +107,90 @@ fn io_err(e: std::io::Error) -> rusqlite::Error {
     rusqlite::Error::ToSqlConversionFailure(Box::new(e))
 }
 
-/// Reads the stored events of one store: its dictionaries, each loaded when first needed.
+/// Reads the stored events of one store: its dictionaries, each loaded when first needed, and
+/// the block read last.
 pub struct Unpacker<'c> {
     conn: &'c Connection,
     contexts: RefCell<HashMap<u32, Option<zstd::bulk::Decompressor<'static>>>>,
+    block: RefCell<Option<Block>>,
 }
+
+/// A block decompressed: its first and last mutation ids, its events, where each starts.
+struct Block {
+    first: i64,
+    last: i64,
+    events: Vec<u8>,
+    starts: Vec<usize>,
+}
+
+impl Block {
+    fn event(&self, id: i64) -> Option<Vec<u8>> {
+        let slot = usize::try_from(id.checked_sub(self.first)?).ok()?;
+        let start = *self.starts.get(slot)?;
+        // Each event is followed by a newline.
+        let end = match self.starts.get(slot + 1) {
+            Some(&next) => next - 1,
+            None => self.events.len().checked_sub(1)?,
+        };
+        self.events.get(start..end).map(<[u8]>::to_vec)
+    }
+}
+
+/// Most bytes of one decompressed block (its events and their newlines).
+const BLOCK_BYTES_MAX: usize = 256 << 20;
 
 impl<'c> Unpacker<'c> {
     pub fn new(conn: &'c Connection) -> Unpacker<'c> {
-        Unpacker { conn, contexts: RefCell::default() }
+        Unpacker { conn, contexts: RefCell::default(), block: RefCell::default() }
     }
 
-    /// The JSON of an `event` column: TEXT as it is, a BLOB holding JSON as it is, a packed
-    /// BLOB decompressed. `None`: NULL, a number, or a packed event that cannot be read (its
-    /// dictionary missing, the bytes damaged).
+    /// The JSON of an `event` column (of the view `mutations`): TEXT as it is, a BLOB holding
+    /// JSON as it is, a packed BLOB decompressed, an integer (the mutation's id) read in its
+    /// block. `None`: NULL, a real, or an event that cannot be read (its block or dictionary
+    /// missing, the bytes damaged).
     pub fn json(&self, value: ValueRef<'_>) -> Option<Vec<u8>> {
-        let conn = self.conn;
         let bytes = match value {
             ValueRef::Text(b) => return Some(b.to_vec()),
             ValueRef::Blob(b) => b,
-            ValueRef::Null | ValueRef::Integer(_) | ValueRef::Real(_) => return None,
+            ValueRef::Integer(id) => return self.in_block(id),
+            ValueRef::Null | ValueRef::Real(_) => return None,
         };
         let Some((&PACKED, rest)) = bytes.split_first() else { return Some(bytes.to_vec()) };
         let (id, frame) = rest.split_at_checked(4)?;
         let id = u32::from_le_bytes(id.try_into().ok()?);
         let size = usize::try_from(zstd::zstd_safe::get_frame_content_size(frame).ok()??).ok()?;
+        self.decompress(id, frame, size)
+    }
+
+    fn decompress(&self, dictionary: u32, frame: &[u8], size: usize) -> Option<Vec<u8>> {
+        let conn = self.conn;
         let mut contexts = self.contexts.borrow_mut();
-        let context = contexts.entry(id).or_insert_with(|| Self::context(conn, id)).as_mut()?;
+        let context = contexts.entry(dictionary).or_insert_with(|| Self::context(conn, dictionary)).as_mut()?;
         context.decompress(frame, size).ok()
+    }
+
+    /// The event of mutation `id`, in its block (the block read last is kept).
+    fn in_block(&self, id: i64) -> Option<Vec<u8>> {
+        if let Some(b) = self.block.borrow().as_ref().filter(|b| b.first <= id && id <= b.last) {
+            return b.event(id);
+        }
+        let (first, last, dictionary, data): (i64, i64, u32, Vec<u8>) = self
+            .conn
+            .query_row("SELECT id, last_id, dictionary, data FROM event_blocks WHERE id <= ?1 ORDER BY id DESC LIMIT 1", [id], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
+            .ok()?;
+        if id > last {
+            return None;
+        }
+        let size = usize::try_from(zstd::zstd_safe::get_frame_content_size(&data).ok()??).ok()?.min(BLOCK_BYTES_MAX);
+        let events = self.decompress(dictionary, &data, size)?;
+        let mut starts = vec![0];
+        starts.extend(events.iter().enumerate().filter(|(_, &c)| c == b'\n').map(|(i, _)| i + 1).filter(|&i| i < events.len()));
+        let block = Block { first, last, events, starts };
+        let event = block.event(id);
+        *self.block.borrow_mut() = Some(block);
+        event
     }
 
     fn context(conn: &Connection, id: u32) -> Option<zstd::bulk::Decompressor<'static>> {

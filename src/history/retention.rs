@@ -9,8 +9,8 @@
 //!    oldest mutations, in chunks sized from the average row, down to 90% of that share (so
 //!    that the next pass does not start at once);
 //!
-//! each chunk a transaction of its own, with the chunk's `reverts` rows and the objects left
-//! without any mutation (tombstoned or not: an object is written with each of its mutations,
+//! each chunk a transaction of its own, with the chunk's `reverts` rows, the event blocks and
+//! owners no longer used, and the objects left without any mutation (tombstoned or not: an object is written with each of its mutations,
 //! so one without any has no history left in the store); then `meta.oldest_us` moves to the
 //! oldest mutation left, `PRAGMA incremental_vacuum` gives the free pages back and a WAL
 //! checkpoint (TRUNCATE) makes the file shrink on disk.
@@ -72,7 +72,7 @@ pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64, headroom
     let mut done = Retained::default();
     let mut newest_removed: Option<i64> = None;
     if !r.max_age.is_zero() {
-        let newest: Option<i64> = conn.query_row("SELECT max(time_us) FROM mutations WHERE time_us <= ?1", [now_us], |r| r.get(0))?;
+        let newest: Option<i64> = conn.query_row(NEWEST, [now_us], |r| r.get(0))?;
         if let Some(newest) = newest {
             let cutoff = newest.saturating_sub(i64::try_from(r.max_age.as_micros()).unwrap_or(i64::MAX));
             loop {
@@ -108,7 +108,7 @@ pub(crate) fn retain(conn: &mut Connection, r: &Retention, now_us: i64, headroom
         }
     }
     if done.mutations > 0 {
-        let oldest: Option<i64> = conn.query_row("SELECT min(time_us) FROM mutations", [], |r| r.get(0))?;
+        let oldest: Option<i64> = conn.query_row(OLDEST, [], |r| r.get(0))?;
         let oldest = oldest.or(newest_removed).unwrap_or(0);
         conn.execute("INSERT INTO meta (key, value) VALUES ('oldest_us', ?1) ON CONFLICT (key) DO UPDATE SET value = excluded.value", [oldest.to_string()])?;
         done.oldest_us = Some(oldest);
@@ -133,7 +133,7 @@ fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
 /// About how many mutations the store holds (from their ids: no scan) and the bytes each
 /// takes with its share of objects, reverts and indexes.
 fn rows_and_size(conn: &Connection, used: u64) -> rusqlite::Result<(u64, u64)> {
-    let (lo, hi): (Option<i64>, Option<i64>) = conn.query_row("SELECT min(id), max(id) FROM mutations", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let (lo, hi): (Option<i64>, Option<i64>) = conn.query_row("SELECT min(id), max(id) FROM mutation_rows", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let count = match (lo, hi) {
         (Some(lo), Some(hi)) => (hi - lo + 1).max(1) as u64,
         _ => 0,
@@ -141,34 +141,112 @@ fn rows_and_size(conn: &Connection, used: u64) -> rusqlite::Result<(u64, u64)> {
     Ok((count, used / count.max(1)))
 }
 
+/// The newest mutation not after `?1`: in the blocks that end by then, in those that straddle
+/// it (a row stamped ahead of the clock: rare), and among the rows that hold their own event.
+const NEWEST: &str = "
+SELECT max(t) FROM (
+    SELECT max(max_us) AS t FROM event_blocks WHERE max_us <= ?1
+    UNION ALL
+    SELECT (SELECT max(m.time_us) FROM mutation_rows m WHERE m.id BETWEEN b.id AND b.last_id AND m.time_us <= ?1)
+    FROM event_blocks b WHERE b.max_us > ?1 AND b.min_us <= ?1
+    UNION ALL
+    SELECT max(time_us) FROM mutation_rows WHERE event IS NOT NULL AND time_us <= ?1
+)";
+
+/// The oldest mutation left.
+const OLDEST: &str = "
+SELECT min(t) FROM (SELECT min(min_us) AS t FROM event_blocks UNION ALL SELECT min(time_us) FROM mutation_rows WHERE event IS NOT NULL)";
+
+/// The next block in time order (by its oldest row, then its id) after (`?1`, `?2`), older
+/// than `?3`.
+const NEXT_BLOCK: &str = "
+SELECT id, last_id, min_us FROM event_blocks WHERE (min_us, id) > (?1, ?2) AND min_us < ?3 ORDER BY min_us, id LIMIT 1";
+
 /// Removes up to `n` of the oldest mutations (older than `before`, when given), their
-/// `reverts` rows and the objects left without a mutation, in one transaction. Returns how
-/// many mutations went. The row stored last (the highest id) stays, whatever its time: SQLite
-/// gives a new row the highest id plus one, so without it a later row would get an id given
-/// before, and a drift feed cursor past that id (docs/query-api.md) would miss it.
+/// `reverts` rows, the objects left without a mutation, the blocks and owners no longer used,
+/// in one transaction. Returns how many mutations went. The row stored last (the highest id)
+/// stays, whatever its time: SQLite gives a new row the highest id plus one, so without it a
+/// later row would get an id given before, and a drift feed cursor past that id
+/// (docs/query-api.md) would miss it.
+///
+/// The oldest are found without an index of every row's time: the rows that hold their own
+/// event by `mutation_rows_by_time`, the others block by block in the order of their blocks'
+/// oldest rows, until the next block starts after the `n`-th oldest row found so far.
 fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut Retained, newest_removed: &mut Option<i64>) -> rusqlite::Result<u64> {
+    let before = before.unwrap_or(i64::MAX);
     let tx = conn.transaction()?;
     tx.execute_batch(
-        "CREATE TEMP TABLE IF NOT EXISTS retire (id INTEGER PRIMARY KEY, object_id INTEGER NOT NULL, time_us INTEGER NOT NULL); DELETE FROM retire;",
+        "CREATE TEMP TABLE IF NOT EXISTS candidate (id INTEGER PRIMARY KEY, object_id INTEGER NOT NULL, time_us INTEGER NOT NULL);
+         CREATE INDEX IF NOT EXISTS temp.candidate_by_time ON candidate (time_us);
+         CREATE TEMP TABLE IF NOT EXISTS retire (id INTEGER PRIMARY KEY, object_id INTEGER NOT NULL, time_us INTEGER NOT NULL);
+         DELETE FROM candidate; DELETE FROM retire;",
     )?;
-    let picked = tx
+    let last: Option<i64> = tx.query_row("SELECT max(id) FROM mutation_rows", [], |r| r.get(0))?;
+    let last = last.unwrap_or(0);
+    let mut found = tx
         .prepare_cached(
-            "INSERT INTO retire (id, object_id, time_us)
-         SELECT id, object_id, time_us FROM mutations WHERE time_us < ?1 AND id < (SELECT max(id) FROM mutations) ORDER BY time_us LIMIT ?2",
+            "INSERT INTO candidate (id, object_id, time_us)
+             SELECT id, object_id, time_us FROM mutation_rows WHERE event IS NOT NULL AND time_us < ?1 AND id < ?2 ORDER BY time_us LIMIT ?3",
         )?
-        .execute(params![before.unwrap_or(i64::MAX), n])? as u64;
+        .execute(params![before, last, n])? as i64;
+    {
+        let mut next = tx.prepare_cached(NEXT_BLOCK)?;
+        let mut rows_of = tx.prepare_cached(
+            "INSERT INTO candidate (id, object_id, time_us)
+             SELECT id, object_id, time_us FROM mutation_rows WHERE id BETWEEN ?1 AND ?2 AND time_us < ?3 AND event IS NULL",
+        )?;
+        let mut nth = tx.prepare_cached("SELECT time_us FROM candidate ORDER BY time_us LIMIT 1 OFFSET ?1")?;
+        let mut at = (i64::MIN, i64::MIN);
+        while let Some((first, last_id, min_us)) =
+            next.query_row(params![at.0, at.1, before], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))).optional()?
+        {
+            if found >= n {
+                let nth: Option<i64> = nth.query_row([n - 1], |r| r.get(0)).optional()?;
+                if nth.is_some_and(|t| min_us >= t) {
+                    break;
+                }
+            }
+            // One upper bound: with two, SQLite may take the other and read to the table's end.
+            found += rows_of.execute(params![first, last_id.min(last - 1), before])? as i64;
+            at = (min_us, first);
+        }
+    }
+    let picked = tx
+        .prepare_cached("INSERT INTO retire (id, object_id, time_us) SELECT id, object_id, time_us FROM candidate ORDER BY time_us LIMIT ?1")?
+        .execute([n])? as u64;
     if picked == 0 {
         return Ok(0);
     }
     let newest: Option<i64> = tx.query_row("SELECT max(time_us) FROM retire", [], |r| r.get(0)).optional()?.flatten();
     *newest_removed = (*newest_removed).max(newest);
-    tx.execute("DELETE FROM reverts WHERE mutation_id IN (SELECT id FROM retire)", [])?;
-    tx.execute("DELETE FROM mutations WHERE id IN (SELECT id FROM retire)", [])?;
+    tx.execute("DELETE FROM revert_rows WHERE mutation_id IN (SELECT id FROM retire)", [])?;
+    tx.execute("DELETE FROM mutation_rows WHERE id IN (SELECT id FROM retire)", [])?;
+    // The owners of the objects that may go, looked at once those are gone.
+    tx.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS owned (id INTEGER PRIMARY KEY); DELETE FROM owned;
+         INSERT OR IGNORE INTO owned (id) SELECT owner FROM object_rows WHERE id IN (SELECT DISTINCT object_id FROM retire) AND owner IS NOT NULL;",
+    )?;
     let objects = tx.execute(
-        "DELETE FROM objects WHERE id IN (SELECT DISTINCT object_id FROM retire)
-           AND NOT EXISTS (SELECT 1 FROM mutations m WHERE m.object_id = objects.id)",
+        "DELETE FROM object_rows WHERE id IN (SELECT DISTINCT object_id FROM retire)
+           AND NOT EXISTS (SELECT 1 FROM mutation_rows m WHERE m.object_id = object_rows.id)",
         [],
     )? as u64;
+    // The blocks that held the removed mutations' events: gone once none of theirs is left,
+    // else their times narrowed to the rows left.
+    tx.execute_batch(
+        "CREATE TEMP TABLE IF NOT EXISTS touched (id INTEGER PRIMARY KEY); DELETE FROM touched;
+         INSERT OR IGNORE INTO touched (id)
+             SELECT block FROM (SELECT (SELECT max(b.id) FROM event_blocks b WHERE b.id <= r.id) AS block FROM retire r) WHERE block IS NOT NULL;
+         DELETE FROM event_blocks WHERE id IN (SELECT id FROM touched)
+           AND NOT EXISTS (SELECT 1 FROM mutation_rows m WHERE m.id BETWEEN event_blocks.id AND event_blocks.last_id);
+         UPDATE event_blocks SET
+             min_us = (SELECT min(m.time_us) FROM mutation_rows m WHERE m.id BETWEEN event_blocks.id AND event_blocks.last_id),
+             max_us = (SELECT max(m.time_us) FROM mutation_rows m WHERE m.id BETWEEN event_blocks.id AND event_blocks.last_id)
+         WHERE id IN (SELECT id FROM touched);",
+    )?;
+    if objects > 0 {
+        tx.execute("DELETE FROM owners WHERE id IN (SELECT id FROM owned) AND NOT EXISTS (SELECT 1 FROM object_rows o WHERE o.owner = owners.id)", [])?;
+    }
     tx.commit()?;
     done.mutations += picked;
     done.objects += objects;
@@ -197,7 +275,8 @@ mod tests {
                 params![time_s * 1_000_000, audit_id],
             )
             .unwrap();
-            c.last_insert_rowid()
+            // The view's trigger wrote it: its row id, by its auditID.
+            c.query_row("SELECT id FROM mutations WHERE audit_id = ?1", [audit_id], |r| r.get::<_, i64>(0)).unwrap()
         };
         let ids = [insert(&c, 100, "a"), insert(&c, 200, "b"), insert(&c, 50, "late")];
         let by_age = Retention { max_age: Duration::from_secs(60), max_bytes: 0 };

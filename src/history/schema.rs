@@ -1,29 +1,120 @@
 //! The history store's schema (docs/history.md documents every column). Times are integers,
 //! µs since the Unix epoch, of the API server's `stageTimestamp`; SQL shows them with
 //! `datetime(time_us / 1e6, 'unixepoch')`.
+//!
+//! Schema 3 keeps each fact once and small: names in `strings` (a cluster, a kind, a user is
+//! one integer in a row), UIDs and auditIDs of the UUID form as 16 bytes, the enriched events
+//! of a transaction compressed together in `event_blocks`. The views `objects`, `mutations` and
+//! `reverts` show the rows with the columns of earlier schemas, as text (their triggers take
+//! rows written by hand the same way); the readers look rows up in the tables themselves.
 
 /// Bumped on any change a reader of an older store could not take. 2: events compressed
-/// (`dictionaries`, [`super::pack`]).
-pub const SCHEMA_VERSION: &str = "2";
+/// (`dictionaries`, [`super::pack`]). 3: names interned, events in blocks, the views.
+pub const SCHEMA_VERSION: &str = "3";
 
-/// The versions this build reads: a store of version 1 (events as TEXT) reads as it is, and the
-/// writer converts it to 2 when it opens it (it adds `dictionaries`; the rows stay as they are).
-pub const READS: [&str; 2] = ["1", "2"];
+/// The versions the writer converts to [`SCHEMA_VERSION`] when it opens a store
+/// ([`super::convert`]); a reader asks for the conversion.
+pub const CONVERTS: [&str; 2] = ["1", "2"];
 
-/// Indexes of earlier builds that [`SQL`] replaced: dropped by the writer when it opens a store
-/// (readers do not depend on them).
-pub const DROPPED: &str = "DROP INDEX IF EXISTS mutations_by_audit; DROP INDEX IF EXISTS mutations_by_time; DROP INDEX IF EXISTS mutations_by_class; \
-DROP INDEX IF EXISTS mutations_drift; DROP INDEX IF EXISTS mutations_origin; DROP INDEX IF EXISTS mutations_unowned; \
-DROP INDEX IF EXISTS mutations_undetermined; DROP INDEX IF EXISTS mutations_unknown_parent;";
+/// The classes, by the integer a row holds (`classes.id`): the order of [`crate::classify::Class::ALL`].
+pub const CLASS_IDS: [(i64, &str); 8] =
+    [(1, "drift"), (2, "expected"), (3, "origin"), (4, "unowned"), (5, "initializing"), (6, "deleting"), (7, "undetermined"), (8, "unknown-parent")];
+
+/// The integer of a class (`classes.id`).
+pub fn class_id(class: &str) -> Option<i64> {
+    CLASS_IDS.iter().find(|(_, c)| *c == class).map(|(id, _)| *id)
+}
 
 /// The classes with an index of their own ([`SQL`]: `mutations_<class>_seq`): the signal, rare
-/// next to the `expected`, `initializing` and `deleting` writes of every rollout, which the
-/// drift feed finds in the table itself. A query uses one only when it names the class as a
-/// literal (`class = 'drift'`), as the partial index's own condition does.
-pub const INDEXED_CLASSES: [&str; 5] = ["drift", "origin", "unowned", "undetermined", "unknown-parent"];
+/// next to the `expected`, `initializing`, `deleting` and `unowned` writes (a quarter of the
+/// generator's stream is `unowned`), which the drift feed finds in the table itself. A query uses one only when it names the class's
+/// integer as a literal (`class = 1`), as the partial index's own condition does.
+pub const INDEXED_CLASSES: [&str; 4] = ["drift", "origin", "undetermined", "unknown-parent"];
+
+/// A UID or an auditID as a row keeps it: the 16 bytes of a UUID in its canonical form
+/// (lowercase, `8-4-4-4-12`), any other text as it is. The views show both as the text.
+pub fn id_value(s: &str) -> rusqlite::types::Value {
+    match uuid_bytes(s) {
+        Some(b) => rusqlite::types::Value::Blob(b.to_vec()),
+        None => rusqlite::types::Value::Text(s.to_string()),
+    }
+}
+
+/// The 16 bytes of a canonical UUID (what the views turn back into the same text).
+pub fn uuid_bytes(s: &str) -> Option<[u8; 16]> {
+    let b = s.as_bytes();
+    if b.len() != 36 {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    let mut n = 0;
+    let mut i = 0;
+    while i < 36 {
+        if matches!(i, 8 | 13 | 18 | 23) {
+            if b[i] != b'-' {
+                return None;
+            }
+            i += 1;
+            continue;
+        }
+        let hex = |c: u8| match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            _ => None,
+        };
+        out[n] = (hex(b[i])? << 4) | hex(b[i + 1])?;
+        n += 1;
+        i += 2;
+    }
+    Some(out)
+}
+
+/// The text of a stored UID or auditID (`x`, a column): a 16-byte BLOB as its UUID, else as it is.
+macro_rules! uuid_text {
+    ($x:literal) => {
+        concat!(
+            "CASE WHEN typeof(",
+            $x,
+            ") = 'blob' AND length(",
+            $x,
+            ") = 16 THEN lower(substr(hex(",
+            $x,
+            "), 1, 8) || '-' || substr(hex(",
+            $x,
+            "), 9, 4) || '-' || substr(hex(",
+            $x,
+            "), 13, 4) || '-' || substr(hex(",
+            $x,
+            "), 17, 4) || '-' || substr(hex(",
+            $x,
+            "), 21, 12)) ELSE ",
+            $x,
+            " END"
+        )
+    };
+}
+
+/// A UID or an auditID as a row keeps it (`x`, a text): a canonical UUID as its 16 bytes, any
+/// other value as it is ([`id_value`] in SQL).
+macro_rules! uuid_value {
+    ($x:literal) => {
+        concat!("CASE WHEN typeof(", $x, ") = 'text' AND ", $x, " GLOB '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]' THEN unhex(replace(", $x, ", '-', '')) ELSE ", $x, " END")
+    };
+}
+
+/// Indexes of earlier builds' tables, dropped before a store of schema 1 or 2 is converted
+/// (their names are taken by the indexes of schema 3).
+pub const DROPPED: &str = "DROP INDEX IF EXISTS mutations_by_audit; DROP INDEX IF EXISTS mutations_by_time; DROP INDEX IF EXISTS mutations_by_class; \
+DROP INDEX IF EXISTS mutations_drift; DROP INDEX IF EXISTS mutations_origin; DROP INDEX IF EXISTS mutations_unowned; \
+DROP INDEX IF EXISTS mutations_undetermined; DROP INDEX IF EXISTS mutations_unknown_parent; \
+DROP INDEX IF EXISTS mutations_by_object; DROP INDEX IF EXISTS mutations_by_time_audit; DROP INDEX IF EXISTS mutations_drift_seq; \
+DROP INDEX IF EXISTS mutations_origin_seq; DROP INDEX IF EXISTS mutations_unowned_seq; DROP INDEX IF EXISTS mutations_undetermined_seq; \
+DROP INDEX IF EXISTS mutations_unknown_parent_seq; DROP INDEX IF EXISTS objects_by_name; DROP INDEX IF EXISTS objects_by_parent; \
+DROP INDEX IF EXISTS reverts_by_origin; DROP INDEX IF EXISTS reverts_by_mutation;";
 
 /// Created when missing, by the writer only.
-pub const SQL: &str = r#"
+pub const SQL: &str = concat!(
+    r#"
 CREATE TABLE IF NOT EXISTS meta (
     key   TEXT PRIMARY KEY,
     value TEXT NOT NULL
@@ -31,77 +122,318 @@ CREATE TABLE IF NOT EXISTS meta (
 -- meta keys: schema_version; oldest_us (the history reaches back to this time: nothing older
 -- was kept, or retention removed it); newest_us (the newest mutation written).
 
+-- Every name a row refers to by its integer: clusters, API versions, kinds, namespaces,
+-- users, verbs, subresources, resolutions, policies. Never removed (a few thousand).
+CREATE TABLE IF NOT EXISTS strings (
+    id   INTEGER PRIMARY KEY,
+    text TEXT NOT NULL UNIQUE
+);
+
+-- The classes, by the integer of `mutation_rows.class`.
+CREATE TABLE IF NOT EXISTS classes (
+    id   INTEGER PRIMARY KEY,
+    name TEXT NOT NULL UNIQUE
+);
+INSERT OR IGNORE INTO classes (id, name) VALUES (1, 'drift'), (2, 'expected'), (3, 'origin'), (4, 'unowned'),
+    (5, 'initializing'), (6, 'deleting'), (7, 'undetermined'), (8, 'unknown-parent');
+
+-- The controller owners objects name (an object's `parent`): one row for all its children.
+CREATE TABLE IF NOT EXISTS owners (
+    id          INTEGER PRIMARY KEY,
+    cluster     INTEGER NOT NULL,               -- strings.id
+    uid         BLOB NOT NULL,                  -- 16 bytes for a UUID, else its text
+    api_version INTEGER NOT NULL,               -- strings.id
+    kind        INTEGER NOT NULL,               -- strings.id
+    name        TEXT NOT NULL
+);
+-- An owner by its UID (one row per cluster, identity and UID: the writer looks it up before it
+-- adds one).
+CREATE INDEX IF NOT EXISTS owners_by_uid ON owners (uid);
+
 -- One row per object ever written, live or deleted: its identity and its controller owner.
-CREATE TABLE IF NOT EXISTS objects (
-    id                 INTEGER PRIMARY KEY,
-    cluster            TEXT NOT NULL,
-    uid                TEXT NOT NULL,
-    api_version        TEXT NOT NULL,
-    kind               TEXT NOT NULL,
-    namespace          TEXT NOT NULL,          -- '' for cluster-scoped objects
-    name               TEXT NOT NULL,
-    parent_uid         TEXT,                   -- the controller owner, when it has one
-    parent_api_version TEXT,
-    parent_kind        TEXT,
-    parent_name        TEXT,
-    first_us           INTEGER NOT NULL,       -- first mutation kept
-    last_us            INTEGER NOT NULL,       -- newest mutation kept
-    deleted_us         INTEGER,                -- the tombstone: when it was deleted (or evicted)
-    deleted_by         TEXT,                   -- by whom
-    deleted_audit_id   TEXT,
+CREATE TABLE IF NOT EXISTS object_rows (
+    id               INTEGER PRIMARY KEY,
+    cluster          INTEGER NOT NULL,          -- strings.id
+    uid              BLOB NOT NULL,             -- 16 bytes for a UUID, else its text
+    api_version      INTEGER NOT NULL,          -- strings.id
+    kind             INTEGER NOT NULL,          -- strings.id
+    namespace        INTEGER NOT NULL,          -- strings.id ('' for cluster-scoped objects)
+    name             TEXT NOT NULL,
+    owner            INTEGER,                   -- owners.id, when it has one
+    first_us         INTEGER NOT NULL,          -- first mutation kept
+    last_us          INTEGER NOT NULL,          -- newest mutation kept
+    deleted_us       INTEGER,                   -- the tombstone: when it was deleted (or evicted)
+    deleted_by       INTEGER,                   -- strings.id: by whom
+    deleted_audit_id BLOB,                      -- 16 bytes for a UUID, else its text
     UNIQUE (cluster, uid)
 );
-CREATE INDEX IF NOT EXISTS objects_by_name ON objects (kind, name, namespace, cluster);
-CREATE INDEX IF NOT EXISTS objects_by_parent ON objects (parent_uid, cluster);
+-- By kind and name: the name's last 8 characters (those that tell a pod from its siblings)
+-- are enough to find the few rows to compare whole.
+CREATE INDEX IF NOT EXISTS object_rows_by_name ON object_rows (kind, substr(name, -8));
+CREATE INDEX IF NOT EXISTS object_rows_by_owner ON object_rows (owner) WHERE owner IS NOT NULL;
 
 -- One row per classified mutation, in the order the service classified them: the id only
 -- grows (retention never removes the row of the highest id, so that SQLite never gives an id
 -- again), and the drift feed's cursor is an id.
-CREATE TABLE IF NOT EXISTS mutations (
+CREATE TABLE IF NOT EXISTS mutation_rows (
     id             INTEGER PRIMARY KEY,
-    object_id      INTEGER NOT NULL REFERENCES objects (id),
+    object_id      INTEGER NOT NULL,           -- object_rows.id
     time_us        INTEGER NOT NULL,
-    audit_id       TEXT NOT NULL,
-    verb           TEXT NOT NULL,              -- as the enriched event's `verb`
-    subresource    TEXT,                       -- scale, eviction, ...
-    user           TEXT NOT NULL,
-    class          TEXT NOT NULL,              -- drift, expected, origin, ...
-    resolution     TEXT,                       -- drift only: approved, rejected, unresolved
-    policy         TEXT,                       -- drift only: what resolved it
+    audit_id       BLOB NOT NULL,              -- 16 bytes for a UUID, else its text
+    verb           INTEGER NOT NULL,           -- strings.id
+    subresource    INTEGER,                    -- strings.id: scale, eviction, ...
+    user           INTEGER NOT NULL,           -- strings.id
+    class          INTEGER NOT NULL,           -- classes.id
+    resolution     INTEGER,                    -- strings.id; drift only: approved, rejected, unresolved
+    policy         INTEGER,                    -- strings.id; drift only: what resolved it
     reverts_person INTEGER NOT NULL DEFAULT 0, -- 1: a drift that undoes a person's write
-    event          TEXT NOT NULL               -- the enriched event, as the jsonl sink writes it: a
-                                               -- BLOB compressed with zstd (docs/history.md), or TEXT
+    event          BLOB                        -- NULL: the event is in event_blocks; else a
+                                               -- row of an earlier schema: its JSON (TEXT) or
+                                               -- one compressed event (BLOB, src/history/pack.rs)
 );
-CREATE INDEX IF NOT EXISTS mutations_by_object ON mutations (object_id, time_us);
--- Mutations by time (retention by age and by size), and each written once:
--- a log replayed again, or a batch the API server sent again, adds nothing (the same audit
--- event has the same stageTimestamp; one auditID may name several objects, a
--- deletecollection). Led by the time, new rows go to the end of the index, where an index led
--- by the random auditID would dirty a page of its own per row.
-CREATE UNIQUE INDEX IF NOT EXISTS mutations_by_time_audit ON mutations (time_us, audit_id, object_id);
+-- An object's writes in time order; also how a mutation is written once (the writer looks
+-- for the same auditID at the same time on the same object: an audit event sent again keeps
+-- its stageTimestamp).
+CREATE INDEX IF NOT EXISTS mutation_rows_by_object ON mutation_rows (object_id, time_us);
+-- By time, for retention: the rows of the writer are found by their blocks' times
+-- (event_blocks), those that hold their own event (an earlier schema's, or written by hand)
+-- here.
+CREATE INDEX IF NOT EXISTS mutation_rows_by_time ON mutation_rows (time_us) WHERE event IS NOT NULL;
 -- The drift feed by class, in storage order (the row id: a row stored later has a higher one,
 -- whatever its event time), with the time for since/until: the signal classes only, each in an
 -- index of its own (rows of other classes cost no index write; the feed reads them from the
 -- table, which is in storage order too).
-CREATE INDEX IF NOT EXISTS mutations_drift_seq ON mutations (id, time_us) WHERE class = 'drift';
-CREATE INDEX IF NOT EXISTS mutations_origin_seq ON mutations (id, time_us) WHERE class = 'origin';
-CREATE INDEX IF NOT EXISTS mutations_unowned_seq ON mutations (id, time_us) WHERE class = 'unowned';
-CREATE INDEX IF NOT EXISTS mutations_undetermined_seq ON mutations (id, time_us) WHERE class = 'undetermined';
-CREATE INDEX IF NOT EXISTS mutations_unknown_parent_seq ON mutations (id, time_us) WHERE class = 'unknown-parent';
+CREATE INDEX IF NOT EXISTS mutations_drift_seq ON mutation_rows (id, time_us) WHERE class = 1;
+CREATE INDEX IF NOT EXISTS mutations_origin_seq ON mutation_rows (id, time_us) WHERE class = 3;
+CREATE INDEX IF NOT EXISTS mutations_undetermined_seq ON mutation_rows (id, time_us) WHERE class = 7;
+CREATE INDEX IF NOT EXISTS mutations_unknown_parent_seq ON mutation_rows (id, time_us) WHERE class = 8;
 
 -- Which origin writes each drift undoes (the enriched event's `reverts`), to find from an
 -- origin write what reverted it.
-CREATE TABLE IF NOT EXISTS reverts (
-    mutation_id     INTEGER NOT NULL REFERENCES mutations (id),
-    origin_audit_id TEXT NOT NULL
+CREATE TABLE IF NOT EXISTS revert_rows (
+    mutation_id     INTEGER NOT NULL,          -- mutation_rows.id
+    origin_audit_id BLOB NOT NULL              -- 16 bytes for a UUID, else its text
 );
-CREATE INDEX IF NOT EXISTS reverts_by_origin ON reverts (origin_audit_id);
-CREATE INDEX IF NOT EXISTS reverts_by_mutation ON reverts (mutation_id);
+CREATE INDEX IF NOT EXISTS revert_rows_by_origin ON revert_rows (origin_audit_id);
+CREATE INDEX IF NOT EXISTS revert_rows_by_mutation ON revert_rows (mutation_id);
 
 -- The zstd dictionaries the events are compressed with (trained on the store's first events);
--- an event names its own (src/history/pack.rs). Never removed: one per store, 64 KiB.
+-- a block (or an event of schema 2) names its own (src/history/pack.rs). Never removed.
 CREATE TABLE IF NOT EXISTS dictionaries (
     id         INTEGER PRIMARY KEY,
     dictionary BLOB NOT NULL
 );
+
+-- The enriched events, compressed together: the events of the mutations `id` to `last_id`
+-- (consecutive rows of one transaction), each as the jsonl sink writes it and followed by a
+-- newline, in one zstd frame with the dictionary `dictionary` (0: none). Removed with the
+-- last of its mutations; `min_us` and `max_us` bound the times of those left (retention).
+CREATE TABLE IF NOT EXISTS event_blocks (
+    id         INTEGER PRIMARY KEY,            -- the first mutation's id
+    last_id    INTEGER NOT NULL,
+    min_us     INTEGER NOT NULL,
+    max_us     INTEGER NOT NULL,
+    dictionary INTEGER NOT NULL,
+    data       BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS event_blocks_by_min ON event_blocks (min_us);
+CREATE INDEX IF NOT EXISTS event_blocks_by_max ON event_blocks (max_us);
+
+-- The rows as text, with the columns of schemas 1 and 2 (for SQL by hand; docs/history.md).
+CREATE VIEW IF NOT EXISTS objects AS
+SELECT o.id AS id, c.text AS cluster, "#,
+    uuid_text!("o.uid"),
+    r#" AS uid, av.text AS api_version, k.text AS kind,
+       ns.text AS namespace, o.name AS name, "#,
+    uuid_text!("w.uid"),
+    r#" AS parent_uid, wav.text AS parent_api_version,
+       wk.text AS parent_kind, w.name AS parent_name, o.first_us AS first_us, o.last_us AS last_us,
+       o.deleted_us AS deleted_us, db.text AS deleted_by, "#,
+    uuid_text!("o.deleted_audit_id"),
+    r#" AS deleted_audit_id
+FROM object_rows o
+JOIN strings c ON c.id = o.cluster
+JOIN strings av ON av.id = o.api_version
+JOIN strings k ON k.id = o.kind
+JOIN strings ns ON ns.id = o.namespace
+LEFT JOIN owners w ON w.id = o.owner
+LEFT JOIN strings wav ON wav.id = w.api_version
+LEFT JOIN strings wk ON wk.id = w.kind
+LEFT JOIN strings db ON db.id = o.deleted_by;
+
+-- `event`: the row's own event (schemas 1 and 2), else the mutation's id, which
+-- src/history/pack.rs reads in event_blocks.
+CREATE VIEW IF NOT EXISTS mutations AS
+SELECT m.id AS id, m.object_id AS object_id, m.time_us AS time_us, "#,
+    uuid_text!("m.audit_id"),
+    r#" AS audit_id, v.text AS verb,
+       s.text AS subresource, u.text AS user, c.name AS class, r.text AS resolution, p.text AS policy,
+       m.reverts_person AS reverts_person, coalesce(m.event, m.id) AS event
+FROM mutation_rows m
+JOIN strings v ON v.id = m.verb
+LEFT JOIN strings s ON s.id = m.subresource
+JOIN strings u ON u.id = m.user
+JOIN classes c ON c.id = m.class
+LEFT JOIN strings r ON r.id = m.resolution
+LEFT JOIN strings p ON p.id = m.policy;
+
+CREATE VIEW IF NOT EXISTS reverts AS
+SELECT mutation_id, "#,
+    uuid_text!("origin_audit_id"),
+    r#" AS origin_audit_id FROM revert_rows;
+
+-- Rows written by hand through the views, as the writer would write them.
+CREATE TRIGGER IF NOT EXISTS objects_insert INSTEAD OF INSERT ON objects BEGIN
+    INSERT OR IGNORE INTO strings (text) SELECT value FROM (
+        SELECT new.cluster AS value UNION ALL SELECT new.api_version UNION ALL SELECT new.kind UNION ALL SELECT new.namespace
+        UNION ALL SELECT new.deleted_by UNION ALL SELECT coalesce(new.parent_api_version, '') WHERE new.parent_uid IS NOT NULL
+        UNION ALL SELECT coalesce(new.parent_kind, '') WHERE new.parent_uid IS NOT NULL) WHERE value IS NOT NULL;
+    INSERT INTO owners (cluster, uid, api_version, kind, name)
+    SELECT c, "#,
+    uuid_value!("new.parent_uid"),
+    r#", av, k, coalesce(new.parent_name, '') FROM (
+        SELECT (SELECT id FROM strings WHERE text = new.cluster) AS c,
+               (SELECT id FROM strings WHERE text = coalesce(new.parent_api_version, '')) AS av,
+               (SELECT id FROM strings WHERE text = coalesce(new.parent_kind, '')) AS k)
+    WHERE new.parent_uid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM owners w WHERE w.uid = "#,
+    uuid_value!("new.parent_uid"),
+    r#" AND w.cluster = c
+        AND w.api_version = av AND w.kind = k AND w.name = coalesce(new.parent_name, ''));
+    INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+    VALUES (new.id, (SELECT id FROM strings WHERE text = new.cluster), "#,
+    uuid_value!("new.uid"),
+    r#", (SELECT id FROM strings WHERE text = new.api_version),
+            (SELECT id FROM strings WHERE text = new.kind), (SELECT id FROM strings WHERE text = new.namespace), new.name,
+            (SELECT id FROM owners WHERE cluster = (SELECT id FROM strings WHERE text = new.cluster) AND uid = "#,
+    uuid_value!("new.parent_uid"),
+    r#"
+                AND api_version = (SELECT id FROM strings WHERE text = coalesce(new.parent_api_version, ''))
+                AND kind = (SELECT id FROM strings WHERE text = coalesce(new.parent_kind, '')) AND name = coalesce(new.parent_name, '')),
+            new.first_us, new.last_us, new.deleted_us, (SELECT id FROM strings WHERE text = new.deleted_by), "#,
+    uuid_value!("new.deleted_audit_id"),
+    r#");
+END;
+CREATE TRIGGER IF NOT EXISTS objects_update INSTEAD OF UPDATE ON objects BEGIN
+    INSERT OR IGNORE INTO strings (text) SELECT new.deleted_by WHERE new.deleted_by IS NOT NULL;
+    UPDATE object_rows SET name = new.name, first_us = new.first_us, last_us = new.last_us, deleted_us = new.deleted_us,
+        deleted_by = (SELECT id FROM strings WHERE text = new.deleted_by),
+        deleted_audit_id = CASE WHEN new.deleted_audit_id IS old.deleted_audit_id THEN deleted_audit_id ELSE "#,
+    uuid_value!("new.deleted_audit_id"),
+    r#" END
+    WHERE id = old.id;
+END;
+CREATE TRIGGER IF NOT EXISTS objects_delete INSTEAD OF DELETE ON objects BEGIN
+    DELETE FROM object_rows WHERE id = old.id;
+END;
+CREATE TRIGGER IF NOT EXISTS mutations_insert INSTEAD OF INSERT ON mutations BEGIN
+    INSERT OR IGNORE INTO strings (text) SELECT value FROM (
+        SELECT new.verb AS value UNION ALL SELECT new.subresource UNION ALL SELECT new.user
+        UNION ALL SELECT new.resolution UNION ALL SELECT new.policy) WHERE value IS NOT NULL;
+    INSERT INTO mutation_rows (id, object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
+    VALUES (new.id, new.object_id, new.time_us, "#,
+    uuid_value!("new.audit_id"),
+    r#", (SELECT id FROM strings WHERE text = new.verb),
+            (SELECT id FROM strings WHERE text = new.subresource), (SELECT id FROM strings WHERE text = new.user),
+            (SELECT id FROM classes WHERE name = new.class), (SELECT id FROM strings WHERE text = new.resolution),
+            (SELECT id FROM strings WHERE text = new.policy), coalesce(new.reverts_person, 0), new.event);
+END;
+CREATE TRIGGER IF NOT EXISTS mutations_update INSTEAD OF UPDATE ON mutations BEGIN
+    INSERT OR IGNORE INTO strings (text) SELECT value FROM (
+        SELECT new.user AS value UNION ALL SELECT new.resolution UNION ALL SELECT new.policy) WHERE value IS NOT NULL;
+    UPDATE mutation_rows SET time_us = new.time_us, user = (SELECT id FROM strings WHERE text = new.user),
+        class = (SELECT id FROM classes WHERE name = new.class), resolution = (SELECT id FROM strings WHERE text = new.resolution),
+        policy = (SELECT id FROM strings WHERE text = new.policy), reverts_person = new.reverts_person,
+        event = CASE WHEN new.event IS old.event THEN event ELSE new.event END
+    WHERE id = old.id;
+END;
+CREATE TRIGGER IF NOT EXISTS mutations_delete INSTEAD OF DELETE ON mutations BEGIN
+    DELETE FROM mutation_rows WHERE id = old.id;
+END;
+CREATE TRIGGER IF NOT EXISTS reverts_insert INSTEAD OF INSERT ON reverts BEGIN
+    INSERT INTO revert_rows (mutation_id, origin_audit_id) VALUES (new.mutation_id, "#,
+    uuid_value!("new.origin_audit_id"),
+    r#");
+END;
+CREATE TRIGGER IF NOT EXISTS reverts_delete INSTEAD OF DELETE ON reverts BEGIN
+    DELETE FROM revert_rows WHERE rowid IN (SELECT rowid FROM revert_rows WHERE mutation_id = old.mutation_id
+        AND "#,
+    uuid_text!("origin_audit_id"),
+    r#" = old.origin_audit_id LIMIT 1);
+END;
+"#
+);
+
+/// The tables of schema 2 (and 1, without `dictionaries`), as an earlier build made them: the
+/// conversion's tests make such stores.
+pub const SQL_2: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS objects (
+    id INTEGER PRIMARY KEY, cluster TEXT NOT NULL, uid TEXT NOT NULL, api_version TEXT NOT NULL, kind TEXT NOT NULL,
+    namespace TEXT NOT NULL, name TEXT NOT NULL, parent_uid TEXT, parent_api_version TEXT, parent_kind TEXT, parent_name TEXT,
+    first_us INTEGER NOT NULL, last_us INTEGER NOT NULL, deleted_us INTEGER, deleted_by TEXT, deleted_audit_id TEXT,
+    UNIQUE (cluster, uid)
+);
+CREATE INDEX IF NOT EXISTS objects_by_name ON objects (kind, name, namespace, cluster);
+CREATE INDEX IF NOT EXISTS objects_by_parent ON objects (parent_uid, cluster);
+CREATE TABLE IF NOT EXISTS mutations (
+    id INTEGER PRIMARY KEY, object_id INTEGER NOT NULL REFERENCES objects (id), time_us INTEGER NOT NULL, audit_id TEXT NOT NULL,
+    verb TEXT NOT NULL, subresource TEXT, user TEXT NOT NULL, class TEXT NOT NULL, resolution TEXT, policy TEXT,
+    reverts_person INTEGER NOT NULL DEFAULT 0, event TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS mutations_by_object ON mutations (object_id, time_us);
+CREATE UNIQUE INDEX IF NOT EXISTS mutations_by_time_audit ON mutations (time_us, audit_id, object_id);
+CREATE INDEX IF NOT EXISTS mutations_drift_seq ON mutations (id, time_us) WHERE class = 'drift';
+CREATE TABLE IF NOT EXISTS reverts (mutation_id INTEGER NOT NULL REFERENCES mutations (id), origin_audit_id TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS reverts_by_origin ON reverts (origin_audit_id);
+CREATE INDEX IF NOT EXISTS reverts_by_mutation ON reverts (mutation_id);
+CREATE TABLE IF NOT EXISTS dictionaries (id INTEGER PRIMARY KEY, dictionary BLOB NOT NULL);
 "#;
+
+/// Converts the tables of schema 1 or 2 (renamed `*_old` by the caller, their indexes dropped)
+/// into those of [`SQL`], in the caller's transaction: names interned, rows copied with their
+/// ids (the drift feed's cursors stay valid), their events kept as they were.
+pub const CONVERT: &str = concat!(
+    r#"
+INSERT OR IGNORE INTO strings (text)
+    SELECT cluster FROM objects_old UNION SELECT api_version FROM objects_old UNION SELECT kind FROM objects_old
+    UNION SELECT namespace FROM objects_old UNION SELECT deleted_by FROM objects_old WHERE deleted_by IS NOT NULL
+    UNION SELECT coalesce(parent_api_version, '') FROM objects_old WHERE parent_uid IS NOT NULL
+    UNION SELECT coalesce(parent_kind, '') FROM objects_old WHERE parent_uid IS NOT NULL
+    UNION SELECT verb FROM mutations_old UNION SELECT subresource FROM mutations_old WHERE subresource IS NOT NULL
+    UNION SELECT user FROM mutations_old UNION SELECT resolution FROM mutations_old WHERE resolution IS NOT NULL
+    UNION SELECT policy FROM mutations_old WHERE policy IS NOT NULL;
+INSERT INTO owners (cluster, uid, api_version, kind, name)
+    SELECT DISTINCT (SELECT id FROM strings WHERE text = cluster), "#,
+    uuid_value!("parent_uid"),
+    r#", (SELECT id FROM strings WHERE text = coalesce(parent_api_version, '')),
+           (SELECT id FROM strings WHERE text = coalesce(parent_kind, '')), coalesce(parent_name, '')
+    FROM objects_old WHERE parent_uid IS NOT NULL;
+INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+    SELECT o.id, (SELECT id FROM strings WHERE text = o.cluster), "#,
+    uuid_value!("o.uid"),
+    r#", (SELECT id FROM strings WHERE text = o.api_version),
+           (SELECT id FROM strings WHERE text = o.kind), (SELECT id FROM strings WHERE text = o.namespace), o.name,
+           (SELECT w.id FROM owners w WHERE w.cluster = (SELECT id FROM strings WHERE text = o.cluster) AND w.uid = "#,
+    uuid_value!("o.parent_uid"),
+    r#"
+                AND w.api_version = (SELECT id FROM strings WHERE text = coalesce(o.parent_api_version, ''))
+                AND w.kind = (SELECT id FROM strings WHERE text = coalesce(o.parent_kind, '')) AND w.name = coalesce(o.parent_name, '')),
+           o.first_us, o.last_us, o.deleted_us, (SELECT id FROM strings WHERE text = o.deleted_by), "#,
+    uuid_value!("o.deleted_audit_id"),
+    r#"
+    FROM objects_old o;
+INSERT INTO mutation_rows (id, object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
+    SELECT m.id, m.object_id, m.time_us, "#,
+    uuid_value!("m.audit_id"),
+    r#", (SELECT id FROM strings WHERE text = m.verb), (SELECT id FROM strings WHERE text = m.subresource),
+           (SELECT id FROM strings WHERE text = m.user), (SELECT id FROM classes WHERE name = m.class),
+           (SELECT id FROM strings WHERE text = m.resolution), (SELECT id FROM strings WHERE text = m.policy), m.reverts_person, m.event
+    FROM mutations_old m;
+INSERT INTO revert_rows (mutation_id, origin_audit_id) SELECT mutation_id, "#,
+    uuid_value!("origin_audit_id"),
+    r#" FROM reverts_old;
+DROP TABLE reverts_old;
+DROP TABLE mutations_old;
+DROP TABLE objects_old;
+"#
+);

@@ -257,12 +257,14 @@ SELECT count(*) FROM mutations
 WHERE object_id = ?1 AND (?2 IS NULL OR time_us <= ?2) AND (time_us < ?3 OR (time_us = ?3 AND id < ?4))";
 
 /// The drifts that name an origin write in their `reverts`, in the object's cluster.
+/// The origin's auditID as rows keep it (`?1`, [`crate::history::schema::id_value`]) or as text
+/// (`?4`, a row of an earlier schema).
 const REVERTED_BY: &str = "
 SELECT DISTINCT m.id, m.audit_id, m.time_us, m.user, m.class, o.kind, o.name, o.uid, m.event
-FROM reverts r
+FROM revert_rows r
 JOIN mutations m ON m.id = r.mutation_id
 JOIN objects o ON o.id = m.object_id
-WHERE r.origin_audit_id = ?1 AND o.cluster = ?2 AND (?3 IS NULL OR m.time_us <= ?3)
+WHERE r.origin_audit_id IN (?1, ?4) AND o.cluster = ?2 AND (?3 IS NULL OR m.time_us <= ?3)
 ORDER BY m.time_us, m.id";
 
 /// The event column of row `r` at `index`, when it holds a JSON object: `None` for one
@@ -365,7 +367,7 @@ struct RevertEntryObject<'a> {
 /// object (by kind and name), not another object's item of the same request.
 fn reverted_by(conn: &Connection, events: &Unpacker<'_>, object: &ObjectRef, audit_id: &str, at_us: Option<i64>) -> Result<Vec<RevertedBy>, StoryError> {
     let mut stmt = conn.prepare_cached(REVERTED_BY)?;
-    let rows = stmt.query_map(params![audit_id, object.cluster, at_us], |r| {
+    let rows = stmt.query_map(params![crate::history::schema::id_value(audit_id), object.cluster, at_us, audit_id], |r| {
         let event = stored_event(r, 8, events)?;
         let names_it = match event.as_deref().map(|e| serde_json::from_str::<Reverts<'_>>(e.get())) {
             Some(Ok(rv)) => rv.reverts.iter().any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),

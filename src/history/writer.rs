@@ -1,14 +1,15 @@
 //! Writing the history store: batches of enriched events in, one transaction per group of
 //! batches out, on a thread of its own (never the processor's, never a tokio worker).
 //!
-//! Each enriched event becomes: its object's row in `objects` (upserted: identity, owner,
-//! first/last time, the tombstone of a delete or an eviction), one row in `mutations` (the
-//! event's JSON as [`Enriched::write_json`] writes it), one row in `reverts` per origin write
-//! it undoes; `meta.oldest_us`/`newest_us` follow. A transaction is all or nothing: a store
-//! that cannot write (a full disk) keeps no part of the batches, which are held and tried
-//! again. The same auditID on the same object is written once (the unique index
-//! `mutations_by_time_audit`: an audit event keeps its stageTimestamp), so replaying a log twice, or a batch the API server sent again,
-//! adds nothing.
+//! Each enriched event becomes: its object's row in `object_rows` (upserted: identity, owner,
+//! first/last time, the tombstone of a delete or an eviction), one row in `mutation_rows`, its
+//! JSON (as [`Enriched::write_json`] writes it) in the block of `event_blocks` being filled,
+//! one row in `revert_rows` per origin write it undoes; names become integers of `strings`,
+//! owners of `owners`; `meta.oldest_us`/`newest_us` follow. A transaction is all or nothing: a
+//! store that cannot write (a full disk) keeps no part of the batches, which are held and tried
+//! again. The same auditID on the same object is written once (looked up on
+//! `mutation_rows_by_object`: an audit event keeps its stageTimestamp), so replaying a log
+//! twice, or a batch the API server sent again, adds nothing.
 
 use std::collections::HashMap;
 use std::ops::Deref;
@@ -18,24 +19,21 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, params_from_iter, CachedStatement, Connection, OptionalExtension, ToSql};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
-use super::pack::Packer;
+use super::pack::{Packer, BLOCK_EVENTS};
 use super::retention::{self, Retained, Retention};
+use super::schema::{self, id_value};
 use super::{Error, Mode, Result};
 use crate::classify::Class;
 use crate::decode::time::parse_rfc3339_micros;
 use crate::enriched::Enriched;
 
 const UPSERT_OBJECT: &str = "
-INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version,
-                     parent_kind, parent_name, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11, ?12, ?13, ?14)
+INSERT INTO object_rows (cluster, uid, api_version, kind, namespace, name, owner, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11)
 ON CONFLICT (cluster, uid) DO UPDATE SET
     api_version = excluded.api_version, kind = excluded.kind, namespace = excluded.namespace,
     name = excluded.name,
-    parent_uid = coalesce(excluded.parent_uid, parent_uid),
-    parent_api_version = coalesce(excluded.parent_api_version, parent_api_version),
-    parent_kind = coalesce(excluded.parent_kind, parent_kind),
-    parent_name = coalesce(excluded.parent_name, parent_name),
+    owner = coalesce(excluded.owner, owner),
     first_us = min(first_us, excluded.first_us),
     last_us = max(last_us, excluded.last_us),
     deleted_by = CASE WHEN excluded.deleted_us < coalesce(deleted_us, 9223372036854775807)
@@ -48,30 +46,39 @@ RETURNING id";
 
 /// A new object's row; nothing when the store already has it (then [`UPSERT_OBJECT`]).
 const INSERT_OBJECT: &str = "
-INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version,
-                     parent_kind, parent_name, first_us, last_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?11)
+INSERT INTO object_rows (cluster, uid, api_version, kind, namespace, name, owner, first_us, last_us)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
 ON CONFLICT (cluster, uid) DO NOTHING";
 
+/// Whether the store has this mutation: the same auditID (`?3`, or its text `?4` in a row of
+/// an earlier schema) at the same time on the same object.
+const FIND_MUTATION: &str = "SELECT count(*) FROM mutation_rows WHERE object_id = ?1 AND time_us = ?2 AND audit_id IN (?3, ?4)";
+
 const INSERT_MUTATION: &str = "
-INSERT INTO mutations (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
-ON CONFLICT (time_us, audit_id, object_id) DO NOTHING";
+INSERT INTO mutation_rows (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 /// A known object's times, once per object per transaction (its identity unchanged).
-const TOUCH_OBJECT: &str = "UPDATE objects SET first_us = min(first_us, ?2), last_us = max(last_us, ?3) WHERE id = ?1";
+const TOUCH_OBJECT: &str = "UPDATE object_rows SET first_us = min(first_us, ?2), last_us = max(last_us, ?3) WHERE id = ?1";
 
 /// The tombstone of a known object whose identity and owner are unchanged: no column of an
 /// index is set, so no index entry is rewritten (the upsert sets them all).
 const TOMBSTONE_OBJECT: &str = "
-UPDATE objects SET
+UPDATE object_rows SET
     first_us = min(first_us, ?2), last_us = max(last_us, ?2),
     deleted_by = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?3 ELSE deleted_by END,
     deleted_audit_id = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?4 ELSE deleted_audit_id END,
     deleted_us = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?2 ELSE deleted_us END
 WHERE id = ?1";
 
-const INSERT_REVERT: &str = "INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)";
+const INSERT_REVERT: &str = "INSERT INTO revert_rows (mutation_id, origin_audit_id) VALUES (?1, ?2)";
+
+const INSERT_BLOCK: &str = "INSERT INTO event_blocks (id, last_id, min_us, max_us, dictionary, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+const FIND_STRING: &str = "SELECT id FROM strings WHERE text = ?1";
+const INSERT_STRING: &str = "INSERT INTO strings (text) VALUES (?1)";
+const FIND_OWNER: &str = "SELECT id FROM owners WHERE cluster = ?1 AND uid = ?2 AND api_version = ?3 AND kind = ?4 AND name = ?5";
+const INSERT_OWNER: &str = "INSERT INTO owners (cluster, uid, api_version, kind, name) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 /// `meta.oldest_us` is the oldest time written (retention moves it forward), `newest_us` the
 /// newest.
@@ -96,10 +103,16 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     retention: Retention,
-    /// One enriched event's JSON, and its compressed bytes, reused.
+    /// One enriched event's JSON, reused.
     json: Vec<u8>,
-    packed: Vec<u8>,
+    /// The events of the block being filled ([`Pending`]).
+    block: Pending,
     packer: Packer,
+    /// Names' ids in `strings`, and owners' in `owners` (by a hash of the owner and its
+    /// cluster): emptied when a transaction fails (its rows are gone), the owners also after
+    /// retention removed objects.
+    strings: HashMap<String, i64>,
+    owners: HashMap<u128, i64>,
     /// Newest `stageTimestamp` written: the time of an event whose timestamp cannot be read.
     newest_us: i64,
     /// Objects whose row the writer knows, by (cluster, UID): a write that changes nothing of
@@ -174,8 +187,10 @@ impl Store {
             path: path.to_path_buf(),
             retention,
             json: Vec::with_capacity(4096),
-            packed: Vec::with_capacity(4096),
+            block: Pending::default(),
             packer,
+            strings: HashMap::new(),
+            owners: HashMap::new(),
             newest_us,
             known: HashMap::new(),
             touched: HashMap::new(),
@@ -202,9 +217,13 @@ impl Store {
         }
         let result = self.write_tx(batches);
         if result.is_err() {
-            // The rows of the rolled-back transaction, new objects among them, are gone.
+            // The rows of the rolled-back transaction, new objects, names and owners among
+            // them, are gone.
             self.known.clear();
+            self.strings.clear();
+            self.owners.clear();
         }
+        self.block.clear();
         self.touched.clear();
         result
     }
@@ -222,7 +241,9 @@ impl Store {
                 touched: &mut self.touched,
                 json: &mut self.json,
                 packer: &mut self.packer,
-                packed: &mut self.packed,
+                block: &mut self.block,
+                strings: &mut self.strings,
+                owners: &mut self.owners,
             };
             let mut oldest = i64::MAX;
             for batch in batches {
@@ -238,6 +259,7 @@ impl Store {
                     }
                 }
             }
+            rows.flush_block()?;
             let mut touch = tx.prepare_cached(TOUCH_OBJECT)?;
             for (id, (first, last)) in rows.touched.iter() {
                 touch.execute(params![id, first, last])?;
@@ -263,8 +285,9 @@ impl Store {
     pub fn retain_at(&mut self, now_us: i64, headroom: u64) -> Result<Retained> {
         let retained = retention::retain(&mut self.conn, &self.retention, now_us, headroom);
         if !matches!(retained, Ok(Retained { objects: 0, .. })) {
-            // Rows of known objects may be gone.
+            // Rows of known objects, and owners, may be gone.
             self.known.clear();
+            self.owners.clear();
         }
         retained.map_err(|e| self.err(e))
     }
@@ -304,8 +327,10 @@ struct Statements<'c> {
     insert_object: CachedStatement<'c>,
     upsert_object: CachedStatement<'c>,
     tombstone_object: CachedStatement<'c>,
+    find_mutation: CachedStatement<'c>,
     insert_mutation: CachedStatement<'c>,
     insert_revert: CachedStatement<'c>,
+    insert_block: CachedStatement<'c>,
 }
 
 impl<'c> Statements<'c> {
@@ -314,9 +339,29 @@ impl<'c> Statements<'c> {
             insert_object: conn.prepare_cached(INSERT_OBJECT)?,
             upsert_object: conn.prepare_cached(UPSERT_OBJECT)?,
             tombstone_object: conn.prepare_cached(TOMBSTONE_OBJECT)?,
+            find_mutation: conn.prepare_cached(FIND_MUTATION)?,
             insert_mutation: conn.prepare_cached(INSERT_MUTATION)?,
             insert_revert: conn.prepare_cached(INSERT_REVERT)?,
+            insert_block: conn.prepare_cached(INSERT_BLOCK)?,
         })
+    }
+}
+
+/// The events of a block being filled: those of consecutive mutations (`first` to
+/// `first + count - 1`), each followed by a newline, and the bounds of their times.
+#[derive(Default)]
+struct Pending {
+    first: i64,
+    count: usize,
+    min_us: i64,
+    max_us: i64,
+    events: Vec<u8>,
+}
+
+impl Pending {
+    fn clear(&mut self) {
+        self.count = 0;
+        self.events.clear();
     }
 }
 
@@ -330,9 +375,11 @@ struct Rows<'a> {
     touched: &'a mut HashMap<i64, (i64, i64)>,
     /// One enriched event's JSON, and before it the fields of its object's hashes.
     json: &'a mut Vec<u8>,
-    /// Compresses the JSON into `packed`.
+    /// Compresses the blocks.
     packer: &'a mut Packer,
-    packed: &'a mut Vec<u8>,
+    block: &'a mut Pending,
+    strings: &'a mut HashMap<String, i64>,
+    owners: &'a mut HashMap<u128, i64>,
 }
 
 /// The fields, each followed by a 0 byte, in `buf` (emptied first): what an object's key,
@@ -351,36 +398,101 @@ impl Rows<'_> {
     /// One enriched event's rows; false when the mutation was already in the store.
     fn insert(&mut self, e: &Enriched, time_us: i64) -> rusqlite::Result<bool> {
         let object_id = self.object(e, time_us)?;
+        let audit_id = id_value(&e.audit_id);
+        if self.statements.find_mutation.query_row(params![object_id, time_us, audit_id, &*e.audit_id], |r| r.get::<_, i64>(0))? > 0 {
+            return Ok(false);
+        }
+        let reverts = e.reverts.as_deref().unwrap_or_default();
+        let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
+        let verb = self.string(e.verb.as_str())?;
+        let subresource = e.subresource.map(|s| self.string(s)).transpose()?;
+        let user = self.string(&e.user)?;
+        let resolution = e.resolution.map(|r| self.string(r.as_str())).transpose()?;
+        let policy = e.policy.as_deref().map(|p| self.string(p)).transpose()?;
+        let class = schema::class_id(e.class.as_str()).expect("every class has its id");
+        self.statements.insert_mutation.execute(params![object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, person])?;
+        let mutation_id = self.conn.last_insert_rowid();
+        for r in reverts {
+            self.statements.insert_revert.execute(params![mutation_id, id_value(&r.audit_id)])?;
+        }
+        // The event into the block: after the one before it, or a new block.
+        if self.block.count > 0 && mutation_id != self.block.first + self.block.count as i64 {
+            self.flush_block()?;
+        }
+        if self.block.count == 0 {
+            self.block.first = mutation_id;
+            (self.block.min_us, self.block.max_us) = (time_us, time_us);
+        }
+        self.block.min_us = self.block.min_us.min(time_us);
+        self.block.max_us = self.block.max_us.max(time_us);
         let json = &mut *self.json;
         json.clear();
         e.write_json(json);
-        self.packer.pack(json, self.packed)?;
-        let event = &self.packed[..];
-        let reverts = e.reverts.as_deref().unwrap_or_default();
-        let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
-        let added = self.statements.insert_mutation.execute(params![
-            object_id,
-            time_us,
-            &*e.audit_id,
-            e.verb.as_str(),
-            e.subresource,
-            &*e.user,
-            e.class.as_str(),
-            e.resolution.map(|r| r.as_str()),
-            e.policy.as_deref(),
-            person,
-            event,
-        ])?;
-        if added == 0 {
-            return Ok(false);
-        }
-        if !reverts.is_empty() {
-            let mutation_id = self.conn.last_insert_rowid();
-            for r in reverts {
-                self.statements.insert_revert.execute(params![mutation_id, &*r.audit_id])?;
-            }
+        self.packer.sample(json);
+        self.block.events.extend_from_slice(json);
+        self.block.events.push(b'\n');
+        self.block.count += 1;
+        if self.block.count >= BLOCK_EVENTS {
+            self.flush_block()?;
         }
         Ok(true)
+    }
+
+    /// The block being filled, compressed into `event_blocks`.
+    fn flush_block(&mut self) -> rusqlite::Result<()> {
+        if self.block.count == 0 {
+            return Ok(());
+        }
+        let last = self.block.first + self.block.count as i64 - 1;
+        let dictionary = self.packer.dictionary();
+        let data = self.packer.pack_block(&self.block.events)?;
+        self.statements.insert_block.execute(params![self.block.first, last, self.block.min_us, self.block.max_us, dictionary, data])?;
+        self.block.clear();
+        Ok(())
+    }
+
+    /// The id of a name in `strings`, added when new.
+    fn string(&mut self, text: &str) -> rusqlite::Result<i64> {
+        if let Some(&id) = self.strings.get(text) {
+            return Ok(id);
+        }
+        let found: Option<i64> = self.conn.prepare_cached(FIND_STRING)?.query_row([text], |r| r.get(0)).optional()?;
+        let id = match found {
+            Some(id) => id,
+            None => {
+                self.conn.prepare_cached(INSERT_STRING)?.execute([text])?;
+                self.conn.last_insert_rowid()
+            }
+        };
+        if self.strings.len() >= KNOWN_MAX {
+            self.strings.clear();
+        }
+        self.strings.insert(text.to_string(), id);
+        Ok(id)
+    }
+
+    /// The id of an owner in `owners`, added when new.
+    fn owner(&mut self, cluster: i64, p: &crate::enriched::ParentOut) -> rusqlite::Result<i64> {
+        let key = xxh3_128(joined(self.json, &[&cluster.to_string(), &p.uid, &p.api_version, &p.kind, p.name.as_str()]));
+        if let Some(&id) = self.owners.get(&key) {
+            return Ok(id);
+        }
+        let api_version = self.string(&p.api_version)?;
+        let kind = self.string(&p.kind)?;
+        let row = params![cluster, id_value(&p.uid), api_version, kind, p.name.as_str()];
+        let found: Option<i64> = self.conn.prepare_cached(FIND_OWNER)?.query_row(row, |r| r.get(0)).optional()?;
+        let id = match found {
+            Some(id) => id,
+            None => {
+                self.conn.prepare_cached(INSERT_OWNER)?.execute(row)?;
+                self.conn.last_insert_rowid()
+            }
+        };
+        if self.owners.len() >= KNOWN_MAX {
+            self.owners.clear();
+        }
+        self.owners.insert(key, id);
+        Ok(id)
     }
 
     /// The id of the event's object's row. For a known object whose identity and owner are
@@ -405,7 +517,8 @@ impl Rows<'_> {
         if let Some(&Known { id, identity: known_identity, parent: known_parent }) = self.known.get(&key) {
             if known_identity == identity && (parent.is_none() || parent == known_parent) {
                 if gone {
-                    self.statements.tombstone_object.execute(params![id, time_us, &*e.user, &*e.audit_id])?;
+                    let by = self.string(&e.user)?;
+                    self.statements.tombstone_object.execute(params![id, time_us, by, id_value(&e.audit_id)])?;
                 } else {
                     let t = self.touched.entry(id).or_insert((time_us, time_us));
                     t.0 = t.0.min(time_us);
@@ -415,19 +528,13 @@ impl Rows<'_> {
             }
         }
         // The row's identity, owner and time: INSERT_OBJECT's parameters, UPSERT_OBJECT's first.
-        let row: [&dyn ToSql; 11] = [
-            &&*e.cluster,
-            &uid,
-            &&*o.api_version,
-            &&*o.kind,
-            &&*o.namespace,
-            &o.name.as_str(),
-            &p.map(|p| &*p.uid),
-            &p.map(|p| &*p.api_version),
-            &p.map(|p| &*p.kind),
-            &p.map(|p| p.name.as_str()),
-            &time_us,
-        ];
+        let cluster = self.string(&e.cluster)?;
+        let api_version = self.string(&o.api_version)?;
+        let kind = self.string(&o.kind)?;
+        let namespace = self.string(&o.namespace)?;
+        let owner = p.map(|p| self.owner(cluster, p)).transpose()?;
+        let uid_value = id_value(uid);
+        let row: [&dyn ToSql; 8] = [&cluster, &uid_value, &api_version, &kind, &namespace, &o.name.as_str(), &owner, &time_us];
         // Not known and not removed: most often a new object, inserted without the upsert's
         // RETURNING (a result table per statement).
         if !gone && !self.known.contains_key(&key) && self.statements.insert_object.execute(&row[..])? == 1 {
@@ -435,7 +542,8 @@ impl Rows<'_> {
             self.remember(key, Known { id, identity, parent });
             return Ok(id);
         }
-        let tombstone: [&dyn ToSql; 3] = [&gone.then_some(time_us), &gone.then_some(&*e.user), &gone.then_some(&*e.audit_id)];
+        let by = if gone { Some(self.string(&e.user)?) } else { None };
+        let tombstone: [&dyn ToSql; 3] = [&gone.then_some(time_us), &by, &gone.then(|| id_value(&e.audit_id))];
         let id: i64 = self.statements.upsert_object.query_row(params_from_iter(row.iter().chain(tombstone.iter())), |r| r.get(0))?;
         // The row keeps an owner once it had one (coalesce): so does what is known of it.
         let parent = parent.or_else(|| self.known.get(&key).and_then(|k| k.parent));

@@ -242,11 +242,14 @@ fn drift_filter(p: &Params) -> Result<(Filter, Option<After>, usize), ApiError> 
     Ok((f, after, limit))
 }
 
-/// `class` (one of [`Class::ALL`], checked by the caller) as a literal: a signal class then
-/// reads its own partial index (`history::schema::INDEXED_CLASSES`), the others the table in
-/// storage order.
+/// `class` (one of [`Class::ALL`], checked by the caller) as its integer, a literal on the
+/// table `mutation_rows` (`mr`): a signal class then reads its own partial index
+/// (`history::schema::INDEXED_CLASSES`), the others the table in storage order.
 fn class_clause(class: &str) -> String {
-    format!("m.class = '{class}'")
+    match crate::history::schema::class_id(class) {
+        Some(id) => format!("mr.class = {id}"),
+        None => "0".to_string(),
+    }
 }
 
 /// Where a page of the drift feed goes on from: after a row in storage order (the
@@ -292,7 +295,11 @@ fn cursor(text: &str) -> Option<(i64, i64)> {
 /// The page's query: in storage order, after a row (`?`, the last parameter).
 fn drift_sql(f: &Filter, limit: usize) -> String {
     let and = if f.clauses.is_empty() { " WHERE" } else { " AND" };
-    format!("SELECT m.id, m.event FROM mutations m JOIN objects o ON o.id = m.object_id{}{and} m.id > ? ORDER BY m.id LIMIT {}", f.sql(), limit + 1)
+    format!(
+        "SELECT m.id, m.event FROM mutation_rows mr JOIN mutations m ON m.id = mr.id JOIN objects o ON o.id = m.object_id{}{and} mr.id > ? ORDER BY mr.id LIMIT {}",
+        f.sql(),
+        limit + 1
+    )
 }
 
 /// A page of the drift feed, in the order the rows were stored: a write stored after a page

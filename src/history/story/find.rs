@@ -2,6 +2,7 @@
 //! given). A kind is matched the way people type it (`ReplicaSet`, `replicaset`, `replicasets`,
 //! `Deployment.apps`): the store's kinds are listed first (an index seek per distinct kind, not
 //! a scan of the objects), then the objects are looked up by exact kind and name on the index.
+//! The rows are read through the view `objects` (the names as text), found in `object_rows`.
 
 use rusqlite::{params, Connection, Row};
 
@@ -11,17 +12,18 @@ use crate::decode::time::format_rfc3339_micros;
 const COLUMNS: &str = "id, cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
                        first_us, last_us, deleted_us, deleted_by, deleted_audit_id";
 
-/// Every distinct value of `column` of `objects` (`kind`, on `objects_by_name`; `cluster`, on
-/// the `(cluster, uid)` index), by a loose index scan: one seek per value.
+/// Every distinct value of `column` of `object_rows` (`kind`, on `object_rows_by_name`;
+/// `cluster`, on the `(cluster, uid)` index), by a loose index scan: one seek per value, each
+/// named by its text.
 fn distinct(column: &str) -> String {
     format!(
         "
 WITH RECURSIVE seen(v) AS (
-    SELECT (SELECT min({column}) FROM objects)
+    SELECT (SELECT min({column}) FROM object_rows)
     UNION ALL
-    SELECT (SELECT min({column}) FROM objects WHERE {column} > seen.v) FROM seen WHERE seen.v IS NOT NULL
+    SELECT (SELECT min({column}) FROM object_rows WHERE {column} > seen.v) FROM seen WHERE seen.v IS NOT NULL
 )
-SELECT v FROM seen WHERE v IS NOT NULL"
+SELECT s.text FROM seen JOIN strings s ON s.id = seen.v"
     )
 }
 
@@ -49,10 +51,14 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
             Some(c) => vec![c.clone()],
             None => conn.prepare(&distinct("cluster"))?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?,
         };
-        let mut stmt = conn.prepare(&format!("SELECT {COLUMNS} FROM objects WHERE cluster = ?1 AND uid = ?2"))?;
+        // The UID as rows keep it (16 bytes for a UUID), or as text (a row of an earlier schema).
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {COLUMNS} FROM objects WHERE id IN
+             (SELECT id FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = ?1) AND uid IN (?2, ?3))"
+        ))?;
         let mut rows = Vec::new();
         for cluster in &clusters {
-            for f in stmt.query_map(params![cluster, uid], row)? {
+            for f in stmt.query_map(params![cluster, crate::history::schema::id_value(uid), uid], row)? {
                 rows.push(f?);
             }
         }
@@ -72,7 +78,12 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
         _ => return Err(StoryError::Invalid("name an object: a kind and a name (KIND/NAME), or a UID".into())),
     };
     let kinds: Vec<String> = conn.prepare(&distinct("kind"))?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    let sql = format!("SELECT {COLUMNS} FROM objects WHERE kind = ?1 AND name = ?2 AND (?3 IS NULL OR namespace = ?3) AND (?4 IS NULL OR cluster = ?4)");
+    // On `object_rows_by_name`: the kind's id and the name's last 8 characters, then the name.
+    let sql = format!(
+        "SELECT {COLUMNS} FROM objects WHERE id IN
+         (SELECT id FROM object_rows WHERE kind = (SELECT id FROM strings WHERE text = ?1) AND substr(name, -8) = substr(?2, -8) AND name = ?2)
+         AND (?3 IS NULL OR namespace = ?3) AND (?4 IS NULL OR cluster = ?4)"
+    );
     let mut stmt = conn.prepare(&sql)?;
     let mut out = Vec::new();
     for kind in kinds.iter().filter(|k| kind_name_matches(&q.kind, k)) {

@@ -114,7 +114,8 @@ impl Store {
                 params![o.cluster, o.uid, o.api_version, o.kind, o.namespace, o.name, p.map(|p| p.uid), p.map(|p| p.api_version), p.map(|p| p.kind), p.map(|p| p.name)],
             )
             .expect("insert object");
-        self.conn.last_insert_rowid()
+        // The view's trigger wrote it: its row id, by its UID.
+        self.conn.query_row("SELECT id FROM objects WHERE cluster = ?1 AND uid = ?2", params![o.cluster, o.uid], |r| r.get(0)).expect("object id")
     }
 
     /// The write's rows: `mutations`, `reverts`, the object's times and tombstone, `meta`.
@@ -138,7 +139,7 @@ impl Store {
                 params![object_id, w.time_us, w.audit_id, w.verb, w.subresource, w.user, w.class, w.resolution, w.policy, reverts_person, event.to_string()],
             )
             .expect("insert mutation");
-        let id = self.conn.last_insert_rowid();
+        let id: i64 = self.conn.query_row("SELECT max(id) FROM mutation_rows", [], |r| r.get(0)).expect("mutation id");
         for r in &w.reverts {
             self.conn.execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", params![id, r.0]).expect("insert revert");
         }

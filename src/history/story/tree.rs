@@ -1,4 +1,4 @@
-//! An object's children's drift: its children (by the `parent_uid` of their rows), theirs,
+//! An object's children's drift: its children (the rows whose owner it is), theirs,
 //! down to three levels, only the subtrees that hold drift, with each one's count of drift
 //! mutations and its newest.
 
@@ -13,11 +13,14 @@ use crate::decode::time::format_rfc3339_micros;
 /// levels down, a composite's managed resources' own children three.
 pub(super) const MAX_DEPTH: usize = 3;
 
-/// The children of one object in a cluster that existed by `at`.
+/// The children of one object in a cluster that existed by `at`: the rows that name it as their
+/// owner (its UID as rows keep it, `?1`, or as text, `?4`: a row of an earlier schema).
 const CHILDREN: &str = "
 SELECT id, api_version, kind, name, uid, deleted_us
 FROM objects
-WHERE parent_uid = ?1 AND cluster = ?2 AND (?3 IS NULL OR first_us <= ?3)
+WHERE id IN (SELECT o.id FROM owners w JOIN object_rows o ON o.owner = w.id
+             WHERE w.cluster = (SELECT id FROM strings WHERE text = ?2) AND w.uid IN (?1, ?4))
+  AND (?3 IS NULL OR first_us <= ?3)
 ORDER BY kind, name, first_us";
 
 /// One object's drift mutations up to `at`, newest first. `+class`: on the object's index, not
@@ -47,7 +50,7 @@ fn level(conn: &Connection, cluster: &str, uid: &str, at_us: Option<i64>, depth:
     }
     let rows: Vec<Row> = conn
         .prepare_cached(CHILDREN)?
-        .query_map(params![uid, cluster, at_us], |r| {
+        .query_map(params![crate::history::schema::id_value(uid), cluster, at_us, uid], |r| {
             Ok(Row { id: r.get(0)?, api_version: r.get(1)?, kind: r.get(2)?, name: r.get(3)?, uid: r.get(4)?, deleted_us: r.get(5)? })
         })?
         .collect::<Result<_, _>>()?;

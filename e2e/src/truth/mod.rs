@@ -116,6 +116,7 @@ impl Plan {
             ("StatefulSet", sa("statefulset-controller")),
             ("DaemonSet", sa("daemon-set-controller")),
             ("Job", sa("job-controller")),
+            ("CronJob", sa("cronjob-controller")),
         ];
         Plan { steps: Vec::new(), controllers: controllers.into_iter().map(|(k, u)| (k.to_string(), u)).collect() }
     }

@@ -709,6 +709,57 @@ mod tests {
     }
 
     #[test]
+    fn a_cronjobs_ticks_carry_out_its_spec() {
+        const CJC: &str = "system:serviceaccount:kube-system:cronjob-controller";
+        const JC: &str = "system:serviceaccount:kube-system:job-controller";
+        const GC: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+        let cronjob = |status: bool| {
+            let mut o = json!({"kind": "CronJob", "metadata": {"name": "tick", "uid": "u-c", "generation": 1}, "spec": {"schedule": "* * * * *"}});
+            if status {
+                o["status"] = json!({"lastScheduleTime": "2027-01-15T08:01:00Z"});
+            }
+            o
+        };
+        let job = |name: &str, deleting: bool| {
+            let mut o = json!({"kind": "Job", "metadata": {"name": name, "uid": format!("u-{name}"),
+                "ownerReferences": [{"kind": "CronJob", "name": "tick", "uid": "u-c", "controller": true}]}, "spec": {"completions": 1}});
+            if deleting {
+                o["metadata"]["deletionTimestamp"] = json!("2027-01-15T08:02:00Z");
+            }
+            o
+        };
+        let pod = |name: &str, job: &str| {
+            json!({"kind": "Pod", "metadata": {"name": name, "uid": format!("u-{name}"),
+                "ownerReferences": [{"kind": "Job", "name": job, "uid": format!("u-{job}"), "controller": true}]}, "spec": {"image": "a"}})
+        };
+        let started = |name: &str| {
+            let mut j = job(name, false);
+            j["status"] = json!({"startTime": "2027-01-15T08:01:00Z"});
+            j
+        };
+        let lines = vec![
+            line("create", 0, "create cronjobs", "kubernetes-admin", 1, cronjob(false)),
+            // The first tick: its Job before the CronJob's first status write.
+            line("j1", 5, "create jobs", CJC, 2, job("j1", false)),
+            line("cj-status", 6, "update cronjobs/status", CJC, 3, cronjob(true)),
+            line("j1-status", 6, "update jobs/status", JC, 4, started("j1")),
+            line("p1", 7, "create pods", JC, 5, pod("p1", "j1")),
+            // The next tick (another step of the CronJob): a Job, and the history trimmed.
+            line("j2", 20, "create jobs", CJC, 6, job("j2", false)),
+            line("j1-gone", 21, "delete jobs", CJC, 7, job("j1", true)),
+            line("p1-gone", 22, "delete pods", GC, 8, pod("p1", "j1")),
+        ];
+        let tick = || Cause::Intent(vec![("CronJob".into(), "tick".into())]);
+        let p = plan(&[(0, tick(), &[("create", "unowned", Role::Plain)]), (15, tick(), &[])]);
+        let labels = label(&lines, &p).unwrap();
+        assert_eq!(at(&labels, "j1").0, "initializing", "before the CronJob controller's first status write");
+        assert_eq!(at(&labels, "p1").0, "expected");
+        assert_eq!(at(&labels, "j2").0, "expected", "a Job on the schedule carries the spec out");
+        assert_eq!(at(&labels, "j1-gone").0, "expected", "a finished Job beyond the history limit, deleted by the CronJob's controller");
+        assert_eq!(at(&labels, "p1-gone").0, "deleting");
+    }
+
+    #[test]
     fn a_write_nothing_explains_fails_the_truth() {
         let lines =
             vec![line("create-rs", 0, "create replicasets", "kubernetes-admin", 1, rs(1, Some(1))), line("p1", 10, "create pods", RSC, 2, pod("p1", false))];

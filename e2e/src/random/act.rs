@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetUpdateStrategy, Deployment, ReplicaSet, RollingUpdateDaemonSet, StatefulSet, StatefulSetUpdateStrategy};
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobTemplateSpec};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMap, Namespace, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, Pod, ServiceAccount, Taint,
+    Toleration,
+};
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
@@ -19,7 +22,7 @@ use kube::api::{Api, DeleteParams, EvictParams, ListParams, ObjectMeta, Patch, P
 use kube::ResourceExt;
 use serde_json::{json, Map, Value};
 
-use super::catalog::{Action, Bound, Kind, Removal, Scaler, Workload};
+use super::catalog::{apply_node, Action, Bound, Kind, NodeChange, Removal, Scaler, Workload};
 use super::Rng;
 use crate::actors::Actor;
 use crate::harness::{Scene, WIDGET_CONTROLLER_ROLE};
@@ -31,6 +34,10 @@ use crate::workloads::{daemonset, job, rolling_deployment, statefulset};
 /// How long the controllers may take with one action.
 const STEP_WAIT: Duration = Duration::from_secs(120);
 const REVISION: &str = "deployment.kubernetes.io/revision";
+/// The label and NoSchedule taint of a workload's own nodes (its namespace as the value).
+const DAY_NODE: &str = "kausality.io/day";
+/// The NoExecute taint of `node-tainted-noexecute`.
+const EVICT: &str = "kausality.io/evict";
 
 /// What a workload's run leaves: the plan to label its namespace with, and each step's time.
 pub struct Ran {
@@ -60,9 +67,17 @@ pub async fn run(s: &Scene<'_>, w: &Workload, seed: u64) -> Result<Ran> {
         pdb: false,
         cronjob: None,
         jobs_seen: BTreeSet::new(),
+        nodes: Vec::new(),
+        node_flags: Vec::new(),
+        node_serial: 0,
         steps: Vec::new(),
     };
     let out = r.all(w).await;
+    // The workload's own nodes go with it, even when it failed (no write of its namespace).
+    let nodes: Api<Node> = Api::all(s.admin.client.clone());
+    for n in &r.nodes {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
     if let Some(ctl) = r.widget.take() {
         ctl.stop();
     }
@@ -109,6 +124,10 @@ struct Run<'s, 'c> {
     cronjob: Option<(bool, i32)>,
     /// The CronJob's Jobs so far, by name.
     jobs_seen: BTreeSet<String>,
+    /// A DaemonSet workload's own nodes, oldest first, and their (cordoned, tainted).
+    nodes: Vec<String>,
+    node_flags: Vec<(bool, bool)>,
+    node_serial: u32,
     steps: Vec<(String, f64)>,
 }
 
@@ -148,6 +167,7 @@ impl Run<'_, '_> {
             Action::RemovePod { .. } | Action::DrainWithPdb => Cause::Removed,
             Action::PersonScalesReplicaSet { .. } | Action::PersonEditsReplicaSet { .. } | Action::PersonEditsChild => Cause::Changed,
             Action::WidgetDrift => Cause::Unprompted,
+            Action::Node { .. } => Cause::Node,
             Action::ScaleOrphan { .. } => Cause::Intent(vec![("ReplicaSet".into(), self.orphan.clone().unwrap_or_default())]),
             _ => Cause::Intent(vec![(self.top.0.into(), self.top.1.into())]),
         }
@@ -295,6 +315,7 @@ impl Run<'_, '_> {
                 self.cronjob_tick().await
             }
             Action::CronJobTick => self.cronjob_tick().await,
+            Action::Node { change } => self.node(*change).await,
             Action::LowerPartition { partition } => {
                 self.partition = *partition;
                 let p = json!({"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}}}});
@@ -306,6 +327,31 @@ impl Run<'_, '_> {
                     Bound::Percent(p) => IntOrString::String(format!("{p}%")),
                 };
                 let mut o = daemonset(self.top.1, &self.next_image());
+                if let Some(pod) = o.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+                    // The control plane's kwok nodes, and the workload's own (tainted so that
+                    // nothing else runs there, and only its own: other days' DaemonSets select
+                    // the shared nodes and theirs).
+                    let term = |key: &str, value: &str| NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement { key: key.into(), operator: "In".into(), values: Some(vec![value.into()]) }]),
+                        ..NodeSelectorTerm::default()
+                    };
+                    pod.affinity = Some(Affinity {
+                        node_affinity: Some(NodeAffinity {
+                            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                                node_selector_terms: vec![term("type", "kwok"), term(DAY_NODE, &self.s.ns)],
+                            }),
+                            ..NodeAffinity::default()
+                        }),
+                        ..Affinity::default()
+                    });
+                    pod.tolerations = Some(vec![Toleration {
+                        key: Some(DAY_NODE.into()),
+                        operator: Some("Equal".into()),
+                        value: Some(self.s.ns.clone()),
+                        effect: Some("NoSchedule".into()),
+                        ..Toleration::default()
+                    }]);
+                }
                 if let Some(spec) = o.spec.as_mut() {
                     spec.update_strategy = Some(DaemonSetUpdateStrategy {
                         type_: Some("RollingUpdate".into()),
@@ -446,6 +492,69 @@ impl Run<'_, '_> {
         })
         .await?;
         self.undo(1, Some(600)).await
+    }
+
+    /// A change of one of the workload's own kwok nodes, by the admin (cluster-scoped: not in
+    /// the namespace's audit log, so not declared), and the wait for what it does to the
+    /// DaemonSet's pod there.
+    async fn node(&mut self, change: NodeChange) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.admin());
+        let pods = self.api::<Pod>(self.admin());
+        let lp = ListParams::default().labels(&format!("app={}", self.top.1));
+        let i = apply_node(&mut self.node_flags, change).context("no node for that change")?;
+        let own = |ns: &str| Taint { key: DAY_NODE.into(), value: Some(ns.to_string()), effect: "NoSchedule".into(), ..Taint::default() };
+        let (name, running) = match change {
+            NodeChange::Add => {
+                self.node_serial += 1;
+                let name = format!("{}-n{}", self.s.ns, self.node_serial);
+                let node = Node {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        annotations: Some([("kwok.x-k8s.io/node", "fake"), ("node.alpha.kubernetes.io/ttl", "0")].into_iter().map(|(k, v)| (k.into(), v.into())).collect()),
+                        labels: Some(
+                            [(DAY_NODE, self.s.ns.as_str()), ("kubernetes.io/hostname", name.as_str()), ("kubernetes.io/os", "linux")]
+                                .into_iter()
+                                .map(|(k, v)| (k.into(), v.into()))
+                                .collect(),
+                        ),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(NodeSpec { taints: Some(vec![own(&self.s.ns)]), ..NodeSpec::default() }),
+                    ..Node::default()
+                };
+                nodes.create(&PostParams::default(), &node).await.with_context(|| format!("admin adds node {name}"))?;
+                self.nodes.push(name.clone());
+                (name, true)
+            }
+            NodeChange::Remove => {
+                let name = self.nodes.pop().context("no node to remove")?;
+                nodes.delete(&name, &DeleteParams::default()).await.with_context(|| format!("admin removes node {name}"))?;
+                (name, false)
+            }
+            NodeChange::Cordon => {
+                let name = self.nodes[i].clone();
+                nodes.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))).await?;
+                // A DaemonSet's pods tolerate a cordoned node: its pod stays.
+                (name, !self.node_flags[i].1)
+            }
+            NodeChange::TaintNoExecute => {
+                let name = self.nodes[i].clone();
+                let evict = Taint { key: EVICT.into(), value: Some(self.s.ns.clone()), effect: "NoExecute".into(), ..Taint::default() };
+                let p = json!({"spec": {"taints": [own(&self.s.ns), evict]}});
+                nodes.patch(&name, &PatchParams::default(), &Patch::Merge(p)).await?;
+                (name, false)
+            }
+        };
+        wait::until(&format!("the DaemonSet's pod on node {name} to be {}", if running { "running" } else { "gone" }), STEP_WAIT, || async {
+            let on: Vec<Pod> = pods.list(&lp).await?.items.into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())).collect();
+            let ok = if running {
+                on.iter().any(|p| p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            } else {
+                on.is_empty()
+            };
+            Ok(ok.then_some(()))
+        })
+        .await
     }
 
     /// Waits for the CronJob's next Job, and until its controller is done with it: under

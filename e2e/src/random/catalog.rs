@@ -57,6 +57,20 @@ pub enum Scaler {
     Hpa,
 }
 
+/// What happens to a node of a DaemonSet workload's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeChange {
+    /// A new node: the DaemonSet's controller runs a pod there.
+    Add,
+    /// The newest node deleted: the pod garbage collector deletes its pod.
+    Remove,
+    /// The newest node not cordoned yet is cordoned (a DaemonSet's pods tolerate it).
+    Cordon,
+    /// The newest node not tainted yet is tainted `NoExecute`: the taint manager evicts the
+    /// pod, and the DaemonSet runs none there any more.
+    TaintNoExecute,
+}
+
 /// `maxSurge` / `maxUnavailable` of a Deployment's rolling update.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Bound {
@@ -156,6 +170,11 @@ pub enum Action {
     },
     /// The admin changes the DaemonSet's image.
     DaemonSetImage,
+    /// The admin changes a kwok node of the workload's own (a DaemonSet's: only its pods may
+    /// run there).
+    Node {
+        change: NodeChange,
+    },
     /// A CronJob scheduled every minute (the smallest schedule there is), keeping `history`
     /// finished Jobs. `replace`: `concurrencyPolicy: Replace` with Jobs whose pods never run
     /// (each tick replaces the running Job); else `Allow` with Jobs that finish at once.
@@ -223,6 +242,10 @@ impl Action {
             Action::LowerPartition { .. } => "statefulset-lower-partition",
             Action::DaemonSetImage => "daemonset-image",
             Action::CronJobTick => "cronjob-tick",
+            Action::Node { change: NodeChange::Add } => "node-added",
+            Action::Node { change: NodeChange::Remove } => "node-removed",
+            Action::Node { change: NodeChange::Cordon } => "node-cordoned",
+            Action::Node { change: NodeChange::TaintNoExecute } => "node-tainted-noexecute",
             Action::DeleteJob => "delete-job",
             Action::WidgetSpec => "widget-spec",
             Action::WidgetDrift => "widget-drift",
@@ -253,6 +276,8 @@ struct State {
     on_delete: bool,
     /// A CronJob's ticks so far (a minute each: at most [`CRONJOB_TICKS`]).
     ticks: u32,
+    /// A DaemonSet workload's own nodes, oldest first: (cordoned, tainted).
+    nodes: Vec<(bool, bool)>,
 }
 
 /// The most steps of a CronJob after its creation (each waits up to a minute for the schedule).
@@ -274,6 +299,7 @@ impl State {
             partition: 0,
             on_delete: false,
             ticks: 0,
+            nodes: Vec::new(),
         };
         let a = match kind {
             Kind::Deployment => create_deployment(rng),
@@ -345,10 +371,29 @@ impl State {
                 }
             }
             Kind::CronJob => Action::CronJobTick,
-            Kind::DaemonSet => match rng.weighted(&[(3, 0), (3, 1)]) {
-                0 => Action::DaemonSetImage,
-                _ => Action::RemovePod { how: removal(rng) },
-            },
+            Kind::DaemonSet => {
+                let mut choices: Vec<(u64, u8)> = vec![(3, 0), (3, 1)];
+                if self.nodes.len() < 2 {
+                    choices.push((2, 2));
+                }
+                if !self.nodes.is_empty() {
+                    choices.push((1, 3));
+                }
+                if self.nodes.iter().any(|n| !n.0) {
+                    choices.push((1, 4));
+                }
+                if self.nodes.iter().any(|n| !n.1) {
+                    choices.push((1, 5));
+                }
+                match rng.weighted(&choices) {
+                    0 => Action::DaemonSetImage,
+                    2 => Action::Node { change: NodeChange::Add },
+                    3 => Action::Node { change: NodeChange::Remove },
+                    4 => Action::Node { change: NodeChange::Cordon },
+                    5 => Action::Node { change: NodeChange::TaintNoExecute },
+                    _ => Action::RemovePod { how: removal(rng) },
+                }
+            }
             Kind::Job if self.job_gone => return None,
             Kind::Job => Action::DeleteJob,
             Kind::Widget => rng.weighted(&[(2, Action::WidgetSpec), (2, Action::WidgetDrift), (2, Action::PersonEditsChild)]),
@@ -428,7 +473,35 @@ impl State {
             Action::OrphanDelete => self.orphaned = true,
             Action::DeleteJob => self.job_gone = true,
             Action::CronJobTick => self.ticks += 1,
+            Action::Node { change } => {
+                apply_node(&mut self.nodes, *change);
+            }
             _ => {}
+        }
+    }
+}
+
+/// A node change on a workload's own nodes, oldest first: (cordoned, tainted). What
+/// [`super::act`] does to the nodes it made, in the same order.
+pub fn apply_node(nodes: &mut Vec<(bool, bool)>, change: NodeChange) -> Option<usize> {
+    match change {
+        NodeChange::Add => {
+            nodes.push((false, false));
+            Some(nodes.len() - 1)
+        }
+        NodeChange::Remove => {
+            nodes.pop();
+            Some(nodes.len())
+        }
+        NodeChange::Cordon => {
+            let i = nodes.iter().rposition(|n| !n.0)?;
+            nodes[i].0 = true;
+            Some(i)
+        }
+        NodeChange::TaintNoExecute => {
+            let i = nodes.iter().rposition(|n| !n.1)?;
+            nodes[i].1 = true;
+            Some(i)
         }
     }
 }
@@ -573,6 +646,7 @@ mod tests {
                                 | Action::LowerPartition { .. }
                                 | Action::DaemonSetImage
                                 | Action::CronJobTick
+                                | Action::Node { .. }
                         );
                         assert!(!new, "seed {seed}: {a:?} in a short day");
                     }
@@ -645,6 +719,10 @@ mod tests {
             "statefulset-lower-partition",
             "daemonset-image",
             "cronjob-tick",
+            "node-added",
+            "node-removed",
+            "node-cordoned",
+            "node-tainted-noexecute",
         ] {
             assert!(tags.contains(t), "{t} never drawn in 100 long days");
         }

@@ -510,7 +510,9 @@ impl Run<'_, '_> {
                 let node = Node {
                     metadata: ObjectMeta {
                         name: Some(name.clone()),
-                        annotations: Some([("kwok.x-k8s.io/node", "fake"), ("node.alpha.kubernetes.io/ttl", "0")].into_iter().map(|(k, v)| (k.into(), v.into())).collect()),
+                        annotations: Some(
+                            [("kwok.x-k8s.io/node", "fake"), ("node.alpha.kubernetes.io/ttl", "0")].into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+                        ),
                         labels: Some(
                             [(DAY_NODE, self.s.ns.as_str()), ("kubernetes.io/hostname", name.as_str()), ("kubernetes.io/os", "linux")]
                                 .into_iter()
@@ -546,7 +548,8 @@ impl Run<'_, '_> {
             }
         };
         wait::until(&format!("the DaemonSet's pod on node {name} to be {}", if running { "running" } else { "gone" }), STEP_WAIT, || async {
-            let on: Vec<Pod> = pods.list(&lp).await?.items.into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())).collect();
+            let on: Vec<Pod> =
+                pods.list(&lp).await?.items.into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())).collect();
             let ok = if running {
                 on.iter().any(|p| p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
             } else {

@@ -88,8 +88,8 @@ pub struct ReorderBuffer<T> {
     /// before it rather than after whatever arrived last (batches from several API servers);
     /// with the key of the object written (0: not known), for writes of the same object, and
     /// when its request was received if its answer shows the object marked for deletion (0:
-    /// not marked, or not known), and whether it is a delete that set a graceful mark.
-    recent: VecDeque<(i64, u64, u64, i64, bool)>,
+    /// not marked, or not known).
+    recent: VecDeque<(i64, u64, u64, i64)>,
     /// Of each held write placed for lack of a resourceVersion, by slot: when it completed
     /// (its stageTimestamp), the key of its object, whether it removed it. Rare: a side
     /// table, so that the heap's entries stay small.
@@ -132,8 +132,6 @@ pub struct Placing {
     pub received_us: i64,
     /// The write's answer shows its object marked for deletion (a `deletionTimestamp`).
     pub marked: bool,
-    /// A delete answered with its object marked and still there (a graceful deletion's mark).
-    pub marks: bool,
     /// The write's own resourceVersion, when it is placed by its receipt instead: it never
     /// goes after it, and what it placed itself there does not count (set by the buffer).
     pub own_rv: u64,
@@ -235,7 +233,7 @@ impl<T> ReorderBuffer<T> {
                     // Not as a write of its pod: a delete of the pod answered without a
                     // resourceVersion that completed after it had marked the pod before it
                     // (it lost the race to remove it), and keeps its own place by receipt.
-                    self.recent.push_back((event_us, rv, 0, placing.received_us, false));
+                    self.recent.push_back((event_us, rv, 0, placing.received_us));
                     self.note_removed_name(event_us, rv, placing);
                 }
                 (placed, tie) = (true, placing.received_us);
@@ -247,7 +245,7 @@ impl<T> ReorderBuffer<T> {
                     if self.recent.len() == RECENT {
                         self.recent.pop_front();
                     }
-                    self.recent.push_back((event_us, rv, placing.object, if placing.marked { placing.received_us } else { 0 }, placing.marks));
+                    self.recent.push_back((event_us, rv, placing.object, if placing.marked { placing.received_us } else { 0 }));
                     self.note_removed_name(event_us, rv, placing);
                 }
                 rv
@@ -478,14 +476,10 @@ impl<T> ReorderBuffer<T> {
         // pod marked and whose request came after its own: a status write showing the mark
         // this delete set, done a moment before the delete's answer.
         let before_own = |r: i64| placing.own_rv == 0 || r == 0 || r <= placing.received_us;
-        // And after a graceful delete of its pod whose request came before its own, below its
-        // resourceVersion, however late that delete's answer completed: it marked the live pod
-        // first (its answer shows its own mark), and a final delete acted on that mark.
-        let marked_first = |r: i64, m: bool| m && placing.own_rv != 0 && r != 0 && r <= placing.received_us;
         let mut at = self
             .recent
             .iter()
-            .filter(|&&(t, rv, o, r, m)| below_own(rv) && (t <= event_us || (same(o) && (t <= placing.done_us || marked_first(r, m)) && before_own(r))))
+            .filter(|&&(t, rv, o, r)| below_own(rv) && (t <= event_us || (same(o) && t <= placing.done_us && before_own(r))))
             .map(|&(_, rv, ..)| rv)
             .max()
             .unwrap_or(0);
@@ -501,7 +495,7 @@ impl<T> ReorderBuffer<T> {
         }
         if placing.removed {
             if let Some(list_rv) = self.listed.iter().filter(|&&(_, o, _)| same(o)).map(|&(rv, _, _)| rv).min() {
-                let own = self.recent.iter().filter(|&&(t, _, o, ..)| same(o) && t <= placing.done_us).map(|&(_, rv, ..)| rv).max().unwrap_or(0);
+                let own = self.recent.iter().filter(|&&(t, _, o, _)| same(o) && t <= placing.done_us).map(|&(_, rv, ..)| rv).max().unwrap_or(0);
                 at = at.min(list_rv.saturating_sub(1)).max(own);
             }
         } else if let Some(list_rv) = self.listed.iter().filter(|&&(rv, o, r)| same(o) && r != 0 && r <= event_us && below_own(rv)).map(|&(rv, _, _)| rv).max()
@@ -556,7 +550,7 @@ impl<T> ReorderBuffer<T> {
             + self.slots.capacity() * std::mem::size_of::<Option<T>>()
             + self.free.capacity() * 4
             + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
-            + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64, i64, bool)>()
+            + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64, i64)>()
             + self.placed_of.capacity() * std::mem::size_of::<(u32, Placing)>()
             + self.listed.capacity() * std::mem::size_of::<(u64, u64)>()
             + self.removed_names.capacity() * std::mem::size_of::<(i64, u64, u64)>()
@@ -766,31 +760,6 @@ mod tests {
                         &mut out,
                     ),
                     _ => b.push_write("final", Some(432), 1 + i as i64, 210, final_delete, &mut out),
-                }
-            }
-            b.flush(&mut out);
-            assert_eq!(items_str(out), vec![("earlier", false), ("mark", false), ("final", false)], "arrival order {arrival:?}");
-        }
-
-        // A graceful delete of the pod (a ReplicaSet scaling down: received at 191, its mark at
-        // rv 430) whose answer completed late (at 212), and kwok's final delete acting on that
-        // mark (received at 203, removed at rv 432, done at 208): the mark came first, though
-        // it completed after the final delete did.
-        for arrival in [["mark", "final"], ["final", "mark"]] {
-            let mut b = ReorderBuffer::new(100, 1000);
-            let mut out = Vec::new();
-            b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
-            for (i, what) in arrival.into_iter().enumerate() {
-                match what {
-                    "mark" => b.push_write(
-                        "mark",
-                        Some(430),
-                        1 + i as i64,
-                        212,
-                        Placing { object: 7, done_us: 212, received_us: 191, marked: true, marks: true, ..Placing::default() },
-                        &mut out,
-                    ),
-                    _ => b.push_write("final", Some(432), 1 + i as i64, 208, Placing { done_us: 208, ..final_delete }, &mut out),
                 }
             }
             b.flush(&mut out);

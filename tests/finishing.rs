@@ -512,6 +512,43 @@ fn a_partitioned_statefulset_finishes_at_its_partition_then_a_replacement_is_dri
 }
 
 #[test]
+fn an_on_delete_statefulset_finishes_when_observed_then_a_replacement_is_drift() {
+    let mut api = ApiServer::new();
+    let (sts, create) = api.create(ADMIN, statefulset("shop", "db", 3, "pg:15"));
+    let mut events = vec![create];
+    let mut pods = Vec::new();
+    for ordinal in ["0", "1", "2"] {
+        let (p, e) = api.create(STATEFULSET_CONTROLLER, pod(&sts, ordinal, "pg:15"));
+        pods.push(p);
+        events.push(e);
+    }
+    let (old, new) = ("db-7c9f8d6b5", "db-5b8d7f9c4");
+    let all = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "updatedReplicas": 3, "availableReplicas": 3, "currentRevision": old, "updateRevision": old});
+    events.push(status(&mut api, STATEFULSET_CONTROLLER, &sts, all));
+
+    // A new image with `updateStrategy: OnDelete` (generation 2): the controller moves no pod,
+    // it reports the generation observed with the revisions apart and none updated.
+    events.push(api.update(ADMIN, &sts, |s| {
+        s["spec"]["template"]["spec"]["containers"][0]["image"] = json!("pg:16");
+        s["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+    }));
+    let observed = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "availableReplicas": 3, "currentRevision": old, "updateRevision": new});
+    events.push(status(&mut api, STATEFULSET_CONTROLLER, &sts, observed));
+    // A person deletes db-1: the controller recreates it, at the update revision.
+    let person = api.delete("alice", &pods[1], &[]);
+    let short = json!({"replicas": 2, "readyReplicas": 2, "currentReplicas": 2, "availableReplicas": 2, "currentRevision": old, "updateRevision": new});
+    let r = status(&mut api, STATEFULSET_CONTROLLER, &sts, short);
+    let (_, replacement) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "1", "pg:16"));
+    events.extend([person.clone(), r, replacement.clone()]);
+
+    let out = run(&events);
+    assert_eq!(class_of(&out, &person), Class::Origin);
+    let e = find(&out, &replacement).unwrap();
+    assert_eq!(e.class, Class::Drift, "OnDelete asks no pod to move: generation 2 finished when observed, the replacement reverts a person's delete");
+    assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
+}
+
+#[test]
 fn a_paused_deployment_finishes_when_observed_then_resumes() {
     let Deployed { mut api, mut events, deploy, rs: old } = deployed();
     events.push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));

@@ -33,7 +33,9 @@ pub enum Builtin {
     /// `currentRevision != updateRevision`; `updatedReplicas`, `readyReplicas` or `replicas`
     /// other than the desired replicas. With `spec.updateStrategy.rollingUpdate.partition` P
     /// above 0, only ordinals ≥ P are asked to move: the revisions are not compared and
-    /// `updatedReplicas` need only reach the desired replicas − P.
+    /// `updatedReplicas` need only reach the desired replicas − P. With
+    /// `spec.updateStrategy.type: OnDelete` no pod is asked to move: neither the revisions nor
+    /// `updatedReplicas` are read.
     StatefulSet,
     /// `updatedNumberScheduled` or `numberAvailable` below `desiredNumberScheduled`.
     DaemonSet,

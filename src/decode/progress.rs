@@ -46,7 +46,9 @@ fn desired_replicas(obj: &ObjectView<'_>) -> Option<i64> {
 ///
 /// What finished asks for is lowered by the spec: a paused Deployment asks for no progress; a
 /// StatefulSet with `partition: P` asks only ordinals ≥ P to move to the update revision, so
-/// `updatedReplicas` must reach the desired replicas − P and `currentRevision` stays behind.
+/// `updatedReplicas` must reach the desired replicas − P and `currentRevision` stays behind;
+/// one with `updateStrategy: OnDelete` asks no pod to move (a pod moves when someone deletes
+/// it), so neither the revisions nor `updatedReplicas` are read, only the ready counts.
 fn builtin(b: Builtin, obj: &ObjectView<'_>, st: &StatusView<'_>) -> bool {
     let differs = |counters: &[Option<i64>], desired: i64| counters.iter().flatten().any(|&c| c != desired);
     let counted = st.replicas.is_some();
@@ -62,9 +64,11 @@ fn builtin(b: Builtin, obj: &ObjectView<'_>, st: &StatusView<'_>) -> bool {
             rolling || (counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d)))
         }
         Builtin::StatefulSet => {
+            let on_delete = field(obj, &["spec", "updateStrategy", "type"]) == Some(Scalar::Text(Cow::Borrowed("OnDelete")));
             let partition = partition(obj);
-            let revisions = partition == 0 && matches!((&st.current_revision, &st.update_revision), (Some(c), Some(u)) if c != u);
-            let (updated, ready) = (or_zero(st.updated_replicas), [or_zero(st.ready_replicas), st.replicas]);
+            let revisions = !on_delete && partition == 0 && matches!((&st.current_revision, &st.update_revision), (Some(c), Some(u)) if c != u);
+            let updated = if on_delete { None } else { or_zero(st.updated_replicas) };
+            let ready = [or_zero(st.ready_replicas), st.replicas];
             revisions
                 || ((updated.is_some() || ready.iter().any(Option::is_some))
                     && desired_replicas(obj).is_some_and(|d| differs(&ready, d) || updated.is_some_and(|u| updated_short(u, d, partition))))

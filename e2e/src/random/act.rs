@@ -4,30 +4,40 @@
 //! `unowned`, a person's write to an owned object `origin`), and the step waits until the
 //! controllers are done with it.
 
+use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
-use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetUpdateStrategy, Deployment, ReplicaSet, RollingUpdateDaemonSet, StatefulSet, StatefulSetUpdateStrategy};
+use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobTemplateSpec};
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMap, Namespace, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, Pod, ServiceAccount, Taint,
+    Toleration,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::api::{Api, DeleteParams, EvictParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Map, Value};
 
-use super::catalog::{Action, Bound, Kind, Removal, Scaler, Workload};
+use super::catalog::{apply_node, Action, Bound, Kind, NodeChange, Removal, Scaler, Workload};
 use super::Rng;
 use crate::actors::Actor;
 use crate::harness::{Scene, WIDGET_CONTROLLER_ROLE};
 use crate::truth::{Cause, Plan, Role};
 use crate::wait;
 use crate::widget::{child_name, StatusStyle, Widget, WidgetController, WidgetSpec};
-use crate::workloads::{job, rolling_deployment, statefulset};
+use crate::workloads::{daemonset, job, rolling_deployment, statefulset};
 
 /// How long the controllers may take with one action.
 const STEP_WAIT: Duration = Duration::from_secs(120);
 const REVISION: &str = "deployment.kubernetes.io/revision";
+/// The label and NoSchedule taint of a workload's own nodes (its namespace as the value).
+const DAY_NODE: &str = "kausality.io/day";
+/// The NoExecute taint of `node-tainted-noexecute`.
+const EVICT: &str = "kausality.io/evict";
 
 /// What a workload's run leaves: the plan to label its namespace with, and each step's time.
 pub struct Ran {
@@ -52,9 +62,22 @@ pub async fn run(s: &Scene<'_>, w: &Workload, seed: u64) -> Result<Ran> {
         knob: 0,
         orphan: None,
         partition: 0,
+        on_delete: false,
+        deleted: false,
+        pdb: false,
+        cronjob: None,
+        jobs_seen: BTreeSet::new(),
+        nodes: Vec::new(),
+        node_flags: Vec::new(),
+        node_serial: 0,
         steps: Vec::new(),
     };
     let out = r.all(w).await;
+    // The workload's own nodes go with it, even when it failed (no write of its namespace).
+    let nodes: Api<Node> = Api::all(s.admin.client.clone());
+    for n in &r.nodes {
+        let _ = nodes.delete(n, &DeleteParams::default()).await;
+    }
     if let Some(ctl) = r.widget.take() {
         ctl.stop();
     }
@@ -91,6 +114,20 @@ struct Run<'s, 'c> {
     /// The ReplicaSet left on its own by `delete --cascade=orphan`.
     orphan: Option<String>,
     partition: i32,
+    /// The StatefulSet updates `OnDelete`.
+    on_delete: bool,
+    /// The Deployment was deleted (and is not yet created again).
+    deleted: bool,
+    /// The PodDisruptionBudget of the workload's pods exists.
+    pdb: bool,
+    /// The CronJob's `concurrencyPolicy: Replace` and its history limit.
+    cronjob: Option<(bool, i32)>,
+    /// The CronJob's Jobs so far, by name.
+    jobs_seen: BTreeSet<String>,
+    /// A DaemonSet workload's own nodes, oldest first, and their (cordoned, tainted).
+    nodes: Vec<String>,
+    node_flags: Vec<(bool, bool)>,
+    node_serial: u32,
     steps: Vec<(String, f64)>,
 }
 
@@ -127,9 +164,10 @@ impl Run<'_, '_> {
 
     fn cause(&self, a: &Action) -> Cause {
         match a {
-            Action::RemovePod { .. } => Cause::Removed,
+            Action::RemovePod { .. } | Action::DrainWithPdb => Cause::Removed,
             Action::PersonScalesReplicaSet { .. } | Action::PersonEditsReplicaSet { .. } | Action::PersonEditsChild => Cause::Changed,
             Action::WidgetDrift => Cause::Unprompted,
+            Action::Node { .. } => Cause::Node,
             Action::ScaleOrphan { .. } => Cause::Intent(vec![("ReplicaSet".into(), self.orphan.clone().unwrap_or_default())]),
             _ => Cause::Intent(vec![(self.top.0.into(), self.top.1.into())]),
         }
@@ -189,10 +227,23 @@ impl Run<'_, '_> {
                 };
                 let d = rolling_deployment(self.top.1, *replicas, &self.next_image(), &[], bound(surge), bound(unavailable));
                 let what = format!("admin creates Deployment {} ({replicas} replicas, surge {surge:?}, unavailable {unavailable:?})", self.top.1);
-                self.admin_writes(&what, self.api::<Deployment>(self.admin()).create(&PostParams::default(), &d)).await
+                self.admin_writes(&what, self.api::<Deployment>(self.admin()).create(&PostParams::default(), &d)).await?;
+                self.deleted = false;
+                Ok(())
             }
-            Action::Image => self.image_patch().await,
-            Action::Undo => self.undo().await,
+            Action::Image | Action::StatefulImageOnDelete | Action::DaemonSetImage => self.image_patch().await,
+            Action::Undo => self.undo(1, None).await,
+            Action::UndoTo { back } => self.undo(*back as usize, None).await,
+            Action::InterruptedRollout => {
+                self.image_patch().await?;
+                // The deployment controller has seen the first change (its new ReplicaSet is
+                // made, its pods on their way): the second one interrupts that rollout.
+                self.deployment_observed().await?;
+                self.image_patch().await
+            }
+            Action::StuckRollout { deadline } => self.stuck_rollout(*deadline).await,
+            Action::DeleteDeployment { foreground } => self.delete_deployment(*foreground).await,
+            Action::DrainWithPdb => self.drain_with_pdb().await,
             Action::Restart => {
                 self.image += 1;
                 let p = json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": format!("restart-{}", self.image)}}}}});
@@ -220,10 +271,95 @@ impl Run<'_, '_> {
                 let p = Patch::Merge(json!({"spec": {"replicas": replicas}}));
                 self.admin_writes(&what, self.api::<ReplicaSet>(self.admin()).patch(&rs, &PatchParams::default(), &p)).await
             }
-            Action::CreateStatefulSet { replicas } => {
-                let o = statefulset(self.top.1, *replicas, &self.next_image());
-                let what = format!("admin creates StatefulSet {} ({replicas} replicas)", self.top.1);
+            Action::CreateStatefulSet { replicas, parallel, on_delete } => {
+                let mut o = statefulset(self.top.1, *replicas, &self.next_image());
+                if let Some(spec) = o.spec.as_mut() {
+                    if *parallel {
+                        spec.pod_management_policy = Some("Parallel".into());
+                    }
+                    if *on_delete {
+                        spec.update_strategy = Some(StatefulSetUpdateStrategy { type_: Some("OnDelete".into()), rolling_update: None });
+                    }
+                }
+                self.on_delete = *on_delete;
+                let what = format!("admin creates StatefulSet {} ({replicas} replicas, parallel {parallel}, OnDelete {on_delete})", self.top.1);
                 self.admin_writes(&what, self.api::<StatefulSet>(self.admin()).create(&PostParams::default(), &o)).await
+            }
+            Action::CreateCronJob { replace, history } => {
+                let mut job = job(self.top.1, 1, 1, &self.next_image());
+                if *replace {
+                    // Pods that never run (no node matches): the Job is still running at the next tick.
+                    if let Some(spec) = job.spec.as_mut().and_then(|j| j.template.spec.as_mut()) {
+                        spec.node_selector = Some([("kausality.io/nowhere".to_string(), "true".to_string())].into());
+                    }
+                }
+                let o = CronJob {
+                    metadata: ObjectMeta { name: Some(self.top.1.into()), ..ObjectMeta::default() },
+                    spec: Some(CronJobSpec {
+                        schedule: "* * * * *".into(),
+                        concurrency_policy: Some(if *replace { "Replace" } else { "Allow" }.into()),
+                        successful_jobs_history_limit: Some(*history),
+                        failed_jobs_history_limit: Some(1),
+                        job_template: JobTemplateSpec {
+                            metadata: Some(ObjectMeta { labels: Some([("app".to_string(), self.top.1.to_string())].into()), ..ObjectMeta::default() }),
+                            spec: job.spec,
+                        },
+                        ..CronJobSpec::default()
+                    }),
+                    ..CronJob::default()
+                };
+                let policy = if *replace { "Replace" } else { "Allow" };
+                let what = format!("admin creates CronJob {} (every minute, concurrencyPolicy {policy}, {history} finished Job(s) kept)", self.top.1);
+                self.admin_writes(&what, self.api::<CronJob>(self.admin()).create(&PostParams::default(), &o)).await?;
+                self.cronjob = Some((*replace, *history));
+                self.cronjob_tick().await
+            }
+            Action::CronJobTick => self.cronjob_tick().await,
+            Action::Node { change } => self.node(*change).await,
+            Action::LowerPartition { partition } => {
+                self.partition = *partition;
+                let p = json!({"spec": {"updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": partition}}}});
+                self.admin_patch(&format!("admin lowers the partition to {partition}"), p).await
+            }
+            Action::CreateDaemonSet { surge, unavailable } => {
+                let bound = |b: &Bound| match b {
+                    Bound::Count(n) => IntOrString::Int(*n),
+                    Bound::Percent(p) => IntOrString::String(format!("{p}%")),
+                };
+                let mut o = daemonset(self.top.1, &self.next_image());
+                if let Some(pod) = o.spec.as_mut().and_then(|s| s.template.spec.as_mut()) {
+                    // The control plane's kwok nodes, and the workload's own (tainted so that
+                    // nothing else runs there, and only its own: other days' DaemonSets select
+                    // the shared nodes and theirs).
+                    let term = |key: &str, value: &str| NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement { key: key.into(), operator: "In".into(), values: Some(vec![value.into()]) }]),
+                        ..NodeSelectorTerm::default()
+                    };
+                    pod.affinity = Some(Affinity {
+                        node_affinity: Some(NodeAffinity {
+                            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                                node_selector_terms: vec![term("type", "kwok"), term(DAY_NODE, &self.s.ns)],
+                            }),
+                            ..NodeAffinity::default()
+                        }),
+                        ..Affinity::default()
+                    });
+                    pod.tolerations = Some(vec![Toleration {
+                        key: Some(DAY_NODE.into()),
+                        operator: Some("Equal".into()),
+                        value: Some(self.s.ns.clone()),
+                        effect: Some("NoSchedule".into()),
+                        ..Toleration::default()
+                    }]);
+                }
+                if let Some(spec) = o.spec.as_mut() {
+                    spec.update_strategy = Some(DaemonSetUpdateStrategy {
+                        type_: Some("RollingUpdate".into()),
+                        rolling_update: Some(RollingUpdateDaemonSet { max_surge: Some(bound(surge)), max_unavailable: Some(bound(unavailable)) }),
+                    });
+                }
+                let what = format!("admin creates DaemonSet {} (surge {surge:?}, unavailable {unavailable:?})", self.top.1);
+                self.admin_writes(&what, self.api::<DaemonSet>(self.admin()).create(&PostParams::default(), &o)).await
             }
             Action::StatefulImage { partition } => {
                 self.partition = *partition;
@@ -289,6 +425,7 @@ impl Run<'_, '_> {
         match self.kind {
             Kind::Deployment => self.admin_writes(what, self.api::<Deployment>(self.admin()).patch(self.top.1, &pp, &p)).await,
             Kind::StatefulSet => self.admin_writes(what, self.api::<StatefulSet>(self.admin()).patch(self.top.1, &pp, &p)).await,
+            Kind::DaemonSet => self.admin_writes(what, self.api::<DaemonSet>(self.admin()).patch(self.top.1, &pp, &p)).await,
             other => bail!("no patch of a {other:?} here"),
         }
     }
@@ -299,20 +436,24 @@ impl Run<'_, '_> {
         self.admin_patch(&format!("admin changes the image to {image}"), p).await
     }
 
-    /// `kubectl rollout undo`: the previous revision's template (image and annotations) again.
-    async fn undo(&mut self) -> Result<()> {
+    /// `kubectl rollout undo [--to-revision]`: the template (image and annotations) of the
+    /// revision `back` revisions before the current one again (the oldest kept when the history
+    /// is shorter). Revisions whose pods never run (a stuck rollout's) are not gone back to.
+    /// `deadline`: `progressDeadlineSeconds` set in the same patch.
+    async fn undo(&mut self, back: usize, deadline: Option<i32>) -> Result<()> {
         let d = self.api::<Deployment>(self.admin()).get(self.top.1).await?;
         let revision = |o: &ObjectMeta| o.annotations.as_ref().and_then(|a| a.get(REVISION)).and_then(|r| r.parse::<i64>().ok()).unwrap_or(0);
         let current = revision(&d.metadata);
         let uid = d.metadata.uid.clone().unwrap_or_default();
         let sets = self.api::<ReplicaSet>(self.admin()).list(&ListParams::default().labels(&format!("app={}", self.top.1))).await?;
-        let previous = sets
-            .items
-            .into_iter()
-            .filter(|rs| rs.owner_references().iter().any(|o| o.uid == uid) && revision(&rs.metadata) < current)
-            .max_by_key(|rs| revision(&rs.metadata))
-            .with_context(|| format!("no revision before {current} to undo to"))?;
-        let template = previous.spec.and_then(|s| s.template).context("a template")?;
+        let stuck =
+            |rs: &ReplicaSet| rs.spec.as_ref().and_then(|s| s.template.as_ref()).and_then(|t| t.spec.as_ref()).is_some_and(|s| s.node_selector.is_some());
+        let mut older: Vec<ReplicaSet> =
+            sets.items.into_iter().filter(|rs| rs.owner_references().iter().any(|o| o.uid == uid) && revision(&rs.metadata) < current && !stuck(rs)).collect();
+        older.sort_by_key(|rs| std::cmp::Reverse(revision(&rs.metadata)));
+        let n = older.len();
+        let to = older.into_iter().nth(back.clamp(1, n.max(1)) - 1).with_context(|| format!("no revision before {current} to undo to"))?;
+        let template = to.spec.and_then(|s| s.template).context("a template")?;
         let had = d.spec.and_then(|s| s.template.metadata).and_then(|m| m.annotations).unwrap_or_default();
         let want = template.metadata.and_then(|m| m.annotations).unwrap_or_default();
         let mut annotations: Map<String, Value> = want.iter().map(|(k, v)| (k.clone(), json!(v))).collect();
@@ -320,8 +461,226 @@ impl Run<'_, '_> {
             annotations.insert(k.clone(), Value::Null);
         }
         let image = template.spec.and_then(|s| s.containers.into_iter().next()).and_then(|c| c.image).context("an image")?;
-        let p = json!({"spec": {"template": {"metadata": {"annotations": annotations}, "spec": {"containers": [{"name": "app", "image": image}]}}}});
-        self.admin_patch(&format!("admin undoes the rollout to revision {} ({image})", revision(&previous.metadata)), p).await
+        let mut p = json!({"spec": {"template": {"metadata": {"annotations": annotations}, "spec": {"nodeSelector": null, "containers": [{"name": "app", "image": image}]}}}});
+        if let Some(s) = deadline {
+            p["spec"]["progressDeadlineSeconds"] = json!(s);
+        }
+        let flag = if back > 1 { format!(" (--to-revision, {back} back)") } else { String::new() };
+        self.admin_patch(&format!("admin undoes the rollout to revision {}{flag} ({image})", revision(&to.metadata)), p).await
+    }
+
+    /// A rollout whose pods never run: a node selector no node matches. Once the deployment
+    /// controller reports `ProgressDeadlineExceeded`, the admin undoes it.
+    async fn stuck_rollout(&mut self, deadline: i32) -> Result<()> {
+        let image = self.next_image();
+        let p = json!({"spec": {"progressDeadlineSeconds": deadline, "template": {"spec": {
+            "nodeSelector": {"kausality.io/nowhere": "true"},
+            "containers": [{"name": "app", "image": image}],
+        }}}});
+        let what = format!("admin changes the image to {image} with a node selector no node matches, progressDeadlineSeconds {deadline}");
+        self.admin_patch(&what, p).await?;
+        let api = self.api::<Deployment>(self.admin());
+        wait::until("the rollout to exceed its progress deadline", STEP_WAIT, || async {
+            let d = api.get(self.top.1).await?;
+            let s = d.status.unwrap_or_default();
+            let exceeded = s
+                .conditions
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Progressing" && c.status == "False" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
+            Ok((s.observed_generation == d.metadata.generation && exceeded).then_some(()))
+        })
+        .await?;
+        self.undo(1, Some(600)).await
+    }
+
+    /// A change of one of the workload's own kwok nodes, by the admin (cluster-scoped: not in
+    /// the namespace's audit log, so not declared), and the wait for what it does to the
+    /// DaemonSet's pod there.
+    async fn node(&mut self, change: NodeChange) -> Result<()> {
+        let nodes: Api<Node> = Api::all(self.admin());
+        let pods = self.api::<Pod>(self.admin());
+        let lp = ListParams::default().labels(&format!("app={}", self.top.1));
+        let i = apply_node(&mut self.node_flags, change).context("no node for that change")?;
+        let own = |ns: &str| Taint { key: DAY_NODE.into(), value: Some(ns.to_string()), effect: "NoSchedule".into(), ..Taint::default() };
+        let (name, running) = match change {
+            NodeChange::Add => {
+                self.node_serial += 1;
+                let name = format!("{}-n{}", self.s.ns, self.node_serial);
+                let node = Node {
+                    metadata: ObjectMeta {
+                        name: Some(name.clone()),
+                        annotations: Some(
+                            [("kwok.x-k8s.io/node", "fake"), ("node.alpha.kubernetes.io/ttl", "0")].into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
+                        ),
+                        labels: Some(
+                            [(DAY_NODE, self.s.ns.as_str()), ("kubernetes.io/hostname", name.as_str()), ("kubernetes.io/os", "linux")]
+                                .into_iter()
+                                .map(|(k, v)| (k.into(), v.into()))
+                                .collect(),
+                        ),
+                        ..ObjectMeta::default()
+                    },
+                    spec: Some(NodeSpec { taints: Some(vec![own(&self.s.ns)]), ..NodeSpec::default() }),
+                    ..Node::default()
+                };
+                nodes.create(&PostParams::default(), &node).await.with_context(|| format!("admin adds node {name}"))?;
+                self.nodes.push(name.clone());
+                (name, true)
+            }
+            NodeChange::Remove => {
+                let name = self.nodes.pop().context("no node to remove")?;
+                nodes.delete(&name, &DeleteParams::default()).await.with_context(|| format!("admin removes node {name}"))?;
+                (name, false)
+            }
+            NodeChange::Cordon => {
+                let name = self.nodes[i].clone();
+                nodes.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))).await?;
+                // A DaemonSet's pods tolerate a cordoned node: its pod stays.
+                (name, !self.node_flags[i].1)
+            }
+            NodeChange::TaintNoExecute => {
+                let name = self.nodes[i].clone();
+                let evict = Taint { key: EVICT.into(), value: Some(self.s.ns.clone()), effect: "NoExecute".into(), ..Taint::default() };
+                let p = json!({"spec": {"taints": [own(&self.s.ns), evict]}});
+                nodes.patch(&name, &PatchParams::default(), &Patch::Merge(p)).await?;
+                (name, false)
+            }
+        };
+        wait::until(&format!("the DaemonSet's pod on node {name} to be {}", if running { "running" } else { "gone" }), STEP_WAIT, || async {
+            let on: Vec<Pod> =
+                pods.list(&lp).await?.items.into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())).collect();
+            let ok = if running {
+                on.iter().any(|p| p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            } else {
+                on.is_empty()
+            };
+            Ok(ok.then_some(()))
+        })
+        .await
+    }
+
+    /// Waits for the CronJob's next Job, and until its controller is done with it: under
+    /// `Replace` the Job before it deleted with its pod; under `Allow` the Job complete and the
+    /// finished Jobs beyond the history limit deleted with their pods.
+    async fn cronjob_tick(&mut self) -> Result<()> {
+        let (replace, history) = self.cronjob.context("no CronJob")?;
+        let jobs = self.api::<Job>(self.admin());
+        let pods = self.api::<Pod>(self.admin());
+        let lp = ListParams::default().labels(&format!("app={}", self.top.1));
+        let seen = self.jobs_seen.clone();
+        let next = wait::until("the CronJob's next Job", STEP_WAIT, || async {
+            Ok(jobs.list(&lp).await?.items.into_iter().map(|j| j.name_any()).find(|n| !seen.contains(n)))
+        })
+        .await?;
+        self.jobs_seen.insert(next.clone());
+        wait::until(&format!("the CronJob's controller to be done with Job {next}"), STEP_WAIT, || async {
+            let all = jobs.list(&lp).await?.items;
+            let live: Vec<&Job> = all.iter().filter(|j| j.metadata.deletion_timestamp.is_none()).collect();
+            let pods = pods.list(&lp).await?.items;
+            let complete = |j: &Job| {
+                j.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+            };
+            let done = if replace {
+                all.len() == 1 && all[0].name_any() == next && pods.len() == 1
+            } else {
+                live.iter().any(|j| j.name_any() == next && complete(j)) && all.len() <= history as usize && pods.len() == all.len()
+            };
+            Ok(done.then_some(()))
+        })
+        .await
+    }
+
+    /// `kubectl delete deployment` (background propagation) or `--cascade=foreground`: waits
+    /// until the Deployment, its ReplicaSets and their pods are gone.
+    async fn delete_deployment(&mut self, foreground: bool) -> Result<()> {
+        let deploys = self.api::<Deployment>(self.admin());
+        let (dp, how) = if foreground { (DeleteParams::foreground(), "foreground") } else { (DeleteParams::background(), "background") };
+        self.admin_writes(&format!("admin deletes Deployment {} ({how} propagation)", self.top.1), deploys.delete(self.top.1, &dp)).await?;
+        let sets = self.api::<ReplicaSet>(self.admin());
+        let pods = self.api::<Pod>(self.admin());
+        let lp = ListParams::default().labels(&format!("app={}", self.top.1));
+        wait::until("the Deployment, its ReplicaSets and pods to be gone", STEP_WAIT, || async {
+            let gone = deploys.get_opt(self.top.1).await?.is_none() && sets.list(&lp).await?.items.is_empty() && pods.list(&lp).await?.items.is_empty();
+            Ok(gone.then_some(()))
+        })
+        .await?;
+        self.deleted = true;
+        Ok(())
+    }
+
+    /// `kubectl drain` of two pods under a PodDisruptionBudget that allows one unavailable:
+    /// the second eviction is refused (429) until the first one's replacement is ready, and
+    /// retried every half second, as kubectl does.
+    async fn drain_with_pdb(&mut self) -> Result<()> {
+        let s = self.s;
+        let name = self.top.1;
+        let budgets = self.api::<PodDisruptionBudget>(self.admin());
+        let selector = LabelSelector { match_labels: Some([("app".to_string(), name.to_string())].into()), ..LabelSelector::default() };
+        if !self.pdb {
+            let pdb = PodDisruptionBudget {
+                metadata: ObjectMeta { name: Some(format!("{name}-pdb")), ..ObjectMeta::default() },
+                spec: Some(PodDisruptionBudgetSpec {
+                    max_unavailable: Some(IntOrString::Int(1)),
+                    selector: Some(selector),
+                    ..PodDisruptionBudgetSpec::default()
+                }),
+                ..PodDisruptionBudget::default()
+            };
+            let what = format!("admin creates PodDisruptionBudget {name}-pdb (maxUnavailable 1)");
+            self.admin_writes(&what, budgets.create(&PostParams::default(), &pdb)).await?;
+            self.pdb = true;
+        }
+        wait::until("the PodDisruptionBudget to allow a disruption", STEP_WAIT, || async {
+            let b = budgets.get(&format!("{name}-pdb")).await?;
+            let st = b.status.unwrap_or_default();
+            Ok((st.observed_generation == b.metadata.generation && st.disruptions_allowed >= 1).then_some(()))
+        })
+        .await?;
+        let pods = self.api::<Pod>(s.alice.client.clone());
+        let mut live: Vec<Pod> = pods
+            .list(&ListParams::default().labels(&format!("app={name}")))
+            .await?
+            .items
+            .into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .collect();
+        live.sort_by_key(|p| p.name_any());
+        if live.len() < 2 {
+            bail!("{} live pod(s) of {name}: nothing to drain two of", live.len());
+        }
+        let first = live.swap_remove((self.rng.next_u64() % live.len() as u64) as usize);
+        let second = live.swap_remove((self.rng.next_u64() % live.len() as u64) as usize);
+        let mut gone = Vec::new();
+        for victim in [first, second] {
+            let pod = victim.name_any();
+            let t = Instant::now();
+            let mut refused = 0;
+            let id = loop {
+                match s.alice.audited(pods.evict(&pod, &EvictParams::default())).await {
+                    Ok((_, id)) => break id,
+                    Err(e) if matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(r)) if r.code == 429) && t.elapsed() < STEP_WAIT => {
+                        refused += 1;
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                    }
+                    Err(e) => return Err(e.context(format!("alice evicts pod {pod}"))),
+                }
+            };
+            // (kube's client retries a 429 itself: the refusals it retried are in the audit log.)
+            let what = format!("alice evicts pod {pod} under the PodDisruptionBudget ({refused} refusal(s) retried here)");
+            self.plan.own(&id, "origin", Role::Removal, &what);
+            gone.push((pod, victim.metadata.uid.clone().unwrap_or_default()));
+        }
+        let admin_pods = self.api::<Pod>(self.admin());
+        for (pod, uid) in &gone {
+            wait::until(&format!("pod {pod} ({uid}) to be gone"), STEP_WAIT, || async {
+                let still = admin_pods.get_opt(pod).await?.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+                Ok((!still).then_some(()))
+            })
+            .await?;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        Ok(())
     }
 
     async fn scale(&mut self, replicas: i32, by: Scaler) -> Result<()> {
@@ -351,9 +710,14 @@ impl Run<'_, '_> {
     async fn person_changes_replicaset(&mut self, replicas: i32, through_scale: bool) -> Result<()> {
         let s = self.s;
         let rs_api = self.api::<ReplicaSet>(s.alice.client.clone());
-        let want = self.api::<Deployment>(self.admin()).get(self.top.1).await?.spec.and_then(|s| s.replicas).unwrap_or(1);
+        let spec = self.api::<Deployment>(self.admin()).get(self.top.1).await?.spec.unwrap_or_default();
+        let want = spec.replicas.unwrap_or(1);
         let rs = self.active_replicaset().await?;
         let rs_name = rs.metadata.name.clone().context("name")?;
+        // A paused Deployment's controller scales back only its one active ReplicaSet: with that
+        // one at 0 it would scale the newest ReplicaSet instead, another object. So a paused
+        // Deployment's ReplicaSet is edited to 1 at least.
+        let replicas = if spec.paused == Some(true) { replicas.max(1) } else { replicas };
         let replicas = if replicas == want { want + 1 } else { replicas };
         let p = Patch::Merge(json!({"spec": {"replicas": replicas}}));
         let rv = if through_scale {
@@ -492,6 +856,9 @@ impl Run<'_, '_> {
 
     /// Waits until the workload's controllers are done with what the step asked.
     async fn stable(&self) -> Result<()> {
+        if self.deleted {
+            return Ok(());
+        }
         match (self.kind, &self.orphan) {
             (Kind::Deployment, None) => self.deployment_stable().await,
             (Kind::Deployment, Some(rs)) => {
@@ -506,7 +873,23 @@ impl Run<'_, '_> {
                 .await
             }
             (Kind::StatefulSet, _) => self.statefulset_stable().await,
-            (Kind::Job | Kind::Widget, _) => Ok(()),
+            (Kind::DaemonSet, _) => {
+                let api = self.api::<DaemonSet>(self.admin());
+                wait::until("the DaemonSet to be stable", STEP_WAIT, || async {
+                    let o = api.get(self.top.1).await?;
+                    let s = o.status.clone().unwrap_or_default();
+                    let n = s.desired_number_scheduled;
+                    let done = s.observed_generation == o.metadata.generation
+                        && n > 0
+                        && s.current_number_scheduled == n
+                        && s.updated_number_scheduled == Some(n)
+                        && s.number_available == Some(n)
+                        && s.number_ready == n;
+                    Ok(done.then_some(()))
+                })
+                .await
+            }
+            (Kind::Job | Kind::Widget | Kind::CronJob, _) => Ok(()),
         }
     }
 
@@ -534,7 +917,14 @@ impl Run<'_, '_> {
             let want = o.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
             let s = o.status.clone().unwrap_or_default();
             let updated = s.updated_replicas.unwrap_or(0);
-            let rolled = if s.current_revision == s.update_revision { updated == want } else { updated == want - partition.min(want) && partition > 0 };
+            // OnDelete moves no pod: a pod is updated only when someone deletes it.
+            let rolled = if self.on_delete {
+                true
+            } else if s.current_revision == s.update_revision {
+                updated == want
+            } else {
+                updated == want - partition.min(want) && partition > 0
+            };
             let done = s.observed_generation == o.metadata.generation && s.replicas == want && s.ready_replicas.unwrap_or(0) == want && rolled;
             Ok(done.then_some(()))
         })

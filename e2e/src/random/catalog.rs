@@ -15,6 +15,10 @@ pub enum Kind {
     StatefulSet,
     Job,
     Widget,
+    /// Long days only: one pod on every node, rolled with a surge or with pods unavailable.
+    DaemonSet,
+    /// Long days only: a Job every minute, created and cleaned up by its controller.
+    CronJob,
 }
 
 impl Kind {
@@ -25,6 +29,8 @@ impl Kind {
             Kind::StatefulSet => ("StatefulSet", "db"),
             Kind::Job => ("Job", "batch"),
             Kind::Widget => ("Widget", "w"),
+            Kind::DaemonSet => ("DaemonSet", "agent"),
+            Kind::CronJob => ("CronJob", "tick"),
         }
     }
 }
@@ -51,6 +57,20 @@ pub enum Scaler {
     Hpa,
 }
 
+/// What happens to a node of a DaemonSet workload's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodeChange {
+    /// A new node: the DaemonSet's controller runs a pod there.
+    Add,
+    /// The newest node deleted: the pod garbage collector deletes its pod.
+    Remove,
+    /// The newest node not cordoned yet is cordoned (a DaemonSet's pods tolerate it).
+    Cordon,
+    /// The newest node not tainted yet is tainted `NoExecute`: the taint manager evicts the
+    /// pod, and the DaemonSet runs none there any more.
+    TaintNoExecute,
+}
+
 /// `maxSurge` / `maxUnavailable` of a Deployment's rolling update.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Bound {
@@ -69,6 +89,28 @@ pub enum Action {
     Image,
     /// `kubectl rollout undo`: the template of the previous revision again.
     Undo,
+    /// `kubectl rollout undo --to-revision`: the revision `back` revisions before the current
+    /// one (2: the one before the previous; fewer when the history is shorter).
+    UndoTo {
+        back: i32,
+    },
+    /// An image change, and a second one as soon as the first has started its new ReplicaSet.
+    InterruptedRollout,
+    /// A template whose pods never become ready (a node selector no node matches) with
+    /// `progressDeadlineSeconds: deadline`: the controller reports `ProgressDeadlineExceeded`;
+    /// then `rollout undo` to the revision before it (and the deadline back to 600 s).
+    StuckRollout {
+        deadline: i32,
+    },
+    /// `kubectl delete deployment` with `--cascade=foreground` or the default (background);
+    /// the next action creates it again.
+    DeleteDeployment {
+        foreground: bool,
+    },
+    /// `kubectl drain` of two pods under a PodDisruptionBudget allowing one unavailable (made
+    /// at the first drain): the second eviction is refused (429) until the first one's
+    /// replacement is ready, and retried.
+    DrainWithPdb,
     /// `kubectl rollout restart`: a template annotation.
     Restart,
     /// `kubectl rollout pause`, then an image change while paused.
@@ -101,8 +143,12 @@ pub enum Action {
     ScaleOrphan {
         replicas: i32,
     },
+    /// `parallel`: `podManagementPolicy: Parallel`; `on_delete`: `updateStrategy: OnDelete`
+    /// (both only in long days).
     CreateStatefulSet {
         replicas: i32,
+        parallel: bool,
+        on_delete: bool,
     },
     /// A new image with a RollingUpdate `partition` (0: none).
     StatefulImage {
@@ -111,6 +157,34 @@ pub enum Action {
     ScaleStatefulSet {
         replicas: i32,
     },
+    /// A new image under `updateStrategy: OnDelete`: no pod moves until someone deletes it.
+    StatefulImageOnDelete,
+    /// The RollingUpdate `partition` lowered (no new image): more ordinals move.
+    LowerPartition {
+        partition: i32,
+    },
+    /// `surge` / `unavailable`: the rolling update's `maxSurge` and `maxUnavailable` (one of them 0).
+    CreateDaemonSet {
+        surge: Bound,
+        unavailable: Bound,
+    },
+    /// The admin changes the DaemonSet's image.
+    DaemonSetImage,
+    /// The admin changes a kwok node of the workload's own (a DaemonSet's: only its pods may
+    /// run there).
+    Node {
+        change: NodeChange,
+    },
+    /// A CronJob scheduled every minute (the smallest schedule there is), keeping `history`
+    /// finished Jobs. `replace`: `concurrencyPolicy: Replace` with Jobs whose pods never run
+    /// (each tick replaces the running Job); else `Allow` with Jobs that finish at once.
+    CreateCronJob {
+        replace: bool,
+        history: i32,
+    },
+    /// The CronJob's next scheduled Job, waited for until its controller is done with it (the
+    /// Job replaced, or finished and the history trimmed).
+    CronJobTick,
     /// `delete_mid_run`: the admin deletes it as soon as its first pod is there.
     CreateJob {
         completions: i32,
@@ -132,12 +206,21 @@ impl Action {
     /// One word for the action, the step's name and the grouping of mismatches.
     pub fn tag(&self) -> &'static str {
         match self {
-            Action::CreateDeployment { .. } | Action::CreateStatefulSet { .. } | Action::CreateJob { delete_mid_run: false, .. } | Action::CreateWidget => {
-                "create"
-            }
+            Action::CreateDeployment { .. }
+            | Action::CreateStatefulSet { .. }
+            | Action::CreateJob { delete_mid_run: false, .. }
+            | Action::CreateWidget
+            | Action::CreateDaemonSet { .. }
+            | Action::CreateCronJob { .. } => "create",
             Action::CreateJob { delete_mid_run: true, .. } => "job-deleted-mid-run",
             Action::Image => "image",
             Action::Undo => "rollout-undo",
+            Action::UndoTo { .. } => "rollout-undo-to-revision",
+            Action::InterruptedRollout => "rollout-interrupted",
+            Action::StuckRollout { .. } => "rollout-stuck",
+            Action::DeleteDeployment { foreground: true } => "delete-foreground",
+            Action::DeleteDeployment { foreground: false } => "delete-background",
+            Action::DrainWithPdb => "drain-pdb-refused",
             Action::Restart => "rollout-restart",
             Action::PauseAndChange => "pause-and-change",
             Action::Resume => "resume",
@@ -155,6 +238,14 @@ impl Action {
             Action::StatefulImage { partition: 0 } => "statefulset-image",
             Action::StatefulImage { .. } => "statefulset-image-partition",
             Action::ScaleStatefulSet { .. } => "statefulset-scale",
+            Action::StatefulImageOnDelete => "statefulset-image-ondelete",
+            Action::LowerPartition { .. } => "statefulset-lower-partition",
+            Action::DaemonSetImage => "daemonset-image",
+            Action::CronJobTick => "cronjob-tick",
+            Action::Node { change: NodeChange::Add } => "node-added",
+            Action::Node { change: NodeChange::Remove } => "node-removed",
+            Action::Node { change: NodeChange::Cordon } => "node-cordoned",
+            Action::Node { change: NodeChange::TaintNoExecute } => "node-tainted-noexecute",
             Action::DeleteJob => "delete-job",
             Action::WidgetSpec => "widget-spec",
             Action::WidgetDrift => "widget-drift",
@@ -176,29 +267,48 @@ struct State {
     job_ran: bool,
     job_gone: bool,
     /// A long day ([`LONG_DAY`]): the rarer Deployment actions drawn more often, half the Jobs
-    /// deleted mid-run.
+    /// deleted mid-run, and the actions short days never draw.
     long: bool,
+    /// The Deployment was deleted (foreground or background): it is created again next.
+    deleted: bool,
+    /// A StatefulSet's RollingUpdate partition, and whether it updates `OnDelete`.
+    partition: i32,
+    on_delete: bool,
+    /// A CronJob's ticks so far (a minute each: at most [`CRONJOB_TICKS`]).
+    ticks: u32,
+    /// A DaemonSet workload's own nodes, oldest first: (cordoned, tainted).
+    nodes: Vec<(bool, bool)>,
 }
+
+/// The most steps of a CronJob after its creation (each waits up to a minute for the schedule).
+const CRONJOB_TICKS: u32 = 3;
 
 impl State {
     /// The first action of a workload of `kind`.
     fn create(kind: Kind, long: bool, rng: &mut Rng) -> (State, Action) {
-        let mut s = State { kind, replicas: 0, revisions: 1, paused: false, orphaned: false, job_ran: false, job_gone: false, long };
+        let mut s = State {
+            kind,
+            replicas: 0,
+            revisions: 1,
+            paused: false,
+            orphaned: false,
+            job_ran: false,
+            job_gone: false,
+            long,
+            deleted: false,
+            partition: 0,
+            on_delete: false,
+            ticks: 0,
+            nodes: Vec::new(),
+        };
         let a = match kind {
-            Kind::Deployment => {
-                s.replicas = rng.range(1, 6);
-                let bound = |rng: &mut Rng| if rng.chance(30) { Bound::Percent(rng.weighted(&[(1, 25), (1, 50)])) } else { Bound::Count(rng.range(0, 2)) };
-                let surge = bound(rng);
-                let mut unavailable = bound(rng);
-                // The API refuses a rolling update that may neither add nor remove a pod.
-                if matches!((&surge, &unavailable), (Bound::Count(0), Bound::Count(0))) {
-                    unavailable = Bound::Count(1);
-                }
-                Action::CreateDeployment { replicas: s.replicas, surge, unavailable }
-            }
+            Kind::Deployment => create_deployment(rng),
             Kind::StatefulSet => {
                 s.replicas = rng.range(1, 4);
-                Action::CreateStatefulSet { replicas: s.replicas }
+                // Short days draw nothing more (their seeds draw the days they always did).
+                let (parallel, on_delete) = if long { (rng.chance(40), rng.chance(30)) } else { (false, false) };
+                s.on_delete = on_delete;
+                Action::CreateStatefulSet { replicas: s.replicas, parallel, on_delete }
             }
             Kind::Job => {
                 let delete_mid_run = rng.chance(if long { 50 } else { 40 });
@@ -208,12 +318,28 @@ impl State {
                 Action::CreateJob { completions, parallelism: rng.range(1, 3), delete_mid_run }
             }
             Kind::Widget => Action::CreateWidget,
+            Kind::DaemonSet => {
+                // maxSurge with no pod unavailable, or pods unavailable and no surge.
+                let n = if rng.chance(30) { Bound::Percent(50) } else { Bound::Count(rng.range(1, 2)) };
+                let (surge, unavailable) = if rng.chance(50) { (n, Bound::Count(0)) } else { (Bound::Count(0), n) };
+                Action::CreateDaemonSet { surge, unavailable }
+            }
+            Kind::CronJob => Action::CreateCronJob { replace: rng.chance(50), history: rng.range(1, 2) },
         };
+        s.apply(&a);
         (s, a)
+    }
+
+    /// Nothing more can happen to the workload: a Job deleted, a CronJob that ticked its last.
+    fn done(&self) -> bool {
+        (self.kind == Kind::Job && self.job_gone) || (self.kind == Kind::CronJob && self.ticks >= CRONJOB_TICKS)
     }
 
     /// The next action, or `None` when nothing more can happen to the workload.
     fn next(&mut self, rng: &mut Rng) -> Option<Action> {
+        if self.done() {
+            return None;
+        }
         let removal = |rng: &mut Rng| rng.weighted(&[(3, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]);
         let a = match self.kind {
             Kind::Deployment if self.orphaned => {
@@ -223,12 +349,51 @@ impl State {
                     Action::ScaleOrphan { replicas: other(rng, 1, 5, self.replicas) }
                 }
             }
+            Kind::Deployment if self.deleted => create_deployment(rng),
             Kind::Deployment => self.next_deployment(rng),
-            Kind::StatefulSet => match rng.weighted(&[(3, 0), (2, 1), (3, 2)]) {
-                0 => Action::StatefulImage { partition: if rng.chance(50) { 0 } else { rng.range(1, self.replicas) } },
-                1 => Action::ScaleStatefulSet { replicas: other(rng, 1, 5, self.replicas) },
-                _ => Action::RemovePod { how: removal(rng) },
-            },
+            Kind::StatefulSet => {
+                let mut choices: Vec<(u64, u8)> = vec![(3, 0), (2, 1), (3, 2)];
+                if self.long {
+                    if self.partition > 0 {
+                        choices.push((3, 3));
+                    }
+                    if self.replicas >= 2 {
+                        choices.push((2, 4));
+                    }
+                }
+                match rng.weighted(&choices) {
+                    0 if self.on_delete => Action::StatefulImageOnDelete,
+                    0 => Action::StatefulImage { partition: if rng.chance(50) { 0 } else { rng.range(1, self.replicas) } },
+                    1 => Action::ScaleStatefulSet { replicas: other(rng, 1, 5, self.replicas) },
+                    3 => Action::LowerPartition { partition: rng.range(0, self.partition - 1) },
+                    4 => Action::DrainWithPdb,
+                    _ => Action::RemovePod { how: removal(rng) },
+                }
+            }
+            Kind::CronJob => Action::CronJobTick,
+            Kind::DaemonSet => {
+                let mut choices: Vec<(u64, u8)> = vec![(3, 0), (3, 1)];
+                if self.nodes.len() < 2 {
+                    choices.push((2, 2));
+                }
+                if !self.nodes.is_empty() {
+                    choices.push((1, 3));
+                }
+                if self.nodes.iter().any(|n| !n.0) {
+                    choices.push((1, 4));
+                }
+                if self.nodes.iter().any(|n| !n.1) {
+                    choices.push((1, 5));
+                }
+                match rng.weighted(&choices) {
+                    0 => Action::DaemonSetImage,
+                    2 => Action::Node { change: NodeChange::Add },
+                    3 => Action::Node { change: NodeChange::Remove },
+                    4 => Action::Node { change: NodeChange::Cordon },
+                    5 => Action::Node { change: NodeChange::TaintNoExecute },
+                    _ => Action::RemovePod { how: removal(rng) },
+                }
+            }
             Kind::Job if self.job_gone => return None,
             Kind::Job => Action::DeleteJob,
             Kind::Widget => rng.weighted(&[(2, Action::WidgetSpec), (2, Action::WidgetDrift), (2, Action::PersonEditsChild)]),
@@ -252,6 +417,18 @@ impl State {
         if self.replicas > 0 {
             choices.extend([(twice, 6), (2, 7), (twice, 8), (3, 9)]);
         }
+        if self.long {
+            if !self.paused {
+                if self.revisions >= 3 {
+                    choices.push((3, 11));
+                }
+                choices.extend([(2, 12), (2, 13)]);
+            }
+            choices.push((2, 14));
+            if self.replicas >= 2 {
+                choices.push((2, 15));
+            }
+        }
         match rng.weighted(&choices) {
             0 => Action::Image,
             1 => Action::Undo,
@@ -263,12 +440,26 @@ impl State {
             7 => Action::PersonScalesReplicaSet { replicas: self.replicas + rng.range(1, 3) },
             8 => Action::PersonEditsReplicaSet { replicas: (self.replicas - rng.range(1, 2)).max(0) },
             9 => Action::RemovePod { how: rng.weighted(&[(3, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]) },
+            11 => Action::UndoTo { back: rng.range(2, (self.revisions as i32 - 1).min(4)) },
+            12 => Action::InterruptedRollout,
+            13 => Action::StuckRollout { deadline: rng.range(3, 8) },
+            14 => Action::DeleteDeployment { foreground: rng.chance(50) },
+            15 => Action::DrainWithPdb,
             _ => Action::OrphanDelete,
         }
     }
 
     fn apply(&mut self, a: &Action) {
         match a {
+            Action::CreateDeployment { replicas, .. } => {
+                self.replicas = *replicas;
+                self.revisions = 1;
+                self.paused = false;
+                self.deleted = false;
+            }
+            Action::DeleteDeployment { .. } => self.deleted = true,
+            Action::InterruptedRollout => self.revisions += 2,
+            Action::StatefulImage { partition } | Action::LowerPartition { partition } => self.partition = *partition,
             Action::Image | Action::Restart => self.revisions += 1,
             Action::PauseAndChange => self.paused = true,
             Action::Resume => {
@@ -281,9 +472,51 @@ impl State {
             | Action::ScaleStatefulSet { replicas } => self.replicas = *replicas,
             Action::OrphanDelete => self.orphaned = true,
             Action::DeleteJob => self.job_gone = true,
+            Action::CronJobTick => self.ticks += 1,
+            Action::Node { change } => {
+                apply_node(&mut self.nodes, *change);
+            }
             _ => {}
         }
     }
+}
+
+/// A node change on a workload's own nodes, oldest first: (cordoned, tainted). What
+/// [`super::act`] does to the nodes it made, in the same order.
+pub fn apply_node(nodes: &mut Vec<(bool, bool)>, change: NodeChange) -> Option<usize> {
+    match change {
+        NodeChange::Add => {
+            nodes.push((false, false));
+            Some(nodes.len() - 1)
+        }
+        NodeChange::Remove => {
+            nodes.pop();
+            Some(nodes.len())
+        }
+        NodeChange::Cordon => {
+            let i = nodes.iter().rposition(|n| !n.0)?;
+            nodes[i].0 = true;
+            Some(i)
+        }
+        NodeChange::TaintNoExecute => {
+            let i = nodes.iter().rposition(|n| !n.1)?;
+            nodes[i].1 = true;
+            Some(i)
+        }
+    }
+}
+
+/// A Deployment of 1–6 replicas, `maxSurge` and `maxUnavailable` 0–2 or 25 %/50 % (not both 0).
+fn create_deployment(rng: &mut Rng) -> Action {
+    let replicas = rng.range(1, 6);
+    let bound = |rng: &mut Rng| if rng.chance(30) { Bound::Percent(rng.weighted(&[(1, 25), (1, 50)])) } else { Bound::Count(rng.range(0, 2)) };
+    let surge = bound(rng);
+    let mut unavailable = bound(rng);
+    // The API refuses a rolling update that may neither add nor remove a pod.
+    if matches!((&surge, &unavailable), (Bound::Count(0), Bound::Count(0))) {
+        unavailable = Bound::Count(1);
+    }
+    Action::CreateDeployment { replicas, surge, unavailable }
 }
 
 /// A number in `lo..=hi` other than `current`: a write that changes nothing is no intent.
@@ -329,7 +562,7 @@ pub fn day(seed: u64, steps: usize) -> Day {
     let long = steps >= LONG_DAY;
     let n = rng.range(1, steps.clamp(1, if long { 5 } else { 3 }) as i32) as usize;
     let kinds: &[(u64, Kind)] = if long {
-        &[(5, Kind::Deployment), (3, Kind::StatefulSet), (4, Kind::Job), (3, Kind::Widget)]
+        &[(5, Kind::Deployment), (3, Kind::StatefulSet), (4, Kind::Job), (3, Kind::Widget), (2, Kind::DaemonSet), (1, Kind::CronJob)]
     } else {
         &[(4, Kind::Deployment), (2, Kind::StatefulSet), (1, Kind::Job), (1, Kind::Widget)]
     };
@@ -343,7 +576,7 @@ pub fn day(seed: u64, steps: usize) -> Day {
     }
     let mut left = steps.saturating_sub(n);
     while left > 0 {
-        let open: Vec<usize> = (0..n).filter(|&i| !(states[i].kind == Kind::Job && states[i].job_gone)).collect();
+        let open: Vec<usize> = (0..n).filter(|&i| !states[i].done()).collect();
         if open.is_empty() {
             break;
         }
@@ -377,16 +610,57 @@ mod tests {
             for w in &d.workloads {
                 let created = matches!(
                     w.actions[0],
-                    Action::CreateDeployment { .. } | Action::CreateStatefulSet { .. } | Action::CreateJob { .. } | Action::CreateWidget
+                    Action::CreateDeployment { .. }
+                        | Action::CreateStatefulSet { .. }
+                        | Action::CreateJob { .. }
+                        | Action::CreateWidget
+                        | Action::CreateDaemonSet { .. }
+                        | Action::CreateCronJob { .. }
                 );
                 assert!(created, "seed {seed}: {:?} first", w.actions[0]);
                 let mut paused = false;
                 let mut orphaned = false;
+                let mut deleted = false;
+                let mut partition = 0;
+                let on_delete = matches!(w.actions[0], Action::CreateStatefulSet { on_delete: true, .. });
                 let mut replicas = match w.actions[0] {
-                    Action::CreateDeployment { replicas, .. } | Action::CreateStatefulSet { replicas } => replicas,
+                    Action::CreateDeployment { replicas, .. } | Action::CreateStatefulSet { replicas, .. } => replicas,
                     _ => 0,
                 };
                 for a in &w.actions[1..] {
+                    // A deleted Deployment is created again, and nothing else happens to it.
+                    assert_eq!(deleted, matches!(a, Action::CreateDeployment { .. }), "seed {seed}: {a:?} after a delete");
+                    if let Action::CreateDeployment { replicas: n, .. } = a {
+                        (deleted, paused, replicas) = (false, false, *n);
+                        continue;
+                    }
+                    if steps < LONG_DAY {
+                        let new = matches!(
+                            a,
+                            Action::UndoTo { .. }
+                                | Action::InterruptedRollout
+                                | Action::StuckRollout { .. }
+                                | Action::DeleteDeployment { .. }
+                                | Action::DrainWithPdb
+                                | Action::StatefulImageOnDelete
+                                | Action::LowerPartition { .. }
+                                | Action::DaemonSetImage
+                                | Action::CronJobTick
+                                | Action::Node { .. }
+                        );
+                        assert!(!new, "seed {seed}: {a:?} in a short day");
+                    }
+                    match a {
+                        Action::StatefulImage { .. } => assert!(!on_delete, "seed {seed}: a rolling image change of an OnDelete StatefulSet"),
+                        Action::StatefulImageOnDelete => assert!(on_delete, "seed {seed}: {a:?} of a RollingUpdate StatefulSet"),
+                        Action::LowerPartition { partition: p } => assert!(*p < partition, "seed {seed}: {a:?} lowers nothing from {partition}"),
+                        Action::DrainWithPdb => assert!(replicas >= 2, "seed {seed}: {a:?} of {replicas} replicas"),
+                        Action::DeleteDeployment { .. } => deleted = true,
+                        _ => {}
+                    }
+                    if let Action::StatefulImage { partition: p } | Action::LowerPartition { partition: p } = a {
+                        partition = *p;
+                    }
                     if let Action::Scale { replicas: n, .. } | Action::ScaleOrphan { replicas: n } | Action::ScaleStatefulSet { replicas: n } = a {
                         assert_ne!(*n, replicas, "seed {seed}: {a:?} changes nothing");
                         replicas = *n;
@@ -396,15 +670,61 @@ mod tests {
                         replicas = *n;
                     }
                     match a {
-                        Action::Undo | Action::Restart => assert!(!paused, "seed {seed}: {a:?} of a paused Deployment"),
+                        Action::Undo | Action::UndoTo { .. } | Action::Restart | Action::InterruptedRollout | Action::StuckRollout { .. } => {
+                            assert!(!paused, "seed {seed}: {a:?} of a paused Deployment")
+                        }
                         Action::PauseAndChange => paused = true,
                         Action::Resume => paused = false,
                         Action::OrphanDelete => orphaned = true,
-                        Action::ScaleOrphan { .. } | Action::RemovePod { .. } => {}
+                        Action::ScaleOrphan { .. } | Action::RemovePod { .. } | Action::DeleteDeployment { .. } => {}
                         _ => assert!(!orphaned, "seed {seed}: {a:?} after the Deployment was deleted"),
                     }
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_short_day_draws_what_it_drew_before_the_catalog_grew() {
+        // Seed 4327553608411769848 of 12 steps, as docs/e2e.md lists it.
+        let d = day(4327553608411769848, 12);
+        let tags: Vec<Vec<&str>> = d.workloads.iter().map(|w| w.actions.iter().map(Action::tag).collect()).collect();
+        assert_eq!(
+            tags,
+            [
+                vec!["create", "person-scales-replicaset", "delete-cascade-orphan"],
+                vec!["create", "delete-pod", "delete-pod-grace-0", "evict-pod", "delete-pod"],
+                vec!["create", "person-scales-replicaset", "delete-pod", "delete-cascade-orphan"],
+            ]
+        );
+        assert!(matches!(d.workloads[1].actions[0], Action::CreateStatefulSet { replicas: 1, parallel: false, on_delete: false }));
+    }
+
+    #[test]
+    fn long_days_draw_the_whole_catalog() {
+        let mut tags = std::collections::BTreeSet::new();
+        for seed in 0..100 {
+            for w in day(seed, 30).workloads {
+                tags.extend(w.actions.iter().map(Action::tag));
+            }
+        }
+        for t in [
+            "rollout-undo-to-revision",
+            "rollout-interrupted",
+            "rollout-stuck",
+            "delete-foreground",
+            "delete-background",
+            "drain-pdb-refused",
+            "statefulset-image-ondelete",
+            "statefulset-lower-partition",
+            "daemonset-image",
+            "cronjob-tick",
+            "node-added",
+            "node-removed",
+            "node-cordoned",
+            "node-tainted-noexecute",
+        ] {
+            assert!(tags.contains(t), "{t} never drawn in 100 long days");
         }
     }
 }

@@ -471,6 +471,7 @@ impl<'p> Labeller<'p> {
                     Err(format!("in step {}: not the changed object nor under it", step.name))
                 }
             }
+            Cause::Node => Ok(("drift", Some(Reverts::Nobody), format!("{}'s controller acts on a node's change, nothing asked of it", parent.describe()))),
             Cause::Unprompted if parent.kind == "Widget" => {
                 Ok(("drift", Some(Reverts::Nobody), "the Widget controller changes its child with nothing asked".into()))
             }
@@ -706,6 +707,98 @@ mod tests {
         let labels = label(&lines, &p).unwrap();
         assert_eq!(at(&labels, "p1").0, "initializing");
         assert_eq!(at(&labels, "p2").0, "expected", "DESIGN §1.4: initialized at the controller's first status write");
+    }
+
+    #[test]
+    fn a_cronjobs_ticks_carry_out_its_spec() {
+        const CJC: &str = "system:serviceaccount:kube-system:cronjob-controller";
+        const JC: &str = "system:serviceaccount:kube-system:job-controller";
+        const GC: &str = "system:serviceaccount:kube-system:generic-garbage-collector";
+        let cronjob = |status: bool| {
+            let mut o = json!({"kind": "CronJob", "metadata": {"name": "tick", "uid": "u-c", "generation": 1}, "spec": {"schedule": "* * * * *"}});
+            if status {
+                o["status"] = json!({"lastScheduleTime": "2027-01-15T08:01:00Z"});
+            }
+            o
+        };
+        let job = |name: &str, deleting: bool| {
+            let mut o = json!({"kind": "Job", "metadata": {"name": name, "uid": format!("u-{name}"),
+                "ownerReferences": [{"kind": "CronJob", "name": "tick", "uid": "u-c", "controller": true}]}, "spec": {"completions": 1}});
+            if deleting {
+                o["metadata"]["deletionTimestamp"] = json!("2027-01-15T08:02:00Z");
+            }
+            o
+        };
+        let pod = |name: &str, job: &str| {
+            json!({"kind": "Pod", "metadata": {"name": name, "uid": format!("u-{name}"),
+                "ownerReferences": [{"kind": "Job", "name": job, "uid": format!("u-{job}"), "controller": true}]}, "spec": {"image": "a"}})
+        };
+        let started = |name: &str| {
+            let mut j = job(name, false);
+            j["status"] = json!({"startTime": "2027-01-15T08:01:00Z"});
+            j
+        };
+        let lines = vec![
+            line("create", 0, "create cronjobs", "kubernetes-admin", 1, cronjob(false)),
+            // The first tick: its Job before the CronJob's first status write.
+            line("j1", 5, "create jobs", CJC, 2, job("j1", false)),
+            line("cj-status", 6, "update cronjobs/status", CJC, 3, cronjob(true)),
+            line("j1-status", 6, "update jobs/status", JC, 4, started("j1")),
+            line("p1", 7, "create pods", JC, 5, pod("p1", "j1")),
+            // The next tick (another step of the CronJob): a Job, and the history trimmed.
+            line("j2", 20, "create jobs", CJC, 6, job("j2", false)),
+            line("j1-gone", 21, "delete jobs", CJC, 7, job("j1", true)),
+            line("p1-gone", 22, "delete pods", GC, 8, pod("p1", "j1")),
+        ];
+        let tick = || Cause::Intent(vec![("CronJob".into(), "tick".into())]);
+        let p = plan(&[(0, tick(), &[("create", "unowned", Role::Plain)]), (15, tick(), &[])]);
+        let labels = label(&lines, &p).unwrap();
+        assert_eq!(at(&labels, "j1").0, "initializing", "before the CronJob controller's first status write");
+        assert_eq!(at(&labels, "p1").0, "expected");
+        assert_eq!(at(&labels, "j2").0, "expected", "a Job on the schedule carries the spec out");
+        assert_eq!(at(&labels, "j1-gone").0, "expected", "a finished Job beyond the history limit, deleted by the CronJob's controller");
+        assert_eq!(at(&labels, "p1-gone").0, "deleting");
+    }
+
+    #[test]
+    fn a_daemonsets_pods_follow_its_own_nodes() {
+        const DSC: &str = "system:serviceaccount:kube-system:daemon-set-controller";
+        const TAINT: &str = "system:serviceaccount:kube-system:taint-eviction-controller";
+        let ds = |observed: bool| {
+            let mut o = json!({"kind": "DaemonSet", "metadata": {"name": "agent", "uid": "u-d", "generation": 1}, "spec": {"template": {}}});
+            if observed {
+                o["status"] = json!({"observedGeneration": 1});
+            }
+            o
+        };
+        let pod = |name: &str, deleting: bool| {
+            let mut o = json!({"kind": "Pod", "metadata": {"name": name, "uid": format!("u-{name}"),
+                "ownerReferences": [{"kind": "DaemonSet", "name": "agent", "uid": "u-d", "controller": true}]}, "spec": {"image": "a"}});
+            if deleting {
+                o["metadata"]["deletionTimestamp"] = json!("2027-01-15T08:00:00Z");
+            }
+            o
+        };
+        let lines = vec![
+            line("create", 0, "create daemonsets", "kubernetes-admin", 1, ds(false)),
+            line("p1", 1, "create pods", DSC, 2, pod("p1", false)),
+            line("status", 2, "update daemonsets/status", DSC, 3, ds(true)),
+            // A node of the workload's own added: a pod there, nothing asked of the DaemonSet.
+            line("p2", 10, "create pods", DSC, 4, pod("p2", false)),
+            // That node tainted NoExecute: the taint manager evicts the pod, nobody replaces it.
+            line("evicted", 20, "delete pods", TAINT, 5, pod("p2", true)),
+            line("kwok", 21, "delete pods", "kwok-controller", 6, pod("p2", true)),
+        ];
+        let p = plan(&[
+            (0, Cause::Intent(vec![("DaemonSet".into(), "agent".into())]), &[("create", "unowned", Role::Plain)]),
+            (10, Cause::Node, &[]),
+            (20, Cause::Node, &[]),
+        ]);
+        let labels = label(&lines, &p).unwrap();
+        assert_eq!(at(&labels, "p1").0, "initializing");
+        assert_eq!(at(&labels, "p2"), ("drift", Some(Reverts::Nobody)), "its controller acts on a node, nothing asked of it");
+        assert_eq!(at(&labels, "evicted").0, "origin", "the taint manager is not the DaemonSet's controller");
+        assert_eq!(at(&labels, "kwok").0, NONE);
     }
 
     #[test]

@@ -21,7 +21,10 @@
 //!   reverting that change; the object's own controller's writes to its children carry the
 //!   change out: `expected`;
 //! - the Widget controller's change of its child with nothing asked (a knob of the test):
-//!   `drift`, reverting nobody.
+//!   `drift`, reverting nobody;
+//! - a controller's write under a workload one of whose own nodes the test changed (a
+//!   DaemonSet's pod on a node added): `drift`, reverting nobody; another actor's delete of
+//!   its pod (the taint manager's, the pod garbage collector's) is an `origin`.
 //!
 //! A write no rule explains is an error of the scenario (the truth cannot be told), never a
 //! guess. [`Judgement`] compares the labels with kausality-stream's events: every mismatch,
@@ -63,6 +66,10 @@ pub enum Cause {
     Changed,
     /// The Widget controller changes its child with nothing asked (external state).
     Unprompted,
+    /// Something outside the namespace changed (a node of the workload's own added, removed,
+    /// cordoned, tainted): a controller's write under the workload carries out no intent of
+    /// the test, and reverts no write of it.
+    Node,
     /// The namespace is deleted: every delete in it is teardown.
     Teardown,
 }
@@ -116,6 +123,7 @@ impl Plan {
             ("StatefulSet", sa("statefulset-controller")),
             ("DaemonSet", sa("daemon-set-controller")),
             ("Job", sa("job-controller")),
+            ("CronJob", sa("cronjob-controller")),
         ];
         Plan { steps: Vec::new(), controllers: controllers.into_iter().map(|(k, u)| (k.to_string(), u)).collect() }
     }

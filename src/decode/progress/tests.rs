@@ -160,6 +160,22 @@ fn a_partitioned_statefulset_finishes_as_far_as_its_partition() {
 }
 
 #[test]
+fn an_on_delete_statefulset_asks_no_pod_to_move() {
+    let s = builtin(Builtin::StatefulSet);
+    let obj = |strategy: Value, status: Value| json!({"spec": {"replicas": 3, "template": {}, "updateStrategy": strategy}, "status": status});
+    // A new template observed: the revisions apart, no pod updated, all ready.
+    let observed = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "availableReplicas": 3, "currentRevision": "a", "updateRevision": "b"});
+    assert!(!shows(&s, &obj(json!({"type": "OnDelete"}), observed.clone())), "OnDelete: finished when observed");
+    assert!(shows(&s, &obj(json!({"type": "RollingUpdate"}), observed.clone())), "RollingUpdate: the revisions must meet");
+    // One pod deleted and recreated at the update revision: still nothing more asked.
+    let one = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 3, "currentRevision": "a", "updateRevision": "b"});
+    assert!(!shows(&s, &obj(json!({"type": "OnDelete"}), one)));
+    // The ready counts still count.
+    let short = json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 3, "availableReplicas": 2, "currentRevision": "a", "updateRevision": "b"});
+    assert!(shows(&s, &obj(json!({"type": "OnDelete"}), short)));
+}
+
+#[test]
 fn statefulset_revisions_and_counters() {
     let s = builtin(Builtin::StatefulSet);
     let done = json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "currentReplicas": 3, "availableReplicas": 3,

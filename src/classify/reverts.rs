@@ -163,27 +163,7 @@ fn diff_walk(before: Option<&Value>, after: Option<&Value>, path: &mut String, o
     match (before, after) {
         (Some(Value::Object(b)), Some(Value::Object(a))) if !b.is_empty() && !a.is_empty() => {
             // Both maps are sorted by key: walk them side by side.
-            let (mut bi, mut ai) = (b.iter().peekable(), a.iter().peekable());
-            loop {
-                let (key, bv, av) = match (bi.peek(), ai.peek()) {
-                    (None, None) => break,
-                    (Some((bk, _)), Some((ak, _))) if bk == ak => {
-                        let ((k, bv), (_, av)) = (bi.next().expect("peeked"), ai.next().expect("peeked"));
-                        (k, Some(bv), Some(av))
-                    }
-                    (Some((bk, _)), Some((ak, _))) if bk > ak => {
-                        let (k, av) = ai.next().expect("peeked");
-                        (k, None, Some(av))
-                    }
-                    (Some(_), _) => {
-                        let (k, bv) = bi.next().expect("peeked");
-                        (k, Some(bv), None)
-                    }
-                    (None, Some(_)) => {
-                        let (k, av) = ai.next().expect("peeked");
-                        (k, None, Some(av))
-                    }
-                };
+            for (key, bv, av) in side_by_side(b.iter(), a.iter()) {
                 if !path.is_empty() {
                     path.push('.');
                 }
@@ -221,6 +201,25 @@ fn diff_walk(before: Option<&Value>, after: Option<&Value>, path: &mut String, o
             out.extend(diff(&side(before), &side(after)).into_iter().filter(|f| f.before != f.after));
         }
     }
+}
+
+/// The members of two maps sorted by key, side by side: each key once, with its value in
+/// each map (`None` where it has none).
+fn side_by_side<'m, K: Ord + 'm, V: 'm>(
+    before: impl Iterator<Item = (&'m K, &'m V)>,
+    after: impl Iterator<Item = (&'m K, &'m V)>,
+) -> impl Iterator<Item = (&'m K, Option<&'m V>, Option<&'m V>)> {
+    let (mut bi, mut ai) = (before.peekable(), after.peekable());
+    std::iter::from_fn(move || match (bi.peek(), ai.peek()) {
+        (None, None) => None,
+        (Some((bk, _)), Some((ak, _))) if bk == ak => {
+            let ((k, bv), (_, av)) = (bi.next()?, ai.next()?);
+            Some((k, Some(bv), Some(av)))
+        }
+        (Some((bk, _)), Some((ak, _))) if bk > ak => ai.next().map(|(k, av)| (k, None, Some(av))),
+        (Some(_), _) => bi.next().map(|(k, bv)| (k, Some(bv), None)),
+        (None, Some(_)) => ai.next().map(|(k, av)| (k, None, Some(av))),
+    })
 }
 
 /// A scalar, or an empty object or array: what [`leaves`] keeps as one leaf.
@@ -553,7 +552,7 @@ mod tests {
 
     /// JSON values of contents' shapes: keys with dots and brackets (labels), arrays, empty
     /// containers, long strings, and the same small key set so that two draws overlap.
-    fn content() -> impl Strategy<Value = Value> {
+    pub(super) fn content() -> impl Strategy<Value = Value> {
         let key = prop::sample::select(vec!["spec", "replicas", "a", "a.b", "app.kubernetes.io/name", "x[0]", "b"]);
         let leaf = prop_oneof![
             Just(Value::Null),

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use super::{diff_walk, merge_changes};
+use super::{diff_walk, merge_changes, side_by_side};
 use crate::decode::CowStr;
 use crate::state::FieldChange;
 
@@ -65,32 +65,12 @@ fn diff_raw(before: &str, after: &str, path: &mut String, out: &mut Vec<FieldCha
     match (shape(before)?, shape(after)?) {
         (Shape::Object(b), Shape::Object(a)) => {
             // Both sorted by key, as a parsed object is: walked side by side, as `diff_walk` does.
-            let (mut bi, mut ai) = (b.iter().peekable(), a.iter().peekable());
-            loop {
-                let (key, bv, av) = match (bi.peek(), ai.peek()) {
-                    (None, None) => break,
-                    (Some((bk, _)), Some((ak, _))) if bk == ak => {
-                        let ((k, bv), (_, av)) = (bi.next().expect("peeked"), ai.next().expect("peeked"));
-                        (k, Some(bv.get()), Some(av.get()))
-                    }
-                    (Some((bk, _)), Some((ak, _))) if bk > ak => {
-                        let (k, av) = ai.next().expect("peeked");
-                        (k, None, Some(av.get()))
-                    }
-                    (Some(_), _) => {
-                        let (k, bv) = bi.next().expect("peeked");
-                        (k, Some(bv.get()), None)
-                    }
-                    (None, Some(_)) => {
-                        let (k, av) = ai.next().expect("peeked");
-                        (k, None, Some(av.get()))
-                    }
-                };
+            for (key, bv, av) in side_by_side(b.iter(), a.iter()) {
                 if !path.is_empty() {
                     path.push('.');
                 }
                 path.push_str(key);
-                diff_either(bv, av, path, out)?;
+                diff_either(bv.map(|v| v.get()), av.map(|v| v.get()), path, out)?;
                 path.truncate(len);
             }
         }
@@ -202,24 +182,16 @@ mod tests {
         assert_eq!((changes[0].before.as_deref(), changes[0].after.as_deref()), (Some("2"), Some("5")));
     }
 
-    /// JSON texts of contents' shapes, written compactly or with spaces.
+    /// JSON texts of contents' shapes (those the parsed diff is tested on), written compactly
+    /// or with spaces.
     fn content() -> impl Strategy<Value = String> {
-        let key = prop::sample::select(vec!["spec", "replicas", "a", "a.b", "x[0]", "b", "image"]);
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::from),
-            (0i64..4).prop_map(Value::from),
-            prop::sample::select(vec!["v", "w", "a.b"]).prop_map(Value::from),
-            Just(Value::Object(Default::default())),
-            Just(Value::Array(Vec::new())),
-        ];
-        let value = leaf.prop_recursive(4, 24, 4, move |inner| {
-            prop_oneof![
-                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::btree_map(key.clone(), inner, 0..4).prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
-            ]
-        });
-        (value, any::<bool>()).prop_map(|(v, pretty)| if pretty { serde_json::to_string_pretty(&v).expect("JSON") } else { v.to_string() })
+        (crate::classify::reverts::tests::content(), any::<bool>()).prop_map(|(v, pretty)| {
+            if pretty {
+                serde_json::to_string_pretty(&v).expect("JSON")
+            } else {
+                v.to_string()
+            }
+        })
     }
 
     proptest! {

@@ -208,18 +208,8 @@ impl Engine {
             return (event, origin_state);
         };
         let (owner_api_version, owner_kind) = self.interner.parts(owner.ty);
-        let mut parent_out = ParentOut {
-            api_version: self.interner.resolve(owner_api_version),
-            kind: self.interner.resolve(owner_kind),
-            name: owner.name.clone(),
-            uid: owner.uid_text.clone(),
-            generation: None,
-            observed_generation: None,
-            observed_generation_source: None,
-            finished: None,
-            phase: None,
-            applier: None,
-        };
+        let mut parent_out =
+            ParentOut::named(self.interner.resolve(owner_api_version), self.interner.resolve(owner_kind), owner.name.clone(), owner.uid_text.clone());
         let Some(mut p) = self.parent_view(&self.owner_key(w.scope, owner.uid), owner) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);

@@ -404,6 +404,22 @@ pub(super) fn with_replicas(content: &str, replicas: i64) -> Option<Arc<str>> {
     Some(Arc::from(v.to_string()))
 }
 
+/// The write `w` to `child` as an origin write, with the fields it changed and the user whose
+/// write it put back.
+fn origin_write(w: &Write, child: &Child<'_>, fields: Option<Vec<FieldChange>>, reverted: Option<crate::state::Sym>) -> OriginWrite {
+    OriginWrite {
+        user: w.user,
+        audit_id: w.audit_id.clone(),
+        stage_timestamp: w.stage_timestamp.clone(),
+        time_us: w.time_us,
+        verb: w.verb,
+        ty: child.ty,
+        name: child.name.clone(),
+        fields: fields.map(Vec::into_boxed_slice),
+        reverted,
+    }
+}
+
 /// Whether the write removes the object it names: a delete, a deletecollection, or an
 /// eviction (a `create` of `pods/eviction`: a delete of the pod, DESIGN §1.5).
 fn removes(w: &Write) -> bool {
@@ -445,21 +461,10 @@ impl Engine {
         if class == Class::Deleting {
             return None;
         }
-        let record = || OriginWrite {
-            user: w.user,
-            audit_id: w.audit_id.clone(),
-            stage_timestamp: w.stage_timestamp.clone(),
-            time_us: w.time_us,
-            verb: w.verb,
-            ty: child.ty,
-            name: child.name.clone(),
-            fields: None,
-            reverted: None,
-        };
         match identity {
             Identity::Undetermined => None,
             Identity::NotController(_) if removes => {
-                self.store.update(&self.owner_key(w.scope, parent), |p| p.push_removed_child(record()));
+                self.store.update(&self.owner_key(w.scope, parent), |p| p.push_removed_child(origin_write(w, child, None, None)));
                 None
             }
             Identity::NotController(_) => {
@@ -470,7 +475,7 @@ impl Engine {
                 let (found, standing) = self.put_back_at(key, &now, w.user, w.time_us);
                 // A write whose tracked fields all stayed as they were has nothing to revert.
                 if fields.as_ref().is_none_or(|f| !f.is_empty()) || !found.is_empty() {
-                    let origin = OriginWrite { fields: fields.map(Vec::into_boxed_slice), reverted: found.first().map(|r| r.write.user), ..record() };
+                    let origin = origin_write(w, child, fields, found.first().map(|r| r.write.user));
                     self.store.update(&key, |c| {
                         if let Some(standing) = standing {
                             c.set_origin_writes(standing);
@@ -502,7 +507,7 @@ impl Engine {
                                 .flat_map(|r| r.restored())
                                 .map(|f| FieldChange { path: f.path.clone(), before: f.after.clone(), after: f.before.clone() })
                                 .collect();
-                            standing.push(OriginWrite { fields: Some(fields.into_boxed_slice()), reverted: Some(first.write.user), ..record() });
+                            standing.push(origin_write(w, child, Some(fields), Some(first.write.user)));
                         }
                     }
                     self.store.update(&key, |c| c.set_origin_writes(standing));

@@ -426,18 +426,7 @@ mod tests {
             same_as_serde(&e);
             e.actor.is_controller = Some(false);
             e.trace = vec![HopOut { generation: None, user: None, timestamp: None, ..hop(text, serde_json::Map::new()) }];
-            e.parent = Some(ParentOut {
-                api_version: Arc::from("v1"),
-                kind: Arc::from("K"),
-                name: Name::from("n"),
-                uid: Arc::from("u"),
-                generation: None,
-                observed_generation: None,
-                observed_generation_source: None,
-                finished: None,
-                phase: None,
-                applier: None,
-            });
+            e.parent = Some(ParentOut::named(Arc::from("v1"), Arc::from("K"), Name::from("n"), Arc::from("u")));
             e.reverts = Some(Vec::new());
             same_as_serde(&e);
             e.parent.as_mut().unwrap().finished = Some(false);

@@ -113,6 +113,24 @@ pub struct ParentOut {
     pub applier: Option<Box<ApplierOut>>,
 }
 
+impl ParentOut {
+    /// A parent known by its identity only: nothing of its generations, phase or applier yet.
+    pub fn named(api_version: Arc<str>, kind: Arc<str>, name: Name, uid: Arc<str>) -> Self {
+        ParentOut {
+            api_version,
+            kind,
+            name,
+            uid,
+            generation: None,
+            observed_generation: None,
+            observed_generation_source: None,
+            finished: None,
+            phase: None,
+            applier: None,
+        }
+    }
+}
+
 /// An applier's parent's intent, as the enriched event writes it (DESIGN §1.9).
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]

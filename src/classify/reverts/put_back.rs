@@ -111,17 +111,7 @@ impl Engine {
         }
         let fields = if removes { None } else { changed_fields(before.as_deref(), &after).filter(|f| !f.is_empty()) };
         if standing.is_some() || fields.is_some() {
-            let origin = fields.map(|fields| OriginWrite {
-                user: w.user,
-                audit_id: w.audit_id.clone(),
-                stage_timestamp: w.stage_timestamp.clone(),
-                time_us: w.time_us,
-                verb: w.verb,
-                ty: child.ty,
-                name: child.name.clone(),
-                fields: Some(fields.into_boxed_slice()),
-                reverted: found.first().map(|r| r.write.user),
-            });
+            let origin = fields.map(|fields| origin_write(w, child, Some(fields), found.first().map(|r| r.write.user)));
             self.store.update(&key, |c| {
                 if let Some(standing) = standing {
                     c.set_origin_writes(standing);

@@ -27,7 +27,17 @@ use support::floor::Floor;
 
 fn corpus(events: usize, managed_fields: bool) -> Vec<u8> {
     let mut out = Vec::new();
-    generate(&CorpusOptions { events, managed_fields, namespaces: 20, deployments_per_namespace: 20, ..CorpusOptions::default() }, &mut out).unwrap();
+    generate(
+        &CorpusOptions {
+            events,
+            managed_fields,
+            namespaces: 20,
+            deployments_per_namespace: 20,
+            ..CorpusOptions::default()
+        },
+        &mut out,
+    )
+    .unwrap();
     out
 }
 

@@ -39,9 +39,17 @@ const BATCH: usize = 500;
 /// Enriched events of the corpus generator (`n` audit events), classified once.
 fn enriched(n: usize) -> Vec<Enriched> {
     let mut data = Vec::new();
-    generate(&CorpusOptions { events: n, namespaces: 20, deployments_per_namespace: 20, ..CorpusOptions::default() }, &mut data).unwrap();
+    generate(
+        &CorpusOptions { events: n, namespaces: 20, deployments_per_namespace: 20, ..CorpusOptions::default() },
+        &mut data,
+    )
+    .unwrap();
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let mut p = Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { clock: Clock::EventTime, ..ProcessorOptions::default() });
+    let mut p = Processor::new(
+        engine,
+        Arc::new(Metrics::new()),
+        ProcessorOptions { clock: Clock::EventTime, ..ProcessorOptions::default() },
+    );
     let mut out = Vec::new();
     for (i, l) in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()).enumerate() {
         p.ingest_document(None, l, Location::Line(i), "bench", 0, &mut out);
@@ -58,7 +66,9 @@ fn round(events: &[Enriched], round: i64) -> Vec<Enriched> {
             let mut e = e.clone();
             e.audit_id = format!("{}-{round}", e.audit_id).into();
             e.object.uid = format!("{}-{round}", e.object.uid).into();
-            e.stage_timestamp = format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap_or(0) + round * 3_600_000_000).into();
+            e.stage_timestamp =
+                format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap_or(0) + round * 3_600_000_000)
+                    .into();
             e
         })
         .collect()
@@ -154,8 +164,16 @@ fn bench(c: &mut Criterion) {
             black_box(out.len())
         })
     });
-    g.bench_function("sqlite_writer", |b| b.iter_batched(|| fresh(&dir, "bench.db"), |path| black_box(sqlite_write(&path, &events)), BatchSize::PerIteration));
-    for (name, durability) in [("redb_each_commit_durable", Durability::Immediate), ("redb_last_commit_durable", Durability::None)] {
+    g.bench_function("sqlite_writer", |b| {
+        b.iter_batched(
+            || fresh(&dir, "bench.db"),
+            |path| black_box(sqlite_write(&path, &events)),
+            BatchSize::PerIteration,
+        )
+    });
+    for (name, durability) in
+        [("redb_each_commit_durable", Durability::Immediate), ("redb_last_commit_durable", Durability::None)]
+    {
         g.bench_function(name, |b| {
             b.iter_batched(
                 || Database::create(fresh(&dir, "bench.redb")).unwrap(),

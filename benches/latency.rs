@@ -51,8 +51,9 @@ struct ListIds {
 
 async fn collect(State(arrivals): State<Arrivals>, body: Bytes) -> &'static str {
     let at = Instant::now();
-    let events: Vec<IdOnly> =
-        serde_json::from_slice(&body).unwrap_or_else(|e| fail(&format!("the http sink posted something else than a JSON array of enriched events: {e}")));
+    let events: Vec<IdOnly> = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        fail(&format!("the http sink posted something else than a JSON array of enriched events: {e}"))
+    });
     arrivals.lock().expect("arrivals").extend(events.into_iter().map(|e| (e.audit_id, at)));
     "{}"
 }
@@ -94,7 +95,12 @@ fn main() {
         list_of.extend(ids.items.into_iter().map(|e| (e.audit_id, i)));
     }
     let expected = expected_outputs(&bodies, !window.is_zero());
-    println!("  corpus: {} EventLists, {} events, {expected} enriched events expected, ready in {}", bodies.len(), bodies.len() * LIST_SIZE, since(t0));
+    println!(
+        "  corpus: {} EventLists, {} events, {expected} enriched events expected, ready in {}",
+        bodies.len(),
+        bodies.len() * LIST_SIZE,
+        since(t0)
+    );
 
     let sink_rt = runtime("ks-sink");
     let arrivals: Arrivals = Arc::default();
@@ -148,7 +154,8 @@ listen = "127.0.0.1:0"
             let at = Instant::now();
             sent.push(at);
             tasks.push(tokio::spawn(async move {
-                let r = client.post(&url).header("content-type", "application/json").body(bodies[i].clone()).send().await;
+                let r =
+                    client.post(&url).header("content-type", "application/json").body(bodies[i].clone()).send().await;
                 let r = r.unwrap_or_else(|e| fail(&format!("POST {url}: {e}")));
                 let code = r.status().as_u16();
                 let answer = r.bytes().await.unwrap_or_default();
@@ -178,7 +185,10 @@ listen = "127.0.0.1:0"
         fail("the service did not stop cleanly");
     }
     if arrived.len() < expected {
-        fail(&format!("{} enriched events arrived; the processing chain makes {expected} of these bodies", arrived.len()));
+        fail(&format!(
+            "{} enriched events arrived; the processing chain makes {expected} of these bodies",
+            arrived.len()
+        ));
     }
     if before_stop < expected {
         fail(&format!("only {before_stop} of {expected} enriched events arrived before the service was stopped"));

@@ -74,19 +74,37 @@ impl Write for Feed {
 
 /// The engine after the memory bench's corpus (or the file's lines).
 fn replayed() -> Arc<Engine> {
-    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions { max_objects: 100_000_000, ..EngineOptions::default() }));
+    let engine = Arc::new(Engine::new(
+        ModelConfig::default(),
+        EngineOptions { max_objects: 100_000_000, ..EngineOptions::default() },
+    ));
     let opts = ProcessorOptions { clock: Clock::EventTime, ..ProcessorOptions::default() };
-    let mut feed = Feed { processor: Processor::new(engine.clone(), Arc::new(Metrics::new()), opts), line: Vec::new(), out: Vec::new(), lines: 0 };
+    let mut feed = Feed {
+        processor: Processor::new(engine.clone(), Arc::new(Metrics::new()), opts),
+        line: Vec::new(),
+        out: Vec::new(),
+        lines: 0,
+    };
     match std::env::var_os("KAUSALITY_CORPUS") {
         Some(path) => {
-            let file = io::BufReader::with_capacity(1 << 20, std::fs::File::open(&path).expect("KAUSALITY_CORPUS: a file of JSON lines"));
+            let file = io::BufReader::with_capacity(
+                1 << 20,
+                std::fs::File::open(&path).expect("KAUSALITY_CORPUS: a file of JSON lines"),
+            );
             for line in file.split(b'\n') {
                 feed.take(&line.expect("reading KAUSALITY_CORPUS"));
             }
         }
         None => {
-            let events = std::env::var("KAUSALITY_RESTORE_EVENTS").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000_000);
-            let corpus = CorpusOptions { events, namespaces: 250, deployments_per_namespace: 1000, teardown: false, ..CorpusOptions::default() };
+            let events =
+                std::env::var("KAUSALITY_RESTORE_EVENTS").ok().and_then(|n| n.parse().ok()).unwrap_or(2_000_000);
+            let corpus = CorpusOptions {
+                events,
+                namespaces: 250,
+                deployments_per_namespace: 1000,
+                teardown: false,
+                ..CorpusOptions::default()
+            };
             generate(&corpus, &mut feed).unwrap();
             let last = std::mem::take(&mut feed.line);
             feed.take(&last);

@@ -60,7 +60,14 @@ impl Run {
 
 /// Posts `bodies` to `url` from `clients` concurrent connections, each taking the next body
 /// in order; a 429 is retried after 100 ms.
-fn post_all(rt: &tokio::runtime::Runtime, client: &reqwest::Client, url: &str, bodies: &[Bytes], clients: usize, server_threads: &[&str]) -> Run {
+fn post_all(
+    rt: &tokio::runtime::Runtime,
+    client: &reqwest::Client,
+    url: &str,
+    bodies: &[Bytes],
+    clients: usize,
+    server_threads: &[&str],
+) -> Run {
     let next = Arc::new(AtomicUsize::new(0));
     let bodies: Arc<[Bytes]> = bodies.into();
     let (cpu0, ccpu0) = (cpu_seconds(server_threads), cpu_seconds(&["ks-client"]));
@@ -75,7 +82,12 @@ fn post_all(rt: &tokio::runtime::Runtime, client: &reqwest::Client, url: &str, b
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(body) = bodies.get(i) else { break };
                     loop {
-                        let r = client.post(&url).header("content-type", "application/json").body(body.clone()).send().await;
+                        let r = client
+                            .post(&url)
+                            .header("content-type", "application/json")
+                            .body(body.clone())
+                            .send()
+                            .await;
                         let r = r.unwrap_or_else(|e| fail(&format!("POST {url}: {e}")));
                         let code = r.status().as_u16();
                         let answer = r.bytes().await.unwrap_or_default();
@@ -153,7 +165,8 @@ fn main() {
     let parse_rt = runtime("ks-parse");
     let client_rt = runtime("ks-client");
     let pipeline = |out: &std::path::Path, history: Option<&std::path::Path>| {
-        let history = history.map_or(String::new(), |h| format!("[[sinks]]\ntype = \"history\"\npath = \"{}\"\n", h.display()));
+        let history =
+            history.map_or(String::new(), |h| format!("[[sinks]]\ntype = \"history\"\npath = \"{}\"\n", h.display()));
         format!(
             r#"
 cluster = "default"
@@ -220,7 +233,12 @@ listen = "127.0.0.1:0"
         }
         let h = post_all(&client_rt, &client, &history_url, batch, clients, &history_threads);
         if h.accepted != h.events {
-            fail(&format!("round {}: the service with the history store took in {} of {} events", r + 1, h.accepted, h.events));
+            fail(&format!(
+                "round {}: the service with the history store took in {} of {} events",
+                r + 1,
+                h.accepted,
+                h.events
+            ));
         }
         println!(
             "  round {}: service with the history store {:>8.0} events/s (server CPU {:.2}s, {} answers 429) | history on / off {:.2}",
@@ -269,8 +287,9 @@ listen = "127.0.0.1:0"
     let store_bytes = kausality_stream::history::writer::disk_bytes(&store);
     let stored: usize = kausality_stream::history::open(&store, kausality_stream::history::Mode::Read)
         .and_then(|c| {
-            c.query_row("SELECT count(*) FROM mutations", [], |r| r.get::<_, i64>(0))
-                .map_err(|source| kausality_stream::history::Error::Sqlite { path: store.display().to_string(), source })
+            c.query_row("SELECT count(*) FROM mutations", [], |r| r.get::<_, i64>(0)).map_err(|source| {
+                kausality_stream::history::Error::Sqlite { path: store.display().to_string(), source }
+            })
         })
         .unwrap_or_else(|e| fail(&format!("reading the history store: {e}"))) as usize;
     let lines = std::fs::read(&out).unwrap_or_default();
@@ -281,12 +300,16 @@ listen = "127.0.0.1:0"
         fail("a service did not stop cleanly");
     }
     if stored != expected {
-        fail(&format!("{stored} mutations in the history store; the processing chain in order makes {expected} of these bodies"));
+        fail(&format!(
+            "{stored} mutations in the history store; the processing chain in order makes {expected} of these bodies"
+        ));
     }
     // Lists taken in out of order within the reorder window give the classes of the ordered
     // stream: the same number of enriched events.
     if written != expected {
-        fail(&format!("{written} enriched events written; the processing chain in order makes {expected} of these bodies"));
+        fail(&format!(
+            "{written} enriched events written; the processing chain in order makes {expected} of these bodies"
+        ));
     }
     if written != distinct {
         fail(&format!("{written} enriched events written for {distinct} auditIDs: some more than once"));

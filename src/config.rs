@@ -40,17 +40,23 @@ pub enum LifecycleSignal {
 }
 
 /// The signals of DESIGN §1.4, for every kind without its own rule.
-pub const DEFAULT_LIFECYCLE: &[LifecycleSignal] =
-    &[LifecycleSignal::InitializedCondition, LifecycleSignal::ReadyCondition, LifecycleSignal::AvailableCondition, LifecycleSignal::PhaseAnnotation];
+pub const DEFAULT_LIFECYCLE: &[LifecycleSignal] = &[
+    LifecycleSignal::InitializedCondition,
+    LifecycleSignal::ReadyCondition,
+    LifecycleSignal::AvailableCondition,
+    LifecycleSignal::PhaseAnnotation,
+];
 
 /// Kinds that have no ready-like condition: their controller's first report of the current
 /// generation ends initialization.
-const OBSERVED_GENERATION_KINDS: &[&str] = &["ReplicaSet.apps", "StatefulSet.apps", "DaemonSet.apps", "ReplicationController"];
+const OBSERVED_GENERATION_KINDS: &[&str] =
+    &["ReplicaSet.apps", "StatefulSet.apps", "DaemonSet.apps", "ReplicationController"];
 
 /// Kinds with neither a ready-like condition nor an observed generation (DESIGN §1.4), and the
 /// signal that ends their initialization: a Job at its controller's first status write (it
 /// carries `startTime`), a CronJob at its controller's first status write.
-const STATUS_KINDS: &[(&str, LifecycleSignal)] = &[("Job.batch", LifecycleSignal::StartTime), ("CronJob.batch", LifecycleSignal::StatusWrite)];
+const STATUS_KINDS: &[(&str, LifecycleSignal)] =
+    &[("Job.batch", LifecycleSignal::StartTime), ("CronJob.batch", LifecycleSignal::StatusWrite)];
 
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
@@ -132,7 +138,10 @@ impl Default for ModelConfig {
             signals.push(signal);
             lifecycle.insert(kind.to_string(), signals);
         }
-        let progress = Builtin::KINDS.iter().map(|&(kind, b)| (kind.to_string(), KindProgress { builtin: Some(b), ..KindProgress::default() })).collect();
+        let progress = Builtin::KINDS
+            .iter()
+            .map(|&(kind, b)| (kind.to_string(), KindProgress { builtin: Some(b), ..KindProgress::default() }))
+            .collect();
         ModelConfig {
             ignored_fields: HashMap::new(),
             lifecycle,
@@ -150,7 +159,10 @@ impl Default for ModelConfig {
 impl ModelConfig {
     /// Leaves `path` (dotted, e.g. `spec.replicas`) out of the spec hash of `kind_key`.
     pub fn ignore_field(&mut self, kind_key: &str, path: &str) {
-        self.ignored_fields.entry(kind_key.to_string()).or_default().push(path.split('.').map(str::to_string).collect());
+        self.ignored_fields
+            .entry(kind_key.to_string())
+            .or_default()
+            .push(path.split('.').map(str::to_string).collect());
     }
 
     pub fn ignored(&self, kind_key: &str) -> Option<&[Vec<String>]> {
@@ -159,7 +171,11 @@ impl ModelConfig {
 
     /// Adds a platform policy; its label selector joins the distinct selectors. Fails past
     /// [`MAX_POLICY_SELECTORS`] distinct selectors.
-    pub fn add_policy(&mut self, mut policy: PlatformPolicy, parent_labels: Option<LabelSelector>) -> Result<(), String> {
+    pub fn add_policy(
+        &mut self,
+        mut policy: PlatformPolicy,
+        parent_labels: Option<LabelSelector>,
+    ) -> Result<(), String> {
         policy.parent_selector = match parent_labels.filter(|s| !s.is_empty()) {
             None => None,
             Some(sel) => Some(match self.policy_selectors.iter().position(|s| *s == sel) {
@@ -177,7 +193,11 @@ impl ModelConfig {
 
     /// Which policy selectors the labels match, one bit each.
     pub fn selector_bits<'a>(&self, labels: impl Fn(&str) -> Option<&'a str>) -> u64 {
-        self.policy_selectors.iter().enumerate().filter(|(_, s)| s.matches(&labels)).fold(0, |bits, (i, _)| bits | 1 << i)
+        self.policy_selectors
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.matches(&labels))
+            .fold(0, |bits, (i, _)| bits | 1 << i)
     }
 
     /// Whether the field changes of `kind_key` are tracked for reverts.
@@ -200,7 +220,13 @@ impl ModelConfig {
 
     /// Adds signals of work in progress to a kind; `keep_builtin: false` turns the built-in
     /// signals of a native kind off.
-    pub fn add_progress(&mut self, kind_key: &str, conditions: Vec<ConditionReason>, fields: Vec<Comparison>, keep_builtin: bool) {
+    pub fn add_progress(
+        &mut self,
+        kind_key: &str,
+        conditions: Vec<ConditionReason>,
+        fields: Vec<Comparison>,
+        keep_builtin: bool,
+    ) {
         let p = self.progress.entry(kind_key.to_string()).or_default();
         if !keep_builtin {
             p.builtin = None;

@@ -31,7 +31,15 @@ pub struct CorpusOptions {
 
 impl Default for CorpusOptions {
     fn default() -> Self {
-        CorpusOptions { seed: 1, namespaces: 10, deployments_per_namespace: 10, events: 100_000, managed_fields: false, event_list_size: 0, teardown: true }
+        CorpusOptions {
+            seed: 1,
+            namespaces: 10,
+            deployments_per_namespace: 10,
+            events: 100_000,
+            managed_fields: false,
+            event_list_size: 0,
+            teardown: true,
+        }
     }
 }
 
@@ -57,7 +65,8 @@ impl Rng {
 }
 
 /// Deployment names as a cluster has them: service and role, 10–24 characters with the index.
-const SERVICES: [&str; 10] = ["checkout", "payments", "inventory", "search", "catalog", "billing", "auth", "orders", "shipping", "reviews"];
+const SERVICES: [&str; 10] =
+    ["checkout", "payments", "inventory", "search", "catalog", "billing", "auth", "orders", "shipping", "reviews"];
 const ROLES: [&str; 5] = ["api", "worker", "web", "gateway", "consumer"];
 
 struct Tree {
@@ -97,7 +106,11 @@ impl Writer<'_> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        writeln!(self.out, "{{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"metadata\":{{}},\"items\":[{}]}}", self.pending.join(","))?;
+        writeln!(
+            self.out,
+            "{{\"kind\":\"EventList\",\"apiVersion\":\"audit.k8s.io/v1\",\"metadata\":{{}},\"items\":[{}]}}",
+            self.pending.join(",")
+        )?;
         self.pending.clear();
         Ok(())
     }
@@ -131,7 +144,10 @@ pub fn generate(opts: &CorpusOptions, out: &mut dyn Write) -> io::Result<usize> 
                 spec["metadata"]["annotations"] = json!({"kausality.io/trace-team": format!("team-{ns}")});
                 let (deploy, e) = api.create(ADMIN, spec);
                 w.push(e)?;
-                let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, &rng.suffix(10), replicas, "registry.example/app:1"));
+                let (rs, e) = api.create(
+                    DEPLOYMENT_CONTROLLER,
+                    replicaset(&deploy, &rng.suffix(10), replicas, "registry.example/app:1"),
+                );
                 w.push(e)?;
                 w.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Progressing", "True"), ("Available", "False")]))?;
                 let mut pods = Vec::new();
@@ -160,9 +176,13 @@ pub fn generate(opts: &CorpusOptions, out: &mut dyn Write) -> io::Result<usize> 
                     t.image += 1;
                     let image = format!("registry.example/app:{}", t.image);
                     let img = image.clone();
-                    w.push(api.update(ADMIN, &t.deploy, move |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!(img)))?;
+                    w.push(api.update(ADMIN, &t.deploy, move |d| {
+                        d["spec"]["template"]["spec"]["containers"][0]["image"] = json!(img)
+                    }))?;
                     let reps = t.replicas;
-                    w.push(api.update(DEPLOYMENT_CONTROLLER, &t.rs, move |r| r["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image)))?;
+                    w.push(api.update(DEPLOYMENT_CONTROLLER, &t.rs, move |r| {
+                        r["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image)
+                    }))?;
                     w.push(api.update(DEPLOYMENT_CONTROLLER, &t.rs, move |r| r["spec"]["replicas"] = json!(reps)))?;
                     w.push(api.report(DEPLOYMENT_CONTROLLER, &t.deploy, &[("Available", "True")]))?;
                 }
@@ -186,7 +206,8 @@ pub fn generate(opts: &CorpusOptions, out: &mut dyn Write) -> io::Result<usize> 
                     if !t.pods.is_empty() {
                         let victim = t.pods.remove(rng.below(t.pods.len()));
                         w.push(api.delete("system:node:worker-1", &victim, &[]))?;
-                        let (pr, e) = api.create(REPLICASET_CONTROLLER, pod(&t.rs, &rng.suffix(5), "registry.example/app:1"));
+                        let (pr, e) =
+                            api.create(REPLICASET_CONTROLLER, pod(&t.rs, &rng.suffix(5), "registry.example/app:1"));
                         t.pods.push(pr);
                         w.push(e)?;
                     }

@@ -172,7 +172,10 @@ pub fn admit(ev: &AuditEvent<'_>) -> Result<Admitted, Ignored> {
         Some("scale") => Subresource::Scale,
         // An eviction is a `create` of the core group's `pods/eviction` (DESIGN §1.5).
         Some("eviction")
-            if verb == Verb::Create && object_ref.is_some_and(|o| o.resource.as_deref() == Some("pods") && o.api_group.as_deref().unwrap_or("").is_empty()) =>
+            if verb == Verb::Create
+                && object_ref.is_some_and(|o| {
+                    o.resource.as_deref() == Some("pods") && o.api_group.as_deref().unwrap_or("").is_empty()
+                }) =>
         {
             Subresource::Eviction
         }
@@ -235,10 +238,26 @@ mod tests {
         assert_eq!(admit(&ev(&ok.replace("\"update\"", "\"watch\""))), Err(Ignored::ReadVerb));
         assert_eq!(admit(&ev(&ok.replace("200", "409"))), Err(Ignored::StatusCode));
         assert_eq!(admit(&ev(&ok.replace("deployments/d", "deployments/d?dryRun=All"))), Err(Ignored::DryRun));
-        assert_eq!(admit(&ev(&ok.replace("deployments/d", "deployments/d?fieldManager=x&dryRun=All"))), Err(Ignored::DryRun));
-        assert_eq!(admit(&ev(&ok.replace("\"deployments\"}", "\"deployments\",\"subresource\":\"status\"}"))).unwrap().subresource, Subresource::Status);
-        assert_eq!(admit(&ev(&ok.replace("\"deployments\"}", "\"deployments\",\"subresource\":\"scale\"}"))).unwrap().subresource, Subresource::Scale);
-        assert_eq!(admit(&ev(&ok.replace("\"deployments\"}", "\"pods\",\"subresource\":\"exec\"}"))), Err(Ignored::Subresource));
+        assert_eq!(
+            admit(&ev(&ok.replace("deployments/d", "deployments/d?fieldManager=x&dryRun=All"))),
+            Err(Ignored::DryRun)
+        );
+        assert_eq!(
+            admit(&ev(&ok.replace("\"deployments\"}", "\"deployments\",\"subresource\":\"status\"}")))
+                .unwrap()
+                .subresource,
+            Subresource::Status
+        );
+        assert_eq!(
+            admit(&ev(&ok.replace("\"deployments\"}", "\"deployments\",\"subresource\":\"scale\"}")))
+                .unwrap()
+                .subresource,
+            Subresource::Scale
+        );
+        assert_eq!(
+            admit(&ev(&ok.replace("\"deployments\"}", "\"pods\",\"subresource\":\"exec\"}"))),
+            Err(Ignored::Subresource)
+        );
         let no_status = r#"{"stage":"ResponseComplete","verb":"create"}"#;
         assert_eq!(admit(&ev(no_status)), Err(Ignored::StatusCode));
     }
@@ -250,24 +269,40 @@ mod tests {
             "requestObject":{"kind":"Eviction","apiVersion":"policy/v1","metadata":{"name":"p","namespace":"a","creationTimestamp":null}}}"#;
         assert_eq!(admit(&ev(ok)), Ok(Admitted { verb: Verb::Create, subresource: Subresource::Eviction }));
         assert_eq!(Subresource::Eviction.as_str(), Some("eviction"));
-        let group = ok.replace(r#""apiVersion":"v1","subresource""#, r#""apiGroup":"","apiVersion":"v1","subresource""#);
+        let group =
+            ok.replace(r#""apiVersion":"v1","subresource""#, r#""apiGroup":"","apiVersion":"v1","subresource""#);
         assert_eq!(admit(&ev(&group)).map(|a| a.subresource), Ok(Subresource::Eviction), "the core group, spelt out");
         // A PodDisruptionBudget refused it, or another failure: nothing was deleted.
         assert_eq!(admit(&ev(&ok.replace("201", "429"))), Err(Ignored::StatusCode));
         assert_eq!(admit(&ev(&ok.replace("201", "500"))), Err(Ignored::StatusCode));
         // A dry run, in the URI or (kubectl drain --dry-run=server) in the body's deleteOptions.
         assert_eq!(admit(&ev(&ok.replace("p/eviction\"", "p/eviction?dryRun=All\""))), Err(Ignored::DryRun));
-        let body = |opts: &str| ok.replace(r#""creationTimestamp":null}}"#, &format!(r#""creationTimestamp":null}},"deleteOptions":{opts}}}"#));
+        let body = |opts: &str| {
+            ok.replace(
+                r#""creationTimestamp":null}}"#,
+                &format!(r#""creationTimestamp":null}},"deleteOptions":{opts}}}"#),
+            )
+        };
         assert_eq!(admit(&ev(&body(r#"{"dryRun":["All"]}"#))), Err(Ignored::DryRun));
         assert_eq!(admit(&ev(&body(r#"{"dryRun":[]}"#))).map(|a| a.subresource), Ok(Subresource::Eviction));
         assert_eq!(admit(&ev(&body(r#"{"gracePeriodSeconds":0}"#))).map(|a| a.subresource), Ok(Subresource::Eviction));
-        assert_eq!(admit(&ev(&body(r#""not options""#))).map(|a| a.subresource), Ok(Subresource::Eviction), "an odd body is not a dry run");
+        assert_eq!(
+            admit(&ev(&body(r#""not options""#))).map(|a| a.subresource),
+            Ok(Subresource::Eviction),
+            "an odd body is not a dry run"
+        );
         // Only a create of a pod's eviction is one.
         assert_eq!(admit(&ev(&ok.replace(r#""verb":"create""#, r#""verb":"update""#))), Err(Ignored::Subresource));
         assert_eq!(admit(&ev(&ok.replace(r#""verb":"create""#, r#""verb":"delete""#))), Err(Ignored::Subresource));
-        assert_eq!(admit(&ev(&ok.replace(r#""resource":"pods""#, r#""resource":"widgets""#))), Err(Ignored::Subresource));
         assert_eq!(
-            admit(&ev(&ok.replace(r#""apiVersion":"v1","subresource""#, r#""apiGroup":"example.com","apiVersion":"v1","subresource""#))),
+            admit(&ev(&ok.replace(r#""resource":"pods""#, r#""resource":"widgets""#))),
+            Err(Ignored::Subresource)
+        );
+        assert_eq!(
+            admit(&ev(&ok.replace(
+                r#""apiVersion":"v1","subresource""#,
+                r#""apiGroup":"example.com","apiVersion":"v1","subresource""#
+            ))),
             Err(Ignored::Subresource)
         );
     }

@@ -62,7 +62,11 @@ pub fn check_client(key: &str, brokers: &str, properties: &Properties, managed: 
     }
     for name in properties.keys() {
         if managed.contains(&name.as_str()) || name == "bootstrap.servers" {
-            errors.push(format!("{key}.properties.{name}"), None, "is set by kausality-stream (see docs/kafka.md); remove it");
+            errors.push(
+                format!("{key}.properties.{name}"),
+                None,
+                "is set by kausality-stream (see docs/kafka.md); remove it",
+            );
         }
     }
     #[cfg(not(feature = "kafka"))]
@@ -111,7 +115,12 @@ mod client {
     /// The producer's side of a transaction.
     pub trait Transactional: Send + Sync {
         /// Adds the consumed `offsets` of `group` to the open transaction.
-        fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError>;
+        fn send_offsets(
+            &self,
+            offsets: &TopicPartitionList,
+            group: &ConsumerGroupMetadata,
+            timeout: Duration,
+        ) -> Result<(), KafkaError>;
         /// Commits the open transaction.
         fn commit(&self, timeout: Duration) -> Result<(), KafkaError>;
         /// Opens the next transaction.
@@ -130,7 +139,12 @@ mod client {
         fn send_state(&self, topic: &str, partition: i32, key: &[u8], value: Option<&[u8]>) -> Result<(), KafkaError> {
             send_record(self, topic, partition, key, value, false)
         }
-        fn send_offsets(&self, offsets: &TopicPartitionList, group: &ConsumerGroupMetadata, timeout: Duration) -> Result<(), KafkaError> {
+        fn send_offsets(
+            &self,
+            offsets: &TopicPartitionList,
+            group: &ConsumerGroupMetadata,
+            timeout: Duration,
+        ) -> Result<(), KafkaError> {
             self.send_offsets_to_transaction(offsets, group, timeout)
         }
         fn commit(&self, timeout: Duration) -> Result<(), KafkaError> {
@@ -384,7 +398,10 @@ mod client {
             let lost = std::mem::take(&mut self.offsets.lock().expect("offsets lock").lost);
             let result = match self.member.get().and_then(|m| m.group_metadata()) {
                 _ if lost => Err(None),
-                Some(group) => producer.send_offsets(&tpl, &group, self.timeout).and_then(|()| producer.commit(self.timeout)).map_err(Some),
+                Some(group) => producer
+                    .send_offsets(&tpl, &group, self.timeout)
+                    .and_then(|()| producer.commit(self.timeout))
+                    .map_err(Some),
                 None => Err(None),
             };
             if let Err(e) = result {
@@ -393,12 +410,17 @@ mod client {
                 }
                 if let Err(abort) = producer.abort(self.timeout).and_then(|()| producer.begin()) {
                     return Err(match e {
-                        Some(commit) => TransactionError::AbortFailed { commit: Box::new(commit), abort: Box::new(abort) },
+                        Some(commit) => {
+                            TransactionError::AbortFailed { commit: Box::new(commit), abort: Box::new(abort) }
+                        }
                         None => TransactionError::Fatal(abort),
                     });
                 }
                 self.rewind();
-                return Err(e.map_or(if lost { TransactionError::Lost } else { TransactionError::NoGroup }, TransactionError::Aborted));
+                return Err(e.map_or(
+                    if lost { TransactionError::Lost } else { TransactionError::NoGroup },
+                    TransactionError::Aborted,
+                ));
             }
             {
                 let mut o = self.offsets.lock().expect("offsets lock");
@@ -452,7 +474,9 @@ mod client {
         C::DeliveryOpaque: Default,
     {
         let mut record =
-            rdkafka::producer::BaseRecord::<[u8], [u8], C::DeliveryOpaque>::with_opaque_to(topic, Default::default()).partition(partition).key(key);
+            rdkafka::producer::BaseRecord::<[u8], [u8], C::DeliveryOpaque>::with_opaque_to(topic, Default::default())
+                .partition(partition)
+                .key(key);
         if let Some(v) = value {
             record = record.payload(v);
         }
@@ -476,7 +500,12 @@ mod client {
 
     /// A client configuration: the service's defaults, then the pipeline's properties, then the
     /// properties the service must control (which `check_client` keeps out of the file).
-    pub fn client_config(brokers: &str, defaults: &[(&str, &str)], properties: &Properties, managed: &[(&str, String)]) -> ClientConfig {
+    pub fn client_config(
+        brokers: &str,
+        defaults: &[(&str, &str)],
+        properties: &Properties,
+        managed: &[(&str, String)],
+    ) -> ClientConfig {
         let mut c = ClientConfig::new();
         c.set("bootstrap.servers", brokers);
         for (k, v) in defaults {
@@ -502,7 +531,9 @@ mod client {
                 tracing::error!(client = role, facility = fac, "librdkafka: {message}")
             }
             RDKafkaLogLevel::Warning => tracing::warn!(client = role, facility = fac, "librdkafka: {message}"),
-            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => tracing::info!(client = role, facility = fac, "librdkafka: {message}"),
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(client = role, facility = fac, "librdkafka: {message}")
+            }
             RDKafkaLogLevel::Debug => tracing::debug!(client = role, facility = fac, "librdkafka: {message}"),
         }
     }
@@ -572,7 +603,11 @@ mod client {
             // Errors that are not a transaction's are told by their code too.
             assert_eq!(Failure::of(&KafkaError::ConsumerCommit(C::IllegalGeneration)), Failure::Rewind);
             assert_eq!(Failure::of(&KafkaError::MessageProduction(C::ProducerFenced)), Failure::Fatal);
-            assert_eq!(Failure::of(&KafkaError::NoMessageReceived), Failure::Rewind, "no code: the producer may still abort");
+            assert_eq!(
+                Failure::of(&KafkaError::NoMessageReceived),
+                Failure::Rewind,
+                "no code: the producer may still abort"
+            );
         }
 
         /// A transactional producer that fails as told, and records what it was asked.
@@ -584,7 +619,12 @@ mod client {
         }
 
         impl Transactional for Scripted {
-            fn send_offsets(&self, _: &TopicPartitionList, _: &ConsumerGroupMetadata, _: Duration) -> Result<(), KafkaError> {
+            fn send_offsets(
+                &self,
+                _: &TopicPartitionList,
+                _: &ConsumerGroupMetadata,
+                _: Duration,
+            ) -> Result<(), KafkaError> {
                 self.calls.lock().unwrap().push("send_offsets");
                 self.send_offsets.lock().unwrap().pop().unwrap_or(Ok(()))
             }
@@ -635,7 +675,8 @@ mod client {
             assert_eq!(t.committed_offset(&topic, 0), Some(15));
             t.done(&topic, 0, 20);
             t.done(&topic, 2, 7);
-            *p.send_offsets.lock().unwrap() = vec![Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::IllegalGeneration))];
+            *p.send_offsets.lock().unwrap() =
+                vec![Err(KafkaError::ConsumerCommit(RDKafkaErrorCode::IllegalGeneration))];
             let e = t.commit().unwrap_err();
             assert!(e.rewinds(), "{e}");
             assert_eq!(calls(&p), ["send_offsets", "abort", "begin"]);
@@ -655,7 +696,8 @@ mod client {
             let p = Arc::new(Scripted::default());
             let t = transaction(p.clone());
             t.done(&topic, 0, 1);
-            *p.send_offsets.lock().unwrap() = vec![Err(KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced))];
+            *p.send_offsets.lock().unwrap() =
+                vec![Err(KafkaError::MessageProduction(RDKafkaErrorCode::ProducerFenced))];
             let e = t.commit().unwrap_err();
             assert!(matches!(e, TransactionError::Fatal(_)) && !e.rewinds(), "{e}");
             assert!(e.to_string().contains("transactional.id"), "says why: {e}");

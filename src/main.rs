@@ -236,7 +236,10 @@ fn parse_at(s: &str) -> Result<i64, String> {
 
 fn parse_writes_limit(s: &str) -> Result<usize, String> {
     let most = kausality_stream::history::story::MAX_WRITES;
-    s.parse::<usize>().ok().filter(|n| (1..=most).contains(n)).ok_or_else(|| format!("{s:?}: a whole number from 1 to {most}"))
+    s.parse::<usize>()
+        .ok()
+        .filter(|n| (1..=most).contains(n))
+        .ok_or_else(|| format!("{s:?}: a whole number from 1 to {most}"))
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -251,7 +254,10 @@ fn parse_duration_us(s: &str) -> Result<i64, String> {
 }
 
 fn parse_class(s: &str) -> Result<Class, String> {
-    Class::ALL.into_iter().find(|c| c.as_str() == s).ok_or_else(|| format!("unknown class {s:?}; one of {}", Class::ALL.map(Class::as_str).join(", ")))
+    Class::ALL
+        .into_iter()
+        .find(|c| c.as_str() == s)
+        .ok_or_else(|| format!("unknown class {s:?}; one of {}", Class::ALL.map(Class::as_str).join(", ")))
 }
 
 fn parse_ignore_field(s: &str) -> Result<(String, String), String> {
@@ -270,15 +276,17 @@ fn parse_in_progress_condition(s: &str) -> Result<(String, ConditionReason), Str
 }
 
 fn parse_in_progress_field(s: &str) -> Result<(String, Comparison), String> {
-    let (kind, signal) = s
-        .split_once('=')
-        .filter(|(k, _)| !k.is_empty() && !k.contains(' '))
-        .ok_or_else(|| format!("{s:?}: expected KIND=FIELD OP VALUE, e.g. 'Widget.example.com=status.updatedReplicas != spec.replicas'"))?;
+    let (kind, signal) = s.split_once('=').filter(|(k, _)| !k.is_empty() && !k.contains(' ')).ok_or_else(|| {
+        format!(
+            "{s:?}: expected KIND=FIELD OP VALUE, e.g. 'Widget.example.com=status.updatedReplicas != spec.replicas'"
+        )
+    })?;
     Ok((kind.to_string(), Comparison::parse(signal)?))
 }
 
 fn init_logs(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: a log file or collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).with_ansi(ansi);
@@ -298,7 +306,10 @@ fn replay(args: ReplayArgs) -> Result<ExitCode> {
         progress: !args.no_progress,
         max_line_bytes: args.max_line_bytes,
         history: args.history,
-        history_retention: Retention { max_age: std::time::Duration::from_micros(args.history_max_age.max(0) as u64), max_bytes: args.history_max_bytes },
+        history_retention: Retention {
+            max_age: std::time::Duration::from_micros(args.history_max_age.max(0) as u64),
+            max_bytes: args.history_max_bytes,
+        },
         ..ReplayOptions::default()
     };
     opts.processor.default_cluster = args.cluster;
@@ -344,8 +355,13 @@ fn serve(args: ServeArgs) -> Result<ExitCode> {
         Some(path) => pipeline::load_file(path)?,
         None => pipeline::load_str("<embedded pipelines/default.toml>", pipeline::DEFAULT_PIPELINE)?,
     };
-    Overrides { listen: args.listen, metrics_listen: args.metrics_listen, query_listen: args.query_listen }.apply(&mut cfg);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().thread_name("kausality-io").build().context("starting the async runtime")?;
+    Overrides { listen: args.listen, metrics_listen: args.metrics_listen, query_listen: args.query_listen }
+        .apply(&mut cfg);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("kausality-io")
+        .build()
+        .context("starting the async runtime")?;
     runtime.block_on(async move {
         let running = pipeline::start(cfg).await?;
         tokio::select! {
@@ -436,7 +452,11 @@ fn why(args: WhyArgs) -> Result<ExitCode> {
         before: args.before,
     };
     let source = match args.server {
-        Some(url) => why::Source::Server(why::Server { url, token: args.token, tls: why::ClientTls { ca: args.ca, cert: args.cert, key: args.key } }),
+        Some(url) => why::Source::Server(why::Server {
+            url,
+            token: args.token,
+            tls: why::ClientTls { ca: args.ca, cert: args.cert, key: args.key },
+        }),
         None => why::Source::Store(args.history.unwrap_or_else(|| PathBuf::from(why::DEFAULT_STORE))),
     };
     let story = why::story(&source, &q)?;

@@ -7,7 +7,9 @@
 use std::collections::HashSet;
 
 use prometheus::core::Collector;
-use prometheus::{Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder,
+};
 
 use crate::classify::forward::Completion;
 use crate::classify::policy::Resolution;
@@ -248,19 +250,31 @@ impl Metrics {
     pub fn with_kinds<S: AsRef<str>>(kinds: impl IntoIterator<Item = S>) -> Self {
         let r = Registry::new();
         let processing_lag = Histogram::with_opts(
-            HistogramOpts::new("kausality_processing_lag_seconds", "Time from the audit event's stageTimestamp to its classification.")
-                .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]),
+            HistogramOpts::new(
+                "kausality_processing_lag_seconds",
+                "Time from the audit event's stageTimestamp to its classification.",
+            )
+            .buckets(vec![0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0]),
         )
         .expect("valid metric");
         r.register(Box::new(processing_lag.clone())).expect("unique metric");
         let kafka_consumer_lag = IntGaugeVec::new(
-            Opts::new("kausality_kafka_consumer_lag_messages", "Messages between the consumer's position and the partition's high watermark."),
+            Opts::new(
+                "kausality_kafka_consumer_lag_messages",
+                "Messages between the consumer's position and the partition's high watermark.",
+            ),
             &["topic", "partition"],
         )
         .expect("valid metric");
         r.register(Box::new(kafka_consumer_lag.clone())).expect("unique metric");
-        let events_ignored = counter_vec(&r, "kausality_events_ignored_total", "Audit events not classified, by reason.", &["reason"]);
-        let events_invalid = counter_vec(&r, "kausality_events_invalid_total", "Records rejected as not decodable audit events, by reason.", &["reason"]);
+        let events_ignored =
+            counter_vec(&r, "kausality_events_ignored_total", "Audit events not classified, by reason.", &["reason"]);
+        let events_invalid = counter_vec(
+            &r,
+            "kausality_events_invalid_total",
+            "Records rejected as not decodable audit events, by reason.",
+            &["reason"],
+        );
         // Created here, so that dashboards show zeros instead of gaps.
         let ignored_by = Ignored::ALL.map(|reason| events_ignored.with_label_values(&[reason.as_str()]));
         let invalid_by = InvalidReason::ALL.map(|reason| events_invalid.with_label_values(&[reason.as_str()]));
@@ -400,7 +414,9 @@ impl Metrics {
 
     /// A drift of `kind` under `parent_kind` that reverts a person's write.
     pub fn reverted_person(&self, parent_kind: &str, kind: &str, resolution: Resolution) {
-        self.person_reverts.with_label_values(&[self.kind_label(parent_kind), self.kind_label(kind), resolution.as_str()]).inc();
+        self.person_reverts
+            .with_label_values(&[self.kind_label(parent_kind), self.kind_label(kind), resolution.as_str()])
+            .inc();
     }
 
     /// A write of `kind` put back `path`, fighting another actor over it.
@@ -516,7 +532,11 @@ impl Metrics {
     }
 
     /// Ingest tier: the series of each copy and each reason a write is unroutable, at zero.
-    pub fn route_series<'a>(&self, copies: impl IntoIterator<Item = &'a str>, unroutable: impl IntoIterator<Item = &'a str>) {
+    pub fn route_series<'a>(
+        &self,
+        copies: impl IntoIterator<Item = &'a str>,
+        unroutable: impl IntoIterator<Item = &'a str>,
+    ) {
         copies.into_iter().for_each(|c| drop(self.route_messages.with_label_values(&[c])));
         unroutable.into_iter().for_each(|r| drop(self.route_unroutable.with_label_values(&[r])));
     }
@@ -553,7 +573,11 @@ impl Metrics {
 
     /// The query API's series, at zero: each route with each code it answers most, and the
     /// unreadable rows of each route that reads the history store.
-    pub fn query_series<'a>(&self, routes: impl IntoIterator<Item = &'a str>, history_routes: impl IntoIterator<Item = &'a str>) {
+    pub fn query_series<'a>(
+        &self,
+        routes: impl IntoIterator<Item = &'a str>,
+        history_routes: impl IntoIterator<Item = &'a str>,
+    ) {
         for route in routes {
             for code in QUERY_CODES {
                 self.query_requests.with_label_values(&[route, code]);
@@ -600,7 +624,12 @@ impl Metrics {
 
     /// The series of a listener, at zero: its refused connections, its timeouts by `phases`,
     /// and the failed handshakes by `reasons` (empty without TLS).
-    pub fn listener_series<'a>(&self, listener: Listener, phases: impl IntoIterator<Item = &'a str>, reasons: impl IntoIterator<Item = &'a str>) {
+    pub fn listener_series<'a>(
+        &self,
+        listener: Listener,
+        phases: impl IntoIterator<Item = &'a str>,
+        reasons: impl IntoIterator<Item = &'a str>,
+    ) {
         self.connections_refused.with_label_values(&[listener.as_str()]);
         phases.into_iter().for_each(|p| drop(self.connection_timeouts.with_label_values(&[listener.as_str(), p])));
         reasons.into_iter().for_each(|r| drop(self.tls_handshake_failures.with_label_values(&[r])));
@@ -611,7 +640,12 @@ impl Metrics {
     /// metrics listener's refusals, snapshot failures, hand edits by applier, events by
     /// `sources` (each a source's `type`, and whether it is a webhook), with a changelog the
     /// trace messages by result, and with a snapshot as well the partitions by result.
-    pub fn pipeline_series<'a>(&self, sources: impl IntoIterator<Item = (&'a str, bool)>, changelog: bool, snapshot: bool) {
+    pub fn pipeline_series<'a>(
+        &self,
+        sources: impl IntoIterator<Item = (&'a str, bool)>,
+        changelog: bool,
+        snapshot: bool,
+    ) {
         for phase in DRIFT_REPORT_PHASES {
             self.drift_reports.with_label_values(&[phase]);
         }
@@ -747,14 +781,23 @@ mod tests {
         assert_eq!((m.ignored_count(Ignored::NoOp), m.invalid_count(InvalidReason::Truncated)), (2, 1));
         let text = m.render();
         assert!(text.contains(r#"kausality_events_ignored_total{reason="no_op"} 2"#), "{text}");
-        assert!(text.contains(r#"kausality_events_invalid_total{reason="encoding"} 0"#), "zeros are there from the start");
+        assert!(
+            text.contains(r#"kausality_events_invalid_total{reason="encoding"} 0"#),
+            "zeros are there from the start"
+        );
     }
 
     #[test]
     fn kinds_are_labels_only_when_known() {
         let m = Metrics::with_kinds(["Widget.example.org", "Gadget"]);
-        for (kind, label) in [("Deployment", "Deployment"), ("Widget", "Widget"), ("Gadget", "Gadget"), ("", ""), ("Gizmo", "other"), ("Deployment ", "other")]
-        {
+        for (kind, label) in [
+            ("Deployment", "Deployment"),
+            ("Widget", "Widget"),
+            ("Gadget", "Gadget"),
+            ("", ""),
+            ("Gizmo", "other"),
+            ("Deployment ", "other"),
+        ] {
             assert_eq!(m.kind_label(kind), label, "{kind:?}");
         }
         assert_eq!(Metrics::new().kind_label("Widget"), OTHER_KIND);

@@ -19,7 +19,8 @@ use sha2::{Digest, Sha256};
 
 /// Field names whose values are secret in any kind (a scalar under one of these keys is
 /// redacted wherever it appears).
-pub const DEFAULT_KEYS: &[&str] = &["password", "token", "apiKey", "clientSecret", "privateKey", "secretKey", "accessKey"];
+pub const DEFAULT_KEYS: &[&str] =
+    &["password", "token", "apiKey", "clientSecret", "privateKey", "secretKey", "accessKey"];
 
 /// The fields of whole kinds that are secret by default: kind key to dotted paths.
 pub const DEFAULT_FIELDS: &[(&str, &[&str])] = &[("Secret", &["data", "stringData"])];
@@ -200,9 +201,11 @@ mod tests {
 
     #[test]
     fn a_secrets_data_and_string_data_are_digests() {
-        let got: Value =
-            serde_json::from_str(&redact("Secret", r#"{"data":{"password":"aHVudGVyMg==","user":"YWxpY2U="},"stringData":{"k":"v"},"type":"Opaque"}"#))
-                .unwrap();
+        let got: Value = serde_json::from_str(&redact(
+            "Secret",
+            r#"{"data":{"password":"aHVudGVyMg==","user":"YWxpY2U="},"stringData":{"k":"v"},"type":"Opaque"}"#,
+        ))
+        .unwrap();
         let text = got.to_string();
         assert!(!text.contains("aHVudGVyMg") && !text.contains("YWxpY2U") && !text.contains("\"v\""), "{text}");
         assert_eq!(got["type"], "Opaque", "fields outside data are kept");
@@ -215,7 +218,10 @@ mod tests {
 
     #[test]
     fn passwords_and_tokens_are_digests_in_any_kind() {
-        let got = redact("Widget.example.com", r#"{"spec":{"db":{"password":"s3cr3t","host":"db"},"auth":[{"token":"abc"}],"tokenTTL":5}}"#);
+        let got = redact(
+            "Widget.example.com",
+            r#"{"spec":{"db":{"password":"s3cr3t","host":"db"},"auth":[{"token":"abc"}],"tokenTTL":5}}"#,
+        );
         assert!(!got.contains("s3cr3t") && !got.contains("abc"), "{got}");
         assert!(got.contains("\"host\":\"db\"") && got.contains("\"tokenTTL\":5"), "{got}");
     }
@@ -226,7 +232,10 @@ mod tests {
         let s = Sensitive::default();
         let kept = s.redact("Deployment.apps", Arc::from(text));
         assert_eq!(&*kept, text, "not parsed, not reordered");
-        assert_eq!(&*Sensitive::none().redact("Secret", Arc::from(r#"{"data":{"k":"dg=="}}"#)), r#"{"data":{"k":"dg=="}}"#);
+        assert_eq!(
+            &*Sensitive::none().redact("Secret", Arc::from(r#"{"data":{"k":"dg=="}}"#)),
+            r#"{"data":{"k":"dg=="}}"#
+        );
     }
 
     #[test]
@@ -234,8 +243,12 @@ mod tests {
         let mut s = Sensitive::none();
         s.add_field("Cluster.example.com", "spec.credentials");
         s.add_field("Cluster.example.com", "spec.nodes.sshKey");
-        let got =
-            s.redact("Cluster.example.com", Arc::from(r#"{"spec":{"credentials":{"a":"1","b":[2]},"nodes":[{"sshKey":"k1","n":1},{"sshKey":"k2"}],"c":"x"}}"#));
+        let got = s.redact(
+            "Cluster.example.com",
+            Arc::from(
+                r#"{"spec":{"credentials":{"a":"1","b":[2]},"nodes":[{"sshKey":"k1","n":1},{"sshKey":"k2"}],"c":"x"}}"#,
+            ),
+        );
         assert!(!got.contains("\"1\"") && !got.contains("k1") && !got.contains("k2") && !got.contains("[2]"), "{got}");
         assert!(got.contains("\"c\":\"x\"") && got.contains("\"n\":1"), "{got}");
         // Redacting a redacted text changes nothing.

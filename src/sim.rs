@@ -168,7 +168,12 @@ impl ApiServer {
     }
 
     /// Writes through the `status` subresource: only `status` changes, generation does not.
-    pub fn update_status(&mut self, actor: impl Into<Actor>, r: &ObjRef, f: impl FnOnce(&mut Map<String, Value>)) -> String {
+    pub fn update_status(
+        &mut self,
+        actor: impl Into<Actor>,
+        r: &ObjRef,
+        f: impl FnOnce(&mut Map<String, Value>),
+    ) -> String {
         self.advance_ms(1);
         let mut obj = self.objects.get(&r.uid).expect("known object").clone();
         let before = obj.clone();
@@ -258,7 +263,8 @@ impl ApiServer {
         if obj["metadata"].get("deletionTimestamp").is_none() {
             self.rv += 1;
             obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-            obj["metadata"]["deletionTimestamp"] = json!(format_rfc3339_micros(self.now_us + 30_000_000)[..19].to_string() + "Z");
+            obj["metadata"]["deletionTimestamp"] =
+                json!(format_rfc3339_micros(self.now_us + 30_000_000)[..19].to_string() + "Z");
             obj["metadata"]["deletionGracePeriodSeconds"] = json!(30);
             self.objects.insert(r.uid.clone(), obj.clone());
         }
@@ -297,8 +303,7 @@ impl ApiServer {
                    "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget needs 1 healthy pods and has 1 currently"}]}})
         };
         let mut ev = self.event_value("create", Some("eviction"), &actor, r, code, status);
-        let mut body =
-            json!({"kind": "Eviction", "apiVersion": "policy/v1", "metadata": {"name": r.name, "namespace": r.namespace, "creationTimestamp": null}});
+        let mut body = json!({"kind": "Eviction", "apiVersion": "policy/v1", "metadata": {"name": r.name, "namespace": r.namespace, "creationTimestamp": null}});
         if let Some(o) = delete_options {
             body["deleteOptions"] = o;
         }
@@ -324,7 +329,8 @@ impl ApiServer {
             if obj["metadata"]["finalizers"].as_array().is_none_or(Vec::is_empty) {
                 self.objects.remove(&r.uid);
             } else {
-                obj["metadata"]["deletionTimestamp"] = json!(format_rfc3339_micros(self.now_us)[..19].to_string() + "Z");
+                obj["metadata"]["deletionTimestamp"] =
+                    json!(format_rfc3339_micros(self.now_us)[..19].to_string() + "Z");
                 self.objects.insert(r.uid.clone(), obj.clone());
             }
             items.push(obj);
@@ -350,7 +356,8 @@ impl ApiServer {
     /// A request that failed (e.g. 409 Conflict): nothing is persisted.
     pub fn failed(&mut self, actor: impl Into<Actor>, r: &ObjRef, code: u16) -> String {
         self.advance_ms(1);
-        let status = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": "Conflict"});
+        let status =
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": "Conflict"});
         self.event("update", None, &actor.into(), r, code, status)
     }
 
@@ -360,20 +367,44 @@ impl ApiServer {
         let mut obj = self.objects.get(&r.uid).expect("known object").clone();
         f(&mut obj);
         let ev = self.event("update", None, &actor.into(), r, 200, obj);
-        ev.replacen(&format!("\"requestURI\":\"{}\"", uri(r, None)), &format!("\"requestURI\":\"{}?dryRun=All\"", uri(r, None)), 1)
+        ev.replacen(
+            &format!("\"requestURI\":\"{}\"", uri(r, None)),
+            &format!("\"requestURI\":\"{}?dryRun=All\"", uri(r, None)),
+            1,
+        )
     }
 
-    fn event(&mut self, verb: &str, subresource: Option<&str>, actor: &Actor, r: &ObjRef, code: u16, response: Value) -> String {
+    fn event(
+        &mut self,
+        verb: &str,
+        subresource: Option<&str>,
+        actor: &Actor,
+        r: &ObjRef,
+        code: u16,
+        response: Value,
+    ) -> String {
         serde_json::to_string(&self.event_value(verb, subresource, actor, r, code, response)).expect("serializable")
     }
 
-    fn event_value(&mut self, verb: &str, subresource: Option<&str>, actor: &Actor, r: &ObjRef, code: u16, mut response: Value) -> Value {
+    fn event_value(
+        &mut self,
+        verb: &str,
+        subresource: Option<&str>,
+        actor: &Actor,
+        r: &ObjRef,
+        code: u16,
+        mut response: Value,
+    ) -> Value {
         let audit_id = self.uuid(0xa0d17);
         let (group, version) = match r.api_version.split_once('/') {
             Some((g, v)) => (g.to_string(), v.to_string()),
             None => (String::new(), r.api_version.clone()),
         };
-        if self.managed_fields && response["metadata"].is_object() && response["kind"] != "Scale" && response["kind"] != "Status" {
+        if self.managed_fields
+            && response["metadata"].is_object()
+            && response["kind"] != "Scale"
+            && response["kind"] != "Status"
+        {
             response["metadata"]["managedFields"] = managed_fields_of(&response, &actor.user);
         }
         let mut ev = json!({
@@ -445,7 +476,11 @@ pub fn plural(kind: &str) -> String {
 }
 
 fn uri(r: &ObjRef, subresource: Option<&str>) -> String {
-    let base = if r.api_version.contains('/') { format!("/apis/{}", r.api_version) } else { format!("/api/{}", r.api_version) };
+    let base = if r.api_version.contains('/') {
+        format!("/apis/{}", r.api_version)
+    } else {
+        format!("/api/{}", r.api_version)
+    };
     let ns = if r.namespace.is_empty() { String::new() } else { format!("/namespaces/{}", r.namespace) };
     let sub = subresource.map(|s| format!("/{s}")).unwrap_or_default();
     format!("{base}{ns}/{}/{}{sub}", plural(&r.kind), r.name)

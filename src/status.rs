@@ -120,7 +120,9 @@ mod tests {
         s.sink_failing("jsonl b", "No space left on device".into());
         s.sink_failing("jsonl a", "still full".into());
         assert!(s.sinks_blocked());
-        assert!(matches!(s.readiness(), Readiness::NotReady(m) if m.contains("jsonl a: still full") && m.contains("jsonl b")));
+        assert!(
+            matches!(s.readiness(), Readiness::NotReady(m) if m.contains("jsonl a: still full") && m.contains("jsonl b"))
+        );
         s.sink_recovered("jsonl a");
         assert!(s.sinks_blocked(), "b still cannot write");
         s.sink_recovered("jsonl b");

@@ -11,7 +11,9 @@ use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 use crate::config::appliers::{self, IntentFacts, Member, Membership, TargetCluster};
 use crate::config::{kind_key, ModelConfig};
 use crate::decode::time::parse_rfc3339_micros;
-use crate::decode::{in_progress, AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX};
+use crate::decode::{
+    in_progress, AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX,
+};
 use crate::filter::{Admitted, Ignored, Subresource, Verb};
 use crate::state::{Interner, Marks, Sym, Ty};
 
@@ -171,7 +173,15 @@ pub enum Target {
     Object(ObjectFacts),
     /// A write through the `scale` subresource: only the UID, the new resourceVersion and
     /// `spec.replicas` are known.
-    Scale { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, resource: Sym, api_version: Sym, replicas: Option<i64> },
+    Scale {
+        uid: Uid,
+        uid_text: Arc<str>,
+        namespace: Sym,
+        name: Name,
+        resource: Sym,
+        api_version: Sym,
+        replicas: Option<i64>,
+    },
     /// A delete answered with a `Status`: the object is gone, known by UID and objectRef only.
     /// `ty`: the objectRef's apiVersion and the kind of its resource.
     Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, ty: Ty },
@@ -209,7 +219,9 @@ impl Write {
         m.sym(self.resource);
         match &self.target {
             Target::Object(f) => f.mark(m),
-            Target::Scale { namespace, resource, api_version, .. } => [*namespace, *resource, *api_version].into_iter().for_each(|s| m.sym(s)),
+            Target::Scale { namespace, resource, api_version, .. } => {
+                [*namespace, *resource, *api_version].into_iter().for_each(|s| m.sym(s))
+            }
             Target::Gone { namespace, ty, .. } => {
                 m.sym(*namespace);
                 m.ty(*ty);
@@ -280,16 +292,29 @@ pub struct Extractor<'c> {
 }
 
 impl Extractor<'_> {
-    pub fn extract(&self, ev: &AuditEvent<'_>, adm: Admitted, cluster: Sym, seq: u64, location: Location) -> Result<Write, Rejected> {
+    pub fn extract(
+        &self,
+        ev: &AuditEvent<'_>,
+        adm: Admitted,
+        cluster: Sym,
+        seq: u64,
+        location: Location,
+    ) -> Result<Write, Rejected> {
         let user = ev.effective_user().ok_or_else(|| {
-            Rejected::Invalid(Invalid::new(location, InvalidReason::MissingField, "mutating event without user.username or user.uid").at_field("user"))
+            Rejected::Invalid(
+                Invalid::new(location, InvalidReason::MissingField, "mutating event without user.username or user.uid")
+                    .at_field("user"),
+            )
         })?;
         let stage_ts = ev.event_time().unwrap_or("");
         let oref = ev.object_ref.as_ref();
         let resource = self.interner.intern(oref.and_then(|o| o.resource.as_deref()).unwrap_or(""));
         let target = match (adm.subresource, ev.response_object.as_ref()) {
             (Subresource::Eviction, _) => {
-                let name = oref.and_then(|o| o.name.as_deref()).filter(|n| !n.is_empty()).ok_or(Rejected::Ignored(Ignored::NoObject))?;
+                let name = oref
+                    .and_then(|o| o.name.as_deref())
+                    .filter(|n| !n.is_empty())
+                    .ok_or(Rejected::Ignored(Ignored::NoObject))?;
                 Target::Eviction {
                     namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
                     name: Name::from(name),
@@ -302,8 +327,12 @@ impl Extractor<'_> {
                 Target::Scale {
                     uid: uid_key(uid),
                     uid_text: Arc::from(uid),
-                    namespace: self.interner.intern(obj.metadata.namespace.as_deref().or(oref.and_then(|o| o.namespace.as_deref())).unwrap_or("")),
-                    name: Name::from(obj.metadata.name.as_deref().or(oref.and_then(|o| o.name.as_deref())).unwrap_or("")),
+                    namespace: self.interner.intern(
+                        obj.metadata.namespace.as_deref().or(oref.and_then(|o| o.namespace.as_deref())).unwrap_or(""),
+                    ),
+                    name: Name::from(
+                        obj.metadata.name.as_deref().or(oref.and_then(|o| o.name.as_deref())).unwrap_or(""),
+                    ),
                     resource,
                     api_version: self.interner.intern(&ref_api_version(oref)),
                     replicas: obj.spec.and_then(scale_replicas),
@@ -358,7 +387,9 @@ impl Extractor<'_> {
             uid_text: Arc::from(uid),
             namespace: self.interner.intern(oref.and_then(|o| o.namespace.as_deref()).unwrap_or("")),
             name: Name::from(oref.and_then(|o| o.name.as_deref()).unwrap_or("")),
-            ty: self.interner.ty(self.interner.intern(&ref_api_version(oref)), self.interner.intern(kind_of_resource(resource))),
+            ty: self
+                .interner
+                .ty(self.interner.intern(&ref_api_version(oref)), self.interner.intern(kind_of_resource(resource))),
         }
     }
 
@@ -389,8 +420,18 @@ impl Extractor<'_> {
         let observed = status
             .observed_generation
             .map(|g| (g, ObservedSource::Status))
-            .or_else(|| status.condition("Synced").and_then(|c| c.observed_generation).map(|g| (g, ObservedSource::SyncedCondition)))
-            .or_else(|| status.condition("Ready").and_then(|c| c.observed_generation).map(|g| (g, ObservedSource::ReadyCondition)));
+            .or_else(|| {
+                status
+                    .condition("Synced")
+                    .and_then(|c| c.observed_generation)
+                    .map(|g| (g, ObservedSource::SyncedCondition))
+            })
+            .or_else(|| {
+                status
+                    .condition("Ready")
+                    .and_then(|c| c.observed_generation)
+                    .map(|g| (g, ObservedSource::ReadyCondition))
+            });
         let owner = md.controller_ref().map(|r| {
             let uid = r.uid.as_deref().unwrap_or("");
             let api_version = self.interner.intern(r.api_version.as_deref().unwrap_or(""));
@@ -405,11 +446,18 @@ impl Extractor<'_> {
         // A Helm release is no applier (a person runs `helm upgrade`), but names the group an
         // object was installed with: a trace label, unless the object sets that label itself
         // (DESIGN §1.9).
-        let release = md.annotation(appliers::HELM_RELEASE_NAME).filter(|_| md.annotation(HELM_TRACE_LABEL).is_none()).map(|name| {
-            let ns = md.annotation(appliers::HELM_RELEASE_NAMESPACE).unwrap_or("");
-            (Cow::Borrowed(HELM_TRACE_LABEL), Cow::Owned(if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") }))
-        });
-        let policy_annotations = md.annotations.iter().filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX)).chain(release.as_ref());
+        let release = md
+            .annotation(appliers::HELM_RELEASE_NAME)
+            .filter(|_| md.annotation(HELM_TRACE_LABEL).is_none())
+            .map(|name| {
+                let ns = md.annotation(appliers::HELM_RELEASE_NAMESPACE).unwrap_or("");
+                (
+                    Cow::Borrowed(HELM_TRACE_LABEL),
+                    Cow::Owned(if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") }),
+                )
+            });
+        let policy_annotations =
+            md.annotations.iter().filter(|(k, _)| k.starts_with(ANNOTATION_PREFIX)).chain(release.as_ref());
         let annotations = (policy_annotations.clone().next().is_some()).then(|| {
             let mut h = Xxh3::new();
             let entries: Vec<(Box<str>, Box<str>)> = policy_annotations
@@ -476,7 +524,11 @@ impl Extractor<'_> {
             annotations,
             selector_bits: if self.config.policy_selectors.is_empty() { 0 } else { self.config.selector_bits(label) },
             // Every object's (DESIGN §1.8: a write to any object may put back another's).
-            content: if self.config.tracks_fields(&key) { Some(self.config.sensitive.redact(&key, content_text(obj))) } else { None },
+            content: if self.config.tracks_fields(&key) {
+                Some(self.config.sensitive.redact(&key, content_text(obj)))
+            } else {
+                None
+            },
             owner,
             applier,
             intent,
@@ -674,7 +726,8 @@ mod tests {
         let text = |json: &str| content_text(&serde_json::from_str::<ObjectView>(json).unwrap()).to_string();
         let d = r#"{"kind":"Deployment","apiVersion":"apps/v1","metadata":{},"spec":{"replicas":1},"status":{}}"#;
         assert_eq!(text(d), r#"{"spec":{"replicas":1}}"#);
-        let cm = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{},"data":{"k":"1"},"we\"ird\\key":2,"tab\tkey":3}"#;
+        let cm =
+            r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{},"data":{"k":"1"},"we\"ird\\key":2,"tab\tkey":3}"#;
         let v: serde_json::Value = serde_json::from_str(&text(cm)).expect("JSON");
         assert_eq!(v, serde_json::json!({"data": {"k": "1"}, "we\"ird\\key": 2, "tab\tkey": 3}));
     }

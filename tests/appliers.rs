@@ -96,7 +96,10 @@ fn applied(api: &mut ApiServer, ks: &ObjRef, revision: &str) -> String {
         if !requested.is_null() {
             st.insert("lastHandledReconcileAt".into(), requested);
         }
-        st.insert("conditions".into(), json!([{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded"}]));
+        st.insert(
+            "conditions".into(),
+            json!([{"type": "Ready", "status": "True", "reason": "ReconciliationSucceeded"}]),
+        );
     })
 }
 
@@ -124,7 +127,8 @@ fn flux() -> Flux {
     let mut events = vec![e, attempt(&mut api, &ks, "main@sha1:1111")];
     let (deploy, e) = api.create(KUSTOMIZE, flux_labels(deployment("shop", "web", 2, "web:1"), "apps"));
     let mut first = vec![ssa(e, "kustomize-controller")];
-    let (config, e) = api.create(KUSTOMIZE, flux_labels(configmap("shop", "web-config", &[("mode", "normal")], None), "apps"));
+    let (config, e) =
+        api.create(KUSTOMIZE, flux_labels(configmap("shop", "web-config", &[("mode", "normal")], None), "apps"));
     first.push(ssa(e, "kustomize-controller"));
     events.extend(first.iter().cloned());
     events.push(applied(&mut api, &ks, "main@sha1:1111"));
@@ -161,9 +165,10 @@ fn flux_puts_back_a_persons_scale_and_edit_at_the_same_revision() {
         "{:#?}",
         seven.iter().map(|e| &find(&out, e).unwrap().reason).collect::<Vec<_>>()
     );
-    for (drift, origin, path, before, after) in
-        [(&put_back_scale, &scale, "spec.replicas", "2", "5"), (&put_back_edit, &edit, "data.mode", "\"normal\"", "\"debug\"")]
-    {
+    for (drift, origin, path, before, after) in [
+        (&put_back_scale, &scale, "spec.replicas", "2", "5"),
+        (&put_back_edit, &edit, "data.mode", "\"normal\"", "\"debug\""),
+    ] {
         let e = find(&out, drift).unwrap();
         let reverts = e.reverts.as_deref().unwrap();
         assert_eq!(reverts.len(), 1, "{reverts:?}");
@@ -171,7 +176,12 @@ fn flux_puts_back_a_persons_scale_and_edit_at_the_same_revision() {
         let fields = reverts[0].fields.as_ref().expect("the fields are known");
         assert_eq!(fields.len(), 1);
         assert_eq!(
-            (&*fields[0].path, fields[0].before.as_ref().map(|v| v.get()), fields[0].after.as_ref().map(|v| v.get()), fields[0].restored),
+            (
+                &*fields[0].path,
+                fields[0].before.as_ref().map(|v| v.get()),
+                fields[0].after.as_ref().map(|v| v.get()),
+                fields[0].restored
+            ),
             (path, Some(before), Some(after), true)
         );
         let parent = e.parent.as_ref().unwrap();
@@ -181,7 +191,11 @@ fn flux_puts_back_a_persons_scale_and_edit_at_the_same_revision() {
     }
     let e = find(&out, &new_revision).unwrap();
     assert_eq!(e.parent.as_ref().unwrap().applier.as_ref().unwrap().target_revision.as_deref(), Some("main@sha1:2222"));
-    assert!(find(&out, &scale).unwrap().reason.contains("not the parent's applier"), "{}", find(&out, &scale).unwrap().reason);
+    assert!(
+        find(&out, &scale).unwrap().reason.contains("not the parent's applier"),
+        "{}",
+        find(&out, &scale).unwrap().reason
+    );
 }
 
 #[test]
@@ -203,7 +217,9 @@ fn a_requested_reconcile_or_a_spec_change_is_an_intent() {
     let edit = f.api.update(ALICE, &f.config, |o| o["data"]["mode"] = json!("debug"));
     f.events.push(edit.clone());
     // `flux reconcile`: a person's request on the Kustomization.
-    let request = f.api.update(ALICE, &f.ks, |o| o["metadata"]["annotations"] = json!({"reconcile.fluxcd.io/requestedAt": "2026-11-26T10:00:00Z"}));
+    let request = f.api.update(ALICE, &f.ks, |o| {
+        o["metadata"]["annotations"] = json!({"reconcile.fluxcd.io/requestedAt": "2026-11-26T10:00:00Z"})
+    });
     f.events.push(request);
     f.attempt("main@sha1:1111");
     let config = f.config.clone();
@@ -226,7 +242,10 @@ fn a_suspended_kustomization_leaves_a_persons_edit_standing() {
     let (_, out) = run(&f.events);
     assert_eq!(class_of(&out, &suspend), Class::Unowned, "the Kustomization is the top of its tree");
     assert_eq!((class_of(&out, &edit), class_of(&out, &scale)), (Class::Origin, Class::Origin));
-    assert!(out.iter().all(|e| e.class != Class::Drift && e.reverts.as_deref().is_none_or(<[_]>::is_empty)), "nothing puts it back");
+    assert!(
+        out.iter().all(|e| e.class != Class::Drift && e.reverts.as_deref().is_none_or(<[_]>::is_empty)),
+        "nothing puts it back"
+    );
 }
 
 #[test]
@@ -280,7 +299,14 @@ fn tracked(mut obj: Value, id: &str) -> Value {
 }
 
 /// Argo CD's status as its application controller writes it (through the main resource).
-fn argo_status(api: &mut ApiServer, app: &ObjRef, sync_revision: &str, synced: Option<&str>, phase: &str, by: Value) -> String {
+fn argo_status(
+    api: &mut ApiServer,
+    app: &ObjRef,
+    sync_revision: &str,
+    synced: Option<&str>,
+    phase: &str,
+    by: Value,
+) -> String {
     main_resource(api.update_status(ARGOCD, app, |st| {
         st.insert("sync".into(), json!({"status": if Some(sync_revision) == synced { "Synced" } else { "OutOfSync" }, "revision": sync_revision}));
         let mut op = json!({"phase": phase, "operation": {"initiatedBy": by, "sync": {"revision": sync_revision}}});
@@ -299,7 +325,8 @@ fn argo_cd_self_heal_at_the_same_revision_is_drift_and_a_persons_sync_an_intent(
     events.push(e);
     let auto = json!({"automated": true});
     events.push(argo_status(&mut api, &app, "aaaa", None, "Running", auto.clone()));
-    let (d, first) = api.create(ARGOCD, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
+    let (d, first) =
+        api.create(ARGOCD, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
     events.push(first.clone());
     events.push(argo_status(&mut api, &app, "aaaa", Some("aaaa"), "Succeeded", auto.clone()));
     let scale = api.scale(ALICE, &d, 4);
@@ -310,7 +337,9 @@ fn argo_cd_self_heal_at_the_same_revision_is_drift_and_a_persons_sync_an_intent(
     events.push(heal.clone());
     events.push(argo_status(&mut api, &app, "aaaa", Some("aaaa"), "Succeeded", auto.clone()));
     // A person's sync (`argocd app sync`): an operation initiated by a username.
-    let sync = api.update(ALICE, &app, |o| o["operation"] = json!({"initiatedBy": {"username": ALICE}, "sync": {"revision": "aaaa"}}));
+    let sync = api.update(ALICE, &app, |o| {
+        o["operation"] = json!({"initiatedBy": {"username": ALICE}, "sync": {"revision": "aaaa"}})
+    });
     events.push(sync);
     let by_person = api.patch(ARGOCD, &d, |o| o["spec"]["paused"] = json!(false));
     events.push(by_person.clone());
@@ -333,7 +362,8 @@ fn an_argo_tracking_id_that_names_another_object_is_no_membership() {
     events.push(e);
     events.push(argo_status(&mut api, &app, "aaaa", Some("aaaa"), "Succeeded", json!({"automated": true})));
     // Copied from the Deployment by some tool: it names `web`, it sits on `web-copy`.
-    let (_, copied) = api.create(ALICE, tracked(deployment("shop", "web-copy", 1, "web:1"), "shop:apps/Deployment:shop/web"));
+    let (_, copied) =
+        api.create(ALICE, tracked(deployment("shop", "web-copy", 1, "web:1"), "shop:apps/Deployment:shop/web"));
     events.push(copied.clone());
     let (_, real) = api.create(ALICE, tracked(deployment("shop", "web", 1, "web:1"), "shop:apps/Deployment:shop/web"));
     events.push(real.clone());
@@ -373,7 +403,8 @@ fn sveltos_reapplies_at_the_same_generation_as_drift() {
     );
     events.push(e);
     let mut cm = configmap("kube-system", "addon-config", &[("level", "info")], None);
-    cm["metadata"]["annotations"] = json!({"projectsveltos.io/owner-kind": "ClusterProfile", "projectsveltos.io/owner-name": "addons"});
+    cm["metadata"]["annotations"] =
+        json!({"projectsveltos.io/owner-kind": "ClusterProfile", "projectsveltos.io/owner-name": "addons"});
     let (cm, first) = api.create(SVELTOS, cm);
     events.push(first.clone());
     events.push(api.update_status(SVELTOS, &cp, |st| {
@@ -410,8 +441,12 @@ fn an_hpa_and_an_applier_fighting_over_replicas_are_counted() {
     assert_eq!(class_of(&out, &backs[0]), Class::Drift);
     assert!(!find(&out, &backs[0]).unwrap().reverts.as_ref().unwrap()[0].fight);
     assert_eq!(class_of(&out, &hpa[1]), Class::Origin);
-    let hpa_reverts = find(&out, &hpa[1]).unwrap().reverts.clone().expect("the HPA's scale puts back the applier's put-back");
-    assert_eq!((&*hpa_reverts[0].user, hpa_reverts[0].fight, &*hpa_reverts[0].audit_id), (KUSTOMIZE, true, &*audit_id(&backs[0])));
+    let hpa_reverts =
+        find(&out, &hpa[1]).unwrap().reverts.clone().expect("the HPA's scale puts back the applier's put-back");
+    assert_eq!(
+        (&*hpa_reverts[0].user, hpa_reverts[0].fight, &*hpa_reverts[0].audit_id),
+        (KUSTOMIZE, true, &*audit_id(&backs[0]))
+    );
     assert!(find(&out, &backs[1]).unwrap().reverts.as_ref().unwrap()[0].fight);
     assert_eq!(fights, 4, "HPA, applier, HPA, applier after the first revert");
     assert_eq!(p.metrics().hand_edit_count("flux-kustomize"), 0, "an HPA is no person");
@@ -484,12 +519,18 @@ fn an_object_one_user_keeps_writing_keeps_one_write_of_it() {
     let (l, create) = api.create(KUBELET, lease);
     let mut events = vec![create];
     for i in 1..=6 {
-        events.push(api.update(KUBELET, &l, |o| o["spec"]["renewTime"] = json!(format!("2026-11-26T10:00:{i:02}.000000Z"))));
+        events.push(
+            api.update(KUBELET, &l, |o| o["spec"]["renewTime"] = json!(format!("2026-11-26T10:00:{i:02}.000000Z"))),
+        );
     }
     let (p, out) = run(&events);
     assert!(out.iter().all(|e| e.class == Class::Unowned && e.reverts.is_none()));
     let uid = kausality_stream::write::uid_key(&l.uid);
-    let kept = p.engine().read_state(&kausality_stream::state::ObjKey::new(p.engine().interner().intern("default"), uid), |s| s.origin_writes().len());
+    let kept = p
+        .engine()
+        .read_state(&kausality_stream::state::ObjKey::new(p.engine().interner().intern("default"), uid), |s| {
+            s.origin_writes().len()
+        });
     assert_eq!(kept, Some(1));
 }
 
@@ -534,7 +575,8 @@ fn why_on_a_member_tells_who_changed_it_and_which_revision_put_it_back() {
 fn a_helm_release_is_a_trace_label_not_a_parent() {
     let mut api = ApiServer::new();
     let mut d = deployment("shop", "web", 1, "web:1");
-    d["metadata"]["annotations"] = json!({"meta.helm.sh/release-name": "shop", "meta.helm.sh/release-namespace": "shop"});
+    d["metadata"]["annotations"] =
+        json!({"meta.helm.sh/release-name": "shop", "meta.helm.sh/release-namespace": "shop"});
     let (_, create) = api.create(ALICE, d);
     let (_, out) = run(std::slice::from_ref(&create));
     let e = find(&out, &create).unwrap();
@@ -584,7 +626,14 @@ fn run_clusters(events: &[(&str, String)]) -> Vec<Enriched> {
     let mut p = common::processor(ModelConfig::default(), 500_000);
     let mut out = Vec::new();
     for (i, (cluster, ev)) in events.iter().enumerate() {
-        p.ingest_document(Some(cluster), ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
+        p.ingest_document(
+            Some(cluster),
+            ev.as_bytes(),
+            kausality_stream::decode::Location::Line(i + 1),
+            "test",
+            0,
+            &mut out,
+        );
     }
     p.flush(0, &mut out);
     out
@@ -623,7 +672,8 @@ fn an_application_in_a_management_cluster_is_the_parent_of_its_members_in_the_cl
     let auto = json!({"automated": true});
     together(&mut mgmt, &mut prod);
     events.push(("mgmt", argo_status(&mut mgmt, &app, "aaaa", None, "Running", auto.clone())));
-    let (d, first) = prod.create(ARGO_REMOTE, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
+    let (d, first) =
+        prod.create(ARGO_REMOTE, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
     together(&mut mgmt, &mut prod);
     events.push(("prod-1", first.clone()));
     together(&mut mgmt, &mut prod);
@@ -638,7 +688,8 @@ fn an_application_in_a_management_cluster_is_the_parent_of_its_members_in_the_cl
     events.push(("prod-1", heal.clone()));
     together(&mut mgmt, &mut prod);
     events.push(("mgmt", argo_status(&mut mgmt, &app, "bbbb", Some("aaaa"), "Running", auto.clone())));
-    let next = prod.patch(ARGO_REMOTE, &d, |o| o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
+    let next =
+        prod.patch(ARGO_REMOTE, &d, |o| o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
     together(&mut mgmt, &mut prod);
     events.push(("prod-1", next.clone()));
     // The same object in a cluster the Application does not name: no member of it.
@@ -647,7 +698,8 @@ fn an_application_in_a_management_cluster_is_the_parent_of_its_members_in_the_cl
         staging.create(ADMIN, configmap("default", &format!("pad-{i}"), &[], None));
     }
     together(&mut staging, &mut prod);
-    let (_, elsewhere) = staging.create(ARGO_REMOTE, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
+    let (_, elsewhere) =
+        staging.create(ARGO_REMOTE, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
     together(&mut mgmt, &mut prod);
     events.push(("staging", elsewhere.clone()));
     let out = run_clusters(&events);
@@ -684,7 +736,8 @@ fn a_cluster_profile_applies_to_any_cluster_that_lacks_it() {
     together(&mut mgmt, &mut prod);
     events.push(("mgmt", e));
     let mut cm = configmap("kube-system", "addon-config", &[("level", "info")], None);
-    cm["metadata"]["annotations"] = json!({"projectsveltos.io/owner-kind": "ClusterProfile", "projectsveltos.io/owner-name": "addons"});
+    cm["metadata"]["annotations"] =
+        json!({"projectsveltos.io/owner-kind": "ClusterProfile", "projectsveltos.io/owner-name": "addons"});
     let (cm, first) = prod.create(SVELTOS_REMOTE, cm);
     together(&mut mgmt, &mut prod);
     events.push(("prod-1", first.clone()));

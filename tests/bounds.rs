@@ -118,7 +118,11 @@ fn objects_that_own_each_other_get_traces_cut_at_the_repeat_that_do_not_grow() {
         // trace (`initializing`, by a user not known to be someone else's child): in the ring
         // every trace is cut at the repeat.
         let tail = &out[out.len() - 1_000..];
-        assert!(tail.iter().all(|e| e.class == Class::Initializing && e.trace.len() == n && e.trace_truncated), "{:?}", tail[0]);
+        assert!(
+            tail.iter().all(|e| e.class == Class::Initializing && e.trace.len() == n && e.trace_truncated),
+            "{:?}",
+            tail[0]
+        );
         assert!(cut >= 1_000);
         assert!(trace_nodes <= 4 * n, "{trace_nodes} trace nodes kept after {} writes", out.len());
     }
@@ -159,7 +163,8 @@ fn ten_thousand_kinds_make_a_bounded_number_of_series() {
     let (deploy, create) = api.create(ADMIN, deployment("ns", "web", 1, "web:1"));
     let mut events = vec![create];
     for i in 0..10_000 {
-        let owner = ObjRef { uid: format!("00000000-0000-4000-8000-{i:012x}"), kind: format!("Kind{i}"), ..deploy.clone() };
+        let owner =
+            ObjRef { uid: format!("00000000-0000-4000-8000-{i:012x}"), kind: format!("Kind{i}"), ..deploy.clone() };
         let mut w = widget(&format!("w{i}"), Some(&owner));
         w["kind"] = json!(format!("Widget{i}"));
         events.push(api.create(CTRL, w).1);
@@ -174,8 +179,16 @@ fn ten_thousand_kinds_make_a_bounded_number_of_series() {
     let text = p.metrics().render();
     let n = series(&text, "kausality_mutations_total");
     assert!(n <= 4, "{n} series of kausality_mutations_total:\n{text}");
-    assert!(text.contains(r#"kausality_mutations_total{class="unknown-parent",kind="other",parent_kind="other"} 10000"#), "{text}");
-    assert!(text.contains(r#"kausality_mutations_total{class="initializing",kind="ReplicaSet",parent_kind="Deployment"} 1"#), "{text}");
+    assert!(
+        text.contains(r#"kausality_mutations_total{class="unknown-parent",kind="other",parent_kind="other"} 10000"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"kausality_mutations_total{class="initializing",kind="ReplicaSet",parent_kind="Deployment"} 1"#
+        ),
+        "{text}"
+    );
     assert!(!text.contains("Kind1") && !text.contains("Widget1"));
 }
 
@@ -185,7 +198,12 @@ fn cluster_processor(max_clusters: usize) -> kausality_stream::process::Processo
     use kausality_stream::process::{Clock, Processor, ProcessorOptions};
     use std::sync::Arc;
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let opts = ProcessorOptions { reorder_window_us: 500_000, clock: Clock::EventTime, max_clusters, ..ProcessorOptions::default() };
+    let opts = ProcessorOptions {
+        reorder_window_us: 500_000,
+        clock: Clock::EventTime,
+        max_clusters,
+        ..ProcessorOptions::default()
+    };
     Processor::new(engine, Arc::new(Metrics::new()), opts)
 }
 
@@ -200,14 +218,22 @@ fn new_clusters_past_the_bound_are_refused_and_known_ones_go_on() {
         let (_, ev) = api.create(ADMIN, widget(&format!("w{i}"), None));
         let report = p.ingest_body(Some(&format!("cluster-{i}")), ev.as_bytes(), "test", 0, &mut out);
         if i < 2 {
-            assert_eq!((report.events, report.invalid), (1, 0), "cluster-{i} is admitted (the default one is the third)");
+            assert_eq!(
+                (report.events, report.invalid),
+                (1, 0),
+                "cluster-{i} is admitted (the default one is the third)"
+            );
         } else {
             assert_eq!((report.events, report.invalid), (0, 1));
             assert_eq!(report.errors[0].reason, InvalidReason::Cluster);
         }
     }
     let (_, ev) = api.create(ADMIN, widget("again", None));
-    assert_eq!(p.ingest_body(Some("cluster-1"), ev.as_bytes(), "test", 0, &mut out).events, 1, "a known cluster goes on");
+    assert_eq!(
+        p.ingest_body(Some("cluster-1"), ev.as_bytes(), "test", 0, &mut out).events,
+        1,
+        "a known cluster goes on"
+    );
     let (_, ev) = api.create(ADMIN, widget("default", None));
     assert_eq!(p.ingest_body(None, ev.as_bytes(), "test", 0, &mut out).events, 1);
     p.flush(0, &mut out);
@@ -253,7 +279,8 @@ fn an_endless_stream_of_new_users_and_namespaces_keeps_the_interner_bounded() {
     use kausality_stream::metrics::Metrics;
     use kausality_stream::process::{Clock, Processor, ProcessorOptions};
     use std::sync::Arc;
-    let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions { max_objects: 100, ..EngineOptions::default() }));
+    let engine =
+        Arc::new(Engine::new(ModelConfig::default(), EngineOptions { max_objects: 100, ..EngineOptions::default() }));
     let opts = ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() };
     let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
     let mut api = ApiServer::new();

@@ -47,7 +47,11 @@ fn config_maps(api: &mut ApiServer, prefix: &str, end_us: i64) -> Vec<String> {
 
 fn processor(clock: Clock, window_us: i64) -> Processor {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: window_us, clock, ..ProcessorOptions::default() })
+    Processor::new(
+        engine,
+        Arc::new(Metrics::new()),
+        ProcessorOptions { reorder_window_us: window_us, clock, ..ProcessorOptions::default() },
+    )
 }
 
 fn store_with(events: &[String], name: &str) -> (std::path::PathBuf, Store) {
@@ -63,7 +67,10 @@ fn store_with(events: &[String], name: &str) -> (std::path::PathBuf, Store) {
 }
 
 fn mutations(dir: &std::path::Path) -> i64 {
-    history::open(&dir.join("h.db"), Mode::Read).unwrap().query_row("SELECT count(*) FROM mutations", [], |r| r.get(0)).unwrap()
+    history::open(&dir.join("h.db"), Mode::Read)
+        .unwrap()
+        .query_row("SELECT count(*) FROM mutations", [], |r| r.get(0))
+        .unwrap()
 }
 
 #[test]
@@ -95,7 +102,11 @@ fn one_event_from_2099_does_not_empty_the_history_store() {
     assert_eq!(store2.retain().unwrap().mutations, 0);
     assert_eq!(mutations(&dir2), 41);
     // Time still passes: 31 days after the old log, its rows go (the 2099 row stays).
-    assert_eq!(store2.retain_at(old_end + 31 * 86_400_000_000, 0).unwrap().mutations, 0, "the newest not ahead of then is still the log's own");
+    assert_eq!(
+        store2.retain_at(old_end + 31 * 86_400_000_000, 0).unwrap().mutations,
+        0,
+        "the newest not ahead of then is still the log's own"
+    );
     let _ = (std::fs::remove_dir_all(&dir), std::fs::remove_dir_all(&dir2));
 }
 
@@ -124,7 +135,12 @@ fn a_write_from_the_future_is_counted_and_moves_no_clock() {
     let given = [events[1].clone(), future.clone(), events[0].clone()];
     let run = |skew_us: i64| {
         let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-        let opts = ProcessorOptions { reorder_window_us: 5_000_000, clock: Clock::EventTime, max_clock_skew_us: skew_us, ..ProcessorOptions::default() };
+        let opts = ProcessorOptions {
+            reorder_window_us: 5_000_000,
+            clock: Clock::EventTime,
+            max_clock_skew_us: skew_us,
+            ..ProcessorOptions::default()
+        };
         let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
         let mut out = Vec::new();
         feed(&mut p, &given, &mut out);
@@ -137,7 +153,11 @@ fn a_write_from_the_future_is_counted_and_moves_no_clock() {
     let order: Vec<String> = out.iter().map(|e| e.audit_id.to_string()).collect();
     assert_eq!(order, [audit_id(&events[0]), audit_id(&events[1]), audit_id(&future)], "in resourceVersion order");
     assert_eq!(out[2].class, Class::Unowned, "the write itself is classified as any other");
-    assert_eq!(p.freshness().newest_us("default"), Some(end - 39_000_000), "the freshness is the stream's newest, not 2099");
+    assert_eq!(
+        p.freshness().newest_us("default"),
+        Some(end - 39_000_000),
+        "the freshness is the stream's newest, not 2099"
+    );
     // The same without the bound: the 2099 write releases rv 2 and makes rv 1 late.
     let (p, _) = run(0);
     assert_eq!((p.metrics().future_writes(), p.metrics().late_writes()), (0, 1), "what the bound prevents");
@@ -155,14 +175,20 @@ fn a_write_from_the_future_is_counted_and_moves_no_clock() {
     assert!(newest <= arrived, "freshness at most when it arrived: {newest} > {arrived}");
     // Within the allowed skew: not counted.
     let mut p = processor(Clock::Arrival, 0);
-    let soon = stamped(&api.create("bob", configmap("shop", "soon", &[], None)).1, &format_rfc3339_micros(arrived + 60_000_000));
+    let soon = stamped(
+        &api.create("bob", configmap("shop", "soon", &[], None)).1,
+        &format_rfc3339_micros(arrived + 60_000_000),
+    );
     p.ingest_body(None, soon.as_bytes(), "webhook", arrived, &mut Vec::new());
     assert_eq!(p.metrics().future_writes(), 0, "a minute ahead is within the default 10 minutes");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_verdict_s_freshness_is_not_poisoned_by_2099() {
-    let running = serve_support::start(&serve_support::Pipeline::webhook().options(r#"reorder_window = "20ms""#).query("").toml()).await;
+    let running = serve_support::start(
+        &serve_support::Pipeline::webhook().options(r#"reorder_window = "20ms""#).query("").toml(),
+    )
+    .await;
     let client = reqwest::Client::new();
     let stale = now_us() - 60_000_000;
     let mut ev = serve_support::Ev {
@@ -181,12 +207,16 @@ async fn the_verdict_s_freshness_is_not_poisoned_by_2099() {
         ev["auditID"] = json!(id);
         ev["stageTimestamp"] = json!(ts);
         ev["requestReceivedTimestamp"] = json!(ts);
-        let body = serde_json::to_vec(&json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "metadata": {}, "items": [ev]})).unwrap();
+        let body = serde_json::to_vec(
+            &json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "metadata": {}, "items": [ev]}),
+        )
+        .unwrap();
         let r = client.post(format!("http://{}/audit", running.webhook_addrs[0])).body(body).send().await.unwrap();
         assert_eq!(r.status(), 200);
     }
     assert_eq!(serve_support::wait_metric(running.metrics_addr, "kausality_future_events_total", &[], 1.0).await, 1.0);
-    let url = format!("http://{}/v1/verdict?parentUid={}&user=alice", running.query_addr.unwrap(), serve_support::DEPLOY_UID);
+    let url =
+        format!("http://{}/v1/verdict?parentUid={}&user=alice", running.query_addr.unwrap(), serve_support::DEPLOY_UID);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let v: Value = loop {
         let r = client.get(&url).send().await.unwrap();

@@ -39,7 +39,11 @@ fn check(expected_path: &Path) -> Vec<String> {
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(expected_path).expect("read")).expect("JSON");
     let name = expected["scenario"].as_str().expect("scenario");
     let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
-    let events = replay_by_key(&jsonl, expected["replay"]["cluster"].as_str().expect("cluster"), expected["replay"]["reorderWindow"].as_str().expect("window"));
+    let events = replay_by_key(
+        &jsonl,
+        expected["replay"]["cluster"].as_str().expect("cluster"),
+        expected["replay"]["reorderWindow"].as_str().expect("window"),
+    );
     let mut problems = Vec::new();
     let want = expected["classes"].as_object().expect("classes");
     // Why the truth says what it says (`cluster-day`), for the messages.
@@ -48,7 +52,9 @@ fn check(expected_path: &Path) -> Vec<String> {
     for (id, class) in want {
         match events.get(id) {
             None => problems.push(format!("{name}: {id} ({class}) not classified{}", why(id))),
-            Some(e) if e["class"] != *class => problems.push(format!("{name}: {id} {}: expected {class}, got {}{}", write(e), e["class"], why(id))),
+            Some(e) if e["class"] != *class => {
+                problems.push(format!("{name}: {id} {}: expected {class}, got {}{}", write(e), e["class"], why(id)))
+            }
             Some(_) => {}
         }
     }
@@ -74,13 +80,19 @@ fn check(expected_path: &Path) -> Vec<String> {
         if listed.is_empty() && !named.is_empty() {
             problems.push(format!("{name}: {id}: a drift that undoes nobody names {named:?} in reverts{}", why(id)));
         } else if !listed.is_empty() && !listed.iter().any(|a| named.contains(a)) {
-            problems.push(format!("{name}: {id}: a drift that undoes {listed:?} names {named:?} in reverts{}", why(id)));
+            problems
+                .push(format!("{name}: {id}: a drift that undoes {listed:?} names {named:?} in reverts{}", why(id)));
         }
     }
     for fact in expected["facts"].as_array().expect("facts") {
         let what = fact["what"].as_str().unwrap_or("?");
         let Some(e) = events.get(fact["auditID"].as_str().expect("auditID")) else { continue };
-        let users: Vec<Value> = e["trace"].as_array().into_iter().flatten().map(|h| h.get("user").cloned().unwrap_or(Value::String("?".into()))).collect();
+        let users: Vec<Value> = e["trace"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|h| h.get("user").cloned().unwrap_or(Value::String("?".into())))
+            .collect();
         let mut compare = |field: &str, got: Value| {
             if let Some(want) = fact.get(field) {
                 if *want != got {
@@ -95,7 +107,8 @@ fn check(expected_path: &Path) -> Vec<String> {
         compare("traceUsers", Value::Array(users));
         compare("traceLabels", e["trace"][0]["labels"].clone());
         // Who the drift reverts (DESIGN §1.8): absent on other classes.
-        let reverts = e.get("reverts").and_then(Value::as_array).map(|rs| rs.iter().map(|r| r["user"].clone()).collect());
+        let reverts =
+            e.get("reverts").and_then(Value::as_array).map(|rs| rs.iter().map(|r| r["user"].clone()).collect());
         compare("revertsUsers", reverts.map_or(Value::Null, Value::Array));
     }
     problems
@@ -175,18 +188,32 @@ fn replay_can_judge_by_the_old_rule_and_take_signals_from_the_command_line() {
     // rolling `strategy`), so their generation never finishes and the scale-back reads expected;
     // a condition reason the Deployment shows once it is done (`NewReplicaSetAvailable`) likewise.
     assert_eq!(replay_classes("manual-scale", &[])[SCALE_BACK], "drift");
-    let busy = replay_classes("manual-scale", &["--in-progress-field", "Deployment.apps=spec.strategy.type == RollingUpdate"]);
+    let busy =
+        replay_classes("manual-scale", &["--in-progress-field", "Deployment.apps=spec.strategy.type == RollingUpdate"]);
     assert_eq!(busy[SCALE_BACK], "expected");
     let signal = "Deployment.apps=spec.strategy.type == RollingUpdate";
     let held = replay_classes("manual-scale", &["--in-progress-field", signal, "--in-progress-paused", signal]);
     assert_eq!(held[SCALE_BACK], "drift", "a spec that asks for no progress holds every signal back");
-    let cond = replay_classes("manual-scale", &["--in-progress-condition", "Deployment.apps=Progressing=NewReplicaSetAvailable"]);
+    let cond = replay_classes(
+        "manual-scale",
+        &["--in-progress-condition", "Deployment.apps=Progressing=NewReplicaSetAvailable"],
+    );
     assert_eq!(cond[SCALE_BACK], "expected");
-    let old = replay_classes("manual-scale", &["--observed-is-finished", "--in-progress-condition", "Deployment.apps=Progressing=NewReplicaSetAvailable"]);
+    let old = replay_classes(
+        "manual-scale",
+        &["--observed-is-finished", "--in-progress-condition", "Deployment.apps=Progressing=NewReplicaSetAvailable"],
+    );
     assert_eq!(old[SCALE_BACK], "drift", "the old rule reads no signal at all");
-    let bad = Command::new(env!("CARGO_BIN_EXE_kausality-stream")).args(["replay", "--in-progress-field", "Widget=phase == x", "-"]).output().unwrap();
+    let bad = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
+        .args(["replay", "--in-progress-field", "Widget=phase == x", "-"])
+        .output()
+        .unwrap();
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a field under spec. or status."), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("not a field under spec. or status."),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 }
 
 /// `replay --policies pipelines/self-healing.toml`: on the recorded deletes, the pod the
@@ -202,11 +229,15 @@ fn the_self_healing_example_approves_the_recorded_replacement() {
         .output()
         .expect("run kausality-stream replay");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let events: Vec<Value> = String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let events: Vec<Value> =
+        String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let drift: Vec<&Value> = events.iter().filter(|e| e["class"] == "drift").collect();
     assert_eq!(drift.len(), 1);
     assert_eq!(drift[0]["auditID"], "c42554bc-71b9-460c-b456-d0c963e4e191");
-    assert_eq!((&drift[0]["resolution"], &drift[0]["policy"]), (&Value::from("approved"), &Value::from("native-self-healing")));
+    assert_eq!(
+        (&drift[0]["resolution"], &drift[0]["policy"]),
+        (&Value::from("approved"), &Value::from("native-self-healing"))
+    );
     assert!(events.iter().filter(|e| e["class"] != "drift").all(|e| e.get("policy").is_none()));
     let bad = Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
         .args(["replay", "--no-progress", "--quiet", "--policies"])
@@ -229,15 +260,23 @@ fn the_flux_scenario_replays_to_its_ground_truth() {
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("JSON");
     let classes = expected["classes"].as_object().expect("classes");
     let count = |class: &str| classes.values().filter(|c| *c == class).count();
-    assert!(count("drift") >= 2 && count("origin") >= 3 && count("expected") >= 4, "the scenario's classes: {classes:?}");
-    let events = replay_by_key(&path.with_file_name("flux.jsonl"), "e2e", expected["replay"]["reorderWindow"].as_str().expect("window"));
+    assert!(
+        count("drift") >= 2 && count("origin") >= 3 && count("expected") >= 4,
+        "the scenario's classes: {classes:?}"
+    );
+    let events = replay_by_key(
+        &path.with_file_name("flux.jsonl"),
+        "e2e",
+        expected["replay"]["reorderWindow"].as_str().expect("window"),
+    );
     for (id, class) in classes {
         if class != "drift" {
             continue;
         }
         let e = &events[id];
         assert_eq!(e["user"], "system:serviceaccount:flux-system:kustomize-controller", "{id}: a drift of Flux");
-        let users: Vec<&str> = e["reverts"].as_array().into_iter().flatten().filter_map(|r| r["user"].as_str()).collect();
+        let users: Vec<&str> =
+            e["reverts"].as_array().into_iter().flatten().filter_map(|r| r["user"].as_str()).collect();
         assert_eq!(users, ["alice"], "{id}: the drift names the person whose write it put back");
         assert_eq!(e["parent"]["kind"], "Kustomization", "{id}: the member's parent is its Kustomization");
     }

@@ -96,7 +96,11 @@ fn a_final_delete_answered_with_a_status_is_not_classified_again() {
     let last = answered_with_status(&api.delete(KUBELET, &t.pods[1], &[]), &t.pods[1].uid);
     events.extend([first.clone(), last.clone()]);
     let (p, out) = run(&events);
-    assert_eq!(class_of(&out, &first), Class::Drift, "the ReplicaSet's controller deleting a pod of a stable ReplicaSet");
+    assert_eq!(
+        class_of(&out, &first),
+        Class::Drift,
+        "the ReplicaSet's controller deleting a pod of a stable ReplicaSet"
+    );
     assert!(not_classified(&out, &last));
     assert_eq!(ignored(&p, Ignored::DeletionCompleted), 1);
 }
@@ -108,13 +112,15 @@ fn a_final_delete_of_a_pod_never_seen_is_classified() {
     let last = api.delete(KUBELET, &t.pods[0], &[]);
     // Neither the pod's create nor its first delete is in the stream: its response shows a
     // deletionTimestamp, but a missed mutation is worse than a judged one.
-    let seen: Vec<String> = events.iter().filter(|e| !e.contains("\"kind\":\"Pod\"")).cloned().chain([last.clone()]).collect();
+    let seen: Vec<String> =
+        events.iter().filter(|e| !e.contains("\"kind\":\"Pod\"")).cloned().chain([last.clone()]).collect();
     let (p, out) = run(&seen);
     assert_eq!(class_of(&out, &last), Class::Origin, "the kubelet is not the ReplicaSet's controller");
     assert_eq!(ignored(&p, Ignored::DeletionCompleted), 0);
     // And answered with a Status, never seen: classified too.
     let status = answered_with_status(&last, &t.pods[0].uid).replace(&audit_id(&last), "final-by-status");
-    let seen: Vec<String> = events.iter().filter(|e| !e.contains("\"kind\":\"Pod\"")).cloned().chain([status]).collect();
+    let seen: Vec<String> =
+        events.iter().filter(|e| !e.contains("\"kind\":\"Pod\"")).cloned().chain([status]).collect();
     let (_, out) = run(&seen);
     assert_eq!(out.iter().filter(|e| &*e.audit_id == "final-by-status").count(), 1);
 }
@@ -122,7 +128,8 @@ fn a_final_delete_of_a_pod_never_seen_is_classified() {
 #[test]
 fn a_controllers_delete_after_its_finalizer_work_is_not_classified_again() {
     let (mut api, mut events, t) = stable("shop");
-    let (cm, create) = api.create(DEPLOYMENT_CONTROLLER, configmap("shop", "web-config", &[("k", "1")], Some(&t.deploy)));
+    let (cm, create) =
+        api.create(DEPLOYMENT_CONTROLLER, configmap("shop", "web-config", &[("k", "1")], Some(&t.deploy)));
     // A person deletes it; a finalizer keeps it until its controller has cleaned up.
     let first = api.delete(ADMIN, &cm, &["example.com/cleanup"]);
     let again = api.delete(DEPLOYMENT_CONTROLLER, &cm, &[]);
@@ -145,7 +152,10 @@ fn an_eviction_is_a_delete_of_the_pod_by_the_evicting_user() {
     let e = find(&out, &evict).expect("the eviction is classified");
     assert_eq!(e.class, Class::Origin, "{}", e.reason);
     assert_eq!((e.verb, e.subresource), (Verb::Create, Some("eviction")));
-    assert_eq!((&*e.object.kind, &*e.object.namespace, &*e.object.name, &*e.object.uid), ("Pod", "shop", &*t.pods[0].name, &*t.pods[0].uid));
+    assert_eq!(
+        (&*e.object.kind, &*e.object.namespace, &*e.object.name, &*e.object.uid),
+        ("Pod", "shop", &*t.pods[0].name, &*t.pods[0].uid)
+    );
     assert_eq!(e.parent.as_ref().map(|p| &*p.uid), Some(&*t.rs.uid));
     assert_eq!(e.actor.is_controller, Some(false));
     assert_eq!(e.trace.last().and_then(|h| h.user.as_deref()), Some(ADMIN));
@@ -175,7 +185,12 @@ fn an_eviction_by_the_pods_controller_and_under_a_deleting_parent_follow_the_usu
 fn an_eviction_of_a_pod_never_seen_is_counted_not_guessed() {
     let (mut api, events, t) = stable("shop");
     let evict = api.evict(ADMIN, &t.pods[0]);
-    let seen: Vec<String> = events.iter().filter(|e| !e.contains(&format!("\"name\":\"{}\"", t.pods[0].name))).cloned().chain([evict.clone()]).collect();
+    let seen: Vec<String> = events
+        .iter()
+        .filter(|e| !e.contains(&format!("\"name\":\"{}\"", t.pods[0].name)))
+        .cloned()
+        .chain([evict.clone()])
+        .collect();
     let (p, out) = run(&seen);
     assert!(not_classified(&out, &evict));
     assert_eq!(ignored(&p, Ignored::EvictionUnknownPod), 1);
@@ -183,9 +198,23 @@ fn an_eviction_of_a_pod_never_seen_is_counted_not_guessed() {
     let mut p = processor(ModelConfig::default(), 0);
     let mut out = Vec::new();
     for (i, ev) in events.iter().enumerate() {
-        p.ingest_document(Some("other"), ev.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
+        p.ingest_document(
+            Some("other"),
+            ev.as_bytes(),
+            kausality_stream::decode::Location::Line(i + 1),
+            "test",
+            0,
+            &mut out,
+        );
     }
-    p.ingest_document(Some("prod"), evict.as_bytes(), kausality_stream::decode::Location::Line(99), "test", 0, &mut out);
+    p.ingest_document(
+        Some("prod"),
+        evict.as_bytes(),
+        kausality_stream::decode::Location::Line(99),
+        "test",
+        0,
+        &mut out,
+    );
     p.flush(0, &mut out);
     assert!(not_classified(&out, &evict));
     assert_eq!(p.metrics().ignored_count(Ignored::EvictionUnknownPod), 1);
@@ -295,7 +324,10 @@ fn a_deletecollection_judges_each_item_on_its_own() {
     assert_eq!(class_of(&out, &first), Class::Origin);
     let items: Vec<&Enriched> = out.iter().filter(|e| *e.audit_id == *audit_id(&collection)).collect();
     assert_eq!(items.len(), 1, "only pod b's deletion is judged");
-    assert_eq!((&*items[0].object.uid, items[0].verb, items[0].class), (&*t.pods[1].uid, Verb::Deletecollection, Class::Origin));
+    assert_eq!(
+        (&*items[0].object.uid, items[0].verb, items[0].class),
+        (&*t.pods[1].uid, Verb::Deletecollection, Class::Origin)
+    );
     assert!(finals.iter().all(|f| not_classified(&out, f)));
     assert_eq!(ignored(&p, Ignored::DeletionCompleted), 3, "pod a in the collection, both final deletes");
     // Without graceful deletion every item is gone at once, and each is judged.
@@ -454,7 +486,8 @@ fn a_namespace_being_deleted_is_known_again_after_a_restore() {
     // The same stream without a restore gives the same classes.
     let (_, whole) = run(&[td.before.clone(), td.after()].concat());
     for ev in &td.after() {
-        let classes = |out: &[Enriched]| out.iter().filter(|e| *e.audit_id == *audit_id(ev)).map(|e| e.class).collect::<Vec<_>>();
+        let classes =
+            |out: &[Enriched]| out.iter().filter(|e| *e.audit_id == *audit_id(ev)).map(|e| e.class).collect::<Vec<_>>();
         assert_eq!(classes(&out), classes(&whole));
     }
 }
@@ -480,7 +513,12 @@ fn stateful(api: &mut ApiServer, events: &mut Vec<String>, ns: &str) -> (ObjRef,
         events.push(ev);
     }
     events.push(api.update_status(STATEFULSET_CONTROLLER, &sts, |s| {
-        for (k, v) in [("observedGeneration", json!(1)), ("replicas", json!(2)), ("readyReplicas", json!(2)), ("updatedReplicas", json!(2))] {
+        for (k, v) in [
+            ("observedGeneration", json!(1)),
+            ("replicas", json!(2)),
+            ("readyReplicas", json!(2)),
+            ("updatedReplicas", json!(2)),
+        ] {
             s.insert(k.into(), v);
         }
         s.insert("currentRevision".into(), json!("db-1"));
@@ -513,7 +551,11 @@ fn evicted_statefulset_pod() -> Evicted {
 /// replacement is a drift that names the eviction.
 fn assert_one_removal_one_drift(e: &Evicted, out: &[Enriched], how: &str) {
     let evict = find(out, &e.evict).unwrap_or_else(|| panic!("{how}: the eviction is classified"));
-    assert_eq!((evict.class, &*evict.object.uid), (Class::Origin, &*e.old.uid), "{how}: the eviction removed the old pod");
+    assert_eq!(
+        (evict.class, &*evict.object.uid),
+        (Class::Origin, &*e.old.uid),
+        "{how}: the eviction removed the old pod"
+    );
     assert!(
         not_classified(out, &e.last),
         "{how}: the old pod's final delete completes its eviction: {:?}",
@@ -529,12 +571,14 @@ fn assert_one_removal_one_drift(e: &Evicted, out: &[Enriched], how: &str) {
 fn an_evicted_statefulset_pod_recreated_under_its_name_is_one_removal_and_one_drift() {
     let e = evicted_statefulset_pod();
     // In resourceVersion order.
-    let stream: Vec<String> = e.events.iter().cloned().chain([e.evict.clone(), e.last.clone(), e.replacement.clone()]).collect();
+    let stream: Vec<String> =
+        e.events.iter().cloned().chain([e.evict.clone(), e.last.clone(), e.replacement.clone()]).collect();
     let (_, out) = run(&stream);
     assert_one_removal_one_drift(&e, &out, "in order");
     // Two API servers: the final delete reaches the stream after the replacement's create,
     // within the window, and with no window at all (each write applied as it comes).
-    let stream: Vec<String> = e.events.iter().cloned().chain([e.evict.clone(), e.replacement.clone(), e.last.clone()]).collect();
+    let stream: Vec<String> =
+        e.events.iter().cloned().chain([e.evict.clone(), e.replacement.clone(), e.last.clone()]).collect();
     let (_, out) = run(&stream);
     assert_one_removal_one_drift(&e, &out, "final delete after the create");
     let given: Vec<&String> = stream.iter().collect();

@@ -47,7 +47,12 @@ fn deployed() -> Deployed {
     for s in ["a", "b", "c"] {
         events.push(api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1")).1);
     }
-    events.push(status(&mut api, REPLICASET_CONTROLLER, &rs, json!({"replicas": 3, "readyReplicas": 3, "availableReplicas": 3})));
+    events.push(status(
+        &mut api,
+        REPLICASET_CONTROLLER,
+        &rs,
+        json!({"replicas": 3, "readyReplicas": 3, "availableReplicas": 3}),
+    ));
     let done = json!({"replicas": 3, "updatedReplicas": 3, "readyReplicas": 3, "availableReplicas": 3, "conditions": progressing("NewReplicaSetAvailable")});
     events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, done));
     Deployed { api, events, deploy, rs }
@@ -56,7 +61,8 @@ fn deployed() -> Deployed {
 #[test]
 fn a_deployment_rollout_goes_on_after_the_observed_generation_is_reported() {
     let Deployed { mut api, mut events, deploy, rs: old } = deployed();
-    let change = api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
+    let change =
+        api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
     events.push(change);
     let (new, create_new) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "77aa", 1, "web:2"));
     // The controller reports generation 2 observed at the start of the rollout.
@@ -91,10 +97,24 @@ fn a_deployment_rollout_goes_on_after_the_observed_generation_is_reported() {
         json!({"replicas": 3, "updatedReplicas": 3, "readyReplicas": 3, "availableReplicas": 3, "conditions": progressing("NewReplicaSetAvailable")}),
     );
     let after = api.update(DEPLOYMENT_CONTROLLER, &new, |r| replicas(r, 4));
-    events.extend([create_new.clone(), started, down1.clone(), up2.clone(), midway, down2.clone(), up3.clone(), counted, down3.clone(), done, after.clone()]);
+    events.extend([
+        create_new.clone(),
+        started,
+        down1.clone(),
+        up2.clone(),
+        midway,
+        down2.clone(),
+        up3.clone(),
+        counted,
+        down3.clone(),
+        done,
+        after.clone(),
+    ]);
     let out = run(&events);
     assert_eq!(class_of(&out, &create_new), Class::Expected, "generation 2 not observed yet");
-    for (ev, what) in [(&down1, "old 3→2"), (&up2, "new 1→2"), (&down2, "old 2→1"), (&up3, "new 2→3"), (&down3, "old 1→0")] {
+    for (ev, what) in
+        [(&down1, "old 3→2"), (&up2, "new 1→2"), (&down2, "old 2→1"), (&up3, "new 2→3"), (&down3, "old 1→0")]
+    {
         let e = find(&out, ev).unwrap();
         assert_eq!(e.class, Class::Expected, "{what}: observed 2, rollout under way");
         let p = e.parent.as_ref().unwrap();
@@ -137,7 +157,8 @@ fn a_finished_generation_stays_finished_when_its_status_shows_work_again() {
 #[test]
 fn odd_orders_and_duplicates_of_the_reports() {
     let Deployed { mut api, mut events, deploy, rs: old } = deployed();
-    let change = api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
+    let change =
+        api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
     events.push(change);
     let (new, create_new) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "77aa", 1, "web:2"));
     let busy = json!({"replicas": 4, "updatedReplicas": 1, "availableReplicas": 3, "conditions": progressing("ReplicaSetUpdated")});
@@ -152,7 +173,15 @@ fn odd_orders_and_duplicates_of_the_reports() {
     // Delivered out of order and twice: the reorder buffer puts them back by resourceVersion
     // and dedupe drops the copies; the classes are those of the written order.
     let mut shuffled = events[..base].to_vec();
-    shuffled.extend([down.clone(), done.clone(), up.clone(), started.clone(), started.clone(), create_new.clone(), done.clone()]);
+    shuffled.extend([
+        down.clone(),
+        done.clone(),
+        up.clone(),
+        started.clone(),
+        started.clone(),
+        create_new.clone(),
+        done.clone(),
+    ]);
     for out in [run(&events), run(&shuffled)] {
         assert_eq!(class_of(&out, &create_new), Class::Expected);
         assert_eq!(class_of(&out, &up), Class::Expected, "after the report of 2 in progress");
@@ -180,8 +209,12 @@ fn a_statefulset_first_scale_up_and_rolling_update_then_a_replacement_is_drift()
     let mut events = vec![create];
     let (p0, c0) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "0", "pg:15"));
     // OrderedReady: one pod so far; the first report initializes it (observedGeneration signal).
-    let one =
-        status(&mut api, STATEFULSET_CONTROLLER, &sts, json!({"replicas": 1, "availableReplicas": 0, "currentRevision": "pg-1", "updateRevision": "pg-1"}));
+    let one = status(
+        &mut api,
+        STATEFULSET_CONTROLLER,
+        &sts,
+        json!({"replicas": 1, "availableReplicas": 0, "currentRevision": "pg-1", "updateRevision": "pg-1"}),
+    );
     let (p1, c1) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "1", "pg:15"));
     let two = status(
         &mut api,
@@ -294,7 +327,18 @@ fn a_daemonset_rolling_update_reported_with_no_pod_updated_yet() {
     let del_c = api.delete(DAEMONSET_CONTROLLER, &pods[2], &[]);
     let done = status(&mut api, DAEMONSET_CONTROLLER, &ds, full);
     let (_, after) = api.create(DAEMONSET_CONTROLLER, pod(&ds, "n4", "agent:2"));
-    events.extend([new_a.clone(), started, del_a.clone(), one, new_b.clone(), del_b.clone(), new_c.clone(), del_c.clone(), done, after.clone()]);
+    events.extend([
+        new_a.clone(),
+        started,
+        del_a.clone(),
+        one,
+        new_b.clone(),
+        del_b.clone(),
+        new_c.clone(),
+        del_c.clone(),
+        done,
+        after.clone(),
+    ]);
     let out = run(&events);
     for ev in [&del_a, &new_a, &del_b, &new_b, &del_c, &new_c] {
         assert_eq!(class_of(&out, ev), Class::Expected);
@@ -317,9 +361,19 @@ fn a_replicaset_scale_up_then_a_replacement_and_a_scale_back_are_drift() {
     );
     let (_, p4) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
     // The ReplicaSet reports generation 2 with four pods created, three ready.
-    let rs_busy = status(&mut api, REPLICASET_CONTROLLER, &rs, json!({"replicas": 4, "readyReplicas": 3, "availableReplicas": 3}));
+    let rs_busy = status(
+        &mut api,
+        REPLICASET_CONTROLLER,
+        &rs,
+        json!({"replicas": 4, "readyReplicas": 3, "availableReplicas": 3}),
+    );
     let (_, p5) = api.create(REPLICASET_CONTROLLER, pod(&rs, "e", "web:1"));
-    let rs_done = status(&mut api, REPLICASET_CONTROLLER, &rs, json!({"replicas": 5, "readyReplicas": 5, "availableReplicas": 5}));
+    let rs_done = status(
+        &mut api,
+        REPLICASET_CONTROLLER,
+        &rs,
+        json!({"replicas": 5, "readyReplicas": 5, "availableReplicas": 5}),
+    );
     let d_done = status(
         &mut api,
         DEPLOYMENT_CONTROLLER,
@@ -330,7 +384,12 @@ fn a_replicaset_scale_up_then_a_replacement_and_a_scale_back_are_drift() {
     let pod_a = api_pod(&api, &events[2]);
     // A person deletes a pod; the status shows 4 ready (work again, but generation 2 finished).
     let person = api.delete("alice", &pod_a, &[]);
-    let short = status(&mut api, REPLICASET_CONTROLLER, &rs, json!({"replicas": 4, "readyReplicas": 4, "availableReplicas": 4}));
+    let short = status(
+        &mut api,
+        REPLICASET_CONTROLLER,
+        &rs,
+        json!({"replicas": 4, "readyReplicas": 4, "availableReplicas": 4}),
+    );
     let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "f", "web:1"));
     // A person scales the ReplicaSet to 7; its pods are the person's intent; the deployment
     // controller scales it back.
@@ -348,7 +407,11 @@ fn a_replicaset_scale_up_then_a_replacement_and_a_scale_back_are_drift() {
     assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
     assert_eq!(class_of(&out, &by_hand), Class::Origin);
     assert_eq!(class_of(&out, &p7), Class::Expected, "the person's scale changed the ReplicaSet's generation");
-    assert_eq!(class_of(&out, &back), Class::Drift, "the Deployment had finished: the scale-back undoes a person's change");
+    assert_eq!(
+        class_of(&out, &back),
+        Class::Drift,
+        "the Deployment had finished: the scale-back undoes a person's change"
+    );
 }
 
 /// The pod a create event made.
@@ -371,7 +434,12 @@ fn a_custom_resource_with_configured_signals_and_its_synthetic_observed_generati
     // A Widget without observedGeneration (synthetic: the generation at its status write),
     // whose controller says `phase: Rolling` while it works.
     let mut cfg = ModelConfig::default();
-    cfg.add_progress("Widget.example.com", Vec::new(), vec![kausality_stream::config::progress::Comparison::parse("status.phase == Rolling").unwrap()], true);
+    cfg.add_progress(
+        "Widget.example.com",
+        Vec::new(),
+        vec![kausality_stream::config::progress::Comparison::parse("status.phase == Rolling").unwrap()],
+        true,
+    );
     let mut api = ApiServer::new();
     let w = json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "ns",
                    "annotations": {"kausality.io/phase": "initialized"}}, "spec": {"size": 1}});
@@ -393,7 +461,10 @@ fn a_custom_resource_with_configured_signals_and_its_synthetic_observed_generati
     let out = run_with(cfg, &events);
     let e = find(&out, &during).unwrap();
     assert_eq!(e.class, Class::Expected, "synthetic observed 1, phase Rolling");
-    assert_eq!(e.parent.as_ref().unwrap().observed_generation_source, Some(kausality_stream::write::ObservedSource::Synthetic));
+    assert_eq!(
+        e.parent.as_ref().unwrap().observed_generation_source,
+        Some(kausality_stream::write::ObservedSource::Synthetic)
+    );
     assert_eq!(class_of(&out, &after), Class::Drift);
     assert_eq!(class_of(&out, &later), Class::Drift, "finished stays finished");
     // Without the signal, the first status write finishes it (the rule before).
@@ -403,7 +474,12 @@ fn a_custom_resource_with_configured_signals_and_its_synthetic_observed_generati
 /// A Deployment's status as the deployment controller writes it: counters that are 0 left out.
 fn deployment_status(replicas: i64, updated: i64, available: i64, conditions: Value) -> Value {
     let mut st = Map::new();
-    for (k, v) in [("replicas", replicas), ("updatedReplicas", updated), ("readyReplicas", available), ("availableReplicas", available)] {
+    for (k, v) in [
+        ("replicas", replicas),
+        ("updatedReplicas", updated),
+        ("readyReplicas", available),
+        ("availableReplicas", available),
+    ] {
         if v != 0 {
             st.insert(k.into(), json!(v));
         }
@@ -419,40 +495,74 @@ fn a_rollback_reported_with_no_replica_updated_yet_goes_on() {
     let (deploy, e1) = api.create(ADMIN, deployment("shop", "web", 12, "web:1"));
     let (first, e2) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 12, "web:1"));
     let mut events = vec![e1, e2];
-    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
-    events.push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
+    events.push(status(
+        &mut api,
+        DEPLOYMENT_CONTROLLER,
+        &deploy,
+        deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable")),
+    ));
+    events
+        .push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
     let (second, e3) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "77aa", 3, "web:2"));
     events.push(e3);
     for step in 1..=4 {
-        events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(15, 3 * step, 12, progressing("ReplicaSetUpdated"))));
+        events.push(status(
+            &mut api,
+            DEPLOYMENT_CONTROLLER,
+            &deploy,
+            deployment_status(15, 3 * step, 12, progressing("ReplicaSetUpdated")),
+        ));
         events.push(api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 12 - 3 * step)));
         if step < 4 {
             events.push(api.update(DEPLOYMENT_CONTROLLER, &second, |r| replicas(r, 3 * step + 3)));
         }
     }
-    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
+    events.push(status(
+        &mut api,
+        DEPLOYMENT_CONTROLLER,
+        &deploy,
+        deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable")),
+    ));
 
     // `kubectl rollout undo`: the template goes back to web:1 (generation 3). The controller
     // takes the first ReplicaSet as the new one, scales it up by 3, and reports generation 3
     // with no replica of it yet: `updatedReplicas` (0) left out, and the Progressing reason of
     // the finished rollout kept, since no progress was made yet.
-    events.push(api.patch(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:1")));
-    events.push(api.update(DEPLOYMENT_CONTROLLER, &first, |r| r["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "3"})));
+    events
+        .push(api.patch(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:1")));
+    events.push(api.update(DEPLOYMENT_CONTROLLER, &first, |r| {
+        r["metadata"]["annotations"] = json!({"deployment.kubernetes.io/revision": "3"})
+    }));
     let mut rollback = vec![api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 3))];
     events.push(rollback[0].clone());
-    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 0, 12, progressing("NewReplicaSetAvailable"))));
+    events.push(status(
+        &mut api,
+        DEPLOYMENT_CONTROLLER,
+        &deploy,
+        deployment_status(12, 0, 12, progressing("NewReplicaSetAvailable")),
+    ));
     for step in 1..=4 {
         let down = api.update(DEPLOYMENT_CONTROLLER, &second, |r| replicas(r, 12 - 3 * step));
         events.push(down.clone());
         rollback.push(down);
-        events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(15, 3 * step, 12, progressing("ReplicaSetUpdated"))));
+        events.push(status(
+            &mut api,
+            DEPLOYMENT_CONTROLLER,
+            &deploy,
+            deployment_status(15, 3 * step, 12, progressing("ReplicaSetUpdated")),
+        ));
         if step < 4 {
             let up = api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 3 * step + 3));
             events.push(up.clone());
             rollback.push(up);
         }
     }
-    events.push(status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable"))));
+    events.push(status(
+        &mut api,
+        DEPLOYMENT_CONTROLLER,
+        &deploy,
+        deployment_status(12, 12, 12, progressing("NewReplicaSetAvailable")),
+    ));
     let after = api.update(DEPLOYMENT_CONTROLLER, &first, |r| replicas(r, 13));
     events.push(after.clone());
 
@@ -460,7 +570,11 @@ fn a_rollback_reported_with_no_replica_updated_yet_goes_on() {
     assert_eq!(rollback.len(), 8);
     for (i, ev) in rollback.iter().enumerate() {
         let e = find(&out, ev).unwrap();
-        assert_eq!(e.class, Class::Expected, "rollback scale write {i}: 0 of 12 replicas updated is a rollout under way");
+        assert_eq!(
+            e.class,
+            Class::Expected,
+            "rollback scale write {i}: 0 of 12 replicas updated is a rollout under way"
+        );
         assert_eq!(e.parent.as_ref().unwrap().generation, Some(3));
     }
     let e = find(&out, &after).unwrap();
@@ -507,7 +621,11 @@ fn a_partitioned_statefulset_finishes_at_its_partition_then_a_replacement_is_dri
     assert_eq!(class_of(&out, &new2), Class::Expected, "0 of the 1 pod the partition asks for updated");
     assert_eq!(class_of(&out, &person), Class::Origin);
     let e = find(&out, &replacement).unwrap();
-    assert_eq!(e.class, Class::Drift, "generation 2 finished at its partition: the replacement reverts a person's delete");
+    assert_eq!(
+        e.class,
+        Class::Drift,
+        "generation 2 finished at its partition: the replacement reverts a person's delete"
+    );
     assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
 }
 
@@ -544,16 +662,26 @@ fn an_on_delete_statefulset_finishes_when_observed_then_a_replacement_is_drift()
     let out = run(&events);
     assert_eq!(class_of(&out, &person), Class::Origin);
     let e = find(&out, &replacement).unwrap();
-    assert_eq!(e.class, Class::Drift, "OnDelete asks no pod to move: generation 2 finished when observed, the replacement reverts a person's delete");
+    assert_eq!(
+        e.class,
+        Class::Drift,
+        "OnDelete asks no pod to move: generation 2 finished when observed, the replacement reverts a person's delete"
+    );
     assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
 }
 
 #[test]
 fn a_paused_deployment_finishes_when_observed_then_resumes() {
     let Deployed { mut api, mut events, deploy, rs: old } = deployed();
-    events.push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
+    events
+        .push(api.update(ADMIN, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")));
     let (new, create_new) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "77aa", 1, "web:2"));
-    let started = status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(3, 0, 3, progressing("NewReplicaSetCreated")));
+    let started = status(
+        &mut api,
+        DEPLOYMENT_CONTROLLER,
+        &deploy,
+        deployment_status(3, 0, 3, progressing("NewReplicaSetCreated")),
+    );
     // `kubectl rollout pause` with one new pod up (generation 3). The controller first writes
     // the paused condition (at the observed generation it had), then reports generation 3 with
     // the rollout halfway, as far as a paused Deployment goes.
@@ -575,7 +703,8 @@ fn a_paused_deployment_finishes_when_observed_then_resumes() {
         st.insert("conditions".into(), resumed_cond);
     });
     let down = api.update(DEPLOYMENT_CONTROLLER, &old, |r| replicas(r, 2));
-    let resumed = status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(3, 1, 3, progressing("ReplicaSetUpdated")));
+    let resumed =
+        status(&mut api, DEPLOYMENT_CONTROLLER, &deploy, deployment_status(3, 1, 3, progressing("ReplicaSetUpdated")));
     let up = api.update(DEPLOYMENT_CONTROLLER, &new, |r| replicas(r, 2));
     events.extend([create_new, started, pause, noticed, halfway, by_hand.clone(), back.clone()]);
     events.extend([resume, noticed_resume, down.clone(), resumed, up.clone()]);

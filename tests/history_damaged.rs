@@ -17,7 +17,9 @@ use kausality_stream::sim::*;
 fn damaged_store(dir: &Path) -> std::path::PathBuf {
     let path = dir.join("h.db");
     let mut api = ApiServer::new();
-    let events: Vec<String> = (0..200).map(|i| api.create("alice@example.com", configmap("shop", &format!("cm-{i}"), &[("k", "v")], None)).1).collect();
+    let events: Vec<String> = (0..200)
+        .map(|i| api.create("alice@example.com", configmap("shop", &format!("cm-{i}"), &[("k", "v")], None)).1)
+        .collect();
     let out = common::run_with(ModelConfig::default(), &events);
     let mut store = Store::open(&path, Retention { max_age: Duration::ZERO, max_bytes: 0 }).unwrap();
     store.write(&[out.as_slice()]).unwrap();
@@ -42,17 +44,26 @@ fn a_damaged_store_is_refused_with_what_to_do_or_moved_aside() {
     };
     assert!(matches!(e, Error::Damaged { .. }), "{e}");
     let msg = e.to_string();
-    assert!(msg.contains("is damaged") && msg.contains(".recover") && msg.contains("on_damaged = \"replace\""), "{msg}");
+    assert!(
+        msg.contains("is damaged") && msg.contains(".recover") && msg.contains("on_damaged = \"replace\""),
+        "{msg}"
+    );
     assert!(path.exists(), "refused: left where it is");
 
     let mut store = Store::open_checked(&path, Retention::default(), OnDamaged::Replace).unwrap();
-    let aside: Vec<_> =
-        std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).filter(|n| n.starts_with("h.db.damaged-")).collect();
+    let aside: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("h.db.damaged-"))
+        .collect();
     assert_eq!(aside.len(), 1, "moved aside: {aside:?}");
     let mut api = ApiServer::new();
     let out = common::run(&[api.create("bob", configmap("shop", "after", &[], None)).1]);
     assert_eq!(store.write(&[out.as_slice()]).unwrap().mutations, 1, "the new store writes");
-    let n: i64 = history::open(&path, Mode::Read).unwrap().query_row("SELECT count(*) FROM mutations", [], |r| r.get(0)).unwrap();
+    let n: i64 = history::open(&path, Mode::Read)
+        .unwrap()
+        .query_row("SELECT count(*) FROM mutations", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(n, 1);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -72,7 +83,11 @@ async fn serve_does_not_start_on_a_damaged_store() {
     };
     assert!(msg.contains("is damaged") && msg.contains(&path.display().to_string()), "{msg}");
     // With `on_damaged = "replace"` it starts, on a new store.
-    let cfg = kausality_stream::pipeline::load_str("p.toml", &toml.replace("[metrics]", "on_damaged = \"replace\"\n[metrics]")).unwrap();
+    let cfg = kausality_stream::pipeline::load_str(
+        "p.toml",
+        &toml.replace("[metrics]", "on_damaged = \"replace\"\n[metrics]"),
+    )
+    .unwrap();
     let running = kausality_stream::pipeline::start(cfg).await.expect("starts on a new store");
     running.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

@@ -27,12 +27,19 @@ fn bodies(api: &mut ApiServer, first: usize, batches: usize) -> Vec<(Vec<u8>, Ve
         .map(|b| {
             let events: Vec<Value> = (0..PER_BATCH)
                 .map(|i| {
-                    let (_, e) = api.create("alice@example.com", configmap("load", &format!("cm-{b}-{i}"), &[("k", "v")], None));
+                    let (_, e) =
+                        api.create("alice@example.com", configmap("load", &format!("cm-{b}-{i}"), &[("k", "v")], None));
                     serde_json::from_str(&e).unwrap()
                 })
                 .collect();
             let ids = events.iter().map(|e| e["auditID"].as_str().unwrap().to_string()).collect();
-            (serde_json::to_vec(&json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "metadata": {}, "items": events})).unwrap(), ids)
+            (
+                serde_json::to_vec(
+                    &json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "metadata": {}, "items": events}),
+                )
+                .unwrap(),
+                ids,
+            )
         })
         .collect()
 }
@@ -41,7 +48,10 @@ fn bodies(api: &mut ApiServer, first: usize, batches: usize) -> Vec<(Vec<u8>, Ve
 fn request(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Option<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
-    let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
     s.write_all(head.as_bytes()).ok()?;
     s.write_all(body).ok()?;
     let mut answer = String::new();
@@ -76,8 +86,14 @@ fn a_serve_killed_while_writing_leaves_a_sound_store_with_everything_it_had_writ
     std::fs::create_dir_all(&dir).unwrap();
     let store = dir.join("history.db");
     let pipeline = dir.join("pipeline.toml");
-    std::fs::write(&pipeline, Pipeline::webhook().options(r#"reorder_window = "0""#).sink("history", &format!("path = \"{}\"", store.display())).toml())
-        .unwrap();
+    std::fs::write(
+        &pipeline,
+        Pipeline::webhook()
+            .options(r#"reorder_window = "0""#)
+            .sink("history", &format!("path = \"{}\"", store.display()))
+            .toml(),
+    )
+    .unwrap();
     let mut child = Command::new(BIN)
         .args(["--log-format", "json", "serve", "--pipeline"])
         .arg(&pipeline)
@@ -157,7 +173,10 @@ fn a_serve_killed_while_writing_leaves_a_sound_store_with_everything_it_had_writ
     let kept = stream_ids.iter().take_while(|id| ids.contains(**id)).count();
     assert!(stream_ids[kept..].iter().all(|id| !ids.contains(*id)), "a gap in what was written");
     assert_eq!(ids.len(), first.len() * PER_BATCH + kept);
-    eprintln!("answered 200 {answered} stream batches; {} of their events in the store; {before_kill} delivered at the kill", kept);
+    eprintln!(
+        "answered 200 {answered} stream batches; {} of their events in the store; {before_kill} delivered at the kill",
+        kept
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -170,8 +189,11 @@ fn the_query_api_reads_the_history_sink_s_store_unless_told_otherwise() {
     let history = format!("path = \"{}\"", store.display());
     let toml = Pipeline::webhook().options(r#"reorder_window = "0""#).sink("history", &history).query("").toml();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let running = rt.block_on(async { kausality_stream::pipeline::start(kausality_stream::pipeline::load_str("q.toml", &toml).unwrap()).await.unwrap() });
-    let (webhook, metrics, query) = (running.webhook_addrs[0], running.metrics_addr, running.query_addr.expect("the query API listens"));
+    let running = rt.block_on(async {
+        kausality_stream::pipeline::start(kausality_stream::pipeline::load_str("q.toml", &toml).unwrap()).await.unwrap()
+    });
+    let (webhook, metrics, query) =
+        (running.webhook_addrs[0], running.metrics_addr, running.query_addr.expect("the query API listens"));
     let mut api = ApiServer::new();
     let (body, _) = bodies(&mut api, 0, 1).remove(0);
     assert_eq!(post(webhook, &body), Some(200));

@@ -47,9 +47,11 @@ fn time_of(event: &str) -> i64 {
 
 /// The tombstone of the object with this UID: (deleted_us, deleted_by, deleted_audit_id).
 fn tombstone(conn: &Connection, uid: &str) -> Option<(i64, String, String)> {
-    conn.query_row("SELECT deleted_us, deleted_by, deleted_audit_id FROM objects WHERE uid = ?1 AND deleted_us IS NOT NULL", [uid], |r| {
-        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
-    })
+    conn.query_row(
+        "SELECT deleted_us, deleted_by, deleted_audit_id FROM objects WHERE uid = ?1 AND deleted_us IS NOT NULL",
+        [uid],
+        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+    )
     .optional()
     .unwrap()
 }
@@ -120,7 +122,8 @@ fn each_object_is_one_row_with_its_identity_owner_and_times() {
         )
     );
     // The Deployment has no owner; one row per object.
-    let top: Option<String> = conn.query_row("SELECT parent_uid FROM objects WHERE uid = ?1", [&deploy.uid], |r| r.get(0)).unwrap();
+    let top: Option<String> =
+        conn.query_row("SELECT parent_uid FROM objects WHERE uid = ?1", [&deploy.uid], |r| r.get(0)).unwrap();
     assert_eq!(top, None);
     assert_eq!(count(&conn, "SELECT count(*) FROM objects"), 4);
     // One mutation per enriched event, with its facts and its JSON (compressed, read back).
@@ -130,14 +133,19 @@ fn each_object_is_one_row_with_its_identity_owner_and_times() {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, unpacker.json(r.get_ref(3)?).expect("a stored event")))
         })
         .unwrap();
-    assert_eq!((class.as_str(), user.as_str(), verb.as_str()), (class_of(&out, &edit).as_str(), "alice@example.com", "update"));
+    assert_eq!(
+        (class.as_str(), user.as_str(), verb.as_str()),
+        (class_of(&out, &edit).as_str(), "alice@example.com", "update")
+    );
     let mut json = Vec::new();
     find(&out, &edit).unwrap().write_json(&mut json);
     assert_eq!(event, json);
     let (oldest, newest): (String, String) = conn
-        .query_row("SELECT (SELECT value FROM meta WHERE key = 'oldest_us'), (SELECT value FROM meta WHERE key = 'newest_us')", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
+        .query_row(
+            "SELECT (SELECT value FROM meta WHERE key = 'oldest_us'), (SELECT value FROM meta WHERE key = 'newest_us')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
         .unwrap();
     assert_eq!((oldest.parse::<i64>().unwrap(), newest.parse::<i64>().unwrap()), (time_of(&events[0]), time_of(&edit)));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -178,16 +186,29 @@ fn a_delete_an_eviction_and_a_deletecollection_tombstone_their_objects_with_who_
     earlier.user = "dave@example.com".into();
     earlier.stage_timestamp = format_rfc3339_micros(time_of(&alice) - 1_000).into();
     store.write(&[[later].as_slice()]).unwrap();
-    assert_eq!(tombstone(&conn, &pods[0].uid), Some((time_of(&alice), "alice@example.com".into(), audit_id(&alice))), "the first delete is kept");
+    assert_eq!(
+        tombstone(&conn, &pods[0].uid),
+        Some((time_of(&alice), "alice@example.com".into(), audit_id(&alice))),
+        "the first delete is kept"
+    );
     store.write(&[[earlier].as_slice()]).unwrap();
-    assert_eq!(tombstone(&conn, &pods[0].uid), Some((time_of(&alice) - 1_000, "dave@example.com".into(), "earlier-delete".into())));
+    assert_eq!(
+        tombstone(&conn, &pods[0].uid),
+        Some((time_of(&alice) - 1_000, "dave@example.com".into(), "earlier-delete".into()))
+    );
     for cm in [&other, &third] {
         assert_eq!(tombstone(&conn, &cm.uid), Some((time_of(&collection), ADMIN.into(), audit_id(&collection))));
     }
     // One auditID, one mutation per object it deleted.
-    assert_eq!(count(&conn, &format!("SELECT count(*) FROM mutations WHERE audit_id = '{}'", audit_id(&collection))), 2);
-    let evicted: (String, Option<String>) =
-        conn.query_row("SELECT verb, subresource FROM mutations WHERE audit_id = ?1", [audit_id(&drain)], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    assert_eq!(
+        count(&conn, &format!("SELECT count(*) FROM mutations WHERE audit_id = '{}'", audit_id(&collection))),
+        2
+    );
+    let evicted: (String, Option<String>) = conn
+        .query_row("SELECT verb, subresource FROM mutations WHERE audit_id = ?1", [audit_id(&drain)], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
     assert_eq!(evicted, ("create".into(), Some("eviction".into())));
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -226,10 +247,16 @@ fn a_drift_s_reverts_rows_name_the_origin_writes_it_undoes() {
     assert_eq!(reverted(&audit_id(&back)), vec![(audit_id(&by_hand), "alice@example.com".to_string(), 1)]);
     assert_eq!(reverted(&audit_id(&replacement)), vec![(audit_id(&del), "carol@example.com".to_string(), 1)]);
     assert_eq!(count(&conn, "SELECT count(*) FROM reverts"), 2, "only drift carries reverts");
-    let (class, resolution): (String, Option<String>) =
-        conn.query_row("SELECT class, resolution FROM mutations WHERE audit_id = ?1", [audit_id(&back)], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    let (class, resolution): (String, Option<String>) = conn
+        .query_row("SELECT class, resolution FROM mutations WHERE audit_id = ?1", [audit_id(&back)], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
     assert_eq!((class.as_str(), resolution.as_deref()), ("drift", Some("unresolved")));
-    assert_eq!(count(&conn, &format!("SELECT reverts_person FROM mutations WHERE audit_id = '{}'", audit_id(&by_hand))), 0);
+    assert_eq!(
+        count(&conn, &format!("SELECT reverts_person FROM mutations WHERE audit_id = '{}'", audit_id(&by_hand))),
+        0
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -244,7 +271,9 @@ fn writing_the_same_events_again_adds_nothing() {
     events.push(api.delete("carol@example.com", &pods[1], &[]));
     let out = run(&events);
     let n = out.len() as u64;
-    let rows = |conn: &Connection| ["objects", "mutations", "reverts"].map(|t| count(conn, &format!("SELECT count(*) FROM {t}"))).to_vec();
+    let rows = |conn: &Connection| {
+        ["objects", "mutations", "reverts"].map(|t| count(conn, &format!("SELECT count(*) FROM {t}"))).to_vec()
+    };
     {
         let mut store = Store::open(&path, keep_all()).unwrap();
         store.write(&[out.as_slice()]).unwrap();
@@ -287,7 +316,13 @@ fn retention_by_age_removes_old_mutations_their_reverts_and_objects_left_without
     assert_eq!(count(&conn, "SELECT count(*) FROM mutations"), 1);
     assert_eq!(count(&conn, "SELECT count(*) FROM reverts"), 0, "the old drift's reverts went with it");
     // Only pod a keeps a mutation, so only its row stays (the deleted pod b and the others go).
-    let uids: Vec<String> = conn.prepare("SELECT uid FROM objects").unwrap().query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+    let uids: Vec<String> = conn
+        .prepare("SELECT uid FROM objects")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
     assert_eq!(uids, vec![pods[0].uid.clone()]);
     let oldest: String = conn.query_row("SELECT value FROM meta WHERE key = 'oldest_us'", [], |r| r.get(0)).unwrap();
     assert_eq!(oldest.parse::<i64>().unwrap(), time_of(&recent));
@@ -314,7 +349,8 @@ fn again(round_one: &[Enriched], round: i64) -> Vec<Enriched> {
             let mut e = e.clone();
             e.audit_id = format!("{}-{round}", e.audit_id).into();
             e.object.uid = format!("{}-{round}", e.object.uid).into();
-            e.stage_timestamp = format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap() + round * 3_600_000_000).into();
+            e.stage_timestamp =
+                format_rfc3339_micros(parse_rfc3339_micros(&e.stage_timestamp).unwrap() + round * 3_600_000_000).into();
             e
         })
         .collect()
@@ -363,9 +399,15 @@ fn retention_by_size_keeps_the_file_bounded_on_an_endless_stream() {
         })
         .unwrap();
     assert_eq!(oldest, min, "meta.oldest_us is the oldest mutation kept");
-    let orphans = count(&conn, "SELECT count(*) FROM objects o WHERE NOT EXISTS (SELECT 1 FROM mutations m WHERE m.object_id = o.id)");
+    let orphans = count(
+        &conn,
+        "SELECT count(*) FROM objects o WHERE NOT EXISTS (SELECT 1 FROM mutations m WHERE m.object_id = o.id)",
+    );
     assert_eq!(orphans, 0);
-    let dangling = count(&conn, "SELECT count(*) FROM reverts r WHERE NOT EXISTS (SELECT 1 FROM mutations m WHERE m.id = r.mutation_id)");
+    let dangling = count(
+        &conn,
+        "SELECT count(*) FROM reverts r WHERE NOT EXISTS (SELECT 1 FROM mutations m WHERE m.id = r.mutation_id)",
+    );
     assert_eq!(dangling, 0);
     let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(ok, "ok");
@@ -437,7 +479,10 @@ fn the_writer_thread_groups_queued_batches_and_reports_each_transaction() {
     let t = writer::spawn(store, rx, WriterOptions::default(), move |r| seen.lock().unwrap().push(r)).unwrap();
     t.join().unwrap();
     let reports = reports.lock().unwrap();
-    let written: Vec<u64> = reports.iter().filter_map(|r| if let Report::Written { written, .. } = r { Some(written.mutations) } else { None }).collect();
+    let written: Vec<u64> = reports
+        .iter()
+        .filter_map(|r| if let Report::Written { written, .. } = r { Some(written.mutations) } else { None })
+        .collect();
     assert_eq!(written, vec![out.len() as u64]);
     let conn = history::open(&path, Mode::Read).unwrap();
     assert_eq!(count(&conn, "SELECT count(*) FROM mutations"), out.len() as i64);
@@ -478,7 +523,9 @@ fn objects_table(path: &std::path::Path) -> Vec<Vec<rusqlite::types::Value>> {
                     first_us, last_us, deleted_us, deleted_by, deleted_audit_id FROM objects ORDER BY cluster, uid",
         )
         .unwrap();
-    let rows = stmt.query_map([], |r| (0..15).map(|i| r.get::<_, rusqlite::types::Value>(i)).collect::<Result<Vec<_>, _>>()).unwrap();
+    let rows = stmt
+        .query_map([], |r| (0..15).map(|i| r.get::<_, rusqlite::types::Value>(i)).collect::<Result<Vec<_>, _>>())
+        .unwrap();
     rows.map(Result::unwrap).collect()
 }
 
@@ -640,8 +687,11 @@ fn an_object_removed_by_retention_is_written_again_when_it_comes_back() {
     again.audit_id = "rs-again".into();
     again.stage_timestamp = format_rfc3339_micros(time_of(&events[0]) + 86_400_000_001).into();
     store.write(&[[again.clone()].as_slice()]).unwrap();
-    let (parent, first, last): (Option<String>, i64, i64) =
-        conn.query_row("SELECT parent_uid, first_us, last_us FROM objects WHERE uid = ?1", [&rs.uid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap();
+    let (parent, first, last): (Option<String>, i64, i64) = conn
+        .query_row("SELECT parent_uid, first_us, last_us FROM objects WHERE uid = ?1", [&rs.uid], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
     let t = time_of(&events[0]) + 86_400_000_001;
     assert_eq!((parent, first, last), (rs_create.parent.as_ref().map(|p| p.uid.to_string()), t, t));
     std::fs::remove_dir_all(&dir).unwrap();
@@ -681,7 +731,10 @@ fn events_are_stored_compressed_and_read_back_byte_for_byte() {
     assert_eq!(count(&conn, "SELECT count(*) FROM mutation_rows WHERE event IS NOT NULL"), 0);
     assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE event IS NOT id"), 0);
     let blocks = count(&conn, "SELECT count(*) FROM event_blocks");
-    assert!(blocks >= (out.len() / history::pack::BLOCK_EVENTS) as i64 && blocks < out.len() as i64 / 8, "{blocks} blocks");
+    assert!(
+        blocks >= (out.len() / history::pack::BLOCK_EVENTS) as i64 && blocks < out.len() as i64 / 8,
+        "{blocks} blocks"
+    );
     let events = Unpacker::new(&conn);
     let mut s = conn
         .prepare(
@@ -705,7 +758,10 @@ fn events_are_stored_compressed_and_read_back_byte_for_byte() {
     }
     assert_eq!(n, out.len());
     // Compressed with the dictionary, in blocks, the events take a small fraction of their JSON.
-    let stored: i64 = with_dictionary.iter().map(|b| count(&conn, &format!("SELECT length(data) FROM event_blocks WHERE id = {b}"))).sum();
+    let stored: i64 = with_dictionary
+        .iter()
+        .map(|b| count(&conn, &format!("SELECT length(data) FROM event_blocks WHERE id = {b}")))
+        .sum();
     assert!(json > 0 && stored * 15 < json as i64, "{stored} bytes stored for {json} bytes of JSON");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -724,7 +780,8 @@ fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
         let c = Connection::open(&path).unwrap();
         c.execute_batch("PRAGMA journal_mode = WAL;").unwrap();
         c.execute_batch(history::schema::SQL_2).unwrap();
-        c.execute_batch("DROP TABLE dictionaries; INSERT INTO meta (key, value) VALUES ('schema_version', '1');").unwrap();
+        c.execute_batch("DROP TABLE dictionaries; INSERT INTO meta (key, value) VALUES ('schema_version', '1');")
+            .unwrap();
         for e in old {
             let mut json = Vec::new();
             e.write_json(&mut json);
@@ -733,7 +790,8 @@ fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
                 rusqlite::params![&*e.cluster, &*e.object.uid, &*e.object.api_version, &*e.object.kind, &*e.object.namespace, e.object.name.as_str()],
             )
             .unwrap();
-            let object_id: i64 = c.query_row("SELECT id FROM objects WHERE uid = ?1", [&*e.object.uid], |r| r.get(0)).unwrap();
+            let object_id: i64 =
+                c.query_row("SELECT id FROM objects WHERE uid = ?1", [&*e.object.uid], |r| r.get(0)).unwrap();
             c.execute(
                 "INSERT INTO mutations (object_id, time_us, audit_id, verb, user, class, event) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
                 rusqlite::params![
@@ -749,8 +807,12 @@ fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
             .unwrap();
         }
     }
-    let rs_query =
-        history::story::StoryQuery { kind: "ReplicaSet".into(), namespace: Some(rs.namespace.clone()), name: Some(rs.name.clone()), ..Default::default() };
+    let rs_query = history::story::StoryQuery {
+        kind: "ReplicaSet".into(),
+        namespace: Some(rs.namespace.clone()),
+        name: Some(rs.name.clone()),
+        ..Default::default()
+    };
     let want = json_by_key(&out);
     let told = |conn: &Connection| -> Vec<String> {
         let story = history::story::build(conn, &rs_query).unwrap();
@@ -763,14 +825,22 @@ fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
     // new rows' events in blocks.
     drop(Store::open(&path, keep_all()).unwrap());
     let before = told(&history::open(&path, Mode::Read).unwrap());
-    let rs_old: Vec<&[u8]> =
-        old.iter().filter(|e| *e.object.uid == *rs.uid).map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].as_slice()).collect();
-    assert_eq!(before.iter().map(|s| s.as_bytes()).collect::<Vec<_>>(), rs_old, "the ReplicaSet's writes, byte for byte");
+    let rs_old: Vec<&[u8]> = old
+        .iter()
+        .filter(|e| *e.object.uid == *rs.uid)
+        .map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].as_slice())
+        .collect();
+    assert_eq!(
+        before.iter().map(|s| s.as_bytes()).collect::<Vec<_>>(),
+        rs_old,
+        "the ReplicaSet's writes, byte for byte"
+    );
     let mut store = Store::open(&path, keep_all()).unwrap();
     store.write(&[new]).unwrap();
     drop(store);
     let conn = history::open(&path, Mode::Read).unwrap();
-    let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+    let version: String =
+        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
     assert_eq!(version, history::SCHEMA_VERSION);
     assert_eq!(count(&conn, "SELECT count(*) FROM mutations WHERE typeof(event) = 'text'"), old.len() as i64);
     assert_eq!(count(&conn, "SELECT count(*) FROM mutation_rows WHERE event IS NULL"), 1);
@@ -779,7 +849,10 @@ fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
     assert_eq!(after.len(), before.len() + 1);
     assert_eq!(after[..before.len()], before[..]);
     let last = &new[0];
-    assert_eq!(after.last().unwrap().as_bytes(), want[&(last.audit_id.to_string(), last.object.uid.to_string())].as_slice());
+    assert_eq!(
+        after.last().unwrap().as_bytes(),
+        want[&(last.audit_id.to_string(), last.object.uid.to_string())].as_slice()
+    );
     // A store of a later schema is refused, saying so.
     drop(conn);
     Connection::open(&path).unwrap().execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'", []).unwrap();
@@ -884,7 +957,8 @@ fn a_store_of_schema_2_is_converted_by_the_writer_with_every_row_as_it_was() {
                 ],
             )
             .unwrap();
-            let object_id: i64 = c.query_row("SELECT id FROM objects WHERE uid = ?1", [&*e.object.uid], |r| r.get(0)).unwrap();
+            let object_id: i64 =
+                c.query_row("SELECT id FROM objects WHERE uid = ?1", [&*e.object.uid], |r| r.get(0)).unwrap();
             let mut json = Vec::new();
             e.write_json(&mut json);
             let mut packed = vec![1u8, 0, 0, 0, 0];
@@ -910,35 +984,58 @@ fn a_store_of_schema_2_is_converted_by_the_writer_with_every_row_as_it_was() {
             .unwrap();
             let id = c.last_insert_rowid();
             for r in reverts {
-                c.execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", rusqlite::params![id, &*r.audit_id]).unwrap();
+                c.execute(
+                    "INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)",
+                    rusqlite::params![id, &*r.audit_id],
+                )
+                .unwrap();
             }
         }
-        let (first, last) = (parse_rfc3339_micros(&out[0].stage_timestamp).unwrap(), parse_rfc3339_micros(&out[out.len() - 1].stage_timestamp).unwrap());
-        c.execute("INSERT INTO meta (key, value) VALUES ('oldest_us', ?1), ('newest_us', ?2)", [first.to_string(), last.to_string()]).unwrap();
+        let (first, last) = (
+            parse_rfc3339_micros(&out[0].stage_timestamp).unwrap(),
+            parse_rfc3339_micros(&out[out.len() - 1].stage_timestamp).unwrap(),
+        );
+        c.execute(
+            "INSERT INTO meta (key, value) VALUES ('oldest_us', ?1), ('newest_us', ?2)",
+            [first.to_string(), last.to_string()],
+        )
+        .unwrap();
     }
     let rows_before = all_rows(&Connection::open(&path).unwrap());
     assert_eq!(rows_before.1.len(), out.len());
     assert!(rows_before.0.iter().any(|o| o[13] != rusqlite::types::Value::Null), "a tombstone");
     assert!(!rows_before.2.is_empty(), "a revert");
-    let rs_query =
-        history::story::StoryQuery { kind: "ReplicaSet".into(), namespace: Some(rs.namespace.clone()), name: Some(rs.name.clone()), ..Default::default() };
+    let rs_query = history::story::StoryQuery {
+        kind: "ReplicaSet".into(),
+        namespace: Some(rs.namespace.clone()),
+        name: Some(rs.name.clone()),
+        ..Default::default()
+    };
     // A reader asks for the conversion; the writer converts the store.
     let e = history::open(&path, Mode::Read).expect_err("refused").to_string();
     assert!(e.contains("schema version 2") && e.contains("converted when the writer opens it"), "{e}");
     let mut store = Store::open(&path, keep_all()).unwrap();
     // Every row as it was, with its id (the drift feed's cursors stay valid).
     let conn = history::open(&path, Mode::Read).unwrap();
-    let version: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+    let version: String =
+        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
     assert_eq!(version, history::SCHEMA_VERSION);
     assert_eq!(all_rows(&conn), rows_before);
     for old in ["objects_old", "mutations_old", "reverts_old"] {
-        assert_eq!(count(&conn, &format!("SELECT count(*) FROM sqlite_schema WHERE name = '{old}'")), 0, "{old} dropped");
+        assert_eq!(
+            count(&conn, &format!("SELECT count(*) FROM sqlite_schema WHERE name = '{old}'")),
+            0,
+            "{old} dropped"
+        );
     }
     // The story of the ReplicaSet: its writes byte for byte, and the drift that undid the person's.
     let story = history::story::build(&conn, &rs_query).unwrap();
     let want = json_by_key(&out);
-    let rs_events: Vec<&[u8]> =
-        out.iter().filter(|e| *e.object.uid == *rs.uid).map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].as_slice()).collect();
+    let rs_events: Vec<&[u8]> = out
+        .iter()
+        .filter(|e| *e.object.uid == *rs.uid)
+        .map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].as_slice())
+        .collect();
     assert_eq!(story.writes.iter().map(|w| w.event.get().as_bytes()).collect::<Vec<_>>(), rs_events);
     assert_eq!(story.writes.iter().filter(|w| !w.reverted_by.is_empty()).count(), 1);
     // The same events written again add nothing (their rows of schema 2 are found).

@@ -44,7 +44,11 @@ fn classes(text: &str) -> BTreeMap<(String, String), String> {
 /// The stream, as JSON lines, and as EventList bodies of `PER_LIST` events.
 fn stream(dir: &std::path::Path) -> (std::path::PathBuf, Vec<Vec<u8>>) {
     let mut data = Vec::new();
-    generate(&CorpusOptions { events: EVENTS, namespaces: 8, deployments_per_namespace: 10, ..CorpusOptions::default() }, &mut data).unwrap();
+    generate(
+        &CorpusOptions { events: EVENTS, namespaces: 8, deployments_per_namespace: 10, ..CorpusOptions::default() },
+        &mut data,
+    )
+    .unwrap();
     let file = dir.join("stream.jsonl");
     std::fs::write(&file, &data).unwrap();
     let lines: Vec<&[u8]> = data.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
@@ -69,7 +73,8 @@ fn stream(dir: &std::path::Path) -> (std::path::PathBuf, Vec<Vec<u8>>) {
 fn post(addr: std::net::SocketAddr, body: &[u8]) -> u16 {
     let Ok(mut s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else { return 0 };
     let _ = s.set_read_timeout(Some(Duration::from_secs(60)));
-    let head = format!("POST /audit HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+    let head =
+        format!("POST /audit HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
     if s.write_all(head.as_bytes()).and_then(|()| s.write_all(body)).is_err() {
         return 0;
     }
@@ -78,11 +83,16 @@ fn post(addr: std::net::SocketAddr, body: &[u8]) -> u16 {
     answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
 }
 
-async fn served(dir: &std::path::Path, bodies: Arc<Vec<Vec<u8>>>, store: bool) -> (BTreeMap<(String, String), String>, u64) {
+async fn served(
+    dir: &std::path::Path,
+    bodies: Arc<Vec<Vec<u8>>>,
+    store: bool,
+) -> (BTreeMap<(String, String), String>, u64) {
     let out = dir.join(if store { "served-store.jsonl" } else { "served.jsonl" });
     let history = dir.join("history.db");
     let _ = std::fs::remove_file(&out);
-    let mut pipeline = Pipeline::webhook().options(&format!("reorder_window = \"{WINDOW}\"\nsink_queue_capacity = 4")).jsonl(&out);
+    let mut pipeline =
+        Pipeline::webhook().options(&format!("reorder_window = \"{WINDOW}\"\nsink_queue_capacity = 4")).jsonl(&out);
     if store {
         pipeline = pipeline.sink("history", &format!("path = \"{}\"", history.display()));
     }
@@ -124,14 +134,22 @@ async fn a_service_fed_faster_than_it_goes_writes_what_replay_writes() {
     assert!(replayed.status.success(), "{}", String::from_utf8_lossy(&replayed.stderr));
     let want = classes(&String::from_utf8(replayed.stdout).unwrap());
     assert!(want.len() > EVENTS / 2, "{} enriched events", want.len());
-    assert!(want.values().any(|c| c == "drift") && want.values().any(|c| c == "expected"), "the stream has both drift and expected writes");
+    assert!(
+        want.values().any(|c| c == "drift") && want.values().any(|c| c == "expected"),
+        "the stream has both drift and expected writes"
+    );
     let bodies = Arc::new(bodies);
     let mut seen = Vec::new();
     for store in [false, true] {
         let started = Instant::now();
         let (got, late) = served(&dir, bodies.clone(), store).await;
         eprintln!("store {store}: {late} late, {} written, {:.1} s", got.len(), started.elapsed().as_secs_f64());
-        let differ: Vec<_> = want.iter().filter(|(k, c)| got.get(*k) != Some(*c)).take(5).map(|(k, c)| (k.clone(), c.clone(), got.get(k).cloned())).collect();
+        let differ: Vec<_> = want
+            .iter()
+            .filter(|(k, c)| got.get(*k) != Some(*c))
+            .take(5)
+            .map(|(k, c)| (k.clone(), c.clone(), got.get(k).cloned()))
+            .collect();
         seen.push((store, late, got.len(), want.iter().filter(|(k, c)| got.get(*k) != Some(*c)).count(), differ));
     }
     for (store, late, written, differ, first) in &seen {

@@ -63,7 +63,13 @@ fn read_topic(brokers: &str, topic: &str) -> Vec<Routed> {
                 }
                 let headers = m
                     .headers()
-                    .map(|h| h.iter().map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).to_string())).collect())
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| {
+                                (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).to_string())
+                            })
+                            .collect()
+                    })
                     .unwrap_or_default();
                 out.push(Routed {
                     partition: m.partition(),
@@ -114,7 +120,10 @@ fn expected_keys(ev: &Value) -> Option<(String, Vec<String>)> {
     let s = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
     let verb = ev["verb"].as_str()?;
     let code = ev["responseStatus"]["code"].as_i64().unwrap_or(0);
-    if ev["stage"] != "ResponseComplete" || !(200..300).contains(&code) || !["create", "update", "patch", "delete", "deletecollection"].contains(&verb) {
+    if ev["stage"] != "ResponseComplete"
+        || !(200..300).contains(&code)
+        || !["create", "update", "patch", "delete", "deletecollection"].contains(&verb)
+    {
         return None;
     }
     if ev["requestURI"].as_str().unwrap_or("").contains("dryRun=") {
@@ -124,7 +133,9 @@ fn expected_keys(ev: &Value) -> Option<(String, Vec<String>)> {
     let resp = &ev["responseObject"];
     let judged_of = |o: &Value| -> Option<(String, String)> {
         let own = s(&o["metadata"]["uid"])?;
-        let controller = o["metadata"]["ownerReferences"].as_array().and_then(|rs| rs.iter().find(|r| r["controller"] == true).and_then(|r| s(&r["uid"])));
+        let controller = o["metadata"]["ownerReferences"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["controller"] == true).and_then(|r| s(&r["uid"])));
         Some((controller.unwrap_or_else(|| own.clone()), own))
     };
     let subresource = oref["subresource"].as_str().unwrap_or("");
@@ -133,11 +144,16 @@ fn expected_keys(ev: &Value) -> Option<(String, Vec<String>)> {
     }
     match subresource {
         "" | "status" => {}
-        "scale" if resp.is_object() => return s(&resp["metadata"]["uid"]).or_else(|| s(&oref["uid"])).map(|u| (u, vec![])),
+        "scale" if resp.is_object() => {
+            return s(&resp["metadata"]["uid"]).or_else(|| s(&oref["uid"])).map(|u| (u, vec![]))
+        }
         "scale" => return None,
         "eviction" if verb == "create" => {
             let uid = s(&ev["requestObject"]["deleteOptions"]["preconditions"]["uid"]);
-            return Some((uid.unwrap_or(format!("pods/{}/{}", oref["namespace"].as_str().unwrap_or(""), s(&oref["name"])?)), vec![]));
+            return Some((
+                uid.unwrap_or(format!("pods/{}/{}", oref["namespace"].as_str().unwrap_or(""), s(&oref["name"])?)),
+                vec![],
+            ));
         }
         _ => return None,
     }
@@ -176,7 +192,12 @@ fn fixtures() -> Vec<(String, Vec<String>)> {
         .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
         .map(|p| {
             let name = p.file_stem().unwrap().to_string_lossy().to_string();
-            let lines = std::fs::read_to_string(&p).unwrap().lines().filter(|l| !l.trim().is_empty()).map(String::from).collect();
+            let lines = std::fs::read_to_string(&p)
+                .unwrap()
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(String::from)
+                .collect();
             (name, lines)
         })
         .collect();
@@ -192,15 +213,22 @@ fn fixtures() -> Vec<(String, Vec<String>)> {
 fn replay(dir: &Path, name: &str, lines: &[String]) -> HashMap<String, String> {
     let file = dir.join(format!("{name}.jsonl"));
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-    let o =
-        std::process::Command::new(BIN).args(["replay", "--quiet", "--no-progress", "--reorder-window", "24h", "--cluster", name]).arg(&file).output().unwrap();
+    let o = std::process::Command::new(BIN)
+        .args(["replay", "--quiet", "--no-progress", "--reorder-window", "24h", "--cluster", name])
+        .arg(&file)
+        .output()
+        .unwrap();
     assert!(o.status.success(), "replay failed: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8(o.stdout).unwrap().lines().map(|l| class_key(&serde_json::from_str(l).unwrap())).collect()
 }
 
 fn class_key(e: &Value) -> (String, String) {
     let id = e["auditID"].as_str().unwrap();
-    let key = if e["verb"] == "deletecollection" { format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or("")) } else { id.to_string() };
+    let key = if e["verb"] == "deletecollection" {
+        format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or(""))
+    } else {
+        id.to_string()
+    };
     (key, e["class"].as_str().unwrap().to_string())
 }
 
@@ -229,10 +257,14 @@ fn an_ingest_pipeline_is_webhooks_and_this_one_sink() {
     let more = format!("{INGEST}[[sinks]]\ntype = \"jsonl\"\npath = \"-\"\n[state]\nsnapshot = \"s.snap\"\n[query]\nlisten = \"127.0.0.1:0\"\n");
     let keys: Vec<String> = config_errors(&more).into_iter().map(|(k, _)| k).collect();
     assert_eq!(keys, ["sinks[1]", "state.snapshot", "query"]);
-    let kafka_in = INGEST.replace("type = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true", "type = \"file\"\npath = \"Cargo.toml\"");
+    let kafka_in = INGEST.replace(
+        "type = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true",
+        "type = \"file\"\npath = \"Cargo.toml\"",
+    );
     let e = config_errors(&kafka_in);
     assert!(e.iter().any(|(k, m)| k == "sources[0]" && m.contains("webhook sources only")), "{e:?}");
-    let bad = format!("{INGEST}delivery_timeout = \"0s\"\ncluster_header = \"\"\n[sinks.properties]\n\"acks\" = \"1\"\n");
+    let bad =
+        format!("{INGEST}delivery_timeout = \"0s\"\ncluster_header = \"\"\n[sinks.properties]\n\"acks\" = \"1\"\n");
     let keys: Vec<String> = config_errors(&bad).into_iter().map(|(k, _)| k).collect();
     for k in ["sinks[0].cluster_header", "sinks[0].delivery_timeout"] {
         assert!(keys.iter().any(|x| x == k), "{k} in {keys:?}");
@@ -277,7 +309,10 @@ fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
             let id = ev["auditID"].as_str().unwrap().to_string();
             let jp = partition_of(judged.as_bytes(), PARTITIONS);
             let value = (jp, line.clone(), name.clone());
-            assert!(expected.insert((id.clone(), "judged", judged.clone(), jp), value.clone()).is_none(), "auditIDs are unique");
+            assert!(
+                expected.insert((id.clone(), "judged", judged.clone(), jp), value.clone()).is_none(),
+                "auditIDs are unique"
+            );
             for k in state {
                 let p = partition_of(k.as_bytes(), PARTITIONS);
                 if p != jp {
@@ -305,7 +340,8 @@ fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
     let mut seen: BTreeMap<Copy, usize> = BTreeMap::new();
     for m in &got {
         let ev: Value = serde_json::from_str(&m.payload).expect("the event's JSON");
-        let copy = if m.headers.get("kausality-copy").map(String::as_str) == Some("state") { "state" } else { "judged" };
+        let copy =
+            if m.headers.get("kausality-copy").map(String::as_str) == Some("state") { "state" } else { "judged" };
         // The partition is part of the key: each message on the partition its key gives,
         // but a Namespace's state copies on every other one.
         let key = (ev["auditID"].as_str().unwrap().to_string(), copy, m.key.clone(), m.partition);
@@ -317,11 +353,19 @@ fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
         *seen.entry(key).or_default() += 1;
     }
     let missing: Vec<_> = expected.keys().filter(|k| !seen.contains_key(*k)).take(5).collect();
-    assert!(missing.is_empty(), "{} of {} copies missing, e.g. {missing:?}", expected.len() - seen.len(), expected.len());
+    assert!(
+        missing.is_empty(),
+        "{} of {} copies missing, e.g. {missing:?}",
+        expected.len() - seen.len(),
+        expected.len()
+    );
     let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
     assert!(twice.is_empty(), "copies written twice: {twice:?}");
     assert_eq!(got.len(), expected.len());
-    let routed = |copy: &str| ingest.iter().map(|s| s.metric("kausality_route_messages_total", &[&format!("copy=\"{copy}\"")])).sum::<f64>() as usize;
+    let routed = |copy: &str| {
+        ingest.iter().map(|s| s.metric("kausality_route_messages_total", &[&format!("copy=\"{copy}\"")])).sum::<f64>()
+            as usize
+    };
     assert_eq!((routed("judged"), routed("state")), (expected.len() - state_copies, state_copies));
 
     // One classify process on the keyed topic: every class as `replay` gives it.
@@ -329,10 +373,14 @@ fn two_ingest_processes_route_every_fixture_event_and_classify_equals_replay() {
     let out = kafka.read_until(&output, Duration::from_secs(60), |o| o.len() >= replayed.len());
     let classes: HashMap<String, String> = out.iter().map(|o| class_key(&o.value)).collect();
     assert_eq!(out.len(), replayed.len(), "one output per classified mutation\n{}", classify.explain());
-    let differ: Vec<_> = replayed.iter().filter(|(id, c)| classes.get(*id) != Some(c)).map(|(id, c)| (id, c, classes.get(id))).collect();
+    let differ: Vec<_> =
+        replayed.iter().filter(|(id, c)| classes.get(*id) != Some(c)).map(|(id, c)| (id, c, classes.get(id))).collect();
     let extra: Vec<_> = classes.iter().filter(|(id, _)| !replayed.contains_key(*id)).take(5).collect();
     let line_of = |id: &str| {
-        expected.iter().find(|(k, _)| k.0 == id.split('/').next().unwrap()).map(|(_, (_, l, c))| (c.clone(), l.chars().take(400).collect::<String>()))
+        expected
+            .iter()
+            .find(|(k, _)| k.0 == id.split('/').next().unwrap())
+            .map(|(_, (_, l, c))| (c.clone(), l.chars().take(400).collect::<String>()))
     };
     assert!(
         differ.is_empty(),
@@ -360,7 +408,8 @@ fn the_webhook_answers_503_while_the_broker_is_down_and_loses_nothing_it_took() 
     let ingest = Serve::start(&ingest_pipeline(&dir, "ingest", &kafka.brokers, &topic, "3s"));
     let addr = webhook_addr(&ingest);
     let (_, lines) = fixtures().into_iter().find(|(n, _)| n == "rollout").unwrap();
-    let writes = |batch: &[String]| batch.iter().filter(|l| expected_keys(&serde_json::from_str(l).unwrap()).is_some()).count();
+    let writes =
+        |batch: &[String]| batch.iter().filter(|l| expected_keys(&serde_json::from_str(l).unwrap()).is_some()).count();
     let (first, second) = lines.split_at(lines.len() / 2);
 
     // A 200 means the broker has the messages: they are readable at once.
@@ -378,7 +427,11 @@ fn the_webhook_answers_503_while_the_broker_is_down_and_loses_nothing_it_took() 
     let started = Instant::now();
     let (code, retry) = post(addr, "/audit", &event_list(second));
     assert_eq!((code, retry.as_deref()), (503, Some("1")), "the broker is down: retry later");
-    assert!(started.elapsed() < Duration::from_secs(15), "answered within the delivery timeout: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "answered within the delivery timeout: {:?}",
+        started.elapsed()
+    );
     assert!(ingest.metric("kausality_route_errors_total", &[]) >= 1.0);
     script(&["start", "--keep-data"]);
     // The API server sends the batch again until it is taken.
@@ -426,7 +479,10 @@ fn a_namespace_teardown_is_known_on_every_partition() {
     // Deployments (where the ReplicaSets are) fall on partitions other than the Namespace's.
     let mut trees = Vec::new();
     let apart = |trees: &[(ObjRef, ObjRef, Vec<ObjRef>)], at: fn(&(ObjRef, ObjRef, Vec<ObjRef>)) -> &ObjRef| {
-        trees.iter().filter(|t| partition_of(at(t).uid.as_bytes(), PARTITIONS) != partition_of(team.uid.as_bytes(), PARTITIONS)).count()
+        trees
+            .iter()
+            .filter(|t| partition_of(at(t).uid.as_bytes(), PARTITIONS) != partition_of(team.uid.as_bytes(), PARTITIONS))
+            .count()
     };
     let mut other = None;
     while trees.len() < 12 && (apart(&trees, |t| &t.1) < 2 || apart(&trees, |t| &t.0) < 2) {
@@ -457,7 +513,10 @@ fn a_namespace_teardown_is_known_on_every_partition() {
         }
         trees.push((deploy, rs, pods));
     }
-    assert!(apart(&trees, |t| &t.1) >= 2 && apart(&trees, |t| &t.0) >= 2, "trees on other partitions than the Namespace's");
+    assert!(
+        apart(&trees, |t| &t.1) >= 2 && apart(&trees, |t| &t.0) >= 2,
+        "trees on other partitions than the Namespace's"
+    );
     // The person deletes the namespace; the namespace controller deletes the pods (one tree's
     // with a deletecollection, the others one by one), then the ReplicaSets, then the
     // Deployments; the person deletes a pod in another namespace.
@@ -525,7 +584,8 @@ listen = "127.0.0.1:0"
             )
         })
         .collect();
-    let class_of = |line: &str| classes.iter().filter(|c| c.0 == id(line)).map(|c| (c.1.clone(), c.2.clone())).collect::<Vec<_>>();
+    let class_of =
+        |line: &str| classes.iter().filter(|c| c.0 == id(line)).map(|c| (c.1.clone(), c.2.clone())).collect::<Vec<_>>();
     assert_eq!(class_of(&person), [("origin".to_string(), class_of(&person)[0].1.clone())], "{}", classify.explain());
     let mut judged = 0;
     for line in &teardown {
@@ -545,7 +605,15 @@ listen = "127.0.0.1:0"
 }
 
 /// A classify pipeline with a state changelog, `exactly_once` or not.
-fn changelog_pipeline(dir: &Path, name: &str, brokers: &str, input: &str, changelog: &str, output: &str, exactly_once: bool) -> PathBuf {
+fn changelog_pipeline(
+    dir: &Path,
+    name: &str,
+    brokers: &str,
+    input: &str,
+    changelog: &str,
+    output: &str,
+    exactly_once: bool,
+) -> PathBuf {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
@@ -610,9 +678,14 @@ fn a_pods_trace_runs_from_the_person_across_partitions() {
         }
         post_until_taken(webhook, "/audit/default", &event_list(&warm));
         // Started once the ingest tier has written the topic (a changelog needs its metadata).
-        let classify: Vec<Serve> =
-            ["a", "b"].iter().map(|name| Serve::start(&changelog_pipeline(&dir, name, &kafka.brokers, &topic, &changelog, &output, exactly_once))).collect();
-        let last_warm = serde_json::from_str::<Value>(warm.last().unwrap()).unwrap()["auditID"].as_str().unwrap().to_string();
+        let classify: Vec<Serve> = ["a", "b"]
+            .iter()
+            .map(|name| {
+                Serve::start(&changelog_pipeline(&dir, name, &kafka.brokers, &topic, &changelog, &output, exactly_once))
+            })
+            .collect();
+        let last_warm =
+            serde_json::from_str::<Value>(warm.last().unwrap()).unwrap()["auditID"].as_str().unwrap().to_string();
         kafka.read_until(&output, Duration::from_secs(60), |o| o.iter().any(|o| o.audit_id() == last_warm));
 
         // Trees until two ReplicaSets are judged (on their Deployment's partition) away from
@@ -620,7 +693,12 @@ fn a_pods_trace_runs_from_the_person_across_partitions() {
         // written with it; its second once the ReplicaSet's trace reached its own partition.
         let (mut first, mut trees) = (Vec::new(), Vec::new());
         let apart = |trees: &[(ObjRef, ObjRef)]| {
-            trees.iter().filter(|(d, r)| partition_of(d.uid.as_bytes(), PARTITIONS) != partition_of(r.uid.as_bytes(), PARTITIONS)).count()
+            trees
+                .iter()
+                .filter(|(d, r)| {
+                    partition_of(d.uid.as_bytes(), PARTITIONS) != partition_of(r.uid.as_bytes(), PARTITIONS)
+                })
+                .count()
         };
         while apart(&trees) < 2 {
             let name = format!("web{}", trees.len());
@@ -632,7 +710,12 @@ fn a_pods_trace_runs_from_the_person_across_partitions() {
             trees.push((deploy, rs));
         }
         let expected = apart(&trees) as f64;
-        let before = |result: &str| classify.iter().map(|c| c.metric("kausality_trace_messages_total", &[&format!("result=\"{result}\"")])).sum::<f64>();
+        let before = |result: &str| {
+            classify
+                .iter()
+                .map(|c| c.metric("kausality_trace_messages_total", &[&format!("result=\"{result}\"")]))
+                .sum::<f64>()
+        };
         // The warm-up's own trace messages (ReplicaSets judged once the kind was known) all
         // sent and taken in, twice in a row a commit apart: what follows is the trees'.
         let settled = || {
@@ -676,8 +759,13 @@ fn a_pods_trace_runs_from_the_person_across_partitions() {
             .collect();
         let lines: Vec<String> = second.iter().map(|(ev, _, _)| ev.clone()).collect();
         post_until_taken(webhook, "/audit/default", &event_list(&lines));
-        let ids: Vec<String> = lines.iter().map(|l| serde_json::from_str::<Value>(l).unwrap()["auditID"].as_str().unwrap().to_string()).collect();
-        let out = kafka.read_until(&output, Duration::from_secs(60), |o| ids.iter().all(|id| o.iter().any(|o| o.audit_id() == id)));
+        let ids: Vec<String> = lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["auditID"].as_str().unwrap().to_string())
+            .collect();
+        let out = kafka.read_until(&output, Duration::from_secs(60), |o| {
+            ids.iter().all(|id| o.iter().any(|o| o.audit_id() == id))
+        });
         for ((_, deploy, rs), id) in second.iter().zip(&ids) {
             let got: Vec<&Out> = out.iter().filter(|o| o.audit_id() == id).collect();
             assert_eq!(got.len(), 1, "one output for the pod's create (exactly_once {exactly_once})");
@@ -685,7 +773,13 @@ fn a_pods_trace_runs_from_the_person_across_partitions() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|h| (h["kind"].as_str().unwrap().to_string(), h["name"].as_str().unwrap().to_string(), h["user"].as_str().unwrap_or("").to_string()))
+                .map(|h| {
+                    (
+                        h["kind"].as_str().unwrap().to_string(),
+                        h["name"].as_str().unwrap().to_string(),
+                        h["user"].as_str().unwrap_or("").to_string(),
+                    )
+                })
                 .collect();
             let pod_name = got[0].value["object"]["name"].as_str().unwrap().to_string();
             assert_eq!(

@@ -57,7 +57,9 @@ fn classes_equal_replay_and_offsets_are_committed() {
     wait_committed(&kafka, &group, &input, lines.len(), 30, "offsets committed up to the end", &serve);
     let topic_label = format!("topic=\"{input}\"");
     wait_for("consumer lag 0", 30, || {
-        serve.metrics().lines().any(|l| l.starts_with("kausality_kafka_consumer_lag_messages{") && l.contains(&topic_label) && l.ends_with(" 0"))
+        serve.metrics().lines().any(|l| {
+            l.starts_with("kausality_kafka_consumer_lag_messages{") && l.contains(&topic_label) && l.ends_with(" 0")
+        })
     });
     assert_eq!(serve.metric("kausality_events_received_total", &["source=\"kafka\""]), lines.len() as f64);
     assert_eq!(serve.metric("kausality_sink_events_total", &["sink=\"kafka\""]), expected.len() as f64);
@@ -83,7 +85,9 @@ fn only_classes_writes_drift_only() {
     assert!(!drift.is_empty(), "the corpus has drift");
     kafka.produce(&input, &messages(&lines));
     let path = pipeline(&dir, &kafka.brokers, &input, &output, &group, "");
-    let text = std::fs::read_to_string(&path).unwrap().replace(&format!("topic = \"{output}\""), &format!("topic = \"{output}\"\nonly_classes = [\"drift\"]"));
+    let text = std::fs::read_to_string(&path)
+        .unwrap()
+        .replace(&format!("topic = \"{output}\""), &format!("topic = \"{output}\"\nonly_classes = [\"drift\"]"));
     std::fs::write(&path, text).unwrap();
     let serve = Serve::start(&path);
     wait_committed(&kafka, &group, &input, lines.len(), 60, "every message committed", &serve);
@@ -139,7 +143,11 @@ fn killed_midway(exactly_once: bool) {
     let msgs = messages(&lines);
     let head = msgs.len() / 3;
     kafka.produce(&input, &msgs[..head]);
-    let extra = if exactly_once { format!("exactly_once = true\ntransactional_id = \"{group}-tx\"\ntransaction_interval = \"300ms\"") } else { String::new() };
+    let extra = if exactly_once {
+        format!("exactly_once = true\ntransactional_id = \"{group}-tx\"\ntransaction_interval = \"300ms\"")
+    } else {
+        String::new()
+    };
     let path = pipeline(&dir, &kafka.brokers, &input, &output, &group, &extra);
     let first = Serve::start(&path);
     let stop = AtomicBool::new(false);
@@ -154,7 +162,9 @@ fn killed_midway(exactly_once: bool) {
             }
             at
         });
-        wait_for("output for the first part", 120, || first.metric("kausality_sink_events_total", &["sink=\"kafka\""]) >= (expected.len() / 4) as f64);
+        wait_for("output for the first part", 120, || {
+            first.metric("kausality_sink_events_total", &["sink=\"kafka\""]) >= (expected.len() / 4) as f64
+        });
         if exactly_once {
             // Killed once the group's offset is past the last snapshot, so that the restart has
             // committed messages to read again silently (snapshots every 2 s, commits every 300 ms).
@@ -174,7 +184,10 @@ fn killed_midway(exactly_once: bool) {
         pacer.join().unwrap()
     });
     let before = kafka.read_until(&output, Duration::from_secs(2), |_| false).len();
-    println!("exactly_once={exactly_once}: killed with {produced} of {} messages produced, {before} outputs written", msgs.len());
+    println!(
+        "exactly_once={exactly_once}: killed with {produced} of {} messages produced, {before} outputs written",
+        msgs.len()
+    );
     assert!(before < expected.len(), "killed in the middle ({before} of {})", expected.len());
     // What the restart starts from: the last snapshot written before the kill (its positions)
     // and the group's offset (nothing commits after the kill). The kill aims past the last
@@ -187,8 +200,12 @@ fn killed_midway(exactly_once: bool) {
     let second = Serve::start(&path);
     wait_committed(&kafka, &group, &input, lines.len(), 180, "every message committed after the restart", &second);
     let logs = second.logs();
-    let reread = logs.iter().find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("reading again, silently")));
-    println!("exactly_once={exactly_once}: silent re-read after the restart: {}", reread.map_or("none".to_string(), |l| l["fields"].to_string()));
+    let reread =
+        logs.iter().find(|l| l["fields"]["message"].as_str().is_some_and(|m| m.contains("reading again, silently")));
+    println!(
+        "exactly_once={exactly_once}: silent re-read after the restart: {}",
+        reread.map_or("none".to_string(), |l| l["fields"].to_string())
+    );
     let out = kafka.read_until(&output, Duration::from_secs(5), |_| false);
     let seen = counts(&out);
     let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
@@ -200,7 +217,10 @@ fn killed_midway(exactly_once: bool) {
         .filter(|o| expected.get(o.audit_id()).map(String::as_str) != o.value["class"].as_str())
         .map(|o| (o.audit_id().to_string(), o.value["class"].clone()))
         .collect();
-    println!("exactly_once={exactly_once}: {} outputs whose class differs from replay's (or not classified by replay)", wrong.len());
+    println!(
+        "exactly_once={exactly_once}: {} outputs whose class differs from replay's (or not classified by replay)",
+        wrong.len()
+    );
     if exactly_once {
         assert_eq!(duplicated, 0, "exactly-once: no auditID written twice");
         // Exactly what was committed after the snapshot is read again, silently.
@@ -208,8 +228,14 @@ fn killed_midway(exactly_once: bool) {
         println!("exactly_once=true: the snapshot covers up to {from:?}, the group had committed up to {to:?}");
         match (from, to) {
             (Some(from), Some(to)) if from < to => {
-                let reread = reread.unwrap_or_else(|| panic!("the messages committed after the snapshot ({from}..{to}) were not read again"));
-                assert_eq!((reread["fields"]["from"].as_i64(), reread["fields"]["to"].as_i64()), (Some(from), Some(to)), "{reread}");
+                let reread = reread.unwrap_or_else(|| {
+                    panic!("the messages committed after the snapshot ({from}..{to}) were not read again")
+                });
+                assert_eq!(
+                    (reread["fields"]["from"].as_i64(), reread["fields"]["to"].as_i64()),
+                    (Some(from), Some(to)),
+                    "{reread}"
+                );
             }
             _ => assert!(reread.is_none(), "nothing to read again, yet: {reread:?}"),
         }
@@ -218,7 +244,11 @@ fn killed_midway(exactly_once: bool) {
     // what the restored state has not seen. Exactly-once: the snapshot holds the positions it
     // covers, and what was committed after it is read again silently. Either way the classes
     // are those of an uninterrupted run.
-    assert!(wrong.is_empty(), "after the restart, classes differ from replay's, e.g. {:?}", &wrong[..wrong.len().min(5)]);
+    assert!(
+        wrong.is_empty(),
+        "after the restart, classes differ from replay's, e.g. {:?}",
+        &wrong[..wrong.len().min(5)]
+    );
     let (code, _) = second.terminate();
     assert_eq!(code, 0);
     kafka.delete_topics(&[&input, &output]);
@@ -255,12 +285,23 @@ fn broker_restart_while_running_loses_nothing() {
     kafka.produce(&input, &messages(first));
     // The clients' group and connection logs, for a failure to show what they did.
     let debug = "[sources.properties]\ndebug = \"cgrp,broker\"";
-    let serve = Serve::start_logging(&pipeline(&dir, &kafka.brokers, &input, &output, &group, debug), "info,kausality_stream::kafka=debug");
+    let serve = Serve::start_logging(
+        &pipeline(&dir, &kafka.brokers, &input, &output, &group, debug),
+        "info,kausality_stream::kafka=debug",
+    );
     wait_committed(&kafka, &group, &input, first.len(), 60, "the first half committed", &serve);
     script(&["restart"]);
     kafka.produce(&input, &messages(second));
     assert_eq!(kafka.end_offsets(&input, 1), vec![lines.len() as i64], "the input topic holds each message once");
-    wait_committed(&kafka, &group, &input, lines.len(), 120, "every message committed after the broker restart", &serve);
+    wait_committed(
+        &kafka,
+        &group,
+        &input,
+        lines.len(),
+        120,
+        "every message committed after the broker restart",
+        &serve,
+    );
     let out = kafka.read_until(&output, Duration::from_secs(5), |_| false);
     let seen = counts(&out);
     let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
@@ -329,9 +370,17 @@ listen = "127.0.0.1:0"
         || failed() >= 2 * outputs,
         || format!("{} failures for {outputs} outputs\n{}", failed(), serve.explain()),
     );
-    assert_eq!(serve.metric("kausality_sink_events_total", &["sink=\"kafka\""]), 0.0, "nothing delivered without a broker");
+    assert_eq!(
+        serve.metric("kausality_sink_events_total", &["sink=\"kafka\""]),
+        0.0,
+        "nothing delivered without a broker"
+    );
     let warned = serve.logs().iter().filter(|l| l["fields"]["message"] == "kafka sink: delivery failed").count();
-    assert!((1..=10).contains(&warned), "{warned} warnings for {} failed deliveries: one at most every 5 s, with the count of the others", failed());
+    assert!(
+        (1..=10).contains(&warned),
+        "{warned} warnings for {} failed deliveries: one at most every 5 s, with the count of the others",
+        failed()
+    );
     drop(serve);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -421,7 +470,10 @@ fn rebalance_exactly_once_neither_loses_nor_duplicates() {
 /// A second member joins the group in the middle of a stream on two partitions.
 fn rebalanced(exactly_once: bool) {
     let kafka = Kafka::get();
-    let (dir_a, dir_b) = (temp_dir(if exactly_once { "member-a-eos" } else { "member-a" }), temp_dir(if exactly_once { "member-b-eos" } else { "member-b" }));
+    let (dir_a, dir_b) = (
+        temp_dir(if exactly_once { "member-a-eos" } else { "member-a" }),
+        temp_dir(if exactly_once { "member-b-eos" } else { "member-b" }),
+    );
     let (input, output, group) = (kafka.unique("audit"), kafka.unique("enriched"), kafka.unique("group"));
     kafka.create_topic(&input, 2);
     kafka.create_topic(&output, 2);
@@ -445,11 +497,15 @@ fn rebalanced(exactly_once: bool) {
         }
     };
     let a = Serve::start(&pipeline(&dir_a, &kafka.brokers, &input, &output, &group, &extra("a")));
-    wait_for("the first member's first outputs", 60, || a.metric("kausality_sink_events_total", &["sink=\"kafka\""]) > 500.0);
+    wait_for("the first member's first outputs", 60, || {
+        a.metric("kausality_sink_events_total", &["sink=\"kafka\""]) > 500.0
+    });
     let b = Serve::start(&pipeline(&dir_b, &kafka.brokers, &input, &output, &group, &extra("b")));
     let ends = kafka.end_offsets(&input, 2);
     assert!(ends.iter().all(|e| *e > 0), "both partitions have messages: {ends:?}");
-    wait_for("every message committed by the group", 180, || kafka.committed(&group, &input, 2).iter().zip(&ends).all(|(c, e)| *c == Some(*e)));
+    wait_for("every message committed by the group", 180, || {
+        kafka.committed(&group, &input, 2).iter().zip(&ends).all(|(c, e)| *c == Some(*e))
+    });
     // The first member may have finished every message before the second one joined: the
     // rebalance still comes, when it joins.
     wait_for("a rebalance (a member's partitions revoked)", 60, || {
@@ -460,7 +516,12 @@ fn rebalanced(exactly_once: bool) {
     let missing: Vec<_> = expected.keys().filter(|id| !seen.contains_key(*id)).take(5).collect();
     assert!(missing.is_empty(), "outputs missing after the rebalance, e.g. {missing:?}");
     let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).map(|(id, _)| id).take(5).collect();
-    println!("rebalance (exactly_once={exactly_once}): {} outputs, {} distinct, {} expected", out.len(), seen.len(), expected.len());
+    println!(
+        "rebalance (exactly_once={exactly_once}): {} outputs, {} distinct, {} expected",
+        out.len(),
+        seen.len(),
+        expected.len()
+    );
     if exactly_once {
         assert!(duplicated.is_empty(), "exactly-once: outputs written twice across the rebalance, e.g. {duplicated:?}");
     }
@@ -478,8 +539,14 @@ fn rebalanced(exactly_once: bool) {
 fn snapshot_position(path: &std::path::Path, topic: &str) -> Option<i64> {
     use kausality_stream::classify::{Engine, EngineOptions};
     use kausality_stream::process::{Processor, ProcessorOptions};
-    let engine = std::sync::Arc::new(Engine::new(kausality_stream::config::ModelConfig::default(), EngineOptions::default()));
-    let mut processor = Processor::new(engine, std::sync::Arc::new(kausality_stream::metrics::Metrics::new()), ProcessorOptions::default());
-    let restored = kausality_stream::pipeline::snapshot_file::restore(path, &mut processor).expect("the snapshot reads")?;
+    let engine =
+        std::sync::Arc::new(Engine::new(kausality_stream::config::ModelConfig::default(), EngineOptions::default()));
+    let mut processor = Processor::new(
+        engine,
+        std::sync::Arc::new(kausality_stream::metrics::Metrics::new()),
+        ProcessorOptions::default(),
+    );
+    let restored =
+        kausality_stream::pipeline::snapshot_file::restore(path, &mut processor).expect("the snapshot reads")?;
     restored.positions.iter().find(|p| p.topic == topic && p.partition == 0).map(|p| p.next)
 }

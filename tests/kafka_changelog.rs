@@ -29,7 +29,15 @@ fn fixtures() -> Vec<(String, Vec<String>)> {
         .filter(|n| !n.starts_with("dual-"))
         .collect();
     names.sort();
-    names.into_iter().map(|n| (n.clone(), std::fs::read_to_string(dir.join(format!("{n}.jsonl"))).unwrap().lines().map(String::from).collect())).collect()
+    names
+        .into_iter()
+        .map(|n| {
+            (
+                n.clone(),
+                std::fs::read_to_string(dir.join(format!("{n}.jsonl"))).unwrap().lines().map(String::from).collect(),
+            )
+        })
+        .collect()
 }
 
 /// (cluster, auditID) → class of `replay` of each fixture, as its own cluster.
@@ -38,7 +46,11 @@ fn replayed(dir: &Path, fixtures: &[(String, Vec<String>)]) -> HashMap<(String, 
     for (name, lines) in fixtures {
         let file = dir.join(format!("{name}.jsonl"));
         std::fs::write(&file, lines.join("\n") + "\n").unwrap();
-        let o = Command::new(BIN).args(["replay", "--cluster", name, "--reorder-window", "2s", "--quiet", "--no-progress"]).arg(&file).output().unwrap();
+        let o = Command::new(BIN)
+            .args(["replay", "--cluster", name, "--reorder-window", "2s", "--quiet", "--no-progress"])
+            .arg(&file)
+            .output()
+            .unwrap();
         assert!(o.status.success(), "replay of {name}: {}", String::from_utf8_lossy(&o.stderr));
         for l in String::from_utf8(o.stdout).unwrap().lines() {
             let v: Value = serde_json::from_str(l).unwrap();
@@ -60,7 +72,9 @@ fn output_key(v: &Value) -> String {
 fn routed(line: &str) -> Vec<(String, bool)> {
     let ev: kausality_stream::decode::AuditEvent = serde_json::from_str(line).unwrap();
     match kausality_stream::route::route(&ev) {
-        Ok(r) => std::iter::once((r.judged.text().into_owned(), false)).chain(r.state.iter().map(|k| (k.text().into_owned(), true))).collect(),
+        Ok(r) => std::iter::once((r.judged.text().into_owned(), false))
+            .chain(r.state.iter().map(|k| (k.text().into_owned(), true)))
+            .collect(),
         Err(_) => Vec::new(),
     }
 }
@@ -87,8 +101,11 @@ fn in_turn(fixtures: &[(String, Vec<String>)]) -> Vec<(&String, &String)> {
 /// holds a share of every cluster, so every cluster's state matters after a partition moves.
 /// The clusters' states are apart, so `replay` of each fixture still gives its classes.
 fn spread(fixtures: &[(String, Vec<String>)]) -> Vec<(&String, &String)> {
-    let mut ranked: Vec<(f64, usize, usize)> =
-        fixtures.iter().enumerate().flat_map(|(f, (_, lines))| (0..lines.len()).map(move |i| ((i as f64 + 0.5) / lines.len() as f64, f, i))).collect();
+    let mut ranked: Vec<(f64, usize, usize)> = fixtures
+        .iter()
+        .enumerate()
+        .flat_map(|(f, (_, lines))| (0..lines.len()).map(move |i| ((i as f64 + 0.5) / lines.len() as f64, f, i)))
+        .collect();
     ranked.sort_by(|a, b| a.partial_cmp(b).unwrap());
     ranked.into_iter().map(|(_, f, i)| (&fixtures[f].0, &fixtures[f].1[i])).collect()
 }
@@ -108,7 +125,10 @@ fn routing_limits(fixtures: &[(String, Vec<String>)]) -> HashSet<(String, String
         let mut uids: HashMap<(String, String), String> = HashMap::new();
         for l in lines {
             let v: Value = serde_json::from_str(l).unwrap();
-            let (ns, n) = (v["objectRef"]["namespace"].as_str().unwrap_or("").to_string(), v["objectRef"]["name"].as_str().unwrap_or("").to_string());
+            let (ns, n) = (
+                v["objectRef"]["namespace"].as_str().unwrap_or("").to_string(),
+                v["objectRef"]["name"].as_str().unwrap_or("").to_string(),
+            );
             if let Some(uid) = v["responseObject"]["metadata"]["uid"].as_str() {
                 uids.insert((ns.clone(), n.clone()), uid.to_string());
             }
@@ -150,7 +170,10 @@ fn produce(kafka: &Kafka, topic: &str, msgs: &[Message]) {
             .map(|m| {
                 let mut headers = vec![("cluster".to_string(), m.cluster.clone())];
                 if m.state_only {
-                    headers.push((kausality_stream::route::COPY_HEADER.to_string(), kausality_stream::route::COPY_STATE.to_string()));
+                    headers.push((
+                        kausality_stream::route::COPY_HEADER.to_string(),
+                        kausality_stream::route::COPY_STATE.to_string(),
+                    ));
                 }
                 (Some(m.key.clone()), m.value.clone().into_bytes(), headers)
             })
@@ -260,7 +283,12 @@ impl Case {
     fn new(name: &str, spread: bool) -> Case {
         let kafka = Kafka::get();
         let dir = temp_dir(name);
-        let t = Topics { input: kafka.unique("audit"), output: kafka.unique("enriched"), changelog: kafka.unique("state"), group: kafka.unique("classify") };
+        let t = Topics {
+            input: kafka.unique("audit"),
+            output: kafka.unique("enriched"),
+            changelog: kafka.unique("state"),
+            group: kafka.unique("classify"),
+        };
         kafka.create_topic(&t.input, PARTITIONS);
         kafka.create_topic(&t.output, PARTITIONS);
         let fixtures = fixtures();
@@ -300,7 +328,8 @@ impl Case {
         if exactly_once {
             assert!(twice.is_empty(), "exactly-once: outputs written twice, e.g. {:?}", &twice[..twice.len().min(5)]);
         }
-        let seen: HashMap<_, _> = all.iter().filter(|(k, _)| !self.limited(k)).map(|(k, c)| (k.clone(), c.clone())).collect();
+        let seen: HashMap<_, _> =
+            all.iter().filter(|(k, _)| !self.limited(k)).map(|(k, c)| (k.clone(), c.clone())).collect();
         let missing_all: Vec<_> = self.expected.iter().filter(|(k, _)| !seen.contains_key(*k)).collect();
         let mut by_class: HashMap<&str, usize> = HashMap::new();
         missing_all.iter().for_each(|(_, c)| *by_class.entry(c.as_str()).or_default() += 1);
@@ -315,15 +344,25 @@ impl Case {
         for (_, c, e) in &wrong_all {
             *wrong_by.entry((e.clone().unwrap_or_else(|| "(none)".into()), c.clone())).or_default() += 1;
         }
-        println!("{test}: missing {} by replay's class {by_class:?}; differing (replay's, written): {wrong_by:?}", missing_all.len());
-        println!("{test}: {} outputs, {} compared with replay's, {} written more than once", out.len(), self.expected.len(), twice.len());
+        println!(
+            "{test}: missing {} by replay's class {by_class:?}; differing (replay's, written): {wrong_by:?}",
+            missing_all.len()
+        );
+        println!(
+            "{test}: {} outputs, {} compared with replay's, {} written more than once",
+            out.len(),
+            self.expected.len(),
+            twice.len()
+        );
         let missing: Vec<_> = missing_all.iter().map(|(k, _)| k).take(5).collect();
         assert!(missing.is_empty(), "classified by replay, missing downstream, e.g. {missing:?}\n{}", explain());
         if !wrong_all.is_empty() {
             let shown: HashSet<(String, String)> = wrong_all.iter().take(5).map(|(k, _, _)| k.clone()).collect();
             let whole: String = out
                 .iter()
-                .filter(|o| shown.contains(&(o.value["cluster"].as_str().unwrap_or("").to_string(), output_key(&o.value))))
+                .filter(|o| {
+                    shown.contains(&(o.value["cluster"].as_str().unwrap_or("").to_string(), output_key(&o.value)))
+                })
                 .map(|o| format!("  at {:?} ms: {}\n", o.timestamp_ms, o.value))
                 .collect();
             panic!(
@@ -361,15 +400,30 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
     let (second, third) = rest.split_at(rest.len() / 2);
     ingest.post(first);
 
-    let mut members: Vec<Serve> = ["a", "b", "c"].iter().map(|m| Serve::start(&case.pipeline(&case.dir, m, EXACTLY_ONCE))).collect();
-    let delivered =
-        |s: &Serve| std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.metric("kausality_sink_events_total", &["sink=\"kafka\""]))).unwrap_or(0.0);
-    wait_or_explain("outputs of the first part", 120, || members.iter().map(delivered).sum::<f64>() > 100.0, || members.iter().map(Serve::explain).collect());
+    let mut members: Vec<Serve> =
+        ["a", "b", "c"].iter().map(|m| Serve::start(&case.pipeline(&case.dir, m, EXACTLY_ONCE))).collect();
+    let delivered = |s: &Serve| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.metric("kausality_sink_events_total", &["sink=\"kafka\""])
+        }))
+        .unwrap_or(0.0)
+    };
+    wait_or_explain(
+        "outputs of the first part",
+        120,
+        || members.iter().map(delivered).sum::<f64>() > 100.0,
+        || members.iter().map(Serve::explain).collect(),
+    );
     // SIGKILL: its open transaction (outputs, changelog records, offsets) is aborted; the
     // others take its partitions and restore their state from the changelog.
     members.remove(0).kill();
     ingest.post(second);
-    wait_or_explain("every message of two parts committed after the kill", 180, || all_committed(kafka, t), || members.iter().map(Serve::explain).collect());
+    wait_or_explain(
+        "every message of two parts committed after the kill",
+        180,
+        || all_committed(kafka, t),
+        || members.iter().map(Serve::explain).collect(),
+    );
     for s in members.drain(..) {
         let (code, _) = s.terminate();
         assert_eq!(code, 0, "a clean stop");
@@ -377,8 +431,14 @@ fn three_processes_classify_as_replay_through_a_kill_and_a_restart_from_the_chan
     // Everything again from the changelog alone: two fresh processes, no snapshot files.
     let fresh = temp_dir("changelog-fresh");
     ingest.post(third);
-    let members: Vec<Serve> = ["d", "e"].iter().map(|m| Serve::start(&case.pipeline(&fresh, m, EXACTLY_ONCE))).collect();
-    wait_or_explain("every message committed after the restart", 180, || all_committed(kafka, t), || members.iter().map(Serve::explain).collect());
+    let members: Vec<Serve> =
+        ["d", "e"].iter().map(|m| Serve::start(&case.pipeline(&fresh, m, EXACTLY_ONCE))).collect();
+    wait_or_explain(
+        "every message committed after the restart",
+        180,
+        || all_committed(kafka, t),
+        || members.iter().map(Serve::explain).collect(),
+    );
     let restored: usize = members
         .iter()
         .flat_map(|s| s.logs())
@@ -427,7 +487,9 @@ impl Member {
         for v in self.lines().iter() {
             match v["fields"]["message"].as_str() {
                 Some("kafka source: partitions assigned") => held.extend(numbers(&v["fields"]["partitions"])),
-                Some("kafka source: partitions revoked") => numbers(&v["fields"]["partitions"]).iter().for_each(|p| _ = held.remove(p)),
+                Some("kafka source: partitions revoked") => {
+                    numbers(&v["fields"]["partitions"]).iter().for_each(|p| _ = held.remove(p))
+                }
                 _ => {}
             }
         }
@@ -451,7 +513,11 @@ impl Member {
 
     /// Why it went back, each time.
     fn rewound(&self) -> Vec<String> {
-        self.lines().iter().filter(|v| v["fields"]["message"] == REWOUND).map(|v| v["fields"]["reason"].as_str().unwrap_or("").to_string()).collect()
+        self.lines()
+            .iter()
+            .filter(|v| v["fields"]["message"] == REWOUND)
+            .map(|v| v["fields"]["reason"].as_str().unwrap_or("").to_string())
+            .collect()
     }
 
     /// SIGTERM; asserts a clean exit. Returns every line it wrote.
@@ -474,11 +540,26 @@ impl Member {
             out.push_str(title);
             let kept: Vec<_> = lines.iter().filter(|v| keep(v)).collect();
             for v in &kept[kept.len().saturating_sub(n)..] {
-                out.push_str(&format!("  {} {} {}\n", v["timestamp"].as_str().unwrap_or(""), v["level"].as_str().unwrap_or(""), v["fields"]));
+                out.push_str(&format!(
+                    "  {} {} {}\n",
+                    v["timestamp"].as_str().unwrap_or(""),
+                    v["level"].as_str().unwrap_or(""),
+                    v["fields"]
+                ));
             }
         };
-        show(&mut out, "its warnings and errors (the last 30):\n", &|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR")), 30);
-        show(&mut out, "its Kafka source's lines (the last 30):\n", &|v| v["fields"]["message"].as_str().is_some_and(|m| m.starts_with("kafka source")), 30);
+        show(
+            &mut out,
+            "its warnings and errors (the last 30):\n",
+            &|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR")),
+            30,
+        );
+        show(
+            &mut out,
+            "its Kafka source's lines (the last 30):\n",
+            &|v| v["fields"]["message"].as_str().is_some_and(|m| m.starts_with("kafka source")),
+            30,
+        );
         drop(lines);
         out + &self.serve.explain()
     }
@@ -493,7 +574,11 @@ fn timeline(name: &str, lines: &[Value]) -> String {
         let f = &v["fields"];
         let m = f["message"].as_str().unwrap_or("");
         if m.starts_with("kafka source") || m == REWOUND || matches!(v["level"].as_str(), Some("WARN" | "ERROR")) {
-            out.push_str(&format!("  {} {} {f}\n", v["timestamp"].as_str().unwrap_or(""), v["level"].as_str().unwrap_or("")));
+            out.push_str(&format!(
+                "  {} {} {f}\n",
+                v["timestamp"].as_str().unwrap_or(""),
+                v["level"].as_str().unwrap_or("")
+            ));
         }
     }
     out
@@ -501,7 +586,11 @@ fn timeline(name: &str, lines: &[Value]) -> String {
 
 /// The partition numbers of a `topic[0],topic[3]` list.
 fn numbers(list: &Value) -> Vec<i32> {
-    list.as_str().unwrap_or("").split(',').filter_map(|p| p.rsplit_once('[')?.1.strip_suffix(']')?.parse().ok()).collect()
+    list.as_str()
+        .unwrap_or("")
+        .split(',')
+        .filter_map(|p| p.rsplit_once('[')?.1.strip_suffix(']')?.parse().ok())
+        .collect()
 }
 
 /// Every partition held by exactly one of `members`: the group is stable.
@@ -526,7 +615,12 @@ fn a_process_joins_and_one_leaves(test: &str, mode: Mode) {
     let a = Member::start(&case, "a", mode);
     let b = Member::start(&case, "b", mode);
     let explain = |ms: &[&Member]| ms.iter().map(|m| m.explain()).collect::<String>();
-    wait_or_explain("the first part committed by two processes", 240, || all_committed(kafka, t), || explain(&[&a, &b]));
+    wait_or_explain(
+        "the first part committed by two processes",
+        240,
+        || all_committed(kafka, t),
+        || explain(&[&a, &b]),
+    );
 
     // A third joins while the second part arrives.
     let c = Member::start(&case, "c", mode);
@@ -562,14 +656,19 @@ fn a_process_joins_and_one_leaves(test: &str, mode: Mode) {
         || explain(&[&staying, &c]),
     );
     // Its partitions restored by the others, with their state.
-    let taken: Vec<(i32, u64)> = staying.restores(marks[0]).into_iter().chain(c.restores(marks[1])).filter(|(p, _)| left.contains(p)).collect();
+    let taken: Vec<(i32, u64)> =
+        staying.restores(marks[0]).into_iter().chain(c.restores(marks[1])).filter(|(p, _)| left.contains(p)).collect();
     let moved: BTreeSet<i32> = taken.iter().map(|(p, _)| *p).collect();
     assert_eq!(moved, left, "every partition of {name} restored by another process: {taken:?}");
     assert!(taken.iter().map(|(_, r)| r).sum::<u64>() > 0, "{name}'s partitions came with state: {taken:?}");
     if mode.cooperative {
         // Only the stopped process's partitions moved: the others kept theirs, with their state.
         for (m, from) in [(&staying, marks[0]), (&c, marks[1])] {
-            let revoked: Vec<_> = m.lines()[from..].iter().filter(|v| v["fields"]["message"] == "kafka source: partitions revoked").cloned().collect();
+            let revoked: Vec<_> = m.lines()[from..]
+                .iter()
+                .filter(|v| v["fields"]["message"] == "kafka source: partitions revoked")
+                .cloned()
+                .collect();
             assert!(revoked.is_empty(), "cooperative: {} gave partitions up when {name} left: {revoked:?}", m.name);
         }
     }
@@ -579,9 +678,17 @@ fn a_process_joins_and_one_leaves(test: &str, mode: Mode) {
         let ids: HashSet<(String, String)> = parts[from..]
             .iter()
             .flat_map(|p| p.iter())
-            .map(|m| (m.cluster.clone(), serde_json::from_str::<Value>(&m.value).unwrap()["auditID"].as_str().unwrap().to_string()))
+            .map(|m| {
+                (
+                    m.cluster.clone(),
+                    serde_json::from_str::<Value>(&m.value).unwrap()["auditID"].as_str().unwrap().to_string(),
+                )
+            })
             .collect();
-        case.expected.keys().filter(|(c, k)| ids.contains(&(c.clone(), k.split_once('/').map_or(k.as_str(), |(id, _)| id).to_string()))).count()
+        case.expected
+            .keys()
+            .filter(|(c, k)| ids.contains(&(c.clone(), k.split_once('/').map_or(k.as_str(), |(id, _)| id).to_string())))
+            .count()
     };
     let (after_join, after_stop) = (later(1), later(2));
     let rewinds: Vec<String> = staying.rewound().into_iter().chain(c.rewound()).collect();
@@ -657,8 +764,13 @@ fn a_process_paused_past_its_session_goes_back_to_the_last_commit_exactly_once_c
     );
     let counted = paused.serve.metric("kausality_kafka_transaction_rewinds_total", &[]);
     assert_eq!(counted as usize, paused.rewinds(), "each rewind counted in the metric and logged");
-    let outputs = case.assert_as_replay(test, true, &|| [&paused, &other].iter().map(|m| timeline(m.name, &m.lines())).collect());
-    println!("{test}: {outputs} outputs; the paused process went back {:?}, the other {:?}", paused.rewound(), other.rewound());
+    let outputs =
+        case.assert_as_replay(test, true, &|| [&paused, &other].iter().map(|m| timeline(m.name, &m.lines())).collect());
+    println!(
+        "{test}: {outputs} outputs; the paused process went back {:?}, the other {:?}",
+        paused.rewound(),
+        other.rewound()
+    );
     for m in [paused, other] {
         m.stop();
     }
@@ -679,14 +791,20 @@ fn a_process_joins_and_one_leaves_exactly_once_classes_as_replay() {
 /// and nothing is lost or written twice.
 #[test]
 fn a_process_joins_and_one_leaves_cooperative_exactly_once_classes_as_replay() {
-    a_process_joins_and_one_leaves("a_process_joins_and_one_leaves_cooperative_exactly_once_classes_as_replay", Mode { exactly_once: true, cooperative: true });
+    a_process_joins_and_one_leaves(
+        "a_process_joins_and_one_leaves_cooperative_exactly_once_classes_as_replay",
+        Mode { exactly_once: true, cooperative: true },
+    );
 }
 
 /// [`a_process_joins_and_one_leaves`], at-least-once: nothing lost, and an output written
 /// again is classified as `replay` classifies it.
 #[test]
 fn a_process_joins_and_one_leaves_at_least_once_classes_as_replay() {
-    a_process_joins_and_one_leaves("a_process_joins_and_one_leaves_at_least_once_classes_as_replay", Mode { exactly_once: false, cooperative: false });
+    a_process_joins_and_one_leaves(
+        "a_process_joins_and_one_leaves_at_least_once_classes_as_replay",
+        Mode { exactly_once: false, cooperative: false },
+    );
 }
 
 #[path = "kafka_changelog/snapshot.rs"]

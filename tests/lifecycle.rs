@@ -12,7 +12,10 @@ const CTRL: &str = "system:serviceaccount:ops:widget-controller";
 
 /// A Widget parent with one ConfigMap child; `status` is what the controller reports before
 /// it changes the child without a spec change of the parent.
-fn child_change_after(parent: Value, status: impl FnOnce(&mut ApiServer, &ObjRef) -> Vec<String>) -> (Vec<String>, String) {
+fn child_change_after(
+    parent: Value,
+    status: impl FnOnce(&mut ApiServer, &ObjRef) -> Vec<String>,
+) -> (Vec<String>, String) {
     let mut api = ApiServer::new();
     let (p, c) = api.create(ADMIN, parent);
     let (cm, c2) = api.create(CTRL, configmap("n", "w", &[("k", "1")], Some(&p)));
@@ -65,13 +68,16 @@ fn phase_annotation() {
 
 #[test]
 fn nothing_ready_stays_initializing() {
-    let (evs, change) = child_change_after(widget(), |api, p| vec![api.report(CTRL, p, &[("Ready", "False"), ("Synced", "True")])]);
+    let (evs, change) =
+        child_change_after(widget(), |api, p| vec![api.report(CTRL, p, &[("Ready", "False"), ("Synced", "True")])]);
     assert_eq!(class_of(&run(&evs), &change), Class::Initializing);
 }
 
 #[test]
 fn high_water_mark_survives_flapping_conditions() {
-    let (evs, change) = child_change_after(widget(), |api, p| vec![api.report(CTRL, p, &[("Ready", "True")]), api.report(CTRL, p, &[("Ready", "False")])]);
+    let (evs, change) = child_change_after(widget(), |api, p| {
+        vec![api.report(CTRL, p, &[("Ready", "True")]), api.report(CTRL, p, &[("Ready", "False")])]
+    });
     assert_eq!(class_of(&run(&evs), &change), Class::Drift, "once initialized, always initialized");
 }
 
@@ -153,8 +159,11 @@ fn a_job_over_is_finished_and_a_status_without_start_time_initializes_nothing() 
         st.insert("active".into(), json!(0));
     });
     let (p, early) = api.create(JOB_CONTROLLER, pod(&job, "a", "busybox"));
-    let done =
-        job_status(&mut api, &job, json!({"succeeded": 1, "completionTime": "2023-11-14T22:13:31Z", "conditions": [{"type": "Complete", "status": "True"}]}));
+    let done = job_status(
+        &mut api,
+        &job,
+        json!({"succeeded": 1, "completionTime": "2023-11-14T22:13:31Z", "conditions": [{"type": "Complete", "status": "True"}]}),
+    );
     let late = api.update(JOB_CONTROLLER, &p, |p| p["spec"]["activeDeadlineSeconds"] = json!(5));
     let out = run(&[create, suspended, early.clone(), done, late.clone()]);
     assert_eq!(class_of(&out, &early), Class::Initializing);

@@ -224,7 +224,8 @@ fn answered_with_status(delete: &str, received_us: i64, stage_us: i64) -> String
     let mut ev: serde_json::Value = serde_json::from_str(delete).expect("an event");
     let obj = ev["responseObject"].take();
     let details = json!({"name": obj["metadata"]["name"], "group": "apps", "kind": ev["objectRef"]["resource"], "uid": obj["metadata"]["uid"]});
-    ev["responseObject"] = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details});
+    ev["responseObject"] =
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details});
     timed(&ev.to_string(), received_us, stage_us)
 }
 

@@ -22,7 +22,11 @@ static DIRS: AtomicUsize = AtomicUsize::new(0);
 
 /// Policies as a pipeline file writes them.
 fn model(toml: &str) -> ModelConfig {
-    let dir = std::env::temp_dir().join(format!("kausality-policies-{}-{}", std::process::id(), DIRS.fetch_add(1, Ordering::Relaxed)));
+    let dir = std::env::temp_dir().join(format!(
+        "kausality-policies-{}-{}",
+        std::process::id(),
+        DIRS.fetch_add(1, Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("policies.toml");
     std::fs::write(&file, toml).unwrap();
@@ -141,7 +145,10 @@ fn each_criterion_selects_its_drift() {
     ];
     for (criterion, want) in cases {
         let out = run(model(&format!("[[policy]]\nname = \"p\"\naction = \"reject\"\n{criterion}\n")), &d.events);
-        let got: Vec<bool> = [&d.replacement, &d.scale_back, &d.own_delete].iter().map(|e| resolved(&out, e).0 == Resolution::Rejected).collect();
+        let got: Vec<bool> = [&d.replacement, &d.scale_back, &d.own_delete]
+            .iter()
+            .map(|e| resolved(&out, e).0 == Resolution::Rejected)
+            .collect();
         assert_eq!(got, want, "{criterion}: replacement, scale-back, own delete");
     }
 }
@@ -165,7 +172,10 @@ fn parent_labels_are_read_from_the_parent_s_latest_write() {
     let mut later: Value = serde_json::from_str(&own_delete).unwrap();
     later["responseObject"]["metadata"]["resourceVersion"] = json!("999999");
     events.push(later.to_string());
-    let out = run(model("[[policy]]\nname = \"payments\"\naction = \"approve\"\nparent_labels = \"team=payments\"\n"), &events);
+    let out = run(
+        model("[[policy]]\nname = \"payments\"\naction = \"approve\"\nparent_labels = \"team=payments\"\n"),
+        &events,
+    );
     assert_eq!(resolved(&out, &d.replacement).1.as_deref(), Some("payments"));
     assert_eq!(resolved(&out, &own_delete), (Resolution::Unresolved, None), "the ReplicaSet is team=web now");
 }
@@ -177,8 +187,16 @@ fn a_rejection_beats_an_approval_and_the_first_of_an_action_names_it() {
         "{SELF_HEALING}\n[[policy]]\nname = \"also-pods\"\naction = \"approve\"\nchild_kinds = [\"Pod\"]\n[[policy]]\nname = \"no-person-reverts\"\naction = \"reject\"\nreverts_person = true\n"
     );
     let out = run(model(&policies), &d.events);
-    assert_eq!(resolved(&out, &d.replacement), (Resolution::Rejected, Some("no-person-reverts".into())), "a later rejection wins");
-    assert_eq!(resolved(&out, &d.own_delete), (Resolution::Approved, Some("native-self-healing".into())), "the first approval names it");
+    assert_eq!(
+        resolved(&out, &d.replacement),
+        (Resolution::Rejected, Some("no-person-reverts".into())),
+        "a later rejection wins"
+    );
+    assert_eq!(
+        resolved(&out, &d.own_delete),
+        (Resolution::Approved, Some("native-self-healing".into())),
+        "the first approval names it"
+    );
 }
 
 #[test]
@@ -201,7 +219,11 @@ fn the_parent_s_annotations_win_over_platform_policies() {
     assert!(find(&out, &d.replacement).unwrap().freeze_violation);
     // Annotations that leave the drift unresolved (a trace label, an approval of another
     // child) leave it to the platform.
-    let d = day("shop", "web", json!({"kausality.io/trace-team": "web", "kausality.io/approvals": "[{\"kind\":\"ConfigMap\",\"mode\":\"always\"}]"}));
+    let d = day(
+        "shop",
+        "web",
+        json!({"kausality.io/trace-team": "web", "kausality.io/approvals": "[{\"kind\":\"ConfigMap\",\"mode\":\"always\"}]"}),
+    );
     let out = run(model(SELF_HEALING), &d.events);
     assert_eq!(resolved(&out, &d.replacement), (Resolution::Approved, Some("native-self-healing".into())));
 }
@@ -213,7 +235,8 @@ fn only_drift_is_resolved_by_a_policy() {
     for e in &out {
         assert_eq!(e.policy.is_some(), e.class == Class::Drift, "{} {}", e.class.as_str(), e.reason);
     }
-    let alice_scale = out.iter().find(|e| &*e.user == "alice" && e.verb == kausality_stream::filter::Verb::Update).unwrap();
+    let alice_scale =
+        out.iter().find(|e| &*e.user == "alice" && e.verb == kausality_stream::filter::Verb::Update).unwrap();
     assert_eq!((alice_scale.class, alice_scale.resolution), (Class::Origin, None));
     assert_eq!(class_of(&out, &d.scale_back), Class::Drift);
 }
@@ -225,7 +248,12 @@ fn the_replay_summary_counts_drift_by_the_policy_that_resolved_it() {
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("audit.jsonl");
     std::fs::write(&input, d.events.join("\n")).unwrap();
-    let opts = kausality_stream::replay::ReplayOptions { inputs: vec![input], progress: false, model: model(SELF_HEALING), ..Default::default() };
+    let opts = kausality_stream::replay::ReplayOptions {
+        inputs: vec![input],
+        progress: false,
+        model: model(SELF_HEALING),
+        ..Default::default()
+    };
     let outcome = kausality_stream::replay::run(&opts, &mut std::io::sink()).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let text = outcome.render();

@@ -51,13 +51,18 @@ impl Api {
         }
         let r = req.send().await.expect("request");
         let code = r.status().as_u16();
-        assert_eq!(r.headers().get("content-type").map(|v| v.to_str().unwrap()), Some("application/json"), "{path_and_query} answered {code}");
+        assert_eq!(
+            r.headers().get("content-type").map(|v| v.to_str().unwrap()),
+            Some("application/json"),
+            "{path_and_query} answered {code}"
+        );
         let body: Value = serde_json::from_slice(&r.bytes().await.unwrap()).expect("a JSON answer");
         let route = path_and_query.split('?').next().unwrap();
         if let Some(op) = self.doc["paths"].get(route) {
             let schema = &op["get"]["responses"][code.to_string()]["content"]["application/json"]["schema"];
             assert!(!schema.is_null(), "{route} answered {code}, which the document does not list: {body}");
-            common::schema::check(schema, &self.doc, &body, "$").unwrap_or_else(|e| panic!("{route} {code}: {e}\nin {body}"));
+            common::schema::check(schema, &self.doc, &body, "$")
+                .unwrap_or_else(|e| panic!("{route} {code}: {e}\nin {body}"));
         } else {
             assert!([401, 404].contains(&code), "{route} answers {code} but the document does not list it: {body}");
         }
@@ -105,8 +110,13 @@ fn fill_history(path: &Path, events: &[Value]) {
             rusqlite::params![e["cluster"].as_str(), o["uid"].as_str(), t],
         )
         .unwrap();
-        let object_id: i64 =
-            c.query_row("SELECT id FROM objects WHERE cluster = ?1 AND uid = ?2", [e["cluster"].as_str(), o["uid"].as_str()], |r| r.get(0)).unwrap();
+        let object_id: i64 = c
+            .query_row(
+                "SELECT id FROM objects WHERE cluster = ?1 AND uid = ?2",
+                [e["cluster"].as_str(), o["uid"].as_str()],
+                |r| r.get(0),
+            )
+            .unwrap();
         let person = e["reverts"].as_array().is_some_and(|rs| rs.iter().any(|r| r["person"] == true));
         c.execute(
             "INSERT INTO mutations (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
@@ -128,7 +138,11 @@ fn fill_history(path: &Path, events: &[Value]) {
         .unwrap();
         let mutation_id: i64 = c.query_row("SELECT max(id) FROM mutations", [], |r| r.get(0)).unwrap();
         for r in e["reverts"].as_array().into_iter().flatten() {
-            c.execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", rusqlite::params![mutation_id, r["auditID"].as_str()]).unwrap();
+            c.execute(
+                "INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)",
+                rusqlite::params![mutation_id, r["auditID"].as_str()],
+            )
+            .unwrap();
         }
         for (key, t) in [("oldest_us", "min"), ("newest_us", "max")] {
             c.execute(&format!("INSERT OR REPLACE INTO meta (key, value) VALUES (?1, (SELECT CAST({t}(time_us) AS TEXT) FROM mutations))"), [key]).unwrap();
@@ -179,9 +193,21 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     let (out, store, token_file) = (dir.join("out.jsonl"), dir.join("history.db"), dir.join("token"));
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let query = format!("bearer_token_file = \"{}\"\nhistory = \"{}\"", token_file.display(), store.display());
-    let running = start(&Pipeline::webhook().cluster("kind-test").options(r#"reorder_window = "50ms""#).jsonl(&out).query(&query).toml()).await;
+    let running = start(
+        &Pipeline::webhook()
+            .cluster("kind-test")
+            .options(r#"reorder_window = "50ms""#)
+            .jsonl(&out)
+            .query(&query)
+            .toml(),
+    )
+    .await;
     let client = reqwest::Client::new();
-    let api = Api { base: format!("http://{}", running.query_addr.expect("query listener")), client: client.clone(), doc: openapi() };
+    let api = Api {
+        base: format!("http://{}", running.query_addr.expect("query listener")),
+        client: client.clone(),
+        doc: openapi(),
+    };
     let audit = format!("http://{}/audit", running.webhook_addrs[0]);
 
     // Before any event: the cluster has no state; the history store has not been written.
@@ -196,7 +222,9 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     assert_eq!(class_of(&lines, "q-ctrl-scales-back"), "drift");
 
     // The controller of a finished parent: drift; a person: a new origin.
-    let verdict = |user: &str| format!("/v1/verdict?parentUid={DEPLOY_UID}&user={user}&childKind=ReplicaSet.apps&childName=web-7d4b9c");
+    let verdict = |user: &str| {
+        format!("/v1/verdict?parentUid={DEPLOY_UID}&user={user}&childKind=ReplicaSet.apps&childName=web-7d4b9c")
+    };
     let (code, v) = api.get(&verdict(DEPLOY_CTRL)).await;
     assert_eq!(code, 200, "{v}");
     assert_eq!((v["class"].as_str(), v["resolution"].as_str()), (Some("drift"), Some("unresolved")), "{v}");
@@ -217,7 +245,11 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     assert_eq!((v["class"].as_str(), v["actor"]["isController"].as_bool()), (Some("origin"), Some(false)), "{v}");
     assert!(v["resolution"].is_null());
     // By kind, namespace and name, as a new child.
-    let (code, v) = api.get(&format!("/v1/verdict?cluster=kind-test&parentKind=Deployment&namespace=shop&parentName=web&user={DEPLOY_CTRL}")).await;
+    let (code, v) = api
+        .get(&format!(
+            "/v1/verdict?cluster=kind-test&parentKind=Deployment&namespace=shop&parentName=web&user={DEPLOY_CTRL}"
+        ))
+        .await;
     assert_eq!((code, v["class"].as_str(), v["child"].is_null()), (200, Some("drift"), true), "{v}");
 
     // Mid-rollout: a spec change not observed yet makes the controller's writes expected.
@@ -261,8 +293,12 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     }
     let (code, body) = api.get("/v1/verdict?parentUid=00000000-0000-4000-8000-00000000dead&user=bob").await;
     assert_eq!(code, 404);
-    assert!(body["error"].as_str().unwrap().contains("no object of UID 00000000-0000-4000-8000-00000000dead"), "{body}");
-    let (code, body) = api.get(&format!("/v1/verdict?parentUid={DEPLOY_UID}&user=bob&childKind=Pod&childName=nope")).await;
+    assert!(
+        body["error"].as_str().unwrap().contains("no object of UID 00000000-0000-4000-8000-00000000dead"),
+        "{body}"
+    );
+    let (code, body) =
+        api.get(&format!("/v1/verdict?parentUid={DEPLOY_UID}&user=bob&childKind=Pod&childName=nope")).await;
     assert_eq!(code, 404, "{body}");
     let (code, _) = api.get("/v2/nothing").await;
     assert_eq!(code, 404);
@@ -283,7 +319,14 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     assert!(page["next"].is_null());
     let schema = enriched_schema();
     common::schema::check(&schema, &schema, &events[0], "$").unwrap();
-    let ids = |page: &Value| page["events"].as_array().unwrap().iter().map(|e| e["auditID"].as_str().unwrap().to_string()).collect::<Vec<_>>();
+    let ids = |page: &Value| {
+        page["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["auditID"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
     assert_eq!(ids(&api.get("/v1/drift?class=origin").await.1), ["q-bob-scales-rs"]);
     assert_eq!(
         ids(&api.get("/v1/drift?revertsPerson=true&resolution=unresolved&kind=ReplicaSet.apps&namespace=shop&cluster=kind-test").await.1),
@@ -300,7 +343,10 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     ] {
         assert!(ids(&api.get(empty).await.1).is_empty(), "{empty}");
     }
-    assert_eq!(ids(&api.get("/v1/drift?since=2024-05-01T10:00:05Z&until=2024-05-01T10:00:06Z").await.1), ["q-ctrl-scales-back"]);
+    assert_eq!(
+        ids(&api.get("/v1/drift?since=2024-05-01T10:00:05Z&until=2024-05-01T10:00:06Z").await.1),
+        ["q-ctrl-scales-back"]
+    );
     // Paging: the three unowned writes, one per page, oldest first.
     let mut seen = Vec::new();
     let mut next = String::new();
@@ -316,27 +362,53 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     assert_eq!(seen, ["q-create-deploy", "q-image", "q-widget"]);
     let (code, objects) = api.get("/v1/objects?kind=replicaset&namespace=shop&name=web-7d4b9c").await;
     assert_eq!(code, 200);
-    assert_eq!(objects["objects"][0]["parent"], json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": DEPLOY_UID}));
-    assert_eq!((objects["objects"][0]["firstSeen"].as_str(), objects["truncated"].as_bool()), (Some("2024-05-01T10:00:01.000000Z"), Some(false)));
+    assert_eq!(
+        objects["objects"][0]["parent"],
+        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web", "uid": DEPLOY_UID})
+    );
+    assert_eq!(
+        (objects["objects"][0]["firstSeen"].as_str(), objects["truncated"].as_bool()),
+        (Some("2024-05-01T10:00:01.000000Z"), Some(false))
+    );
     let (_, objects) = api.get("/v1/objects?name=web&limit=1").await;
     assert_eq!((objects["objects"].as_array().unwrap().len(), objects["truncated"].as_bool()), (1, Some(true)));
-    assert_eq!(api.get("/v1/objects?kind=Deployment.example.com").await.1["objects"][0]["uid"], "0d0d0d0d-0000-4000-8000-000000000001");
+    assert_eq!(
+        api.get("/v1/objects?kind=Deployment.example.com").await.1["objects"][0]["uid"],
+        "0d0d0d0d-0000-4000-8000-000000000001"
+    );
 
     // An object's story.
     let (code, story) = api.get("/v1/why?kind=ReplicaSet&namespace=shop&name=web-7d4b9c").await;
     assert_eq!(code, 200, "{story}");
-    let writes: Vec<(&str, &str)> =
-        story["writes"].as_array().unwrap().iter().map(|w| (w["event"]["auditID"].as_str().unwrap(), w["event"]["class"].as_str().unwrap())).collect();
-    assert_eq!(writes, [("q-create-rs", "initializing"), ("q-bob-scales-rs", "origin"), ("q-ctrl-scales-back", "drift")]);
+    let writes: Vec<(&str, &str)> = story["writes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| (w["event"]["auditID"].as_str().unwrap(), w["event"]["class"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        writes,
+        [("q-create-rs", "initializing"), ("q-bob-scales-rs", "origin"), ("q-ctrl-scales-back", "drift")]
+    );
     assert_eq!(story["writes"][1]["revertedBy"][0]["auditID"], "q-ctrl-scales-back");
     assert_eq!(story["historyFrom"], "2024-05-01T10:00:00.000000Z");
     let (_, story) = api.get(&format!("/v1/why?uid={DEPLOY_UID}")).await;
-    assert_eq!((story["children"][0]["uid"].as_str(), story["children"][0]["drift"].as_u64()), (Some(RS_UID), Some(1)), "{story}");
+    assert_eq!(
+        (story["children"][0]["uid"].as_str(), story["children"][0]["drift"].as_u64()),
+        (Some(RS_UID), Some(1)),
+        "{story}"
+    );
     let (code, body) = api.get("/v1/why?kind=Deployment&namespace=shop&name=web").await;
     assert_eq!((code, body["candidates"].as_array().map(Vec::len)), (409, Some(2)), "{body}");
     let (code, body) = api.get("/v1/why?kind=Pod&namespace=shop&name=nope").await;
     assert_eq!(code, 404);
-    assert!(body["error"].as_str().unwrap().contains("no Pod shop/nope in the history store (it keeps from 2024-05-01T10:00:00.000000Z)"), "{body}");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("no Pod shop/nope in the history store (it keeps from 2024-05-01T10:00:00.000000Z)"),
+        "{body}"
+    );
     let (code, body) = api.get("/v1/why?kind=ReplicaSet&namespace=shop&name=web-7d4b9c&at=2024-04-01T00:00:00Z").await;
     assert_eq!(code, 410, "{body}");
     let (code, body) = api.get("/v1/why?kind=ReplicaSet").await;
@@ -347,9 +419,15 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     // `why --server` against this API tells what `why --history` tells from the file.
     let (url, file) = (api.base.clone(), store.clone());
     let (remote, local, remote_missing, local_missing) = tokio::task::spawn_blocking(move || {
-        let server = why::Source::Server(why::Server { url, token: Some(TOKEN.into()), tls: why::ClientTls::default() });
+        let server =
+            why::Source::Server(why::Server { url, token: Some(TOKEN.into()), tls: why::ClientTls::default() });
         let file = why::Source::Store(file);
-        let q = StoryQuery { kind: "replicaset".into(), namespace: Some("shop".into()), name: Some("web-7d4b9c".into()), ..StoryQuery::default() };
+        let q = StoryQuery {
+            kind: "replicaset".into(),
+            namespace: Some("shop".into()),
+            name: Some("web-7d4b9c".into()),
+            ..StoryQuery::default()
+        };
         let missing = StoryQuery { kind: "Pod".into(), name: Some("nope".into()), ..StoryQuery::default() };
         let text = |s: Result<_, why::Error>| serde_json::to_string(&s.unwrap()).unwrap();
         (
@@ -365,9 +443,18 @@ async fn verdicts_drift_feed_and_objects_over_http() {
     assert_eq!(remote_missing, local_missing);
 
     // Requests are counted by route and code.
-    assert!(metric(running.metrics_addr, "kausality_query_requests_total", &["route=\"verdict\"", "code=\"200\""]).await >= 5.0);
-    assert!(metric(running.metrics_addr, "kausality_query_requests_total", &["route=\"verdict\"", "code=\"401\""]).await >= 2.0);
-    assert!(metric(running.metrics_addr, "kausality_query_requests_total", &["route=\"drift\"", "code=\"400\""]).await >= 6.0);
+    assert!(
+        metric(running.metrics_addr, "kausality_query_requests_total", &["route=\"verdict\"", "code=\"200\""]).await
+            >= 5.0
+    );
+    assert!(
+        metric(running.metrics_addr, "kausality_query_requests_total", &["route=\"verdict\"", "code=\"401\""]).await
+            >= 2.0
+    );
+    assert!(
+        metric(running.metrics_addr, "kausality_query_requests_total", &["route=\"drift\"", "code=\"400\""]).await
+            >= 6.0
+    );
 
     let addr = running.query_addr.unwrap();
     let outcome = running.shutdown().await;
@@ -400,7 +487,10 @@ async fn freshness_shows_a_stale_stream_per_cluster() {
         let ts = format_rfc3339_micros(at);
         ev["stageTimestamp"] = json!(ts);
         ev["requestReceivedTimestamp"] = json!(ts);
-        let body = serde_json::to_vec(&json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "metadata": {}, "items": [ev]})).unwrap();
+        let body = serde_json::to_vec(
+            &json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "metadata": {}, "items": [ev]}),
+        )
+        .unwrap();
         let url = format!("http://{}/audit/{cluster}", running.webhook_addrs[0]);
         assert_eq!(client.post(url).body(body).send().await.unwrap().status(), 200);
     }
@@ -431,14 +521,18 @@ async fn freshness_shows_a_stale_stream_per_cluster() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_document_lists_exactly_the_parameters_each_route_takes() {
     let running = start(&Pipeline::webhook().query("").toml()).await;
-    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+    let api =
+        Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
     // The checker is not lenient: an answer short of a field, or with one undeclared, fails.
     let verdict = &api.doc["components"]["schemas"]["Verdict"];
     assert!(common::schema::check(verdict, &api.doc, &json!({"class": "drift"}), "$").unwrap_err().contains("missing"));
     let error = &api.doc["components"]["schemas"]["Error"];
-    assert!(common::schema::check(error, &api.doc, &json!({"error": "x", "extra": 1}), "$").unwrap_err().contains("undeclared field extra"));
+    assert!(common::schema::check(error, &api.doc, &json!({"error": "x", "extra": 1}), "$")
+        .unwrap_err()
+        .contains("undeclared field extra"));
     for (route, op) in api.doc["paths"].as_object().unwrap() {
-        let mut documented: Vec<&str> = op["get"]["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
+        let mut documented: Vec<&str> =
+            op["get"]["parameters"].as_array().unwrap().iter().map(|p| p["name"].as_str().unwrap()).collect();
         documented.sort();
         let (code, body) = api.get_as(&format!("{route}?undocumented=1"), None).await;
         assert_eq!(code, 400);
@@ -481,7 +575,8 @@ async fn unreadable_rows_are_skipped_counted_and_paged_past() {
     c.execute("UPDATE mutations SET event = X'80FF7B7D' WHERE audit_id = 'x-3'", []).unwrap();
     drop(c);
     let running = start_reading(&store).await;
-    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+    let api =
+        Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
 
     let (code, page) = api.get_as("/v1/drift", None).await;
     assert_eq!(code, 200, "{page}");
@@ -507,7 +602,8 @@ async fn unreadable_rows_are_skipped_counted_and_paged_past() {
     let (code, story) = api.get_as("/v1/why?kind=ReplicaSet&namespace=shop&name=web", None).await;
     assert_eq!(code, 200, "{story}");
     let writes = story["writes"].as_array().unwrap();
-    let told: Vec<(&str, bool)> = writes.iter().map(|w| (w["event"]["auditID"].as_str().unwrap(), w["event"]["unreadable"] == true)).collect();
+    let told: Vec<(&str, bool)> =
+        writes.iter().map(|w| (w["event"]["auditID"].as_str().unwrap(), w["event"]["unreadable"] == true)).collect();
     assert_eq!(told, [("x-1", false), ("x-2", true), ("x-3", true), ("x-4", false)]);
     assert_eq!(metric(running.metrics_addr, UNREADABLE, &["route=\"why\""]).await, 2.0);
     running.shutdown().await;
@@ -522,8 +618,10 @@ async fn every_answer_is_documented_json_and_the_token_comes_first() {
     let dir = temp_dir("query-answers");
     let token_file = dir.join("token");
     std::fs::write(&token_file, TOKEN).unwrap();
-    let running = start(&Pipeline::webhook().query(&format!("bearer_token_file = \"{}\"", token_file.display())).toml()).await;
-    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+    let running =
+        start(&Pipeline::webhook().query(&format!("bearer_token_file = \"{}\"", token_file.display())).toml()).await;
+    let api =
+        Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
     let long = format!("/v1/drift?cluster={}", "c".repeat(9000));
     for route in ["/v1/verdict", "/v1/objects", "/v1/drift", "/v1/why"] {
         // Without the token, nothing else is looked at: not the method, not the size.
@@ -544,7 +642,8 @@ async fn every_answer_is_documented_json_and_the_token_comes_first() {
         // What any route can answer is in its document.
         let responses = api.doc["paths"][route]["get"]["responses"].as_object().unwrap();
         for code in ["200", "400", "401", "405", "414", "500", "503"] {
-            let schema = &responses.get(code).unwrap_or_else(|| panic!("{route} does not list {code}"))["content"]["application/json"]["schema"];
+            let schema = &responses.get(code).unwrap_or_else(|| panic!("{route} does not list {code}"))["content"]
+                ["application/json"]["schema"];
             assert!(!schema.is_null(), "{route} {code} has no JSON body");
         }
     }
@@ -565,7 +664,11 @@ async fn every_answer_is_documented_json_and_the_token_comes_first() {
         assert!(body["error"].as_str().unwrap().contains(says), "{q}: {body}");
     }
     // The offsets there are.
-    for q in ["/v1/drift?since=2024-05-01T10:00:00%2B14:00", "/v1/drift?since=2024-05-01T10:00:00-23:59", "/v1/drift?since=2024-02-29T10:00:00Z"] {
+    for q in [
+        "/v1/drift?since=2024-05-01T10:00:00%2B14:00",
+        "/v1/drift?since=2024-05-01T10:00:00-23:59",
+        "/v1/drift?since=2024-02-29T10:00:00Z",
+    ] {
         assert_eq!(api.get(q).await.0, 503, "{q}");
     }
     running.shutdown().await;
@@ -579,9 +682,13 @@ async fn every_answer_is_documented_json_and_the_token_comes_first() {
 async fn the_drift_feed_pages_in_storage_order_and_never_skips_a_late_write() {
     let dir = temp_dir("query-late");
     let store = dir.join("history.db");
-    fill_history(&store, &[rs_event("d-10", 10, "drift"), rs_event("d-20", 20, "drift"), rs_event("d-40", 40, "drift")]);
+    fill_history(
+        &store,
+        &[rs_event("d-10", 10, "drift"), rs_event("d-20", 20, "drift"), rs_event("d-40", 40, "drift")],
+    );
     let running = start_reading(&store).await;
-    let api = Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
+    let api =
+        Api { base: format!("http://{}", running.query_addr.unwrap()), client: reqwest::Client::new(), doc: openapi() };
     let page = |after: Option<String>| {
         let api = &api;
         async move {

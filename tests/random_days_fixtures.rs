@@ -20,7 +20,11 @@ use serde_json::Value;
 fn fixtures(sub: &str) -> Vec<PathBuf> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/random-days").join(sub);
     let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .map(|rd| rd.map(|e| e.expect("dir entry").path()).filter(|p| p.to_string_lossy().ends_with(".expected.json")).collect())
+        .map(|rd| {
+            rd.map(|e| e.expect("dir entry").path())
+                .filter(|p| p.to_string_lossy().ends_with(".expected.json"))
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -31,7 +35,11 @@ fn differences(expected_path: &Path) -> (Value, BTreeMap<String, String>) {
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(expected_path).expect("read")).expect("JSON");
     let name = expected["scenario"].as_str().expect("scenario");
     let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
-    let events = replay_by_key(&jsonl, expected["replay"]["cluster"].as_str().expect("cluster"), expected["replay"]["reorderWindow"].as_str().expect("window"));
+    let events = replay_by_key(
+        &jsonl,
+        expected["replay"]["cluster"].as_str().expect("cluster"),
+        expected["replay"]["reorderWindow"].as_str().expect("window"),
+    );
     let want = expected["classes"].as_object().expect("classes");
     let why = |id: &str| expected["why"][id].as_str().unwrap_or("").to_string();
     let mut out = BTreeMap::new();
@@ -50,13 +58,17 @@ fn differences(expected_path: &Path) -> (Value, BTreeMap<String, String>) {
         if !want.contains_key(id) {
             out.insert(
                 id.clone(),
-                format!("classified {} {} {}/{}, the truth has no such write", e["class"], e["verb"], e["object"]["kind"], e["object"]["name"]),
+                format!(
+                    "classified {} {} {}/{}, the truth has no such write",
+                    e["class"], e["verb"], e["object"]["kind"], e["object"]["name"]
+                ),
             );
         }
     }
     for (id, list) in expected["reverts"].as_object().into_iter().flatten() {
         let Some(e) = events.get(id).filter(|e| e["class"] == "drift") else { continue };
-        let named: Vec<&str> = e["reverts"].as_array().into_iter().flatten().filter_map(|r| r["auditID"].as_str()).collect();
+        let named: Vec<&str> =
+            e["reverts"].as_array().into_iter().flatten().filter_map(|r| r["auditID"].as_str()).collect();
         let listed: Vec<&str> = list.as_array().expect("a list of auditIDs").iter().filter_map(Value::as_str).collect();
         let wrong = if listed.is_empty() { !named.is_empty() } else { !listed.iter().any(|a| named.contains(a)) };
         if wrong {
@@ -75,7 +87,13 @@ fn passing_random_days_replay_to_their_ground_truth() {
         let name = expected["scenario"].as_str().unwrap_or("?").to_string();
         problems.extend(diff.into_iter().map(|(id, d)| format!("{name}: {id}: {d}")));
     }
-    assert!(problems.is_empty(), "{} write(s) of {} passing day(s) differ from the truth:\n{}", problems.len(), all.len(), problems.join("\n"));
+    assert!(
+        problems.is_empty(),
+        "{} write(s) of {} passing day(s) differ from the truth:\n{}",
+        problems.len(),
+        all.len(),
+        problems.join("\n")
+    );
 }
 
 #[test]
@@ -84,12 +102,19 @@ fn failing_random_days_differ_only_where_they_were_recorded_to() {
     for p in fixtures("failing") {
         let (expected, diff) = differences(&p);
         let name = expected["scenario"].as_str().unwrap_or("?").to_string();
-        let known: BTreeSet<&str> = expected["mismatches"].as_object().expect("mismatches").keys().map(String::as_str).collect();
+        let known: BTreeSet<&str> =
+            expected["mismatches"].as_object().expect("mismatches").keys().map(String::as_str).collect();
         assert!(!known.is_empty(), "{name}: a failing day records its mismatches");
-        problems.extend(diff.iter().filter(|(id, _)| !known.contains(id.as_str())).map(|(id, d)| format!("{name}: {id}: {d}")));
+        problems.extend(
+            diff.iter().filter(|(id, _)| !known.contains(id.as_str())).map(|(id, d)| format!("{name}: {id}: {d}")),
+        );
         let fixed: Vec<&&str> = known.iter().filter(|id| !diff.contains_key(**id)).collect();
         if !fixed.is_empty() {
-            println!("{name}: {} of {} recorded mismatch(es) now replay to the truth: {fixed:?}", fixed.len(), known.len());
+            println!(
+                "{name}: {} of {} recorded mismatch(es) now replay to the truth: {fixed:?}",
+                fixed.len(),
+                known.len()
+            );
         }
     }
     assert!(

@@ -59,7 +59,9 @@ type Field = (String, Option<String>, Option<String>, bool);
 /// A revert's fields; `None` when the fields are unknown.
 fn fields(r: &RevertOut) -> Option<Vec<Field>> {
     let text = |v: &Option<Box<serde_json::value::RawValue>>| v.as_ref().map(|r| r.get().to_string());
-    r.fields.as_ref().map(|f| f.iter().map(|f| (f.path.to_string(), text(&f.before), text(&f.after), f.restored)).collect())
+    r.fields
+        .as_ref()
+        .map(|f| f.iter().map(|f| (f.path.to_string(), text(&f.before), text(&f.after), f.restored)).collect())
 }
 
 fn f(path: &str, before: Option<&str>, after: Option<&str>, restored: bool) -> Field {
@@ -82,9 +84,18 @@ fn a_scale_back_reverts_the_person_s_scale_with_its_field() {
     assert!(find(&out, &by_hand).unwrap().reverts.is_none(), "only a drift carries reverts");
     let r = reverts(&out, &back);
     assert_eq!(r.len(), 1);
-    assert_eq!((&*r[0].user, r[0].person, &*r[0].audit_id, r[0].verb), ("alice@example.com", true, &*audit_id(&by_hand), Verb::Update));
-    assert_eq!((&*r[0].object.kind, &*r[0].object.name, &*r[0].object.api_version), ("ReplicaSet", "web-5d4f", "apps/v1"));
-    assert_eq!(&*r[0].time, serde_json::from_str::<serde_json::Value>(&by_hand).unwrap()["stageTimestamp"].as_str().unwrap());
+    assert_eq!(
+        (&*r[0].user, r[0].person, &*r[0].audit_id, r[0].verb),
+        ("alice@example.com", true, &*audit_id(&by_hand), Verb::Update)
+    );
+    assert_eq!(
+        (&*r[0].object.kind, &*r[0].object.name, &*r[0].object.api_version),
+        ("ReplicaSet", "web-5d4f", "apps/v1")
+    );
+    assert_eq!(
+        &*r[0].time,
+        serde_json::from_str::<serde_json::Value>(&by_hand).unwrap()["stageTimestamp"].as_str().unwrap()
+    );
     assert_eq!(fields(&r[0]), Some(vec![f("spec.replicas", Some("2"), Some("5"), true)]));
     assert_eq!(person_reverts(&p), 1);
     // Reverted once: the controller's next drift reverts nobody.
@@ -197,7 +208,8 @@ fn a_replacement_without_a_removal_and_a_removal_past_the_horizon_revert_nobody(
     assert_eq!(reverts(&out, &extra), &[], "nobody removed a pod: the cause is outside the stream");
     let r = reverts(&out, &late);
     assert_eq!(r.len(), 1, "two hours is within the default horizon of 7 days");
-    let (_, out) = run_opts(&t.events, EngineOptions { revert_horizon_us: 3600 * 1_000_000, ..EngineOptions::default() });
+    let (_, out) =
+        run_opts(&t.events, EngineOptions { revert_horizon_us: 3600 * 1_000_000, ..EngineOptions::default() });
     assert_eq!(reverts(&out, &late), &[], "past a one-hour horizon");
 }
 
@@ -274,7 +286,11 @@ fn a_removal_during_teardown_or_before_initialization_is_kept_only_when_judged()
     let (p, out) = run(&t.events);
     assert_eq!(class_of(&out, &gc), Class::Deleting);
     let rs_uid = kausality_stream::write::uid_key(&t.rs.uid);
-    let kept = p.engine().read_state(&kausality_stream::state::ObjKey::new(p.engine().interner().intern("default"), rs_uid), |s| s.removed_children().len());
+    let kept = p
+        .engine()
+        .read_state(&kausality_stream::state::ObjKey::new(p.engine().interner().intern("default"), rs_uid), |s| {
+            s.removed_children().len()
+        });
     assert_eq!(kept, Some(0));
 }
 
@@ -289,7 +305,8 @@ fn the_replay_summary_lists_reverted_changes_with_who_and_what() {
     t.events.extend([by_hand.clone(), back, caught_up, del, replacement]);
     let text = common::replay_summary("reverts", &t.events);
     assert!(text.contains("reverted changes: 2 (1 by persons)"), "{text}");
-    let when = serde_json::from_str::<serde_json::Value>(&by_hand).unwrap()["stageTimestamp"].as_str().unwrap().to_string();
+    let when =
+        serde_json::from_str::<serde_json::Value>(&by_hand).unwrap()["stageTimestamp"].as_str().unwrap().to_string();
     let scale = format!(
         "{when} alice@example.com update ReplicaSet shop/web-5d4f spec.replicas 2→5 · undone by {DEPLOYMENT_CONTROLLER} (update of ReplicaSet shop/web-5d4f)"
     );

@@ -190,7 +190,10 @@ fn verb_of(audit_id: &str) -> Option<&'static str> {
 
 fn object_uid(line: &str) -> Option<String> {
     let v: Value = serde_json::from_str(line).ok()?;
-    v.pointer("/responseObject/metadata/uid").or(v.pointer("/objectRef/uid")).and_then(Value::as_str).map(str::to_string)
+    v.pointer("/responseObject/metadata/uid")
+        .or(v.pointer("/objectRef/uid"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
 }
 
 proptest! {
@@ -254,9 +257,15 @@ fn each_kind_of_bad_input_is_counted_and_located_and_the_good_events_go_on() {
     use kausality_stream::decode::InvalidReason as R;
     let s = stream();
     let good = |i: usize| s[i].clone();
-    let list = |items: &[String]| format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}]}}"#, items.join(","));
-    let mut no_user: Value =
-        serde_json::from_str(s.iter().find(|l| l.contains(r#""verb":"create""#) && l.contains(r#""responseObject""#)).expect("a recorded create")).unwrap();
+    let list = |items: &[String]| {
+        format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{}]}}"#, items.join(","))
+    };
+    let mut no_user: Value = serde_json::from_str(
+        s.iter()
+            .find(|l| l.contains(r#""verb":"create""#) && l.contains(r#""responseObject""#))
+            .expect("a recorded create"),
+    )
+    .unwrap();
     no_user.as_object_mut().unwrap().remove("user");
     no_user["auditID"] = "no-user".into();
     let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
@@ -266,23 +275,80 @@ fn each_kind_of_bad_input_is_counted_and_located_and_the_good_events_go_on() {
     // (what, body, reason, where, message, events read beside it)
     type Case = (&'static str, Vec<u8>, R, &'static str, &'static str, usize);
     let cases: Vec<Case> = vec![
-        ("missing user in an item", list(&[good(0), no_user.to_string(), good(1)]).into_bytes(), R::MissingField, "items[1].user", "without user", 3),
-        ("arrays nested in an item", list(&[good(0), deep.clone(), good(1)]).into_bytes(), R::NotAuditEvent, "items[1]", "an array inside", 2),
-        ("arrays nested on a line", format!("{}\n{deep}\n{}\n", good(0), good(1)).into_bytes(), R::NotAuditEvent, "line 2 items[0]", "an array inside", 2),
-        ("number out of range", list(&[good(0), out_of_range]).into_bytes(), R::Json, "items[1]", "number out of range", 1),
+        (
+            "missing user in an item",
+            list(&[good(0), no_user.to_string(), good(1)]).into_bytes(),
+            R::MissingField,
+            "items[1].user",
+            "without user",
+            3,
+        ),
+        (
+            "arrays nested in an item",
+            list(&[good(0), deep.clone(), good(1)]).into_bytes(),
+            R::NotAuditEvent,
+            "items[1]",
+            "an array inside",
+            2,
+        ),
+        (
+            "arrays nested on a line",
+            format!("{}\n{deep}\n{}\n", good(0), good(1)).into_bytes(),
+            R::NotAuditEvent,
+            "line 2 items[0]",
+            "an array inside",
+            2,
+        ),
+        (
+            "number out of range",
+            list(&[good(0), out_of_range]).into_bytes(),
+            R::Json,
+            "items[1]",
+            "number out of range",
+            1,
+        ),
         (
             "a wrapper",
-            format!("{{\"records\":[{{\"properties\":{{\"log\":{}}}}}]}}\n", serde_json::to_string(&good(0)).unwrap()).into_bytes(),
+            format!("{{\"records\":[{{\"properties\":{{\"log\":{}}}}}]}}\n", serde_json::to_string(&good(0)).unwrap())
+                .into_bytes(),
             R::Wrapper,
             "body",
             "--unwrap aks",
             0,
         ),
         ("a BOM and UTF-16", b"\xEF\xBB\xBF\xFF\xFE{\x00}\x00".to_vec(), R::Encoding, "body", "UTF-16", 0),
-        ("an unknown stage", good(0).replacen("ResponseComplete", "Later", 1).into_bytes(), R::UnknownStage, "body", "known: RequestReceived", 0),
-        ("a wrong kind", list(&[good(0)]).replace("EventList", "PodList").into_bytes(), R::NotAuditEvent, "body", "not an audit EventList", 0),
-        ("a missing auditID", br#"{"kind":"Event","stage":"ResponseComplete","verb":"get"}"#.to_vec(), R::MissingField, "body", "without auditID", 0),
-        ("a truncated body", list(&[good(0), good(1)]).as_bytes()[..s[0].len() + 90].to_vec(), R::Truncated, "items[1]", "truncated", 1),
+        (
+            "an unknown stage",
+            good(0).replacen("ResponseComplete", "Later", 1).into_bytes(),
+            R::UnknownStage,
+            "body",
+            "known: RequestReceived",
+            0,
+        ),
+        (
+            "a wrong kind",
+            list(&[good(0)]).replace("EventList", "PodList").into_bytes(),
+            R::NotAuditEvent,
+            "body",
+            "not an audit EventList",
+            0,
+        ),
+        (
+            "a missing auditID",
+            br#"{"kind":"Event","stage":"ResponseComplete","verb":"get"}"#.to_vec(),
+            R::MissingField,
+            "body",
+            "without auditID",
+            0,
+        ),
+        (
+            "a truncated body",
+            list(&[good(0), good(1)]).as_bytes()[..s[0].len() + 90].to_vec(),
+            R::Truncated,
+            "items[1]",
+            "truncated",
+            1,
+        ),
         ("an empty array", b"[]".to_vec(), R::NotAuditEvent, "body", "empty JSON array", 0),
     ];
     for (what, body, reason, path, message, events) in cases {

@@ -23,13 +23,20 @@ fn replay(files: &[PathBuf], unwrap: Unwrap) -> (Outcome, Vec<serde_json::Value>
     opts.processor.decode.unwrap = unwrap;
     let mut out = Vec::new();
     let outcome = run(&opts, &mut out).expect("replay runs");
-    let events = out.split(|&b| b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).expect("enriched JSON")).collect();
+    let events = out
+        .split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).expect("enriched JSON"))
+        .collect();
     (outcome, events)
 }
 
 fn files(dir: &Path) -> Vec<PathBuf> {
-    let mut v: Vec<PathBuf> =
-        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).filter(|p| p.file_name().is_some_and(|n| n != "SOURCE_COMMIT")).collect();
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().is_some_and(|n| n != "SOURCE_COMMIT"))
+        .collect();
     v.sort();
     v
 }
@@ -63,14 +70,16 @@ fn falco_traces_classify_creates_and_deletes() {
     assert_eq!(o.summary.events, 51);
     assert_eq!(o.metrics.duplicates(), 2, "two files reuse an auditID");
     assert_eq!(o.metrics.ignored_count(Ignored::Stage), 2, "exec/attach ResponseStarted");
-    let pods: Vec<&serde_json::Value> = events.iter().filter(|e| e["object"]["kind"] == "Pod" && e["verb"] == "create").collect();
+    let pods: Vec<&serde_json::Value> =
+        events.iter().filter(|e| e["object"]["kind"] == "Pod" && e["verb"] == "create").collect();
     assert!(pods.len() >= 9);
     for p in &pods {
         assert_eq!(p["class"], Class::UnknownParent.as_str(), "ReplicaSets never appear in these traces");
         assert_eq!(p["parent"]["kind"], "ReplicaSet");
         assert_eq!(p["user"], "system:serviceaccount:kube-system:replicaset-controller");
     }
-    let aggregator = events.iter().find(|e| e["object"]["name"] == "system:kube-aggregator").expect("the Status-answered delete");
+    let aggregator =
+        events.iter().find(|e| e["object"]["name"] == "system:kube-aggregator").expect("the Status-answered delete");
     assert_eq!(aggregator["class"], "unowned");
     assert_eq!(aggregator["object"]["kind"], "ClusterRole");
     assert_eq!(aggregator["object"]["apiVersion"], "rbac.authorization.k8s.io/v1");
@@ -87,7 +96,8 @@ fn aks_envelopes_are_rejected_or_unwrapped() {
     let (o, events) = replay(&all, Unwrap::Aks);
     assert!(o.summary.events >= 20, "{}", o.summary.events);
     assert_eq!(invalid(&o, InvalidReason::Wrapper), 0);
-    let rev = events.iter().find(|e| e["object"]["kind"] == "ControllerRevision").expect("the daemon-set-controller update");
+    let rev =
+        events.iter().find(|e| e["object"]["kind"] == "ControllerRevision").expect("the daemon-set-controller update");
     assert_eq!(rev["user"], "system:serviceaccount:kube-system:daemon-set-controller");
     assert_eq!(rev["class"], "unknown-parent");
     assert_eq!(rev["parent"]["kind"], "DaemonSet");
@@ -100,7 +110,9 @@ fn metadata_level_and_v1beta1_logs_are_read_and_ignored_with_reasons() {
     assert!(o.summary.events >= 30);
     assert!(events.is_empty());
     assert_eq!(
-        o.metrics.ignored_count(Ignored::ReadVerb) + o.metrics.ignored_count(Ignored::StatusCode) + o.metrics.ignored_count(Ignored::NoObject),
+        o.metrics.ignored_count(Ignored::ReadVerb)
+            + o.metrics.ignored_count(Ignored::StatusCode)
+            + o.metrics.ignored_count(Ignored::NoObject),
         o.summary.events
     );
     let (o, _) = replay(&[root.join("kubeprovenance/minikube-sample-audit.log")], Unwrap::None);

@@ -28,7 +28,8 @@ fn rollout() -> Rollout {
     let mut api = ApiServer::new();
     let mut events = Vec::new();
     let mut d = deployment("shop", "web", 2, "web:1");
-    d["metadata"]["annotations"] = json!({"kausality.io/trace-ticket": "CHG-7", "kubectl.kubernetes.io/last-applied-configuration": "{}"});
+    d["metadata"]["annotations"] =
+        json!({"kausality.io/trace-ticket": "CHG-7", "kubectl.kubernetes.io/last-applied-configuration": "{}"});
     let (deploy, create_deploy) = api.create(ADMIN, d);
     events.push(create_deploy.clone());
     let (rs, create_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
@@ -50,7 +51,8 @@ fn rollout() -> Rollout {
 fn rollout_children_initializing_then_expected_with_trace_from_the_admin() {
     let mut r = rollout();
     // The admin changes the image: generation 2, the controller catches up.
-    let change = r.api.update(ADMIN, &r.deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
+    let change =
+        r.api.update(ADMIN, &r.deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
     let (rs2, create_rs2) = r.api.create(DEPLOYMENT_CONTROLLER, replicaset(&r.deploy, "77aa", 1, "web:2"));
     let scale_old = r.api.update(DEPLOYMENT_CONTROLLER, &r.rs, |rs| rs["spec"]["replicas"] = json!(1));
     let done = r.api.report(DEPLOYMENT_CONTROLLER, &r.deploy, &[("Available", "True")]);
@@ -204,13 +206,20 @@ fn an_object_whose_last_finalizer_goes_becomes_a_tombstone() {
     let del = api.delete(ADMIN, &d, &["example.com/hold"]);
     let fin = api.finalize("system:serviceaccount:ops:holder", &d);
     let engine = std::sync::Arc::new(kausality_stream::classify::Engine::new(Default::default(), Default::default()));
-    let mut p = Processor::new(engine.clone(), Default::default(), ProcessorOptions { clock: Clock::EventTime, ..Default::default() });
+    let mut p = Processor::new(
+        engine.clone(),
+        Default::default(),
+        ProcessorOptions { clock: Clock::EventTime, ..Default::default() },
+    );
     let mut out = Vec::new();
     for (i, e) in [c, del, fin].iter().enumerate() {
         p.ingest_document(None, e.as_bytes(), kausality_stream::decode::Location::Line(i + 1), "test", 0, &mut out);
     }
     p.flush(0, &mut out);
-    let key = kausality_stream::state::ObjKey::new(engine.interner().intern("default"), kausality_stream::write::uid_key(&d.uid));
+    let key = kausality_stream::state::ObjKey::new(
+        engine.interner().intern("default"),
+        kausality_stream::write::uid_key(&d.uid),
+    );
     assert_eq!(engine.read_state(&key, |s| (s.deleting(), s.deleted())), Some((true, true)));
 }
 
@@ -219,8 +228,7 @@ fn crossplane_style_conditions_give_the_observed_generation() {
     let mut api = ApiServer::new();
     let xr_ctrl = "system:serviceaccount:crossplane-system:crossplane";
     let (xr, c_xr) = api.create(ADMIN, json!({"apiVersion":"example.org/v1","kind":"XNetwork","metadata":{"name":"net"},"spec":{"cidr":"10.0.0.0/16"}}));
-    let mut mr =
-        json!({"apiVersion":"ec2.aws.upbound.io/v1beta1","kind":"VPC","metadata":{"name":"net-vpc"},"spec":{"forProvider":{"cidrBlock":"10.0.0.0/16"}}});
+    let mut mr = json!({"apiVersion":"ec2.aws.upbound.io/v1beta1","kind":"VPC","metadata":{"name":"net-vpc"},"spec":{"forProvider":{"cidrBlock":"10.0.0.0/16"}}});
     mr["metadata"]["ownerReferences"] = owner_ref(&xr);
     let (vpc, c_vpc) = api.create(xr_ctrl, mr);
     let cond = |api: &mut ApiServer, status: &str| {
@@ -240,7 +248,10 @@ fn crossplane_style_conditions_give_the_observed_generation() {
     assert_eq!(class_of(&out, &c_vpc), Class::Initializing);
     let d = find(&out, &drift).unwrap();
     assert_eq!(d.class, Class::Drift);
-    assert_eq!(d.parent.as_ref().unwrap().observed_generation_source, Some(kausality_stream::write::ObservedSource::SyncedCondition));
+    assert_eq!(
+        d.parent.as_ref().unwrap().observed_generation_source,
+        Some(kausality_stream::write::ObservedSource::SyncedCondition)
+    );
     assert_eq!(class_of(&out, &expected), Class::Expected);
 }
 
@@ -260,7 +271,10 @@ fn ready_condition_observed_generation_is_used_without_synced() {
     let out = run(&[c, c2, st, drift.clone()]);
     let e = find(&out, &drift).unwrap();
     assert_eq!(e.class, Class::Drift);
-    assert_eq!(e.parent.as_ref().unwrap().observed_generation_source, Some(kausality_stream::write::ObservedSource::ReadyCondition));
+    assert_eq!(
+        e.parent.as_ref().unwrap().observed_generation_source,
+        Some(kausality_stream::write::ObservedSource::ReadyCondition)
+    );
 }
 
 #[test]
@@ -277,10 +291,17 @@ fn synthetic_observed_generation_from_status_writes() {
     let bump = api.update(ADMIN, &app, |a| a["spec"]["v"] = json!(2));
     let expected = api.update(ctrl, &cm, |m| m["data"]["v"] = json!("3"));
     let out = run(&[c, c2.clone(), st, drift.clone(), bump, expected.clone()]);
-    assert_eq!(class_of(&out, &c2), Class::Expected, "initialized by annotation, no observed generation yet: expected, never drift");
+    assert_eq!(
+        class_of(&out, &c2),
+        Class::Expected,
+        "initialized by annotation, no observed generation yet: expected, never drift"
+    );
     let d = find(&out, &drift).unwrap();
     assert_eq!(d.class, Class::Drift);
-    assert_eq!(d.parent.as_ref().unwrap().observed_generation_source, Some(kausality_stream::write::ObservedSource::Synthetic));
+    assert_eq!(
+        d.parent.as_ref().unwrap().observed_generation_source,
+        Some(kausality_stream::write::ObservedSource::Synthetic)
+    );
     assert_eq!(class_of(&out, &expected), Class::Expected);
 }
 
@@ -302,7 +323,10 @@ fn parent_without_any_observed_generation_is_never_drift() {
 fn configmap_data_changes_count_metadata_changes_do_not() {
     let mut api = ApiServer::new();
     let ctrl = "system:serviceaccount:ops:cfg-operator";
-    let (p, c) = api.create(ADMIN, json!({"apiVersion":"x.example/v1","kind":"Cfg","metadata":{"name":"c","namespace":"n"},"spec":{"v":1}}));
+    let (p, c) = api.create(
+        ADMIN,
+        json!({"apiVersion":"x.example/v1","kind":"Cfg","metadata":{"name":"c","namespace":"n"},"spec":{"v":1}}),
+    );
     let (cm, c2) = api.create(ctrl, configmap("n", "c", &[("k", "1")], Some(&p)));
     let st = api.report(ctrl, &p, &[("Ready", "True")]);
     let label = api.patch(ctrl, &cm, |m| m["metadata"]["labels"] = json!({"touched": "yes"}));
@@ -373,13 +397,15 @@ fn approvals_rejections_freeze_and_snooze() {
     let mut r = rollout();
     let rs_name = r.rs.name.clone();
     let annotate = r.api.update(ADMIN, &r.deploy, |d| {
-        d["metadata"]["annotations"]["kausality.io/approvals"] =
-            json!(format!(r#"[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"{rs_name}","generation":1,"mode":"once"}}]"#));
+        d["metadata"]["annotations"]["kausality.io/approvals"] = json!(format!(
+            r#"[{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"{rs_name}","generation":1,"mode":"once"}}]"#
+        ));
     });
     let d1 = r.api.update(DEPLOYMENT_CONTROLLER, &r.rs, |rs| rs["spec"]["replicas"] = json!(3));
     let d2 = r.api.update(DEPLOYMENT_CONTROLLER, &r.rs, |rs| rs["spec"]["replicas"] = json!(2));
     let reject = r.api.update(ADMIN, &r.deploy, |d| {
-        d["metadata"]["annotations"]["kausality.io/rejections"] = json!(r#"[{"apiVersion":"*","kind":"ReplicaSet","name":"*","reason":"change freeze"}]"#);
+        d["metadata"]["annotations"]["kausality.io/rejections"] =
+            json!(r#"[{"apiVersion":"*","kind":"ReplicaSet","name":"*","reason":"change freeze"}]"#);
         d["metadata"]["annotations"]["kausality.io/snooze"] = json!(r#"{"expiry":"2099-01-01T00:00:00Z"}"#);
     });
     let d3 = r.api.update(DEPLOYMENT_CONTROLLER, &r.rs, |rs| rs["spec"]["replicas"] = json!(4));
@@ -445,11 +471,17 @@ fn custom_resource_status_written_through_the_main_resource_counts_as_status() {
     // Kinds without a status subresource write status with a plain update.
     let mut api = ApiServer::new();
     let ctrl = "system:serviceaccount:ops:legacy";
-    let (p, c) = api.create(ADMIN, json!({"apiVersion":"legacy.example/v1","kind":"Old","metadata":{"name":"o","namespace":"n"},"spec":{"v":1}}));
+    let (p, c) = api.create(
+        ADMIN,
+        json!({"apiVersion":"legacy.example/v1","kind":"Old","metadata":{"name":"o","namespace":"n"},"spec":{"v":1}}),
+    );
     let (cm, c2) = api.create(ctrl, configmap("n", "o", &[("k", "1")], Some(&p)));
     // Simulate the main-resource status write: the sim keeps status on plain updates, so
     // write it through the status call and rewrite the event as a main-resource update.
-    let st = api.report(ctrl, &p, &[("Ready", "True")]).replace(",\"subresource\":\"status\"", "").replace("/o/status\"", "/o\"");
+    let st = api
+        .report(ctrl, &p, &[("Ready", "True")])
+        .replace(",\"subresource\":\"status\"", "")
+        .replace("/o/status\"", "/o\"");
     let drift = api.update(ctrl, &cm, |m| m["data"]["k"] = json!("2"));
     let out = run(&[c, c2, st, drift.clone()]);
     assert_eq!(class_of(&out, &drift), Class::Drift);
@@ -508,7 +540,11 @@ fn owners_keep_their_names_for_writes_without_owner_references_and_leaves_keep_n
     let (p, out) = common::run_as_given(&[&create_rs, &create_deploy, &create_pod, &scale]);
     assert_eq!(class_of(&out, &create_rs), Class::UnknownParent);
     let e = find(&out, &scale).expect("the scale write is classified");
-    assert_eq!(e.parent.as_ref().map(|p| &*p.name), Some("web"), "the scale response names no owner: the name comes from state");
+    assert_eq!(
+        e.parent.as_ref().map(|p| &*p.name),
+        Some("web"),
+        "the scale response names no owner: the name comes from state"
+    );
     assert_eq!(e.class, Class::Initializing, "{}", e.reason);
     let hops: Vec<&str> = e.trace.iter().map(|h| &*h.name).collect();
     assert_eq!(hops, ["web", &*rs.name], "the Deployment's trace node is named from its state");
@@ -564,7 +600,8 @@ fn an_owner_keeps_the_name_of_its_own_write_over_the_one_a_child_gave_it() {
     let (deploy, create_deploy) = api.create(ADMIN, deployment("shop", "web", 2, "web:1"));
     let (rs, create_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
     // The ReplicaSet names its owner wrongly (nothing checks an ownerReference's name).
-    let misnamed = create_rs.replace(r#""kind":"Deployment","name":"web""#, r#""kind":"Deployment","name":"elsewhere""#);
+    let misnamed =
+        create_rs.replace(r#""kind":"Deployment","name":"web""#, r#""kind":"Deployment","name":"elsewhere""#);
     assert_ne!(misnamed, create_rs);
     let touch = api.update(ADMIN, &deploy, |d| d["metadata"]["labels"]["team"] = json!("a"));
     let scale = api.scale("alice", &rs, 3);

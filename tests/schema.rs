@@ -12,13 +12,20 @@ use serde_json::Value;
 
 #[test]
 fn every_enriched_event_matches_the_published_schema() {
-    let schema: Value =
-        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/enriched-event.schema.json")).unwrap()).unwrap();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/enriched-event.schema.json"))
+            .unwrap(),
+    )
+    .unwrap();
     let dir = std::env::temp_dir().join(format!("kausality-schema-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let input = dir.join("corpus.jsonl");
     let mut data = Vec::new();
-    generate(&CorpusOptions { events: 3_000, namespaces: 2, deployments_per_namespace: 4, ..Default::default() }, &mut data).unwrap();
+    generate(
+        &CorpusOptions { events: 3_000, namespaces: 2, deployments_per_namespace: 4, ..Default::default() },
+        &mut data,
+    )
+    .unwrap();
     std::fs::write(&input, data).unwrap();
     let mut out = Vec::new();
     run(
@@ -45,8 +52,11 @@ fn every_enriched_event_matches_the_published_schema() {
 
 #[test]
 fn the_checker_rejects_what_the_schema_forbids() {
-    let schema: Value =
-        serde_json::from_str(&std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/enriched-event.schema.json")).unwrap()).unwrap();
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("schema/enriched-event.schema.json"))
+            .unwrap(),
+    )
+    .unwrap();
     let bad = serde_json::json!({"auditID": "x", "class": "weird"});
     assert!(check(&schema, &schema, &bad, "$").is_err());
 }
@@ -58,7 +68,8 @@ fn the_checker_rejects_what_the_schema_forbids() {
 fn sinks_write_each_event_exactly_as_serde_json_does() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut streams: Vec<Vec<String>> = Vec::new();
-    let mut files: Vec<_> = std::fs::read_dir(root.join("tests/fixtures/controlplane")).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut files: Vec<_> =
+        std::fs::read_dir(root.join("tests/fixtures/controlplane")).unwrap().map(|e| e.unwrap().path()).collect();
     files.push(root.join("tests/fixtures/edge-cases.jsonl"));
     for f in files.iter().filter(|f| f.extension().is_some_and(|x| x == "jsonl")) {
         streams.push(std::fs::read_to_string(f).unwrap().lines().map(str::to_string).collect());

@@ -68,7 +68,11 @@ fn check_revert(e: &Value, person: &str) {
     let reverts = e["reverts"].as_array().expect("reverts");
     assert_eq!(reverts.len(), 1, "{e}");
     let r = &reverts[0];
-    assert_eq!((r["user"].as_str(), r["auditID"].as_str(), r["person"].as_bool()), (Some(PERSON), Some(person), Some(true)), "{r}");
+    assert_eq!(
+        (r["user"].as_str(), r["auditID"].as_str(), r["person"].as_bool()),
+        (Some(PERSON), Some(person), Some(true)),
+        "{r}"
+    );
     let fields = r["fields"].as_array().expect("fields known");
     assert_eq!(fields.len(), 1, "{r}");
     let f = &fields[0];
@@ -93,14 +97,18 @@ fn the_enriched_event_names_the_revert_by_digest_only() {
         bytes.push(b'\n');
     }
     assert_no_secret("the enriched events", &bytes);
-    let drift: Value = serde_json::from_slice(bytes.split(|b| *b == b'\n').find(|l| l.windows(back.len()).any(|w| w == back.as_bytes())).unwrap()).unwrap();
+    let drift: Value = serde_json::from_slice(
+        bytes.split(|b| *b == b'\n').find(|l| l.windows(back.len()).any(|w| w == back.as_bytes())).unwrap(),
+    )
+    .unwrap();
     check_revert(&drift, &person);
 }
 
 /// An EventList of events as JSON texts.
 fn event_list_raw(events: &[String]) -> Vec<u8> {
     let items: Vec<Value> = events.iter().map(|e| serde_json::from_str(e).unwrap()).collect();
-    serde_json::to_vec(&json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "metadata": {}, "items": items})).unwrap()
+    serde_json::to_vec(&json!({"kind": "EventList", "apiVersion": "audit.k8s.io/v1", "metadata": {}, "items": items}))
+        .unwrap()
 }
 
 fn bin() -> Command {
@@ -129,11 +137,21 @@ fn replay_the_history_store_and_why_hold_no_secret_value() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_no_secret("replay's output", &out.stdout);
     assert_no_secret("replay's summary", &out.stderr);
-    let lines: Vec<Value> = out.stdout.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap()).collect();
+    let lines: Vec<Value> = out
+        .stdout
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap())
+        .collect();
     check_revert(lines.iter().find(|e| e["class"] == "drift").expect("a drift"), &person);
 
     let db = dir.join("history.db");
-    let out = bin().args(["replay", "--no-progress", "--quiet", "--reorder-window", "0", "--history"]).arg(&db).arg(&log).output().expect("replay --history");
+    let out = bin()
+        .args(["replay", "--no-progress", "--quiet", "--reorder-window", "0", "--history"])
+        .arg(&db)
+        .arg(&log)
+        .output()
+        .expect("replay --history");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let bytes = store_bytes(&db);
     // The person's write is there: its auditID as a row keeps a UUID, 16 bytes.
@@ -141,7 +159,10 @@ fn replay_the_history_store_and_why_hold_no_secret_value() {
     assert!(bytes.windows(stored.len()).any(|w| w == stored), "the store holds the story");
     assert_no_secret("the history store's files", &bytes);
 
-    for args in [&["why", "secret/orders-creds", "-n", "shop"][..], &["why", "secret/orders-creds", "-n", "shop", "--output", "json"][..]] {
+    for args in [
+        &["why", "secret/orders-creds", "-n", "shop"][..],
+        &["why", "secret/orders-creds", "-n", "shop", "--output", "json"][..],
+    ] {
         let out = bin().args(args).arg("--history").arg(&db).output().expect("why");
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stdout).contains(&person), "{args:?} tells the person's write");
@@ -160,10 +181,19 @@ async fn the_service_s_sinks_and_query_api_hold_no_secret_value() {
     let dir = temp_dir("secrets-serve");
     let (out, db) = (dir.join("out.jsonl"), dir.join("history.db"));
     let receiver = Collector::start(true).await;
-    let pipeline = Pipeline::webhook().options(r#"reorder_window = "0""#).jsonl(&out).sink("history", &format!("path = \"{}\"", db.display()));
-    let running = start(&pipeline.sink("drift_report", &format!("urls = [\"{}\"]", receiver.url())).query("").toml()).await;
+    let pipeline = Pipeline::webhook()
+        .options(r#"reorder_window = "0""#)
+        .jsonl(&out)
+        .sink("history", &format!("path = \"{}\"", db.display()));
+    let running =
+        start(&pipeline.sink("drift_report", &format!("urls = [\"{}\"]", receiver.url())).query("").toml()).await;
     let (events, person, _) = story();
-    let r = reqwest::Client::new().post(format!("http://{}/audit", running.webhook_addrs[0])).body(event_list_raw(&events)).send().await.expect("post");
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/audit", running.webhook_addrs[0]))
+        .body(event_list_raw(&events))
+        .send()
+        .await
+        .expect("post");
     assert_eq!(r.status().as_u16(), 200);
     let query = format!("http://{}", running.query_addr.expect("the query API listens"));
 

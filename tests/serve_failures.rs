@@ -58,7 +58,11 @@ struct Tmpfs(PathBuf);
 impl Tmpfs {
     fn mount(at: &Path) -> Option<Tmpfs> {
         std::fs::create_dir_all(at).unwrap();
-        let ok = Command::new("mount").args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"]).arg(at).status().is_ok_and(|s| s.success());
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+            .arg(at)
+            .status()
+            .is_ok_and(|s| s.success());
         ok.then(|| Tmpfs(at.to_path_buf()))
     }
 }
@@ -72,15 +76,24 @@ impl Drop for Tmpfs {
 /// The JSON lines of `path`; panics on a line that is not whole JSON.
 fn whole_lines(path: &Path) -> Vec<Value> {
     let text = std::fs::read(path).unwrap_or_default();
-    assert!(text.is_empty() || text.ends_with(b"\n"), "the file ends in half a line: {:?}", String::from_utf8_lossy(&text[text.len().saturating_sub(80)..]));
-    text.split(|b| *b == b'\n').filter(|l| !l.is_empty()).map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("half a line: {e}"))).collect()
+    assert!(
+        text.is_empty() || text.ends_with(b"\n"),
+        "the file ends in half a line: {:?}",
+        String::from_utf8_lossy(&text[text.len().saturating_sub(80)..])
+    );
+    text.split(|b| *b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_slice(l).unwrap_or_else(|e| panic!("half a line: {e}")))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_holds_what_was_accepted_answers_503_and_writes_it_once_space_returns() {
     let dir = temp_dir("full-disk");
     let Some(fs) = Tmpfs::mount(&dir.join("mnt")) else {
-        eprintln!("skipped: cannot mount a tmpfs here (needs root); /dev/full covers the sink that cannot write at all");
+        eprintln!(
+            "skipped: cannot mount a tmpfs here (needs root); /dev/full covers the sink that cannot write at all"
+        );
         return;
     };
     let out = fs.0.join("out.jsonl");
@@ -99,7 +112,11 @@ async fn a_full_disk_holds_what_was_accepted_answers_503_and_writes_it_once_spac
             200 => accepted.extend(batch.iter().map(|e| e.audit_id.clone())),
             429 => tokio::time::sleep(Duration::from_millis(20)).await,
             code => {
-                refused = Some((code, r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string()), r.text().await.unwrap()));
+                refused = Some((
+                    code,
+                    r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string()),
+                    r.text().await.unwrap(),
+                ));
                 break;
             }
         }
@@ -137,7 +154,10 @@ async fn a_full_disk_holds_what_was_accepted_answers_503_and_writes_it_once_spac
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sink_that_cannot_write_at_the_stop_makes_it_unclean() {
-    let running = start(&Pipeline::webhook().options("reorder_window = \"10ms\"\nshutdown_timeout = \"15s\"").jsonl("/dev/full").toml()).await;
+    let running = start(
+        &Pipeline::webhook().options("reorder_window = \"10ms\"\nshutdown_timeout = \"15s\"").jsonl("/dev/full").toml(),
+    )
+    .await;
     let client = reqwest::Client::new();
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     assert_eq!(client.post(&url).body(event_list(&creates("full", 3))).send().await.unwrap().status().as_u16(), 200);
@@ -163,7 +183,14 @@ async fn a_snapshot_that_cannot_be_written_is_counted_shown_and_fails_the_stop()
     std::fs::write(&stale, b"half a snapshot").unwrap();
     std::fs::write(&foreign, b"not ours").unwrap();
     let state_section = format!("snapshot = \"{}\"\nsnapshot_interval = \"100ms\"", snapshot.display());
-    let running = start(&Pipeline::webhook().options(r#"reorder_window = "10ms""#).jsonl(dir.join("out.jsonl")).section("state", &state_section).toml()).await;
+    let running = start(
+        &Pipeline::webhook()
+            .options(r#"reorder_window = "10ms""#)
+            .jsonl(dir.join("out.jsonl"))
+            .section("state", &state_section)
+            .toml(),
+    )
+    .await;
     assert!(!stale.exists(), "the dead process's temporary snapshot is removed at start");
     assert!(foreign.exists());
     let m = running.metrics_addr;
@@ -193,11 +220,19 @@ async fn an_ingest_tier_whose_broker_cannot_be_reached_is_not_ready() {
     let running = start(&Pipeline::webhook().sink("kafka_route", &route).toml()).await;
     let (code, why) = wait_readyz(running.metrics_addr, |c, _| c == 503).await;
     assert_eq!(code, 503, "{why}");
-    assert!(why.starts_with("not ready: sink cannot write: kafka_route: cannot read topic audit from the broker"), "{why}");
+    assert!(
+        why.starts_with("not ready: sink cannot write: kafka_route: cannot read topic audit from the broker"),
+        "{why}"
+    );
     // A body is answered 503 within the delivery timeout it documents (and a little), not 5 s
     // past it.
     let started = std::time::Instant::now();
-    let r = reqwest::Client::new().post(format!("http://{}/audit", running.webhook_addrs[0])).body(event_list(&deployment_story("b"))).send().await.unwrap();
+    let r = reqwest::Client::new()
+        .post(format!("http://{}/audit", running.webhook_addrs[0]))
+        .body(event_list(&deployment_story("b")))
+        .send()
+        .await
+        .unwrap();
     let took = started.elapsed();
     assert_eq!(r.status().as_u16(), 503);
     assert!(took < std::time::Duration::from_millis(3500), "answered after {took:?} with a 2 s delivery timeout");

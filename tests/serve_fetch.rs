@@ -58,7 +58,10 @@ async fn a_parent_never_seen_is_fetched_and_its_children_are_judged() {
     .unwrap();
     let out = dir.join("out.jsonl");
     let fetch = format!("fetch = true\nkubeconfig = \"{}\"\nrate = 50", kubeconfig.display());
-    let running = start(&Pipeline::webhook().options(r#"reorder_window = "0""#).jsonl(&out).section("unknown_parents", &fetch).toml()).await;
+    let running = start(
+        &Pipeline::webhook().options(r#"reorder_window = "0""#).jsonl(&out).section("unknown_parents", &fetch).toml(),
+    )
+    .await;
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     let client = reqwest::Client::new();
     // The service starts after the Deployment's last write: the stream shows only its ReplicaSet.

@@ -56,7 +56,11 @@ async fn expect_continue_with_a_length_over_the_limit_gets_413_and_no_invitation
     let addr = running.webhook_addrs[0];
     for length in [1_099_511_627_776u64, 1001] {
         let mut s = TcpStream::connect(addr).await.unwrap();
-        s.write_all(request_head("/audit", &format!("Content-Length: {length}\r\nExpect: 100-continue\r\n")).as_bytes()).await.unwrap();
+        s.write_all(
+            request_head("/audit", &format!("Content-Length: {length}\r\nExpect: 100-continue\r\n")).as_bytes(),
+        )
+        .await
+        .unwrap();
         let head = read_head(&mut s, Duration::from_secs(5)).await;
         assert!(head.starts_with("HTTP/1.1 413"), "Content-Length {length}: {head:?}");
     }
@@ -74,7 +78,8 @@ async fn the_token_is_checked_before_the_path_is_judged() {
     let dir = temp_dir("auth-first");
     let token = dir.join("token");
     std::fs::write(&token, "s3cret\n").unwrap();
-    let running = start(&pipeline(&format!("bearer_token_file = \"{}\"", token.display()), &dir.join("out.jsonl"))).await;
+    let running =
+        start(&pipeline(&format!("bearer_token_file = \"{}\"", token.display()), &dir.join("out.jsonl"))).await;
     let client = reqwest::Client::new();
     let base = format!("http://{}", running.webhook_addrs[0]);
     let body = event_list(&deployment_story("a")[..1]);
@@ -111,7 +116,16 @@ async fn slow_headers_slow_bodies_and_idle_connections_are_cut() {
     assert!(closed_within(&mut trickle, Duration::from_secs(3)).await, "trickled headers");
     assert!(started.elapsed() < Duration::from_secs(3));
     assert!(closed_within(&mut silent, Duration::from_secs(1)).await, "a connection that never sends");
-    assert!(wait_metric(running.metrics_addr, "kausality_connection_timeouts_total", &["listener=\"webhook\"", "phase=\"headers\""], 2.0).await >= 2.0);
+    assert!(
+        wait_metric(
+            running.metrics_addr,
+            "kausality_connection_timeouts_total",
+            &["listener=\"webhook\"", "phase=\"headers\""],
+            2.0
+        )
+        .await
+            >= 2.0
+    );
 
     // A body trickled a byte every 100 ms: 408 with Retry-After once body_read_timeout is over.
     let mut slow = TcpStream::connect(addr).await.unwrap();
@@ -135,7 +149,9 @@ async fn slow_headers_slow_bodies_and_idle_connections_are_cut() {
     let mut kept = TcpStream::connect(addr).await.unwrap();
     let body = event_list(&deployment_story("idle")[..1]);
     for round in 0..2 {
-        kept.write_all(request_head("/audit", &format!("Content-Length: {}\r\n", body.len())).as_bytes()).await.unwrap();
+        kept.write_all(request_head("/audit", &format!("Content-Length: {}\r\n", body.len())).as_bytes())
+            .await
+            .unwrap();
         kept.write_all(&body).await.unwrap();
         let head = read_head(&mut kept, Duration::from_secs(5)).await;
         assert!(head.starts_with("HTTP/1.1 200"), "round {round}: {head:?}");
@@ -171,7 +187,9 @@ async fn connections_over_the_cap_are_closed_and_metrics_still_answer() {
     assert_eq!(scrape.status().as_u16(), 200);
     assert!(started.elapsed() < Duration::from_secs(2));
     assert!(closed_within(&mut flood[199], Duration::from_secs(2)).await, "over the cap: closed at once");
-    assert!(wait_metric(metrics, "kausality_connections_refused_total", &["listener=\"webhook\""], 200.0).await >= 200.0);
+    assert!(
+        wait_metric(metrics, "kausality_connections_refused_total", &["listener=\"webhook\""], 200.0).await >= 200.0
+    );
     // The held ones are still served.
     held[0].write_all(b"GET /nothing HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
     assert!(read_head(&mut held[0], Duration::from_secs(5)).await.starts_with("HTTP/1.1 404"));
@@ -184,7 +202,8 @@ async fn connections_over_the_cap_are_closed_and_metrics_still_answer() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_past_the_in_flight_budget_get_503_until_room_is_back() {
     let dir = temp_dir("budget");
-    let running = start(&pipeline("max_body_bytes = 100000\nmax_body_bytes_in_flight = 150000", &dir.join("out.jsonl"))).await;
+    let running =
+        start(&pipeline("max_body_bytes = 100000\nmax_body_bytes_in_flight = 150000", &dir.join("out.jsonl"))).await;
     let addr = running.webhook_addrs[0];
     // One unfinished body holds 100,000 of the 150,000 bytes.
     let mut unfinished = TcpStream::connect(addr).await.unwrap();
@@ -234,7 +253,10 @@ async fn one_client_cannot_take_every_connection_of_the_query_api() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut fourth = from([127, 0, 0, 1]).await;
     assert!(closed_within(&mut fourth, Duration::from_secs(2)).await, "a fourth from the same client: closed at once");
-    assert!(wait_metric(running.metrics_addr, "kausality_connections_refused_total", &["listener=\"query\""], 1.0).await >= 1.0);
+    assert!(
+        wait_metric(running.metrics_addr, "kausality_connections_refused_total", &["listener=\"query\""], 1.0).await
+            >= 1.0
+    );
     // Another client (another loopback address) is answered.
     let mut other = from([127, 0, 0, 2]).await;
     other.write_all(b"GET /v1/objects HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();

@@ -46,10 +46,19 @@ impl Serve {
                 }
             }
         });
-        let mut s = Serve { child, webhook: "0.0.0.0:0".parse().unwrap(), metrics: "0.0.0.0:0".parse().unwrap(), log, startup: Vec::new() };
+        let mut s = Serve {
+            child,
+            webhook: "0.0.0.0:0".parse().unwrap(),
+            metrics: "0.0.0.0:0".parse().unwrap(),
+            log,
+            startup: Vec::new(),
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while s.webhook.port() == 0 || s.metrics.port() == 0 {
-            let v = s.log.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("serve logs its addresses");
+            let v = s
+                .log
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("serve logs its addresses");
             let addr = v["fields"]["addr"].as_str().map(|a| a.parse().unwrap());
             match v["fields"]["message"].as_str() {
                 Some("webhook listening") => s.webhook = addr.unwrap(),
@@ -213,7 +222,10 @@ fn a_stop_that_could_not_write_what_was_accepted_exits_non_zero() {
     let (code, log) = serve.terminate();
     assert_ne!(code, 0, "{log:#?}");
     let said = |msg: &str| log.iter().any(|v| v["fields"]["message"] == msg);
-    assert!(said("jsonl sink cannot write; holding the batch and trying again (the webhook answers 503 meanwhile)"), "{log:#?}");
+    assert!(
+        said("jsonl sink cannot write; holding the batch and trying again (the webhook answers 503 meanwhile)"),
+        "{log:#?}"
+    );
     assert!(said("a sink could not write everything it accepted before the stop"), "{log:#?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -285,7 +297,10 @@ fn shipped_pipelines_have_only_the_keys_serve_knows() {
     ] {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
         if let Err(e) = kausality_stream::pipeline::load_str(file, &text) {
-            let real: Vec<_> = e.0.iter().filter(|e| !e.message.starts_with("cannot read") && !e.message.starts_with("directory")).collect();
+            let real: Vec<_> =
+                e.0.iter()
+                    .filter(|e| !e.message.starts_with("cannot read") && !e.message.starts_with("directory"))
+                    .collect();
             assert!(real.is_empty(), "{file}: {real:#?}");
         }
     }

@@ -25,7 +25,8 @@ async fn deployment_story_is_classified_and_drift_is_reported_then_resolved() {
     let out = dir.join("out.jsonl");
     let receiver = Collector::start(true).await;
     let pipeline = Pipeline::webhook().cluster("kind-test").options(r#"reorder_window = "50ms""#).jsonl(&out);
-    let running = start(&pipeline.sink("drift_report", &format!("urls = [\"{}\"]\nttl = \"10m\"", receiver.url())).toml()).await;
+    let running =
+        start(&pipeline.sink("drift_report", &format!("urls = [\"{}\"]\nttl = \"10m\"", receiver.url())).toml()).await;
     let client = reqwest::Client::new();
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     let (code, body, _) = post(&client, &url, event_list(&deployment_story("s"))).await;
@@ -107,7 +108,10 @@ async fn deployment_story_is_classified_and_drift_is_reported_then_resolved() {
 async fn malformed_oversize_and_per_cluster_paths() {
     let dir = temp_dir("malformed");
     let out = dir.join("out.jsonl");
-    let running = start(&Pipeline::webhook().webhook_with("max_body_bytes = 20000\nmax_events_per_request = 3").jsonl(&out).toml()).await;
+    let running = start(
+        &Pipeline::webhook().webhook_with("max_body_bytes = 20000\nmax_events_per_request = 3").jsonl(&out).toml(),
+    )
+    .await;
     let client = reqwest::Client::new();
     let base = format!("http://{}", running.webhook_addrs[0]);
 
@@ -116,7 +120,8 @@ async fn malformed_oversize_and_per_cluster_paths() {
     assert_eq!(code, 400);
     assert!(body["error"].as_str().unwrap().contains("no audit event"), "{body}");
     assert_eq!(body["errors"][0]["reason"], "json");
-    let (code, body, _) = post(&client, &format!("{base}/audit"), br#"{"kind":"ConfigMap","apiVersion":"v1"}"#.to_vec()).await;
+    let (code, body, _) =
+        post(&client, &format!("{base}/audit"), br#"{"kind":"ConfigMap","apiVersion":"v1"}"#.to_vec()).await;
     assert_eq!(code, 400);
     assert!(body["errors"][0]["message"].as_str().unwrap().contains("not an audit Event"), "{body}");
 
@@ -133,7 +138,10 @@ async fn malformed_oversize_and_per_cluster_paths() {
         second: 0,
     };
     let mut list: Value = serde_json::from_slice(&event_list(&[good])).unwrap();
-    list["items"].as_array_mut().unwrap().push(json!({"kind": "Event", "apiVersion": "audit.k8s.io/v1", "stage": "ResponseComplete"}));
+    list["items"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"kind": "Event", "apiVersion": "audit.k8s.io/v1", "stage": "ResponseComplete"}));
     let (code, body, _) = post(&client, &format!("{base}/audit/eu-1"), serde_json::to_vec(&list).unwrap()).await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["events"], 1);
@@ -150,13 +158,22 @@ async fn malformed_oversize_and_per_cluster_paths() {
     assert!(body["error"].as_str().unwrap().contains("20000"), "{body}");
     // Over the event limit: 413.
     let many: Vec<Ev> = (0..4).map(|i| Ev { audit_id: format!("m-{i}"), verb: "create", user: "a".into(), resource: "configmaps", api_group: "", subresource: None, object: json!({"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":format!("c{i}"),"namespace":"x","uid":format!("u{i}"),"resourceVersion":"5"}}), code: 201, second: 0 }).collect();
-    let received = |text: &str| text.lines().find(|l| l.starts_with(r#"kausality_events_received_total{source="webhook"}"#)).map(str::to_string);
-    let before = received(&reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap());
+    let received = |text: &str| {
+        text.lines().find(|l| l.starts_with(r#"kausality_events_received_total{source="webhook"}"#)).map(str::to_string)
+    };
+    let before = received(
+        &reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap(),
+    );
     let (code, body, _) = post(&client, &format!("{base}/audit"), event_list(&many)).await;
     assert_eq!(code, 413);
     assert!(body["error"].as_str().unwrap().contains("4 events"), "{body}");
-    let after = received(&reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap());
-    assert!(before.is_some() && before == after, "a refused body counts no event as received: {before:?} then {after:?}");
+    let after = received(
+        &reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap(),
+    );
+    assert!(
+        before.is_some() && before == after,
+        "a refused body counts no event as received: {before:?} then {after:?}"
+    );
     // A cluster name that would pollute the interner, and a wrong path.
     let (code, _, _) = post(&client, &format!("{base}/audit/a%20b"), b"{}".to_vec()).await;
     assert_eq!(code, 400);
@@ -201,7 +218,13 @@ async fn big_batches_bad_items_and_deep_bodies() {
     assert_eq!((code, answer["events"].as_u64(), answer["invalid"].as_u64()), (200, Some(400), Some(0)), "{answer}");
 
     // A number out of range and invalid UTF-8 beside good items: 200, each bad one located.
-    let mut list: Value = serde_json::from_slice(&event_list(&[configmap(500, 0), configmap(501, 0), configmap(502, 0), configmap(503, 0)])).unwrap();
+    let mut list: Value = serde_json::from_slice(&event_list(&[
+        configmap(500, 0),
+        configmap(501, 0),
+        configmap(502, 0),
+        configmap(503, 0),
+    ]))
+    .unwrap();
     list["items"][1]["responseStatus"]["code"] = json!(12345);
     let mut bytes = serde_json::to_vec(&list).unwrap();
     let at = bytes.windows(5).position(|w| w == b"12345").unwrap();
@@ -224,10 +247,13 @@ async fn big_batches_bad_items_and_deep_bodies() {
     assert_eq!(answer["errors"][0]["location"], "items[1].user", "{answer}");
 
     // Every item bad, but the list is sound: 200 (nothing to retry, nothing to drop).
-    let (code, answer, _) = post(&client, &url, br#"{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"verb":5},7]}"#.to_vec()).await;
+    let (code, answer, _) =
+        post(&client, &url, br#"{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{"verb":5},7]}"#.to_vec())
+            .await;
     assert_eq!((code, answer["invalid"].as_u64()), (200, Some(2)), "{answer}");
     // An EventList without items: 200; a bare `[]`: 400, it is not an audit body.
-    let (code, answer, _) = post(&client, &url, br#"{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}"#.to_vec()).await;
+    let (code, answer, _) =
+        post(&client, &url, br#"{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[]}"#.to_vec()).await;
     assert_eq!((code, answer["events"].as_u64()), (200, Some(0)), "{answer}");
     let (code, answer, _) = post(&client, &url, b"[]".to_vec()).await;
     assert_eq!(code, 400, "{answer}");
@@ -235,8 +261,15 @@ async fn big_batches_bad_items_and_deep_bodies() {
 
     // Nested past any stack: nothing recurses with it, the good item beside it is read, and
     // the service goes on.
-    let deep = format!(r#"{{"auditID":"deep","stage":"ResponseComplete","verb":"get","x":{}1{}}}"#, r#"{"a":["#.repeat(100_000), "]}".repeat(100_000));
-    let list = format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{},{deep}]}}"#, configmap(700, 0).json());
+    let deep = format!(
+        r#"{{"auditID":"deep","stage":"ResponseComplete","verb":"get","x":{}1{}}}"#,
+        r#"{"a":["#.repeat(100_000),
+        "]}".repeat(100_000)
+    );
+    let list = format!(
+        r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{},{deep}]}}"#,
+        configmap(700, 0).json()
+    );
     let (code, answer, _) = post(&client, &url, list.into_bytes()).await;
     assert_eq!((code, answer["events"].as_u64(), answer["invalid"].as_u64()), (200, Some(2), Some(0)), "{answer}");
     let arrays = format!("{}{}", "[".repeat(400), "]".repeat(400));
@@ -302,7 +335,8 @@ async fn overload_answers_429_and_nothing_is_lost_once_the_client_retries() {
     // Let the queues fill up and the 429s come, then let the sink through.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        let text = reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap();
+        let text =
+            reqwest::get(format!("http://{}/metrics", running.metrics_addr)).await.unwrap().text().await.unwrap();
         if text.contains(r#"code="429""#) || std::time::Instant::now() > deadline {
             break;
         }
@@ -315,7 +349,10 @@ async fn overload_answers_429_and_nothing_is_lost_once_the_client_retries() {
     }
     assert!(throttled > 0, "the intake never pushed back");
     let got = collector.wait_for(|b| b.len() >= N).await;
-    let mut ids: Vec<String> = got.iter().flat_map(|b| b.as_array().unwrap().iter().map(|e| e["auditID"].as_str().unwrap().to_string())).collect();
+    let mut ids: Vec<String> = got
+        .iter()
+        .flat_map(|b| b.as_array().unwrap().iter().map(|e| e["auditID"].as_str().unwrap().to_string()))
+        .collect();
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), N, "every event reached the sink exactly once: {ids:?}");
@@ -328,7 +365,8 @@ async fn bearer_token_is_required_when_configured() {
     let dir = temp_dir("token");
     let token = dir.join("token");
     std::fs::write(&token, "s3cret-token\n").unwrap();
-    let running = start(&Pipeline::webhook().webhook_with(&format!("bearer_token_file = \"{}\"", token.display())).toml()).await;
+    let running =
+        start(&Pipeline::webhook().webhook_with(&format!("bearer_token_file = \"{}\"", token.display())).toml()).await;
     let url = format!("http://{}/audit", running.webhook_addrs[0]);
     let body = event_list(&deployment_story("t")[..1]);
     let client = reqwest::Client::new();
@@ -344,7 +382,8 @@ async fn bearer_token_is_required_when_configured() {
 }
 
 fn tls_client(pki: &Pki, with_client_cert: bool) -> reqwest::Client {
-    let mut b = reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(pki.ca_pem.as_bytes()).unwrap());
+    let mut b =
+        reqwest::Client::builder().add_root_certificate(reqwest::Certificate::from_pem(pki.ca_pem.as_bytes()).unwrap());
     if with_client_cert {
         let pem = format!("{}{}", pki.client_pem, pki.client_key);
         b = b.identity(reqwest::Identity::from_pem(pem.as_bytes()).unwrap());
@@ -374,7 +413,8 @@ async fn https_with_client_certificates() {
     assert_eq!(code, 200, "a client with a certificate from the CA gets in");
     let refused = tls_client(&pki, false).post(&url).body(body.clone()).send().await;
     assert!(refused.is_err(), "a client without a certificate is refused in the handshake");
-    let plain = reqwest::Client::new().post(format!("http://{}/audit", running.webhook_addrs[0])).body(body).send().await;
+    let plain =
+        reqwest::Client::new().post(format!("http://{}/audit", running.webhook_addrs[0])).body(body).send().await;
     assert!(plain.map(|r| r.status().as_u16() != 200).unwrap_or(true), "plain HTTP is not served on the TLS port");
     // Each failed handshake is counted with its reason.
     let failures = "kausality_tls_handshake_failures_total";

@@ -61,7 +61,10 @@ fn restart_from_a_snapshot_classifies_like_an_uninterrupted_run() {
     let mut snap = Vec::new();
     let stats = first.snapshot(&mut snap).unwrap();
     assert_eq!(stats.objects, 2);
-    assert_eq!(stats.trace_nodes, 0, "alice's edit made the ReplicaSet's trace a new origin; the Deployment's is its own hop");
+    assert_eq!(
+        stats.trace_nodes, 0,
+        "alice's edit made the ReplicaSet's trace a new origin; the Deployment's is its own hop"
+    );
     // Right after the ReplicaSet's create, its trace extends the Deployment's: one shared node.
     let mut early = processor(Default::default(), 500_000);
     let mut sink = Vec::new();
@@ -113,7 +116,10 @@ fn corrupt_or_foreign_snapshots_are_refused() {
     let mid = flipped.len() / 2;
     flipped[mid] ^= 0x55;
     assert!(matches!(processor(Default::default(), 1).restore(&mut flipped.as_slice()), Err(SnapshotError::Checksum)));
-    assert!(matches!(processor(Default::default(), 1).restore(&mut &b"{\"not\":\"a snapshot\"}"[..]), Err(SnapshotError::BadMagic)));
+    assert!(matches!(
+        processor(Default::default(), 1).restore(&mut &b"{\"not\":\"a snapshot\"}"[..]),
+        Err(SnapshotError::BadMagic)
+    ));
     let cut = &snap[..snap.len() / 3];
     assert!(processor(Default::default(), 1).restore(&mut &cut[..]).is_err());
 }
@@ -163,7 +169,11 @@ fn a_parent_whose_trace_node_was_built_keeps_its_hop_through_a_snapshot() {
     feed(&mut before, &events[..2], &mut out);
     before.flush(0, &mut out);
     let mut snap = Vec::new();
-    assert_eq!(before.snapshot(&mut snap).unwrap().trace_nodes, 1, "the Deployment's node, shared by the first ReplicaSet");
+    assert_eq!(
+        before.snapshot(&mut snap).unwrap().trace_nodes,
+        1,
+        "the Deployment's node, shared by the first ReplicaSet"
+    );
     let mut after = processor(Default::default(), 500_000);
     after.restore(&mut snap.as_slice()).unwrap();
     feed(&mut after, &events[2..], &mut out);
@@ -174,12 +184,19 @@ fn a_parent_whose_trace_node_was_built_keeps_its_hop_through_a_snapshot() {
     );
 
     let judged = common::find(&out, &second).expect("the second ReplicaSet's create is classified");
-    assert_eq!(judged.class, kausality_stream::classify::Class::Initializing, "the controller of a new Deployment: extends its trace");
+    assert_eq!(
+        judged.class,
+        kausality_stream::classify::Class::Initializing,
+        "the controller of a new Deployment: extends its trace"
+    );
     let hops: Vec<_> = judged.trace.iter().map(|h| (&*h.kind, h.user.as_deref(), h.timestamp.as_deref())).collect();
     let created = common::find(&reference, &create).expect("the Deployment's create is classified");
     assert_eq!(
         hops,
-        vec![("Deployment", Some(ADMIN), Some(&*created.stage_timestamp)), ("ReplicaSet", Some(DEPLOYMENT_CONTROLLER), Some(&*judged.stage_timestamp))]
+        vec![
+            ("Deployment", Some(ADMIN), Some(&*created.stage_timestamp)),
+            ("ReplicaSet", Some(DEPLOYMENT_CONTROLLER), Some(&*judged.stage_timestamp))
+        ]
     );
 }
 
@@ -199,7 +216,8 @@ fn a_snapshot_of_format_4_is_read_with_its_observed_generations_finished() {
     // `tests/fixtures/snapshot/rollout-prefix-v4.snap` was written by the format-4 writer (the
     // release before finishing was kept): `serve` with `reorder_window = "0s"`, a file source of
     // the rollout fixture's first 40 lines and `[state] snapshot`, stopped with SIGTERM.
-    let v4 = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot/rollout-prefix-v4.snap")).expect("fixture");
+    let v4 = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/snapshot/rollout-prefix-v4.snap"))
+        .expect("fixture");
     assert!(v4.starts_with(b"KAUSALITY-STATE 4\n"));
     let lines = rollout_lines();
     let mut old = processor(Default::default(), 0);
@@ -210,7 +228,11 @@ fn a_snapshot_of_format_4_is_read_with_its_observed_generations_finished() {
     old.flush(0, &mut out);
     assert_eq!(out.len(), 1, "the first 40 lines are known to the restored dedupe window");
     let e = &out[0];
-    assert_eq!(e.class, kausality_stream::classify::Class::Drift, "format 4 knew no finishing: its observed generation reads as finished");
+    assert_eq!(
+        e.class,
+        kausality_stream::classify::Class::Drift,
+        "format 4 knew no finishing: its observed generation reads as finished"
+    );
     assert_eq!(e.parent.as_ref().unwrap().finished, Some(true));
 
     // The same state written now (format 8, which keeps it as 5 did) keeps that the rollout was

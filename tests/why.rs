@@ -37,7 +37,8 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 fn expected(scenario: &str) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{scenario}.expected.json"))).expect("read")).expect("JSON")
+    serde_json::from_str(&std::fs::read_to_string(fixture(&format!("{scenario}.expected.json"))).expect("read"))
+        .expect("JSON")
 }
 
 /// A directory of its own for each test.
@@ -65,7 +66,13 @@ fn fill(db: &Path, scenario: &str, cluster: Option<&str>) {
 }
 
 fn why_in(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kausality-stream")).current_dir(dir).arg("why").args(args).env_remove("KAUSALITY_QUERY_TOKEN").output().expect("run why")
+    Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
+        .current_dir(dir)
+        .arg("why")
+        .args(args)
+        .env_remove("KAUSALITY_QUERY_TOKEN")
+        .output()
+        .expect("run why")
 }
 
 fn text(out: &Output) -> String {
@@ -113,7 +120,11 @@ fn the_replicaset_a_person_scaled_shows_the_scale_and_the_drift_that_reverted_it
     // Alice's scale: an origin, by alice, through /scale, and what undid it.
     assert_eq!(truth["classes"][ALICE_SCALE], "origin");
     assert!(ws[ALICE_SCALE].contains("  origin  patch scale  by alice"), "{out}");
-    assert_eq!(lines_with(&out, &["undone", &format!("by {DC}"), "drift", &format!("auditID {SCALE_BACK}")]).len(), 1, "{out}");
+    assert_eq!(
+        lines_with(&out, &["undone", &format!("by {DC}"), "drift", &format!("auditID {SCALE_BACK}")]).len(),
+        1,
+        "{out}"
+    );
     // The deployment controller's scale-back: a drift, unresolved, reverting alice's scale.
     assert_eq!(truth["classes"][SCALE_BACK], "drift");
     assert!(truth["reverts"][SCALE_BACK].as_array().unwrap().iter().any(|a| a == ALICE_SCALE));
@@ -122,13 +133,18 @@ fn the_replicaset_a_person_scaled_shows_the_scale_and_the_drift_that_reverted_it
     assert_eq!(lines_with(&out, &["reverts", "alice's patch", &format!("auditID {ALICE_SCALE}")]).len(), 1, "{out}");
     assert_eq!(lines_with(&out, &["spec.replicas: 12 → 14, put back"]).len(), 1, "{out}");
     // Newest last: the scale, then the scale-back, in the order of the headings.
-    let order: Vec<String> = writes(&out).into_iter().map(|(id, _)| id).filter(|id| id == ALICE_SCALE || id == SCALE_BACK).collect();
+    let order: Vec<String> =
+        writes(&out).into_iter().map(|(id, _)| id).filter(|id| id == ALICE_SCALE || id == SCALE_BACK).collect();
     assert_eq!(order, [ALICE_SCALE, SCALE_BACK]);
     // The rollout that created it: its chain back to the person who changed the Deployment.
     let create = writes(&out).into_iter().find(|(_, h)| h.contains("  create  ")).expect("its create");
     assert!(create.1.contains(&format!("expected  create  by {DC}")), "{out}");
     assert!(!lines_with(&out, &["trace", "Deployment/web gen", "by kubernetes-admin"]).is_empty(), "{out}");
-    assert!(!lines_with(&out, &["parent", "Deployment/web: generation 2, observed 2 (status), finished, initialized"]).is_empty(), "{out}");
+    assert!(
+        !lines_with(&out, &["parent", "Deployment/web: generation 2, observed 2 (status), finished, initialized"])
+            .is_empty(),
+        "{out}"
+    );
     // Its children's drift: the pods the ReplicaSet replaced during the drain.
     let tree = out.split("children with drift").nth(1).expect("children with drift");
     assert!(lines_with(tree, &["Pod/web-79969874f7-", "drift 1", RSC]).len() >= 2, "{tree}");
@@ -145,17 +161,43 @@ fn a_pod_a_person_deleted_and_its_replacement_tell_each_other() {
     assert_eq!(lines_with(&out, &["deleted", "by alice", &format!("auditID {ALICE_DELETE}")]).len(), 1, "{out}");
     let ws: BTreeMap<String, String> = writes(&out).into_iter().collect();
     assert!(ws[ALICE_DELETE].contains("  origin  delete  by alice"), "{out}");
-    assert_eq!(lines_with(&out, &["undone", &format!("by {RSC}"), &format!(": drift of Pod/api-67fbcbbf8c-kcdnh  auditID {REPLACEMENT}")]).len(), 1, "{out}");
-    let out = text(&why_in(&dir, &["Pods/api-67fbcbbf8c-kcdnh", "--history", db, "-n", "cluster-day", "--cluster", "e2e"]));
+    assert_eq!(
+        lines_with(
+            &out,
+            &["undone", &format!("by {RSC}"), &format!(": drift of Pod/api-67fbcbbf8c-kcdnh  auditID {REPLACEMENT}")]
+        )
+        .len(),
+        1,
+        "{out}"
+    );
+    let out =
+        text(&why_in(&dir, &["Pods/api-67fbcbbf8c-kcdnh", "--history", db, "-n", "cluster-day", "--cluster", "e2e"]));
     let ws: BTreeMap<String, String> = writes(&out).into_iter().collect();
     assert!(ws[REPLACEMENT].contains(&format!("  drift  create  by {RSC}")), "{out}");
-    assert_eq!(lines_with(&out, &["reverts", "alice's delete of Pod/api-67fbcbbf8c-2g9sp", &format!("auditID {ALICE_DELETE}")]).len(), 1, "{out}");
+    assert_eq!(
+        lines_with(
+            &out,
+            &["reverts", "alice's delete of Pod/api-67fbcbbf8c-2g9sp", &format!("auditID {ALICE_DELETE}")]
+        )
+        .len(),
+        1,
+        "{out}"
+    );
     // The namespace teardown took it down later: a deletecollection item, of kind Pod.
-    assert!(ws.values().any(|h| h.contains("  deleting  deletecollection  by system:serviceaccount:kube-system:namespace-controller")), "{out}");
+    assert!(
+        ws.values()
+            .any(|h| h
+                .contains("  deleting  deletecollection  by system:serviceaccount:kube-system:namespace-controller")),
+        "{out}"
+    );
     // The ReplicaSet shows the replacement in its tree.
     let out = text(&why_in(&dir, &["replicasets.apps/api-67fbcbbf8c", "--history", db]));
     let tree = out.split("children with drift").nth(1).expect("children with drift");
-    assert_eq!(lines_with(tree, &["Pod/api-67fbcbbf8c-kcdnh", "drift 1", RSC, "(unresolved)", "deleted"]).len(), 1, "{tree}");
+    assert_eq!(
+        lines_with(tree, &["Pod/api-67fbcbbf8c-kcdnh", "drift 1", RSC, "(unresolved)", "deleted"]).len(),
+        1,
+        "{tree}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -178,7 +220,9 @@ fn every_objects_story_agrees_with_its_fixture() {
     let dir = scratch("all");
     let mut scenarios: Vec<String> = std::fs::read_dir(fixture(""))
         .unwrap()
-        .filter_map(|e| e.unwrap().file_name().to_str().and_then(|n| n.strip_suffix(".expected.json")).map(str::to_string))
+        .filter_map(|e| {
+            e.unwrap().file_name().to_str().and_then(|n| n.strip_suffix(".expected.json")).map(str::to_string)
+        })
         .collect();
     scenarios.sort();
     assert!(scenarios.len() >= 9, "{scenarios:?}");
@@ -188,13 +232,20 @@ fn every_objects_story_agrees_with_its_fixture() {
         fill(&db, scenario, None);
         let exp = expected(scenario);
         let conn = history::open(&db, Mode::Read).unwrap();
-        let uids: Vec<String> = conn.prepare("SELECT uid FROM objects").unwrap().query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+        let uids: Vec<String> = conn
+            .prepare("SELECT uid FROM objects")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
         assert!(!uids.is_empty(), "{scenario}: an empty store");
         // auditID of a drift → the origin writes its story says it undid.
         let mut undone: BTreeMap<String, Vec<String>> = BTreeMap::new();
         let mut seen = 0;
         for uid in &uids {
-            let s: Story = story::build(&conn, &StoryQuery { uid: Some(uid.clone()), ..StoryQuery::default() }).unwrap();
+            let s: Story =
+                story::build(&conn, &StoryQuery { uid: Some(uid.clone()), ..StoryQuery::default() }).unwrap();
             let text = why::render(&s, why::Style { color: false });
             let mut last = String::new();
             for w in &s.writes {
@@ -205,7 +256,8 @@ fn every_objects_story_agrees_with_its_fixture() {
                 let t = e["stageTimestamp"].as_str().unwrap().to_string();
                 assert!(t >= last, "{scenario}: {uid}: writes out of order");
                 last = t;
-                let heading = writes(&text).into_iter().find(|(id, _)| *id == *e["auditID"].as_str().unwrap()).map(|(_, h)| h);
+                let heading =
+                    writes(&text).into_iter().find(|(id, _)| *id == *e["auditID"].as_str().unwrap()).map(|(_, h)| h);
                 assert!(
                     heading.is_some_and(|h| h.contains(&format!("  {class}  ")) && h.contains(e["user"].as_str().unwrap())),
                     "{scenario}: {key} not rendered:\n{text}"
@@ -225,7 +277,10 @@ fn every_objects_story_agrees_with_its_fixture() {
             if listed.is_empty() {
                 assert!(shown.is_empty(), "{scenario}: {drift} undoes nobody, shown undoing {shown:?}");
             } else {
-                assert!(listed.iter().any(|o| shown.iter().any(|s| s == o)), "{scenario}: {drift} undoes one of {listed:?}, shown undoing {shown:?}");
+                assert!(
+                    listed.iter().any(|o| shown.iter().any(|s| s == o)),
+                    "{scenario}: {drift} undoes one of {listed:?}, shown undoing {shown:?}"
+                );
             }
         }
     }
@@ -239,11 +294,15 @@ fn json_output_is_the_story() {
     let db = dir.join("h.db");
     fill(&db, "manual-scale", None);
     let conn = history::open(&db, Mode::Read).unwrap();
-    let uid: String = conn.query_row("SELECT uid FROM objects WHERE kind = 'ReplicaSet' LIMIT 1", [], |r| r.get(0)).unwrap();
+    let uid: String =
+        conn.query_row("SELECT uid FROM objects WHERE kind = 'ReplicaSet' LIMIT 1", [], |r| r.get(0)).unwrap();
     let out = text(&why_in(&dir, &["--uid", &uid, "--history", db.to_str().unwrap(), "-o", "json"]));
     assert_eq!(out.lines().count(), 1, "one line");
     let got: Value = serde_json::from_str(&out).unwrap();
-    let want = serde_json::to_value(story::build(&conn, &StoryQuery { uid: Some(uid.clone()), ..StoryQuery::default() }).unwrap()).unwrap();
+    let want = serde_json::to_value(
+        story::build(&conn, &StoryQuery { uid: Some(uid.clone()), ..StoryQuery::default() }).unwrap(),
+    )
+    .unwrap();
     assert_eq!(got, want);
     assert_eq!(got["object"]["kind"], "ReplicaSet");
     assert!(got["writes"].as_array().unwrap().iter().any(|w| w["event"]["class"] == "drift"));
@@ -259,8 +318,11 @@ fn messages_for_a_question_without_a_story() {
     fill(&db, "manual-scale", Some("west"));
     let db = db.to_str().unwrap();
     let conn = history::open(Path::new(db), Mode::Read).unwrap();
-    let (ns, name): (String, String) =
-        conn.query_row("SELECT namespace, name FROM objects WHERE kind = 'Deployment' LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+    let (ns, name): (String, String) = conn
+        .query_row("SELECT namespace, name FROM objects WHERE kind = 'Deployment' LIMIT 1", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap();
     let from = story::oldest_us(&conn).unwrap().map(kausality_stream::decode::time::format_rfc3339_micros).unwrap();
 
     let e = failure(&why_in(&dir, &["deployment/nope", "-n", &ns, "--history", db]));
@@ -269,7 +331,11 @@ fn messages_for_a_question_without_a_story() {
     let obj = format!("deployment/{name}");
     let e = failure(&why_in(&dir, &[&obj, "--history", db]));
     assert!(e.starts_with(&format!("error: 2 objects match deployment {name} in any namespace; pick one with --cluster CLUSTER (or --uid UID):")), "{e}");
-    assert_eq!(lines_with(&e, &["cluster east", &format!("namespace {ns}"), &format!("Deployment {name}"), "uid "]).len(), 1, "{e}");
+    assert_eq!(
+        lines_with(&e, &["cluster east", &format!("namespace {ns}"), &format!("Deployment {name}"), "uid "]).len(),
+        1,
+        "{e}"
+    );
     assert_eq!(lines_with(&e, &["cluster west"]).len(), 1, "{e}");
     // The flag it names picks one.
     let out = text(&why_in(&dir, &[&obj, "--history", db, "--cluster", "west"]));
@@ -345,12 +411,24 @@ fn a_server_answer_renders_as_the_store_does() {
     let conn = history::open(Path::new(db), Mode::Read).unwrap();
     let candidates: Vec<story::ObjectRef> = ["web-79969874f7", "api-67fbcbbf8c"]
         .iter()
-        .map(|n| story::build(&conn, &StoryQuery { kind: "ReplicaSet".into(), name: Some(n.to_string()), ..StoryQuery::default() }).unwrap().object)
+        .map(|n| {
+            story::build(
+                &conn,
+                &StoryQuery { kind: "ReplicaSet".into(), name: Some(n.to_string()), ..StoryQuery::default() },
+            )
+            .unwrap()
+            .object
+        })
         .collect();
     let q = StoryQuery { kind: "replicaset".into(), name: Some("web-79969874f7".into()), ..StoryQuery::default() };
     let conflict = serde_json::json!({"error": "ambiguous", "candidates": candidates}).to_string();
     let not_found = serde_json::json!({"error": local_not_found.trim().trim_start_matches("error: ")}).to_string();
-    let (url, handle) = stand_in(vec![(200, local_json.trim().to_string()), (409, conflict), (404, not_found), (401, r#"{"error":"no credentials"}"#.into())]);
+    let (url, handle) = stand_in(vec![
+        (200, local_json.trim().to_string()),
+        (409, conflict),
+        (404, not_found),
+        (401, r#"{"error":"no credentials"}"#.into()),
+    ]);
     let served = text(&why_in(&dir, &["replicaset/web-79969874f7", "--server", &url, "--at", "2026-11-24T16:00:00Z"]));
     assert_eq!(served, local_text);
     let e = failure(&why_in(&dir, &["replicaset/web-79969874f7", "--server", &url]));
@@ -360,7 +438,10 @@ fn a_server_answer_renders_as_the_store_does() {
     let e = failure(&why_in(&dir, &["pod/nope", "--server", &url]));
     assert!(e.contains("HTTP 401: no credentials") && e.contains("KAUSALITY_QUERY_TOKEN"), "{e}");
     let requests = handle.join().unwrap();
-    assert_eq!(requests[0], "GET /v1/why?kind=replicaset&name=web-79969874f7&at=2026-11-24T16%3A00%3A00.000000Z HTTP/1.1");
+    assert_eq!(
+        requests[0],
+        "GET /v1/why?kind=replicaset&name=web-79969874f7&at=2026-11-24T16%3A00%3A00.000000Z HTTP/1.1"
+    );
     assert_eq!(requests[2], "GET /v1/why?kind=pod&name=nope HTTP/1.1");
     // Nobody listening.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
@@ -376,10 +457,13 @@ fn an_https_query_api_with_client_certificates_is_asked_with_ca_cert_and_key() {
     fill(&db, "cluster-day", None);
     let pki = pki::pki(dir.clone());
     let file = |name: &str| pki.dir.join(name).to_str().unwrap().to_string();
-    let tls = format!("cert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"", file("tls.crt"), file("tls.key"), file("ca.crt"));
+    let tls =
+        format!("cert = \"{}\"\nkey = \"{}\"\nclient_ca = \"{}\"", file("tls.crt"), file("tls.key"), file("ca.crt"));
     let toml = Pipeline::webhook().query(&format!("history = \"{}\"", db.display())).section("query.tls", &tls).toml();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let running = rt.block_on(async { kausality_stream::pipeline::start(kausality_stream::pipeline::load_str("q.toml", &toml).unwrap()).await.unwrap() });
+    let running = rt.block_on(async {
+        kausality_stream::pipeline::start(kausality_stream::pipeline::load_str("q.toml", &toml).unwrap()).await.unwrap()
+    });
     let url = format!("https://127.0.0.1:{}", running.query_addr.expect("the query API listens").port());
     let rs = "replicaset/web-79969874f7";
     let local = text(&why_in(&dir, &[rs, "--history", db.to_str().unwrap()]));

@@ -42,7 +42,13 @@ fn the_library_tells_the_newest_writes_and_pages_back_to_the_first() {
     let dir = serve_support::temp_dir("why-pages");
     let (path, ids) = store(&dir);
     let conn = history::open(&path, Mode::Read).unwrap();
-    let mut q = StoryQuery { kind: "ConfigMap".into(), namespace: Some("shop".into()), name: Some("busy".into()), limit: Some(1000), ..StoryQuery::default() };
+    let mut q = StoryQuery {
+        kind: "ConfigMap".into(),
+        namespace: Some("shop".into()),
+        name: Some("busy".into()),
+        limit: Some(1000),
+        ..StoryQuery::default()
+    };
     let mut pages = Vec::new();
     loop {
         let s = story::build(&conn, &q).unwrap();
@@ -50,7 +56,11 @@ fn the_library_tells_the_newest_writes_and_pages_back_to_the_first() {
         pages.push(ids_of(v["writes"].as_array().unwrap()));
         match s.earlier {
             Some(e) => {
-                assert_eq!(e.writes as usize, WRITES - pages.iter().map(Vec::len).sum::<usize>(), "what is left, exactly");
+                assert_eq!(
+                    e.writes as usize,
+                    WRITES - pages.iter().map(Vec::len).sum::<usize>(),
+                    "what is left, exactly"
+                );
                 q.before = Some(e.before);
             }
             None => break,
@@ -75,7 +85,10 @@ fn the_library_tells_the_newest_writes_and_pages_back_to_the_first() {
 async fn the_query_api_and_why_page_an_object_s_story() {
     let dir = serve_support::temp_dir("why-pages-api");
     let (path, ids) = store(&dir);
-    let running = serve_support::start(&serve_support::Pipeline::webhook().query(&format!("history = \"{}\"", path.display())).toml()).await;
+    let running = serve_support::start(
+        &serve_support::Pipeline::webhook().query(&format!("history = \"{}\"", path.display())).toml(),
+    )
+    .await;
     let base = format!("http://{}/v1/why?kind=ConfigMap&namespace=shop&name=busy", running.query_addr.unwrap());
     let get = |url: String| async move {
         let r = reqwest::get(url).await.unwrap();
@@ -99,11 +112,22 @@ async fn the_query_api_and_why_page_an_object_s_story() {
     running.shutdown().await;
 
     // `why`: the newest page, what it left out, and the command that tells it.
-    let why = |args: &[&str]| Command::new(env!("CARGO_BIN_EXE_kausality-stream")).arg("why").args(args).arg("--history").arg(&path).output().unwrap();
+    let why = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
+            .arg("why")
+            .args(args)
+            .arg("--history")
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
     let out = why(&["configmap/busy", "-n", "shop", "--limit", "100"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8(out.stdout).unwrap();
-    let line = text.lines().find(|l| l.contains("earlier writes not shown")).unwrap_or_else(|| panic!("says what it left out:\n{text}"));
+    let line = text
+        .lines()
+        .find(|l| l.contains("earlier writes not shown"))
+        .unwrap_or_else(|| panic!("says what it left out:\n{text}"));
     assert!(line.starts_with(&format!("{} earlier writes not shown (the newest 100 are)", WRITES - 100)), "{line}");
     assert!(text.contains(ids.last().unwrap()) && !text.contains(&ids[WRITES - 101]), "the newest 100 only");
     let cursor = line.rsplit(' ').next().unwrap();
@@ -111,6 +135,10 @@ async fn the_query_api_and_why_page_an_object_s_story() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(ids_of(v["writes"].as_array().unwrap()), ids[WRITES - 200..WRITES - 100]);
     let out = why(&["configmap/busy", "-n", "shop", "--limit", "0"]);
-    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("from 1 to 10000"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("from 1 to 10000"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

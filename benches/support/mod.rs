@@ -42,7 +42,12 @@ pub(crate) fn event_lists(lists: usize) -> Vec<Bytes> {
 /// expires); without, writes are applied as they come (a service with no reorder window).
 pub(crate) fn expected_outputs(bodies: &[Bytes], reorder: bool) -> usize {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    let opts = ProcessorOptions { reorder_window_us: i64::from(reorder), reorder_max_held: usize::MAX, clock: Clock::Arrival, ..ProcessorOptions::default() };
+    let opts = ProcessorOptions {
+        reorder_window_us: i64::from(reorder),
+        reorder_max_held: usize::MAX,
+        clock: Clock::Arrival,
+        ..ProcessorOptions::default()
+    };
     let mut p = Processor::new(engine, Arc::new(Metrics::new()), opts);
     let mut out = Vec::new();
     let mut n = 0;
@@ -112,9 +117,18 @@ pub(crate) fn start_parse(rt: &Runtime) -> (SocketAddr, watch::Sender<bool>) {
 fn start_app(rt: &Runtime, app: Router) -> (SocketAddr, watch::Sender<bool>) {
     let (stop, stopped) = watch::channel(false);
     let addr = rt.block_on(async {
-        let listener = kausality_stream::listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("bind 127.0.0.1:0");
+        let listener =
+            kausality_stream::listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("a bound address");
-        tokio::spawn(kausality_stream::listen::serve(listener, app, None, stopped, Duration::from_secs(1), Default::default(), None));
+        tokio::spawn(kausality_stream::listen::serve(
+            listener,
+            app,
+            None,
+            stopped,
+            Duration::from_secs(1),
+            Default::default(),
+            None,
+        ));
         addr
     });
     (addr, stop)
@@ -127,7 +141,9 @@ pub(crate) fn client() -> reqwest::Client {
 
 /// `/proc/loadavg`'s first three fields.
 pub(crate) fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" ")).unwrap_or_else(|_| "?".into())
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "?".into())
 }
 
 pub(crate) fn cores() -> usize {
@@ -148,7 +164,8 @@ pub(crate) fn cpu_seconds(prefixes: &[&str]) -> f64 {
         let stat = std::fs::read_to_string(t.path().join("stat")).unwrap_or_default();
         // Fields after the parenthesized name: state is 3rd, utime 14th, stime 15th.
         let f: Vec<&str> = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace().collect();
-        ticks += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0) + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        ticks += f.get(11).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0)
+            + f.get(12).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
     }
     ticks as f64 / hz
 }

@@ -45,7 +45,9 @@ impl Actor {
             None => crate::users::ADMIN.to_string(),
         };
         let slot = Arc::new(Mutex::new(None));
-        let client = kube::client::ClientBuilder::try_from(config)?.with_layer(&MapResponseLayer::new(record_audit_id(slot.clone()))).build();
+        let client = kube::client::ClientBuilder::try_from(config)?
+            .with_layer(&MapResponseLayer::new(record_audit_id(slot.clone())))
+            .build();
         Ok(Actor { user, client, last_audit_id: slot })
     }
 
@@ -54,7 +56,12 @@ impl Actor {
     pub async fn audited<T>(&self, call: impl Future<Output = kube::Result<T>>) -> Result<(T, String)> {
         *self.last_audit_id.lock().expect("audit id slot") = None;
         let out = call.await.with_context(|| format!("API call as {}", self.user))?;
-        let id = self.last_audit_id.lock().expect("audit id slot").take().context("the API server sent no Audit-Id header")?;
+        let id = self
+            .last_audit_id
+            .lock()
+            .expect("audit id slot")
+            .take()
+            .context("the API server sent no Audit-Id header")?;
         Ok((out, id))
     }
 }

@@ -79,9 +79,11 @@ impl AuditLogs {
                 if !line.contains(namespace) {
                     continue;
                 }
-                let value: Value = serde_json::from_str(line).with_context(|| format!("audit log {} has a bad line", f.display()))?;
+                let value: Value =
+                    serde_json::from_str(line).with_context(|| format!("audit log {} has a bad line", f.display()))?;
                 let str_at = |p: &str| value.pointer(p).and_then(Value::as_str);
-                let own = str_at("/objectRef/resource") == Some("namespaces") && str_at("/objectRef/name") == Some(namespace);
+                let own =
+                    str_at("/objectRef/resource") == Some("namespaces") && str_at("/objectRef/name") == Some(namespace);
                 if str_at("/objectRef/namespace") == Some(namespace) || own {
                     out.push(AuditLine { raw: line.to_string(), value });
                 }
@@ -96,7 +98,11 @@ impl AuditLogs {
         let needle = format!("\"namespace\":\"{namespace}\"");
         let mut n = 0;
         for f in &self.files {
-            n += fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?.lines().filter(|l| l.contains(&needle)).count();
+            n += fs::read_to_string(f)
+                .with_context(|| format!("reading {}", f.display()))?
+                .lines()
+                .filter(|l| l.contains(&needle))
+                .count();
         }
         Ok(n)
     }
@@ -145,8 +151,11 @@ pub fn strip(raw: &str) -> Result<String> {
         }
     }
     let Fields(fields) = serde_json::from_str(raw).context("an audit event is not a JSON object")?;
-    let kept: Vec<String> =
-        fields.iter().filter(|(k, _)| k != "requestObject").map(|(k, v)| format!("{}:{}", serde_json::to_string(k).expect("a string"), v.get())).collect();
+    let kept: Vec<String> = fields
+        .iter()
+        .filter(|(k, _)| k != "requestObject")
+        .map(|(k, v)| format!("{}:{}", serde_json::to_string(k).expect("a string"), v.get()))
+        .collect();
     Ok(format!("{{{}}}", kept.join(",")))
 }
 
@@ -169,7 +178,12 @@ pub fn replay(file: &Path, reorder_window: &str) -> Result<Vec<Event>> {
         .output()
         .with_context(|| format!("running {} replay", bin.display()))?;
     if !out.status.success() {
-        bail!("kausality-stream replay {} failed ({}): {}", file.display(), out.status, String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "kausality-stream replay {} failed ({}): {}",
+            file.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     parse_lines(&String::from_utf8_lossy(&out.stdout), 0)
 }
@@ -198,7 +212,13 @@ pub struct ReplayCheck {
 /// Waits until the namespace's audit log has been quiet for `quiet`, replays it (as written,
 /// and stripped as a fixture), and checks that the live webhook path gave every replayed
 /// write the same class, and classified nothing the log does not hold.
-pub async fn check_replay(logs: &AuditLogs, live: &EnrichedLog, namespace: &str, dir: &Path, reorder_window: &str) -> Result<ReplayCheck> {
+pub async fn check_replay(
+    logs: &AuditLogs,
+    live: &EnrichedLog,
+    namespace: &str,
+    dir: &Path,
+    reorder_window: &str,
+) -> Result<ReplayCheck> {
     // 1. Quiet: no new audit event of the namespace for a while (controllers done).
     let lines = logs.quiet(namespace, Duration::from_secs(3)).await?;
     fs::create_dir_all(dir)?;
@@ -213,19 +233,25 @@ pub async fn check_replay(logs: &AuditLogs, live: &EnrichedLog, namespace: &str,
     let want = classes(&replayed)?;
     let from_fixture = classes(&replay(&fixture, reorder_window)?)?;
     if from_fixture != want {
-        bail!("replaying the stripped fixture of {namespace} gives other classes than the raw log:\n{}", diff(&want, &from_fixture));
+        bail!(
+            "replaying the stripped fixture of {namespace} gives other classes than the raw log:\n{}",
+            diff(&want, &from_fixture)
+        );
     }
 
     // 3. The live path: every replayed write arrived and got the same class.
-    let live_events =
-        wait::until(&format!("the live enriched events of the {} writes replayed from namespace {namespace}", want.len()), Duration::from_secs(30), || {
+    let live_events = wait::until(
+        &format!("the live enriched events of the {} writes replayed from namespace {namespace}", want.len()),
+        Duration::from_secs(30),
+        || {
             let r = live.in_namespace(namespace).map(|evs| {
                 let keys: std::collections::HashSet<String> = evs.iter().map(crate::truth::event_key).collect();
                 want.keys().all(|k| keys.contains(k)).then(|| evs.clone())
             });
             async move { r }
-        })
-        .await?;
+        },
+    )
+    .await?;
     let last = lines.last().map(|l| l.stage_timestamp().to_string()).unwrap_or_default();
     let got: BTreeMap<String, String> = live_events
         .iter()
@@ -234,8 +260,10 @@ pub async fn check_replay(logs: &AuditLogs, live: &EnrichedLog, namespace: &str,
         .map(|(k, e)| (k, e.class.clone()))
         .collect();
     if got != want {
-        let described: Vec<String> = live_events.iter().map(|e| format!("  live   {} {}", e.audit_id, e.describe())).collect();
-        let replay_described: Vec<String> = replayed.iter().map(|e| format!("  replay {} {}", e.audit_id, e.describe())).collect();
+        let described: Vec<String> =
+            live_events.iter().map(|e| format!("  live   {} {}", e.audit_id, e.describe())).collect();
+        let replay_described: Vec<String> =
+            replayed.iter().map(|e| format!("  replay {} {}", e.audit_id, e.describe())).collect();
         bail!(
             "live webhook classes differ from `kausality-stream replay` of the audit log for namespace {namespace}:\n{}\n{}\n{}",
             diff(&want, &got),
@@ -313,7 +341,15 @@ pub fn fixtures_dir() -> PathBuf {
 /// (auditID → class, and the facts) into `dir`. With `truth` (a scenario judged against its
 /// ground truth, [`crate::truth`]), the expectations are the truth's classes, reverts and
 /// reasons instead of what kausality-stream said.
-pub fn write_fixture(dir: &Path, name: &str, about: &str, reorder_window: &str, check: &ReplayCheck, facts: &[Fact], truth: Option<Value>) -> Result<()> {
+pub fn write_fixture(
+    dir: &Path,
+    name: &str,
+    about: &str,
+    reorder_window: &str,
+    check: &ReplayCheck,
+    facts: &[Fact],
+    truth: Option<Value>,
+) -> Result<()> {
     fs::create_dir_all(dir)?;
     write_lines(&dir.join(format!("{name}.jsonl")), &check.lines)?;
     let mut expected = json!({
@@ -325,7 +361,10 @@ pub fn write_fixture(dir: &Path, name: &str, about: &str, reorder_window: &str, 
         "facts": facts.iter().map(Fact::to_json).collect::<Vec<_>>(),
     });
     if let (Some(Value::Object(truth)), Some(o)) = (truth, expected.as_object_mut()) {
-        o.insert("expectations".into(), json!("the ground truth of what the test did (e2e/src/truth.rs), not kausality-stream's output"));
+        o.insert(
+            "expectations".into(),
+            json!("the ground truth of what the test did (e2e/src/truth.rs), not kausality-stream's output"),
+        );
         o.extend(truth);
     }
     fs::write(dir.join(format!("{name}.expected.json")), serde_json::to_string_pretty(&expected)? + "\n")?;

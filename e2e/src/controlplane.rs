@@ -31,7 +31,8 @@ impl ControlPlane {
     pub fn start(dir: &Path, webhook_url: &str, apiservers: u8) -> Result<ControlPlane> {
         fs::create_dir_all(dir)?;
         let log = dir.join("controlplane.log");
-        let mut cp = ControlPlane { dir: dir.to_path_buf(), kubeconfigs: Vec::new(), audit_logs: Vec::new(), running: true };
+        let mut cp =
+            ControlPlane { dir: dir.to_path_buf(), kubeconfigs: Vec::new(), audit_logs: Vec::new(), running: true };
         let status = cp
             .command("start")
             .env("AUDIT_WEBHOOK_URL", webhook_url)
@@ -44,10 +45,14 @@ impl ControlPlane {
             cp.running = false; // the script stops what it started when `start` fails
             let text = fs::read_to_string(&log).unwrap_or_default();
             let tail: Vec<&str> = text.lines().rev().take(60).collect();
-            bail!("scripts/controlplane.sh start failed ({status}):\n{}", tail.into_iter().rev().collect::<Vec<_>>().join("\n"));
+            bail!(
+                "scripts/controlplane.sh start failed ({status}):\n{}",
+                tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+            );
         }
         let env = cp.env()?;
-        let get = |k: &str| env.get(k).map(PathBuf::from).with_context(|| format!("controlplane.sh env printed no {k}"));
+        let get =
+            |k: &str| env.get(k).map(PathBuf::from).with_context(|| format!("controlplane.sh env printed no {k}"));
         cp.kubeconfigs.push(get("KUBECONFIG")?);
         cp.audit_logs.push(get("CONTROLPLANE_AUDIT_LOG")?);
         if apiservers == 2 {
@@ -85,7 +90,10 @@ impl ControlPlane {
         let log = OpenOptions::new().create(true).append(true).open(self.dir.join("controlplane.log"))?;
         let status = self.command("stop").stdout(Stdio::null()).stderr(log).status()?;
         if !status.success() {
-            bail!("scripts/controlplane.sh stop failed ({status}); see {}", self.dir.join("controlplane.log").display());
+            bail!(
+                "scripts/controlplane.sh stop failed ({status}); see {}",
+                self.dir.join("controlplane.log").display()
+            );
         }
         Ok(())
     }

@@ -88,7 +88,14 @@ pub struct Hop {
 impl Event {
     /// One line for logs and failure messages.
     pub fn describe(&self) -> String {
-        let mut s = format!("{:<12} {:<6} {}/{} by {}", self.class, self.verb, self.object.kind, self.object.name, short_user(&self.user));
+        let mut s = format!(
+            "{:<12} {:<6} {}/{} by {}",
+            self.class,
+            self.verb,
+            self.object.kind,
+            self.object.name,
+            short_user(&self.user)
+        );
         if let Some(r) = &self.resolution {
             s.push_str(&format!(" [{r}]"));
         }
@@ -96,7 +103,10 @@ impl Event {
             s.push_str(" [freezeViolation]");
         }
         if let Some(p) = &self.parent {
-            s.push_str(&format!(" (parent {}/{} gen {:?} observed {:?})", p.kind, p.name, p.generation, p.observed_generation));
+            s.push_str(&format!(
+                " (parent {}/{} gen {:?} observed {:?})",
+                p.kind, p.name, p.generation, p.observed_generation
+            ));
         }
         s
     }
@@ -118,7 +128,8 @@ pub fn parse_lines(text: &str, first: usize) -> Result<Vec<Event>> {
         .filter(|l| !l.trim().is_empty())
         .enumerate()
         .map(|(i, l)| {
-            let mut e: Event = serde_json::from_str(l).with_context(|| format!("not an enriched event: {}", &l[..l.len().min(200)]))?;
+            let mut e: Event = serde_json::from_str(l)
+                .with_context(|| format!("not an enriched event: {}", &l[..l.len().min(200)]))?;
             e.index = first + i;
             Ok(e)
         })
@@ -156,7 +167,11 @@ impl EnrichedLog {
     /// The events of objects in `namespace`, and of the Namespace itself (the API server's
     /// audit events of a namespace's own writes name it as their namespace).
     pub fn in_namespace(&self, namespace: &str) -> Result<Vec<Event>> {
-        Ok(self.all()?.into_iter().filter(|e| e.object.namespace == namespace || (e.object.kind == "Namespace" && e.object.name == namespace)).collect())
+        Ok(self
+            .all()?
+            .into_iter()
+            .filter(|e| e.object.namespace == namespace || (e.object.kind == "Namespace" && e.object.name == namespace))
+            .collect())
     }
 
     /// Waits for the first event that satisfies `pred`.
@@ -170,6 +185,9 @@ impl EnrichedLog {
 
     /// Waits for the event of the write with this auditID.
     pub async fn by_audit_id(&self, what: &str, audit_id: &str) -> Result<Event> {
-        self.wait_for(&format!("the enriched event of {what} (auditID {audit_id})"), Duration::from_secs(30), |e| e.audit_id == audit_id).await
+        self.wait_for(&format!("the enriched event of {what} (auditID {audit_id})"), Duration::from_secs(30), |e| {
+            e.audit_id == audit_id
+        })
+        .await
     }
 }

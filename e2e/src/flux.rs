@@ -35,7 +35,11 @@ pub const USER: &str = "system:serviceaccount:flux-system:kustomize-controller";
 
 /// `scripts/flux.sh path`: the directory with the binary, `crds.yaml` and `version`.
 pub fn flux_dir() -> Result<PathBuf> {
-    let out = Command::new("bash").arg(repo_root().join("scripts").join("flux.sh")).arg("path").stderr(Stdio::inherit()).output()?;
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts").join("flux.sh"))
+        .arg("path")
+        .stderr(Stdio::inherit())
+        .output()?;
     if !out.status.success() {
         bail!("kustomize-controller is not built: run scripts/flux.sh build (or KAUSALITY_FLUX=0 to skip the flux scenario)");
     }
@@ -73,7 +77,8 @@ impl KustomizeController {
         fs::create_dir_all(dir)?;
         let env = cp.env()?;
         let get = |k: &str| env.get(k).cloned().with_context(|| format!("controlplane.sh env printed no {k}"));
-        let (bin, server, ca) = (get("CONTROLPLANE_BIN")?, get("CONTROLPLANE_APISERVER_URL")?, get("CONTROLPLANE_CA_FILE")?);
+        let (bin, server, ca) =
+            (get("CONTROLPLANE_BIN")?, get("CONTROLPLANE_APISERVER_URL")?, get("CONTROLPLANE_CA_FILE")?);
 
         let crds = Command::new(Path::new(&bin).join("kubectl"))
             .args(["apply", "--server-side", "--force-conflicts", "-f"])
@@ -95,20 +100,39 @@ impl KustomizeController {
             }
         }
 
-        let ns = Namespace { metadata: ObjectMeta { name: Some(NAMESPACE.into()), ..ObjectMeta::default() }, ..Namespace::default() };
+        let ns = Namespace {
+            metadata: ObjectMeta { name: Some(NAMESPACE.into()), ..ObjectMeta::default() },
+            ..Namespace::default()
+        };
         ignore_conflict(Api::<Namespace>::all(admin.clone()).create(&PostParams::default(), &ns).await)?;
         let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), NAMESPACE);
-        let sa = ServiceAccount { metadata: ObjectMeta { name: Some(SERVICE_ACCOUNT.into()), ..ObjectMeta::default() }, ..ServiceAccount::default() };
+        let sa = ServiceAccount {
+            metadata: ObjectMeta { name: Some(SERVICE_ACCOUNT.into()), ..ObjectMeta::default() },
+            ..ServiceAccount::default()
+        };
         ignore_conflict(sas.create(&PostParams::default(), &sa).await)?;
         let crb = ClusterRoleBinding {
             metadata: ObjectMeta { name: Some("e2e-flux-kustomize-controller".into()), ..ObjectMeta::default() },
-            role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "ClusterRole".into(), name: "cluster-admin".into() },
-            subjects: Some(vec![Subject { kind: "ServiceAccount".into(), name: SERVICE_ACCOUNT.into(), namespace: Some(NAMESPACE.into()), api_group: None }]),
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: "cluster-admin".into(),
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: SERVICE_ACCOUNT.into(),
+                namespace: Some(NAMESPACE.into()),
+                api_group: None,
+            }]),
         };
         ignore_conflict(Api::<ClusterRoleBinding>::all(admin.clone()).create(&PostParams::default(), &crb).await)?;
-        let request = TokenRequest { spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() }, ..TokenRequest::default() };
+        let request = TokenRequest {
+            spec: TokenRequestSpec { expiration_seconds: Some(3600), ..TokenRequestSpec::default() },
+            ..TokenRequest::default()
+        };
         let token = sas.create_token_request(SERVICE_ACCOUNT, &PostParams::default(), &request).await?;
-        let token = token.status.map(|s| s.token).filter(|t| !t.is_empty()).context("TokenRequest returned no token")?;
+        let token =
+            token.status.map(|s| s.token).filter(|t| !t.is_empty()).context("TokenRequest returned no token")?;
         let kubeconfig = dir.join("kustomize-controller.kubeconfig");
         fs::write(
             &kubeconfig,
@@ -242,7 +266,8 @@ impl ArtifactServer {
             bail!("tar of {} failed", tree.display());
         }
         let out = Command::new("sha256sum").arg(&tarball).output()?;
-        let digest = String::from_utf8(out.stdout)?.split_whitespace().next().context("sha256sum printed nothing")?.to_string();
+        let digest =
+            String::from_utf8(out.stdout)?.split_whitespace().next().context("sha256sum printed nothing")?.to_string();
         Ok(Artifact {
             revision: revision.to_string(),
             path: format!("gitrepository/e2e/{name}"),
@@ -279,7 +304,11 @@ fn serve_one(s: TcpStream, root: &Path) -> Result<()> {
     let file = root.join(&path);
     match (path.contains(".."), fs::read(&file)) {
         (false, Ok(body)) if file.is_file() => {
-            write!(s, "HTTP/1.0 200 OK\r\nContent-Type: application/gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len())?;
+            write!(
+                s,
+                "HTTP/1.0 200 OK\r\nContent-Type: application/gzip\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )?;
             s.write_all(&body)?;
         }
         _ => write!(s, "HTTP/1.0 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")?,

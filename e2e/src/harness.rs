@@ -47,7 +47,8 @@ impl Cluster {
     /// Starts everything for `apiservers` API servers (1 or 2) in `target/e2e/<name>`
     /// (or `$KAUSALITY_E2E_DIR/<name>`).
     pub async fn start(name: &str, apiservers: u8) -> Result<Cluster> {
-        let base = std::env::var_os("KAUSALITY_E2E_DIR").map_or_else(|| repo_root().join("target").join("e2e"), PathBuf::from);
+        let base =
+            std::env::var_os("KAUSALITY_E2E_DIR").map_or_else(|| repo_root().join("target").join("e2e"), PathBuf::from);
         let dir = base.join(name);
         if dir.exists() {
             fs::remove_dir_all(&dir).with_context(|| format!("cleaning {}", dir.display()))?;
@@ -85,7 +86,11 @@ impl Cluster {
         let c = &self.setup.client;
         let crb = ClusterRoleBinding {
             metadata: ObjectMeta { name: Some("e2e-alice".into()), ..ObjectMeta::default() },
-            role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "ClusterRole".into(), name: "cluster-admin".into() },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "ClusterRole".into(),
+                name: "cluster-admin".into(),
+            },
             subjects: Some(vec![Subject {
                 kind: "User".into(),
                 name: users::ALICE.into(),
@@ -148,7 +153,10 @@ pub struct Scene<'a> {
 impl<'a> Scene<'a> {
     pub async fn new(cluster: &'a Cluster, scenario: &str, about: &str) -> Result<Scene<'a>> {
         let name = format!("{}{scenario}", cluster.prefix);
-        let ns = Namespace { metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() }, ..Namespace::default() };
+        let ns = Namespace {
+            metadata: ObjectMeta { name: Some(name.clone()), ..ObjectMeta::default() },
+            ..Namespace::default()
+        };
         let sent = truth::now_us();
         let (_, id) = cluster
             .setup
@@ -171,7 +179,9 @@ impl<'a> Scene<'a> {
 
     /// A client impersonating a service account of this namespace.
     pub async fn service_account(&self, name: &str) -> Result<Client> {
-        Ok(Actor::connect(self.cluster.actor_kubeconfig(), Some(&format!("system:serviceaccount:{}:{name}", self.ns))).await?.client)
+        Ok(Actor::connect(self.cluster.actor_kubeconfig(), Some(&format!("system:serviceaccount:{}:{name}", self.ns)))
+            .await?
+            .client)
     }
 
     /// kausality-stream's event for the write with this auditID.
@@ -209,8 +219,15 @@ impl<'a> Scene<'a> {
     /// Ends the scenario: the replay check of the audit log, a summary on stdout, the fixture.
     pub async fn finish(self) -> Result<()> {
         let c = self.cluster;
-        let check = audit::check_replay(&c.audit, &c.live, &self.ns, &c.dir.join("scenarios"), crate::harness::REORDER_WINDOW).await?;
-        println!("    {}: {} audit events, {} classified (live == replay):", self.name, check.lines.len(), check.events.len());
+        let check =
+            audit::check_replay(&c.audit, &c.live, &self.ns, &c.dir.join("scenarios"), crate::harness::REORDER_WINDOW)
+                .await?;
+        println!(
+            "    {}: {} audit events, {} classified (live == replay):",
+            self.name,
+            check.lines.len(),
+            check.events.len()
+        );
         for e in &check.events {
             println!("      {}", e.describe());
         }
@@ -233,7 +250,8 @@ impl<'a> Scene<'a> {
         let scenarios = c.dir.join("scenarios");
         std::fs::create_dir_all(&scenarios)?;
         std::fs::write(scenarios.join(format!("{}.plan.json", self.ns)), serde_json::to_string_pretty(plan)?)?;
-        let check = audit::check_replay(&c.audit, &c.live, &self.ns, &scenarios, crate::harness::REORDER_WINDOW).await?;
+        let check =
+            audit::check_replay(&c.audit, &c.live, &self.ns, &scenarios, crate::harness::REORDER_WINDOW).await?;
         let labels = truth::label(&c.audit.namespace(&self.ns)?, plan)?;
         let judged = Judgement::new(&labels, &check.events);
         println!(
@@ -247,9 +265,23 @@ impl<'a> Scene<'a> {
             println!("      {line}");
         }
         let dir = if c.record && recorded(&self.name) { audit::fixtures_dir() } else { c.dir.join("fixtures") };
-        audit::write_fixture(&dir, &self.name, &self.about, REORDER_WINDOW, &check, &[], Some(Judgement::expectations(&labels)))?;
+        audit::write_fixture(
+            &dir,
+            &self.name,
+            &self.about,
+            REORDER_WINDOW,
+            &check,
+            &[],
+            Some(Judgement::expectations(&labels)),
+        )?;
         if !judged.mismatches.is_empty() {
-            bail!("{} of {} writes differ from the truth:\n  {}\n{}", judged.mismatches.len(), judged.writes, judged.mismatches.join("\n  "), judged.report());
+            bail!(
+                "{} of {} writes differ from the truth:\n  {}\n{}",
+                judged.mismatches.len(),
+                judged.writes,
+                judged.mismatches.join("\n  "),
+                judged.report()
+            );
         }
         Ok(())
     }

@@ -23,7 +23,10 @@ pub fn binary() -> Result<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| repo_root().join("target"), PathBuf::from);
     let bin = target.join("debug").join("kausality-stream");
     if !bin.is_file() {
-        bail!("{} does not exist: build it first with `cargo build -p kausality-stream` (scripts/e2e.sh does)", bin.display());
+        bail!(
+            "{} does not exist: build it first with `cargo build -p kausality-stream` (scripts/e2e.sh does)",
+            bin.display()
+        );
     }
     Ok(bin)
 }

@@ -80,13 +80,28 @@ impl StatusStyle {
     }
 
     fn status(self, generation: i64, value: &str) -> WidgetStatus {
-        let cond = |t: &str, g: Option<i64>| WidgetCondition { type_: t.into(), status: "True".into(), observed_generation: g, reason: "Reconciled".into() };
+        let cond = |t: &str, g: Option<i64>| WidgetCondition {
+            type_: t.into(),
+            status: "True".into(),
+            observed_generation: g,
+            reason: "Reconciled".into(),
+        };
         match self {
-            StatusStyle::Native => WidgetStatus { observed_generation: Some(generation), conditions: vec![cond("Ready", None)], applied: Some(value.into()) },
-            StatusStyle::Conditions => {
-                WidgetStatus { observed_generation: None, conditions: vec![cond("Synced", Some(generation)), cond("Ready", Some(generation))], applied: None }
-            }
-            StatusStyle::Synthetic => WidgetStatus { observed_generation: None, conditions: vec![cond("Ready", None)], applied: Some(value.into()) },
+            StatusStyle::Native => WidgetStatus {
+                observed_generation: Some(generation),
+                conditions: vec![cond("Ready", None)],
+                applied: Some(value.into()),
+            },
+            StatusStyle::Conditions => WidgetStatus {
+                observed_generation: None,
+                conditions: vec![cond("Synced", Some(generation)), cond("Ready", Some(generation))],
+                applied: None,
+            },
+            StatusStyle::Synthetic => WidgetStatus {
+                observed_generation: None,
+                conditions: vec![cond("Ready", None)],
+                applied: Some(value.into()),
+            },
         }
     }
 }
@@ -108,7 +123,12 @@ pub async fn install_crd(admin: &Client) -> Result<()> {
         let name = name.clone();
         async move {
             let c = crds.get(&name).await?;
-            let established = c.status.and_then(|s| s.conditions).unwrap_or_default().iter().any(|c| c.type_ == "Established" && c.status == "True");
+            let established = c
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True");
             Ok(established.then_some(()))
         }
     })
@@ -139,10 +159,18 @@ pub struct WidgetController {
 
 impl WidgetController {
     pub fn start(client: Client, namespace: &str, style: StatusStyle) -> WidgetController {
-        let ctx = Arc::new(Ctx { client: client.clone(), style, knob: Mutex::new("0".into()), reconciled: AtomicI64::new(0), errors: Mutex::new(Vec::new()) });
+        let ctx = Arc::new(Ctx {
+            client: client.clone(),
+            style,
+            knob: Mutex::new("0".into()),
+            reconciled: AtomicI64::new(0),
+            errors: Mutex::new(Vec::new()),
+        });
         let widgets: Api<Widget> = Api::namespaced(client.clone(), namespace);
         let children: Api<ConfigMap> = Api::namespaced(client, namespace);
-        let stream = Controller::new(widgets, watcher::Config::default()).owns(children, watcher::Config::default()).run(reconcile, error_policy, ctx.clone());
+        let stream = Controller::new(widgets, watcher::Config::default())
+            .owns(children, watcher::Config::default())
+            .run(reconcile, error_policy, ctx.clone());
         let task = tokio::spawn(stream.for_each(|_| futures::future::ready(())));
         WidgetController { ctx, task }
     }
@@ -154,17 +182,21 @@ impl WidgetController {
 
     /// Waits until the controller has reconciled `generation` (child written, then status).
     pub async fn wait_reconciled(&self, generation: i64) -> Result<()> {
-        wait::until(&format!("the Widget controller to reconcile generation {generation}"), Duration::from_secs(30), || {
-            let done = self.ctx.reconciled.load(Ordering::SeqCst) >= generation;
-            let errors = self.ctx.errors.lock().expect("errors").clone();
-            async move {
-                match (done, errors.last()) {
-                    (true, _) => Ok(Some(())),
-                    (false, Some(e)) => Err(anyhow::anyhow!("reconcile error: {e}")),
-                    (false, None) => Ok(None),
+        wait::until(
+            &format!("the Widget controller to reconcile generation {generation}"),
+            Duration::from_secs(30),
+            || {
+                let done = self.ctx.reconciled.load(Ordering::SeqCst) >= generation;
+                let errors = self.ctx.errors.lock().expect("errors").clone();
+                async move {
+                    match (done, errors.last()) {
+                        (true, _) => Ok(Some(())),
+                        (false, Some(e)) => Err(anyhow::anyhow!("reconcile error: {e}")),
+                        (false, None) => Ok(None),
+                    }
                 }
-            }
-        })
+            },
+        )
         .await
     }
 
@@ -183,11 +215,16 @@ async fn reconcile(w: Arc<Widget>, ctx: Arc<Ctx>) -> Result<Action, kube::Error>
     let children: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &namespace);
     let child = child_name(&name);
     let knob = ctx.knob.lock().expect("knob").clone();
-    let data: BTreeMap<String, String> = [("value".to_string(), w.spec.value.clone()), ("knob".to_string(), knob)].into();
+    let data: BTreeMap<String, String> =
+        [("value".to_string(), w.spec.value.clone()), ("knob".to_string(), knob)].into();
     match children.get_opt(&child).await? {
         None => {
             let cm = ConfigMap {
-                metadata: ObjectMeta { name: Some(child.clone()), owner_references: w.controller_owner_ref(&()).map(|o| vec![o]), ..ObjectMeta::default() },
+                metadata: ObjectMeta {
+                    name: Some(child.clone()),
+                    owner_references: w.controller_owner_ref(&()).map(|o| vec![o]),
+                    ..ObjectMeta::default()
+                },
                 data: Some(data),
                 ..ConfigMap::default()
             };

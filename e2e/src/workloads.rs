@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use k8s_openapi::api::apps::v1::{
-    DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, DeploymentStrategy, ReplicaSet, RollingUpdateDeployment, StatefulSet, StatefulSetSpec,
+    DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, DeploymentStrategy, ReplicaSet, RollingUpdateDeployment,
+    StatefulSet, StatefulSetSpec,
 };
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, PodTemplateSpec};
@@ -36,7 +37,8 @@ pub fn rolling_deployment(
     Deployment {
         metadata: ObjectMeta {
             name: Some(name.into()),
-            annotations: (!annotations.is_empty()).then(|| annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            annotations: (!annotations.is_empty())
+                .then(|| annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
             ..ObjectMeta::default()
         },
         spec: Some(DeploymentSpec {
@@ -44,7 +46,10 @@ pub fn rolling_deployment(
             selector: LabelSelector { match_labels: Some(labels.clone()), ..LabelSelector::default() },
             strategy: Some(DeploymentStrategy {
                 type_: Some("RollingUpdate".into()),
-                rolling_update: Some(RollingUpdateDeployment { max_surge: Some(max_surge), max_unavailable: Some(max_unavailable) }),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(max_surge),
+                    max_unavailable: Some(max_unavailable),
+                }),
             }),
             template: pod_template(&labels, image),
             ..DeploymentSpec::default()
@@ -57,7 +62,10 @@ pub fn rolling_deployment(
 fn pod_template(labels: &BTreeMap<String, String>, image: &str) -> PodTemplateSpec {
     PodTemplateSpec {
         metadata: Some(ObjectMeta { labels: Some(labels.clone()), ..ObjectMeta::default() }),
-        spec: Some(PodSpec { containers: vec![Container { name: "app".into(), image: Some(image.into()), ..Container::default() }], ..PodSpec::default() }),
+        spec: Some(PodSpec {
+            containers: vec![Container { name: "app".into(), image: Some(image.into()), ..Container::default() }],
+            ..PodSpec::default()
+        }),
     }
 }
 
@@ -104,7 +112,12 @@ pub fn job(name: &str, completions: i32, parallelism: i32, image: &str) -> Job {
     }
     Job {
         metadata: ObjectMeta { name: Some(name.into()), ..ObjectMeta::default() },
-        spec: Some(JobSpec { completions: Some(completions), parallelism: Some(parallelism), template, ..JobSpec::default() }),
+        spec: Some(JobSpec {
+            completions: Some(completions),
+            parallelism: Some(parallelism),
+            template,
+            ..JobSpec::default()
+        }),
         ..Job::default()
     }
 }
@@ -149,7 +162,11 @@ pub async fn wait_daemonset_rolled_out(api: &Api<DaemonSet>, name: &str) -> Resu
 pub async fn wait_job_complete(api: &Api<Job>, name: &str) -> Result<Job> {
     wait::until(&format!("Job {name} to complete"), Duration::from_secs(120), || async {
         let o = api.get(name).await?;
-        let done = o.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| c.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
+        let done = o
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Complete" && c.status == "True"));
         Ok(done.then_some(o))
     })
     .await

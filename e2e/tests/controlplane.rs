@@ -28,7 +28,18 @@ const CLUSTERS: [(&str, u8, &[&str]); 2] = [
     (
         "single",
         1,
-        &["rollout", "manual-scale", "hpa-scale", "deletes", "widget-native", "widget-conditions", "widget-synthetic", "approvals", "cluster-day", "flux"],
+        &[
+            "rollout",
+            "manual-scale",
+            "hpa-scale",
+            "deletes",
+            "widget-native",
+            "widget-conditions",
+            "widget-synthetic",
+            "approvals",
+            "cluster-day",
+            "flux",
+        ],
     ),
     ("dual", 2, &["dual-rollout", "dual-manual-scale", "dual-hpa-scale", "dual-deletes", "dual-cluster-day"]),
 ];
@@ -40,7 +51,9 @@ fn main() -> ExitCode {
     // `--exact`: the whole name, as with libtest.
     let exact = args.iter().any(|a| a == "--exact");
     let matches = |name: &str, f: &str| if exact { name == f } else { name.contains(f) };
-    let selected = |name: &str| filters.is_empty() || filters.iter().any(|f| matches(name, f) || matches(name, &f.replace('_', "-")));
+    let selected = |name: &str| {
+        filters.is_empty() || filters.iter().any(|f| matches(name, f) || matches(name, &f.replace('_', "-")))
+    };
     // The flux scenario needs kustomize-controller (scripts/flux.sh build); KAUSALITY_FLUX=0
     // leaves it out, as if it were not there.
     let flux = std::env::var("KAUSALITY_FLUX").map_or(true, |v| v != "0");
@@ -74,11 +87,17 @@ fn main() -> ExitCode {
                 continue;
             }
         };
-        println!("    cluster {dir} ({apiservers} API server(s)) up in {:.1}s: {}", t0.elapsed().as_secs_f64(), cluster.dir.display());
+        println!(
+            "    cluster {dir} ({apiservers} API server(s)) up in {:.1}s: {}",
+            t0.elapsed().as_secs_f64(),
+            cluster.dir.display()
+        );
         for name in names {
             let t = Instant::now();
             let limit = if name.ends_with("cluster-day") || name == "flux" { DAY_TIMEOUT } else { SCENARIO_TIMEOUT };
-            let run = async { AssertUnwindSafe(tokio::time::timeout(limit, scenarios::run(&cluster, name))).catch_unwind().await };
+            let run = async {
+                AssertUnwindSafe(tokio::time::timeout(limit, scenarios::run(&cluster, name))).catch_unwind().await
+            };
             let outcome = match rt.block_on(run) {
                 Ok(Ok(Ok(()))) => Ok(()),
                 Ok(Ok(Err(e))) => Err(format!("{e:#}")),
@@ -104,7 +123,11 @@ fn main() -> ExitCode {
         if let Err(e) = cluster.stop() {
             failed.push((format!("{dir}: stop"), format!("{e:#}")));
         }
-        println!("    cluster {dir} stopped in {:.1}s; {:.1}s in all", t1.elapsed().as_secs_f64(), t0.elapsed().as_secs_f64());
+        println!(
+            "    cluster {dir} stopped in {:.1}s; {:.1}s in all",
+            t1.elapsed().as_secs_f64(),
+            t0.elapsed().as_secs_f64()
+        );
     }
     if !failed.is_empty() {
         println!("\nfailures:\n");

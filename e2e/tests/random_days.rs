@@ -104,7 +104,11 @@ fn main() -> ExitCode {
             all.extend(drawn(&day));
             println!("day seed {}: {} steps", day.seed, day.steps());
             for w in &day.workloads {
-                println!("  {:?}: {}", w.kind, w.actions.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", "));
+                println!(
+                    "  {:?}: {}",
+                    w.kind,
+                    w.actions.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", ")
+                );
             }
         }
         print_drawn(all.into_iter());
@@ -124,7 +128,8 @@ fn main() -> ExitCode {
     };
     println!("    cluster up in {:.1}s: {}", t0.elapsed().as_secs_f64(), cluster.dir.display());
     // Seeds drawn up front, so that a run prints them in order whatever finishes first.
-    let seeds: Vec<u64> = (0..args.days).map(|d| args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64))).collect();
+    let seeds: Vec<u64> =
+        (0..args.days).map(|d| args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64))).collect();
     let one = |seed: u64| {
         let cluster = &cluster;
         let day = random::day(seed, args.steps);
@@ -137,12 +142,14 @@ fn main() -> ExitCode {
                 Err(_) => (Verdict::Broken(format!("timed out after {DAY_TIMEOUT:?}")), Vec::new(), Vec::new()),
             };
             let tags = drawn(&day);
-            let o = Outcome { seed, steps: day.steps(), secs: t.elapsed().as_secs_f64(), verdict, labels, events, tags };
+            let o =
+                Outcome { seed, steps: day.steps(), secs: t.elapsed().as_secs_f64(), verdict, labels, events, tags };
             println!("test day seed {} ({} steps) ... {} ({:.1}s)", o.seed, o.steps, verdict_word(&o.verdict), o.secs);
             o
         }
     };
-    let mut outcomes: Vec<Outcome> = rt.block_on(stream::iter(seeds.iter().copied()).map(one).buffer_unordered(args.parallel).collect());
+    let mut outcomes: Vec<Outcome> =
+        rt.block_on(stream::iter(seeds.iter().copied()).map(one).buffer_unordered(args.parallel).collect());
     outcomes.sort_by_key(|o| seeds.iter().position(|&s| s == o.seed));
     let t1 = Instant::now();
     if let Err(e) = cluster.stop() {
@@ -156,7 +163,15 @@ fn main() -> ExitCode {
 fn drawn(day: &Day) -> Vec<String> {
     day.workloads
         .iter()
-        .flat_map(|w| w.actions.iter().map(move |a| if a.tag() == "create" { format!("create {}", w.kind.object().0) } else { a.tag().to_string() }))
+        .flat_map(|w| {
+            w.actions.iter().map(move |a| {
+                if a.tag() == "create" {
+                    format!("create {}", w.kind.object().0)
+                } else {
+                    a.tag().to_string()
+                }
+            })
+        })
         .collect()
 }
 
@@ -182,7 +197,11 @@ fn relabel() -> ExitCode {
     for sub in ["failing", "passing"] {
         let dir = record::fixtures_dir().join(sub);
         let mut paths: Vec<_> = std::fs::read_dir(&dir)
-            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.to_string_lossy().ends_with(".expected.json")).collect())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.to_string_lossy().ends_with(".expected.json"))
+                    .collect()
+            })
             .unwrap_or_default();
         paths.sort();
         all.push(paths);
@@ -226,13 +245,17 @@ async fn run_day(cluster: &Cluster, day: &Day) -> Result<(Verdict, Vec<Label>, V
     let mut scenes = Vec::new();
     for (i, w) in day.workloads.iter().enumerate() {
         let (kind, name) = w.kind.object();
-        let line = format!("{kind} {name}: {}", w.actions.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", "));
+        let line =
+            format!("{kind} {name}: {}", w.actions.iter().map(|a| format!("{a:?}")).collect::<Vec<_>>().join(", "));
         let s = Scene::new(cluster, &format!("day-{seed:016x}-{i}"), &line).await?;
         println!("  {}: {kind} {name}: {}", s.ns, w.actions.iter().map(|a| a.tag()).collect::<Vec<_>>().join(" → "));
         about.push(format!("{}: {line}", s.ns));
         scenes.push(s);
     }
-    let runs = join_all(scenes.iter().zip(&day.workloads).enumerate().map(|(i, (s, w))| act::run(s, w, seed ^ (i as u64 + 1)))).await;
+    let runs = join_all(
+        scenes.iter().zip(&day.workloads).enumerate().map(|(i, (s, w))| act::run(s, w, seed ^ (i as u64 + 1))),
+    )
+    .await;
     let mut ran = Vec::new();
     for (s, r) in scenes.iter().zip(runs) {
         let r = r.with_context(|| format!("namespace {}", s.ns))?;
@@ -286,7 +309,8 @@ async fn run_day(cluster: &Cluster, day: &Day) -> Result<(Verdict, Vec<Label>, V
     };
     record::write(&dir, &rec)?;
     println!("  day seed {seed}: recorded in {}", dir.display());
-    let verdict = if judged.mismatches.is_empty() { Verdict::Passed } else { Verdict::Mismatched(judged.mismatches.len()) };
+    let verdict =
+        if judged.mismatches.is_empty() { Verdict::Passed } else { Verdict::Mismatched(judged.mismatches.len()) };
     Ok((verdict, labels, events))
 }
 
@@ -295,7 +319,14 @@ async fn run_day(cluster: &Cluster, day: &Day) -> Result<(Verdict, Vec<Label>, V
 fn summary(outcomes: &[Outcome], secs: f64) -> ExitCode {
     println!("\nrandom days: {} day(s) in {secs:.1}s", outcomes.len());
     for o in outcomes {
-        println!("  seed {:<20} {:>3} steps {:>7.1}s  {} writes  {}", o.seed, o.steps, o.secs, o.labels.len(), verdict_word(&o.verdict));
+        println!(
+            "  seed {:<20} {:>3} steps {:>7.1}s  {} writes  {}",
+            o.seed,
+            o.steps,
+            o.secs,
+            o.labels.len(),
+            verdict_word(&o.verdict)
+        );
         if let Verdict::Untellable(e) | Verdict::Broken(e) = &o.verdict {
             println!("    {}", e.replace('\n', "\n    "));
         }
@@ -313,7 +344,11 @@ fn summary(outcomes: &[Outcome], secs: f64) -> ExitCode {
         if class != l.class || reverts_wrong {
             let action = l.step.rsplit(' ').next().unwrap_or("");
             let kind = l.object.split('/').next().unwrap_or("");
-            let what = if reverts_wrong { "drift names the wrong reverts".to_string() } else { format!("truth {} → class {class}", l.class) };
+            let what = if reverts_wrong {
+                "drift names the wrong reverts".to_string()
+            } else {
+                format!("truth {} → class {class}", l.class)
+            };
             *groups.entry(format!("[{action}] {} {kind} by {}: {what}", l.verb, l.user)).or_insert(0) += 1;
         }
     }

@@ -91,7 +91,14 @@ impl Changelog {
     pub(super) fn cached_slice(&self, partition: i32, start: i64, end: i64) -> Option<Slice> {
         self.snapshots.get()?;
         let layout = self.layout.get()?;
-        let live = Live { topic: &self.topic, partitions: layout.partitions, start, end, now_us: now_us(), tombstones_kept_us: layout.tombstones_kept_us };
+        let live = Live {
+            topic: &self.topic,
+            partitions: layout.partitions,
+            start,
+            end,
+            now_us: now_us(),
+            tombstones_kept_us: layout.tombstones_kept_us,
+        };
         let taken = match self.cache.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
             Some(cache) => cache.take(partition, &live),
             None => Err(Refused::NotHeld),
@@ -166,7 +173,10 @@ impl Changelog {
                 let (mark, carried, carried_parts) = c.to_snapshot();
                 let fresh: Vec<i32> = positions.iter().map(|(p, _)| *p).collect();
                 for ((k, s), h) in carried.into_iter().zip(carried_parts) {
-                    let h = only(h, &mark.positions.iter().filter(|(p, _)| !fresh.contains(p)).copied().collect::<Vec<_>>());
+                    let h = only(
+                        h,
+                        &mark.positions.iter().filter(|(p, _)| !fresh.contains(p)).copied().collect::<Vec<_>>(),
+                    );
                     if !h.is_empty() {
                         objects.push((k, s));
                         parts.push(h);

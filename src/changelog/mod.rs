@@ -218,14 +218,23 @@ impl Changelog {
         // The consumer's properties (TLS, SASL) serve the producers too; consumer-only ones
         // are ignored by librdkafka with a warning.
         let managed = [("enable.idempotence", "true".to_string()), ("acks", "all".to_string())];
-        let mut config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &Default::default(), &managed);
+        let mut config = client::client_config(
+            &cfg.brokers,
+            &[("linger.ms", "5"), ("compression.type", "lz4")],
+            &Default::default(),
+            &managed,
+        );
         for (k, v) in &cfg.properties {
             if k.starts_with("security.") || k.starts_with("sasl.") || k.starts_with("ssl.") {
                 config.set(k, v.to_string());
             }
         }
         let create = |what: &'static str| {
-            config.create_with_context(Counted { failed: AtomicU64::new(0) }).map_err(|source| Error::Kafka { topic: topic.clone(), what, source })
+            config.create_with_context(Counted { failed: AtomicU64::new(0) }).map_err(|source| Error::Kafka {
+                topic: topic.clone(),
+                what,
+                source,
+            })
         };
         let producer = if cfg.exactly_once { None } else { Some(create("cannot create its producer")?) };
         let traces = create("cannot create the producer of trace messages")?;
@@ -257,16 +266,23 @@ impl Changelog {
     pub async fn ensure_topic(&self, input: &str) -> Result<(), Error> {
         let kafka = |what: &'static str| move |source| Error::Kafka { topic: self.topic.clone(), what, source };
         let mismatch = |message: String| Error::Mismatch { topic: self.topic.clone(), message };
-        let probe: BaseConsumer<Logged> = self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create a client"))?;
+        let probe: BaseConsumer<Logged> =
+            self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create a client"))?;
         let input_parts = partition_count(&probe, input).map_err(kafka("cannot read the input topic's metadata"))?;
         let Some(input_parts) = input_parts else {
-            return Err(mismatch(format!("the input topic {input} does not exist (create it first: the changelog takes its partition count)")));
+            return Err(mismatch(format!(
+                "the input topic {input} does not exist (create it first: the changelog takes its partition count)"
+            )));
         };
         // A write judged away from its object's own partition sends that partition its trace.
         self.engine.enable_forwards(input_parts);
-        let admin: AdminClient<Logged> = self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create an admin client"))?;
+        let admin: AdminClient<Logged> =
+            self.client.create_with_context(Logged("changelog")).map_err(kafka("cannot create an admin client"))?;
         let options = AdminOptions::new().request_timeout(Some(BROKER_TIMEOUT));
-        let layout = |delete_retention_ms: i64| Layout { partitions: input_parts, tombstones_kept_us: delete_retention_ms.saturating_mul(1000) };
+        let layout = |delete_retention_ms: i64| Layout {
+            partitions: input_parts,
+            tombstones_kept_us: delete_retention_ms.saturating_mul(1000),
+        };
         match partition_count(&probe, &self.topic).map_err(kafka("cannot read its metadata"))? {
             None => {
                 let new = NewTopic::new(&self.topic, input_parts, TopicReplication::Fixed(-1)).set("cleanup.policy", "compact");
@@ -331,7 +347,9 @@ impl Changelog {
                 for p in to.iter() {
                     match (via, &self.producer) {
                         (Some(t), _) => t.send_state(&self.topic, p, name.as_bytes(), record.as_deref())?,
-                        (None, Some(producer)) => client::send_record(producer, &self.topic, p, name.as_bytes(), record.as_deref(), false)?,
+                        (None, Some(producer)) => {
+                            client::send_record(producer, &self.topic, p, name.as_bytes(), record.as_deref(), false)?
+                        }
                         (None, None) => return Err(KafkaError::MessageProduction(RDKafkaErrorCode::State)),
                     }
                     match &record {
@@ -388,7 +406,8 @@ impl Changelog {
         if let Err(e) = self.traces.flush(BROKER_TIMEOUT) {
             error = Some(e);
         }
-        let lost = (traces.len() - queued) as u64 + (self.traces.context().failed.load(Ordering::Relaxed) - failed_before);
+        let lost =
+            (traces.len() - queued) as u64 + (self.traces.context().failed.load(Ordering::Relaxed) - failed_before);
         let lost = lost.min(traces.len() as u64);
         written.traces = traces.len() - lost as usize;
         self.metrics.trace_messages(Completion::Sent, written.traces as u64);
@@ -412,9 +431,12 @@ impl Changelog {
     fn read_in(&self, partition: i32) -> Result<Restored, Error> {
         let started = Instant::now();
         let kafka = |what: &'static str| move |source| Error::Kafka { topic: self.topic.clone(), what, source };
-        let consumer: BaseConsumer<Restoring> =
-            restoring_client(&self.client, &self.topic).create_with_context(Restoring).map_err(kafka("cannot create its reader"))?;
-        let (low, high) = consumer.fetch_watermarks(&self.topic, partition, BROKER_TIMEOUT).map_err(kafka("cannot read its end offsets"))?;
+        let consumer: BaseConsumer<Restoring> = restoring_client(&self.client, &self.topic)
+            .create_with_context(Restoring)
+            .map_err(kafka("cannot create its reader"))?;
+        let (low, high) = consumer
+            .fetch_watermarks(&self.topic, partition, BROKER_TIMEOUT)
+            .map_err(kafka("cannot read its end offsets"))?;
         let interner = self.engine.interner();
         // Strings interned here are not freed by a sweep before their states are in the store.
         let _pin = interner.pin();
@@ -464,7 +486,8 @@ impl Changelog {
             return Ok(());
         }
         let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(&self.topic, partition, Offset::Offset(restored.from_offset)).map_err(kafka("cannot assign the partition"))?;
+        tpl.add_partition_offset(&self.topic, partition, Offset::Offset(restored.from_offset))
+            .map_err(kafka("cannot assign the partition"))?;
         consumer.assign(&tpl).map_err(kafka("cannot assign the partition"))?;
         let interner = self.engine.interner();
         let mut reader = RecordReader::new(interner);
@@ -473,7 +496,11 @@ impl Changelog {
             match consumer.poll(Duration::from_millis(200)) {
                 None => {
                     if last_progress.elapsed() > BROKER_TIMEOUT {
-                        return Err(Error::Kafka { topic: self.topic.clone(), what: "reading it to its end timed out", source: KafkaError::NoMessageReceived });
+                        return Err(Error::Kafka {
+                            topic: self.topic.clone(),
+                            what: "reading it to its end timed out",
+                            source: KafkaError::NoMessageReceived,
+                        });
                     }
                 }
                 Some(Err(KafkaError::PartitionEOF(p))) if p == partition => return Ok(()),
@@ -482,7 +509,12 @@ impl Changelog {
                 }
                 Some(Ok(m)) => {
                     last_progress = Instant::now();
-                    let record = |message: String| Error::Record { topic: self.topic.clone(), partition, offset: m.offset(), message };
+                    let record = |message: String| Error::Record {
+                        topic: self.topic.clone(),
+                        partition,
+                        offset: m.offset(),
+                        message,
+                    };
                     match m.payload() {
                         Some(value) => {
                             let (key, state) = reader.read(value).map_err(|e| record(e.to_string()))?;
@@ -496,8 +528,10 @@ impl Changelog {
                             self.partitions.restored(key, partition);
                         }
                         None => {
-                            let key =
-                                m.key().and_then(|k| parse_key(interner, k)).ok_or_else(|| record("a tombstone whose key is not cluster/uid".to_string()))?;
+                            let key = m
+                                .key()
+                                .and_then(|k| parse_key(interner, k))
+                                .ok_or_else(|| record("a tombstone whose key is not cluster/uid".to_string()))?;
                             restored.tombstones += 1;
                             if self.partitions.tombstoned(&key, partition) {
                                 self.engine.forget(&key);
@@ -542,7 +576,12 @@ fn restoring_client(client: &ClientConfig, topic: &str) -> ClientConfig {
 /// The partition count of `topic`; `None` when it does not exist.
 fn partition_count(client: &BaseConsumer<Logged>, topic: &str) -> Result<Option<i32>, KafkaError> {
     let md = client.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
-    Ok(md.topics().iter().find(|t| t.name() == topic).filter(|t| t.error().is_none() && !t.partitions().is_empty()).map(|t| t.partitions().len() as i32))
+    Ok(md
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic)
+        .filter(|t| t.error().is_none() && !t.partitions().is_empty())
+        .map(|t| t.partitions().len() as i32))
 }
 
 /// The object of a record key, `cluster/uid` ([`record_key`]).

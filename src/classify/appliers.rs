@@ -116,7 +116,13 @@ impl Engine {
     /// the profile's known users among the member's updaters are its applier. A parent in
     /// another cluster (`remote`) writes its status there as another user than the one that
     /// applies here: then the profile's users here are its applier.
-    pub(super) fn applier_view(&self, owner: Ty, updaters: &Recent, remote: bool, p: &mut ParentView) -> Option<Arc<str>> {
+    pub(super) fn applier_view(
+        &self,
+        owner: Ty,
+        updaters: &Recent,
+        remote: bool,
+        p: &mut ParentView,
+    ) -> Option<Arc<str>> {
         let profile = self.applier(self.applier_of_parent(owner)?)?;
         p.facts.initialized = true;
         if remote {

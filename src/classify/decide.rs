@@ -36,9 +36,11 @@ impl Identity {
 /// Decides whether `user`, mutating a child whose updaters are `child_updaters` (the user
 /// already counted), is the controller of a parent whose status writers are `status_updaters`.
 pub fn identify(user: Sym, child_updaters: &Recent, status_updaters: &Recent) -> Identity {
-    let verdict = |set: Vec<Sym>| if set.contains(&user) { Identity::Controller(set) } else { Identity::NotController(set) };
+    let verdict =
+        |set: Vec<Sym>| if set.contains(&user) { Identity::Controller(set) } else { Identity::NotController(set) };
     if !status_updaters.is_empty() {
-        let both: Vec<Sym> = child_updaters.as_slice().iter().copied().filter(|u| status_updaters.contains(*u)).collect();
+        let both: Vec<Sym> =
+            child_updaters.as_slice().iter().copied().filter(|u| status_updaters.contains(*u)).collect();
         if !both.is_empty() {
             return verdict(both);
         }
@@ -129,15 +131,28 @@ mod tests {
         let (_i, [ctrl, ..]) = users();
         let c = Identity::Controller(vec![ctrl]);
         let n = Identity::NotController(vec![ctrl]);
-        let stable = ParentFacts { deleting: false, initialized: true, generation: 2, observed: Some(2), finished: true };
+        let stable =
+            ParentFacts { deleting: false, initialized: true, generation: 2, observed: Some(2), finished: true };
         assert_eq!(decide(&stable, &c), Class::Drift);
-        assert_eq!(decide(&ParentFacts { finished: false, ..stable }, &c), Class::Expected, "observed, not finished: still reconciling");
-        assert_eq!(decide(&ParentFacts { finished: false, ..stable }, &n), Class::Origin, "not finished changes nothing for others");
+        assert_eq!(
+            decide(&ParentFacts { finished: false, ..stable }, &c),
+            Class::Expected,
+            "observed, not finished: still reconciling"
+        );
+        assert_eq!(
+            decide(&ParentFacts { finished: false, ..stable }, &n),
+            Class::Origin,
+            "not finished changes nothing for others"
+        );
         assert_eq!(decide(&stable, &n), Class::Origin);
         assert_eq!(decide(&stable, &Identity::Undetermined), Class::Undetermined);
         assert_eq!(decide(&ParentFacts { observed: Some(1), ..stable }, &c), Class::Expected);
         assert_eq!(decide(&ParentFacts { observed: None, ..stable }, &c), Class::Expected);
-        assert_eq!(decide(&ParentFacts { observed: Some(3), ..stable }, &c), Class::Expected, "observed ahead is not stable either");
+        assert_eq!(
+            decide(&ParentFacts { observed: Some(3), ..stable }, &c),
+            Class::Expected,
+            "observed ahead is not stable either"
+        );
         // Lifecycle comes before identification: a person's change of a child of an
         // uninitialized parent is `initializing`, not `origin`.
         assert_eq!(decide(&ParentFacts { initialized: false, ..stable }, &n), Class::Initializing);

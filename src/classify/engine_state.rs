@@ -7,7 +7,9 @@ use std::io::{Read, Write as IoWrite};
 use std::sync::Arc;
 
 use super::{forward, Engine};
-use crate::state::{read_snapshot, write_snapshot, Interner, ObjKey, ObjectState, SnapshotError, SnapshotStats, StoreStats};
+use crate::state::{
+    read_snapshot, write_snapshot, Interner, ObjKey, ObjectState, SnapshotError, SnapshotStats, StoreStats,
+};
 use crate::write::{Extractor, Uid};
 
 impl Engine {

@@ -49,7 +49,13 @@ impl ParentView {
             None => (p.generation(), observed.map(|(g, _)| g), p.finished()),
         };
         ParentView {
-            facts: ParentFacts { deleting: p.deleting() || p.deleted(), initialized: p.initialized(), generation, observed: observed_generation, finished },
+            facts: ParentFacts {
+                deleting: p.deleting() || p.deleted(),
+                initialized: p.initialized(),
+                generation,
+                observed: observed_generation,
+                finished,
+            },
             generation: p.generation(),
             intent,
             applier: None,
@@ -208,12 +214,23 @@ impl Engine {
             return (event, origin_state);
         };
         let (owner_api_version, owner_kind) = self.interner.parts(owner.ty);
-        let mut parent_out =
-            ParentOut::named(self.interner.resolve(owner_api_version), self.interner.resolve(owner_kind), owner.name.clone(), owner.uid_text.clone());
+        let mut parent_out = ParentOut::named(
+            self.interner.resolve(owner_api_version),
+            self.interner.resolve(owner_kind),
+            owner.name.clone(),
+            owner.uid_text.clone(),
+        );
         let Some(mut p) = self.parent_view(&self.owner_key(w.scope, owner.uid), owner) else {
             event.class = Class::UnknownParent;
             event.reason = format!("parent {}/{} has never been seen", parent_out.kind, parent_out.name);
-            let unknown_parent = Hop { ty: owner.ty, name: owner.name.clone(), generation: None, user: None, timestamp: None, labels: None };
+            let unknown_parent = Hop {
+                ty: owner.ty,
+                name: owner.name.clone(),
+                generation: None,
+                user: None,
+                timestamp: None,
+                labels: None,
+            };
             let t = trace::extend(trace::origin(unknown_parent), hop);
             self.trace_out(&t, &w.stage_timestamp, &mut event);
             event.parent = Some(parent_out);
@@ -226,16 +243,23 @@ impl Engine {
         let class = decide(&p.facts, &identity);
         parent_out.generation = (p.generation != 0).then_some(p.generation);
         parent_out.applier = p.applier.clone().map(|name| {
-            let (revision, target_revision) = p.intent.as_ref().map_or((None, None), |i| (i.revision.clone(), i.target.clone()));
+            let (revision, target_revision) =
+                p.intent.as_ref().map_or((None, None), |i| (i.revision.clone(), i.target.clone()));
             Box::new(ApplierOut { name, revision, target_revision })
         });
         parent_out.observed_generation = p.observed.map(|(g, _)| g);
         parent_out.observed_generation_source = p.observed.map(|(_, s)| s);
         parent_out.finished = p.finished();
         parent_out.phase = Some(p.phase());
-        event.actor =
-            ActorOut { is_controller: identity.is_controller(), controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect() };
-        event.reason = if namespace_teardown { self.teardown_reason(child.namespace) } else { self.reason(class, &p, &identity, &user) };
+        event.actor = ActorOut {
+            is_controller: identity.is_controller(),
+            controllers: identity.controllers().iter().map(|&u| self.interner.resolve(u)).collect(),
+        };
+        event.reason = if namespace_teardown {
+            self.teardown_reason(child.namespace)
+        } else {
+            self.reason(class, &p, &identity, &user)
+        };
         event.class = class;
         event.reverts = self.track_origins(w, child, owner.uid, class, &identity);
 
@@ -267,10 +291,18 @@ impl Engine {
 
         event.freeze_violation = freeze_violation(&p, class);
         if class == Class::Drift {
-            let child_ref = ChildRef { api_version: &event.object.api_version, kind: &event.object.kind, name: &event.object.name };
+            let child_ref =
+                ChildRef { api_version: &event.object.api_version, kind: &event.object.kind, name: &event.object.name };
             let resolved = self.resolve_drift(&p, child_ref, || {
                 let reverts_person = event.reverts.iter().flatten().any(|r| r.person);
-                self.platform_policy(owner.ty, &self.kind_key(child.ty), &event.user, &event.object.namespace, p.selectors, reverts_person)
+                self.platform_policy(
+                    owner.ty,
+                    &self.kind_key(child.ty),
+                    &event.user,
+                    &event.object.namespace,
+                    p.selectors,
+                    reverts_person,
+                )
             });
             event.resolution = Some(resolved.resolution);
             event.policy = resolved.policy;
@@ -301,7 +333,12 @@ impl Engine {
     /// How a drift on `child` is resolved (DESIGN §1.7): the parent's annotations first; where
     /// they leave it unresolved and the parent is not frozen (its annotations win), the
     /// platform's policies (`platform` finds the one that applies, only when there are any).
-    pub(super) fn resolve_drift<'a>(&'a self, p: &ParentView, child: ChildRef<'_>, platform: impl FnOnce() -> Option<&'a PlatformPolicy>) -> Resolved {
+    pub(super) fn resolve_drift<'a>(
+        &'a self,
+        p: &ParentView,
+        child: ChildRef<'_>,
+        platform: impl FnOnce() -> Option<&'a PlatformPolicy>,
+    ) -> Resolved {
         let (resolution, used) = match p.policy.as_deref() {
             Some(policy) => policy.resolve(child, p.facts.generation, &p.consumed),
             None => (Resolution::Unresolved, None),
@@ -341,12 +378,21 @@ impl Engine {
         reverts_person: bool,
     ) -> Option<&PlatformPolicy> {
         let parent_kind = self.kind_key(parent);
-        let facts = DriftFacts { parent_kind: &parent_kind, child_kind, controller, namespace, parent_selectors, reverts_person };
+        let facts = DriftFacts {
+            parent_kind: &parent_kind,
+            child_kind,
+            controller,
+            namespace,
+            parent_selectors,
+            reverts_person,
+        };
         platform::resolve(&self.config.policies, &facts)
     }
 
     pub(super) fn reason(&self, class: Class, p: &ParentView, identity: &Identity, user: &str) -> String {
-        let controllers = || identity.controllers().iter().map(|&u| self.interner.resolve(u).to_string()).collect::<Vec<_>>().join(", ");
+        let controllers = || {
+            identity.controllers().iter().map(|&u| self.interner.resolve(u).to_string()).collect::<Vec<_>>().join(", ")
+        };
         match class {
             Class::Deleting if p.deleted => "parent was deleted: teardown".to_string(),
             Class::Deleting => "parent is being deleted: teardown".to_string(),
@@ -377,7 +423,10 @@ impl Engine {
         let text = |r: Option<&Arc<str>>| r.map_or_else(|| "none".to_string(), |r| r.to_string());
         let (revision, target) = p.intent.as_ref().map_or((None, None), |i| (i.revision.as_ref(), i.target.as_ref()));
         if class == Class::Drift {
-            return format!("applier changed a member while its parent is at the revision it last applied ({}): no new intent", text(revision));
+            return format!(
+                "applier changed a member while its parent is at the revision it last applied ({}): no new intent",
+                text(revision)
+            );
         }
         match p.facts.observed {
             None => format!("applier is carrying out its parent's first intent (revision {})", text(target)),
@@ -421,7 +470,12 @@ impl Engine {
                     } else {
                         h.timestamp.map(|us| rfc3339_micros_arc(us.get()))
                     },
-                    labels: h.labels.iter().flat_map(|l| l.iter()).map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string()))).collect(),
+                    labels: h
+                        .labels
+                        .iter()
+                        .flat_map(|l| l.iter())
+                        .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
+                        .collect(),
                 }
             })
             .collect();

@@ -28,7 +28,9 @@ pub use verdict::{kind_matches, Candidate, ChildQuery, ParentRef, Verdict, Verdi
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
-use crate::state::{name_key, FastBuild, Interner, Marks, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty};
+use crate::state::{
+    name_key, FastBuild, Interner, Marks, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty,
+};
 use crate::write::{kind_of_resource, Name, ObjectFacts, Target, Uid, Write};
 use policy::PolicyCache;
 
@@ -172,7 +174,12 @@ impl Engine {
 
     /// `f` of the object `uid` of `cluster`, in the first of its scopes that holds it (an
     /// object's copies on several partitions share its facts: each applies all its writes).
-    pub fn read_in_cluster<R>(&self, cluster: &str, uid: crate::write::Uid, mut f: impl FnMut(&crate::state::ObjectState) -> R) -> Option<R> {
+    pub fn read_in_cluster<R>(
+        &self,
+        cluster: &str,
+        uid: crate::write::Uid,
+        mut f: impl FnMut(&crate::state::ObjectState) -> R,
+    ) -> Option<R> {
         self.scopes(cluster).into_iter().find_map(|scope| self.store.read(&ObjKey::new(scope, uid), &mut f))
     }
 
@@ -184,7 +191,10 @@ impl Engine {
             return;
         }
         let (api_version, kind) = self.interner.parts(f.ty);
-        if &*self.interner.resolve(kind) != "Namespace" || &*self.interner.resolve(api_version) != "v1" || f.name.is_empty() {
+        if &*self.interner.resolve(kind) != "Namespace"
+            || &*self.interner.resolve(api_version) != "v1"
+            || f.name.is_empty()
+        {
             return;
         }
         // By the write's scope: with a state kept per partition, a partition knows of the
@@ -222,7 +232,9 @@ impl Engine {
             Target::Scale { uid, uid_text, namespace, name, resource, api_version, replicas } => {
                 self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version, *replicas)
             }
-            Target::Gone { uid, uid_text, namespace, name, ty } => Self::one(self.delete_gone(w, *uid, uid_text, *namespace, name, *ty)),
+            Target::Gone { uid, uid_text, namespace, name, ty } => {
+                Self::one(self.delete_gone(w, *uid, uid_text, *namespace, name, *ty))
+            }
             Target::Many(items) => {
                 let (mut events, mut ignored) = (Vec::with_capacity(items.len()), Vec::new());
                 for f in items {
@@ -270,7 +282,13 @@ impl Engine {
                         user: Sym::EMPTY,
                         resource_version: f.resource_version,
                         resource: Sym::EMPTY,
-                        target: Target::Gone { uid: f.uid, uid_text: f.uid_text.clone(), namespace: f.namespace, name: f.name.clone(), ty: f.ty },
+                        target: Target::Gone {
+                            uid: f.uid,
+                            uid_text: f.uid_text.clone(),
+                            namespace: f.namespace,
+                            name: f.name.clone(),
+                            ty: f.ty,
+                        },
                         late: false,
                         silent: false,
                         partition: None,
@@ -299,7 +317,9 @@ impl Engine {
         match s.name() {
             Some(kept) if **kept == **name => {}
             Some(_) => s.set_name(name.clone()),
-            None if self.owner_kinds.contains_key(&s.ty) || self.is_namespace(s.namespace, s.ty) => s.set_name(name.clone()),
+            None if self.owner_kinds.contains_key(&s.ty) || self.is_namespace(s.namespace, s.ty) => {
+                s.set_name(name.clone())
+            }
             None => {}
         }
     }
@@ -339,7 +359,8 @@ impl Engine {
     /// namespace whose newest state (by resourceVersion, of each scope and name) is being
     /// deleted is being deleted (DESIGN §1.4): the engine's own note of it was not restored.
     pub fn note_restored(&self) {
-        let mut namespaces: std::collections::HashMap<(Arc<str>, Name), (u64, bool, i64)> = std::collections::HashMap::new();
+        let mut namespaces: std::collections::HashMap<(Arc<str>, Name), (u64, bool, i64)> =
+            std::collections::HashMap::new();
         let mut parents: std::collections::HashMap<appliers::ParentAt, (u64, Uid)> = std::collections::HashMap::new();
         self.store.for_each(|k, s| {
             let Some(name) = s.name() else { return };
@@ -436,7 +457,9 @@ impl Engine {
         self.note_applier_parent(w.scope, s, f);
         // Which policy selectors its labels match, kept only where a drift can ask: objects
         // known to own others and the tops of trees (the many leaves never need it).
-        if f.selector_bits != s.selector_bits() && (f.selector_bits == 0 || s.owner.is_none() || self.owner_kinds.contains_key(&s.ty)) {
+        if f.selector_bits != s.selector_bits()
+            && (f.selector_bits == 0 || s.owner.is_none() || self.owner_kinds.contains_key(&s.ty))
+        {
             s.set_selector_bits(f.selector_bits);
         }
         match &f.annotations {
@@ -487,7 +510,8 @@ impl Engine {
 
     fn update(&self, w: &Write, f: &ObjectFacts) -> Applied {
         let key = Self::key(w, f.uid);
-        let prev = self.store.read(&key, |s| (s.last_resource_version, s.content_hash(), s.status_hash(), s.generation()));
+        let prev =
+            self.store.read(&key, |s| (s.last_resource_version, s.content_hash(), s.status_hash(), s.generation()));
         // An answer of metadata only (the garbage collector's orphaning patch) shows no spec: it
         // changed the spec only if the generation moved. Otherwise it is no mutation of intent,
         // and its empty spec and status must not overwrite what the state knows.
@@ -568,11 +592,28 @@ impl Engine {
             },
         );
         let written = f.content.as_ref().map_or(Written::Nothing, Written::Full);
-        let child = Child { uid: f.uid, uid_text: &f.uid_text, ty: f.ty, namespace: f.namespace, name: &f.name, generation: f.generation, labels, written };
+        let child = Child {
+            uid: f.uid,
+            uid_text: &f.uid_text,
+            ty: f.ty,
+            namespace: f.namespace,
+            name: &f.name,
+            generation: f.generation,
+            labels,
+            written,
+        };
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
-    fn delete_gone(&self, w: &Write, uid: Uid, uid_text: &Arc<str>, namespace: Sym, name: &Name, by_ref: Ty) -> Result<Enriched, Ignored> {
+    fn delete_gone(
+        &self,
+        w: &Write,
+        uid: Uid,
+        uid_text: &Arc<str>,
+        namespace: Sym,
+        name: &Name,
+        by_ref: Ty,
+    ) -> Result<Enriched, Ignored> {
         let key = Self::key(w, uid);
         let completed = self.store.update(&key, |s| {
             let completed = s.deleting() || s.deleted();
@@ -603,7 +644,16 @@ impl Engine {
             r.push(w.user);
             (r, None, None, by_ref, 0)
         });
-        let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels, written: Written::Nothing };
+        let child = Child {
+            uid,
+            uid_text,
+            ty,
+            namespace,
+            name,
+            generation: (generation != 0).then_some(generation),
+            labels,
+            written: Written::Nothing,
+        };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, unknown).0)
@@ -632,7 +682,9 @@ impl Engine {
         // name: then a pod of that name removed after that place is the one meant (one more
         // scan of the state, only for the evictions that come late).
         let written_after = |at: u64| self.store.read(&key, |s| s.last_resource_version > at) == Some(true);
-        if place.is_some_and(|at| written_after(at) && self.store.removed_named_after(w.scope, pod, namespace, name_key(name), at)) {
+        if place.is_some_and(|at| {
+            written_after(at) && self.store.removed_named_after(w.scope, pod, namespace, name_key(name), at)
+        }) {
             return Err(Ignored::DeletionCompleted);
         }
         let (updaters, owner, labels, ty, generation) = self
@@ -703,7 +755,9 @@ impl Engine {
         let (ty, generation, owner, labels, unknown) = match known {
             Some((ty, g, o, l)) => (ty, g, o, l, None),
             None => {
-                let ty = self.interner.ty(ref_api_version, self.interner.intern(kind_of_resource(&self.interner.resolve(resource))));
+                let ty = self
+                    .interner
+                    .ty(ref_api_version, self.interner.intern(kind_of_resource(&self.interner.resolve(resource))));
                 self.store.upsert(
                     key,
                     || ObjectState::new(ty, namespace),
@@ -721,7 +775,16 @@ impl Engine {
             s.updaters()
         });
         let written = replicas.map_or(Written::Nothing, Written::Replicas);
-        let child = Child { uid, uid_text, ty, namespace, name, generation: (generation != 0).then_some(generation), labels, written };
+        let child = Child {
+            uid,
+            uid_text,
+            ty,
+            namespace,
+            name,
+            generation: (generation != 0).then_some(generation),
+            labels,
+            written,
+        };
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.keep_trace(w, uid, uid_text, ty, trace);

@@ -109,7 +109,11 @@ mod tests {
         let mut reject_other = policy("other-ns", PolicyAction::Reject);
         reject_other.namespaces = vec!["other".into()];
         let all = [narrow_approve.clone(), broad_approve.clone(), reject_other.clone(), reject_person.clone()];
-        assert_eq!(resolve(&all, &DRIFT).map(|p| &*p.name), Some("no-person-reverts"), "a later rejection beats an earlier approval");
+        assert_eq!(
+            resolve(&all, &DRIFT).map(|p| &*p.name),
+            Some("no-person-reverts"),
+            "a later rejection beats an earlier approval"
+        );
         let nobody = DriftFacts { reverts_person: false, ..DRIFT };
         assert_eq!(resolve(&all, &nobody).map(|p| &*p.name), Some("narrow"), "the first approval in order");
         let swapped = [broad_approve, narrow_approve];

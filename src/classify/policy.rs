@@ -86,7 +86,9 @@ fn field_matches(pattern: &str, value: &str) -> bool {
 
 impl ChildPattern {
     pub fn matches(&self, c: ChildRef<'_>) -> bool {
-        field_matches(&self.api_version, c.api_version) && field_matches(&self.kind, c.kind) && field_matches(&self.name, c.name)
+        field_matches(&self.api_version, c.api_version)
+            && field_matches(&self.kind, c.kind)
+            && field_matches(&self.name, c.name)
     }
 }
 
@@ -186,7 +188,9 @@ impl Policy {
                 SNOOZE => match parse_snooze(v) {
                     Some(t) => p.snooze_until_us = Some(t),
                     None if v.trim().is_empty() => {}
-                    None => p.problems.push(format!("{SNOOZE}: expected an RFC 3339 time or {{\"expiry\": time}}, got {v:?}")),
+                    None => p
+                        .problems
+                        .push(format!("{SNOOZE}: expected an RFC 3339 time or {{\"expiry\": time}}, got {v:?}")),
                 },
                 PHASE => p.phase_initialized = v.trim() == "initialized",
                 _ => {
@@ -250,7 +254,10 @@ impl Default for PolicyCache {
 
 impl PolicyCache {
     pub fn new(capacity: usize) -> Self {
-        PolicyCache(Mutex::new(LruCache::with_hasher(NonZeroUsize::new(capacity.max(1)).expect("non-zero"), FastBuild::default())))
+        PolicyCache(Mutex::new(LruCache::with_hasher(
+            NonZeroUsize::new(capacity.max(1)).expect("non-zero"),
+            FastBuild::default(),
+        )))
     }
 
     /// The policy of `annotations`: the cached one when the same annotations were seen
@@ -313,23 +320,31 @@ mod tests {
 
     #[test]
     fn approval_modes() {
-        let p = policy(&[(APPROVALS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3,"mode":"once"}]"#)]);
+        let p = policy(&[(
+            APPROVALS,
+            r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3,"mode":"once"}]"#,
+        )]);
         let (r, used) = p.resolve(RS, 3, &[]);
         assert_eq!(r, Resolution::Approved);
         let used = used.expect("a once approval is used up");
         assert_eq!(p.resolve(RS, 3, &[used]).0, Resolution::Unresolved, "used up by the first drift");
         assert_eq!(p.resolve(RS, 4, &[]).0, Resolution::Unresolved, "only at its generation");
 
-        let p = policy(&[(APPROVALS, r#"[{"apiVersion":"*","kind":"ReplicaSet","name":"*","generation":3,"mode":"generation"}]"#)]);
+        let p = policy(&[(
+            APPROVALS,
+            r#"[{"apiVersion":"*","kind":"ReplicaSet","name":"*","generation":3,"mode":"generation"}]"#,
+        )]);
         assert_eq!(p.resolve(RS, 3, &[]), (Resolution::Approved, None));
         assert_eq!(p.resolve(RS, 3, &[]), (Resolution::Approved, None), "not used up");
         assert_eq!(p.resolve(RS, 2, &[]).0, Resolution::Unresolved);
 
-        let p = policy(&[(APPROVALS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]"#)]);
+        let p =
+            policy(&[(APPROVALS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","mode":"always"}]"#)]);
         assert_eq!(p.resolve(RS, 99, &[]), (Resolution::Approved, None));
         assert_eq!(p.resolve(ChildRef { name: "web-2", ..RS }, 99, &[]).0, Resolution::Unresolved, "name must match");
 
-        let p = policy(&[(APPROVALS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3}]"#)]);
+        let p =
+            policy(&[(APPROVALS, r#"[{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"web-1","generation":3}]"#)]);
         assert!(p.resolve(RS, 3, &[]).1.is_some(), "mode defaults to once");
     }
 
@@ -358,7 +373,10 @@ mod tests {
         assert!(p.snoozed_at(parse_rfc3339_micros("2029-12-31T00:00:00Z").unwrap()));
         assert!(!p.snoozed_at(parse_rfc3339_micros("2030-01-02T00:00:00Z").unwrap()));
         assert!(p.phase_initialized);
-        assert_eq!(p.trace_labels.as_deref().map(Vec::as_slice), Some(&[(Box::from("ticket"), Box::from("OPS-1"))][..]));
+        assert_eq!(
+            p.trace_labels.as_deref().map(Vec::as_slice),
+            Some(&[(Box::from("ticket"), Box::from("OPS-1"))][..])
+        );
         assert_eq!(p.problems.len(), 1);
         assert!(policy(&[(FREEZE, "true")]).freeze.is_some());
         assert!(policy(&[(FREEZE, "false")]).freeze.is_none());
@@ -375,7 +393,11 @@ mod tests {
         let p = policy(&entries);
         let labels = p.trace_labels.as_deref().unwrap();
         assert_eq!(labels.len(), MAX_TRACE_LABELS);
-        assert_eq!((&*labels[0].0, labels[0].1.len()), ("big", 255), "cut before the two-byte character that would pass 256 bytes");
+        assert_eq!(
+            (&*labels[0].0, labels[0].1.len()),
+            ("big", 255),
+            "cut before the two-byte character that would pass 256 bytes"
+        );
         assert_eq!(&*labels[15].0, "k14");
         assert_eq!(p.problems.len(), 1 + 40 - 15, "the long key and the labels past 16: {:?}", p.problems);
         assert!(p.problems[0].contains(&long_key));

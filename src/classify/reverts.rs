@@ -88,7 +88,11 @@ fn walk(v: &Value, path: &mut String, out: &mut Leaves) {
 /// A leaf's text as [`Leaves`] keep it: compact JSON, or its length and hash when long.
 fn leaf_text(leaf: &Value) -> Box<str> {
     let text = leaf.to_string();
-    let kept = if text.len() > MAX_VALUE_BYTES { format!("\"({} bytes, xxh3 {:016x})\"", text.len(), xxh3_64(text.as_bytes())) } else { text };
+    let kept = if text.len() > MAX_VALUE_BYTES {
+        format!("\"({} bytes, xxh3 {:016x})\"", text.len(), xxh3_64(text.as_bytes()))
+    } else {
+        text
+    };
     kept.into_boxed_str()
 }
 
@@ -114,7 +118,9 @@ fn lookup<'a>(v: &'a Value, rest: &str, root: bool) -> Option<&'a Value> {
             let rest = if root { rest } else { rest.strip_prefix('.')? };
             m.iter().filter(|(k, _)| rest.starts_with(k.as_str())).find_map(|(k, child)| {
                 let after = &rest[k.len()..];
-                (after.is_empty() || after.starts_with('.') || after.starts_with('[')).then(|| lookup(child, after, false)).flatten()
+                (after.is_empty() || after.starts_with('.') || after.starts_with('['))
+                    .then(|| lookup(child, after, false))
+                    .flatten()
             })
         }
         Value::Array(a) => {
@@ -280,7 +286,9 @@ impl After {
     fn leaves(&self) -> Now {
         match self {
             After::Text(t) => parse(t).map_or(Now::Unknown, Now::Full),
-            After::Replicas(n) => Now::Partial(Leaves::from([("spec.replicas".to_string(), n.to_string().into_boxed_str())])),
+            After::Replicas(n) => {
+                Now::Partial(Leaves::from([("spec.replicas".to_string(), n.to_string().into_boxed_str())]))
+            }
             After::Removed => Now::Removed,
             After::Unknown => Now::Unknown,
         }
@@ -366,7 +374,11 @@ pub struct Contents {
 impl Contents {
     pub fn new(max_entries: usize, max_bytes: usize) -> Self {
         let cap = NonZeroUsize::new(max_entries.max(1)).expect("non-zero");
-        Contents { map: Mutex::new((LruCache::with_hasher(cap, FastBuild::default()), 0)), max_entries: max_entries.max(1), max_bytes }
+        Contents {
+            map: Mutex::new((LruCache::with_hasher(cap, FastBuild::default()), 0)),
+            max_entries: max_entries.max(1),
+            max_bytes,
+        }
     }
 
     /// Keeps `content` as the object's latest; returns the one it replaces.
@@ -406,7 +418,12 @@ pub(super) fn with_replicas(content: &str, replicas: i64) -> Option<Arc<str>> {
 
 /// The write `w` to `child` as an origin write, with the fields it changed and the user whose
 /// write it put back.
-fn origin_write(w: &Write, child: &Child<'_>, fields: Option<Vec<FieldChange>>, reverted: Option<crate::state::Sym>) -> OriginWrite {
+fn origin_write(
+    w: &Write,
+    child: &Child<'_>,
+    fields: Option<Vec<FieldChange>>,
+    reverted: Option<crate::state::Sym>,
+) -> OriginWrite {
     OriginWrite {
         user: w.user,
         audit_id: w.audit_id.clone(),
@@ -454,7 +471,14 @@ impl Engine {
     /// parent); a write by the controller settles the child's origin writes and, when it
     /// creates, takes the removed sibling it replaces (by name, else the oldest). Returns the reverts of a drift (`None` for
     /// any other class).
-    pub(super) fn track_origins(&self, w: &Write, child: &Child<'_>, parent: Uid, class: Class, identity: &Identity) -> Option<Vec<RevertOut>> {
+    pub(super) fn track_origins(
+        &self,
+        w: &Write,
+        child: &Child<'_>,
+        parent: Uid,
+        class: Class,
+        identity: &Identity,
+    ) -> Option<Vec<RevertOut>> {
         let key = ObjKey::new(w.scope, child.uid);
         let removes = removes(w);
         let (before, after) = self.contents_at(key, child.written, removes);
@@ -464,7 +488,9 @@ impl Engine {
         match identity {
             Identity::Undetermined => None,
             Identity::NotController(_) if removes => {
-                self.store.update(&self.owner_key(w.scope, parent), |p| p.push_removed_child(origin_write(w, child, None, None)));
+                self.store.update(&self.owner_key(w.scope, parent), |p| {
+                    p.push_removed_child(origin_write(w, child, None, None))
+                });
                 None
             }
             Identity::NotController(_) => {
@@ -491,7 +517,8 @@ impl Engine {
                 let mut reverted = Vec::new();
                 if !writes.is_empty() {
                     // Its own earlier put-backs are no origin writes to it.
-                    let (own, others): (Vec<OriginWrite>, Vec<OriginWrite>) = writes.into_iter().partition(|o| o.user == w.user);
+                    let (own, others): (Vec<OriginWrite>, Vec<OriginWrite>) =
+                        writes.into_iter().partition(|o| o.user == w.user);
                     let now = after.leaves();
                     let (mut found, mut standing) = settle(&others, &now, since);
                     for r in &mut found {
@@ -505,7 +532,11 @@ impl Engine {
                             let fields: Vec<FieldChange> = found
                                 .iter()
                                 .flat_map(|r| r.restored())
-                                .map(|f| FieldChange { path: f.path.clone(), before: f.after.clone(), after: f.before.clone() })
+                                .map(|f| FieldChange {
+                                    path: f.path.clone(),
+                                    before: f.after.clone(),
+                                    after: f.before.clone(),
+                                })
                                 .collect();
                             standing.push(origin_write(w, child, Some(fields), Some(first.write.user)));
                         }
@@ -514,7 +545,10 @@ impl Engine {
                     reverted = found;
                 }
                 if w.verb == Verb::Create {
-                    let sibling = self.store.update(&self.owner_key(w.scope, parent), |p| p.take_removed_child(since, child.name)).flatten();
+                    let sibling = self
+                        .store
+                        .update(&self.owner_key(w.scope, parent), |p| p.take_removed_child(since, child.name))
+                        .flatten();
                     reverted.extend(sibling.map(|write| Reverted { write, fields: None, fight: false }));
                 }
                 (class == Class::Drift).then(|| reverted.into_iter().map(|r| self.revert_out(r)).collect())
@@ -534,9 +568,21 @@ impl Engine {
             audit_id: w.audit_id,
             time: w.stage_timestamp,
             verb: w.verb,
-            object: RevertedObject { api_version: self.interner.resolve(api_version), kind: self.interner.resolve(kind), name: w.name },
+            object: RevertedObject {
+                api_version: self.interner.resolve(api_version),
+                kind: self.interner.resolve(kind),
+                name: w.name,
+            },
             fields: r.fields.map(|fields| {
-                fields.into_iter().map(|(f, restored)| FieldOut { before: raw(&f.before), after: raw(&f.after), path: f.path.into(), restored }).collect()
+                fields
+                    .into_iter()
+                    .map(|(f, restored)| FieldOut {
+                        before: raw(&f.before),
+                        after: raw(&f.after),
+                        path: f.path.into(),
+                        restored,
+                    })
+                    .collect()
             }),
             fight: r.fight,
         }
@@ -571,7 +617,8 @@ mod tests {
         leaf.prop_recursive(4, 24, 4, move |inner| {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
-                prop::collection::btree_map(key.clone().prop_map(String::from), inner, 0..4).prop_map(|m| Value::Object(m.into_iter().collect())),
+                prop::collection::btree_map(key.clone().prop_map(String::from), inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
             ]
         })
     }
@@ -648,9 +695,20 @@ mod tests {
 
     #[test]
     fn leaves_are_dotted_paths_to_compact_json() {
-        let got = l(r#"{"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"a:1","args":[]}]}},"paused":null,"sel":{}}}"#);
+        let got = l(
+            r#"{"spec":{"replicas":2,"template":{"spec":{"containers":[{"image":"a:1","args":[]}]}},"paused":null,"sel":{}}}"#,
+        );
         let keys: Vec<&str> = got.keys().map(String::as_str).collect();
-        assert_eq!(keys, ["spec.paused", "spec.replicas", "spec.sel", "spec.template.spec.containers[0].args", "spec.template.spec.containers[0].image"]);
+        assert_eq!(
+            keys,
+            [
+                "spec.paused",
+                "spec.replicas",
+                "spec.sel",
+                "spec.template.spec.containers[0].args",
+                "spec.template.spec.containers[0].image"
+            ]
+        );
         assert_eq!(&*got["spec.template.spec.containers[0].image"], "\"a:1\"");
         assert_eq!(&*got["spec.sel"], "{}");
         let long = format!(r#"{{"data":{{"k":"{}"}}}}"#, "x".repeat(300));
@@ -662,9 +720,14 @@ mod tests {
     #[test]
     fn diff_names_changed_added_and_removed_leaves() {
         let d = diff(&l(r#"{"spec":{"replicas":2,"a":1}}"#), &l(r#"{"spec":{"replicas":5,"b":true}}"#));
-        let got: Vec<(&str, Option<&str>, Option<&str>)> = d.iter().map(|f| (&*f.path, f.before.as_deref(), f.after.as_deref())).collect();
-        assert_eq!(got, [("spec.a", Some("1"), None), ("spec.b", None, Some("true")), ("spec.replicas", Some("2"), Some("5"))]);
-        let many_before = l(&format!("{{\"spec\":{{{}}}}}", (0..40).map(|i| format!("\"f{i:02}\":1")).collect::<Vec<_>>().join(",")));
+        let got: Vec<(&str, Option<&str>, Option<&str>)> =
+            d.iter().map(|f| (&*f.path, f.before.as_deref(), f.after.as_deref())).collect();
+        assert_eq!(
+            got,
+            [("spec.a", Some("1"), None), ("spec.b", None, Some("true")), ("spec.replicas", Some("2"), Some("5"))]
+        );
+        let many_before =
+            l(&format!("{{\"spec\":{{{}}}}}", (0..40).map(|i| format!("\"f{i:02}\":1")).collect::<Vec<_>>().join(",")));
         assert_eq!(diff(&many_before, &Leaves::new()).len(), MAX_FIELDS);
     }
 
@@ -672,9 +735,15 @@ mod tests {
     fn settle_reverts_what_the_controller_overwrites_and_keeps_the_rest() {
         let scale = FieldChange { path: "spec.replicas".into(), before: Some("2".into()), after: Some("5".into()) };
         let edit = FieldChange { path: "spec.paused".into(), before: None, after: Some("true".into()) };
-        let writes = vec![origin(Some(vec![scale.clone()]), 10), origin(Some(vec![edit.clone()]), 20), origin(None, 30), origin(None, 1)];
+        let writes = vec![
+            origin(Some(vec![scale.clone()]), 10),
+            origin(Some(vec![edit.clone()]), 20),
+            origin(None, 30),
+            origin(None, 1),
+        ];
         // Scaled back to 2, paused left as the person set it.
-        let (reverted, standing) = settle(&writes, &Now::Full(serde_json::from_str(r#"{"spec":{"replicas":2,"paused":true}}"#).unwrap()), 5);
+        let (reverted, standing) =
+            settle(&writes, &Now::Full(serde_json::from_str(r#"{"spec":{"replicas":2,"paused":true}}"#).unwrap()), 5);
         assert_eq!(reverted.len(), 2, "the scale and the write of unknown fields; the one past the horizon is dropped");
         assert_eq!(reverted[0].fields.as_ref().unwrap(), &vec![(scale.clone(), true)]);
         assert!(reverted[1].fields.is_none());
@@ -728,7 +797,10 @@ mod tests {
 
     #[test]
     fn replicas_are_set_in_a_content_text() {
-        assert_eq!(with_replicas(r#"{"spec":{"replicas":2,"x":1}}"#, 5).as_deref(), Some(r#"{"spec":{"replicas":5,"x":1}}"#));
+        assert_eq!(
+            with_replicas(r#"{"spec":{"replicas":2,"x":1}}"#, 5).as_deref(),
+            Some(r#"{"spec":{"replicas":5,"x":1}}"#)
+        );
         assert_eq!(with_replicas(r#"{"data":{}}"#, 5), None);
     }
 }

@@ -62,7 +62,14 @@ pub fn extend(prev: Trace, hop: Hop) -> Trace {
 /// built node of a named object), so that it survives a snapshot and restore.
 static CUT: LazyLock<Trace> = LazyLock::new(|| {
     Trace::new(TraceNode {
-        hop: Hop { ty: Ty::EMPTY, name: Name::new(), generation: None, user: None, timestamp: NonZeroI64::new(1), labels: None },
+        hop: Hop {
+            ty: Ty::EMPTY,
+            name: Name::new(),
+            generation: None,
+            user: None,
+            timestamp: NonZeroI64::new(1),
+            labels: None,
+        },
         prev: None,
     })
 });
@@ -138,7 +145,14 @@ mod tests {
 
     fn hop(i: &crate::state::Interner, kind: &str, name: &str) -> Hop {
         let ty = i.ty(i.intern("v1"), i.intern(kind));
-        Hop { ty, name: Name::from(name), generation: None, user: Some(i.intern("u")), timestamp: NonZeroI64::new(7), labels: None }
+        Hop {
+            ty,
+            name: Name::from(name),
+            generation: None,
+            user: Some(i.intern("u")),
+            timestamp: NonZeroI64::new(7),
+            labels: None,
+        }
     }
 
     fn names(t: &Trace) -> (Vec<String>, bool) {
@@ -152,7 +166,10 @@ mod tests {
         let t = extend(origin(hop(&i, "Deployment", "web")), hop(&i, "ReplicaSet", "web-1"));
         let b = bounded(&t, &hop(&i, "Pod", "web-1-a"), DEFAULT_MAX_HOPS);
         assert!(Trace::ptr_eq(&b, &t), "shared, not copied");
-        assert_eq!(names(&extend(b, hop(&i, "Pod", "web-1-a"))), (vec!["web".into(), "web-1".into(), "web-1-a".into()], false));
+        assert_eq!(
+            names(&extend(b, hop(&i, "Pod", "web-1-a"))),
+            (vec!["web".into(), "web-1".into(), "web-1-a".into()], false)
+        );
         // A hop of another kind with the same name, or an unnamed one, is another object.
         let t = origin(hop(&i, "Deployment", "x"));
         assert!(Trace::ptr_eq(&bounded(&t, &hop(&i, "Pod", "x"), 32), &t));

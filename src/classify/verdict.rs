@@ -140,7 +140,8 @@ impl Engine {
         let cluster = key.cluster;
         let parent = self.candidate(&key, asked_uid.map(str::to_string)).ok_or_else(|| not_found_parent(q))?;
         let mut p = self.store.read(&key, ParentView::of).ok_or_else(|| not_found_parent(q))?;
-        let (parent_ty, parent_ns) = self.store.read(&key, |s| (s.ty, s.namespace)).ok_or_else(|| not_found_parent(q))?;
+        let (parent_ty, parent_ns) =
+            self.store.read(&key, |s| (s.ty, s.namespace)).ok_or_else(|| not_found_parent(q))?;
         let (mut updaters, child_ty, child_ns, reverts_person) = match child {
             Some(ck) => self
                 .store
@@ -187,8 +188,12 @@ impl Engine {
         let identity = identify(user, &updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);
         verdict.class = class;
-        verdict.actor = ActorOut { is_controller: identity.is_controller(), controllers: identity.controllers().iter().map(|&u| resolve(u)).collect() };
-        verdict.reason = if teardown { self.teardown_reason(child_ns) } else { self.reason(class, &p, &identity, q.user) };
+        verdict.actor = ActorOut {
+            is_controller: identity.is_controller(),
+            controllers: identity.controllers().iter().map(|&u| resolve(u)).collect(),
+        };
+        verdict.reason =
+            if teardown { self.teardown_reason(child_ns) } else { self.reason(class, &p, &identity, q.user) };
         verdict.freeze_violation = freeze_violation(&p, class);
         if class == Class::Drift {
             let (api_version, kind) = match child_ty {
@@ -197,9 +202,16 @@ impl Engine {
             };
             let name = verdict.child.as_ref().and_then(|c| c.name.clone()).unwrap_or_default();
             let child_ref = ChildRef { api_version: &api_version, kind: &kind, name: &name };
-            let child_kind = child_ty.map_or_else(|| q.child.map_or(String::new(), |c| c.kind.to_string()), |ty| self.kind_key(ty));
-            let namespace = if child_ns == Sym::UNSEEN { Arc::from(q.child.and_then(|c| c.namespace).unwrap_or("")) } else { self.interner.resolve(child_ns) };
-            let resolved = self.resolve_drift(&p, child_ref, || self.platform_policy(parent_ty, &child_kind, q.user, &namespace, p.selectors, reverts_person));
+            let child_kind =
+                child_ty.map_or_else(|| q.child.map_or(String::new(), |c| c.kind.to_string()), |ty| self.kind_key(ty));
+            let namespace = if child_ns == Sym::UNSEEN {
+                Arc::from(q.child.and_then(|c| c.namespace).unwrap_or(""))
+            } else {
+                self.interner.resolve(child_ns)
+            };
+            let resolved = self.resolve_drift(&p, child_ref, || {
+                self.platform_policy(parent_ty, &child_kind, q.user, &namespace, p.selectors, reverts_person)
+            });
             verdict.resolution = Some(resolved.resolution);
             verdict.policy = resolved.policy;
             verdict.snoozed = p.policy.as_deref().is_some_and(|policy| policy.snoozed_at(q.now_us));
@@ -214,8 +226,16 @@ impl Engine {
     /// once the parent's annotations approve the child. A parent the state does not hold (a
     /// cluster it no longer knows) leaves it open; with a changelog the first scope holding
     /// each object is read.
-    pub fn drift_open(&self, cluster: &str, parent_uid: &str, child_uid: &str, child: ChildRef<'_>, generation: i64) -> bool {
-        let child_gone = self.read_in_cluster(cluster, uid_key(child_uid), |s| s.deleted() || s.deleting()).unwrap_or(false);
+    pub fn drift_open(
+        &self,
+        cluster: &str,
+        parent_uid: &str,
+        child_uid: &str,
+        child: ChildRef<'_>,
+        generation: i64,
+    ) -> bool {
+        let child_gone =
+            self.read_in_cluster(cluster, uid_key(child_uid), |s| s.deleted() || s.deleting()).unwrap_or(false);
         if child_gone {
             return false;
         }
@@ -238,22 +258,37 @@ impl Engine {
     fn candidate(&self, key: &ObjKey, uid: Option<String>) -> Option<Candidate> {
         let (ty, namespace, name) = self.store.read(key, |s| (s.ty, s.namespace, s.name().map(|n| n.to_string())))?;
         let (api_version, kind) = self.parts(ty);
-        Some(Candidate { api_version, kind, namespace: self.interner.resolve(namespace), name, uid: uid.unwrap_or_else(|| format_uid(key.uid())) })
+        Some(Candidate {
+            api_version,
+            kind,
+            namespace: self.interner.resolve(namespace),
+            name,
+            uid: uid.unwrap_or_else(|| format_uid(key.uid())),
+        })
     }
 
     /// The parent's key in each of `scopes` that holds it (one object: one UID), and the UID
     /// text it was asked by.
-    fn find_parent<'q>(&self, scopes: &[Sym], parent: &ParentRef<'q>) -> Result<(Vec<ObjKey>, Option<&'q str>), VerdictError> {
+    fn find_parent<'q>(
+        &self,
+        scopes: &[Sym],
+        parent: &ParentRef<'q>,
+    ) -> Result<(Vec<ObjKey>, Option<&'q str>), VerdictError> {
         match *parent {
             ParentRef::Uid(uid) => {
-                let keys: Vec<ObjKey> = scopes.iter().map(|&s| ObjKey::new(s, uid_key(uid))).filter(|k| self.store.read(k, |_| ()).is_some()).collect();
+                let keys: Vec<ObjKey> = scopes
+                    .iter()
+                    .map(|&s| ObjKey::new(s, uid_key(uid)))
+                    .filter(|k| self.store.read(k, |_| ()).is_some())
+                    .collect();
                 if keys.is_empty() {
                     return Err(VerdictError::NotFound(format!("no object of UID {uid} in the live state")));
                 }
                 Ok((keys, Some(uid)))
             }
             ParentRef::Named { kind, namespace, name } => {
-                let shown = if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
+                let shown =
+                    if namespace.is_empty() { format!("{kind} {name}") } else { format!("{kind} {namespace}/{name}") };
                 let found = self.find_by_name(scopes, kind, namespace, name, |_| true);
                 let mut objects: Vec<ObjKey> = Vec::new();
                 for key in &found {
@@ -263,8 +298,13 @@ impl Engine {
                 }
                 match objects.len() {
                     1 => Ok((found, None)),
-                    0 => Err(VerdictError::NotFound(format!("no {shown} in the live state (deleted objects are asked for by UID)"))),
-                    n => Err(self.ambiguous(&objects, format!("{n} objects answer to {shown}: ask by parentUid, or name the kind with its group"))),
+                    0 => Err(VerdictError::NotFound(format!(
+                        "no {shown} in the live state (deleted objects are asked for by UID)"
+                    ))),
+                    n => Err(self.ambiguous(
+                        &objects,
+                        format!("{n} objects answer to {shown}: ask by parentUid, or name the kind with its group"),
+                    )),
                 }
             }
         }
@@ -274,7 +314,9 @@ impl Engine {
     /// partitions this process keeps (each process of a classify tier answers for its own).
     fn where_kept(&self, cluster: &str, e: VerdictError) -> VerdictError {
         let VerdictError::NotFound(m) = e else { return e };
-        let Some(ps) = self.partition_scopes.get(cluster).filter(|ps| !ps.is_empty()).map(|ps| ps.clone()) else { return VerdictError::NotFound(m) };
+        let Some(ps) = self.partition_scopes.get(cluster).filter(|ps| !ps.is_empty()).map(|ps| ps.clone()) else {
+            return VerdictError::NotFound(m);
+        };
         let list = ps.iter().map(i32::to_string).collect::<Vec<_>>().join(", ");
         VerdictError::NotFound(format!(
             "{m}; this process keeps cluster {cluster:?}'s state by Kafka partition, for partitions {list}: an object on another partition is asked of the process holding it"
@@ -300,10 +342,12 @@ impl Engine {
                         Err(e) => return Err(e),
                     }
                 }
-                Err(missing.unwrap_or_else(|| VerdictError::NotFound("the parent left the live state meanwhile".into())))
+                Err(missing
+                    .unwrap_or_else(|| VerdictError::NotFound("the parent left the live state meanwhile".into())))
             }
             _ => {
-                let removed = |k: &ObjKey| self.store.read(k, |s| s.removed_children().iter().any(&stands)).unwrap_or(false);
+                let removed =
+                    |k: &ObjKey| self.store.read(k, |s| s.removed_children().iter().any(&stands)).unwrap_or(false);
                 Ok((keys.iter().find(|k| removed(k)).copied().unwrap_or(keys[0]), None))
             }
         }
@@ -312,7 +356,13 @@ impl Engine {
     /// The existing child `name` of the parent at `parent`: of the asked kind, in the asked
     /// namespace (default the parent's), with the parent as its controller owner, in the
     /// parent's scope.
-    fn find_child(&self, parent: ObjKey, parent_ns: Sym, c: ChildQuery<'_>, name: &str) -> Result<ObjKey, VerdictError> {
+    fn find_child(
+        &self,
+        parent: ObjKey,
+        parent_ns: Sym,
+        c: ChildQuery<'_>,
+        name: &str,
+    ) -> Result<ObjKey, VerdictError> {
         let namespace = match c.namespace {
             Some(ns) => ns.to_string(),
             None => self.interner.resolve(parent_ns).to_string(),
@@ -332,8 +382,16 @@ impl Engine {
     /// Live objects of `kind` named `name` in `namespace` for which `keep` holds. The state
     /// keeps 32 bits of a name's hash, and the name itself only for owners: a kept name that
     /// differs is a clash of hashes, left out.
-    fn find_by_name(&self, scopes: &[Sym], kind: &str, namespace: &str, name: &str, keep: impl Fn(&crate::state::ObjectState) -> bool) -> Vec<ObjKey> {
-        let Some(namespace) = (if namespace.is_empty() { Some(Sym::EMPTY) } else { self.interner.lookup(namespace) }) else {
+    fn find_by_name(
+        &self,
+        scopes: &[Sym],
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        keep: impl Fn(&crate::state::ObjectState) -> bool,
+    ) -> Vec<ObjKey> {
+        let Some(namespace) = (if namespace.is_empty() { Some(Sym::EMPTY) } else { self.interner.lookup(namespace) })
+        else {
             return Vec::new();
         };
         let of_kind = |ty: Ty| {

@@ -82,8 +82,14 @@ pub const BUILTIN_NAMES: &[&str] = &["flux-kustomize", "flux-helm", "argocd", "s
 /// Argo CD's default namespace.
 pub const ARGOCD_NAMESPACE: &str = "argocd";
 /// Annotations that appliers read or write, kept by the decoder beside `kausality.io/` ones.
-pub const BUILTIN_ANNOTATIONS: &[&str] =
-    &[ARGO_TRACKING_ID, SVELTOS_OWNER_KIND, SVELTOS_OWNER_NAME, HELM_RELEASE_NAME, HELM_RELEASE_NAMESPACE, FLUX_REQUESTED_AT];
+pub const BUILTIN_ANNOTATIONS: &[&str] = &[
+    ARGO_TRACKING_ID,
+    SVELTOS_OWNER_KIND,
+    SVELTOS_OWNER_NAME,
+    HELM_RELEASE_NAME,
+    HELM_RELEASE_NAMESPACE,
+    FLUX_REQUESTED_AT,
+];
 pub const ARGO_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";
 pub const ARGO_INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
 pub const SVELTOS_OWNER_KIND: &str = "projectsveltos.io/owner-kind";
@@ -93,7 +99,13 @@ pub const HELM_RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
 pub const FLUX_REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
 
 fn keys(in_labels: bool, name: &str, namespace_key: Option<&str>) -> Markers {
-    Markers::Keys { in_labels, name: name.to_string(), namespace_key: namespace_key.map(str::to_string), namespace: String::new(), kind_key: None }
+    Markers::Keys {
+        in_labels,
+        name: name.to_string(),
+        namespace_key: namespace_key.map(str::to_string),
+        namespace: String::new(),
+        kind_key: None,
+    }
 }
 
 /// The built-in profiles, in the order membership is tried.
@@ -178,7 +190,12 @@ impl Applier {
     /// Whether `user` is one of the applier's known users.
     pub fn is_user(&self, user: &str) -> bool {
         self.users.iter().any(|u| {
-            u == user || (!u.contains(':') && user.strip_prefix("system:serviceaccount:").and_then(|rest| rest.split_once(':')).is_some_and(|(_, sa)| sa == u))
+            u == user
+                || (!u.contains(':')
+                    && user
+                        .strip_prefix("system:serviceaccount:")
+                        .and_then(|rest| rest.split_once(':'))
+                        .is_some_and(|(_, sa)| sa == u))
         })
     }
 
@@ -206,8 +223,12 @@ impl Applier {
             }
             Markers::ArgoCd { namespace } => match annotation(ARGO_TRACKING_ID) {
                 // An annotation that names another object was copied there: not membership.
-                Some(id) => argo_tracking(id, member, namespace).map(|(ns, app)| (Arc::from(ns), Arc::from(app), false)),
-                None => label(ARGO_INSTANCE_LABEL).filter(|v| !v.is_empty()).map(|app| (Arc::from(namespace.as_str()), Arc::from(app), true)),
+                Some(id) => {
+                    argo_tracking(id, member, namespace).map(|(ns, app)| (Arc::from(ns), Arc::from(app), false))
+                }
+                None => label(ARGO_INSTANCE_LABEL)
+                    .filter(|v| !v.is_empty())
+                    .map(|app| (Arc::from(namespace.as_str()), Arc::from(app), true)),
             },
         }
     }
@@ -251,10 +272,14 @@ impl Appliers {
         label: impl Fn(&str) -> Option<&'a str>,
         annotation: impl Fn(&str) -> Option<&'a str>,
     ) -> Option<Membership> {
-        self.profiles
-            .iter()
-            .enumerate()
-            .find_map(|(i, p)| p.parent(member, &label, &annotation).map(|(namespace, name, weak)| Membership { profile: i as u16, namespace, name, weak }))
+        self.profiles.iter().enumerate().find_map(|(i, p)| {
+            p.parent(member, &label, &annotation).map(|(namespace, name, weak)| Membership {
+                profile: i as u16,
+                namespace,
+                name,
+                weak,
+            })
+        })
     }
 
     /// The profile whose parents are of kind `kind_key`.
@@ -271,7 +296,9 @@ impl Appliers {
         self.profiles
             .iter()
             .filter_map(|p| match &p.markers {
-                Markers::Keys { in_labels: false, name, namespace_key, kind_key, .. } => Some([Some(name.clone()), namespace_key.clone(), kind_key.clone()]),
+                Markers::Keys { in_labels: false, name, namespace_key, kind_key, .. } => {
+                    Some([Some(name.clone()), namespace_key.clone(), kind_key.clone()])
+                }
                 _ => None,
             })
             .flatten()
@@ -323,23 +350,37 @@ impl ApplierConfig {
             out.push(("name", "must not be empty".to_string()));
         }
         if !self.parent_kind.contains('.') || self.parent_kind.starts_with('.') || self.parent_kind.ends_with('.') {
-            out.push(("parent_kind", format!("{:?} is not a kind key like Bundle.deploy.example.com", self.parent_kind)));
+            out.push((
+                "parent_kind",
+                format!("{:?} is not a kind key like Bundle.deploy.example.com", self.parent_kind),
+            ));
         }
         if !self.parent_api_version.contains('/') {
-            out.push(("parent_api_version", format!("{:?} is not group/version like deploy.example.com/v1", self.parent_api_version)));
+            out.push((
+                "parent_api_version",
+                format!("{:?} is not group/version like deploy.example.com/v1", self.parent_api_version),
+            ));
         }
         match (&self.name_label, &self.name_annotation) {
             (Some(_), Some(_)) => out.push(("name_label", "give name_label or name_annotation, not both".to_string())),
-            (None, None) => out.push(("name_label", "is required (or name_annotation): the key naming the parent".to_string())),
-            (Some(k), None) | (None, Some(k)) if k.is_empty() => out.push(("name_label", "must not be empty".to_string())),
+            (None, None) => {
+                out.push(("name_label", "is required (or name_annotation): the key naming the parent".to_string()))
+            }
+            (Some(k), None) | (None, Some(k)) if k.is_empty() => {
+                out.push(("name_label", "must not be empty".to_string()))
+            }
             _ => {}
         }
         if self.namespace_key.as_deref().is_some_and(str::is_empty) {
             out.push(("namespace_key", "must not be empty".to_string()));
         }
         match &self.target_cluster_field {
-            Some(_) if self.any_cluster => out.push(("target_cluster_field", "give target_cluster_field or any_cluster, not both".to_string())),
-            Some(f) if f.split('.').any(str::is_empty) => out.push(("target_cluster_field", format!("{f:?} is not a dotted path like destination.name"))),
+            Some(_) if self.any_cluster => {
+                out.push(("target_cluster_field", "give target_cluster_field or any_cluster, not both".to_string()))
+            }
+            Some(f) if f.split('.').any(str::is_empty) => {
+                out.push(("target_cluster_field", format!("{f:?} is not a dotted path like destination.name")))
+            }
             _ => {}
         }
         out
@@ -393,24 +434,39 @@ mod tests {
     fn builtin_markers_name_their_parents() {
         let a = Appliers::default();
         let d = member("apps/v1", "Deployment", "shop", "web");
-        let labels = [("kustomize.toolkit.fluxcd.io/name", "apps"), ("kustomize.toolkit.fluxcd.io/namespace", "flux-system")];
+        let labels =
+            [("kustomize.toolkit.fluxcd.io/name", "apps"), ("kustomize.toolkit.fluxcd.io/namespace", "flux-system")];
         let m = a.membership(&d, |k| labels.iter().find(|(l, _)| *l == k).map(|(_, v)| *v), |_| None).unwrap();
-        assert_eq!((&*a.profiles[m.profile as usize].name, &*m.namespace, &*m.name, m.weak), ("flux-kustomize", "flux-system", "apps", false));
+        assert_eq!(
+            (&*a.profiles[m.profile as usize].name, &*m.namespace, &*m.name, m.weak),
+            ("flux-kustomize", "flux-system", "apps", false)
+        );
         let only_name = [("kustomize.toolkit.fluxcd.io/name", "apps")];
-        assert!(a.membership(&d, |k| only_name.iter().find(|(l, _)| *l == k).map(|(_, v)| *v), |_| None).is_none(), "name and namespace both");
+        assert!(
+            a.membership(&d, |k| only_name.iter().find(|(l, _)| *l == k).map(|(_, v)| *v), |_| None).is_none(),
+            "name and namespace both"
+        );
         let inst = [(ARGO_INSTANCE_LABEL, "shop")];
         let m = a.membership(&d, |k| inst.iter().find(|(l, _)| *l == k).map(|(_, v)| *v), |_| None).unwrap();
         assert!(m.weak, "the instance label alone is weak");
         let copied = [(ARGO_TRACKING_ID, "shop:apps/Deployment:shop/other")];
         assert!(
-            a.membership(&d, |k| inst.iter().find(|(l, _)| *l == k).map(|(_, v)| *v), |k| copied.iter().find(|(l, _)| *l == k).map(|(_, v)| *v)).is_none(),
+            a.membership(
+                &d,
+                |k| inst.iter().find(|(l, _)| *l == k).map(|(_, v)| *v),
+                |k| copied.iter().find(|(l, _)| *l == k).map(|(_, v)| *v)
+            )
+            .is_none(),
             "a tracking id of another object is no membership, and no fall-back to the label"
         );
         let sveltos = [(SVELTOS_OWNER_KIND, "ClusterProfile"), (SVELTOS_OWNER_NAME, "addons")];
         let m = a.membership(&d, |_| None, |k| sveltos.iter().find(|(l, _)| *l == k).map(|(_, v)| *v)).unwrap();
         assert_eq!((&*a.profiles[m.profile as usize].name, &*m.namespace, &*m.name), ("sveltos", "", "addons"));
         let helm = [(HELM_RELEASE_NAME, "shop"), (HELM_RELEASE_NAMESPACE, "shop")];
-        assert!(a.membership(&d, |_| None, |k| helm.iter().find(|(l, _)| *l == k).map(|(_, v)| *v)).is_none(), "a Helm release is no applier");
+        assert!(
+            a.membership(&d, |_| None, |k| helm.iter().find(|(l, _)| *l == k).map(|(_, v)| *v)).is_none(),
+            "a Helm release is no applier"
+        );
     }
 
     #[test]
@@ -443,13 +499,24 @@ mod tests {
         assert_eq!(both.problems().iter().map(|(f, _)| *f).collect::<Vec<_>>(), ["target_cluster_field"]);
         let hollow = ApplierConfig { target_cluster_field: Some("target.".into()), ..good.clone() };
         assert_eq!(hollow.problems().len(), 1);
-        let bad = ApplierConfig { parent_kind: "Bundle".into(), parent_api_version: "v1".into(), name_label: None, ..good.clone() };
+        let bad = ApplierConfig {
+            parent_kind: "Bundle".into(),
+            parent_api_version: "v1".into(),
+            name_label: None,
+            ..good.clone()
+        };
         let fields: Vec<&str> = bad.problems().iter().map(|(f, _)| *f).collect();
         assert_eq!(fields, ["parent_kind", "parent_api_version", "name_label"]);
         let p = good.profile();
         assert_eq!(
             p.markers,
-            Markers::Keys { in_labels: true, name: "deploy.example.com/bundle".into(), namespace_key: None, namespace: "deploy".into(), kind_key: None }
+            Markers::Keys {
+                in_labels: true,
+                name: "deploy.example.com/bundle".into(),
+                namespace_key: None,
+                namespace: "deploy".into(),
+                kind_key: None
+            }
         );
     }
 }

@@ -99,7 +99,8 @@ pub enum Op {
 }
 
 impl Op {
-    const ALL: [(&'static str, Op); 6] = [("==", Op::Eq), ("!=", Op::Ne), ("<=", Op::Le), (">=", Op::Ge), ("<", Op::Lt), (">", Op::Gt)];
+    const ALL: [(&'static str, Op); 6] =
+        [("==", Op::Eq), ("!=", Op::Ne), ("<=", Op::Le), (">=", Op::Ge), ("<", Op::Lt), (">", Op::Gt)];
 
     /// Whether `ord` (left compared with right) satisfies the operator.
     pub fn holds(self, ord: std::cmp::Ordering) -> bool {
@@ -151,7 +152,8 @@ impl Comparison {
             .min_by_key(|&(at, sym, _)| (at, std::cmp::Reverse(sym.len())))
             .ok_or_else(|| format!("{s:?} has no operator (==, !=, <, <=, >, >=): expected {hint}"))?;
         let (left, right) = (s[..at].trim(), s[at + sym.len()..].trim());
-        let field = path(left).ok_or_else(|| format!("{s:?}: {left:?} is not a field under spec. or status.: expected {hint}"))?;
+        let field = path(left)
+            .ok_or_else(|| format!("{s:?}: {left:?} is not a field under spec. or status.: expected {hint}"))?;
         if right.is_empty() {
             return Err(format!("{s:?} has nothing to compare with: expected {hint}"));
         }
@@ -163,7 +165,10 @@ impl Comparison {
             Operand::Bool(b)
         } else if let Some(q) = right.strip_prefix('"').and_then(|r| r.strip_suffix('"')) {
             Operand::Text(q.to_string())
-        } else if right.starts_with("spec.") || right.starts_with("status.") || right.contains(['"', ' ', '=', '<', '>', '!']) {
+        } else if right.starts_with("spec.")
+            || right.starts_with("status.")
+            || right.contains(['"', ' ', '=', '<', '>', '!'])
+        {
             return Err(format!("{s:?}: {right:?} is neither a field path, a number nor a string: expected {hint}"));
         } else {
             Operand::Text(right.to_string())
@@ -210,7 +215,10 @@ mod tests {
 
     #[test]
     fn conditions_parse_as_type_and_reason() {
-        assert_eq!(ConditionReason::parse("Synced=Reconciling").unwrap(), ConditionReason { type_: "Synced".into(), reason: "Reconciling".into() });
+        assert_eq!(
+            ConditionReason::parse("Synced=Reconciling").unwrap(),
+            ConditionReason { type_: "Synced".into(), reason: "Reconciling".into() }
+        );
         assert_eq!(ConditionReason::parse(" Ready = Creating ").unwrap().to_string(), "Ready=Creating");
         for bad in ["Ready", "=Creating", "Ready=", "Ready=a=b", ""] {
             assert!(ConditionReason::parse(bad).is_err(), "{bad:?}");
@@ -229,7 +237,10 @@ mod tests {
         assert_eq!(Comparison::parse("status.a < 1").unwrap().op, Op::Lt);
         assert_eq!(Comparison::parse("spec.paused == true").unwrap().other, Operand::Bool(true));
         assert_eq!(Comparison::parse("status.phase == Updating").unwrap().other, Operand::Text("Updating".into()));
-        assert_eq!(Comparison::parse(r#"status.phase != "In progress""#).unwrap().other, Operand::Text("In progress".into()));
+        assert_eq!(
+            Comparison::parse(r#"status.phase != "In progress""#).unwrap().other,
+            Operand::Text("In progress".into())
+        );
         for bad in [
             "status.phase",
             "phase == Updating",
@@ -248,7 +259,12 @@ mod tests {
     #[test]
     fn operators_hold_as_written() {
         use std::cmp::Ordering::*;
-        let table = [(Op::Eq, [false, true, false]), (Op::Ne, [true, false, true]), (Op::Lt, [true, false, false]), (Op::Le, [true, true, false])];
+        let table = [
+            (Op::Eq, [false, true, false]),
+            (Op::Ne, [true, false, true]),
+            (Op::Lt, [true, false, false]),
+            (Op::Le, [true, true, false]),
+        ];
         for (op, want) in table.into_iter().chain([(Op::Gt, [false, false, true]), (Op::Ge, [false, true, true])]) {
             assert_eq!([Less, Equal, Greater].map(|o| op.holds(o)), want, "{op:?}");
         }

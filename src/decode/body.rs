@@ -44,7 +44,10 @@ where
 {
     let body = body.strip_prefix(UTF8_BOM).unwrap_or(body);
     if body.starts_with(b"\xFF\xFE") || body.starts_with(b"\xFE\xFF") {
-        return reject(out, Invalid::new(Location::Body, InvalidReason::Encoding, "UTF-16 input; audit events are UTF-8 JSON"));
+        return reject(
+            out,
+            Invalid::new(Location::Body, InvalidReason::Encoding, "UTF-16 input; audit events are UTF-8 JSON"),
+        );
     }
     let trimmed = trim_ascii(body);
     if trimmed.is_empty() {
@@ -114,7 +117,14 @@ where
         Some(b'[') => return decode_array(doc, location, opts, out),
         Some(&c) => {
             let shown = if c.is_ascii_graphic() { format!("{:?}", c as char) } else { format!("byte 0x{c:02x}") };
-            return reject(out, Invalid::new(location, InvalidReason::Json, format!("not JSON: starts with {shown}; audit events are JSON objects")));
+            return reject(
+                out,
+                Invalid::new(
+                    location,
+                    InvalidReason::Json,
+                    format!("not JSON: starts with {shown}; audit events are JSON objects"),
+                ),
+            );
         }
         None => return,
     }
@@ -133,7 +143,11 @@ where
     let parts = scan::split_object(doc);
     match parts.items {
         Some(ref items) => {
-            if let Err(e) = check_list_kind(parts.kind.map(raw_text).as_deref(), parts.api_version.map(raw_text).as_deref(), location) {
+            if let Err(e) = check_list_kind(
+                parts.kind.map(raw_text).as_deref(),
+                parts.api_version.map(raw_text).as_deref(),
+                location,
+            ) {
                 return reject(out, e);
             }
             decode_items(items, location, opts, out);
@@ -150,16 +164,22 @@ fn document_error(doc: &[u8], location: Location, opts: &DecodeOptions, err: Opt
     if let Some(e) = err {
         return Invalid::from_json(location, e);
     }
-    record_error(doc, location, opts).unwrap_or_else(|| match std::str::from_utf8(doc).map(serde_json::from_str::<serde::de::IgnoredAny>) {
-        Ok(Err(e)) => Invalid::from_json(location, &e),
-        _ => Invalid::new(location, InvalidReason::Internal, "unreadable for no reason found; skipped"),
+    record_error(doc, location, opts).unwrap_or_else(|| {
+        match std::str::from_utf8(doc).map(serde_json::from_str::<serde::de::IgnoredAny>) {
+            Ok(Err(e)) => Invalid::from_json(location, &e),
+            _ => Invalid::new(location, InvalidReason::Internal, "unreadable for no reason found; skipped"),
+        }
     })
 }
 
 /// Why one record cannot even be parsed: over the size limit, not UTF-8.
 fn record_error(bytes: &[u8], location: Location, opts: &DecodeOptions) -> Option<Invalid> {
     if bytes.len() > opts.max_record_bytes {
-        let msg = format!("{} bytes is over the limit of {} bytes per event (max_record_bytes)", bytes.len(), opts.max_record_bytes);
+        let msg = format!(
+            "{} bytes is over the limit of {} bytes per event (max_record_bytes)",
+            bytes.len(),
+            opts.max_record_bytes
+        );
         return Some(Invalid::new(location, InvalidReason::TooLarge, msg));
     }
     if std::str::from_utf8(bytes).is_err() {
@@ -209,7 +229,10 @@ where
         let loc = item_location(location, i);
         match item.first() {
             Some(b'{') => decode_event(item, loc, opts, out),
-            Some(b'[') => reject(out, Invalid::new(loc, InvalidReason::NotAuditEvent, "an array inside the list; expected audit events")),
+            Some(b'[') => reject(
+                out,
+                Invalid::new(loc, InvalidReason::NotAuditEvent, "an array inside the list; expected audit events"),
+            ),
             _ => reject(out, Invalid::new(loc, InvalidReason::NotAuditEvent, "not an object; expected an audit event")),
         }
     }
@@ -220,8 +243,12 @@ where
 
 fn broken(location: Location, b: scan::Broken, what: &str) -> Invalid {
     match b {
-        scan::Broken::Truncated => Invalid::new(location, InvalidReason::Truncated, "truncated JSON: the input ends in the middle of a value"),
-        scan::Broken::Syntax(at) => Invalid::new(location, InvalidReason::Json, format!("not valid JSON at byte {} {what}", at + 1)),
+        scan::Broken::Truncated => {
+            Invalid::new(location, InvalidReason::Truncated, "truncated JSON: the input ends in the middle of a value")
+        }
+        scan::Broken::Syntax(at) => {
+            Invalid::new(location, InvalidReason::Json, format!("not valid JSON at byte {} {what}", at + 1))
+        }
     }
 }
 
@@ -253,7 +280,11 @@ where
     if items.items.is_empty() && items.broken.is_none() {
         return reject(
             out,
-            Invalid::new(location, InvalidReason::NotAuditEvent, "an empty JSON array holds no audit event; expected an audit.k8s.io/v1 EventList or Event"),
+            Invalid::new(
+                location,
+                InvalidReason::NotAuditEvent,
+                "an empty JSON array holds no audit event; expected an audit.k8s.io/v1 EventList or Event",
+            ),
         );
     }
     decode_items(&items, location, opts, out);
@@ -267,7 +298,14 @@ where
     F: FnMut(Location, Result<AuditEvent<'_>, Invalid>),
 {
     if opts.unwrap != Unwrap::Aks {
-        return reject(out, Invalid::new(location, InvalidReason::Wrapper, format!("an Azure diagnostic envelope ({{\"records\":[...]}}); {AKS_HINT}")));
+        return reject(
+            out,
+            Invalid::new(
+                location,
+                InvalidReason::Wrapper,
+                format!("an Azure diagnostic envelope ({{\"records\":[...]}}); {AKS_HINT}"),
+            ),
+        );
     }
     match serde_json::from_slice::<Vec<AksRecord>>(records) {
         Ok(records) => {
@@ -287,7 +325,11 @@ where
     if opts.unwrap != Unwrap::Aks {
         return reject(
             out,
-            Invalid::new(location, InvalidReason::Wrapper, format!("an Azure diagnostic record ({{\"properties\":{{\"log\":...}}}}); {AKS_HINT}")),
+            Invalid::new(
+                location,
+                InvalidReason::Wrapper,
+                format!("an Azure diagnostic record ({{\"properties\":{{\"log\":...}}}}); {AKS_HINT}"),
+            ),
         );
     }
     match serde_json::from_slice::<AksRecord>(doc) {
@@ -315,7 +357,12 @@ where
     match rec.properties.and_then(|p| p.log) {
         // The event inside is not unwrapped again: an envelope in an envelope is reported, so
         // nothing here recurses more than once.
-        Some(log) => decode_document(trim_ascii(log.as_bytes()), location, &DecodeOptions { unwrap: Unwrap::None, ..opts.clone() }, out),
+        Some(log) => decode_document(
+            trim_ascii(log.as_bytes()),
+            location,
+            &DecodeOptions { unwrap: Unwrap::None, ..opts.clone() },
+            out,
+        ),
         None => reject(out, Invalid::new(location, InvalidReason::MissingField, "Azure record without properties.log")),
     }
 }
@@ -330,7 +377,8 @@ where
 {
     let body = body.strip_prefix(UTF8_BOM).unwrap_or(body);
     if body.starts_with(b"\xFF\xFE") || body.starts_with(b"\xFE\xFF") {
-        let invalid = Invalid::new(Location::Body, InvalidReason::Encoding, "UTF-16 input; audit events are UTF-8 JSON");
+        let invalid =
+            Invalid::new(Location::Body, InvalidReason::Encoding, "UTF-16 input; audit events are UTF-8 JSON");
         return out(invalid.location, Err(invalid));
     }
     let trimmed = trim_ascii(body);
@@ -361,7 +409,11 @@ where
             let parts = scan::split_object(doc);
             match parts.items {
                 Some(items) => {
-                    if let Err(e) = check_list_kind(parts.kind.map(raw_text).as_deref(), parts.api_version.map(raw_text).as_deref(), location) {
+                    if let Err(e) = check_list_kind(
+                        parts.kind.map(raw_text).as_deref(),
+                        parts.api_version.map(raw_text).as_deref(),
+                        location,
+                    ) {
                         return reject(out, e);
                     }
                     if let Some(b) = parts.broken {
@@ -373,7 +425,9 @@ where
                 None => return raw_event(doc, location, opts, out),
             }
         }
-        _ => return reject(out, Invalid::new(location, InvalidReason::Json, "not JSON; audit events are JSON objects")),
+        _ => {
+            return reject(out, Invalid::new(location, InvalidReason::Json, "not JSON; audit events are JSON objects"))
+        }
     };
     raw_items(&items, location, opts, out);
 }
@@ -386,7 +440,9 @@ where
         let loc = item_location(location, i);
         match item.first() {
             Some(b'{') => raw_event(item, loc, opts, out),
-            _ => out(loc, Err(Invalid::new(loc, InvalidReason::NotAuditEvent, "not an object; expected an audit event"))),
+            _ => {
+                out(loc, Err(Invalid::new(loc, InvalidReason::NotAuditEvent, "not an object; expected an audit event")))
+            }
         }
     }
     if let Some((i, b)) = items.broken {
@@ -403,10 +459,19 @@ where
         return out(location, Err(e));
     }
     match serde_json::from_slice::<AuditEvent>(bytes) {
-        Ok(ev) if ev.records.is_some() || (ev.audit_id.is_none() && (ev.properties.is_some() || ev.proto_payload.is_some())) => out(
-            location,
-            Err(Invalid::new(location, InvalidReason::Wrapper, "a shipper's envelope, not an audit event; the ingest tier takes the API server's own events")),
-        ),
+        Ok(ev)
+            if ev.records.is_some()
+                || (ev.audit_id.is_none() && (ev.properties.is_some() || ev.proto_payload.is_some())) =>
+        {
+            out(
+                location,
+                Err(Invalid::new(
+                    location,
+                    InvalidReason::Wrapper,
+                    "a shipper's envelope, not an audit event; the ingest tier takes the API server's own events",
+                )),
+            )
+        }
         Ok(ev) => out(location, validate(&ev, location).map(|()| (bytes, ev))),
         Err(e) => out(location, Err(Invalid::from_json(location, &e))),
     }
@@ -420,12 +485,20 @@ fn raw_text(raw: &[u8]) -> String {
 fn check_list_kind(kind: Option<&str>, api_version: Option<&str>, location: Location) -> Result<(), Invalid> {
     if let Some(k) = kind {
         if k != "EventList" {
-            return Err(Invalid::new(location, InvalidReason::NotAuditEvent, format!("a {k:?} is not an audit EventList")));
+            return Err(Invalid::new(
+                location,
+                InvalidReason::NotAuditEvent,
+                format!("a {k:?} is not an audit EventList"),
+            ));
         }
     }
     if let Some(v) = api_version {
         if !v.starts_with("audit.k8s.io/") {
-            return Err(Invalid::new(location, InvalidReason::NotAuditEvent, format!("apiVersion {v:?} is not audit.k8s.io")));
+            return Err(Invalid::new(
+                location,
+                InvalidReason::NotAuditEvent,
+                format!("apiVersion {v:?} is not audit.k8s.io"),
+            ));
         }
     }
     Ok(())
@@ -456,13 +529,17 @@ mod tests {
         v
     }
 
-    const EV: &str = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"a1","stage":"ResponseComplete","verb":"create"}"#;
+    const EV: &str =
+        r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"a1","stage":"ResponseComplete","verb":"create"}"#;
 
     /// `decode_body_raw`'s events as (location, bytes, auditID) or the reasons of rejections.
     fn raw(body: &[u8]) -> Vec<Result<(Location, String, String), InvalidReason>> {
         let mut v = Vec::new();
         decode_body_raw(body, &DecodeOptions::default(), &mut |loc, r| {
-            v.push(r.map(|(b, ev)| (loc, String::from_utf8(b.to_vec()).unwrap(), ev.audit_id.unwrap().into_owned())).map_err(|e| e.reason))
+            v.push(
+                r.map(|(b, ev)| (loc, String::from_utf8(b.to_vec()).unwrap(), ev.audit_id.unwrap().into_owned()))
+                    .map_err(|e| e.reason),
+            )
         });
         v
     }
@@ -478,7 +555,10 @@ mod tests {
         // JSON lines with a broken line; a single event; an array.
         let lines = format!("{a}\n{{\"kind\":\n{b}\n");
         let got = raw(lines.as_bytes());
-        assert_eq!((got.len(), got[0].as_ref().map(|x| x.2.as_str()), got[2].as_ref().map(|x| x.1.as_str())), (3, Ok("a"), Ok(b.as_str())));
+        assert_eq!(
+            (got.len(), got[0].as_ref().map(|x| x.2.as_str()), got[2].as_ref().map(|x| x.1.as_str())),
+            (3, Ok("a"), Ok(b.as_str()))
+        );
         assert!(got[1].is_err());
         assert_eq!(raw(a.as_bytes()), vec![Ok((Location::Body, a.clone(), "a".to_string()))]);
         assert_eq!(raw(format!("[{a},{b}]").as_bytes()).len(), 2);
@@ -530,7 +610,10 @@ mod tests {
         assert_eq!(collect(&EV.as_bytes()[..40], &o)[0].as_ref().unwrap_err().0, InvalidReason::Truncated);
         let big = format!("{{\"auditID\":\"{}\"}}", "x".repeat(300));
         assert_eq!(collect(big.as_bytes(), &o)[0].as_ref().unwrap_err().0, InvalidReason::TooLarge);
-        assert_eq!(collect(b"apiVersion: audit.k8s.io/v1\nkind: Event\n", &o)[0].as_ref().unwrap_err().0, InvalidReason::Json);
+        assert_eq!(
+            collect(b"apiVersion: audit.k8s.io/v1\nkind: Event\n", &o)[0].as_ref().unwrap_err().0,
+            InvalidReason::Json
+        );
         assert_eq!(collect(b"\xFF\xFEx\x00", &o)[0].as_ref().unwrap_err().0, InvalidReason::Encoding);
     }
 
@@ -586,13 +669,25 @@ mod tests {
             .spawn(|| {
                 let o = DecodeOptions::default();
                 let ev = |field: &str, open: &str, close: &str, n: usize| {
-                    format!(r#"{{"auditID":"x","stage":"ResponseComplete","verb":"get",{field}{}1{}}}"#, open.repeat(n), close.repeat(n))
+                    format!(
+                        r#"{{"auditID":"x","stage":"ResponseComplete","verb":"get",{field}{}1{}}}"#,
+                        open.repeat(n),
+                        close.repeat(n)
+                    )
                 };
                 for n in [400, 3_000, 100_000] {
                     let arrays = format!("{}{}", "[".repeat(n), "]".repeat(n));
-                    assert_eq!(reasons(&collect(arrays.as_bytes(), &o)), ["not_audit_event@items[0]"], "an array in an array is not read");
+                    assert_eq!(
+                        reasons(&collect(arrays.as_bytes(), &o)),
+                        ["not_audit_event@items[0]"],
+                        "an array in an array is not read"
+                    );
                     let lists = format!("{}1{}", r#"{"items":["#.repeat(n), "]}".repeat(n));
-                    assert_eq!(reasons(&collect(lists.as_bytes(), &o)), ["missing_field@items[0]"], "an item's own items are skipped");
+                    assert_eq!(
+                        reasons(&collect(lists.as_bytes(), &o)),
+                        ["missing_field@items[0]"],
+                        "an item's own items are skipped"
+                    );
                     let cut = "[".repeat(n);
                     assert_eq!(reasons(&collect(cut.as_bytes(), &o)), ["truncated@items[0]"]);
                     let body = [
@@ -618,7 +713,8 @@ mod tests {
     fn the_record_limit_applies_to_each_event_not_to_the_body() {
         // 400 events of 23 KB (9.4 MB): what kube-apiserver sends with its default batch size.
         let pad = "x".repeat(23_000);
-        let items: Vec<String> = (0..400).map(|i| ev(&format!("e{i}")).replacen('{', &format!(r#"{{"pad":"{pad}","#), 1)).collect();
+        let items: Vec<String> =
+            (0..400).map(|i| ev(&format!("e{i}")).replacen('{', &format!(r#"{{"pad":"{pad}","#), 1)).collect();
         let body = list(&items);
         assert!(body.len() > 9_000_000);
         let r = collect(body.as_bytes(), &DecodeOptions::default());
@@ -643,7 +739,10 @@ mod tests {
         let at = bytes.windows(8).position(|w| w == b"bad-utf8").unwrap();
         bytes[at + 3] = 0xff;
         let r = collect(&bytes, &o);
-        assert_eq!(reasons(&r), ["g1", "json@items[1]", "encoding@items[2]", "g2", "not_audit_event@items[4]", "not_audit_event@items[5]"]);
+        assert_eq!(
+            reasons(&r),
+            ["g1", "json@items[1]", "encoding@items[2]", "g2", "not_audit_event@items[4]", "not_audit_event@items[5]"]
+        );
         assert!(r[1].as_ref().unwrap_err().1.contains("number out of range"), "{r:?}");
         // In a JSON array too.
         let mut bytes = format!("[{},{}]", ev("a"), ev("bad-utf8")).into_bytes();
@@ -684,7 +783,8 @@ mod tests {
     fn an_envelope_inside_an_envelope_is_not_unwrapped_again() {
         let inner = serde_json::to_string(EV).unwrap();
         let record = format!("{{\"properties\":{{\"log\":{inner}}}}}");
-        let twice = format!("{{\"records\":[{{\"properties\":{{\"log\":{}}}}}]}}", serde_json::to_string(&record).unwrap());
+        let twice =
+            format!("{{\"records\":[{{\"properties\":{{\"log\":{}}}}}]}}", serde_json::to_string(&record).unwrap());
         let r = collect(twice.as_bytes(), &DecodeOptions { unwrap: Unwrap::Aks, ..Default::default() });
         assert_eq!(reasons(&r), ["wrapper@items[0]"]);
     }

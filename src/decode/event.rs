@@ -174,7 +174,10 @@ pub struct ResponseStatus {
 impl<L> Event<'_, L> {
     /// The effective actor: the impersonated user when present, else the authenticated user.
     pub fn effective_user(&self) -> Option<&str> {
-        self.impersonated_user.as_ref().and_then(UserInfo::identity).or_else(|| self.user.as_ref().and_then(UserInfo::identity))
+        self.impersonated_user
+            .as_ref()
+            .and_then(UserInfo::identity)
+            .or_else(|| self.user.as_ref().and_then(UserInfo::identity))
     }
 
     /// The event time used for ordering windows: `stageTimestamp`, else the legacy fields.

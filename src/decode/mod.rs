@@ -145,7 +145,9 @@ impl Invalid {
         let (reason, what) = match e.classify() {
             // serde_json's own limit (128 levels) on what it reads into types; the types read
             // here have a fixed shape, so only a defect would reach it: say so plainly.
-            Category::Syntax if e.to_string().starts_with("recursion limit exceeded") => (InvalidReason::Json, "nested too deep"),
+            Category::Syntax if e.to_string().starts_with("recursion limit exceeded") => {
+                (InvalidReason::Json, "nested too deep")
+            }
             Category::Eof => (InvalidReason::Truncated, "truncated JSON"),
             Category::Data => (InvalidReason::InvalidField, "a field has the wrong type"),
             Category::Syntax | Category::Io => (InvalidReason::Json, "not valid JSON"),
@@ -161,21 +163,39 @@ pub const KNOWN_STAGES: [&str; 4] = ["RequestReceived", "ResponseStarted", "Resp
 pub fn validate<L>(ev: &Event<'_, L>, location: Location) -> Result<(), Invalid> {
     if let Some(kind) = ev.kind.as_deref() {
         if kind != "Event" {
-            return Err(Invalid::new(location, InvalidReason::NotAuditEvent, format!("kind {kind:?} is not an audit Event")));
+            return Err(Invalid::new(
+                location,
+                InvalidReason::NotAuditEvent,
+                format!("kind {kind:?} is not an audit Event"),
+            ));
         }
     }
     if let Some(v) = ev.api_version.as_deref() {
         if !v.starts_with("audit.k8s.io/") {
-            return Err(Invalid::new(location, InvalidReason::NotAuditEvent, format!("apiVersion {v:?} is not audit.k8s.io/v1 or v1beta1")));
+            return Err(Invalid::new(
+                location,
+                InvalidReason::NotAuditEvent,
+                format!("apiVersion {v:?} is not audit.k8s.io/v1 or v1beta1"),
+            ));
         }
     }
-    let missing = |field: &str| Invalid::new(location, InvalidReason::MissingField, format!("audit event without {field}; is this an audit log?"));
+    let missing = |field: &str| {
+        Invalid::new(
+            location,
+            InvalidReason::MissingField,
+            format!("audit event without {field}; is this an audit log?"),
+        )
+    };
     if ev.audit_id.as_deref().is_none_or(str::is_empty) {
         return Err(missing("auditID"));
     }
     let stage = ev.stage.as_deref().ok_or_else(|| missing("stage"))?;
     if !KNOWN_STAGES.contains(&stage) {
-        return Err(Invalid::new(location, InvalidReason::UnknownStage, format!("unknown stage {stage:?} (known: {})", KNOWN_STAGES.join(", "))));
+        return Err(Invalid::new(
+            location,
+            InvalidReason::UnknownStage,
+            format!("unknown stage {stage:?} (known: {})", KNOWN_STAGES.join(", ")),
+        ));
     }
     if ev.verb.as_deref().is_none_or(str::is_empty) {
         return Err(missing("verb"));

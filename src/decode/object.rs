@@ -92,7 +92,9 @@ pub struct OwnerRef<'a> {
 impl<'a> Metadata<'a> {
     /// The ownerReference with `controller: true`, if any.
     pub fn controller_ref(&self) -> Option<&OwnerRef<'a>> {
-        self.owner_references.iter().find(|r| r.controller == Some(true) && r.uid.as_deref().is_some_and(|u| !u.is_empty()))
+        self.owner_references
+            .iter()
+            .find(|r| r.controller == Some(true) && r.uid.as_deref().is_some_and(|u| !u.is_empty()))
     }
 
     pub fn annotation(&self, key: &str) -> Option<&str> {
@@ -493,14 +495,21 @@ pub fn keeps_annotation(key: &str) -> bool {
     key.starts_with(ANNOTATION_PREFIX)
         || crate::config::appliers::BUILTIN_ANNOTATIONS.contains(&key)
         || (HAS_APPLIER_ANNOTATIONS.load(std::sync::atomic::Ordering::Acquire)
-            && APPLIER_ANNOTATIONS.read().unwrap_or_else(std::sync::PoisonError::into_inner).iter().any(|k| &**k == key))
+            && APPLIER_ANNOTATIONS
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .iter()
+                .any(|k| &**k == key))
 }
 
 fn string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D) -> Result<StrPairs<'a>, D::Error> {
     filtered_string_map(d, |_| true)
 }
 
-fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(d: D, keep: fn(&str) -> bool) -> Result<StrPairs<'a>, D::Error> {
+fn filtered_string_map<'de: 'a, 'a, D: Deserializer<'de>>(
+    d: D,
+    keep: fn(&str) -> bool,
+) -> Result<StrPairs<'a>, D::Error> {
     struct V<'a> {
         keep: fn(&str) -> bool,
         _p: std::marker::PhantomData<&'a ()>,
@@ -562,7 +571,10 @@ mod tests {
         let o: ObjectView = serde_json::from_str(json).unwrap();
         assert!(matches!(o.kind, Some(Cow::Borrowed("Pod"))));
         assert!(matches!(o.metadata.namespace, Some(Cow::Borrowed("ns"))));
-        assert!(matches!(&o.metadata.name, Some(Cow::Owned(n)) if n == "abc"), "an escape is decoded into an owned string");
+        assert!(
+            matches!(&o.metadata.name, Some(Cow::Owned(n)) if n == "abc"),
+            "an escape is decoded into an owned string"
+        );
         assert_eq!(o.metadata.uid, None, "null reads as absent");
         let owner = &o.metadata.owner_references[0];
         assert!(matches!(owner.kind, Some(Cow::Borrowed("ReplicaSet"))));

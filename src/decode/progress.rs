@@ -20,7 +20,9 @@ pub fn in_progress(p: &KindProgress, obj: &ObjectView<'_>, status: &StatusView<'
         return false;
     }
     p.builtin.is_some_and(|b| builtin(b, obj, status))
-        || p.conditions.iter().any(|c| status.condition(&c.type_).is_some_and(|s| s.reason.as_deref() == Some(c.reason.as_str())))
+        || p.conditions
+            .iter()
+            .any(|c| status.condition(&c.type_).is_some_and(|s| s.reason.as_deref() == Some(c.reason.as_str())))
         || p.fields.iter().any(|c| compare(c, obj))
 }
 
@@ -59,28 +61,40 @@ fn builtin(b: Builtin, obj: &ObjectView<'_>, st: &StatusView<'_>) -> bool {
             if paused(obj) {
                 return false;
             }
-            let rolling = st.condition("Progressing").and_then(|c| c.reason.as_deref()).is_some_and(|r| UNDER_WAY.contains(&r));
+            let rolling =
+                st.condition("Progressing").and_then(|c| c.reason.as_deref()).is_some_and(|r| UNDER_WAY.contains(&r));
             let counters = [or_zero(st.updated_replicas), or_zero(st.available_replicas), st.replicas];
-            rolling || (counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d)))
+            rolling
+                || (counters.iter().any(Option::is_some)
+                    && desired_replicas(obj).is_some_and(|d| differs(&counters, d)))
         }
         Builtin::StatefulSet => {
-            let on_delete = field(obj, &["spec", "updateStrategy", "type"]) == Some(Scalar::Text(Cow::Borrowed("OnDelete")));
+            let on_delete =
+                field(obj, &["spec", "updateStrategy", "type"]) == Some(Scalar::Text(Cow::Borrowed("OnDelete")));
             let partition = partition(obj);
-            let revisions = !on_delete && partition == 0 && matches!((&st.current_revision, &st.update_revision), (Some(c), Some(u)) if c != u);
+            let revisions = !on_delete
+                && partition == 0
+                && matches!((&st.current_revision, &st.update_revision), (Some(c), Some(u)) if c != u);
             let updated = if on_delete { None } else { or_zero(st.updated_replicas) };
             let ready = [or_zero(st.ready_replicas), st.replicas];
             revisions
                 || ((updated.is_some() || ready.iter().any(Option::is_some))
-                    && desired_replicas(obj).is_some_and(|d| differs(&ready, d) || updated.is_some_and(|u| updated_short(u, d, partition))))
+                    && desired_replicas(obj)
+                        .is_some_and(|d| differs(&ready, d) || updated.is_some_and(|u| updated_short(u, d, partition))))
         }
-        Builtin::DaemonSet => {
-            st.desired_number_scheduled.is_some_and(|d| [st.updated_number_scheduled, st.number_available].iter().any(|c| c.unwrap_or(0) < d))
-        }
+        Builtin::DaemonSet => st
+            .desired_number_scheduled
+            .is_some_and(|d| [st.updated_number_scheduled, st.number_available].iter().any(|c| c.unwrap_or(0) < d)),
         Builtin::ReplicaSet => {
             let counters = [st.replicas, or_zero(st.ready_replicas), or_zero(st.available_replicas)];
             counters.iter().any(Option::is_some) && desired_replicas(obj).is_some_and(|d| differs(&counters, d))
         }
-        Builtin::Job => st.start_time.is_some() && st.completion_time.is_none() && !st.condition_true("Complete") && !st.condition_true("Failed"),
+        Builtin::Job => {
+            st.start_time.is_some()
+                && st.completion_time.is_none()
+                && !st.condition_true("Complete")
+                && !st.condition_true("Failed")
+        }
         Builtin::CronJob => true,
     }
 }
@@ -153,7 +167,8 @@ fn field<'a, S: AsRef<str>>(obj: &ObjectView<'a>, path: &[S]) -> Option<Scalar<'
 fn may_hold_key(text: &str, key: &str) -> bool {
     let bytes = text.as_bytes();
     memchr::memchr(b'\\', bytes).is_some()
-        || memchr::memmem::find_iter(bytes, key.as_bytes()).any(|at| at > 0 && bytes[at - 1] == b'"' && bytes.get(at + key.len()) == Some(&b'"'))
+        || memchr::memmem::find_iter(bytes, key.as_bytes())
+            .any(|at| at > 0 && bytes[at - 1] == b'"' && bytes.get(at + key.len()) == Some(&b'"'))
 }
 
 /// A JSON scalar as a comparison reads it.

@@ -76,7 +76,10 @@ fn skip_value(b: &[u8], i: usize) -> Skip {
             Skip::Broken(Broken::Truncated)
         }
         Some(b'-' | b'0'..=b'9' | b't' | b'f' | b'n') => {
-            let end = b[i..].iter().position(|&c| matches!(c, b',' | b']' | b'}') || c.is_ascii_whitespace()).map_or(b.len(), |p| i + p);
+            let end = b[i..]
+                .iter()
+                .position(|&c| matches!(c, b',' | b']' | b'}') || c.is_ascii_whitespace())
+                .map_or(b.len(), |p| i + p);
             Skip::Done(end)
         }
         Some(_) => Skip::Broken(Broken::Syntax(i)),

@@ -7,7 +7,13 @@ use std::sync::Arc;
 /// offset and 0–9 fraction digits. Returns `None` for anything else.
 pub fn parse_rfc3339_micros(s: &str) -> Option<i64> {
     let b = s.as_bytes();
-    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ') || b[13] != b':' || b[16] != b':' {
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || !(b[10] == b'T' || b[10] == b't' || b[10] == b' ')
+        || b[13] != b':'
+        || b[16] != b':'
+    {
         return None;
     }
     let num = |from: usize, to: usize| -> Option<i64> {
@@ -176,12 +182,24 @@ mod tests {
     #[test]
     fn a_given_time_has_a_real_date_and_offset() {
         assert_eq!(parse_rfc3339_given("2024-05-01T12:00:00+02:00"), Ok(1_714_557_600_000_000));
-        assert_eq!(parse_rfc3339_given("2024-02-29T00:00:00-23:59"), parse_rfc3339_micros("2024-02-29T00:00:00-23:59").ok_or(GivenTimeError::NotRfc3339));
-        assert_eq!(parse_rfc3339_given("2024-12-31T00:00:00z"), parse_rfc3339_micros("2024-12-31T00:00:00Z").ok_or(GivenTimeError::NotRfc3339));
+        assert_eq!(
+            parse_rfc3339_given("2024-02-29T00:00:00-23:59"),
+            parse_rfc3339_micros("2024-02-29T00:00:00-23:59").ok_or(GivenTimeError::NotRfc3339)
+        );
+        assert_eq!(
+            parse_rfc3339_given("2024-12-31T00:00:00z"),
+            parse_rfc3339_micros("2024-12-31T00:00:00Z").ok_or(GivenTimeError::NotRfc3339)
+        );
         assert_eq!(parse_rfc3339_given("2024-05-01T10:00:00+25:00"), Err(GivenTimeError::Offset("+25:00".into())));
         assert_eq!(parse_rfc3339_given("2024-05-01T10:00:00.5-00:60"), Err(GivenTimeError::Offset("-00:60".into())));
-        assert_eq!(parse_rfc3339_given("2023-02-29T10:00:00Z"), Err(GivenTimeError::Day { year: 2023, month: 2, day: 29, days: 28 }));
-        assert_eq!(parse_rfc3339_given("2024-04-31T10:00:00Z").unwrap_err().to_string(), "names day 31, but 2024-04 has 30 days");
+        assert_eq!(
+            parse_rfc3339_given("2023-02-29T10:00:00Z"),
+            Err(GivenTimeError::Day { year: 2023, month: 2, day: 29, days: 28 })
+        );
+        assert_eq!(
+            parse_rfc3339_given("2024-04-31T10:00:00Z").unwrap_err().to_string(),
+            "names day 31, but 2024-04 has 30 days"
+        );
         assert_eq!(parse_rfc3339_given("yesterday"), Err(GivenTimeError::NotRfc3339));
     }
 
@@ -206,7 +224,20 @@ mod tests {
     #[test]
     fn digit_by_digit_is_what_format_writes_at_the_edges() {
         let year = |y: i64| days_from_civil(y, 1, 1) * 86_400 * 1_000_000;
-        for us in [0, -1, 1, 999_999, year(0), year(0) - 1, year(10_000) - 1, year(10_000), year(-5), year(12_345) + 7, i64::MIN / 2, i64::MAX / 2] {
+        for us in [
+            0,
+            -1,
+            1,
+            999_999,
+            year(0),
+            year(0) - 1,
+            year(10_000) - 1,
+            year(10_000),
+            year(-5),
+            year(12_345) + 7,
+            i64::MIN / 2,
+            i64::MAX / 2,
+        ] {
             assert_eq!(format_rfc3339_micros(us), by_format(us), "{us}");
             assert_eq!(&*rfc3339_micros_arc(us), by_format(us), "{us}");
         }

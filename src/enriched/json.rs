@@ -319,7 +319,9 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::super::{ActorOut, ApplierOut, Enriched, FieldOut, HopOut, ObjectOut, ParentOut, Phase, RevertOut, RevertedObject};
+    use super::super::{
+        ActorOut, ApplierOut, Enriched, FieldOut, HopOut, ObjectOut, ParentOut, Phase, RevertOut, RevertedObject,
+    };
     use crate::enriched::{Class, Resolution};
     use crate::filter::Verb;
     use crate::write::{Name, ObservedSource};
@@ -369,7 +371,11 @@ mod tests {
                 observed_generation_source: Some(ObservedSource::SyncedCondition),
                 finished: Some(true),
                 phase: Some(Phase::Initialized),
-                applier: Some(Box::new(ApplierOut { name: t.clone(), revision: Some(t.clone()), target_revision: None })),
+                applier: Some(Box::new(ApplierOut {
+                    name: t.clone(),
+                    revision: Some(t.clone()),
+                    target_revision: None,
+                })),
             }),
             actor: ActorOut { is_controller: Some(true), controllers: vec![t.clone(), Arc::from("b")] },
             resolution: Some(Resolution::Approved),
@@ -385,7 +391,12 @@ mod tests {
 
     fn revert(text: &str, fields: bool) -> RevertOut {
         let raw = |v: &str| Some(serde_json::value::RawValue::from_string(v.to_string()).unwrap());
-        let field = FieldOut { path: Arc::from(text), before: raw(&serde_json::to_string(text).unwrap()), after: raw("{\"a\":[1,null]}"), restored: true };
+        let field = FieldOut {
+            path: Arc::from(text),
+            before: raw(&serde_json::to_string(text).unwrap()),
+            after: raw("{\"a\":[1,null]}"),
+            restored: true,
+        };
         let absent = FieldOut { path: Arc::from("spec.x"), before: None, after: None, restored: false };
         RevertOut {
             user: Arc::from(text),
@@ -409,7 +420,8 @@ mod tests {
     #[test]
     fn every_field_and_every_escape_as_serde_json_writes_them() {
         let every_ascii: String = (0u8..0x80).map(char::from).collect();
-        for text in ["", "plain", "quote \" and backslash \\", "ünïcödé ✓ 𝄞 \u{7f}\u{80}\u{2028}", &every_ascii] {
+        for text in ["", "plain", "quote \" and backslash \\", "ünïcödé ✓ 𝄞 \u{7f}\u{80}\u{2028}", &every_ascii]
+        {
             let mut e = event(text);
             same_as_serde(&e);
             // The other shapes: what is optional absent, or empty.
@@ -425,7 +437,8 @@ mod tests {
             e.trace_truncated = false;
             same_as_serde(&e);
             e.actor.is_controller = Some(false);
-            e.trace = vec![HopOut { generation: None, user: None, timestamp: None, ..hop(text, serde_json::Map::new()) }];
+            e.trace =
+                vec![HopOut { generation: None, user: None, timestamp: None, ..hop(text, serde_json::Map::new()) }];
             e.parent = Some(ParentOut::named(Arc::from("v1"), Arc::from("K"), Name::from("n"), Arc::from("u")));
             e.reverts = Some(Vec::new());
             same_as_serde(&e);
@@ -449,7 +462,12 @@ mod tests {
         for p in [Phase::Initializing, Phase::Initialized, Phase::Deleting] {
             assert_eq!(p.as_str(), name(serde_json::to_value(p).unwrap()));
         }
-        for s in [ObservedSource::Status, ObservedSource::SyncedCondition, ObservedSource::ReadyCondition, ObservedSource::Synthetic] {
+        for s in [
+            ObservedSource::Status,
+            ObservedSource::SyncedCondition,
+            ObservedSource::ReadyCondition,
+            ObservedSource::Synthetic,
+        ] {
             assert_eq!(s.as_str(), name(serde_json::to_value(s).unwrap()));
         }
     }

@@ -205,7 +205,10 @@ pub struct FieldOut {
 impl PartialEq for FieldOut {
     fn eq(&self, o: &Self) -> bool {
         let text = |v: &Option<Box<serde_json::value::RawValue>>| v.as_ref().map(|r| r.get().to_string());
-        self.path == o.path && text(&self.before) == text(&o.before) && text(&self.after) == text(&o.after) && self.restored == o.restored
+        self.path == o.path
+            && text(&self.before) == text(&o.before)
+            && text(&self.after) == text(&o.after)
+            && self.restored == o.restored
     }
 }
 

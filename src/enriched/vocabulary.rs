@@ -25,8 +25,16 @@ pub enum Class {
 }
 
 impl Class {
-    pub const ALL: [Class; 8] =
-        [Class::Drift, Class::Expected, Class::Origin, Class::Unowned, Class::Initializing, Class::Deleting, Class::Undetermined, Class::UnknownParent];
+    pub const ALL: [Class; 8] = [
+        Class::Drift,
+        Class::Expected,
+        Class::Origin,
+        Class::Unowned,
+        Class::Initializing,
+        Class::Deleting,
+        Class::Undetermined,
+        Class::UnknownParent,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {

@@ -59,7 +59,9 @@ pub async fn spawn(
         Some(path) => {
             let err = |m: String| Error::Kubeconfig { path: path.display().to_string(), message: m };
             let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
-            let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.map_err(|e| err(e.to_string()))?;
+            let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+                .await
+                .map_err(|e| err(e.to_string()))?;
             Client::try_from(config).map_err(|e| err(e.to_string()))?
         }
         None => Client::try_default().await.map_err(|e| Error::Client(e.to_string()))?,
@@ -67,7 +69,8 @@ pub async fn spawn(
     let (tx, mut rx) = mpsc::channel::<Arc<Enriched>>(1024);
     let every = Duration::from_secs_f64(1.0 / cfg.rate);
     let retry_after = cfg.retry_after.0;
-    let mut known: LruCache<Arc<str>, Known> = LruCache::new(NonZeroUsize::new(cfg.cache_size.max(1)).expect("non-zero"));
+    let mut known: LruCache<Arc<str>, Known> =
+        LruCache::new(NonZeroUsize::new(cfg.cache_size.max(1)).expect("non-zero"));
     tracing::info!(cluster = %cluster, rate = cfg.rate, "fetching unknown parents from the API server");
     tokio::spawn(async move {
         let mut fetcher = Fetcher { client, kinds: HashMap::new() };
@@ -128,7 +131,13 @@ struct Fetcher {
 }
 
 impl Fetcher {
-    async fn get(&mut self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Result<Option<DynamicObject>, String> {
+    async fn get(
+        &mut self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<DynamicObject>, String> {
         let key = (api_version.to_string(), kind.to_string());
         if !self.kinds.contains_key(&key) {
             let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));

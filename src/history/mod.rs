@@ -60,12 +60,15 @@ pub fn check_sound(path: &Path) -> std::result::Result<(), String> {
     if !path.exists() {
         return Ok(());
     }
-    let damaged = |e: &rusqlite::Error| matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase));
-    let conn = match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX) {
-        Ok(c) => c,
-        Err(e) if damaged(&e) => return Err(e.to_string()),
-        Err(_) => return Ok(()),
+    let damaged = |e: &rusqlite::Error| {
+        matches!(e.sqlite_error_code(), Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase))
     };
+    let conn =
+        match Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX) {
+            Ok(c) => c,
+            Err(e) if damaged(&e) => return Err(e.to_string()),
+            Err(_) => return Ok(()),
+        };
     let _ = conn.busy_timeout(Duration::from_secs(5));
     let mut first = String::new();
     let checked = conn.prepare("PRAGMA quick_check(3)").and_then(|mut s| {
@@ -141,9 +144,16 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
         ))
         .map_err(err)?;
     }
-    let has_meta: bool = conn.query_row("SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0)).map_err(err)?;
-    let found: Option<String> =
-        if has_meta { conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).optional().map_err(err)? } else { None };
+    let has_meta: bool = conn
+        .query_row("SELECT count(*) > 0 FROM sqlite_schema WHERE type = 'table' AND name = 'meta'", [], |r| r.get(0))
+        .map_err(err)?;
+    let found: Option<String> = if has_meta {
+        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))
+            .optional()
+            .map_err(err)?
+    } else {
+        None
+    };
     match (mode, found) {
         (_, Some(v)) if v == SCHEMA_VERSION => {
             if mode == Mode::Write {
@@ -154,7 +164,8 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
         // A new file (or one whose writer had not created the schema yet).
         (Mode::Write, None) => {
             conn.execute_batch(schema::SQL).map_err(err)?;
-            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).map_err(err)?;
+            conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION])
+                .map_err(err)?;
             Ok(conn)
         }
         (Mode::Write, Some(v)) if schema::CONVERTS.contains(&v.as_str()) => {
@@ -182,7 +193,9 @@ pub fn convert(conn: &Connection) -> rusqlite::Result<()> {
         .execute_batch(schema::DROPPED)
         .and_then(|()| conn.execute_batch(schema::SQL))
         .and_then(|()| conn.execute_batch(schema::CONVERT))
-        .and_then(|()| conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION]).map(drop))
+        .and_then(|()| {
+            conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION]).map(drop)
+        })
         .and_then(|()| conn.execute_batch("COMMIT"));
     if let Err(e) = done {
         let _ = conn.execute_batch("ROLLBACK");
@@ -230,7 +243,8 @@ mod tests {
         let _ = std::fs::remove_file(&old);
         {
             let c = Connection::open(&old).unwrap();
-            c.execute_batch("PRAGMA page_size = 4096; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;").unwrap();
+            c.execute_batch("PRAGMA page_size = 4096; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;")
+                .unwrap();
             c.execute_batch(schema::SQL).unwrap();
             c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).unwrap();
             c.execute(
@@ -245,7 +259,13 @@ mod tests {
             .unwrap();
         let r = open(&old, Mode::Read).unwrap();
         assert_eq!(page_size(&r), 4096);
-        let n: i64 = r.query_row("SELECT count(*) FROM mutations JOIN objects ON objects.id = object_id WHERE name = 'p'", [], |r| r.get(0)).unwrap();
+        let n: i64 = r
+            .query_row(
+                "SELECT count(*) FROM mutations JOIN objects ON objects.id = object_id WHERE name = 'p'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
         assert_eq!(n, 1);
         drop((w, r));
         std::fs::remove_dir_all(&dir).unwrap();

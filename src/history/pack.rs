@@ -47,8 +47,11 @@ impl Packer {
     /// The packer of the store on `conn`: with its newest dictionary, or none yet (then the
     /// first events written are the samples of one).
     pub fn load(conn: &Connection) -> rusqlite::Result<Packer> {
-        let newest: Option<(u32, Vec<u8>)> =
-            conn.query_row("SELECT id, dictionary FROM dictionaries ORDER BY id DESC LIMIT 1", [], |r| Ok((r.get(0)?, r.get(1)?))).optional()?;
+        let newest: Option<(u32, Vec<u8>)> = conn
+            .query_row("SELECT id, dictionary FROM dictionaries ORDER BY id DESC LIMIT 1", [], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
         let (id, compressor) = match newest {
             Some((id, dict)) => (id, zstd::bulk::Compressor::with_dictionary(LEVEL, &dict).map_err(io_err)?),
             None => (0, zstd::bulk::Compressor::new(LEVEL).map_err(io_err)?),
@@ -68,7 +71,10 @@ impl Packer {
         let samples = std::mem::take(&mut self.samples);
         let sizes = std::mem::take(&mut self.sizes);
         let Ok(dict) = zstd::dict::from_continuous(&samples, &sizes, DICTIONARY_BYTES) else {
-            tracing::debug!(samples = sizes.len(), "history store: no dictionary could be trained; events are compressed without one");
+            tracing::debug!(
+                samples = sizes.len(),
+                "history store: no dictionary could be trained; events are compressed without one"
+            );
             return Ok(());
         };
         conn.execute("INSERT INTO dictionaries (dictionary) VALUES (?1)", params![dict])?;
@@ -176,9 +182,11 @@ impl<'c> Unpacker<'c> {
         }
         let (first, last, dictionary, data): (i64, i64, u32, Vec<u8>) = self
             .conn
-            .query_row("SELECT id, last_id, dictionary, data FROM event_blocks WHERE id <= ?1 ORDER BY id DESC LIMIT 1", [id], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
+            .query_row(
+                "SELECT id, last_id, dictionary, data FROM event_blocks WHERE id <= ?1 ORDER BY id DESC LIMIT 1",
+                [id],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )
             .ok()?;
         if id > last {
             return None;
@@ -186,7 +194,9 @@ impl<'c> Unpacker<'c> {
         let size = usize::try_from(zstd::zstd_safe::get_frame_content_size(&data).ok()??).ok()?.min(BLOCK_BYTES_MAX);
         let events = self.decompress(dictionary, &data, size)?;
         let mut starts = vec![0];
-        starts.extend(events.iter().enumerate().filter(|(_, &c)| c == b'\n').map(|(i, _)| i + 1).filter(|&i| i < events.len()));
+        starts.extend(
+            events.iter().enumerate().filter(|(_, &c)| c == b'\n').map(|(i, _)| i + 1).filter(|&i| i < events.len()),
+        );
         let block = Block { first, last, events, starts };
         let event = block.event(id);
         *self.block.borrow_mut() = Some(block);
@@ -197,7 +207,8 @@ impl<'c> Unpacker<'c> {
         if id == 0 {
             return zstd::bulk::Decompressor::new().ok();
         }
-        let dict: Vec<u8> = conn.query_row("SELECT dictionary FROM dictionaries WHERE id = ?1", [id], |r| r.get(0)).ok()?;
+        let dict: Vec<u8> =
+            conn.query_row("SELECT dictionary FROM dictionaries WHERE id = ?1", [id], |r| r.get(0)).ok()?;
         zstd::bulk::Decompressor::with_dictionary(&dict).ok()
     }
 }

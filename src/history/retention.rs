@@ -133,7 +133,8 @@ fn used_bytes(conn: &Connection) -> rusqlite::Result<u64> {
 /// About how many mutations the store holds (from their ids: no scan) and the bytes each
 /// takes with its share of objects, reverts and indexes.
 fn rows_and_size(conn: &Connection, used: u64) -> rusqlite::Result<(u64, u64)> {
-    let (lo, hi): (Option<i64>, Option<i64>) = conn.query_row("SELECT min(id), max(id) FROM mutation_rows", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let (lo, hi): (Option<i64>, Option<i64>) =
+        conn.query_row("SELECT min(id), max(id) FROM mutation_rows", [], |r| Ok((r.get(0)?, r.get(1)?)))?;
     let count = match (lo, hi) {
         (Some(lo), Some(hi)) => (hi - lo + 1).max(1) as u64,
         _ => 0,
@@ -172,7 +173,13 @@ SELECT id, last_id, min_us FROM event_blocks WHERE (min_us, id) > (?1, ?2) AND m
 /// The oldest are found without an index of every row's time: the rows that hold their own
 /// event by `mutation_rows_by_time`, the others block by block in the order of their blocks'
 /// oldest rows, until the next block starts after the `n`-th oldest row found so far.
-fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut Retained, newest_removed: &mut Option<i64>) -> rusqlite::Result<u64> {
+fn remove_chunk(
+    conn: &mut Connection,
+    before: Option<i64>,
+    n: i64,
+    done: &mut Retained,
+    newest_removed: &mut Option<i64>,
+) -> rusqlite::Result<u64> {
     let before = before.unwrap_or(i64::MAX);
     let tx = conn.transaction()?;
     tx.execute_batch(
@@ -197,8 +204,11 @@ fn remove_chunk(conn: &mut Connection, before: Option<i64>, n: i64, done: &mut R
         )?;
         let mut nth = tx.prepare_cached("SELECT time_us FROM candidate ORDER BY time_us LIMIT 1 OFFSET ?1")?;
         let mut at = (i64::MIN, i64::MIN);
-        while let Some((first, last_id, min_us)) =
-            next.query_row(params![at.0, at.1, before], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))).optional()?
+        while let Some((first, last_id, min_us)) = next
+            .query_row(params![at.0, at.1, before], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+            })
+            .optional()?
         {
             if found >= n {
                 let nth: Option<i64> = nth.query_row([n - 1], |r| r.get(0)).optional()?;
@@ -283,7 +293,13 @@ mod tests {
         let now_us = 1_000 * 1_000_000;
         let done = retain(&mut c, &by_age, now_us, 0).unwrap();
         assert_eq!(done.mutations, 1, "the row of 100 s goes; the late row of 50 s, stored last, stays");
-        let left: Vec<i64> = c.prepare("SELECT id FROM mutations ORDER BY id").unwrap().query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect();
+        let left: Vec<i64> = c
+            .prepare("SELECT id FROM mutations ORDER BY id")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
         assert_eq!(left, [ids[1], ids[2]]);
         assert_eq!(insert(&c, 210, "next"), ids[2] + 1);
         // Once a row is stored after it, it goes as any other.

@@ -17,8 +17,16 @@ pub const SCHEMA_VERSION: &str = "3";
 pub const CONVERTS: [&str; 2] = ["1", "2"];
 
 /// The classes, by the integer a row holds (`classes.id`): the order of [`crate::classify::Class::ALL`].
-pub const CLASS_IDS: [(i64, &str); 8] =
-    [(1, "drift"), (2, "expected"), (3, "origin"), (4, "unowned"), (5, "initializing"), (6, "deleting"), (7, "undetermined"), (8, "unknown-parent")];
+pub const CLASS_IDS: [(i64, &str); 8] = [
+    (1, "drift"),
+    (2, "expected"),
+    (3, "origin"),
+    (4, "unowned"),
+    (5, "initializing"),
+    (6, "deleting"),
+    (7, "undetermined"),
+    (8, "unknown-parent"),
+];
 
 /// The integer of a class (`classes.id`).
 pub fn class_id(class: &str) -> Option<i64> {

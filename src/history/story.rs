@@ -239,7 +239,8 @@ pub fn build(conn: &Connection, q: &StoryQuery) -> Result<Story, StoryError> {
 
 /// How far back the store reaches (`meta.oldest_us`), µs; `None` for an empty store.
 pub fn oldest_us(conn: &Connection) -> Result<Option<i64>, StoryError> {
-    let v: Option<String> = conn.query_row("SELECT value FROM meta WHERE key = 'oldest_us'", [], |r| r.get(0)).optional()?;
+    let v: Option<String> =
+        conn.query_row("SELECT value FROM meta WHERE key = 'oldest_us'", [], |r| r.get(0)).optional()?;
     Ok(v.and_then(|v| v.trim().parse().ok()))
 }
 
@@ -365,24 +366,34 @@ struct RevertEntryObject<'a> {
 /// The drifts that undid the write `audit_id` of `object`. One audit event can write several
 /// objects (a deletecollection): a drift counts when its `reverts` names this write of this
 /// object (by kind and name), not another object's item of the same request.
-fn reverted_by(conn: &Connection, events: &Unpacker<'_>, object: &ObjectRef, audit_id: &str, at_us: Option<i64>) -> Result<Vec<RevertedBy>, StoryError> {
+fn reverted_by(
+    conn: &Connection,
+    events: &Unpacker<'_>,
+    object: &ObjectRef,
+    audit_id: &str,
+    at_us: Option<i64>,
+) -> Result<Vec<RevertedBy>, StoryError> {
     let mut stmt = conn.prepare_cached(REVERTED_BY)?;
-    let rows = stmt.query_map(params![crate::history::schema::id_value(audit_id), object.cluster, at_us, audit_id], |r| {
-        let event = stored_event(r, 8, events)?;
-        let names_it = match event.as_deref().map(|e| serde_json::from_str::<Reverts<'_>>(e.get())) {
-            Some(Ok(rv)) => rv.reverts.iter().any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),
-            // The reverts table says so; an unreadable event cannot say otherwise.
-            Some(Err(_)) | None => true,
-        };
-        let by = RevertedBy {
-            audit_id: r.get(1)?,
-            time: format_rfc3339_micros(r.get(2)?),
-            user: r.get(3)?,
-            class: r.get(4)?,
-            object: WrittenObject { kind: r.get(5)?, name: r.get(6)?, uid: r.get(7)? },
-        };
-        Ok(names_it.then_some(by))
-    })?;
+    let rows =
+        stmt.query_map(params![crate::history::schema::id_value(audit_id), object.cluster, at_us, audit_id], |r| {
+            let event = stored_event(r, 8, events)?;
+            let names_it = match event.as_deref().map(|e| serde_json::from_str::<Reverts<'_>>(e.get())) {
+                Some(Ok(rv)) => rv
+                    .reverts
+                    .iter()
+                    .any(|e| e.audit_id == audit_id && e.object.kind == object.kind && e.object.name == object.name),
+                // The reverts table says so; an unreadable event cannot say otherwise.
+                Some(Err(_)) | None => true,
+            };
+            let by = RevertedBy {
+                audit_id: r.get(1)?,
+                time: format_rfc3339_micros(r.get(2)?),
+                user: r.get(3)?,
+                class: r.get(4)?,
+                object: WrittenObject { kind: r.get(5)?, name: r.get(6)?, uid: r.get(7)? },
+            };
+            Ok(names_it.then_some(by))
+        })?;
     let mut out = Vec::new();
     for row in rows {
         out.extend(row?);

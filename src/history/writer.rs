@@ -52,14 +52,16 @@ ON CONFLICT (cluster, uid) DO NOTHING";
 
 /// Whether the store has this mutation: the same auditID (`?3`, or its text `?4` in a row of
 /// an earlier schema) at the same time on the same object.
-const FIND_MUTATION: &str = "SELECT count(*) FROM mutation_rows WHERE object_id = ?1 AND time_us = ?2 AND audit_id IN (?3, ?4)";
+const FIND_MUTATION: &str =
+    "SELECT count(*) FROM mutation_rows WHERE object_id = ?1 AND time_us = ?2 AND audit_id IN (?3, ?4)";
 
 const INSERT_MUTATION: &str = "
 INSERT INTO mutation_rows (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
 
 /// A known object's times, once per object per transaction (its identity unchanged).
-const TOUCH_OBJECT: &str = "UPDATE object_rows SET first_us = min(first_us, ?2), last_us = max(last_us, ?3) WHERE id = ?1";
+const TOUCH_OBJECT: &str =
+    "UPDATE object_rows SET first_us = min(first_us, ?2), last_us = max(last_us, ?3) WHERE id = ?1";
 
 /// The tombstone of a known object whose identity and owner are unchanged: no column of an
 /// index is set, so no index entry is rewritten (the upsert sets them all).
@@ -73,11 +75,13 @@ WHERE id = ?1";
 
 const INSERT_REVERT: &str = "INSERT INTO revert_rows (mutation_id, origin_audit_id) VALUES (?1, ?2)";
 
-const INSERT_BLOCK: &str = "INSERT INTO event_blocks (id, last_id, min_us, max_us, dictionary, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+const INSERT_BLOCK: &str =
+    "INSERT INTO event_blocks (id, last_id, min_us, max_us, dictionary, data) VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 const FIND_STRING: &str = "SELECT id FROM strings WHERE text = ?1";
 const INSERT_STRING: &str = "INSERT INTO strings (text) VALUES (?1)";
-const FIND_OWNER: &str = "SELECT id FROM owners WHERE cluster = ?1 AND uid = ?2 AND api_version = ?3 AND kind = ?4 AND name = ?5";
+const FIND_OWNER: &str =
+    "SELECT id FROM owners WHERE cluster = ?1 AND uid = ?2 AND api_version = ?3 AND kind = ?4 AND name = ?5";
 const INSERT_OWNER: &str = "INSERT INTO owners (cluster, uid, api_version, kind, name) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 /// `meta.oldest_us` is the oldest time written (retention moves it forward), `newest_us` the
@@ -153,8 +157,10 @@ impl Store {
             match on_damaged {
                 super::OnDamaged::Refuse => return Err(super::Error::Damaged { path: shown, detail }),
                 super::OnDamaged::Replace => {
-                    let aside = super::move_aside(path)
-                        .map_err(|e| super::Error::Damaged { path: shown.clone(), detail: format!("{detail}; moving it aside failed: {e}") })?;
+                    let aside = super::move_aside(path).map_err(|e| super::Error::Damaged {
+                        path: shown.clone(),
+                        detail: format!("{detail}; moving it aside failed: {e}"),
+                    })?;
                     tracing::warn!(path = %shown, moved_to = %aside.display(), damage = %detail, "history store damaged: moved aside, a new one is started");
                 }
             }
@@ -179,8 +185,11 @@ impl Store {
         // (a lookup per row written, on by default in this build) is left out.
         conn.execute_batch("PRAGMA foreign_keys = OFF").map_err(err)?;
         conn.set_prepared_statement_cache_capacity(16);
-        let newest_us =
-            conn.query_row("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'newest_us'", [], |r| r.get(0)).optional().map_err(err)?.unwrap_or(0);
+        let newest_us = conn
+            .query_row("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'newest_us'", [], |r| r.get(0))
+            .optional()
+            .map_err(err)?
+            .unwrap_or(0);
         let packer = Packer::load(&conn).map_err(err)?;
         Ok(Store {
             conn,
@@ -268,7 +277,9 @@ impl Store {
         })();
         let (oldest, newest) = result.map_err(|e| sqlite_err(path, e))?;
         if written.events > 0 {
-            tx.prepare_cached(SET_TIMES).and_then(|mut s| s.execute(params![oldest.to_string(), newest.to_string()])).map_err(|e| sqlite_err(path, e))?;
+            tx.prepare_cached(SET_TIMES)
+                .and_then(|mut s| s.execute(params![oldest.to_string(), newest.to_string()]))
+                .map_err(|e| sqlite_err(path, e))?;
         }
         tx.commit().map_err(|e| sqlite_err(path, e))?;
         self.newest_us = newest;
@@ -399,7 +410,12 @@ impl Rows<'_> {
     fn insert(&mut self, e: &Enriched, time_us: i64) -> rusqlite::Result<bool> {
         let object_id = self.object(e, time_us)?;
         let audit_id = id_value(&e.audit_id);
-        if self.statements.find_mutation.query_row(params![object_id, time_us, audit_id, &*e.audit_id], |r| r.get::<_, i64>(0))? > 0 {
+        if self
+            .statements
+            .find_mutation
+            .query_row(params![object_id, time_us, audit_id, &*e.audit_id], |r| r.get::<_, i64>(0))?
+            > 0
+        {
             return Ok(false);
         }
         let reverts = e.reverts.as_deref().unwrap_or_default();
@@ -410,7 +426,18 @@ impl Rows<'_> {
         let resolution = e.resolution.map(|r| self.string(r.as_str())).transpose()?;
         let policy = e.policy.as_deref().map(|p| self.string(p)).transpose()?;
         let class = schema::class_id(e.class.as_str()).expect("every class has its id");
-        self.statements.insert_mutation.execute(params![object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, person])?;
+        self.statements.insert_mutation.execute(params![
+            object_id,
+            time_us,
+            audit_id,
+            verb,
+            subresource,
+            user,
+            class,
+            resolution,
+            policy,
+            person
+        ])?;
         let mutation_id = self.conn.last_insert_rowid();
         for r in reverts {
             self.statements.insert_revert.execute(params![mutation_id, id_value(&r.audit_id)])?;
@@ -446,7 +473,14 @@ impl Rows<'_> {
         let last = self.block.first + self.block.count as i64 - 1;
         let dictionary = self.packer.dictionary();
         let data = self.packer.pack_block(&self.block.events)?;
-        self.statements.insert_block.execute(params![self.block.first, last, self.block.min_us, self.block.max_us, dictionary, data])?;
+        self.statements.insert_block.execute(params![
+            self.block.first,
+            last,
+            self.block.min_us,
+            self.block.max_us,
+            dictionary,
+            data
+        ])?;
         self.block.clear();
         Ok(())
     }
@@ -473,7 +507,8 @@ impl Rows<'_> {
 
     /// The id of an owner in `owners`, added when new.
     fn owner(&mut self, cluster: i64, p: &crate::enriched::ParentOut) -> rusqlite::Result<i64> {
-        let key = xxh3_128(joined(self.json, &[&cluster.to_string(), &p.uid, &p.api_version, &p.kind, p.name.as_str()]));
+        let key =
+            xxh3_128(joined(self.json, &[&cluster.to_string(), &p.uid, &p.api_version, &p.kind, p.name.as_str()]));
         if let Some(&id) = self.owners.get(&key) {
             return Ok(id);
         }
@@ -534,7 +569,8 @@ impl Rows<'_> {
         let namespace = self.string(&o.namespace)?;
         let owner = p.map(|p| self.owner(cluster, p)).transpose()?;
         let uid_value = id_value(uid);
-        let row: [&dyn ToSql; 8] = [&cluster, &uid_value, &api_version, &kind, &namespace, &o.name.as_str(), &owner, &time_us];
+        let row: [&dyn ToSql; 8] =
+            [&cluster, &uid_value, &api_version, &kind, &namespace, &o.name.as_str(), &owner, &time_us];
         // Not known and not removed: most often a new object, inserted without the upsert's
         // RETURNING (a result table per statement).
         if !gone && !self.known.contains_key(&key) && self.statements.insert_object.execute(&row[..])? == 1 {
@@ -544,7 +580,10 @@ impl Rows<'_> {
         }
         let by = if gone { Some(self.string(&e.user)?) } else { None };
         let tombstone: [&dyn ToSql; 3] = [&gone.then_some(time_us), &by, &gone.then(|| id_value(&e.audit_id))];
-        let id: i64 = self.statements.upsert_object.query_row(params_from_iter(row.iter().chain(tombstone.iter())), |r| r.get(0))?;
+        let id: i64 = self
+            .statements
+            .upsert_object
+            .query_row(params_from_iter(row.iter().chain(tombstone.iter())), |r| r.get(0))?;
         // The row keeps an owner once it had one (coalesce): so does what is known of it.
         let parent = parent.or_else(|| self.known.get(&key).and_then(|k| k.parent));
         self.remember(key, Known { id, identity, parent });
@@ -696,7 +735,12 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 /// Starts the writer thread: it takes batches from `queue` until it is closed, writes each
 /// group of waiting batches in one transaction, runs the retention now and then, and calls
 /// `report` after each step. Ends with a checkpoint once the queue is closed and drained.
-pub fn spawn<B, Q, R>(mut store: Store, mut queue: Q, opts: WriterOptions, mut report: R) -> std::io::Result<std::thread::JoinHandle<()>>
+pub fn spawn<B, Q, R>(
+    mut store: Store,
+    mut queue: Q,
+    opts: WriterOptions,
+    mut report: R,
+) -> std::io::Result<std::thread::JoinHandle<()>>
 where
     B: Deref<Target = [Enriched]> + Send + 'static,
     Q: Queue<B> + 'static,
@@ -734,7 +778,10 @@ where
                 let mut slice = slice;
                 if !write_held(&mut store, &mut queue, &mut slice, &opts, &mut report) {
                     // What was lost of this slice is reported; the slices after it too.
-                    report(Report::Lost { events: (rest - n) as u64, error: "the transactions before them failed".to_string() });
+                    report(Report::Lost {
+                        events: (rest - n) as u64,
+                        error: "the transactions before them failed".to_string(),
+                    });
                     return;
                 }
                 rest -= n;
@@ -758,12 +805,20 @@ struct Due {
 impl Due {
     /// A transaction of `events` took the store from `before` bytes on disk: runs a pass when
     /// one is due.
-    fn wrote<R: FnMut(Report)>(&mut self, store: &mut Store, events: usize, before: u64, opts: &WriterOptions, report: &mut R) {
+    fn wrote<R: FnMut(Report)>(
+        &mut self,
+        store: &mut Store,
+        events: usize,
+        before: u64,
+        opts: &WriterOptions,
+        report: &mut R,
+    ) {
         self.since += 1;
         // With a size bound the disk is looked at after every transaction: a stream faster than
         // the passes would take the store far past its bound between two.
         let near_bound = self.pace.bounded() && self.pace.wrote(events, before, store.disk_bytes());
-        if near_bound || self.since >= opts.retention_every_transactions || self.last.elapsed() >= opts.retention_every {
+        if near_bound || self.since >= opts.retention_every_transactions || self.last.elapsed() >= opts.retention_every
+        {
             self.since = 0;
             self.last = Instant::now();
             // Room for the next transaction, as large as the last ones (the WAL included).
@@ -800,7 +855,13 @@ fn slices<B: Deref<Target = [Enriched]>>(batches: &[B], most: usize) -> Vec<Vec<
 
 /// Writes the held batches, trying again until it works (see [`WriterOptions`]). False when
 /// it gave up (what was held and queued is reported lost).
-fn write_held<H, B, Q, R>(store: &mut Store, queue: &mut Q, held: &mut Vec<H>, opts: &WriterOptions, report: &mut R) -> bool
+fn write_held<H, B, Q, R>(
+    store: &mut Store,
+    queue: &mut Q,
+    held: &mut Vec<H>,
+    opts: &WriterOptions,
+    report: &mut R,
+) -> bool
 where
     H: Deref<Target = [Enriched]>,
     B: Deref<Target = [Enriched]>,

@@ -65,7 +65,11 @@ pub fn read_token(path: &std::path::Path) -> std::io::Result<String> {
 /// Whether the request carries `Authorization: Bearer <token>`; compared without an early exit
 /// on the first differing byte.
 pub fn bearer_matches(headers: &axum::http::HeaderMap, token: &str) -> bool {
-    let Some(given) = headers.get(axum::http::header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer ")) else {
+    let Some(given) = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
         return false;
     };
     let (a, b) = (given.trim().as_bytes(), token.as_bytes());
@@ -123,7 +127,14 @@ impl Opened {
     /// Serves `app` in a task of its own ([`serve`]), counted in `metrics`: the refused
     /// connections of the listener (and its failed handshakes, with TLS) show at zero at once,
     /// so that alerts on a rate see them.
-    pub fn serve(self, app: Router, shutdown: watch::Receiver<bool>, grace: Duration, limits: Limits, metrics: Arc<Metrics>) -> Running {
+    pub fn serve(
+        self,
+        app: Router,
+        shutdown: watch::Receiver<bool>,
+        grace: Duration,
+        limits: Limits,
+        metrics: Arc<Metrics>,
+    ) -> Running {
         let reasons = if self.tls.is_some() { &HandshakeFailure::ALL[..] } else { &[] };
         metrics.listener_series(limits.name, [], reasons.iter().map(|r| r.as_str()));
         let task = tokio::spawn(serve(self.listener, app, self.tls, shutdown, grace, limits, Some(metrics)));
@@ -198,7 +209,8 @@ pub async fn serve(
     if let Some(m) = &metrics {
         // Series that exist from the start, at zero: their label sets are closed, and a rate
         // (or an alert) over them works from the first scrape.
-        let phases = [watch_io::Expired::Headers, watch_io::Expired::Idle, watch_io::Expired::Write].map(Expired::as_str);
+        let phases =
+            [watch_io::Expired::Headers, watch_io::Expired::Idle, watch_io::Expired::Write].map(Expired::as_str);
         m.listener_series(limits.name, phases, watch_io::HandshakeFailure::ALL.map(HandshakeFailure::as_str));
     }
     let mut conns = JoinSet::new();
@@ -244,7 +256,8 @@ pub async fn serve(
             let _ = stream.set_nodelay(true);
             match acceptor {
                 None => serve_conn(stream, app, shutdown, &limits, metrics.as_deref()).await,
-                Some(acceptor) => match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await {
+                Some(acceptor) => match tokio::time::timeout(limits.header_read_timeout, acceptor.accept(stream)).await
+                {
                     Ok(Ok(tls)) => serve_conn(tls, app, shutdown, &limits, metrics.as_deref()).await,
                     Ok(Err(e)) => handshake_failed(&peer, HandshakeFailure::of(&e), metrics.as_deref(), &e),
                     Err(_) => handshake_failed(&peer, HandshakeFailure::Timeout, metrics.as_deref(), &"timed out"),
@@ -255,7 +268,11 @@ pub async fn serve(
     drop(listener);
     let drained = tokio::time::timeout(grace, async { while conns.join_next().await.is_some() {} }).await;
     if drained.is_err() {
-        tracing::warn!(open = conns.len(), listener = limits.name.as_str(), "connections still open after the grace period; closing them");
+        tracing::warn!(
+            open = conns.len(),
+            listener = limits.name.as_str(),
+            "connections still open after the grace period; closing them"
+        );
         conns.abort_all();
     }
 }
@@ -295,15 +312,25 @@ impl Drop for ClientSlot {
     }
 }
 
-fn handshake_failed(peer: &SocketAddr, reason: HandshakeFailure, metrics: Option<&Metrics>, error: &dyn std::fmt::Display) {
+fn handshake_failed(
+    peer: &SocketAddr,
+    reason: HandshakeFailure,
+    metrics: Option<&Metrics>,
+    error: &dyn std::fmt::Display,
+) {
     if let Some(m) = metrics {
         m.handshake_failed(reason.as_str());
     }
     tracing::debug!(%peer, reason = reason.as_str(), error = %error, "TLS handshake failed");
 }
 
-async fn serve_conn<I>(io: I, app: Router, mut shutdown: watch::Receiver<bool>, limits: &Limits, metrics: Option<&Metrics>)
-where
+async fn serve_conn<I>(
+    io: I,
+    app: Router,
+    mut shutdown: watch::Receiver<bool>,
+    limits: &Limits,
+    metrics: Option<&Metrics>,
+) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let activity = Arc::new(Activity::new());
@@ -313,7 +340,8 @@ where
     // it the idle timeout too: the watchdog below keeps the two apart.
     let conn = http1::Builder::new().timer(TokioTimer::new()).header_read_timeout(None).serve_connection(io, service);
     tokio::pin!(conn);
-    let every = (limits.header_read_timeout.min(limits.idle_timeout) / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let every = (limits.header_read_timeout.min(limits.idle_timeout) / 4)
+        .clamp(Duration::from_millis(10), Duration::from_secs(1));
     let mut check = tokio::time::interval(every);
     check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -97,7 +97,8 @@ impl Activity {
             return None;
         }
         match self.headers_since.load(Ordering::Acquire) {
-            NONE => (now.saturating_sub(self.idle_since.load(Ordering::Acquire)) > idle.as_millis() as u64).then_some(Expired::Idle),
+            NONE => (now.saturating_sub(self.idle_since.load(Ordering::Acquire)) > idle.as_millis() as u64)
+                .then_some(Expired::Idle),
             since => (now.saturating_sub(since) > headers.as_millis() as u64).then_some(Expired::Headers),
         }
     }
@@ -183,7 +184,11 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
         Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 
-    fn poll_write_vectored(mut self: Pin<&mut Self>, cx: &mut Context<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
         let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
         self.activity.wrote(r.is_ready());
         r
@@ -314,7 +319,10 @@ mod tests {
         let mut cx = Context::from_waker(waker);
         assert!(Pin::new(&mut w).poll_write(&mut cx, b"answer").is_pending());
         std::thread::sleep(Duration::from_millis(30));
-        assert_eq!(a.expired(Duration::from_secs(60), Duration::from_secs(60), Duration::from_millis(10)), Some(Expired::Write));
+        assert_eq!(
+            a.expired(Duration::from_secs(60), Duration::from_secs(60), Duration::from_millis(10)),
+            Some(Expired::Write)
+        );
     }
 
     #[test]
@@ -322,8 +330,14 @@ mod tests {
         use tokio_rustls::rustls::{CertificateError, Error as Tls};
         let io = |e: Tls| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
         assert_eq!(HandshakeFailure::of(&io(Tls::NoCertificatesPresented)), HandshakeFailure::NoClientCertificate);
-        assert_eq!(HandshakeFailure::of(&io(Tls::InvalidCertificate(CertificateError::UnknownIssuer))), HandshakeFailure::BadClientCertificate);
+        assert_eq!(
+            HandshakeFailure::of(&io(Tls::InvalidCertificate(CertificateError::UnknownIssuer))),
+            HandshakeFailure::BadClientCertificate
+        );
         assert_eq!(HandshakeFailure::of(&io(Tls::HandshakeNotComplete)), HandshakeFailure::Protocol);
-        assert_eq!(HandshakeFailure::of(&std::io::Error::from(std::io::ErrorKind::UnexpectedEof)), HandshakeFailure::Closed);
+        assert_eq!(
+            HandshakeFailure::of(&std::io::Error::from(std::io::ErrorKind::UnexpectedEof)),
+            HandshakeFailure::Closed
+        );
     }
 }

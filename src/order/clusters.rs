@@ -37,7 +37,8 @@ impl Clusters {
             return Ok(sym);
         }
         if name.len() > MAX_CLUSTER_NAME_BYTES {
-            let msg = format!("cluster name of {} bytes is over {MAX_CLUSTER_NAME_BYTES}: the body is refused", name.len());
+            let msg =
+                format!("cluster name of {} bytes is over {MAX_CLUSTER_NAME_BYTES}: the body is refused", name.len());
             return Err(Invalid::new(Location::Body, InvalidReason::Cluster, msg));
         }
         if names.len() >= self.max {

@@ -202,7 +202,15 @@ impl<T> ReorderBuffer<T> {
     /// it completed (`placing.done_us`). Its request may have come before them (a kubelet's
     /// final delete sent while the controller's delete that started it was still in flight),
     /// but an object's writes after its own completion could not have been acknowledged first.
-    pub fn push_write(&mut self, item: T, rv: Option<u64>, time_us: i64, event_us: i64, placing: Placing, out: &mut Vec<Released<T>>) {
+    pub fn push_write(
+        &mut self,
+        item: T,
+        rv: Option<u64>,
+        time_us: i64,
+        event_us: i64,
+        placing: Placing,
+        out: &mut Vec<Released<T>>,
+    ) {
         self.seq += 1;
         let placed = rv.is_none() && event_us != 0;
         let tie = match (rv, event_us) {
@@ -250,7 +258,12 @@ impl<T> ReorderBuffer<T> {
                     if self.recent.len() == RECENT {
                         self.recent.pop_front();
                     }
-                    self.recent.push_back((event_us, rv, placing.object, if placing.marked { placing.received_us } else { 0 }));
+                    self.recent.push_back((
+                        event_us,
+                        rv,
+                        placing.object,
+                        if placing.marked { placing.received_us } else { 0 },
+                    ));
                     self.note_removed_name(event_us, rv, placing);
                 }
                 rv
@@ -363,8 +376,10 @@ impl<T> ReorderBuffer<T> {
     /// Otherwise the eviction waits for the removal that completes it.
     fn note_eviction(&mut self, received_us: i64, name: u64) {
         let skew = self.window_us.min(EVICTION_SKEW_US);
-        let back = |p: &Placing| p.own_rv != 0 && p.name == name && !p.evicts && (p.received_us - received_us).abs() <= skew;
-        let first = self.placed_of.iter().filter(|(_, p)| back(p)).min_by_key(|(_, p)| p.received_us).map(|(&slot, _)| slot);
+        let back =
+            |p: &Placing| p.own_rv != 0 && p.name == name && !p.evicts && (p.received_us - received_us).abs() <= skew;
+        let first =
+            self.placed_of.iter().filter(|(_, p)| back(p)).min_by_key(|(_, p)| p.received_us).map(|(&slot, _)| slot);
         let Some(slot) = first else {
             if self.evictions.len() == RECENT {
                 self.evictions.pop_front();
@@ -484,7 +499,9 @@ impl<T> ReorderBuffer<T> {
         let mut at = self
             .recent
             .iter()
-            .filter(|&&(t, rv, o, r)| below_own(rv) && (t <= event_us || (same(o) && t <= placing.done_us && before_own(r))))
+            .filter(|&&(t, rv, o, r)| {
+                below_own(rv) && (t <= event_us || (same(o) && t <= placing.done_us && before_own(r)))
+            })
             .map(|&(_, rv, ..)| rv)
             .max()
             .unwrap_or(0);
@@ -493,17 +510,33 @@ impl<T> ReorderBuffer<T> {
             // window of a day (`replay` of a whole log) would take the removal of an earlier
             // pod of that name for the one this eviction caused.
             let since = event_us.saturating_sub(self.window_us.min(EVICTION_SKEW_US));
-            let caused = self.removed_names.iter().filter(|&&(t, rv, n)| n == placing.name && rv <= at && t >= since).map(|&(_, rv, _)| rv).max();
+            let caused = self
+                .removed_names
+                .iter()
+                .filter(|&&(t, rv, n)| n == placing.name && rv <= at && t >= since)
+                .map(|&(_, rv, _)| rv)
+                .max();
             if let Some(rv) = caused {
                 at = rv.saturating_sub(1);
             }
         }
         if placing.removed {
             if let Some(list_rv) = self.listed.iter().filter(|&&(_, o, _)| same(o)).map(|&(rv, _, _)| rv).min() {
-                let own = self.recent.iter().filter(|&&(t, _, o, _)| same(o) && t <= placing.done_us).map(|&(_, rv, ..)| rv).max().unwrap_or(0);
+                let own = self
+                    .recent
+                    .iter()
+                    .filter(|&&(t, _, o, _)| same(o) && t <= placing.done_us)
+                    .map(|&(_, rv, ..)| rv)
+                    .max()
+                    .unwrap_or(0);
                 at = at.min(list_rv.saturating_sub(1)).max(own);
             }
-        } else if let Some(list_rv) = self.listed.iter().filter(|&&(rv, o, r)| same(o) && r != 0 && r <= event_us && below_own(rv)).map(|&(rv, _, _)| rv).max()
+        } else if let Some(list_rv) = self
+            .listed
+            .iter()
+            .filter(|&&(rv, o, r)| same(o) && r != 0 && r <= event_us && below_own(rv))
+            .map(|&(rv, _, _)| rv)
+            .max()
         {
             at = at.max(list_rv);
         }
@@ -636,7 +669,11 @@ mod tests {
         b.advance(99, &mut out);
         assert!(out.is_empty());
         b.advance(100, &mut out);
-        assert_eq!(items(std::mem::take(&mut out)), vec![(1, false), (2, false), (3, false)], "rv 30 is due, and takes the lower ones with it, in order");
+        assert_eq!(
+            items(std::mem::take(&mut out)),
+            vec![(1, false), (2, false), (3, false)],
+            "rv 30 is due, and takes the lower ones with it, in order"
+        );
         assert_eq!(b.next_due_us(), None);
     }
 
@@ -652,7 +689,10 @@ mod tests {
         b.push("untimed", Some(7), 2, 0, &mut out);
         b.push("placed delete", None, 3, 400, &mut out);
         b.advance(1000, &mut out);
-        assert_eq!(items_str(out), vec![("untimed", false), ("update", false), ("no-op", false), ("placed delete", false)]);
+        assert_eq!(
+            items_str(out),
+            vec![("untimed", false), ("update", false), ("no-op", false), ("placed delete", false)]
+        );
     }
 
     #[test]
@@ -695,18 +735,43 @@ mod tests {
         for arrival in [["controller", "kubelet"], ["kubelet", "controller"]] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
-            b.push_write("earlier", Some(1200), 0, 400, Placing { object: 9, done_us: 400, ..Placing::default() }, &mut out);
+            b.push_write(
+                "earlier",
+                Some(1200),
+                0,
+                400,
+                Placing { object: 9, done_us: 400, ..Placing::default() },
+                &mut out,
+            );
             for (i, who) in arrival.into_iter().enumerate() {
                 match who {
-                    "controller" => b.push_write("controller", Some(1213), 1 + i as i64, 447, Placing { done_us: 447, ..pod }, &mut out),
+                    "controller" => b.push_write(
+                        "controller",
+                        Some(1213),
+                        1 + i as i64,
+                        447,
+                        Placing { done_us: 447, ..pod },
+                        &mut out,
+                    ),
                     _ => b.push_write("kubelet", None, 1 + i as i64, 442, Placing { done_us: 455, ..pod }, &mut out),
                 }
             }
             // Another object's write that completed between the two: not the pod's, so the
             // final delete keeps its place by request time before it.
-            b.push_write("other", Some(1214), 5, 444, Placing { object: 11, done_us: 444, ..Placing::default() }, &mut out);
+            b.push_write(
+                "other",
+                Some(1214),
+                5,
+                444,
+                Placing { object: 11, done_us: 444, ..Placing::default() },
+                &mut out,
+            );
             b.flush(&mut out);
-            assert_eq!(items_str(out), vec![("earlier", false), ("controller", false), ("kubelet", false), ("other", false)], "arrival order {arrival:?}");
+            assert_eq!(
+                items_str(out),
+                vec![("earlier", false), ("controller", false), ("kubelet", false), ("other", false)],
+                "arrival order {arrival:?}"
+            );
         }
     }
 
@@ -726,7 +791,14 @@ mod tests {
         for arrival in arrivals {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
-            b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+            b.push_write(
+                "earlier",
+                Some(420),
+                0,
+                100,
+                Placing { object: 9, done_us: 100, ..Placing::default() },
+                &mut out,
+            );
             for (i, what) in arrival.into_iter().enumerate() {
                 let at = 1 + i as i64;
                 match what {
@@ -739,11 +811,22 @@ mod tests {
                         Placing { object: 7, done_us: 198, received_us: 195, marked: true, ..Placing::default() },
                         &mut out,
                     ),
-                    _ => b.push_write("create", Some(423), at, 198, Placing { object: 8, done_us: 198, received_us: 196, ..Placing::default() }, &mut out),
+                    _ => b.push_write(
+                        "create",
+                        Some(423),
+                        at,
+                        198,
+                        Placing { object: 8, done_us: 198, received_us: 196, ..Placing::default() },
+                        &mut out,
+                    ),
                 }
             }
             b.flush(&mut out);
-            assert_eq!(items_str(out), vec![("earlier", false), ("delete", false), ("status", false), ("create", false)], "arrival order {arrival:?}");
+            assert_eq!(
+                items_str(out),
+                vec![("earlier", false), ("delete", false), ("status", false), ("create", false)],
+                "arrival order {arrival:?}"
+            );
         }
 
         // A final delete of a pod marked by another request goes after the mark whenever its
@@ -753,7 +836,14 @@ mod tests {
         for arrival in [["mark", "final"], ["final", "mark"]] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
-            b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+            b.push_write(
+                "earlier",
+                Some(420),
+                0,
+                100,
+                Placing { object: 9, done_us: 100, ..Placing::default() },
+                &mut out,
+            );
             for (i, what) in arrival.into_iter().enumerate() {
                 match what {
                     "mark" => b.push_write(
@@ -768,7 +858,11 @@ mod tests {
                 }
             }
             b.flush(&mut out);
-            assert_eq!(items_str(out), vec![("earlier", false), ("mark", false), ("final", false)], "arrival order {arrival:?}");
+            assert_eq!(
+                items_str(out),
+                vec![("earlier", false), ("mark", false), ("final", false)],
+                "arrival order {arrival:?}"
+            );
         }
 
         // kwok deletes db-0 again (received at 300) a moment before the StatefulSet's create
@@ -777,7 +871,14 @@ mod tests {
         for arrival in [["create", "again"], ["again", "create"]] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
-            b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+            b.push_write(
+                "earlier",
+                Some(420),
+                0,
+                100,
+                Placing { object: 9, done_us: 100, ..Placing::default() },
+                &mut out,
+            );
             for (i, what) in arrival.into_iter().enumerate() {
                 match what {
                     "create" => b.push_write(
@@ -788,11 +889,22 @@ mod tests {
                         Placing { object: 7, done_us: 305, received_us: 301, ..Placing::default() },
                         &mut out,
                     ),
-                    _ => b.push_write("again", Some(442), 1 + i as i64, 310, Placing { received_us: 300, done_us: 310, ..final_delete }, &mut out),
+                    _ => b.push_write(
+                        "again",
+                        Some(442),
+                        1 + i as i64,
+                        310,
+                        Placing { received_us: 300, done_us: 310, ..final_delete },
+                        &mut out,
+                    ),
                 }
             }
             b.flush(&mut out);
-            assert_eq!(items_str(out), vec![("earlier", false), ("create", false), ("again", false)], "arrival order {arrival:?}");
+            assert_eq!(
+                items_str(out),
+                vec![("earlier", false), ("create", false), ("again", false)],
+                "arrival order {arrival:?}"
+            );
         }
 
         // Without the time its request came, the delete keeps its resourceVersion.
@@ -817,14 +929,45 @@ mod tests {
         let again = Placing { object: 8, name: 5, done_us: 629, received_us: 621, ..Placing::default() };
         let mut b = ReorderBuffer::new(2000, 1000);
         let mut out = Vec::new();
-        b.push_write("earlier", Some(2240), 0, 500, Placing { object: 9, done_us: 500, ..Placing::default() }, &mut out);
+        b.push_write(
+            "earlier",
+            Some(2240),
+            0,
+            500,
+            Placing { object: 9, done_us: 500, ..Placing::default() },
+            &mut out,
+        );
         b.push_write("evict", None, 1, 580, evict, &mut out);
         b.push_write("final", Some(2245), 2, 592, final_delete, &mut out);
-        b.push_write("create", Some(2247), 3, 604, Placing { object: 8, done_us: 604, received_us: 600, ..Placing::default() }, &mut out);
+        b.push_write(
+            "create",
+            Some(2247),
+            3,
+            604,
+            Placing { object: 8, done_us: 604, received_us: 600, ..Placing::default() },
+            &mut out,
+        );
         b.push_write("again", Some(2254), 4, 629, again, &mut out);
-        b.push_write("status", Some(2253), 5, 632, Placing { object: 8, done_us: 632, received_us: 621, marked: true, ..Placing::default() }, &mut out);
+        b.push_write(
+            "status",
+            Some(2253),
+            5,
+            632,
+            Placing { object: 8, done_us: 632, received_us: 621, marked: true, ..Placing::default() },
+            &mut out,
+        );
         b.flush(&mut out);
-        assert_eq!(items_str(out), vec![("earlier", false), ("evict", false), ("final", false), ("create", false), ("again", false), ("status", false)]);
+        assert_eq!(
+            items_str(out),
+            vec![
+                ("earlier", false),
+                ("evict", false),
+                ("final", false),
+                ("create", false),
+                ("again", false),
+                ("status", false)
+            ]
+        );
     }
 
     #[test]
@@ -839,20 +982,38 @@ mod tests {
         for arrival in [["a", "b", "dc"], ["dc", "a", "b"], ["a", "dc", "b"]] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
-            b.push_write("other", Some(2360), 0, 700, Placing { object: 11, done_us: 700, ..Placing::default() }, &mut out);
+            b.push_write(
+                "other",
+                Some(2360),
+                0,
+                700,
+                Placing { object: 11, done_us: 700, ..Placing::default() },
+                &mut out,
+            );
             for (i, what) in arrival.into_iter().enumerate() {
                 let at = 1 + i as i64;
                 match what {
                     "dc" => {
                         b.note_listed(2368, 796, [7, 8]);
-                        b.push_write("dc", Some(2368), at, 839, Placing { done_us: 839, received_us: 796, ..Placing::default() }, &mut out);
+                        b.push_write(
+                            "dc",
+                            Some(2368),
+                            at,
+                            839,
+                            Placing { done_us: 839, received_us: 796, ..Placing::default() },
+                            &mut out,
+                        );
                     }
                     "a" => b.push_write("kwok a", None, at, 802, kwok(802, 828), &mut out),
                     _ => b.push_write("kwok b", Some(2374), at, 830, kwok(816, 830), &mut out),
                 }
             }
             b.flush(&mut out);
-            assert_eq!(items_str(out), vec![("other", false), ("dc", false), ("kwok a", false), ("kwok b", false)], "arrival order {arrival:?}");
+            assert_eq!(
+                items_str(out),
+                vec![("other", false), ("dc", false), ("kwok a", false), ("kwok b", false)],
+                "arrival order {arrival:?}"
+            );
         }
         // The deletecollection's answer may come long after: the final delete, placed where
         // its request came, waits for it as long as it would have at its own resourceVersion.
@@ -863,7 +1024,14 @@ mod tests {
         b.advance(160, &mut out);
         assert_eq!(items_str(std::mem::take(&mut out)), vec![("early", false)]);
         b.note_listed(1411, 61, [7]);
-        b.push_write("dc", Some(1411), 165, 165, Placing { done_us: 165, received_us: 61, ..Placing::default() }, &mut out);
+        b.push_write(
+            "dc",
+            Some(1411),
+            165,
+            165,
+            Placing { done_us: 165, received_us: 61, ..Placing::default() },
+            &mut out,
+        );
         b.flush(&mut out);
         assert_eq!(items_str(out), vec![("dc", false), ("kwok", false)]);
 
@@ -875,7 +1043,14 @@ mod tests {
         for arrival in [["person", "kwok"], ["kwok", "person"]] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
-            b.push_write("other", Some(2450), 0, 95, Placing { object: 11, done_us: 95, ..Placing::default() }, &mut out);
+            b.push_write(
+                "other",
+                Some(2450),
+                0,
+                95,
+                Placing { object: 11, done_us: 95, ..Placing::default() },
+                &mut out,
+            );
             for (i, what) in arrival.into_iter().enumerate() {
                 match what {
                     "person" => b.push_write("person", None, 1 + i as i64, 100, person, &mut out),
@@ -883,7 +1058,11 @@ mod tests {
                 }
             }
             b.flush(&mut out);
-            assert_eq!(items_str(out), vec![("other", false), ("person", false), ("kwok", false)], "arrival order {arrival:?}");
+            assert_eq!(
+                items_str(out),
+                vec![("other", false), ("person", false), ("kwok", false)],
+                "arrival order {arrival:?}"
+            );
         }
 
         // A delete of the pod received before the deletecollection keeps its place.
@@ -892,7 +1071,14 @@ mod tests {
         b.push_write("other", Some(2360), 0, 700, Placing { object: 11, done_us: 700, ..Placing::default() }, &mut out);
         b.push_write("forced", Some(2364), 1, 830, kwok(790, 830), &mut out);
         b.note_listed(2368, 796, [7, 8]);
-        b.push_write("dc", Some(2368), 2, 839, Placing { done_us: 839, received_us: 796, ..Placing::default() }, &mut out);
+        b.push_write(
+            "dc",
+            Some(2368),
+            2,
+            839,
+            Placing { done_us: 839, received_us: 796, ..Placing::default() },
+            &mut out,
+        );
         b.flush(&mut out);
         assert_eq!(items_str(out), vec![("other", false), ("forced", false), ("dc", false)]);
     }
@@ -908,7 +1094,14 @@ mod tests {
         for order in [["dc", "gc"], ["gc", "dc"]] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
-            b.push_write("other", Some(105), 0, 50, Placing { object: 11, done_us: 50, ..Placing::default() }, &mut out);
+            b.push_write(
+                "other",
+                Some(105),
+                0,
+                50,
+                Placing { object: 11, done_us: 50, ..Placing::default() },
+                &mut out,
+            );
             for (i, what) in order.into_iter().enumerate() {
                 let at = 1 + i as i64;
                 if what == "dc" {
@@ -923,7 +1116,10 @@ mod tests {
         }
         // A write without a resourceVersion that removed nothing (an eviction) keeps its
         // place; so does a removal of an object the list does not name.
-        for (what, placing) in [("eviction", Placing { object: 7, done_us: 62, removed: false, ..Placing::default() }), ("gc-9", Placing { object: 9, ..gc })] {
+        for (what, placing) in [
+            ("eviction", Placing { object: 7, done_us: 62, removed: false, ..Placing::default() }),
+            ("gc-9", Placing { object: 9, ..gc }),
+        ] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
             b.push_write("other", Some(105), 0, 50, Placing::default(), &mut out);
@@ -938,7 +1134,14 @@ mod tests {
         let mut out = Vec::new();
         b.note_listed(100, 0, [7]);
         b.push_write("dc", Some(100), 0, 90, Placing::default(), &mut out);
-        b.push_write("rs-7 status", Some(103), 1, 55, Placing { object: 7, done_us: 55, ..Placing::default() }, &mut out);
+        b.push_write(
+            "rs-7 status",
+            Some(103),
+            1,
+            55,
+            Placing { object: 7, done_us: 55, ..Placing::default() },
+            &mut out,
+        );
         b.push_write("gc", None, 2, 60, gc, &mut out);
         b.flush(&mut out);
         assert_eq!(items_str(out), vec![("dc", false), ("rs-7 status", false), ("gc", false)]);
@@ -962,9 +1165,15 @@ mod tests {
         // 160 by the first's clock), the kubelet's final delete of it (rv 11, done at 120 by the
         // second's) and the StatefulSet's new db-0 (rv 12, done at 130). By the times alone the
         // eviction came last, and would be taken for an eviction of the new pod.
-        let (evict, last) = (Placing { name: 5, evicts: true, ..Placing::default() }, Placing { name: 5, ..Placing::default() });
-        let arrivals =
-            [["evict", "last", "create"], ["last", "create", "evict"], ["last", "evict", "create"], ["create", "evict", "last"], ["create", "last", "evict"]];
+        let (evict, last) =
+            (Placing { name: 5, evicts: true, ..Placing::default() }, Placing { name: 5, ..Placing::default() });
+        let arrivals = [
+            ["evict", "last", "create"],
+            ["last", "create", "evict"],
+            ["last", "evict", "create"],
+            ["create", "evict", "last"],
+            ["create", "last", "evict"],
+        ];
         for arrival in arrivals {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
@@ -978,11 +1187,18 @@ mod tests {
                 }
             }
             b.flush(&mut out);
-            assert_eq!(items_str(out), vec![("before", false), ("evict", false), ("last", false), ("create", false)], "arrival order {arrival:?}");
+            assert_eq!(
+                items_str(out),
+                vec![("before", false), ("evict", false), ("last", false), ("create", false)],
+                "arrival order {arrival:?}"
+            );
         }
         // A removal of that name longer than the window before the eviction's request, or of
         // another name, is not the one it caused: the eviction keeps its place.
-        for (what, removal) in [("old removal", Placing { name: 5, ..Placing::default() }), ("other name", Placing { name: 6, ..Placing::default() })] {
+        for (what, removal) in [
+            ("old removal", Placing { name: 5, ..Placing::default() }),
+            ("other name", Placing { name: 6, ..Placing::default() }),
+        ] {
             let mut b = ReorderBuffer::new(100, 1000);
             let mut out = Vec::new();
             let done = if what == "old removal" { 20 } else { 120 };
@@ -999,7 +1215,8 @@ mod tests {
         // `replay` of a whole log holds a day: db-0 was removed (rv 11) and made again (rv 12)
         // in a rolling update; 9 s later a person evicts the new db-0. That removal is not the
         // one the eviction caused (more than the 2 s two clocks may differ): it keeps its place.
-        let (evict, last) = (Placing { name: 5, evicts: true, ..Placing::default() }, Placing { name: 5, ..Placing::default() });
+        let (evict, last) =
+            (Placing { name: 5, evicts: true, ..Placing::default() }, Placing { name: 5, ..Placing::default() });
         let mut b = ReorderBuffer::new(86_400_000_000, 1000);
         let mut out = Vec::new();
         b.push_write("rolling removal", Some(11), 0, 1_000_000, last, &mut out);
@@ -1007,7 +1224,10 @@ mod tests {
         b.push_write("evict", None, 2, 10_000_000, evict, &mut out);
         b.push_write("final delete", Some(13), 3, 10_100_000, last, &mut out);
         b.flush(&mut out);
-        assert_eq!(items_str(out), vec![("rolling removal", false), ("create", false), ("evict", false), ("final delete", false)]);
+        assert_eq!(
+            items_str(out),
+            vec![("rolling removal", false), ("create", false), ("evict", false), ("final delete", false)]
+        );
     }
 
     #[test]
@@ -1040,7 +1260,10 @@ mod tests {
         b.push("late-before", Some(40), 230, 450, &mut out);
         assert!(out.is_empty(), "held with the eviction");
         b.advance(1000, &mut out);
-        assert_eq!(items_str(std::mem::take(&mut out)), vec![("late-before", true), ("eviction", false), ("late-after", true)]);
+        assert_eq!(
+            items_str(std::mem::take(&mut out)),
+            vec![("late-before", true), ("eviction", false), ("late-after", true)]
+        );
         // With nothing without a resourceVersion held, a late write goes at once.
         b.push("late-alone", Some(60), 1010, 700, &mut out);
         assert_eq!(items_str(out), vec![("late-alone", true)]);
@@ -1082,7 +1305,14 @@ mod tests {
         // Two buffers fed the same writes; one is trimmed whenever it is empty.
         let (mut a, mut b) = (ReorderBuffer::new(100, 1000), ReorderBuffer::new(100, 1000));
         let (mut out_a, mut out_b) = (Vec::new(), Vec::new());
-        let writes = [(1, Some(10), 0, 5), (2, Some(30), 10, 20), (3, None, 300, 25), (4, Some(20), 310, 15), (5, Some(5), 320, 0), (6, None, 900, 0)];
+        let writes = [
+            (1, Some(10), 0, 5),
+            (2, Some(30), 10, 20),
+            (3, None, 300, 25),
+            (4, Some(20), 310, 15),
+            (5, Some(5), 320, 0),
+            (6, None, 900, 0),
+        ];
         for (item, rv, time, event) in writes {
             a.push(item, rv, time, event, &mut out_a);
             b.push(item, rv, time, event, &mut out_b);

@@ -90,7 +90,11 @@ pub(super) fn snapshot_path(cfg: &PipelineConfig) -> Option<&PathBuf> {
 /// The state changelog of the pipeline's Kafka source, when it has one on: its topic is
 /// created or checked before anything is read.
 #[cfg(feature = "kafka")]
-async fn start_changelog(cfg: &PipelineConfig, engine: &Arc<Engine>, metrics: &Arc<Metrics>) -> Result<Option<Arc<crate::changelog::Changelog>>, Error> {
+async fn start_changelog(
+    cfg: &PipelineConfig,
+    engine: &Arc<Engine>,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<crate::changelog::Changelog>>, Error> {
     let Some(k) = cfg.sources.iter().find_map(|s| match s {
         SourceConfig::Kafka(k) if k.changelog_on().is_some() => Some(k),
         _ => None,
@@ -105,7 +109,12 @@ async fn start_changelog(cfg: &PipelineConfig, engine: &Arc<Engine>, metrics: &A
 
 fn metrics(cfg: &PipelineConfig) -> Arc<Metrics> {
     // Kinds the pipeline names are written as themselves in metric labels; others as `other`.
-    let named = cfg.ignore.iter().map(|i| &i.kind).chain(cfg.lifecycle.iter().map(|l| &l.kind)).chain(cfg.in_progress.iter().map(|p| &p.kind));
+    let named = cfg
+        .ignore
+        .iter()
+        .map(|i| &i.kind)
+        .chain(cfg.lifecycle.iter().map(|l| &l.kind))
+        .chain(cfg.in_progress.iter().map(|p| &p.kind));
     let named = named.chain(&cfg.metrics.kinds);
     let metrics = Arc::new(Metrics::with_kinds(named));
     // Series that exist from the start, at zero, so that rates work from the first scrape.
@@ -258,9 +267,10 @@ fn restore_cached(path: &std::path::Path, processor: &mut Processor) -> Option<c
 #[cfg(feature = "kafka")]
 fn transaction(cfg: &PipelineConfig) -> Option<(Arc<crate::kafka::Transaction>, Duration)> {
     cfg.sources.iter().find_map(|s| match s {
-        SourceConfig::Kafka(k) if k.exactly_once => {
-            Some((Arc::new(crate::kafka::Transaction::new(k.transactional_id(), TRANSACTION_TIMEOUT)), k.transaction_interval.0))
-        }
+        SourceConfig::Kafka(k) if k.exactly_once => Some((
+            Arc::new(crate::kafka::Transaction::new(k.transactional_id(), TRANSACTION_TIMEOUT)),
+            k.transaction_interval.0,
+        )),
         _ => None,
     })
 }
@@ -293,10 +303,18 @@ paused = ["spec.suspend == true"]
 "#;
         let model = model_config(&load::load_str("p.toml", text).unwrap());
         let widget = model.progress("Widget.example.com").expect("signals");
-        assert_eq!((widget.builtin, widget.conditions.len(), widget.fields.len(), widget.paused.len()), (None, 1, 1, 1), "entries of one kind add up");
+        assert_eq!(
+            (widget.builtin, widget.conditions.len(), widget.fields.len(), widget.paused.len()),
+            (None, 1, 1, 1),
+            "entries of one kind add up"
+        );
         assert!(model.progress("Deployment.apps").is_none(), "built-ins off, nothing else: finished when observed");
         let rs = model.progress("ReplicaSet.apps").expect("signals");
         assert_eq!((rs.builtin, rs.conditions.len()), (Some(Builtin::ReplicaSet), 1), "added to the built-ins");
-        assert_eq!(model.progress("StatefulSet.apps").and_then(|p| p.builtin), Some(Builtin::StatefulSet), "untouched defaults");
+        assert_eq!(
+            model.progress("StatefulSet.apps").and_then(|p| p.builtin),
+            Some(Builtin::StatefulSet),
+            "untouched defaults"
+        );
     }
 }

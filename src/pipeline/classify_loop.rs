@@ -94,7 +94,8 @@ impl ClassifyLoop {
     /// buffers, commits and snapshots as its durability says; what it did is the summary.
     pub async fn run(mut self) -> Summary {
         let mut timers = self.durability.timers(self.tick);
-        let (commits, snapshots, track) = (self.durability.commits_on_timer(), self.durability.snapshots(), self.durability.tracks());
+        let (commits, snapshots, track) =
+            (self.durability.commits_on_timer(), self.durability.snapshots(), self.durability.tracks());
         loop {
             // Timers before the intake: under a backlog the intake is always ready, and a
             // biased select would never get to the reorder tick, the commit or the snapshot.
@@ -108,7 +109,11 @@ impl ClassifyLoop {
             if self.flow.intake.is_empty() {
                 arrivals.waiting(now);
             }
-            let due = if arrivals.any_inside() { None } else { self.flow.processor.next_release_us().map(|at| arrivals.wall_us(at, now)) };
+            let due = if arrivals.any_inside() {
+                None
+            } else {
+                self.flow.processor.next_release_us().map(|at| arrivals.wall_us(at, now))
+            };
             let flow = &mut self.flow;
             let step = tokio::select! {
                 biased;

@@ -73,7 +73,8 @@ pub type ChangelogWriter = Box<dyn FnMut() -> Result<(), String> + Send>;
 pub type Positions = Box<dyn Fn() -> Vec<snapshot_file::Position> + Send>;
 
 /// Writes a snapshot's content other than the processor's own.
-pub type SnapshotContent = Box<dyn Fn(&Processor, &mut dyn std::io::Write) -> std::io::Result<crate::state::SnapshotStats> + Send>;
+pub type SnapshotContent =
+    Box<dyn Fn(&Processor, &mut dyn std::io::Write) -> std::io::Result<crate::state::SnapshotStats> + Send>;
 
 /// The owner of durability: made with [`Durability::new`] and the methods that add what a
 /// pipeline has, then handed to the loop.
@@ -261,7 +262,11 @@ impl Durability {
             (Some((_, d)), _) | (None, Some((_, d))) => *d,
             (None, None) => HOUR,
         };
-        Timers { tick: interval(false, tick), snapshot: interval(true, snapshot_every), commit: interval(true, commit_every) }
+        Timers {
+            tick: interval(false, tick),
+            snapshot: interval(true, snapshot_every),
+            commit: interval(true, commit_every),
+        }
     }
 
     /// The next barrier a source asks for; never without sources that commit positions.
@@ -331,7 +336,10 @@ impl Durability {
                     self.save(flow);
                     self.release_unsaved();
                 } else {
-                    tracing::warn!(unacknowledged = flow.checkpoints.unacknowledged(), "sinks did not acknowledge in time; snapshot postponed");
+                    tracing::warn!(
+                        unacknowledged = flow.checkpoints.unacknowledged(),
+                        "sinks did not acknowledge in time; snapshot postponed"
+                    );
                 }
             }
             Mode::Snapshot | Mode::Plain => self.save(flow),
@@ -360,7 +368,9 @@ impl Durability {
             match self.commit_now(flow) {
                 Next::Go => self.save(flow),
                 // Stopping: nothing to go back for; the next owner starts at the last commit.
-                Next::Rewind(why) => tracing::warn!(reason = %why, "the last kafka transaction was aborted; its messages are read again from the last commit"),
+                Next::Rewind(why) => {
+                    tracing::warn!(reason = %why, "the last kafka transaction was aborted; its messages are read again from the last commit")
+                }
                 Next::Stop => {}
             }
         } else if self.write_changelog() {
@@ -615,18 +625,30 @@ mod kafka {
     /// commit with each snapshot (taken right after a commit), for the silent re-read after a
     /// restart. With a state changelog, an aborted transaction sends the source back to the last
     /// commit (the changelog holds the state of that commit); without, it stops the processor.
-    fn with_transaction(d: Durability, t: &Arc<crate::kafka::Transaction>, every: Duration, changelog: bool) -> Durability {
+    fn with_transaction(
+        d: Durability,
+        t: &Arc<crate::kafka::Transaction>,
+        every: Duration,
+        changelog: bool,
+    ) -> Durability {
         let committer = t.clone();
         let commit: Committer = Box::new(move || {
-            committer
-                .commit()
-                .map(|c| c.is_some())
-                .map_err(|e| if e.rewinds() { CommitError::Rewind(e.to_string()) } else { CommitError::Fatal(e.to_string()) })
+            committer.commit().map(|c| c.is_some()).map_err(|e| {
+                if e.rewinds() {
+                    CommitError::Rewind(e.to_string())
+                } else {
+                    CommitError::Fatal(e.to_string())
+                }
+            })
         });
         let rewinder = t.clone();
         let positions_of = t.clone();
         let positions: Positions = Box::new(move || {
-            positions_of.committed_positions().into_iter().map(|(topic, partition, next)| Position { topic: topic.to_string(), partition, next }).collect()
+            positions_of
+                .committed_positions()
+                .into_iter()
+                .map(|(topic, partition, next)| Position { topic: topic.to_string(), partition, next })
+                .collect()
         });
         let d = d.transaction(commit, every, Some(positions));
         if !changelog {

@@ -79,7 +79,9 @@ impl Flow {
                 self.processor.decoder().decode(b.cluster.as_deref(), &bytes, unwrap, b.source, &mut decoded);
                 Self::ingest_decoded(&mut self.processor, &self.status, decoded, None, out)
             }
-            Body::Decoded(decoded) => Self::ingest_decoded(&mut self.processor, &self.status, decoded, b.received_us, out),
+            Body::Decoded(decoded) => {
+                Self::ingest_decoded(&mut self.processor, &self.status, decoded, b.received_us, out)
+            }
             Body::Decoding(events) => match events.await {
                 Ok(decoded) => Self::ingest_decoded(&mut self.processor, &self.status, decoded, b.received_us, out),
                 Err(_) => {

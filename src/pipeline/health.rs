@@ -27,7 +27,11 @@ pub struct Health {
 
 /// The routes: `/metrics`, `/healthz`, `/readyz`.
 pub fn router(health: Arc<Health>) -> Router {
-    Router::new().route("/metrics", get(metrics)).route("/healthz", get(|| async { "ok\n" })).route("/readyz", get(readyz)).with_state(health)
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .with_state(health)
 }
 
 async fn metrics(State(h): State<Arc<Health>>) -> impl IntoResponse {

@@ -19,8 +19,14 @@ use crate::sources::SourceConfig;
 /// Reads and checks a pipeline file.
 pub fn load_file(path: &Path) -> Result<PipelineConfig, ConfigErrors> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigErrors(vec![ConfigError { file: name.clone(), line: None, key: String::new(), message: format!("cannot read: {e}") }]))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: name.clone(),
+            line: None,
+            key: String::new(),
+            message: format!("cannot read: {e}"),
+        }])
+    })?;
     load_str(&name, &text)
 }
 
@@ -63,11 +69,21 @@ pub fn load_str(file: &str, text: &str) -> Result<PipelineConfig, ConfigErrors> 
             "options" => decode_section(&mut errors, k, value).map(|v| cfg.options = v),
             "scope" => decode_section(&mut errors, k, value).map(|v| cfg.scope = v),
             "ignore" => decode_each(&mut errors, k, value).map(|v| (idx.ignore, cfg.ignore) = v.into_iter().unzip()),
-            "lifecycle" => decode_each(&mut errors, k, value).map(|v| (idx.lifecycle, cfg.lifecycle) = v.into_iter().unzip()),
-            "in_progress" => decode_each(&mut errors, k, value).map(|v| (idx.in_progress, cfg.in_progress) = v.into_iter().unzip()),
-            "sensitive" => decode_each(&mut errors, k, value).map(|v| (idx.sensitive, cfg.sensitive) = v.into_iter().unzip()),
-            "policy" => decode_each(&mut errors, k, value).map(|v| (idx.policies, cfg.policies) = v.into_iter().unzip()),
-            "applier" => decode_each(&mut errors, k, value).map(|v| (idx.appliers, cfg.appliers) = v.into_iter().unzip()),
+            "lifecycle" => {
+                decode_each(&mut errors, k, value).map(|v| (idx.lifecycle, cfg.lifecycle) = v.into_iter().unzip())
+            }
+            "in_progress" => {
+                decode_each(&mut errors, k, value).map(|v| (idx.in_progress, cfg.in_progress) = v.into_iter().unzip())
+            }
+            "sensitive" => {
+                decode_each(&mut errors, k, value).map(|v| (idx.sensitive, cfg.sensitive) = v.into_iter().unzip())
+            }
+            "policy" => {
+                decode_each(&mut errors, k, value).map(|v| (idx.policies, cfg.policies) = v.into_iter().unzip())
+            }
+            "applier" => {
+                decode_each(&mut errors, k, value).map(|v| (idx.appliers, cfg.appliers) = v.into_iter().unzip())
+            }
             "sources" => decode_each(&mut errors, k, value).map(|v| (idx.sources, cfg.sources) = v.into_iter().unzip()),
             "sinks" => decode_each(&mut errors, k, value).map(|v| (idx.sinks, cfg.sinks) = v.into_iter().unzip()),
             "metrics" => decode_section(&mut errors, k, value).map(|v| cfg.metrics = v),
@@ -123,7 +139,11 @@ fn decode_section<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value
 
 /// Decodes an array of tables item by item, so one bad item does not hide the others; the
 /// good items are kept so that their own checks still run.
-fn decode_each<T: DeserializeOwned>(errors: &mut Errors<'_>, key: &str, value: Spanned<DeValue<'_>>) -> Option<Vec<(usize, T)>> {
+fn decode_each<T: DeserializeOwned>(
+    errors: &mut Errors<'_>,
+    key: &str,
+    value: Spanned<DeValue<'_>>,
+) -> Option<Vec<(usize, T)>> {
     let at = value.span().start;
     let DeValue::Array(items) = value.into_inner() else {
         errors.push(key, Some(at), format!("must be an array of tables ([[{key}]])"));
@@ -199,7 +219,11 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
         }
         for p in &ig.paths {
             if p.is_empty() || p.split('.').any(str::is_empty) {
-                errors.push(format!("ignore[{i}].paths"), None, format!("{p:?} is not a dotted field path like spec.replicas"));
+                errors.push(
+                    format!("ignore[{i}].paths"),
+                    None,
+                    format!("{p:?} is not a dotted field path like spec.replicas"),
+                );
             }
         }
     }
@@ -208,13 +232,23 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
             errors.push(format!("sensitive[{i}]"), None, "names nothing: give `fields` (with `kind`) or `keys`");
         }
         match &sc.kind {
-            Some(k) if k.is_empty() => errors.push(format!("sensitive[{i}].kind"), None, "must name a kind, e.g. Secret or Widget.example.com"),
-            None if !sc.fields.is_empty() => errors.push(format!("sensitive[{i}].kind"), None, "is required with `fields`: the kind whose fields they are"),
+            Some(k) if k.is_empty() => {
+                errors.push(format!("sensitive[{i}].kind"), None, "must name a kind, e.g. Secret or Widget.example.com")
+            }
+            None if !sc.fields.is_empty() => errors.push(
+                format!("sensitive[{i}].kind"),
+                None,
+                "is required with `fields`: the kind whose fields they are",
+            ),
             _ => {}
         }
         for p in &sc.fields {
             if p.is_empty() || p.split('.').any(str::is_empty) {
-                errors.push(format!("sensitive[{i}].fields"), None, format!("{p:?} is not a dotted field path like spec.credentials"));
+                errors.push(
+                    format!("sensitive[{i}].fields"),
+                    None,
+                    format!("{p:?} is not a dotted field path like spec.credentials"),
+                );
             }
         }
         for k in &sc.keys {
@@ -253,7 +287,11 @@ fn check(cfg: &PipelineConfig, has_sources: bool, idx: &Indices, errors: &mut Er
     let sources: Vec<_> = idx.sources.iter().copied().zip(&cfg.sources).collect();
     check_exactly_once(&sources, &cfg.sinks, errors);
     let sinks: Vec<_> = idx.sinks.iter().copied().zip(&cfg.sinks).collect();
-    let stateful = [("state.snapshot", cfg.state.snapshot.is_some()), ("query", cfg.query.is_some()), ("unknown_parents.fetch", cfg.unknown_parents.fetch)];
+    let stateful = [
+        ("state.snapshot", cfg.state.snapshot.is_some()),
+        ("query", cfg.query.is_some()),
+        ("unknown_parents.fetch", cfg.unknown_parents.fetch),
+    ];
     let stateful: Vec<&str> = stateful.iter().filter(|(_, set)| *set).map(|(k, _)| *k).collect();
     check_ingest_tier(&sources, &sinks, &stateful, errors);
     for (i, (key, addr)) in listeners.iter().enumerate() {
@@ -326,7 +364,11 @@ fn check_policies(at: &[usize], policies: &[PolicyConfig], errors: &mut Errors<'
         if p.name.trim().is_empty() {
             errors.push(format!("{key}.name"), None, "must not be empty");
         } else if p.name.starts_with("kausality.io/") {
-            errors.push(format!("{key}.name"), None, format!("{:?}: kausality.io/ names the parent's annotations; choose another name", p.name));
+            errors.push(
+                format!("{key}.name"),
+                None,
+                format!("{:?}: kausality.io/ names the parent's annotations; choose another name", p.name),
+            );
         } else if let Some((_, first)) = names.iter().find(|(n, _)| *n == p.name) {
             errors.push(format!("{key}.name"), None, format!("{:?} is already the name of policy[{first}]", p.name));
         } else {
@@ -335,7 +377,11 @@ fn check_policies(at: &[usize], policies: &[PolicyConfig], errors: &mut Errors<'
         for (field, kinds) in [("parent_kinds", &p.parent_kinds), ("child_kinds", &p.child_kinds)] {
             for k in kinds {
                 if k.is_empty() || k.contains('/') || k.contains(char::is_whitespace) {
-                    errors.push(format!("{key}.{field}"), None, format!("{k:?} is not a kind key like ReplicaSet.apps or Pod"));
+                    errors.push(
+                        format!("{key}.{field}"),
+                        None,
+                        format!("{k:?} is not a kind key like ReplicaSet.apps or Pod"),
+                    );
                 }
             }
         }
@@ -370,12 +416,19 @@ fn check_appliers(at: &[usize], appliers: &[crate::config::appliers::ApplierConf
             errors.push(
                 format!("applier[{i}].name"),
                 None,
-                format!("{:?} is taken (built-in profiles: flux-kustomize, flux-helm, argocd, sveltos); choose another", a.name),
+                format!(
+                    "{:?} is taken (built-in profiles: flux-kustomize, flux-helm, argocd, sveltos); choose another",
+                    a.name
+                ),
             );
         }
         names.push(&a.name);
         if builtin.iter().any(|p| p.parent_kind == a.parent_kind) {
-            errors.push(format!("applier[{i}].parent_kind"), None, format!("{} is a built-in profile's parent", a.parent_kind));
+            errors.push(
+                format!("applier[{i}].parent_kind"),
+                None,
+                format!("{} is a built-in profile's parent", a.parent_kind),
+            );
         }
     }
 }
@@ -412,8 +465,14 @@ pub fn model_policies(policies: &[PolicyConfig], model: &mut crate::config::Mode
 /// error, every policy is checked as `load` checks it.
 pub fn load_policies(path: &Path) -> Result<Vec<PolicyConfig>, ConfigErrors> {
     let name = path.display().to_string();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| ConfigErrors(vec![ConfigError { file: name.clone(), line: None, key: String::new(), message: format!("cannot read: {e}") }]))?;
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: name.clone(),
+            line: None,
+            key: String::new(),
+            message: format!("cannot read: {e}"),
+        }])
+    })?;
     load_policies_str(&name, &text)
 }
 
@@ -450,7 +509,11 @@ pub fn load_policies_str(file: &str, text: &str) -> Result<Vec<PolicyConfig>, Co
                 }
             }
             other if PIPELINE_KEYS.contains(&other) => {}
-            other => errors.push(other, Some(key.span().start), "unknown key; a policy file holds [[policy]] tables (a pipeline file may hold the rest too)"),
+            other => errors.push(
+                other,
+                Some(key.span().start),
+                "unknown key; a policy file holds [[policy]] tables (a pipeline file may hold the rest too)",
+            ),
         }
     }
     check_policies(&at, &policies, &mut errors);
@@ -476,11 +539,17 @@ fn check_exactly_once(sources: &[(usize, &SourceConfig)], sinks: &[SinkConfig], 
             errors.push(
                 format!("sources[{i}].exactly_once"),
                 None,
-                format!("needs exactly one [[sinks]] of type \"kafka\" (the transaction's producer), found {kafka_sinks}"),
+                format!(
+                    "needs exactly one [[sinks]] of type \"kafka\" (the transaction's producer), found {kafka_sinks}"
+                ),
             );
         }
         if kafka_sources != 1 {
-            errors.push(format!("sources[{i}].exactly_once"), None, "needs the Kafka source to be the pipeline's only one");
+            errors.push(
+                format!("sources[{i}].exactly_once"),
+                None,
+                "needs the Kafka source to be the pipeline's only one",
+            );
         }
     }
 }
@@ -489,19 +558,32 @@ fn check_exactly_once(sources: &[(usize, &SourceConfig)], sinks: &[SinkConfig], 
 /// this one sink out, and nothing that keeps state (a snapshot, the query API, fetches).
 /// `sources` and `sinks` come with their index in the file; `stateful` names the keys set
 /// that only a classifying pipeline uses.
-fn check_ingest_tier(sources: &[(usize, &SourceConfig)], sinks: &[(usize, &SinkConfig)], stateful: &[&str], errors: &mut Errors<'_>) {
+fn check_ingest_tier(
+    sources: &[(usize, &SourceConfig)],
+    sinks: &[(usize, &SinkConfig)],
+    stateful: &[&str],
+    errors: &mut Errors<'_>,
+) {
     let Some(&(at, _)) = sinks.iter().find(|(_, s)| matches!(s, SinkConfig::KafkaRoute(_))) else { return };
     if !cfg!(feature = "kafka") {
         errors.push(format!("sinks[{at}]"), None, "this binary was built without the `kafka` feature");
     }
     for (i, _) in sinks {
         if *i != at {
-            errors.push(format!("sinks[{i}]"), None, format!("a pipeline with a kafka_route sink (sinks[{at}]) classifies nothing: it takes no other sink"));
+            errors.push(
+                format!("sinks[{i}]"),
+                None,
+                format!("a pipeline with a kafka_route sink (sinks[{at}]) classifies nothing: it takes no other sink"),
+            );
         }
     }
     for (i, s) in sources {
         if !matches!(s, SourceConfig::Webhook(_)) {
-            errors.push(format!("sources[{i}]"), None, format!("a kafka_route sink (sinks[{at}]) takes webhook sources only, not {}", s.kind()));
+            errors.push(
+                format!("sources[{i}]"),
+                None,
+                format!("a kafka_route sink (sinks[{at}]) takes webhook sources only, not {}", s.kind()),
+            );
         }
     }
     for key in stateful {
@@ -549,7 +631,10 @@ label_selector = "app in (a)"
         assert!(all.contains("sources[1]: no [sources.tls]"), "{all}");
         assert!(all.contains("sinks[0]") && all.contains("carrier-pigeon"), "{all}");
         assert!(all.contains("scope.label_selector"), "{all}");
-        assert!(all.contains("options.dedupe_capacity: must be at least 1"), "the rest of [options] is still checked: {all}");
+        assert!(
+            all.contains("options.dedupe_capacity: must be at least 1"),
+            "the rest of [options] is still checked: {all}"
+        );
         assert!(errs.len() >= 6, "{all}");
     }
 
@@ -557,7 +642,10 @@ label_selector = "app in (a)"
     fn sensitive_entries_add_to_the_defaults_and_are_checked() {
         let good = "[[sources]]\ntype = \"webhook\"\nplain_http = true\n[[sensitive]]\nkind = \"Cluster.example.com\"\nfields = [\"spec.credentials\"]\n[[sensitive]]\nkeys = [\"sshKey\"]\n";
         let model = super::super::build::model_config(&load_str("s.toml", good).unwrap());
-        let redacted = model.sensitive.redact("Cluster.example.com", r#"{"spec":{"credentials":{"k":"v1"},"n":[{"sshKey":"v2"}],"password":"v3"}}"#.into());
+        let redacted = model.sensitive.redact(
+            "Cluster.example.com",
+            r#"{"spec":{"credentials":{"k":"v1"},"n":[{"sshKey":"v2"}],"password":"v3"}}"#.into(),
+        );
         assert!(!redacted.contains("v1") && !redacted.contains("v2") && !redacted.contains("v3"), "{redacted}");
         let kept = model.sensitive.redact("Secret", r#"{"data":{"k":"djQ="}}"#.into());
         assert!(!kept.contains("djQ="), "the defaults still hold: {kept}");
@@ -596,16 +684,29 @@ signal = "x"
 "#;
         let errs = load_str("p.toml", text).unwrap_err().0;
         let all = errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
-        assert!(all.contains("p.toml:11: in_progress[2].conditions: \"Synced\" is not a condition and reason"), "{all}");
+        assert!(
+            all.contains("p.toml:11: in_progress[2].conditions: \"Synced\" is not a condition and reason"),
+            "{all}"
+        );
         assert!(all.contains("p.toml:11: in_progress[2].fields: \"phase == x\""), "{all}");
-        assert!(all.contains("p.toml:11: in_progress[2].fields: \"status.a < Busy\": < compares numbers only"), "{all}");
+        assert!(
+            all.contains("p.toml:11: in_progress[2].fields: \"status.a < Busy\": < compares numbers only"),
+            "{all}"
+        );
         assert!(all.contains("p.toml:15: in_progress[3].kind: must name a kind"), "{all}");
         assert!(all.contains("p.toml:18: in_progress[4]: names no signal"), "{all}");
-        assert!(all.contains("p.toml:21: in_progress[5].signal") || all.contains("in_progress[5]") && all.contains("unknown field"), "{all}");
+        assert!(
+            all.contains("p.toml:21: in_progress[5].signal")
+                || all.contains("in_progress[5]") && all.contains("unknown field"),
+            "{all}"
+        );
         assert_eq!(errs.len(), 6, "the good entries give no error: {all}");
         let good = load_str("p.toml", &text[..text.find("[[in_progress]]\nkind = \"Gadget").unwrap()]).unwrap();
         assert_eq!(good.in_progress.len(), 2);
-        assert_eq!((good.in_progress[0].conditions.len(), good.in_progress[0].fields.len(), good.in_progress[0].builtin), (1, 2, true));
+        assert_eq!(
+            (good.in_progress[0].conditions.len(), good.in_progress[0].fields.len(), good.in_progress[0].builtin),
+            (1, 2, true)
+        );
         assert!(!good.in_progress[1].builtin);
     }
 
@@ -661,7 +762,10 @@ namespaces = [""]
         let errs = load_str("p.toml", text).unwrap_err().0;
         let all = errs.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n");
         assert!(all.contains("p.toml:8: policy[1].name: \"heal\" is already the name of policy[0]"), "{all}");
-        assert!(all.contains("p.toml:11: policy[2].name") && all.contains("kausality.io/ names the parent's annotations"), "{all}");
+        assert!(
+            all.contains("p.toml:11: policy[2].name") && all.contains("kausality.io/ names the parent's annotations"),
+            "{all}"
+        );
         assert!(all.contains("p.toml:11: policy[2].parent_labels"), "{all}");
         assert!(all.contains("policy[3].action") && all.contains("allow"), "{all}");
         assert!(all.contains("policy[4]") && all.contains("colour"), "{all}");
@@ -703,9 +807,14 @@ namespaces = [""]
         let policies = load_policies_str("only.toml", only).unwrap();
         let mut model = crate::config::ModelConfig::default();
         model_policies(&policies, &mut model).unwrap();
-        assert_eq!(model.policies.iter().map(|p| (&*p.name, p.parent_selector)).collect::<Vec<_>>(), [("a", Some(0)), ("b", Some(0))], "one selector, shared");
+        assert_eq!(
+            model.policies.iter().map(|p| (&*p.name, p.parent_selector)).collect::<Vec<_>>(),
+            [("a", Some(0)), ("b", Some(0))],
+            "one selector, shared"
+        );
         assert_eq!(model.policy_selectors.len(), 1);
-        let pipeline = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/pipelines/self-healing.toml")).unwrap();
+        let pipeline =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/pipelines/self-healing.toml")).unwrap();
         assert_eq!(load_policies_str("self-healing.toml", &pipeline).unwrap().len(), 1);
         assert_eq!(load_str("self-healing.toml", &pipeline).unwrap().policies[0].name, "native-self-healing");
         let e = load_policies_str("bad.toml", "colour = 1\n[[policy]]\nname = \"a\"\n").unwrap_err().0;
@@ -713,7 +822,9 @@ namespaces = [""]
         assert!(e[0].to_string().starts_with("bad.toml:1: colour: unknown key"), "{}", e[0]);
         assert!(e[1].to_string().contains("policy[0]") && e[1].to_string().contains("action"), "{}", e[1]);
         // Past 64 distinct selectors.
-        let many: String = (0..65).map(|i| format!("[[policy]]\nname = \"p{i}\"\naction = \"approve\"\nparent_labels = \"k{i}\"\n")).collect();
+        let many: String = (0..65)
+            .map(|i| format!("[[policy]]\nname = \"p{i}\"\naction = \"approve\"\nparent_labels = \"k{i}\"\n"))
+            .collect();
         let e = load_policies_str("many.toml", &many).unwrap_err().0;
         assert!(e[0].message.contains("more than 64 distinct label selectors"), "{e:?}");
     }
@@ -750,8 +861,14 @@ mod changelog_tests {
         let e = errors(&two);
         assert_eq!(e.len(), 2, "{e:?}");
         assert!(e.iter().all(|(line, _, _)| *line == Some(5)), "the line of [sources.changelog]: {e:?}");
-        assert!(e.iter().any(|(_, k, m)| k == "sources[0].changelog.topic" && m.contains("not be an input topic")), "{e:?}");
-        assert!(e.iter().any(|(_, k, m)| k == "sources[0].changelog" && m.contains("exactly one input topic")), "{e:?}");
+        assert!(
+            e.iter().any(|(_, k, m)| k == "sources[0].changelog.topic" && m.contains("not be an input topic")),
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|(_, k, m)| k == "sources[0].changelog" && m.contains("exactly one input topic")),
+            "{e:?}"
+        );
 
         let empty = format!("{base}topics = [\"a\", \"b\"]\n[sources.changelog]\ntopic = \" \"\nenabled = false\n");
         let e = errors(&empty);

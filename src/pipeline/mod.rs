@@ -149,7 +149,8 @@ impl Running {
 pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
     let parts = build::build(&cfg).await?;
     let stop = Stop::new(&cfg);
-    let Spawned { webhook_addrs, metrics_addr, query_addr, metrics, engine, freshness, tasks } = spawn::spawn(&cfg, parts, &stop).await?;
+    let Spawned { webhook_addrs, metrics_addr, query_addr, metrics, engine, freshness, tasks } =
+        spawn::spawn(&cfg, parts, &stop).await?;
     let stop_all = stop.tx.clone();
     let done = tokio::spawn(supervise(tasks, stop));
     Ok(Running { webhook_addrs, metrics_addr, query_addr, metrics, engine, freshness, stop: stop_all, done })
@@ -158,7 +159,8 @@ pub async fn start(cfg: PipelineConfig) -> Result<Running, Error> {
 /// Waits for the stop (asked for, or the processor ending on its own), then stops the parts
 /// in order.
 async fn supervise(tasks: Tasks, stop: Stop) -> Outcome {
-    let Tasks { processor: mut processor_done, sinks, sources, health, health_task, health_stop, intake, status } = tasks;
+    let Tasks { processor: mut processor_done, sinks, sources, health, health_task, health_stop, intake, status } =
+        tasks;
     let mut stop_wait = stop.rx.clone();
     let early = tokio::select! {
         _ = crate::listen::stopped(&mut stop_wait) => None,
@@ -190,7 +192,11 @@ async fn supervise(tasks: Tasks, stop: Stop) -> Outcome {
 }
 
 /// Waits until `deadline` for the sinks to flush and the sources to end; true when all did.
-async fn drained(sinks: Vec<(&'static str, JoinHandle<()>)>, sources: Vec<JoinHandle<()>>, deadline: tokio::time::Instant) -> bool {
+async fn drained(
+    sinks: Vec<(&'static str, JoinHandle<()>)>,
+    sources: Vec<JoinHandle<()>>,
+    deadline: tokio::time::Instant,
+) -> bool {
     let mut clean = true;
     for (kind, t) in sinks {
         match tokio::time::timeout_at(deadline, t).await {

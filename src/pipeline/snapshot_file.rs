@@ -84,7 +84,11 @@ pub fn save(path: &Path, processor: &Processor, positions: &[Position]) -> Resul
 }
 
 /// [`save`] of the content `content` writes.
-pub fn save_with(path: &Path, positions: &[Position], content: impl FnOnce(&mut dyn io::Write) -> io::Result<SnapshotStats>) -> Result<Stats, Error> {
+pub fn save_with(
+    path: &Path,
+    positions: &[Position],
+    content: impl FnOnce(&mut dyn io::Write) -> io::Result<SnapshotStats>,
+) -> Result<Stats, Error> {
     let started = Instant::now();
     let tmp = temp_path(path);
     let result = (|| -> io::Result<(SnapshotStats, u64)> {
@@ -165,7 +169,8 @@ pub fn restore_cached(path: &Path, processor: &mut Processor) -> Result<Option<(
         PositionsError::Io(source) => Error::Io { path: name(), source },
         PositionsError::Line(line) => Error::Positions { path: name(), line },
     })?;
-    let (content, cached) = processor.restore_partitioned(&mut input).map_err(|source| Error::Restore { path: name(), source })?;
+    let (content, cached) =
+        processor.restore_partitioned(&mut input).map_err(|source| Error::Restore { path: name(), source })?;
     Ok(Some((Stats { content, bytes, millis: started.elapsed().as_millis() }, cached)))
 }
 
@@ -193,7 +198,9 @@ fn read_positions(input: &mut impl BufRead) -> Result<Vec<Position>, PositionsEr
         }
         let mut f = l.split('\t');
         let position = match (f.next(), f.next().map(str::parse), f.next().map(str::parse), f.next()) {
-            (Some(topic), Some(Ok(partition)), Some(Ok(next)), None) if !topic.is_empty() => Position { topic: topic.to_string(), partition, next },
+            (Some(topic), Some(Ok(partition)), Some(Ok(next)), None) if !topic.is_empty() => {
+                Position { topic: topic.to_string(), partition, next }
+            }
             _ => return Err(PositionsError::Line(l.to_string())),
         };
         positions.push(position);
@@ -216,7 +223,10 @@ pub fn remove_stale_temporaries(path: &Path) -> Vec<PathBuf> {
     let mut removed = Vec::new();
     for entry in entries.flatten() {
         let file_name = entry.file_name();
-        let Some(pid) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|p| p.parse::<u32>().ok()) else { continue };
+        let Some(pid) = file_name.to_str().and_then(|n| n.strip_prefix(&prefix)).and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
         let dead = pid == own || (proc_fs && !Path::new("/proc").join(pid.to_string()).exists());
         if !dead {
             continue;
@@ -224,7 +234,9 @@ pub fn remove_stale_temporaries(path: &Path) -> Vec<PathBuf> {
         let stale = entry.path();
         match fs::remove_file(&stale) {
             Ok(()) => removed.push(stale),
-            Err(e) => tracing::warn!(path = %stale.display(), error = %e, "cannot remove a stale temporary snapshot file"),
+            Err(e) => {
+                tracing::warn!(path = %stale.display(), error = %e, "cannot remove a stale temporary snapshot file")
+            }
         }
     }
     removed
@@ -285,18 +297,23 @@ mod tests {
         let state = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("ns"));
         let objects = vec![(ObjKey::new(interner.intern("c#p2"), 5), state)];
         let mark = ChangelogMark { topic: "state".into(), partitions: 4, taken_us: 1, positions: vec![(2, 17)] };
-        save_with(&path, &[], |mut w| write_partitioned(&objects, &[Parts::one(2)], &mark, interner, &[7], &mut w)).unwrap();
+        save_with(&path, &[], |mut w| write_partitioned(&objects, &[Parts::one(2)], &mark, interner, &[7], &mut w))
+            .unwrap();
         let mut q = processor();
         let (stats, cached) = restore_cached(&path, &mut q).unwrap().unwrap();
         let cached = cached.expect("changelog positions");
-        assert_eq!((stats.content.objects, cached.topic(), cached.partitions(), cached.states()), (1, "state", vec![2], 1));
+        assert_eq!(
+            (stats.content.objects, cached.topic(), cached.partitions(), cached.states()),
+            (1, "state", vec![2], 1)
+        );
         assert_eq!(q.dedupe_window(), [7], "the dedupe window is restored at once");
         assert_eq!(q.engine().tracked_objects(), 0, "the states wait for their partition");
         // Without a changelog: its own snapshot, no cache; and a plain restore refuses the cache.
         save(&path, &p, &[Position { topic: "audit".into(), partition: 0, next: 3 }]).unwrap();
         let (_, cached) = restore_cached(&path, &mut processor()).unwrap().unwrap();
         assert!(cached.is_none());
-        save_with(&path, &[], |mut w| write_partitioned(&objects, &[Parts::one(2)], &mark, interner, &[], &mut w)).unwrap();
+        save_with(&path, &[], |mut w| write_partitioned(&objects, &[Parts::one(2)], &mark, interner, &[], &mut w))
+            .unwrap();
         let err = restore(&path, &mut processor()).unwrap_err();
         assert!(err.to_string().contains("written with the state changelog state"), "{err}");
         assert!(restore_cached(&dir.join("none"), &mut processor()).unwrap().is_none());
@@ -325,7 +342,10 @@ mod tests {
         for n in &names {
             fs::write(dir.join(n), b"x").unwrap();
         }
-        let mut removed: Vec<String> = remove_stale_temporaries(&path).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        let mut removed: Vec<String> = remove_stale_temporaries(&path)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
         removed.sort();
         let mut expected = vec![names[0].clone(), names[1].clone()];
         expected.sort();
@@ -345,7 +365,10 @@ mod tests {
         let path = dir.join("state.snapshot");
         let mut p = processor();
         assert!(p.dedupe_mut().first_sight("a"));
-        let positions = vec![Position { topic: "audit.eu-1".into(), partition: 0, next: 1234 }, Position { topic: "audit.eu-1".into(), partition: 7, next: 0 }];
+        let positions = vec![
+            Position { topic: "audit.eu-1".into(), partition: 0, next: 1234 },
+            Position { topic: "audit.eu-1".into(), partition: 7, next: 0 },
+        ];
         save(&path, &p, &positions).unwrap();
         let mut q = processor();
         let restored = restore(&path, &mut q).unwrap().unwrap();

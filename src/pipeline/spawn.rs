@@ -123,7 +123,8 @@ pub(super) async fn spawn(cfg: &PipelineConfig, parts: Parts, stop: &Stop) -> Re
         #[cfg(feature = "kafka")]
         changelog.as_ref(),
     );
-    let mut task = ClassifyLoop::new(processor, intake_rx, queues, cfg.options.tick_interval.0, stop.rx.clone(), durability);
+    let mut task =
+        ClassifyLoop::new(processor, intake_rx, queues, cfg.options.tick_interval.0, stop.rx.clone(), durability);
     if let Some((unknown_parents, observe)) = fetcher {
         task = task.fetcher(unknown_parents, observe);
     }
@@ -133,7 +134,8 @@ pub(super) async fn spawn(cfg: &PipelineConfig, parts: Parts, stop: &Stop) -> Re
     // From here on, a failure must stop what already runs.
     let health = Arc::new(Health { metrics: metrics.clone(), ready: Default::default(), status: status.clone() });
     let (health_stop, health_stop_rx) = watch::channel(false);
-    let (metrics_addr, health_task) = serve_health(cfg, &health, health_stop_rx, stop.grace).await.map_err(|e| stop.fail(e))?;
+    let (metrics_addr, health_task) =
+        serve_health(cfg, &health, health_stop_rx, stop.grace).await.map_err(|e| stop.fail(e))?;
     let fail = |e: Error| {
         health_stop.send_replace(true);
         stop.fail(e)
@@ -166,12 +168,20 @@ pub(super) async fn spawn(cfg: &PipelineConfig, parts: Parts, stop: &Stop) -> Re
 /// Spawns the sinks but the ingest tier's (see [`route_intake`]); on an error, those spawned
 /// so far are dropped: their queues close and they end.
 fn spawn_sinks(cfg: &PipelineConfig, ctx: &SinkContext) -> Result<Vec<SinkHandle>, Error> {
-    cfg.sinks.iter().filter(|s| !matches!(s, SinkConfig::KafkaRoute(_))).map(|s| sinks::spawn(s, ctx).map_err(Error::from)).collect()
+    cfg.sinks
+        .iter()
+        .filter(|s| !matches!(s, SinkConfig::KafkaRoute(_)))
+        .map(|s| sinks::spawn(s, ctx).map_err(Error::from))
+        .collect()
 }
 
 /// The ingest tier's producer and what it routes with, when the pipeline has a `kafka_route`
 /// sink (its only sink, behind webhooks only: checked by `load`).
-fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>, status: &Arc<Status>) -> Result<Option<sources::webhook::RouteIntake>, Error> {
+fn route_intake(
+    cfg: &PipelineConfig,
+    metrics: &Arc<Metrics>,
+    status: &Arc<Status>,
+) -> Result<Option<sources::webhook::RouteIntake>, Error> {
     let Some(rc) = cfg.sinks.iter().find_map(|s| match s {
         SinkConfig::KafkaRoute(r) => Some(r),
         _ => None,
@@ -181,10 +191,18 @@ fn route_intake(cfg: &PipelineConfig, metrics: &Arc<Metrics>, status: &Arc<Statu
     #[cfg(feature = "kafka")]
     {
         let producer = crate::route::producer::RouteProducer::new(rc, metrics.clone(), status.clone())?;
-        let decode = crate::decode::DecodeOptions { max_record_bytes: cfg.options.max_record_bytes, ..crate::decode::DecodeOptions::default() };
+        let decode = crate::decode::DecodeOptions {
+            max_record_bytes: cfg.options.max_record_bytes,
+            ..crate::decode::DecodeOptions::default()
+        };
         let mut model = crate::config::ModelConfig::default();
         super::load::model_appliers(&cfg.appliers, &mut model);
-        Ok(Some(sources::webhook::RouteIntake { producer, decode, scope: super::build::scope(cfg), appliers: Arc::new(model.appliers) }))
+        Ok(Some(sources::webhook::RouteIntake {
+            producer,
+            decode,
+            scope: super::build::scope(cfg),
+            appliers: Arc::new(model.appliers),
+        }))
     }
     #[cfg(not(feature = "kafka"))]
     {
@@ -253,14 +271,29 @@ struct SourceWiring<'a> {
 /// Starts the sources in configuration order; returns the webhooks' addresses and every
 /// source's task.
 #[cfg_attr(not(feature = "kafka"), allow(unused_mut))]
-async fn start_sources(cfg: &PipelineConfig, mut w: SourceWiring<'_>) -> Result<(Vec<SocketAddr>, Vec<JoinHandle<()>>), Error> {
+async fn start_sources(
+    cfg: &PipelineConfig,
+    mut w: SourceWiring<'_>,
+) -> Result<(Vec<SocketAddr>, Vec<JoinHandle<()>>), Error> {
     let mut webhook_addrs = Vec::new();
     let mut tasks: Vec<JoinHandle<()>> = Vec::new();
     for s in &cfg.sources {
         match s {
             SourceConfig::Webhook(wh) => {
-                let intake = sources::webhook::Intake { queue: w.intake.clone(), decoder: w.decoder.clone(), route: w.route.clone() };
-                let running = sources::webhook::start(wh, intake, w.metrics.clone(), w.status.clone(), w.stop.rx.clone(), w.stop.grace).await?;
+                let intake = sources::webhook::Intake {
+                    queue: w.intake.clone(),
+                    decoder: w.decoder.clone(),
+                    route: w.route.clone(),
+                };
+                let running = sources::webhook::start(
+                    wh,
+                    intake,
+                    w.metrics.clone(),
+                    w.status.clone(),
+                    w.stop.rx.clone(),
+                    w.stop.grace,
+                )
+                .await?;
                 webhook_addrs.push(running.local_addr);
                 tasks.push(running.task);
             }
@@ -323,18 +356,29 @@ async fn start_query(
 /// With `[unknown_parents] fetch = true`: starts the fetcher; returns where the processor
 /// hands it `unknown-parent` events, and where the fetched parents come back.
 #[cfg(feature = "fetch")]
-async fn start_fetch(cfg: &PipelineConfig, engine: &Arc<Engine>, metrics: &Arc<Metrics>, stop: watch::Receiver<bool>) -> Result<Option<Fetcher>, Error> {
+async fn start_fetch(
+    cfg: &PipelineConfig,
+    engine: &Arc<Engine>,
+    metrics: &Arc<Metrics>,
+    stop: watch::Receiver<bool>,
+) -> Result<Option<Fetcher>, Error> {
     if !cfg.unknown_parents.fetch {
         return Ok(None);
     }
     let (observe_tx, observe_rx) = mpsc::channel(256);
     let cluster = cfg.unknown_parents.cluster.clone().unwrap_or_else(|| cfg.cluster.clone());
-    let unknown_parents = crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe_tx, stop).await?;
+    let unknown_parents =
+        crate::fetch::spawn(&cfg.unknown_parents, cluster, engine.clone(), metrics.clone(), observe_tx, stop).await?;
     Ok(Some((unknown_parents, observe_rx)))
 }
 
 #[cfg(not(feature = "fetch"))]
-async fn start_fetch(_cfg: &PipelineConfig, _engine: &Arc<Engine>, _metrics: &Arc<Metrics>, _stop: watch::Receiver<bool>) -> Result<Option<Fetcher>, Error> {
+async fn start_fetch(
+    _cfg: &PipelineConfig,
+    _engine: &Arc<Engine>,
+    _metrics: &Arc<Metrics>,
+    _stop: watch::Receiver<bool>,
+) -> Result<Option<Fetcher>, Error> {
     Ok(None)
 }
 

@@ -28,7 +28,9 @@ impl IngestReport {
     /// itself or each of its lines, not items of a list whose framing held (those are read
     /// one by one, and a list of bad items is still a list that was taken in).
     pub fn unreadable(&self) -> bool {
-        self.events == 0 && self.invalid > 0 && !self.errors.iter().any(|e| matches!(e.location, Location::Item(_) | Location::LineItem(..)))
+        self.events == 0
+            && self.invalid > 0
+            && !self.errors.iter().any(|e| matches!(e.location, Location::Item(_) | Location::LineItem(..)))
     }
 
     /// Counts a record rejected (not an audit event, or not a usable one); keeps the first few.
@@ -171,11 +173,22 @@ impl Decoder {
             Err(refused) => return into.reject(refused),
         };
         let opts = DecodeOptions { unwrap, ..self.decode.clone() };
-        Self::contained(source, into, |into| decode::decode_body(body, &opts, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, loc, r, into)));
+        Self::contained(source, into, |into| {
+            decode::decode_body(body, &opts, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| {
+                self.take(cluster, loc, r, into)
+            })
+        });
     }
 
     /// Decodes one JSON document (one line of a log file) and appends its admitted events.
-    pub fn decode_document(&self, cluster: Option<&str>, doc: &[u8], location: Location, source: &'static str, into: &mut Decoded) {
+    pub fn decode_document(
+        &self,
+        cluster: Option<&str>,
+        doc: &[u8],
+        location: Location,
+        source: &'static str,
+        into: &mut Decoded,
+    ) {
         into.source = source;
         into.pin.get_or_insert_with(|| self.engine.interner().pin());
         let cluster = match self.cluster_sym(cluster) {
@@ -183,7 +196,9 @@ impl Decoder {
             Err(refused) => return into.reject(Invalid { location, ..refused }),
         };
         Self::contained(source, into, |into| {
-            decode::decode_document(doc, location, &self.decode, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| self.take(cluster, loc, r, into))
+            decode::decode_document(doc, location, &self.decode, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| {
+                self.take(cluster, loc, r, into)
+            })
         });
     }
 
@@ -195,7 +210,13 @@ impl Decoder {
         into.pin.get_or_insert_with(|| self.engine.interner().pin());
         let m = match crate::state::RecordReader::new(self.engine.interner()).read_trace_message(value) {
             Ok(m) => m,
-            Err(e) => return into.reject(Invalid::new(Location::Body, InvalidReason::NotAuditEvent, format!("a trace message that cannot be read: {e}"))),
+            Err(e) => {
+                return into.reject(Invalid::new(
+                    Location::Body,
+                    InvalidReason::NotAuditEvent,
+                    format!("a trace message that cannot be read: {e}"),
+                ))
+            }
         };
         let cluster = match self.clusters.admit(&m.cluster, self.engine.interner()) {
             Ok(c) => c,
@@ -232,7 +253,11 @@ impl Decoder {
     pub(super) fn contained(source: &'static str, into: &mut Decoded, decode: impl FnOnce(&mut Decoded)) {
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| decode(&mut *into))).is_err() {
             tracing::error!(source, "the decoder failed on a body (a defect; the panic is logged above): skipped and counted as invalid (internal)");
-            into.reject(Invalid::new(Location::Body, InvalidReason::Internal, "the decoder failed on this body; skipped"));
+            into.reject(Invalid::new(
+                Location::Body,
+                InvalidReason::Internal,
+                "the decoder failed on this body; skipped",
+            ));
         }
     }
 

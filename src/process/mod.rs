@@ -133,7 +133,13 @@ impl Processor {
         let clusters = Arc::new(Clusters::new(opts.max_clusters));
         let default_cluster = engine.interner().intern(&opts.default_cluster);
         let default_cluster = clusters.admit(&opts.default_cluster, engine.interner()).unwrap_or(default_cluster);
-        let decoder = Decoder { engine: engine.clone(), decode: opts.decode.clone(), scope: opts.scope.clone(), default_cluster, clusters };
+        let decoder = Decoder {
+            engine: engine.clone(),
+            decode: opts.decode.clone(),
+            scope: opts.scope.clone(),
+            default_cluster,
+            clusters,
+        };
         let opts_window = opts.reorder_window_us;
         Processor {
             decoder,
@@ -236,10 +242,14 @@ impl Processor {
     /// final delete), which an eviction may have caused (DESIGN §1.5).
     fn name_placing(engine: &Engine, w: &Write) -> (u64, bool) {
         let interner = engine.interner();
-        let key = |namespace: Sym, name: &str| xxhash_rust::xxh3::xxh3_64(format!("{}/{name}", interner.resolve(namespace)).as_bytes()) | 1;
+        let key = |namespace: Sym, name: &str| {
+            xxhash_rust::xxh3::xxh3_64(format!("{}/{name}", interner.resolve(namespace)).as_bytes()) | 1
+        };
         match &w.target {
             Target::Eviction { namespace, name, .. } => (key(*namespace, name), true),
-            Target::Object(f) if w.verb == crate::filter::Verb::Delete && f.gone && &*interner.resolve(w.resource) == "pods" => {
+            Target::Object(f)
+                if w.verb == crate::filter::Verb::Delete && f.gone && &*interner.resolve(w.resource) == "pods" =>
+            {
                 (key(f.namespace, &f.name), false)
             }
             _ => (0, false),
@@ -302,7 +312,14 @@ impl Processor {
     }
 
     /// Decodes a body of any supported shape (EventList, Event, JSON lines) and takes its events in.
-    pub fn ingest_body(&mut self, cluster: Option<&str>, body: &[u8], source: &'static str, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    pub fn ingest_body(
+        &mut self,
+        cluster: Option<&str>,
+        body: &[u8],
+        source: &'static str,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+    ) -> IngestReport {
         let unwrap = self.opts.decode.unwrap;
         self.ingest_body_unwrapping(cluster, body, unwrap, source, now_us, out)
     }
@@ -349,11 +366,18 @@ impl Processor {
         now_us: i64,
         out: &mut Vec<Enriched>,
     ) -> IngestReport {
-        self.decode_and_take(now_us, out, |d, into| docs.into_iter().for_each(|(doc, location)| d.decode_document(cluster, doc, location, source, into)))
+        self.decode_and_take(now_us, out, |d, into| {
+            docs.into_iter().for_each(|(doc, location)| d.decode_document(cluster, doc, location, source, into))
+        })
     }
 
     /// Decodes raw input here (into the reused [`Decoded`]) and takes its writes in.
-    fn decode_and_take(&mut self, now_us: i64, out: &mut Vec<Enriched>, decode: impl FnOnce(&Decoder, &mut Decoded)) -> IngestReport {
+    fn decode_and_take(
+        &mut self,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+        decode: impl FnOnce(&Decoder, &mut Decoded),
+    ) -> IngestReport {
         let mut decoded = std::mem::take(&mut self.decoded);
         decode(&self.decoder, &mut decoded);
         let report = self.ingest_writes(&mut decoded, now_us, now_us, now_us, out);
@@ -364,7 +388,13 @@ impl Processor {
     /// Takes in events a [`Decoder`] has decoded (on a source's thread). On the arrival clock
     /// their reorder windows start at `received_us`, when the source received them; `now_us`
     /// is the clock now (what is over its window by then is applied at once).
-    pub fn ingest_decoded(&mut self, decoded: Decoded, received_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    pub fn ingest_decoded(
+        &mut self,
+        decoded: Decoded,
+        received_us: i64,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+    ) -> IngestReport {
         self.ingest_decoded_at(decoded, received_us, received_us, now_us, now_us, out)
     }
 
@@ -393,7 +423,14 @@ impl Processor {
 
     /// The one way in: dedupe, reorder buffer and classification of decoded events; leaves
     /// `decoded` empty.
-    fn ingest_writes(&mut self, decoded: &mut Decoded, received_us: i64, window_us: i64, now_us: i64, out: &mut Vec<Enriched>) -> IngestReport {
+    fn ingest_writes(
+        &mut self,
+        decoded: &mut Decoded,
+        received_us: i64,
+        window_us: i64,
+        now_us: i64,
+        out: &mut Vec<Enriched>,
+    ) -> IngestReport {
         decoded.count(&self.metrics);
         let mut report = std::mem::take(&mut decoded.report);
         // The service's clock: when the source received the writes, or (event-time clock) now.
@@ -434,7 +471,10 @@ impl Processor {
             // this partition's writes late.
             let scope = write.scope;
             let (name, evicts) = Self::name_placing(&self.engine, &write);
-            let buffer = self.buffers.entry(scope).or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
+            let buffer = self
+                .buffers
+                .entry(scope)
+                .or_insert_with(|| ReorderBuffer::new(self.opts.reorder_window_us, self.opts.reorder_max_held));
             let (rv, seq, order_us) = (write.resource_version, write.seq, Self::order_time(&write));
             if let (Target::Many(items), Some(rv)) = (&write.target, rv) {
                 buffer.note_listed(rv, write.received_us, items.iter().map(|f| Self::uid_key(f.uid)));
@@ -701,7 +741,10 @@ impl Processor {
     /// Restores a snapshot of a state kept per partition into this (fresh) processor: its
     /// dedupe window now, its states by partition for when they are assigned (`None`: the
     /// snapshot has no changelog positions, its states are not kept by partition).
-    pub fn restore_partitioned(&mut self, input: &mut impl std::io::Read) -> Result<(SnapshotStats, Option<Cached>), SnapshotError> {
+    pub fn restore_partitioned(
+        &mut self,
+        input: &mut impl std::io::Read,
+    ) -> Result<(SnapshotStats, Option<Cached>), SnapshotError> {
         // The strings of states not in the store are not swept while the cache holds them.
         let pin = self.engine.interner().pin();
         let read = read_partitioned(self.engine.interner(), input)?;

@@ -28,14 +28,42 @@ fn freshness_is_the_newest_event_time_applied_per_cluster_not_received() {
     assert_eq!(fresh.window_us(), 500_000);
     let mut out = Vec::new();
     let t = |s: &str| crate::decode::time::parse_rfc3339_micros(s).unwrap();
-    p.ingest_document(Some("a"), configmap_create("1", "c1", 10, "2024-05-01T10:00:05.000000Z").as_bytes(), Location::Line(1), "test", 0, &mut out);
+    p.ingest_document(
+        Some("a"),
+        configmap_create("1", "c1", 10, "2024-05-01T10:00:05.000000Z").as_bytes(),
+        Location::Line(1),
+        "test",
+        0,
+        &mut out,
+    );
     assert_eq!(fresh.newest_us("a"), None, "held in the reorder window: not applied yet");
     // A later write releases the first; an older one arriving late does not move it back.
-    p.ingest_document(Some("a"), configmap_create("2", "c2", 11, "2024-05-01T10:00:09.000000Z").as_bytes(), Location::Line(2), "test", 0, &mut out);
+    p.ingest_document(
+        Some("a"),
+        configmap_create("2", "c2", 11, "2024-05-01T10:00:09.000000Z").as_bytes(),
+        Location::Line(2),
+        "test",
+        0,
+        &mut out,
+    );
     assert_eq!(fresh.newest_us("a"), Some(t("2024-05-01T10:00:05Z")));
-    p.ingest_document(Some("b"), configmap_create("3", "c3", 5, "2024-05-01T09:00:00.000000Z").as_bytes(), Location::Line(3), "test", 0, &mut out);
+    p.ingest_document(
+        Some("b"),
+        configmap_create("3", "c3", 5, "2024-05-01T09:00:00.000000Z").as_bytes(),
+        Location::Line(3),
+        "test",
+        0,
+        &mut out,
+    );
     p.flush(0, &mut out);
-    p.ingest_document(Some("a"), configmap_create("4", "c4", 9, "2024-05-01T10:00:01.000000Z").as_bytes(), Location::Line(4), "test", 0, &mut out);
+    p.ingest_document(
+        Some("a"),
+        configmap_create("4", "c4", 9, "2024-05-01T10:00:01.000000Z").as_bytes(),
+        Location::Line(4),
+        "test",
+        0,
+        &mut out,
+    );
     p.flush(0, &mut out);
     assert_eq!(out.len(), 4);
     assert_eq!(fresh.newest_us("a"), Some(t("2024-05-01T10:00:09Z")));
@@ -46,7 +74,11 @@ fn freshness_is_the_newest_event_time_applied_per_cluster_not_received() {
 /// A processor on the arrival clock with a one-second reorder window.
 fn arrival_processor() -> Processor {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: 1_000_000, clock: Clock::Arrival, ..ProcessorOptions::default() })
+    Processor::new(
+        engine,
+        Arc::new(Metrics::new()),
+        ProcessorOptions { reorder_window_us: 1_000_000, clock: Clock::Arrival, ..ProcessorOptions::default() },
+    )
 }
 
 /// Takes in one document of cluster `a`, received at `at_us`, from Kafka partition
@@ -95,7 +127,10 @@ fn a_partition_s_writes_are_not_late_for_what_another_partition_released() {
 fn writes_read_again_after_a_rewind_are_ordered_not_late() {
     let second = 1_000_000;
     let mut p = arrival_processor();
-    let docs = [configmap_create("1", "c1", 12, "2024-05-01T10:00:03.000000Z"), configmap_create("2", "c2", 10, "2024-05-01T10:00:01.000000Z")];
+    let docs = [
+        configmap_create("1", "c1", 12, "2024-05-01T10:00:03.000000Z"),
+        configmap_create("2", "c2", 10, "2024-05-01T10:00:01.000000Z"),
+    ];
     let mut out = Vec::new();
     for d in &docs {
         take_at(&mut p, d, Some(0), 0, &mut out);
@@ -111,7 +146,11 @@ fn writes_read_again_after_a_rewind_are_ordered_not_late() {
         take_at(&mut p, d, Some(0), 2 * second, &mut out);
     }
     p.tick(4 * second, &mut out);
-    assert_eq!(names(&out), [("c2".to_string(), false), ("c1".to_string(), false)], "in resourceVersion order, none late");
+    assert_eq!(
+        names(&out),
+        [("c2".to_string(), false), ("c1".to_string(), false)],
+        "in resourceVersion order, none late"
+    );
     assert_eq!(p.metrics().late_writes(), 0);
 }
 
@@ -119,7 +158,11 @@ fn writes_read_again_after_a_rewind_are_ordered_not_late() {
 fn a_write_the_engine_fails_on_is_skipped_and_counted_and_the_next_one_is_classified() {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
     let metrics = Arc::new(Metrics::new());
-    let mut p = Processor::new(engine, metrics.clone(), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() });
+    let mut p = Processor::new(
+        engine,
+        metrics.clone(),
+        ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() },
+    );
     // A handle from another interner: resolving it in this engine panics, as a defect would.
     let other = Interner::new();
     for i in 0..100 {
@@ -172,7 +215,11 @@ fn a_write_the_engine_fails_on_is_skipped_and_counted_and_the_next_one_is_classi
 fn a_body_the_decoder_fails_on_is_counted_invalid_and_keeps_what_came_before_it() {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
     let metrics = Arc::new(Metrics::new());
-    let mut p = Processor::new(engine, metrics.clone(), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() });
+    let mut p = Processor::new(
+        engine,
+        metrics.clone(),
+        ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() },
+    );
     let decoder = p.decoder();
     let good = r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"RequestResponse","auditID":"good","stage":"ResponseComplete",
         "requestURI":"/api/v1/namespaces/x/configmaps","verb":"create","user":{"username":"alice"},

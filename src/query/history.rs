@@ -41,7 +41,9 @@ impl Store {
             Some(c) => c,
             None => history::open(&self.path, Mode::Read).map_err(|e| match e {
                 history::Error::Sqlite { .. } => ApiError::Internal(e.to_string()),
-                history::Error::Missing { .. } | history::Error::Version { .. } | history::Error::Damaged { .. } => ApiError::Unavailable(e.to_string()),
+                history::Error::Missing { .. } | history::Error::Version { .. } | history::Error::Damaged { .. } => {
+                    ApiError::Unavailable(e.to_string())
+                }
             })?,
         };
         let r = f(&conn);
@@ -80,7 +82,10 @@ impl Filter {
         match group {
             None => {}
             Some("") => self.add("instr(o.api_version, '/') = 0", []),
-            Some(g) => self.add("lower(substr(o.api_version, 1, instr(o.api_version, '/') - 1)) = lower(?)", [Sql::Text(g.to_string())]),
+            Some(g) => self.add(
+                "lower(substr(o.api_version, 1, instr(o.api_version, '/') - 1)) = lower(?)",
+                [Sql::Text(g.to_string())],
+            ),
         }
     }
 
@@ -114,7 +119,8 @@ pub(super) async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Respo
         }
         s.blocking(move |s| {
             let (objects, truncated) = s.history()?.read(|c| find_objects(c, &f, limit))?;
-            serde_json::to_string(&serde_json::json!({"objects": objects, "truncated": truncated})).map_err(|e| ApiError::Internal(e.to_string()))
+            serde_json::to_string(&serde_json::json!({"objects": objects, "truncated": truncated}))
+                .map_err(|e| ApiError::Internal(e.to_string()))
         })
         .await
     })
@@ -168,7 +174,8 @@ fn find_objects(c: &Connection, f: &Filter, limit: usize) -> Result<(Vec<ObjectR
     Ok((objects, truncated))
 }
 
-const DRIFT_PARAMS: &[&str] = &["cluster", "namespace", "kind", "class", "resolution", "revertsPerson", "since", "until", "limit", "after"];
+const DRIFT_PARAMS: &[&str] =
+    &["cluster", "namespace", "kind", "class", "resolution", "revertsPerson", "since", "until", "limit", "after"];
 
 /// A page of the drift feed.
 #[derive(Serialize)]
@@ -212,9 +219,11 @@ fn drift_filter(p: &Params) -> Result<(Filter, Option<After>, usize), ApiError> 
     }
     let after = match p.get("after") {
         None => None,
-        Some(a) => {
-            Some(After::parse(a).ok_or_else(|| ApiError::BadRequest(format!("after={a:?} is not a cursor this API gave (the `next` or `cursor` of a page)")))?)
-        }
+        Some(a) => Some(After::parse(a).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "after={a:?} is not a cursor this API gave (the `next` or `cursor` of a page)"
+            ))
+        })?),
     };
     let mut f = Filter::default();
     f.add(&class_clause(class), []);
@@ -278,8 +287,11 @@ impl After {
         match self {
             After::Stored(id) => Ok(id),
             After::Legacy { time_us, id } => {
-                let first: Option<i64> =
-                    c.query_row("SELECT min(id) FROM mutations WHERE (time_us, id) > (?1, ?2)", [time_us, id], |r| r.get(0)).map_err(sql_error)?;
+                let first: Option<i64> = c
+                    .query_row("SELECT min(id) FROM mutations WHERE (time_us, id) > (?1, ?2)", [time_us, id], |r| {
+                        r.get(0)
+                    })
+                    .map_err(sql_error)?;
                 Ok(first.map_or(id, |first| (first - 1).min(id)))
             }
         }
@@ -318,7 +330,8 @@ fn drift_page(c: &Connection, f: &Filter, after: Option<After>, limit: usize) ->
     let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
     let args = f.args.iter().cloned().chain([Sql::Integer(after)]);
     let events = Unpacker::new(&tx);
-    let rows = stmt.query_map(rusqlite::params_from_iter(args), |r| Ok((r.get::<_, i64>(0)?, stored_event(r, 1, &events)?)));
+    let rows =
+        stmt.query_map(rusqlite::params_from_iter(args), |r| Ok((r.get::<_, i64>(0)?, stored_event(r, 1, &events)?)));
     let mut rows = rows.map_err(sql_error)?.collect::<Result<Vec<_>, _>>().map_err(sql_error)?;
     drop(stmt);
     let more = rows.len() > limit;
@@ -329,13 +342,19 @@ fn drift_page(c: &Connection, f: &Filter, after: Option<After>, limit: usize) ->
         // The last page: every row stored up to the newest was looked at, matched or not, and
         // a row stored later has a higher id.
         _ => {
-            let newest: Option<i64> = tx.query_row("SELECT max(id) FROM mutations", [], |r| r.get(0)).map_err(sql_error)?;
+            let newest: Option<i64> =
+                tx.query_row("SELECT max(id) FROM mutations", [], |r| r.get(0)).map_err(sql_error)?;
             (None, newest.unwrap_or(0).max(after))
         }
     };
     let read = rows.len();
     let events: Vec<_> = rows.into_iter().filter_map(|(_, event)| event).collect();
-    Ok(Page { unreadable: (read - events.len()) as u64, events, next: next.map(|id| format!("s{id}")), cursor: format!("s{end}") })
+    Ok(Page {
+        unreadable: (read - events.len()) as u64,
+        events,
+        next: next.map(|id| format!("s{id}")),
+        cursor: format!("s{end}"),
+    })
 }
 
 #[cfg(test)]
@@ -405,9 +424,15 @@ mod tests {
         let c = stored(&[10, 20, 30]);
         c.execute("UPDATE mutations SET class = 'expected' WHERE id = 3", []).unwrap();
         let first = drift_page(&c, &f, None, 1).unwrap();
-        assert_eq!((times(&first), first.next.as_deref(), first.cursor.as_str()), (vec![r#"{"t":10}"#.to_string()], Some("s1"), "s1"));
+        assert_eq!(
+            (times(&first), first.next.as_deref(), first.cursor.as_str()),
+            (vec![r#"{"t":10}"#.to_string()], Some("s1"), "s1")
+        );
         let second = drift_page(&c, &f, After::parse("s1"), 1).unwrap();
-        assert_eq!((times(&second), second.next.as_deref(), second.cursor.as_str()), (vec![r#"{"t":20}"#.to_string()], None, "s3"));
+        assert_eq!(
+            (times(&second), second.next.as_deref(), second.cursor.as_str()),
+            (vec![r#"{"t":20}"#.to_string()], None, "s3")
+        );
         let empty = stored(&[]);
         let empty = drift_page(&empty, &f, None, 1).unwrap();
         assert_eq!((empty.events.len(), empty.next, empty.cursor), (0, None, "s0".to_string()));
@@ -455,7 +480,9 @@ mod tests {
     fn kinds_filter_by_name_and_group() {
         let c = Connection::open_in_memory().unwrap();
         c.execute_batch(crate::history::schema::SQL).unwrap();
-        for (i, (av, kind)) in [("apps/v1", "Deployment"), ("example.com/v1", "Deployment"), ("v1", "Pod")].iter().enumerate() {
+        for (i, (av, kind)) in
+            [("apps/v1", "Deployment"), ("example.com/v1", "Deployment"), ("v1", "Pod")].iter().enumerate()
+        {
             c.execute(
                 "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', ?1, ?2, ?3, 'ns', 'web', 1, 2)",
                 rusqlite::params![format!("u{i}"), av, kind],

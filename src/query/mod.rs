@@ -92,7 +92,8 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// Every endpoint: the closed set of the `route` label.
-    pub const ALL: [Endpoint; 5] = [Endpoint::Verdict, Endpoint::Objects, Endpoint::Drift, Endpoint::Why, Endpoint::Other];
+    pub const ALL: [Endpoint; 5] =
+        [Endpoint::Verdict, Endpoint::Objects, Endpoint::Drift, Endpoint::Why, Endpoint::Other];
 
     /// The route of a request's path, as [`router`] routes it.
     fn of(path: &str) -> Endpoint {
@@ -163,7 +164,9 @@ impl ApiError {
     fn body(&self) -> serde_json::Value {
         match self {
             ApiError::Unauthorized => serde_json::json!({"error": "missing or wrong bearer token"}),
-            ApiError::Ambiguous { message, candidates } => serde_json::json!({"error": message, "candidates": candidates}),
+            ApiError::Ambiguous { message, candidates } => {
+                serde_json::json!({"error": message, "candidates": candidates})
+            }
             ApiError::BadRequest(m)
             | ApiError::NotFound(m)
             | ApiError::MethodNotAllowed(m)
@@ -189,7 +192,8 @@ impl QueryState {
     /// most `max_concurrent_reads` of them reading at once (at least one).
     pub fn new(ctx: Context, token: Option<String>, max_concurrent_reads: usize) -> Arc<QueryState> {
         let history = ctx.history.clone().map(history::Store::new);
-        ctx.metrics.query_series(Endpoint::ALL.map(Endpoint::as_str), [Endpoint::Drift, Endpoint::Why].map(Endpoint::as_str));
+        ctx.metrics
+            .query_series(Endpoint::ALL.map(Endpoint::as_str), [Endpoint::Drift, Endpoint::Why].map(Endpoint::as_str));
         Arc::new(QueryState { ctx, token, reads: Semaphore::new(max_concurrent_reads.max(1)), history })
     }
 
@@ -227,8 +231,13 @@ impl QueryState {
     }
 
     /// Runs `f` on a blocking thread (SQLite reads, scans of the live state).
-    async fn blocking<T: Send + 'static>(self: Arc<Self>, f: impl FnOnce(&QueryState) -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
-        tokio::task::spawn_blocking(move || f(&self)).await.map_err(|e| ApiError::Internal(format!("the request failed inside kausality-stream: {e}")))?
+    async fn blocking<T: Send + 'static>(
+        self: Arc<Self>,
+        f: impl FnOnce(&QueryState) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        tokio::task::spawn_blocking(move || f(&self))
+            .await
+            .map_err(|e| ApiError::Internal(format!("the request failed inside kausality-stream: {e}")))?
     }
 
     fn history(&self) -> Result<&history::Store, ApiError> {
@@ -274,16 +283,25 @@ async fn gate(State(s): State<Arc<QueryState>>, req: Request, next: Next) -> Res
 
 async fn not_found(State(s): State<Arc<QueryState>>, uri: Uri) -> Response {
     let path = uri.path().to_string();
-    s.serve(
-        Endpoint::Other,
-        |_| async move { Err(ApiError::NotFound(format!("no route {path}; the API serves GET /v1/verdict, /v1/objects, /v1/drift, /v1/why"))) },
-    )
+    s.serve(Endpoint::Other, |_| async move {
+        Err(ApiError::NotFound(format!(
+            "no route {path}; the API serves GET /v1/verdict, /v1/objects, /v1/drift, /v1/why"
+        )))
+    })
     .await
 }
 
 /// Binds the listener and serves until `shutdown`.
-pub async fn start(cfg: &QueryConfig, ctx: Context, shutdown: watch::Receiver<bool>, grace: Duration) -> Result<Running, Error> {
-    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| Error::Token { path, source }).await?;
+pub async fn start(
+    cfg: &QueryConfig,
+    ctx: Context,
+    shutdown: watch::Receiver<bool>,
+    grace: Duration,
+) -> Result<Running, Error> {
+    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| {
+        Error::Token { path, source }
+    })
+    .await?;
     let metrics = ctx.metrics.clone();
     let history = ctx.history.as_ref().map(|p| p.display().to_string());
     let state = QueryState::new(ctx, opened.token.take(), cfg.max_concurrent_reads);

@@ -22,7 +22,10 @@ impl Params {
         let mut map = BTreeMap::new();
         for (k, v) in form_urlencoded::parse(query.unwrap_or("").as_bytes()) {
             if !allowed.contains(&&*k) {
-                return Err(ApiError::BadRequest(format!("unknown parameter {k:?}; this route takes {}", allowed.join(", "))));
+                return Err(ApiError::BadRequest(format!(
+                    "unknown parameter {k:?}; this route takes {}",
+                    allowed.join(", ")
+                )));
             }
             if map.insert(k.to_string(), v.to_string()).is_some() {
                 return Err(ApiError::BadRequest(format!("parameter {k:?} is given twice")));
@@ -58,11 +61,9 @@ impl Params {
     pub(super) fn limit(&self) -> Result<usize, ApiError> {
         match self.get("limit") {
             None => Ok(DEFAULT_LIMIT),
-            Some(l) => l
-                .parse::<usize>()
-                .ok()
-                .filter(|n| (1..=MAX_LIMIT).contains(n))
-                .ok_or_else(|| ApiError::BadRequest(format!("limit={l:?} must be a whole number from 1 to {MAX_LIMIT}"))),
+            Some(l) => l.parse::<usize>().ok().filter(|n| (1..=MAX_LIMIT).contains(n)).ok_or_else(|| {
+                ApiError::BadRequest(format!("limit={l:?} must be a whole number from 1 to {MAX_LIMIT}"))
+            }),
         }
     }
 
@@ -79,7 +80,9 @@ impl Params {
     /// One of `options`.
     pub(super) fn one_of<'a>(&'a self, name: &str, options: &[&str]) -> Result<Option<&'a str>, ApiError> {
         match self.get(name) {
-            Some(v) if !options.contains(&v) => Err(ApiError::BadRequest(format!("{name}={v:?} must be one of {}", options.join(", ")))),
+            Some(v) if !options.contains(&v) => {
+                Err(ApiError::BadRequest(format!("{name}={v:?} must be one of {}", options.join(", "))))
+            }
             v => Ok(v),
         }
     }
@@ -108,9 +111,15 @@ mod tests {
         assert_eq!(p.time("since").unwrap(), Some(1_714_557_600_000_000));
         assert_eq!((p.limit().unwrap(), p.flag("flag").unwrap()), (5, Some(true)));
         assert_eq!(Params::parse(None, &[]).unwrap().limit().unwrap(), DEFAULT_LIMIT);
-        assert!(bad(Params::parse(Some("usr=x"), &["user"])).contains("unknown parameter \"usr\"; this route takes user"));
+        assert!(
+            bad(Params::parse(Some("usr=x"), &["user"])).contains("unknown parameter \"usr\"; this route takes user")
+        );
         assert!(bad(Params::parse(Some("user=a&user=b"), &["user"])).contains("given twice"));
-        let p = Params::parse(Some("since=yesterday&limit=0&l2=1001&flag=yes&class=weird"), &["since", "limit", "l2", "flag", "class"]).unwrap();
+        let p = Params::parse(
+            Some("since=yesterday&limit=0&l2=1001&flag=yes&class=weird"),
+            &["since", "limit", "l2", "flag", "class"],
+        )
+        .unwrap();
         assert!(bad(p.time("since")).contains("not an RFC 3339 time"));
         assert!(bad(p.limit()).contains("from 1 to 1000"));
         assert!(bad(p.flag("flag")).contains("true or false"));

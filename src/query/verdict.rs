@@ -12,7 +12,17 @@ use super::{ApiError, Endpoint, QueryState};
 use crate::classify::{ChildQuery, ParentRef, Verdict, VerdictError, VerdictQuery};
 use crate::decode::time::format_rfc3339_micros;
 
-const PARAMS: &[&str] = &["cluster", "parentUid", "parentKind", "namespace", "parentName", "user", "childKind", "childName", "childNamespace"];
+const PARAMS: &[&str] = &[
+    "cluster",
+    "parentUid",
+    "parentKind",
+    "namespace",
+    "parentName",
+    "user",
+    "childKind",
+    "childName",
+    "childNamespace",
+];
 
 /// How current the state behind a verdict is.
 #[derive(Debug, Serialize)]
@@ -60,12 +70,24 @@ impl Asked {
         let named = (p.get("parentKind"), p.get("parentName"));
         let parent = match (&parent_uid, named) {
             (Some(_), (None, None)) => None,
-            (Some(_), _) => return Err(ApiError::BadRequest("give parentUid, or parentKind, namespace and parentName, not both".into())),
-            (None, (Some(kind), Some(name))) => Some((kind.to_string(), p.get_raw("namespace").unwrap_or("").to_string(), name.to_string())),
-            (None, _) => return Err(ApiError::BadRequest("a parent is required: parentUid, or parentKind, namespace and parentName".into())),
+            (Some(_), _) => {
+                return Err(ApiError::BadRequest(
+                    "give parentUid, or parentKind, namespace and parentName, not both".into(),
+                ))
+            }
+            (None, (Some(kind), Some(name))) => {
+                Some((kind.to_string(), p.get_raw("namespace").unwrap_or("").to_string(), name.to_string()))
+            }
+            (None, _) => {
+                return Err(ApiError::BadRequest(
+                    "a parent is required: parentUid, or parentKind, namespace and parentName".into(),
+                ))
+            }
         };
         let child = match (p.get("childKind"), p.get("childName")) {
-            (Some(kind), name) => Some((kind.to_string(), name.map(str::to_string), p.get_raw("childNamespace").map(str::to_string))),
+            (Some(kind), name) => {
+                Some((kind.to_string(), name.map(str::to_string), p.get_raw("childNamespace").map(str::to_string)))
+            }
             (None, Some(_)) => return Err(ApiError::BadRequest("childName needs childKind".into())),
             (None, None) => None,
         };
@@ -79,12 +101,18 @@ fn answer(s: &QueryState, a: &Asked) -> Result<String, ApiError> {
         (None, Some((kind, namespace, name))) => ParentRef::Named { kind, namespace, name },
         (None, None) => return Err(ApiError::BadRequest("a parent is required".into())),
     };
-    let child = a.child.as_ref().map(|(kind, name, namespace)| ChildQuery { kind, name: name.as_deref(), namespace: namespace.as_deref() });
+    let child = a.child.as_ref().map(|(kind, name, namespace)| ChildQuery {
+        kind,
+        name: name.as_deref(),
+        namespace: namespace.as_deref(),
+    });
     let now = crate::shell::now_us();
     let q = VerdictQuery { cluster: &a.cluster, parent, user: &a.user, child, now_us: now };
     let verdict = s.ctx.engine.verdict(&q).map_err(|e| match e {
         VerdictError::NotFound(m) => ApiError::NotFound(m),
-        VerdictError::Ambiguous { message, candidates } => ApiError::Ambiguous { message, candidates: serde_json::to_value(candidates).unwrap_or_default() },
+        VerdictError::Ambiguous { message, candidates } => {
+            ApiError::Ambiguous { message, candidates: serde_json::to_value(candidates).unwrap_or_default() }
+        }
     })?;
     let freshness = freshness(&s.ctx.freshness, &a.cluster, now);
     serde_json::to_string(&Answer { verdict, freshness }).map_err(|e| ApiError::Internal(e.to_string()))

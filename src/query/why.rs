@@ -43,7 +43,10 @@ fn writes_limit(p: &Params) -> Result<usize, ApiError> {
     match p.get("limit") {
         None => Ok(story::DEFAULT_WRITES),
         Some(l) => l.parse::<usize>().ok().filter(|n| (1..=story::MAX_WRITES).contains(n)).ok_or_else(|| {
-            ApiError::BadRequest(format!("limit={l:?} must be a whole number from 1 to {}: the most writes one answer tells", story::MAX_WRITES))
+            ApiError::BadRequest(format!(
+                "limit={l:?} must be a whole number from 1 to {}: the most writes one answer tells",
+                story::MAX_WRITES
+            ))
         }),
     }
 }
@@ -53,7 +56,9 @@ fn answer_error(c: &rusqlite::Connection, q: &StoryQuery, e: StoryError) -> ApiE
     let message = story::explain(c, q, &e);
     match e {
         StoryError::NotFound => ApiError::NotFound(message),
-        StoryError::Ambiguous(candidates) => ApiError::Ambiguous { message, candidates: serde_json::to_value(candidates).unwrap_or_default() },
+        StoryError::Ambiguous(candidates) => {
+            ApiError::Ambiguous { message, candidates: serde_json::to_value(candidates).unwrap_or_default() }
+        }
         StoryError::BeforeHistory { .. } => ApiError::Gone(message),
         StoryError::Invalid(_) => ApiError::BadRequest(message),
         StoryError::Store(_) => ApiError::Internal(message),

@@ -48,7 +48,10 @@ fn failed(msg: String) -> io::Error {
 impl HistoryOut {
     pub(super) fn open(path: &Path, retention: Retention) -> io::Result<HistoryOut> {
         let store = Store::open(path, retention).map_err(|e| failed(e.to_string()))?;
-        let shared = Arc::new(Mutex::new(Shared { written: HistoryWritten { path: path.display().to_string(), ..HistoryWritten::default() }, error: None }));
+        let shared = Arc::new(Mutex::new(Shared {
+            written: HistoryWritten { path: path.display().to_string(), ..HistoryWritten::default() },
+            error: None,
+        }));
         let (queue, rx) = sync_channel(16);
         let report_to = shared.clone();
         let report = move |r: Report| {

@@ -156,7 +156,8 @@ pub fn run(opts: &ReplayOptions, out: &mut dyn Write) -> io::Result<Outcome> {
                 }
             }
         };
-        let mut reader = Reader::new(BufReader::with_capacity(1 << 20, input), opts.max_line_bytes, opts.max_document_bytes);
+        let mut reader =
+            Reader::new(BufReader::with_capacity(1 << 20, input), opts.max_line_bytes, opts.max_document_bytes);
         let mut report = IngestReport::default();
         let mut line = Vec::with_capacity(1 << 16);
         let mut lines = Lines::default();

@@ -177,7 +177,8 @@ fn trim(b: &[u8]) -> &[u8] {
 
 /// True when the first line opens a JSON value that does not end on that line.
 fn starts_incomplete_document(line: &[u8]) -> bool {
-    (line[0] == b'{' || line[0] == b'[') && matches!(serde_json::from_slice::<serde::de::IgnoredAny>(line), Err(e) if e.is_eof())
+    (line[0] == b'{' || line[0] == b'[')
+        && matches!(serde_json::from_slice::<serde::de::IgnoredAny>(line), Err(e) if e.is_eof())
 }
 
 #[cfg(test)]
@@ -201,13 +202,17 @@ mod tests {
 
     #[test]
     fn lines_blank_lines_crlf_and_long_lines() {
-        assert_eq!(all(b"{\"a\":1}\r\n\n{\"b\":22222222222222}\n{\"c\":3}", 12), vec!["1:{\"a\":1}", "3:too long 20", "4:{\"c\":3}"]);
+        assert_eq!(
+            all(b"{\"a\":1}\r\n\n{\"b\":22222222222222}\n{\"c\":3}", 12),
+            vec!["1:{\"a\":1}", "3:too long 20", "4:{\"c\":3}"]
+        );
     }
 
     #[test]
     fn pretty_printed_document_is_read_whole() {
         assert_eq!(all(b"{\n \"a\": 1\n}\n", 100), vec!["doc:12"]);
-        let list = b"{\n  \"kind\": \"EventList\",\n  \"items\": [\n    {\n      \"auditID\": \"a\"\n    },\n    {}\n  ]\n}\n";
+        let list =
+            b"{\n  \"kind\": \"EventList\",\n  \"items\": [\n    {\n      \"auditID\": \"a\"\n    },\n    {}\n  ]\n}\n";
         assert_eq!(all(list, 100), vec![format!("doc:{}", list.len())]);
     }
 
@@ -215,7 +220,10 @@ mod tests {
     fn json_lines_whose_first_line_is_cut_are_read_line_by_line() {
         // Rotation cut the first event; what is left of it happens to start with `{`.
         let input = b"{\"username\":\"x\",\"groups\":[\"a\"\n{\"auditID\":\"1\"}\n\n{\"auditID\":\"2\"}\n";
-        assert_eq!(all(input, 100), vec!["1:{\"username\":\"x\",\"groups\":[\"a\"", "2:{\"auditID\":\"1\"}", "4:{\"auditID\":\"2\"}"]);
+        assert_eq!(
+            all(input, 100),
+            vec!["1:{\"username\":\"x\",\"groups\":[\"a\"", "2:{\"auditID\":\"1\"}", "4:{\"auditID\":\"2\"}"]
+        );
         // The lines looked at may be too long or bad themselves: each is still its own record.
         let input = b"[{\"a\":\n{\"b\":22222222222222}\nnot json\n{\"c\":3}\n{\"d\":4}";
         assert_eq!(all(input, 12), vec!["1:[{\"a\":", "2:too long 20", "3:not json", "4:{\"c\":3}", "5:{\"d\":4}"]);

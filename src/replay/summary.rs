@@ -107,14 +107,16 @@ impl Summary {
             let _ = writeln!(s, "  unreadable: {f}");
         }
         let _ = writeln!(s, "  events read    {:>12}", thousands(self.events));
-        let ignored: Vec<(Ignored, u64)> = Ignored::ALL.iter().map(|&r| (r, metrics.ignored_count(r))).filter(|(_, n)| *n > 0).collect();
+        let ignored: Vec<(Ignored, u64)> =
+            Ignored::ALL.iter().map(|&r| (r, metrics.ignored_count(r))).filter(|(_, n)| *n > 0).collect();
         let _ = writeln!(
             s,
             "  ignored        {:>12}   {}",
             thousands(ignored.iter().map(|(_, n)| n).sum()),
             ignored.iter().map(|(r, n)| format!("{} {}", r.as_str(), thousands(*n))).collect::<Vec<_>>().join(" · ")
         );
-        let invalid: Vec<(InvalidReason, u64)> = InvalidReason::ALL.iter().map(|&r| (r, metrics.invalid_count(r))).filter(|(_, n)| *n > 0).collect();
+        let invalid: Vec<(InvalidReason, u64)> =
+            InvalidReason::ALL.iter().map(|&r| (r, metrics.invalid_count(r))).filter(|(_, n)| *n > 0).collect();
         let _ = writeln!(
             s,
             "  invalid        {:>12}   {}",
@@ -143,15 +145,28 @@ impl Summary {
         if !self.drift_policies.is_empty() {
             let mut by: Vec<(&String, &u64)> = self.drift_policies.iter().collect();
             by.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-            let _ = writeln!(s, "  drift resolved by: {}", by.iter().map(|(p, n)| format!("{p} {}", thousands(**n))).collect::<Vec<_>>().join(" · "));
+            let _ = writeln!(
+                s,
+                "  drift resolved by: {}",
+                by.iter().map(|(p, n)| format!("{p} {}", thousands(**n))).collect::<Vec<_>>().join(" · ")
+            );
         }
         if self.reverted_total > 0 {
-            let _ = writeln!(s, "  reverted changes: {} ({} by persons)", thousands(self.reverted_total), thousands(self.reverted_persons));
+            let _ = writeln!(
+                s,
+                "  reverted changes: {} ({} by persons)",
+                thousands(self.reverted_total),
+                thousands(self.reverted_persons)
+            );
             for line in &self.reverted {
                 let _ = writeln!(s, "    {line}");
             }
             if self.reverted_total > self.reverted.len() as u64 {
-                let _ = writeln!(s, "    ... and {} more (the `reverts` of the drift events)", thousands(self.reverted_total - self.reverted.len() as u64));
+                let _ = writeln!(
+                    s,
+                    "    ... and {} more (the `reverts` of the drift events)",
+                    thousands(self.reverted_total - self.reverted.len() as u64)
+                );
             }
         }
         if let Some(h) = &self.history {
@@ -164,7 +179,9 @@ impl Summary {
                 if h.duplicates > 0 { format!(" · {} already there", thousands(h.duplicates)) } else { String::new() }
             );
         }
-        for (title, map) in [("top drifting parents", &self.drift_parents), ("top drifting controllers", &self.drift_controllers)] {
+        for (title, map) in
+            [("top drifting parents", &self.drift_parents), ("top drifting controllers", &self.drift_controllers)]
+        {
             if map.is_empty() {
                 continue;
             }
@@ -188,7 +205,9 @@ fn reverted_line(e: &Enriched, r: &RevertOut) -> String {
             let shown: Vec<String> = fields
                 .iter()
                 .map(|f| {
-                    let v = |x: &Option<Box<serde_json::value::RawValue>>| x.as_ref().map_or("(absent)".to_string(), |r| r.get().to_string());
+                    let v = |x: &Option<Box<serde_json::value::RawValue>>| {
+                        x.as_ref().map_or("(absent)".to_string(), |r| r.get().to_string())
+                    };
                     format!("{} {}→{}", f.path, v(&f.before), v(&f.after))
                 })
                 .collect();
@@ -196,9 +215,16 @@ fn reverted_line(e: &Enriched, r: &RevertOut) -> String {
         }
     };
     // An applier's put-back: whose intent it carried out, at which revision (DESIGN §1.9).
-    let applier = e.parent.as_ref().and_then(|p| p.applier.as_deref().map(|a| (p, a))).map_or_else(String::new, |(p, a)| {
-        format!(" · applier {} of {} {} at revision {}", a.name, p.kind, p.name, a.revision.as_deref().unwrap_or("(none applied yet)"))
-    });
+    let applier =
+        e.parent.as_ref().and_then(|p| p.applier.as_deref().map(|a| (p, a))).map_or_else(String::new, |(p, a)| {
+            format!(
+                " · applier {} of {} {} at revision {}",
+                a.name,
+                p.kind,
+                p.name,
+                a.revision.as_deref().unwrap_or("(none applied yet)")
+            )
+        });
     let fight = if r.fight { " · a fight: it had put back a write of theirs" } else { "" };
     format!(
         "{} {}{} {} {} {ns}{}{fields} · undone by {} ({} of {} {ns}{}){applier}{fight}",

@@ -66,7 +66,13 @@ const KEPT_ERRORS: usize = 10;
 /// on its judged copy's partition is not produced: the judged copy brings the state there.
 /// A Namespace's or an applier's parent's write ([`super::everywhere`]) also gets a state-only copy on each partition
 /// that no other copy reaches, keyed like its judged copy, on that partition explicitly.
-pub fn route_body(body: &[u8], opts: &DecodeOptions, scope: Option<&Scope>, appliers: &Appliers, partitions: i32) -> Routed {
+pub fn route_body(
+    body: &[u8],
+    opts: &DecodeOptions,
+    scope: Option<&Scope>,
+    appliers: &Appliers,
+    partitions: i32,
+) -> Routed {
     let mut out = Routed::default();
     let base = body.as_ptr() as usize;
     decode_body_raw(body, opts, &mut |_, r| {
@@ -87,20 +93,38 @@ pub fn route_body(body: &[u8], opts: &DecodeOptions, scope: Option<&Scope>, appl
         let range = start..start + bytes.len();
         let key = routed.judged.text().into_owned();
         let judged_partition = partition_of(key.as_bytes(), partitions);
-        out.messages.push(Message { range: range.clone(), key, partition: judged_partition, copy: Copy::Judged, judged_partition });
+        out.messages.push(Message {
+            range: range.clone(),
+            key,
+            partition: judged_partition,
+            copy: Copy::Judged,
+            judged_partition,
+        });
         let first = out.messages.len() - 1;
         for k in &routed.state {
             let key = k.text().into_owned();
             let partition = partition_of(key.as_bytes(), partitions);
             if partition != judged_partition {
-                out.messages.push(Message { range: range.clone(), key, partition, copy: Copy::State, judged_partition });
+                out.messages.push(Message {
+                    range: range.clone(),
+                    key,
+                    partition,
+                    copy: Copy::State,
+                    judged_partition,
+                });
             }
         }
         if super::everywhere(&ev, appliers) {
             let key = out.messages[first].key.clone();
             for partition in 0..partitions {
                 if !out.messages[first..].iter().any(|m| m.partition == partition) {
-                    out.messages.push(Message { range: range.clone(), key: key.clone(), partition, copy: Copy::State, judged_partition });
+                    out.messages.push(Message {
+                        range: range.clone(),
+                        key: key.clone(),
+                        partition,
+                        copy: Copy::State,
+                        judged_partition,
+                    });
                 }
             }
         }
@@ -124,7 +148,11 @@ mod tests {
     const DEP: &str = "22222222-2222-2222-2222-222222222222";
 
     fn write(id: &str, uid: &str, owner: Option<&str>, resource: &str) -> String {
-        let owners = owner.map(|o| format!(r#","ownerReferences":[{{"uid":"{o}","controller":true,"kind":"Deployment","name":"d"}}]"#)).unwrap_or_default();
+        let owners = owner
+            .map(|o| {
+                format!(r#","ownerReferences":[{{"uid":"{o}","controller":true,"kind":"Deployment","name":"d"}}]"#)
+            })
+            .unwrap_or_default();
         format!(
             r#"{{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"{id}","stage":"ResponseComplete","verb":"update","requestURI":"/apis/apps/v1/namespaces/ns/{resource}/x","user":{{"username":"u"}},"objectRef":{{"resource":"{resource}","namespace":"ns","name":"x","apiGroup":"apps","apiVersion":"v1"}},"responseStatus":{{"code":200}},"responseObject":{{"kind":"ReplicaSet","apiVersion":"apps/v1","metadata":{{"name":"x","namespace":"ns","uid":"{uid}"{owners}}},"spec":{{}}}}}}"#
         )
@@ -133,8 +161,10 @@ mod tests {
     /// Two UIDs on different partitions of `n`.
     fn apart(n: i32) -> (String, String) {
         let owner = DEP.to_string();
-        let own =
-            (0..).map(|i| format!("00000000-0000-0000-0000-{i:012}")).find(|u| partition_of(u.as_bytes(), n) != partition_of(owner.as_bytes(), n)).unwrap();
+        let own = (0..)
+            .map(|i| format!("00000000-0000-0000-0000-{i:012}"))
+            .find(|u| partition_of(u.as_bytes(), n) != partition_of(owner.as_bytes(), n))
+            .unwrap();
         (owner, own)
     }
 
@@ -142,13 +172,18 @@ mod tests {
     fn every_event_goes_unchanged_with_its_keys_and_partitions() {
         let (owner, own) = apart(8);
         let (a, b) = (write("a", &own, Some(&owner), "replicasets"), write("b", &owner, None, "deployments"));
-        let body = format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{a},{{"kind":"Event"}},{b}]}}"#);
+        let body =
+            format!(r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{a},{{"kind":"Event"}},{b}]}}"#);
         let r = route_body(body.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8);
         assert_eq!((r.report.events, r.report.invalid), (2, 1));
         let texts: Vec<&str> = r.messages.iter().map(|m| &body[m.range.clone()]).collect();
         assert_eq!(texts, [a.as_str(), a.as_str(), b.as_str()]);
         let p = |k: &str| (murmur2(k.as_bytes()) & 0x7fff_ffff) % 8;
-        let expect = [(owner.as_str(), Copy::Judged, p(&owner)), (own.as_str(), Copy::State, p(&owner)), (owner.as_str(), Copy::Judged, p(&owner))];
+        let expect = [
+            (owner.as_str(), Copy::Judged, p(&owner)),
+            (own.as_str(), Copy::State, p(&owner)),
+            (owner.as_str(), Copy::Judged, p(&owner)),
+        ];
         for (m, (key, copy, judged)) in r.messages.iter().zip(expect) {
             assert_eq!((m.key.as_str(), m.copy, m.partition, m.judged_partition), (key, copy, p(key), judged));
         }
@@ -171,7 +206,9 @@ mod tests {
                 r#"{{"kind":"Namespace","apiVersion":"v1","metadata":{{"name":"team","uid":"{NS}","resourceVersion":"9"{ts}}},"spec":{{"finalizers":["kubernetes"]}}}}"#
             )
         };
-        let status = format!(r#"{{"kind":"Status","apiVersion":"v1","status":"Success","details":{{"name":"team","kind":"namespaces","uid":"{NS}"}}}}"#);
+        let status = format!(
+            r#"{{"kind":"Status","apiVersion":"v1","status":"Success","details":{{"name":"team","kind":"namespaces","uid":"{NS}"}}}}"#
+        );
         let writes = [
             namespace("c", "create", None, &obj(false)),
             namespace("d", "delete", None, &obj(true)),
@@ -187,21 +224,40 @@ mod tests {
                 assert_eq!(parts, (0..n).collect::<Vec<_>>(), "{ev}: one message per partition of {n}");
                 for m in &r.messages {
                     assert_eq!((m.key.as_str(), m.judged_partition, &ev[m.range.clone()]), (NS, jp, ev.as_str()));
-                    assert_eq!(m.copy, if m.partition == jp { Copy::Judged } else { Copy::State }, "{ev} on {}", m.partition);
+                    assert_eq!(
+                        m.copy,
+                        if m.partition == jp { Copy::Judged } else { Copy::State },
+                        "{ev} on {}",
+                        m.partition
+                    );
                 }
             }
         }
         // What the classify tier would ignore is not produced at all (a finalize write).
         let finalize = namespace("f", "update", Some("finalize"), &obj(true));
-        assert_eq!(route_body(finalize.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(), 0);
+        assert_eq!(
+            route_body(finalize.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(),
+            0
+        );
         // Another group's `namespaces` is an object like any other; so is any object in a
         // namespace (objectRef.namespace names it, objectRef.resource does not).
         let other = writes[1].replace(r#""apiVersion":"v1"}"#, r#""apiGroup":"example.com","apiVersion":"v1"}"#);
         assert!(other.contains("example.com"));
-        assert_eq!(route_body(other.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(), 1);
+        assert_eq!(
+            route_body(other.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(),
+            1
+        );
         let (owner, own) = apart(8);
         assert_eq!(
-            route_body(write("a", &own, Some(&owner), "replicasets").as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(),
+            route_body(
+                write("a", &own, Some(&owner), "replicasets").as_bytes(),
+                &DecodeOptions::default(),
+                None,
+                &Appliers::default(),
+                8
+            )
+            .messages
+            .len(),
             2
         );
     }
@@ -224,7 +280,10 @@ mod tests {
         let none = Appliers { profiles: Vec::new() };
         assert_eq!(route_body(flux.as_bytes(), &DecodeOptions::default(), None, &none, 8).messages.len(), 1);
         let other = ev("example.com", "kustomizations");
-        assert_eq!(route_body(other.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(), 1);
+        assert_eq!(
+            route_body(other.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(),
+            1
+        );
     }
 
     #[test]
@@ -234,7 +293,10 @@ mod tests {
         // One partition: both keys land together.
         let r = route_body(ev.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 1);
         assert_eq!(r.messages.iter().map(|m| m.copy).collect::<Vec<_>>(), [Copy::Judged]);
-        assert_eq!(route_body(ev.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(), 2);
+        assert_eq!(
+            route_body(ev.as_bytes(), &DecodeOptions::default(), None, &Appliers::default(), 8).messages.len(),
+            2
+        );
     }
 
     #[test]

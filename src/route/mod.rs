@@ -112,9 +112,11 @@ impl Key<'_> {
     pub fn into_owned(self) -> Key<'static> {
         match self {
             Key::Uid(u) => Key::Uid(Cow::Owned(u.into_owned())),
-            Key::Name { resource, namespace, name } => {
-                Key::Name { resource: Cow::Owned(resource.into_owned()), namespace: Cow::Owned(namespace.into_owned()), name: Cow::Owned(name.into_owned()) }
-            }
+            Key::Name { resource, namespace, name } => Key::Name {
+                resource: Cow::Owned(resource.into_owned()),
+                namespace: Cow::Owned(namespace.into_owned()),
+                name: Cow::Owned(name.into_owned()),
+            },
         }
     }
 }
@@ -159,7 +161,9 @@ pub fn route<'a>(ev: &'a AuditEvent<'a>) -> Result<Route<'a>, Skip> {
     let own = |uid: &'a str| Route { judged: Key::Uid(Cow::Borrowed(uid)), state: Vec::new() };
     match (adm.subresource, ev.response_object.as_ref()) {
         (Subresource::Eviction, _) => eviction(ev, oref).ok_or(no_object),
-        (Subresource::Scale, Some(obj)) => nonempty(obj.metadata.uid.as_deref()).or_else(oref_uid).map(own).ok_or(no_object),
+        (Subresource::Scale, Some(obj)) => {
+            nonempty(obj.metadata.uid.as_deref()).or_else(oref_uid).map(own).ok_or(no_object)
+        }
         (_, Some(obj)) if obj.is_list() => list(obj).ok_or(no_object),
         (_, Some(obj)) if obj.is_status() || nonempty(obj.metadata.uid.as_deref()).is_none() => match adm.verb {
             Verb::Delete => match status_details_uid(obj).filter(|u| !u.is_empty()) {
@@ -188,7 +192,9 @@ pub fn everywhere(ev: &AuditEvent<'_>, appliers: &Appliers) -> bool {
     if o.resource.as_deref() == Some("namespaces") && group.is_empty() {
         return true;
     }
-    !group.is_empty() && !appliers.profiles.is_empty() && o.resource.as_deref().is_some_and(|r| is_applier_parent(r, group, appliers))
+    !group.is_empty()
+        && !appliers.profiles.is_empty()
+        && o.resource.as_deref().is_some_and(|r| is_applier_parent(r, group, appliers))
 }
 
 /// Whether `resource` of `group` holds an applier profile's parents: its kind key's group is
@@ -198,7 +204,10 @@ pub fn everywhere(ev: &AuditEvent<'_>, appliers: &Appliers) -> bool {
 fn is_applier_parent(resource: &str, group: &str, appliers: &Appliers) -> bool {
     appliers.profiles.iter().any(|p| {
         p.parent_kind.split_once('.').is_some_and(|(kind, g)| {
-            g == group && resource.len() == kind.len() + 1 && resource.ends_with('s') && resource[..kind.len()].eq_ignore_ascii_case(kind)
+            g == group
+                && resource.len() == kind.len() + 1
+                && resource.ends_with('s')
+                && resource[..kind.len()].eq_ignore_ascii_case(kind)
         })
     })
 }
@@ -251,7 +260,14 @@ fn eviction<'a>(ev: &'a AuditEvent<'a>, oref: Option<&'a ObjectRef<'a>>) -> Opti
     }
     let name = oref.and_then(|o| nonempty(o.name.as_deref()))?;
     let namespace = oref.and_then(|o| o.namespace.as_deref()).unwrap_or("");
-    Some(Route { judged: Key::Name { resource: Cow::Borrowed("pods"), namespace: Cow::Borrowed(namespace), name: Cow::Borrowed(name) }, state: Vec::new() })
+    Some(Route {
+        judged: Key::Name {
+            resource: Cow::Borrowed("pods"),
+            namespace: Cow::Borrowed(namespace),
+            name: Cow::Borrowed(name),
+        },
+        state: Vec::new(),
+    })
 }
 
 /// `deleteOptions.preconditions.uid` of an `Eviction` request body.

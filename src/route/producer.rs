@@ -111,12 +111,28 @@ const QUEUE_WAIT: Duration = Duration::from_secs(1);
 
 impl RouteProducer {
     /// The producer of `cfg`, counting in `metrics` and reporting an unreachable broker in `status`.
-    pub fn new(cfg: &KafkaRouteConfig, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<Arc<RouteProducer>, Error> {
-        let managed =
-            [("enable.idempotence", "true".to_string()), ("acks", "all".to_string()), ("message.timeout.ms", cfg.delivery_timeout.0.as_millis().to_string())];
-        let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &cfg.properties, &managed);
-        let producer: ThreadedProducer<RouteContext> = config.create_with_context(RouteContext).map_err(|e| Error::Kafka(e.to_string()))?;
-        metrics.route_series([Copy::Judged, Copy::State].map(Copy::as_str), crate::route::Unroutable::ALL.map(|r| r.as_str()));
+    pub fn new(
+        cfg: &KafkaRouteConfig,
+        metrics: Arc<Metrics>,
+        status: Arc<Status>,
+    ) -> Result<Arc<RouteProducer>, Error> {
+        let managed = [
+            ("enable.idempotence", "true".to_string()),
+            ("acks", "all".to_string()),
+            ("message.timeout.ms", cfg.delivery_timeout.0.as_millis().to_string()),
+        ];
+        let config = client::client_config(
+            &cfg.brokers,
+            &[("linger.ms", "5"), ("compression.type", "lz4")],
+            &cfg.properties,
+            &managed,
+        );
+        let producer: ThreadedProducer<RouteContext> =
+            config.create_with_context(RouteContext).map_err(|e| Error::Kafka(e.to_string()))?;
+        metrics.route_series(
+            [Copy::Judged, Copy::State].map(Copy::as_str),
+            crate::route::Unroutable::ALL.map(|r| r.as_str()),
+        );
         let this = Arc::new(RouteProducer {
             producer,
             topic: cfg.topic.clone(),
@@ -144,7 +160,12 @@ impl RouteProducer {
             return Ok(());
         }
         let (tx, rx) = oneshot::channel();
-        let flight = Arc::new(Flight { pending: AtomicUsize::new(1), error: Mutex::new(None), failed: AtomicUsize::new(0), done: Mutex::new(Some(tx)) });
+        let flight = Arc::new(Flight {
+            pending: AtomicUsize::new(1),
+            error: Mutex::new(None),
+            failed: AtomicUsize::new(0),
+            done: Mutex::new(Some(tx)),
+        });
         let mut refused = None;
         for m in messages {
             let judged = m.judged_partition.to_string();
@@ -205,7 +226,9 @@ impl RouteProducer {
                     tokio::time::sleep(wait).await;
                     wait = (wait * 2).min(Duration::from_millis(50));
                 }
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => return Err(SendError::QueueFull),
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                    return Err(SendError::QueueFull)
+                }
                 Err((e, _)) => return Err(SendError::Delivery(e.to_string())),
             }
         }
@@ -225,7 +248,12 @@ impl crate::route::Producer for RouteProducer {
         self.partitions.load(Ordering::Acquire)
     }
 
-    fn send<'a>(&'a self, cluster: Option<&'a str>, body: &'a [u8], messages: &'a [Message]) -> crate::route::SendFuture<'a> {
+    fn send<'a>(
+        &'a self,
+        cluster: Option<&'a str>,
+        body: &'a [u8],
+        messages: &'a [Message],
+    ) -> crate::route::SendFuture<'a> {
         Box::pin(async move { self.produce(cluster, body, messages).await.map_err(|e| e.to_string()) })
     }
 }
@@ -245,12 +273,19 @@ fn watch_partitions(producer: std::sync::Weak<RouteProducer>, every: Duration) {
             .client()
             .fetch_metadata(Some(&p.topic), Duration::from_secs(5))
             .map_err(|e| e.to_string())
-            .and_then(|md| md.topics().first().map(|t| (t.partitions().len(), t.error())).ok_or_else(|| "no such topic".to_string()))
+            .and_then(|md| {
+                md.topics()
+                    .first()
+                    .map(|t| (t.partitions().len(), t.error()))
+                    .ok_or_else(|| "no such topic".to_string())
+            })
             .and_then(|(n, err)| match err {
                 None if n > 0 => Ok(n as i32),
                 _ => Err(format!("topic {} has no partitions ({err:?})", p.topic)),
             });
-        p.status.broker_result(found.as_ref().map(|_| ()).map_err(|e| format!("cannot read topic {} from the broker: {e}", p.topic)));
+        p.status.broker_result(
+            found.as_ref().map(|_| ()).map_err(|e| format!("cannot read topic {} from the broker: {e}", p.topic)),
+        );
         let next = match found {
             Ok(n) => {
                 let before = p.partitions.swap(n, Ordering::AcqRel);

@@ -50,7 +50,8 @@ fn owner(uid: &str, controller: Option<bool>) -> Value {
 fn routed(ev: &Value) -> Result<Route<'static>, Skip> {
     let text = ev.to_string();
     let parsed: AuditEvent = serde_json::from_str(&text).unwrap();
-    route(&parsed).map(|r| Route { judged: r.judged.into_owned(), state: r.state.into_iter().map(Key::into_owned).collect() })
+    route(&parsed)
+        .map(|r| Route { judged: r.judged.into_owned(), state: r.state.into_iter().map(Key::into_owned).collect() })
 }
 
 #[test]
@@ -64,26 +65,42 @@ fn an_owned_object_is_judged_at_its_controller_and_kept_at_itself() {
 
 #[test]
 fn an_object_without_a_controller_goes_once_to_its_own_uid() {
-    for owners in [json!([]), json!(null), json!([owner(DEP, None)]), json!([owner(DEP, Some(false)), owner(OTHER, Some(false))])] {
+    for owners in
+        [json!([]), json!(null), json!([owner(DEP, None)]), json!([owner(DEP, Some(false)), owner(OTHER, Some(false))])]
+    {
         let ev = event("update", "deployments", None, Some(object(Some(DEP), owners.clone())));
         assert_eq!(routed(&ev), Ok(Route { judged: uid(DEP), state: vec![] }), "owners {owners}");
     }
     // A controller reference without a UID names nobody.
-    let ev = event("create", "pods", None, Some(object(Some(POD), json!([{"kind": "ReplicaSet", "controller": true, "uid": ""}]))));
+    let ev = event(
+        "create",
+        "pods",
+        None,
+        Some(object(Some(POD), json!([{"kind": "ReplicaSet", "controller": true, "uid": ""}]))),
+    );
     assert_eq!(routed(&ev), Ok(Route { judged: uid(POD), state: vec![] }));
 }
 
 #[test]
 fn the_controller_among_other_owners_and_the_first_of_two_controllers() {
     let mixed = json!([owner(OTHER, Some(false)), owner(DEP, Some(true))]);
-    assert_eq!(routed(&event("patch", "replicasets", None, Some(object(Some(RS), mixed)))), Ok(Route { judged: uid(DEP), state: vec![uid(RS)] }));
+    assert_eq!(
+        routed(&event("patch", "replicasets", None, Some(object(Some(RS), mixed)))),
+        Ok(Route { judged: uid(DEP), state: vec![uid(RS)] })
+    );
     // Two controllers is refused by the API server; an odd event is routed as the classify
     // tier reads it (the first one).
     let two = json!([owner(DEP, Some(true)), owner(OTHER, Some(true))]);
-    assert_eq!(routed(&event("patch", "replicasets", None, Some(object(Some(RS), two)))), Ok(Route { judged: uid(DEP), state: vec![uid(RS)] }));
+    assert_eq!(
+        routed(&event("patch", "replicasets", None, Some(object(Some(RS), two)))),
+        Ok(Route { judged: uid(DEP), state: vec![uid(RS)] })
+    );
     // An object naming itself as its controller: one copy.
     let own = json!([owner(RS, Some(true))]);
-    assert_eq!(routed(&event("patch", "replicasets", None, Some(object(Some(RS), own)))), Ok(Route { judged: uid(RS), state: vec![] }));
+    assert_eq!(
+        routed(&event("patch", "replicasets", None, Some(object(Some(RS), own)))),
+        Ok(Route { judged: uid(RS), state: vec![] })
+    );
 }
 
 #[test]
@@ -102,7 +119,8 @@ fn a_write_whose_answer_has_no_uid_is_not_produced_unless_a_delete_names_one() {
 
 #[test]
 fn a_delete_answered_with_a_status_goes_to_the_uid_it_names() {
-    let status = |details: Value| json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "details": details});
+    let status =
+        |details: Value| json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "details": details});
     let ev = event("delete", "configmaps", None, Some(status(json!({"name": "x", "kind": "configmaps", "uid": POD}))));
     assert_eq!(routed(&ev), Ok(Route { judged: uid(POD), state: vec![] }));
     // No UID in the details: the objectRef's.
@@ -126,7 +144,12 @@ fn a_delete_answered_with_a_status_goes_to_the_uid_it_names() {
 }
 
 fn eviction(request: Value) -> Value {
-    let mut ev = event("create", "pods", Some("eviction"), Some(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})));
+    let mut ev = event(
+        "create",
+        "pods",
+        Some("eviction"),
+        Some(json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 201})),
+    );
     ev["requestObject"] = request;
     ev
 }
@@ -136,11 +159,20 @@ fn an_eviction_goes_to_the_precondition_uid_else_by_namespace_and_name() {
     let body = |opts: Value| json!({"kind": "Eviction", "apiVersion": "policy/v1", "metadata": {"name": "x", "namespace": "ns"}, "deleteOptions": opts});
     let with_uid = eviction(body(json!({"preconditions": {"uid": POD}})));
     assert_eq!(routed(&with_uid), Ok(Route { judged: uid(POD), state: vec![] }));
-    let by_name = Key::Name { resource: Cow::Borrowed("pods"), namespace: Cow::Borrowed("ns"), name: Cow::Borrowed("x") };
-    for request in
-        [body(json!({})), body(json!({"preconditions": {"uid": ""}})), body(json!({"preconditions": {"resourceVersion": "5"}})), json!("odd"), json!(null)]
-    {
-        assert_eq!(routed(&eviction(request.clone())), Ok(Route { judged: by_name.clone(), state: vec![] }), "request {request}");
+    let by_name =
+        Key::Name { resource: Cow::Borrowed("pods"), namespace: Cow::Borrowed("ns"), name: Cow::Borrowed("x") };
+    for request in [
+        body(json!({})),
+        body(json!({"preconditions": {"uid": ""}})),
+        body(json!({"preconditions": {"resourceVersion": "5"}})),
+        json!("odd"),
+        json!(null),
+    ] {
+        assert_eq!(
+            routed(&eviction(request.clone())),
+            Ok(Route { judged: by_name.clone(), state: vec![] }),
+            "request {request}"
+        );
     }
     assert_eq!(by_name.text(), "pods/ns/x");
     // No pod name: nothing to key by.
@@ -160,7 +192,10 @@ fn a_scale_write_goes_to_the_object_itself() {
         }
         json!({"kind": "Scale", "apiVersion": "autoscaling/v1", "metadata": md, "spec": {"replicas": 3}})
     };
-    assert_eq!(routed(&event("update", "replicasets", Some("scale"), Some(scale(Some(RS))))), Ok(Route { judged: uid(RS), state: vec![] }));
+    assert_eq!(
+        routed(&event("update", "replicasets", Some("scale"), Some(scale(Some(RS))))),
+        Ok(Route { judged: uid(RS), state: vec![] })
+    );
     let mut ev = event("patch", "replicasets", Some("scale"), Some(scale(None)));
     assert_eq!(routed(&ev), Err(Skip::Unroutable(Unroutable::NoObject)));
     ev["objectRef"]["uid"] = json!(RS);
@@ -178,18 +213,35 @@ fn a_deletecollection_is_judged_with_its_first_item_and_reaches_every_other_key(
     };
     let list = |items: Vec<Value>| json!({"kind": "PodList", "apiVersion": "v1", "metadata": {"resourceVersion": "9"}, "items": items});
     // Two pods of one ReplicaSet: judged there, kept at each pod.
-    let same = list(vec![item(Some(POD), json!([owner(RS, Some(true))])), item(Some(OTHER), json!([owner(RS, Some(true))]))]);
-    assert_eq!(routed(&event("deletecollection", "pods", None, Some(same))), Ok(Route { judged: uid(RS), state: vec![uid(POD), uid(OTHER)] }));
+    let same =
+        list(vec![item(Some(POD), json!([owner(RS, Some(true))])), item(Some(OTHER), json!([owner(RS, Some(true))]))]);
+    assert_eq!(
+        routed(&event("deletecollection", "pods", None, Some(same))),
+        Ok(Route { judged: uid(RS), state: vec![uid(POD), uid(OTHER)] })
+    );
     // Items of two controllers, one without any, one without a UID (skipped).
-    let mixed = list(vec![item(Some(POD), json!([])), item(None, json!([owner(DEP, Some(true))])), item(Some(OTHER), json!([owner(DEP, Some(true))]))]);
-    assert_eq!(routed(&event("deletecollection", "pods", None, Some(mixed))), Ok(Route { judged: uid(POD), state: vec![uid(DEP), uid(OTHER)] }));
+    let mixed = list(vec![
+        item(Some(POD), json!([])),
+        item(None, json!([owner(DEP, Some(true))])),
+        item(Some(OTHER), json!([owner(DEP, Some(true))])),
+    ]);
+    assert_eq!(
+        routed(&event("deletecollection", "pods", None, Some(mixed))),
+        Ok(Route { judged: uid(POD), state: vec![uid(DEP), uid(OTHER)] })
+    );
     // Nothing deleted, or nothing with a UID.
     for items in [vec![], vec![item(None, json!([]))]] {
-        assert_eq!(routed(&event("deletecollection", "pods", None, Some(list(items)))), Err(Skip::Unroutable(Unroutable::NoObject)));
+        assert_eq!(
+            routed(&event("deletecollection", "pods", None, Some(list(items)))),
+            Err(Skip::Unroutable(Unroutable::NoObject))
+        );
     }
     // Items that are not objects: the list cannot be read.
     let odd = json!({"kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": [1, 2]});
-    assert_eq!(routed(&event("deletecollection", "pods", None, Some(odd))), Err(Skip::Unroutable(Unroutable::NoObject)));
+    assert_eq!(
+        routed(&event("deletecollection", "pods", None, Some(odd))),
+        Err(Skip::Unroutable(Unroutable::NoObject))
+    );
 }
 
 #[test]

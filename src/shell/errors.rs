@@ -66,7 +66,9 @@ impl<'a> Errors<'a> {
         let at = at.or_else(|| {
             self.anchors
                 .iter()
-                .filter(|(k, _)| key.starts_with(k.as_str()) && key[k.len()..].chars().next().is_none_or(|c| c == '.' || c == '['))
+                .filter(|(k, _)| {
+                    key.starts_with(k.as_str()) && key[k.len()..].chars().next().is_none_or(|c| c == '.' || c == '[')
+                })
                 .max_by_key(|(k, _)| k.len())
                 .map(|(_, o)| *o)
         });
@@ -95,7 +97,12 @@ impl<'a> Errors<'a> {
 }
 
 /// Checks a listener's TLS files and bearer token file (the webhook's, the query API's).
-pub fn check_credentials(errors: &mut Errors<'_>, key: &str, tls: Option<&crate::listen::TlsConfig>, token: Option<&Path>) {
+pub fn check_credentials(
+    errors: &mut Errors<'_>,
+    key: &str,
+    tls: Option<&crate::listen::TlsConfig>,
+    token: Option<&Path>,
+) {
     if let Some(tls) = tls {
         check_file(errors, &format!("{key}.tls.cert"), &tls.cert);
         check_file(errors, &format!("{key}.tls.key"), &tls.key);
@@ -105,9 +112,13 @@ pub fn check_credentials(errors: &mut Errors<'_>, key: &str, tls: Option<&crate:
     }
     if let Some(t) = token {
         match std::fs::read_to_string(t) {
-            Ok(s) if s.trim().is_empty() => errors.push(format!("{key}.bearer_token_file"), None, format!("{} is empty", t.display())),
+            Ok(s) if s.trim().is_empty() => {
+                errors.push(format!("{key}.bearer_token_file"), None, format!("{} is empty", t.display()))
+            }
             Ok(_) => {}
-            Err(e) => errors.push(format!("{key}.bearer_token_file"), None, format!("cannot read {}: {e}", t.display())),
+            Err(e) => {
+                errors.push(format!("{key}.bearer_token_file"), None, format!("cannot read {}: {e}", t.display()))
+            }
         }
     }
 }

@@ -35,7 +35,14 @@ pub struct UnknownParentsConfig {
 
 impl Default for UnknownParentsConfig {
     fn default() -> Self {
-        UnknownParentsConfig { fetch: false, kubeconfig: None, cluster: None, rate: 10.0, cache_size: 10_000, retry_after: Span::secs(600) }
+        UnknownParentsConfig {
+            fetch: false,
+            kubeconfig: None,
+            cluster: None,
+            rate: 10.0,
+            cache_size: 10_000,
+            retry_after: Span::secs(600),
+        }
     }
 }
 

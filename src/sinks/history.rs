@@ -67,7 +67,11 @@ impl HistoryConfig {
     /// Records in `errors` what is wrong with it, under `key`.
     pub fn check(&self, key: &str, errors: &mut Errors<'_>) {
         if self.path.is_empty() || self.path == "-" {
-            errors.push(format!("{key}.path"), None, "must be a file path (the SQLite database), e.g. \"kausality-history.db\"");
+            errors.push(
+                format!("{key}.path"),
+                None,
+                "must be a file path (the SQLite database), e.g. \"kausality-history.db\"",
+            );
         } else {
             let parent = Path::new(&self.path).parent().filter(|p| !p.as_os_str().is_empty());
             if parent.is_some_and(|d| !d.is_dir()) {
@@ -75,10 +79,18 @@ impl HistoryConfig {
             }
         }
         if self.max_bytes != 0 && self.max_bytes < MIN_BYTES {
-            errors.push(format!("{key}.max_bytes"), None, format!("{} is too small: 0 (no limit) or at least {MIN_BYTES} (1 MiB)", self.max_bytes));
+            errors.push(
+                format!("{key}.max_bytes"),
+                None,
+                format!("{} is too small: 0 (no limit) or at least {MIN_BYTES} (1 MiB)", self.max_bytes),
+            );
         }
         if !self.max_age.0.is_zero() && self.max_age.0 < MIN_AGE {
-            errors.push(format!("{key}.max_age"), None, format!("{} is too short: 0 (keep whatever the age) or at least 1m", self.max_age));
+            errors.push(
+                format!("{key}.max_age"),
+                None,
+                format!("{} is too short: 0 (keep whatever the age) or at least 1m", self.max_age),
+            );
         }
     }
 
@@ -89,8 +101,14 @@ impl HistoryConfig {
 }
 
 /// Opens the store (an error names the file and what SQLite said) and starts its writer.
-pub fn spawn(cfg: HistoryConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<JoinHandle<()>, Error> {
-    let store = Store::open_checked(Path::new(&cfg.path), cfg.retention(), cfg.on_damaged).map_err(|e| Error::History(e.to_string()))?;
+pub fn spawn(
+    cfg: HistoryConfig,
+    rx: mpsc::Receiver<Events>,
+    metrics: Arc<Metrics>,
+    status: Arc<Status>,
+) -> Result<JoinHandle<()>, Error> {
+    let store = Store::open_checked(Path::new(&cfg.path), cfg.retention(), cfg.on_damaged)
+        .map_err(|e| Error::History(e.to_string()))?;
     metrics.history_bytes(store.disk_bytes());
     let (delivered, failed) = metrics.sink_counters(Sink::History);
     let name = format!("history {}", cfg.path);
@@ -125,7 +143,8 @@ pub fn spawn(cfg: HistoryConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metric
             }
         }
     };
-    writer::spawn(store, rx, WriterOptions::default(), report).map_err(|e| Error::History(format!("cannot start the writer thread: {e}")))?;
+    writer::spawn(store, rx, WriterOptions::default(), report)
+        .map_err(|e| Error::History(format!("cannot start the writer thread: {e}")))?;
     Ok(tokio::spawn(async move {
         let _ = end.await;
     }))

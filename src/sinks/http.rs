@@ -89,17 +89,27 @@ const MAX_BACKOFF: Duration = Duration::from_secs(10);
 
 /// POSTs a JSON body, retrying transient failures; returns the last response body on success
 /// or why it failed for good.
-pub async fn post_json(client: &reqwest::Client, url: &str, body: Vec<u8>, max_retries: u32) -> Result<Vec<u8>, String> {
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: &str,
+    body: Vec<u8>,
+    max_retries: u32,
+) -> Result<Vec<u8>, String> {
     let body = bytes_of(body);
     let mut backoff = FIRST_BACKOFF;
     let mut attempt = 0;
     loop {
-        let result = client.post(url).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.clone()).send().await;
+        let result =
+            client.post(url).header(reqwest::header::CONTENT_TYPE, "application/json").body(body.clone()).send().await;
         let (retry, why) = match result {
-            Ok(resp) if resp.status().is_success() => return Ok(resp.bytes().await.map(|b| b.to_vec()).unwrap_or_default()),
+            Ok(resp) if resp.status().is_success() => {
+                return Ok(resp.bytes().await.map(|b| b.to_vec()).unwrap_or_default())
+            }
             Ok(resp) => {
                 let status = resp.status();
-                let retry = status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::REQUEST_TIMEOUT;
+                let retry = status.is_server_error()
+                    || status == StatusCode::TOO_MANY_REQUESTS
+                    || status == StatusCode::REQUEST_TIMEOUT;
                 let text = resp.text().await.unwrap_or_default();
                 (retry, format!("{url} answered {status}: {}", text.chars().take(200).collect::<String>()))
             }
@@ -162,7 +172,13 @@ pub fn spawn(cfg: HttpConfig, mut rx: mpsc::Receiver<Events>, metrics: Arc<Metri
     }))
 }
 
-async fn send(client: &reqwest::Client, cfg: &HttpConfig, batch: &mut JsonArray, delivered: &prometheus::IntCounter, failed: &prometheus::IntCounter) {
+async fn send(
+    client: &reqwest::Client,
+    cfg: &HttpConfig,
+    batch: &mut JsonArray,
+    delivered: &prometheus::IntCounter,
+    failed: &prometheus::IntCounter,
+) {
     if batch.len == 0 {
         return;
     }

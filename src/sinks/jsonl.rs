@@ -140,7 +140,12 @@ const RETRY_AFTER_STOP: Duration = Duration::from_secs(5);
 /// no new batch meanwhile, so its queue fills and the processor waits (with a Kafka source,
 /// the offsets of what it holds are not committed); it reports itself in the [`Status`], so
 /// the webhook answers 503 + `Retry-After` and `/readyz` is not ready until it writes again.
-pub fn spawn(cfg: JsonlConfig, mut rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>, status: Arc<Status>) -> Result<JoinHandle<()>, Error> {
+pub fn spawn(
+    cfg: JsonlConfig,
+    mut rx: mpsc::Receiver<Events>,
+    metrics: Arc<Metrics>,
+    status: Arc<Status>,
+) -> Result<JoinHandle<()>, Error> {
     let mut out = Out::open(&cfg).map_err(|source| Error::Open { path: cfg.path.clone(), source })?;
     let (delivered, failed) = metrics.sink_counters(Sink::Jsonl);
     let name = format!("jsonl {}", cfg.path);

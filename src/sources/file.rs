@@ -48,7 +48,11 @@ impl FileConfig {
 }
 
 /// Replays the file on a blocking thread; returns what the processor made of it.
-pub fn spawn(cfg: FileConfig, queue: mpsc::Sender<Batch>, metrics: Arc<Metrics>) -> tokio::task::JoinHandle<IngestReport> {
+pub fn spawn(
+    cfg: FileConfig,
+    queue: mpsc::Sender<Batch>,
+    metrics: Arc<Metrics>,
+) -> tokio::task::JoinHandle<IngestReport> {
     tokio::task::spawn_blocking(move || {
         let name = cfg.path.display().to_string();
         let mut total = IngestReport::default();
@@ -64,8 +68,15 @@ pub fn spawn(cfg: FileConfig, queue: mpsc::Sender<Batch>, metrics: Arc<Metrics>)
         let mut line = Vec::with_capacity(1 << 16);
         let send = |body: Vec<u8>, total: &mut IngestReport| -> bool {
             let (ack, acked) = oneshot::channel();
-            let batch =
-                Batch { cluster: cfg.cluster.clone(), body: Body::Raw(body), source: "file", ack: Some(ack), done: None, unwrap: None, received_us: None };
+            let batch = Batch {
+                cluster: cfg.cluster.clone(),
+                body: Body::Raw(body),
+                source: "file",
+                ack: Some(ack),
+                done: None,
+                unwrap: None,
+                received_us: None,
+            };
             if queue.blocking_send(batch).is_err() {
                 return false;
             }

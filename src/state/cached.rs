@@ -84,7 +84,13 @@ impl fmt::Display for Refused {
 /// Whether the snapshot's state of a partition (taken from the changelog `topic` of
 /// `partitions` partitions at `taken_us`, at `position`) can be loaded and the changelog read
 /// on from `position`; `Ok(position)` when it can.
-pub(super) fn check(topic: &str, partitions: i32, taken_us: i64, position: Option<i64>, live: &Live<'_>) -> Result<i64, Refused> {
+pub(super) fn check(
+    topic: &str,
+    partitions: i32,
+    taken_us: i64,
+    position: Option<i64>,
+    live: &Live<'_>,
+) -> Result<i64, Refused> {
     let Some(position) = position else { return Err(Refused::NotHeld) };
     if topic != live.topic || partitions != live.partitions {
         return Err(Refused::OtherChangelog { topic: topic.to_string(), partitions });
@@ -126,7 +132,8 @@ impl Cached {
     /// of a partition without a position are left out.
     /// `pin`: taken before the snapshot was read, kept as long as the cache.
     pub fn new(mark: ChangelogMark, objects: Vec<(ObjKey, ObjectState, Parts)>, pin: Option<Pin>) -> Cached {
-        let mut slices: HashMap<i32, Slice> = mark.positions.iter().map(|&(p, position)| (p, Slice { position, states: Vec::new() })).collect();
+        let mut slices: HashMap<i32, Slice> =
+            mark.positions.iter().map(|&(p, position)| (p, Slice { position, states: Vec::new() })).collect();
         for (key, state, parts) in objects {
             let mut held: Vec<i32> = parts.iter().filter(|p| slices.contains_key(p)).collect();
             let Some(last) = held.pop() else { continue };
@@ -180,7 +187,16 @@ impl Cached {
                 parts.push(Parts::one(*p));
             }
         }
-        (ChangelogMark { topic: self.topic.clone(), partitions: self.partitions, taken_us: self.taken_us, positions }, objects, parts)
+        (
+            ChangelogMark {
+                topic: self.topic.clone(),
+                partitions: self.partitions,
+                taken_us: self.taken_us,
+                positions,
+            },
+            objects,
+            parts,
+        )
     }
 }
 
@@ -202,14 +218,35 @@ mod tests {
         assert_eq!(check("state", 6, taken, Some(50), &live(50)), Ok(50), "at the end: nothing to read");
         assert_eq!(check("state", 6, taken, Some(30), &live(50)), Ok(30));
         assert_eq!(check("state", 6, taken, None, &live(50)), Err(Refused::NotHeld));
-        assert_eq!(check("other", 6, taken, Some(30), &live(50)), Err(Refused::OtherChangelog { topic: "other".into(), partitions: 6 }));
-        assert_eq!(check("state", 3, taken, Some(30), &live(50)), Err(Refused::OtherChangelog { topic: "state".into(), partitions: 3 }));
-        assert_eq!(check("state", 6, taken, Some(51), &live(50)), Err(Refused::PastEnd { position: 51, end: 50 }), "a topic created again");
-        assert_eq!(check("state", 6, taken, Some(30), &live(0)), Err(Refused::PastEnd { position: 30, end: 0 }), "an empty one");
+        assert_eq!(
+            check("other", 6, taken, Some(30), &live(50)),
+            Err(Refused::OtherChangelog { topic: "other".into(), partitions: 6 })
+        );
+        assert_eq!(
+            check("state", 3, taken, Some(30), &live(50)),
+            Err(Refused::OtherChangelog { topic: "state".into(), partitions: 3 })
+        );
+        assert_eq!(
+            check("state", 6, taken, Some(51), &live(50)),
+            Err(Refused::PastEnd { position: 51, end: 50 }),
+            "a topic created again"
+        );
+        assert_eq!(
+            check("state", 6, taken, Some(30), &live(0)),
+            Err(Refused::PastEnd { position: 30, end: 0 }),
+            "an empty one"
+        );
         assert_eq!(check("state", 6, taken, Some(9), &live(50)), Err(Refused::BeforeStart { position: 9, start: 10 }));
         let old = -20 * HOUR_US;
-        assert_eq!(check("state", 6, old, Some(30), &live(50)), Err(Refused::TooOld { age_s: 25 * 3600, kept_s: 24 * 3600 }));
-        assert_eq!(check("state", 6, 5 * HOUR_US + 1, Some(30), &live(50)), Ok(30), "a clock a little behind the writer's is no age");
+        assert_eq!(
+            check("state", 6, old, Some(30), &live(50)),
+            Err(Refused::TooOld { age_s: 25 * 3600, kept_s: 24 * 3600 })
+        );
+        assert_eq!(
+            check("state", 6, 5 * HOUR_US + 1, Some(30), &live(50)),
+            Ok(30),
+            "a clock a little behind the writer's is no age"
+        );
         let labels: Vec<&str> = [
             Refused::NotHeld,
             Refused::OtherChangelog { topic: String::new(), partitions: 0 },
@@ -228,20 +265,34 @@ mod tests {
     fn each_partition_gets_its_objects_once_and_one_without_a_position_none() {
         let interner = Interner::new();
         let state = |rv: u64| {
-            let mut s = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("ns"));
+            let mut s =
+                ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("ns"));
             s.last_resource_version = rv;
             s
         };
         let key = |uid: u128| ObjKey::new(interner.intern("c"), uid);
-        let mark = ChangelogMark { topic: "state".into(), partitions: 6, taken_us: 4 * HOUR_US, positions: vec![(1, 20), (4, 30)] };
+        let mark = ChangelogMark {
+            topic: "state".into(),
+            partitions: 6,
+            taken_us: 4 * HOUR_US,
+            positions: vec![(1, 20), (4, 30)],
+        };
         // 1 on 1; 2 on 1 and 4; 3 on 5 (no position: left out).
-        let objects = vec![(key(1), state(1), Parts::one(1)), (key(2), state(2), Parts::Two([1, 4])), (key(3), state(3), Parts::one(5))];
+        let objects = vec![
+            (key(1), state(1), Parts::one(1)),
+            (key(2), state(2), Parts::Two([1, 4])),
+            (key(3), state(3), Parts::one(5)),
+        ];
         let mut cached = Cached::new(mark, objects, None);
-        assert_eq!((cached.partitions(), cached.states(), cached.topic(), cached.partition_count()), (vec![1, 4], 3, "state", 6));
+        assert_eq!(
+            (cached.partitions(), cached.states(), cached.topic(), cached.partition_count()),
+            (vec![1, 4], 3, "state", 6)
+        );
         // Written again as it was read (an object of two partitions once in each).
         let (again, objects, parts) = cached.to_snapshot();
         assert_eq!((again.positions, again.taken_us), (vec![(1, 20), (4, 30)], 4 * HOUR_US));
-        let mut written: Vec<(u128, Vec<i32>)> = objects.iter().zip(&parts).map(|((k, _), p)| (k.uid(), p.iter().collect())).collect();
+        let mut written: Vec<(u128, Vec<i32>)> =
+            objects.iter().zip(&parts).map(|((k, _), p)| (k.uid(), p.iter().collect())).collect();
         written.sort();
         assert_eq!(written, [(1, vec![1]), (2, vec![1]), (2, vec![4])]);
 

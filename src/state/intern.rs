@@ -44,7 +44,10 @@ impl Sym {
     }
 
     fn of_index(i: usize) -> Sym {
-        let n = u32::try_from(i + 1).ok().filter(|&n| n != u32::MAX).expect("fewer than 2^32 - 1 interned strings (the last is `UNSEEN`)");
+        let n = u32::try_from(i + 1)
+            .ok()
+            .filter(|&n| n != u32::MAX)
+            .expect("fewer than 2^32 - 1 interned strings (the last is `UNSEEN`)");
         Sym(NonZeroU32::new(n).expect("index + 1 is not zero"))
     }
 }
@@ -253,7 +256,10 @@ impl Interner {
         let text: Arc<str> = Arc::from(s);
         // `entry` makes the insert atomic per key, so two threads interning the same new
         // string agree on one handle.
-        self.ids.entry(text.clone()).or_insert_with(|| Entry::new(Sym::of_index(write(&self.strings).add(text)), epoch)).touch(epoch)
+        self.ids
+            .entry(text.clone())
+            .or_insert_with(|| Entry::new(Sym::of_index(write(&self.strings).add(text)), epoch))
+            .touch(epoch)
     }
 
     /// The handle of `s` when it is interned (and it counts as looked up); interns nothing.
@@ -274,7 +280,10 @@ impl Interner {
         if let Some(e) = self.type_ids.get(&(api_version, kind)) {
             return e.touch(epoch);
         }
-        self.type_ids.entry((api_version, kind)).or_insert_with(|| Entry::new(Ty::of_index(write(&self.types).add((api_version, kind))), epoch)).touch(epoch)
+        self.type_ids
+            .entry((api_version, kind))
+            .or_insert_with(|| Entry::new(Ty::of_index(write(&self.types).add((api_version, kind))), epoch))
+            .touch(epoch)
     }
 
     /// The (apiVersion, kind) of `ty`. Panics only for a handle from another interner.
@@ -307,7 +316,10 @@ impl Interner {
 
     /// Marks sized for the current tables.
     pub fn marks(&self) -> Marks {
-        let mut m = Marks { syms: vec![false; read(&self.strings).values.len()], types: vec![false; read(&self.types).values.len()] };
+        let mut m = Marks {
+            syms: vec![false; read(&self.strings).values.len()],
+            types: vec![false; read(&self.types).values.len()],
+        };
         m.sym(Sym::EMPTY);
         m.ty(Ty::EMPTY);
         m
@@ -322,7 +334,8 @@ impl Interner {
             let ended = self.epoch.fetch_add(1, Ordering::Relaxed);
             pins.keys().next().copied().unwrap_or(ended).min(ended)
         };
-        let mut swept = Swept { syms: vec![false; marks.syms.len()], types: vec![false; marks.types.len()], ..Swept::default() };
+        let mut swept =
+            Swept { syms: vec![false; marks.syms.len()], types: vec![false; marks.types.len()], ..Swept::default() };
         self.type_ids.retain(|_, e| {
             let i = e.handle.index();
             let keep = i >= marks.types.len() || marks.types[i] || e.seen.load(Ordering::Relaxed) >= before;

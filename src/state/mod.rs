@@ -13,11 +13,15 @@ pub use cached::{Cached, Live, Refused, Slice};
 pub use hash::{FastBuild, FastHasher};
 pub use intern::{Interner, Marks, Pin, Swept, Sym, Ty};
 pub use object::{
-    name_key, FieldChange, Intent, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState, MAX_ORIGIN_WRITES, MAX_RECENT, MAX_REMOVED,
+    name_key, FieldChange, Intent, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState,
+    MAX_ORIGIN_WRITES, MAX_RECENT, MAX_REMOVED,
 };
 pub use partitions::{Partitions, Parts};
 pub use record::{encode_record, encode_trace_message, record_key, RecordReader, TraceMessage};
-pub use snapshot::{read_partitioned, read_snapshot, write_partitioned, write_snapshot, ChangelogMark, PartitionedSnapshot, SnapshotError, SnapshotStats};
+pub use snapshot::{
+    read_partitioned, read_snapshot, write_partitioned, write_snapshot, ChangelogMark, PartitionedSnapshot,
+    SnapshotError, SnapshotStats,
+};
 pub use store::{ObjKey, Store, StoreStats};
 
 /// An object's name: one pointer wide (length and count live on the heap beside the text),

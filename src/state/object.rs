@@ -113,8 +113,12 @@ const FINISHED: u16 = 4096;
 /// Three bits of `has`: 0 when there is no observed generation, else 1 + its source.
 const OBSERVED_SOURCE_SHIFT: u32 = 3;
 const OBSERVED_SOURCE_MASK: u16 = 0b111 << OBSERVED_SOURCE_SHIFT;
-const OBSERVED_SOURCES: [ObservedSource; 4] =
-    [ObservedSource::Status, ObservedSource::SyncedCondition, ObservedSource::ReadyCondition, ObservedSource::Synthetic];
+const OBSERVED_SOURCES: [ObservedSource; 4] = [
+    ObservedSource::Status,
+    ObservedSource::SyncedCondition,
+    ObservedSource::ReadyCondition,
+    ObservedSource::Synthetic,
+];
 
 /// The controller owner as state keeps it: 20 bytes inline, no heap, 4-byte aligned (so it
 /// packs with the state's other small fields).
@@ -178,7 +182,10 @@ impl ObjectState {
 
     /// Whole seconds rounded up, clamped to what 32 bits hold (1970 to 2106).
     fn seconds(time_us: i64) -> u32 {
-        time_us.div_euclid(1_000_000).saturating_add((time_us.rem_euclid(1_000_000) != 0) as i64).clamp(0, u32::MAX as i64) as u32
+        time_us
+            .div_euclid(1_000_000)
+            .saturating_add((time_us.rem_euclid(1_000_000) != 0) as i64)
+            .clamp(0, u32::MAX as i64) as u32
     }
 
     /// `metadata.generation` as last seen; 0 when unknown.
@@ -283,7 +290,9 @@ impl ObjectState {
 
     pub fn set_observed(&mut self, observed: Option<(i64, ObservedSource)>) {
         let (generation, code) = match observed {
-            Some((g, src)) => (Some(g), 1 + OBSERVED_SOURCES.iter().position(|&s| s == src).expect("every source is listed") as u16),
+            Some((g, src)) => {
+                (Some(g), 1 + OBSERVED_SOURCES.iter().position(|&s| s == src).expect("every source is listed") as u16)
+            }
             None => (None, 0),
         };
         self.observed_generation = self.keep(HAS_WIDE_OBSERVED, generation);
@@ -395,7 +404,10 @@ mod tests {
     #[test]
     fn optional_numbers_round_trip() {
         let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
-        assert_eq!((s.content_hash(), s.status_hash(), s.status_write_generation(), s.observed()), (None, None, None, None));
+        assert_eq!(
+            (s.content_hash(), s.status_hash(), s.status_write_generation(), s.observed()),
+            (None, None, None, None)
+        );
         s.set_content_hash(Some(0));
         s.set_status_hash(Some(u32::MAX));
         s.set_status_write_generation(Some(-1));
@@ -422,10 +434,17 @@ mod tests {
         assert_eq!(s.observed_generation(), Some((wide, ObservedSource::Status)), "the box keeps them as it changes");
         s.set_observed(Some((i64::from(i32::MIN), ObservedSource::Status)));
         s.set_status_write_generation(Some(7));
-        assert_eq!((s.observed(), s.status_write_generation()), (Some((i64::from(i32::MIN), ObservedSource::Status)), Some(7)));
+        assert_eq!(
+            (s.observed(), s.status_write_generation()),
+            (Some((i64::from(i32::MIN), ObservedSource::Status)), Some(7))
+        );
         // The generation likewise, past 16 bits in the box, the others kept through each change.
         let edges16 = [i64::from(i16::MAX), i64::from(i16::MAX) + 1, i64::from(i16::MIN), i64::from(i16::MIN) - 1];
-        for g in [0, 1, -1, i64::from(i32::MAX), i64::from(i32::MIN), i64::from(i32::MIN) + 1, i64::MAX, i64::MIN, 1 << 40].into_iter().chain(edges16) {
+        for g in
+            [0, 1, -1, i64::from(i32::MAX), i64::from(i32::MIN), i64::from(i32::MIN) + 1, i64::MAX, i64::MIN, 1 << 40]
+                .into_iter()
+                .chain(edges16)
+        {
             s.set_generation(g);
             assert_eq!(s.generation(), g);
             assert_eq!(s.observed_generation(), Some((i64::from(i32::MIN), ObservedSource::Status)), "the others stay");
@@ -435,7 +454,14 @@ mod tests {
         assert_eq!((fresh.generation(), fresh.status_write_generation()), (i64::from(i32::MIN), None));
         let uid = 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210u128;
         assert_eq!(OwnerKey::new(uid, Ty::EMPTY).uid(), uid);
-        for (time_us, kept) in [(0, 0), (1, 1_000_000), (2_000_000, 2_000_000), (2_000_001, 3_000_000), (-5, 0), (i64::MAX, u32::MAX as i64 * 1_000_000)] {
+        for (time_us, kept) in [
+            (0, 0),
+            (1, 1_000_000),
+            (2_000_000, 2_000_000),
+            (2_000_001, 3_000_000),
+            (-5, 0),
+            (i64::MAX, u32::MAX as i64 * 1_000_000),
+        ] {
             s.set_last_seen_us(time_us);
             assert_eq!(s.last_seen_us(), kept, "{time_us} µs is kept rounded up to the second");
         }
@@ -565,7 +591,11 @@ mod tests {
     fn hot_structs_stay_small() {
         // Multiplied by every tracked object.
         assert_eq!(std::mem::size_of::<ObjectState>(), 120, "with its key");
-        assert_eq!(std::mem::size_of::<Option<ObjectState>>(), std::mem::size_of::<ObjectState>(), "a free slot costs no more");
+        assert_eq!(
+            std::mem::size_of::<Option<ObjectState>>(),
+            std::mem::size_of::<ObjectState>(),
+            "a free slot costs no more"
+        );
         // With the 8-byte count of its `triomphe::Arc` and glibc's 8-byte chunk header,
         // glibc's 96-byte bin (one byte more: the 112-byte bin).
         assert!(std::mem::size_of::<Rare>() <= 80, "{}", std::mem::size_of::<Rare>());

@@ -59,7 +59,15 @@ pub struct TraceMessage {
 
 /// The value of a trace message: the object's cluster and UID, its producing write, and the
 /// trace that write extended, as its hops, oldest first.
-pub fn encode_trace_message(interner: &Interner, cluster: &str, uid: Uid, audit_id: &str, user: Sym, time_us: i64, prev: &Trace) -> Vec<u8> {
+pub fn encode_trace_message(
+    interner: &Interner,
+    cluster: &str,
+    uid: Uid,
+    audit_id: &str,
+    user: Sym,
+    time_us: i64,
+    prev: &Trace,
+) -> Vec<u8> {
     let mut e = Enc::default();
     e.0.push(TRACE_MESSAGE);
     e.str(cluster);
@@ -148,7 +156,9 @@ impl<'a> RecordReader<'a> {
 impl RecordReader<'_> {
     /// A trace message ([`encode_trace_message`]).
     pub fn read_trace_message(&mut self, value: &[u8]) -> Result<TraceMessage, SnapshotError> {
-        let Some((&TRACE_MESSAGE, rest)) = value.split_first() else { return Err(SnapshotError::Corrupt("not a trace message")) };
+        let Some((&TRACE_MESSAGE, rest)) = value.split_first() else {
+            return Err(SnapshotError::Corrupt("not a trace message"));
+        };
         let mut d = Dec { b: rest };
         let cluster = d.str()?.to_string();
         let uid = d.u128()?;
@@ -198,10 +208,9 @@ impl Get for RecordReader<'_> {
             h.update(bytes);
             chain = h.digest();
             let labels = (!labels.is_empty()).then(|| Arc::new(labels));
-            let node = self
-                .nodes
-                .entry(chain)
-                .or_insert_with(|| Trace::new(TraceNode { hop: Hop { ty, name, generation, user, timestamp, labels }, prev: prev.take() }));
+            let node = self.nodes.entry(chain).or_insert_with(|| {
+                Trace::new(TraceNode { hop: Hop { ty, name, generation, user, timestamp, labels }, prev: prev.take() })
+            });
             prev = Some(node.clone());
         }
         Ok(prev)
@@ -243,7 +252,11 @@ mod tests {
             s.last_resource_version = 40 + i as u64;
             s.set_deleting(i == 1);
             s.owner = Some(OwnerKey::new(77, interner.ty(interner.intern("apps/v1"), interner.intern("ReplicaSet"))));
-            s.set_trace(TraceState::of_parts(Some(replicaset.clone()), interner.intern("replicaset-controller"), 1_000_000));
+            s.set_trace(TraceState::of_parts(
+                Some(replicaset.clone()),
+                interner.intern("replicaset-controller"),
+                1_000_000,
+            ));
             states.push((ObjKey::new(interner.intern("prod"), 9 + i as u128), s));
         }
         let other = Interner::new();
@@ -274,7 +287,13 @@ mod tests {
         let ty = interner.ty(interner.intern("kustomize.toolkit.fluxcd.io/v1"), interner.intern("Kustomization"));
         let mut s = ObjectState::new(ty, interner.intern("flux-system"));
         s.set_name(Name::from("apps"));
-        let intent = crate::state::Intent { key: 5, epoch: 2, applied: 2, revision: Some(Arc::from("main@sha1:1")), target: Some(Arc::from("main@sha1:1")) };
+        let intent = crate::state::Intent {
+            key: 5,
+            epoch: 2,
+            applied: 2,
+            revision: Some(Arc::from("main@sha1:1")),
+            target: Some(Arc::from("main@sha1:1")),
+        };
         s.set_intent(Some(intent.clone()));
         let key = ObjKey::new(interner.intern("prod"), 9);
         let mut reader = RecordReader::new(&interner);
@@ -302,11 +321,22 @@ mod tests {
         );
         let (hops, truncated) = crate::classify::trace::hops(&m.prev);
         assert!(!truncated);
-        assert_eq!(hops.iter().map(|h| (&*h.name, h.user.map(|u| other.resolve(u).to_string()))).collect::<Vec<_>>(), vec![("web", Some("alice".to_string()))]);
-        assert_eq!(encode_trace_message(&other, "prod", 0xabc, "a-1", m.user, m.time_us, &m.prev), value, "the same message again");
+        assert_eq!(
+            hops.iter().map(|h| (&*h.name, h.user.map(|u| other.resolve(u).to_string()))).collect::<Vec<_>>(),
+            vec![("web", Some("alice".to_string()))]
+        );
+        assert_eq!(
+            encode_trace_message(&other, "prod", 0xabc, "a-1", m.user, m.time_us, &m.prev),
+            value,
+            "the same message again"
+        );
         // Not a trace message, cut short, with bytes after it, or without its object or user.
         let mut reader = RecordReader::new(&other);
-        let record = encode_record(&interner, &ObjKey::new(interner.intern("prod"), 1), &ObjectState::new(Ty::EMPTY, Sym::EMPTY));
+        let record = encode_record(
+            &interner,
+            &ObjKey::new(interner.intern("prod"), 1),
+            &ObjectState::new(Ty::EMPTY, Sym::EMPTY),
+        );
         assert!(reader.read_trace_message(&record).is_err());
         assert!(reader.read_trace_message(&[]).is_err());
         for cut in 1..value.len() {
@@ -315,8 +345,12 @@ mod tests {
         let mut long = value.clone();
         long.push(0);
         assert!(reader.read_trace_message(&long).is_err());
-        assert!(reader.read_trace_message(&encode_trace_message(&interner, "prod", 0, "a", user, 1, &deployment)).is_err());
+        assert!(reader
+            .read_trace_message(&encode_trace_message(&interner, "prod", 0, "a", user, 1, &deployment))
+            .is_err());
         assert!(reader.read_trace_message(&encode_trace_message(&interner, "", 1, "a", user, 1, &deployment)).is_err());
-        assert!(reader.read_trace_message(&encode_trace_message(&interner, "prod", 1, "a", Sym::EMPTY, 1, &deployment)).is_err());
+        assert!(reader
+            .read_trace_message(&encode_trace_message(&interner, "prod", 1, "a", Sym::EMPTY, 1, &deployment))
+            .is_err());
     }
 }

@@ -89,7 +89,12 @@ pub struct SnapshotStats {
 }
 
 /// Writes the store (and the dedupe window) to `out`.
-pub fn write_snapshot(store: &Store, interner: &Interner, dedupe: &[u128], out: &mut impl Write) -> io::Result<SnapshotStats> {
+pub fn write_snapshot(
+    store: &Store,
+    interner: &Interner,
+    dedupe: &[u128],
+    out: &mut impl Write,
+) -> io::Result<SnapshotStats> {
     write_format(&all_objects(store), None, interner, dedupe, out, VERSION)
 }
 
@@ -243,13 +248,23 @@ fn write_format(
     let sum = hasher.digest();
     buf.0.extend_from_slice(&sum.to_le_bytes());
     out.write_all(&buf.0)?;
-    Ok(SnapshotStats { objects: objects.len(), trace_nodes: node_list.len(), strings: string_list.len(), dedupe_ids: dedupe.len(), bytes: buf.0.len() })
+    Ok(SnapshotStats {
+        objects: objects.len(),
+        trace_nodes: node_list.len(),
+        strings: string_list.len(),
+        dedupe_ids: dedupe.len(),
+        bytes: buf.0.len(),
+    })
 }
 
 /// Reads a snapshot into `store` (which should be empty); returns the dedupe window. A
 /// snapshot of a state kept per partition ([`write_partitioned`]) is refused before anything
 /// is read into the store.
-pub fn read_snapshot(store: &Store, interner: &Interner, input: &mut impl Read) -> Result<(SnapshotStats, Vec<u128>), SnapshotError> {
+pub fn read_snapshot(
+    store: &Store,
+    interner: &Interner,
+    input: &mut impl Read,
+) -> Result<(SnapshotStats, Vec<u128>), SnapshotError> {
     let mut data = Vec::new();
     input.read_to_end(&mut data)?;
     let (stats, dedupe, _) = read_format(
@@ -328,7 +343,9 @@ fn read_format(
         };
         let timestamp = match d.uint()? {
             0 => None,
-            _ => Some(parse_rfc3339_micros(d.str()?).and_then(NonZeroI64::new).ok_or(SnapshotError::Corrupt("trace time"))?),
+            _ => Some(
+                parse_rfc3339_micros(d.str()?).and_then(NonZeroI64::new).ok_or(SnapshotError::Corrupt("trace time"))?,
+            ),
         };
         let nl = d.len()?;
         let mut labels = Vec::with_capacity(nl);
@@ -352,7 +369,17 @@ fn read_format(
         on_object(key, s, parts);
     }
     let dedupe: Vec<u128> = (0..d.len()?).map(|_| d.u128()).collect::<Result<_, _>>()?;
-    Ok((SnapshotStats { objects: n, trace_nodes: nodes.len(), strings: syms.len(), dedupe_ids: dedupe.len(), bytes: data.len() }, dedupe, mark))
+    Ok((
+        SnapshotStats {
+            objects: n,
+            trace_nodes: nodes.len(),
+            strings: syms.len(),
+            dedupe_ids: dedupe.len(),
+            bytes: data.len(),
+        },
+        dedupe,
+        mark,
+    ))
 }
 
 /// The changelog mark of format 7 (`None`: written without a changelog).
@@ -457,7 +484,9 @@ pub(super) fn put_object(buf: &mut Enc, k: &ObjKey, s: &ObjectState, interner: &
             p.sym(buf, u);
         }
     }
-    buf.uint(s.initialized() as u64 | (s.deleting() as u64) << 1 | (s.deleted() as u64) << 2 | (s.finished() as u64) << 3);
+    buf.uint(
+        s.initialized() as u64 | (s.deleting() as u64) << 1 | (s.deleted() as u64) << 2 | (s.finished() as u64) << 3,
+    );
     if version >= 6 {
         buf.uint(s.name_key() as u64);
     }
@@ -588,7 +617,12 @@ pub(super) fn get_object(
 /// version this build does not read.
 fn version(data: &[u8]) -> Result<(u32, usize), SnapshotError> {
     let rest = data.strip_prefix(MAGIC).ok_or(SnapshotError::BadMagic)?;
-    let line = rest.iter().position(|&b| b == b'\n').filter(|&n| n <= 20).map(|n| &rest[..n]).ok_or(SnapshotError::BadMagic)?;
+    let line = rest
+        .iter()
+        .position(|&b| b == b'\n')
+        .filter(|&n| n <= 20)
+        .map(|n| &rest[..n])
+        .ok_or(SnapshotError::BadMagic)?;
     let text = String::from_utf8_lossy(line);
     match text.parse::<u32>() {
         Ok(v) if READS.contains(&v) => Ok((v, MAGIC.len() + line.len() + 1)),
@@ -723,7 +757,8 @@ mod tests {
 
     fn store_of_one(interner: &Interner) -> Store {
         let store = Store::new(100, 1_000_000);
-        let mut s = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("shop"));
+        let mut s =
+            ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("shop"));
         s.set_name_key(name_key("web-a"));
         s.set_status_hash(Some(7));
         s.set_deleting(true);
@@ -759,9 +794,17 @@ mod tests {
     fn an_appliers_parent_keeps_its_intents_from_format_8() {
         let interner = Interner::new();
         let store = Store::new(100, 1_000_000);
-        let mut s =
-            ObjectState::new(interner.ty(interner.intern("kustomize.toolkit.fluxcd.io/v1"), interner.intern("Kustomization")), interner.intern("flux-system"));
-        let intent = crate::state::Intent { key: 77, epoch: 3, applied: 2, revision: Some(Arc::from("main@sha1:1")), target: None };
+        let mut s = ObjectState::new(
+            interner.ty(interner.intern("kustomize.toolkit.fluxcd.io/v1"), interner.intern("Kustomization")),
+            interner.intern("flux-system"),
+        );
+        let intent = crate::state::Intent {
+            key: 77,
+            epoch: 3,
+            applied: 2,
+            revision: Some(Arc::from("main@sha1:1")),
+            target: None,
+        };
         s.set_intent(Some(intent.clone()));
         store.insert(ObjKey::new(interner.intern("prod"), 9), s);
         for (version, kept) in [(VERSION, Some(intent)), (7, None)] {
@@ -780,7 +823,8 @@ mod partitioned_tests {
     use super::*;
 
     fn pod(interner: &Interner, rv: u64) -> ObjectState {
-        let mut s = ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("shop"));
+        let mut s =
+            ObjectState::new(interner.ty(interner.intern("v1"), interner.intern("Pod")), interner.intern("shop"));
         s.last_resource_version = rv;
         s
     }
@@ -791,7 +835,12 @@ mod partitioned_tests {
         let (a, b) = (ObjKey::new(interner.intern("prod#p1"), 1), ObjKey::new(interner.intern("prod#p4"), 2));
         let objects = vec![(a, pod(&interner, 10)), (b, pod(&interner, 20))];
         let parts = vec![Parts::one(1), Parts::Two([4, 5])];
-        let mark = ChangelogMark { topic: "state".into(), partitions: 6, taken_us: -3, positions: vec![(1, 0), (4, 1 << 40), (5, 7)] };
+        let mark = ChangelogMark {
+            topic: "state".into(),
+            partitions: 6,
+            taken_us: -3,
+            positions: vec![(1, 0), (4, 1 << 40), (5, 7)],
+        };
         let mut file = Vec::new();
         write_partitioned(&objects, &parts, &mark, &interner, &[99], &mut file).unwrap();
 
@@ -799,7 +848,8 @@ mod partitioned_tests {
         let read = read_partitioned(&ri, &mut &file[..]).unwrap();
         assert_eq!(read.mark, Some(mark));
         assert_eq!(read.dedupe, [99]);
-        let got: Vec<(u128, u64, Vec<i32>)> = read.objects.iter().map(|(k, s, p)| (k.uid(), s.last_resource_version, p.iter().collect())).collect();
+        let got: Vec<(u128, u64, Vec<i32>)> =
+            read.objects.iter().map(|(k, s, p)| (k.uid(), s.last_resource_version, p.iter().collect())).collect();
         assert_eq!(got, [(1, 10, vec![1]), (2, 20, vec![4, 5])]);
         assert_eq!(ri.resolve(read.objects[1].0.cluster).to_string(), "prod#p4");
 
@@ -819,7 +869,11 @@ mod partitioned_tests {
             let mut file = Vec::new();
             write_format(&all_objects(&store), None, &interner, &[1, 2], &mut file, version).unwrap();
             let read = read_partitioned(&Interner::new(), &mut &file[..]).unwrap();
-            assert_eq!((read.mark, read.objects.len(), read.dedupe.len(), read.stats.objects), (None, 0, 2, 1), "format {version}");
+            assert_eq!(
+                (read.mark, read.objects.len(), read.dedupe.len(), read.stats.objects),
+                (None, 0, 2, 1),
+                "format {version}"
+            );
         }
         // A mark whose tag is neither 0 nor 1 is corrupt, not a crash.
         let mut file = Vec::new();

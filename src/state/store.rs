@@ -123,7 +123,12 @@ impl Store {
     }
 
     /// Changes an object's state, creating it with `init` when absent.
-    pub fn upsert<R>(&self, key: ObjKey, init: impl FnOnce() -> ObjectState, f: impl FnOnce(&mut ObjectState) -> R) -> R {
+    pub fn upsert<R>(
+        &self,
+        key: ObjKey,
+        init: impl FnOnce() -> ObjectState,
+        f: impl FnOnce(&mut ObjectState) -> R,
+    ) -> R {
         self.note(&key);
         self.map.upsert(key, init, f)
     }
@@ -193,15 +198,32 @@ impl Store {
 
     /// As [`Store::find_named`], of every type for which `ty` is true (a kind asked by name
     /// only, in any API version).
-    pub fn find_named_of(&self, cluster: Sym, ty: impl Fn(Ty) -> bool, namespace: Sym, name_key: u32) -> Vec<(ObjKey, bool)> {
+    pub fn find_named_of(
+        &self,
+        cluster: Sym,
+        ty: impl Fn(Ty) -> bool,
+        namespace: Sym,
+        name_key: u32,
+    ) -> Vec<(ObjKey, bool)> {
         self.find_named_in(&[cluster], ty, namespace, name_key)
     }
 
     /// As [`Store::find_named_of`], in any of `scopes` (a cluster's state kept by partition).
-    pub fn find_named_in(&self, scopes: &[Sym], ty: impl Fn(Ty) -> bool, namespace: Sym, name_key: u32) -> Vec<(ObjKey, bool)> {
+    pub fn find_named_in(
+        &self,
+        scopes: &[Sym],
+        ty: impl Fn(Ty) -> bool,
+        namespace: Sym,
+        name_key: u32,
+    ) -> Vec<(ObjKey, bool)> {
         let mut found = Vec::new();
         self.map.scan(|s| {
-            if s.name_key() == name_key && s.namespace == namespace && ty(s.ty) && scopes.contains(&s.key.cluster) && !s.deleted() {
+            if s.name_key() == name_key
+                && s.namespace == namespace
+                && ty(s.ty)
+                && scopes.contains(&s.key.cluster)
+                && !s.deleted()
+            {
                 found.push((s.key, s.deleting()));
             }
         });
@@ -215,8 +237,12 @@ impl Store {
     pub fn removed_named_after(&self, cluster: Sym, ty: Ty, namespace: Sym, name_key: u32, rv: u64) -> bool {
         let mut found = false;
         self.map.scan(|s| {
-            found |=
-                s.deleted() && s.last_resource_version > rv && s.name_key() == name_key && s.namespace == namespace && s.ty == ty && s.key.cluster == cluster;
+            found |= s.deleted()
+                && s.last_resource_version > rv
+                && s.name_key() == name_key
+                && s.namespace == namespace
+                && s.ty == ty
+                && s.key.cluster == cluster;
         });
         found
     }
@@ -320,7 +346,11 @@ mod tests {
             store.upsert(ObjKey::new(Sym::EMPTY, i), || named("y"), |s| s.set_last_seen_us(20_000 * S));
         }
         assert_eq!(store.len(), 150);
-        assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name().cloned()).flatten().as_deref(), Some("y"), "written after an eviction");
+        assert_eq!(
+            store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name().cloned()).flatten().as_deref(),
+            Some("y"),
+            "written after an eviction"
+        );
         assert_eq!(store.read(&ObjKey::new(Sym::EMPTY, 149), |s| s.last_seen_us()), Some(1_490 * S));
     }
 
@@ -366,7 +396,10 @@ mod tests {
         let mut seen = Vec::new();
         store.for_each(|k, s| seen.push((k.uid(), s.name().map(|n| n.to_string()))));
         seen.sort_unstable();
-        let mut kept: Vec<_> = (0..25_000u128).filter(|i| i % 2 == 0 || *i >= 20_000).map(|i| (key(i).uid(), Some(i.to_string()))).collect();
+        let mut kept: Vec<_> = (0..25_000u128)
+            .filter(|i| i % 2 == 0 || *i >= 20_000)
+            .map(|i| (key(i).uid(), Some(i.to_string())))
+            .collect();
         kept.sort_unstable();
         assert_eq!(seen, kept, "for_each gives every kept key once, with its own state");
     }

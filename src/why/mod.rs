@@ -50,7 +50,9 @@ pub fn story(source: &Source, q: &StoryQuery) -> Result<Story, Error> {
         Source::Store(path) => {
             let conn = history::open(path, Mode::Read)?;
             story::build(&conn, q).map_err(|e| match e {
-                story::StoryError::Store(e) => Error::Read(format!("reading the history store {}: {e}", path.display())),
+                story::StoryError::Store(e) => {
+                    Error::Read(format!("reading the history store {}: {e}", path.display()))
+                }
                 e => Error::NoStory(story::explain(&conn, q, &e)),
             })
         }
@@ -61,8 +63,12 @@ pub fn story(source: &Source, q: &StoryQuery) -> Result<Story, Error> {
 /// `KIND/NAME` (`pod/web-1`, `replicasets.apps/web-7d9f`) into its kind and name.
 pub fn parse_object(s: &str) -> Result<(String, String), String> {
     match s.split_once('/') {
-        Some((kind, name)) if !kind.is_empty() && !name.is_empty() && !name.contains('/') => Ok((kind.to_string(), name.to_string())),
-        _ => Err(format!("{s:?}: expected KIND/NAME, e.g. pod/web-1 or replicaset/web-7d9f (the namespace goes in -n)")),
+        Some((kind, name)) if !kind.is_empty() && !name.is_empty() && !name.contains('/') => {
+            Ok((kind.to_string(), name.to_string()))
+        }
+        _ => {
+            Err(format!("{s:?}: expected KIND/NAME, e.g. pod/web-1 or replicaset/web-7d9f (the namespace goes in -n)"))
+        }
     }
 }
 

@@ -139,10 +139,15 @@ struct Hop {
 pub fn render(story: &Story, style: Style) -> String {
     let mut out = String::new();
     header(&mut out, story, style);
-    let events: Vec<Event> = story.writes.iter().map(|w| serde_json::from_str(w.event.get()).unwrap_or_default()).collect();
+    let events: Vec<Event> =
+        story.writes.iter().map(|w| serde_json::from_str(w.event.get()).unwrap_or_default()).collect();
     summary(&mut out, &events);
     if events.is_empty() {
-        let _ = writeln!(out, "\nno classified write of it {}", story.at.as_ref().map_or("is kept".to_string(), |at| format!("up to {at}")));
+        let _ = writeln!(
+            out,
+            "\nno classified write of it {}",
+            story.at.as_ref().map_or("is kept".to_string(), |at| format!("up to {at}"))
+        );
     }
     if let Some(earlier) = &story.earlier {
         let _ = writeln!(
@@ -176,7 +181,8 @@ fn header(out: &mut String, story: &Story, style: Style) {
     if let Some(d) = &o.deleted {
         let _ = writeln!(out, "  {:<9} {} by {}  auditID {}", "deleted", d.time, d.user, d.audit_id);
     }
-    let kept = story.history_from.as_deref().map_or("the store is empty".to_string(), |f| format!("the store keeps from {f}"));
+    let kept =
+        story.history_from.as_deref().map_or("the store is empty".to_string(), |f| format!("the store keeps from {f}"));
     let at = story.at.as_deref().map(|a| format!("; as of {a}")).unwrap_or_default();
     let _ = writeln!(out, "  {:<9} {kept}{at}", "history");
 }
@@ -188,7 +194,13 @@ fn summary(out: &mut String, events: &[Event]) {
         *by_class.entry(&e.class).or_default() += 1;
     }
     let parts: Vec<String> = by_class.iter().map(|(c, n)| format!("{c} {n}")).collect();
-    let _ = writeln!(out, "  {:<9} {} classified: {}", "writes", events.len(), if parts.is_empty() { "none".into() } else { parts.join(" · ") });
+    let _ = writeln!(
+        out,
+        "  {:<9} {} classified: {}",
+        "writes",
+        events.len(),
+        if parts.is_empty() { "none".into() } else { parts.join(" · ") }
+    );
 }
 
 fn write_one(out: &mut String, e: &Event, reverted_by: &[RevertedBy], kind: &str, name: &str, style: Style) {
@@ -196,7 +208,14 @@ fn write_one(out: &mut String, e: &Event, reverted_by: &[RevertedBy], kind: &str
         Some(s) => format!("{} {s}", e.verb),
         None => e.verb.clone(),
     };
-    let _ = writeln!(out, "\n{}  {}  {}  by {}", style.bold(&e.stage_timestamp), style.class(&e.class, &e.class), verb, e.user);
+    let _ = writeln!(
+        out,
+        "\n{}  {}  {}  by {}",
+        style.bold(&e.stage_timestamp),
+        style.class(&e.class, &e.class),
+        verb,
+        e.user
+    );
     let mut class = e.class.clone();
     if let Some(r) = &e.resolution {
         class.push_str(&format!(", {r}"));
@@ -237,7 +256,11 @@ fn write_one(out: &mut String, e: &Event, reverted_by: &[RevertedBy], kind: &str
             hop.push_str(&format!(" at {t}"));
         }
         if !h.labels.is_empty() {
-            let labels: Vec<String> = h.labels.iter().map(|(k, v)| format!("{k}={}", v.as_str().map_or_else(|| v.to_string(), str::to_string))).collect();
+            let labels: Vec<String> = h
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+                .collect();
             hop.push_str(&format!(" [{}]", labels.join(", ")));
         }
         let (label, arrow) = if i == 0 { ("trace", "") } else { ("", "→ ") };
@@ -250,7 +273,11 @@ fn write_one(out: &mut String, e: &Event, reverted_by: &[RevertedBy], kind: &str
         line(out, "parent", &parent(p));
     }
     for r in e.reverts.iter().flatten() {
-        let what = if r.object.kind == kind && r.object.name == name { String::new() } else { format!(" of {}/{}", r.object.kind, r.object.name) };
+        let what = if r.object.kind == kind && r.object.name == name {
+            String::new()
+        } else {
+            format!(" of {}/{}", r.object.kind, r.object.name)
+        };
         let fight = if r.fight { " (a fight: it had put back a write of theirs)" } else { "" };
         line(out, "reverts", &format!("{}'s {}{what} at {}  auditID {}{fight}", r.user, r.verb, r.time, r.audit_id));
         for f in r.fields.iter().flatten() {
@@ -262,8 +289,22 @@ fn write_one(out: &mut String, e: &Event, reverted_by: &[RevertedBy], kind: &str
     }
     for by in reverted_by {
         // A replacement of a removed object is a write of another object.
-        let what = if by.object.kind == kind && by.object.name == name { String::new() } else { format!(" of {}/{}", by.object.kind, by.object.name) };
-        line(out, "undone", &format!("by {} at {}: {}{what}  auditID {}", by.user, by.time, style.class(&by.class, &by.class), by.audit_id));
+        let what = if by.object.kind == kind && by.object.name == name {
+            String::new()
+        } else {
+            format!(" of {}/{}", by.object.kind, by.object.name)
+        };
+        line(
+            out,
+            "undone",
+            &format!(
+                "by {} at {}: {}{what}  auditID {}",
+                by.user,
+                by.time,
+                style.class(&by.class, &by.class),
+                by.audit_id
+            ),
+        );
     }
     line(out, "auditID", &e.audit_id);
 }
@@ -275,7 +316,8 @@ fn line(out: &mut String, label: &str, text: &str) {
 /// "Deployment/web: generation 2, observed 2 (status), finished, initialized".
 fn parent(p: &Parent) -> String {
     let num = |n: Option<i64>| n.map_or("?".to_string(), |n| n.to_string());
-    let mut s = format!("{}/{}: generation {}, observed {}", p.kind, p.name, num(p.generation), num(p.observed_generation));
+    let mut s =
+        format!("{}/{}: generation {}, observed {}", p.kind, p.name, num(p.generation), num(p.observed_generation));
     if let Some(src) = &p.observed_generation_source {
         s.push_str(&format!(" ({src})"));
     }
@@ -322,7 +364,11 @@ fn tree(out: &mut String, children: &[Child], depth: usize, style: Style) {
         tree(out, &c.children, depth + 1, style);
     }
     if children.len() > MAX_CHILDREN_SHOWN {
-        let _ = writeln!(out, "{indent}{}", style.dim(&format!("… and {} more (--output json lists them all)", children.len() - MAX_CHILDREN_SHOWN)));
+        let _ = writeln!(
+            out,
+            "{indent}{}",
+            style.dim(&format!("… and {} more (--output json lists them all)", children.len() - MAX_CHILDREN_SHOWN))
+        );
     }
 }
 

@@ -36,10 +36,13 @@ pub struct ClientTls {
 
 impl ClientTls {
     fn apply(&self, mut b: reqwest::ClientBuilder) -> Result<reqwest::ClientBuilder, Error> {
-        let read = |flag: &str, path: &Path| std::fs::read(path).map_err(|e| Error::Server(format!("cannot read {flag} {}: {e}", path.display())));
+        let read = |flag: &str, path: &Path| {
+            std::fs::read(path).map_err(|e| Error::Server(format!("cannot read {flag} {}: {e}", path.display())))
+        };
         if let Some(ca) = &self.ca {
             let pem = read("--ca", ca)?;
-            let certs = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| Error::Server(format!("--ca {}: {e}", ca.display())))?;
+            let certs = reqwest::Certificate::from_pem_bundle(&pem)
+                .map_err(|e| Error::Server(format!("--ca {}: {e}", ca.display())))?;
             if certs.is_empty() {
                 return Err(Error::Server(format!("--ca {}: no PEM certificate in it", ca.display())));
             }
@@ -53,12 +56,20 @@ impl ClientTls {
                 pem.push(b'\n');
                 pem.extend(read("--key", key)?);
                 let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
-                    Error::Server(format!("--cert {} with --key {}: not a PEM certificate and its private key: {e}", cert.display(), key.display()))
+                    Error::Server(format!(
+                        "--cert {} with --key {}: not a PEM certificate and its private key: {e}",
+                        cert.display(),
+                        key.display()
+                    ))
                 })?;
                 b = b.identity(id);
             }
             (None, None) => {}
-            _ => return Err(Error::Server("--cert and --key go together: the client certificate and its private key".into())),
+            _ => {
+                return Err(Error::Server(
+                    "--cert and --key go together: the client certificate and its private key".into(),
+                ))
+            }
         }
         Ok(b)
     }
@@ -75,8 +86,10 @@ struct ErrorBody {
 impl Server {
     /// `GET {url}/v1/why?...`.
     pub fn story(&self, q: &StoryQuery) -> Result<Story, Error> {
-        let runtime =
-            tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| Error::Server(format!("starting the async runtime: {e}")))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Server(format!("starting the async runtime: {e}")))?;
         let (status, body) = runtime.block_on(self.get(q))?;
         answer(status, &body, q, &self.url)
     }
@@ -98,7 +111,11 @@ impl Server {
         // The server tells as many by default.
         put("limit", q.limit.filter(|l| *l != crate::history::story::DEFAULT_WRITES).map(|l| l.to_string()).as_ref());
         put("before", q.before.as_ref());
-        let client = self.tls.apply(reqwest::Client::builder().timeout(TIMEOUT))?.build().map_err(|e| Error::Server(format!("HTTP client: {e}")))?;
+        let client = self
+            .tls
+            .apply(reqwest::Client::builder().timeout(TIMEOUT))?
+            .build()
+            .map_err(|e| Error::Server(format!("HTTP client: {e}")))?;
         let mut req = client.get(&url).query(&params);
         if let Some(t) = &self.token {
             req = req.bearer_auth(t);
@@ -123,10 +140,14 @@ impl Server {
 /// read on disk gives (the query API writes them with `history::story::explain`).
 fn answer(status: u16, body: &[u8], q: &StoryQuery, url: &str) -> Result<Story, Error> {
     if status == 200 {
-        return serde_json::from_slice(body).map_err(|e| Error::Server(format!("{url} answered a story that cannot be read: {e}")));
+        return serde_json::from_slice(body)
+            .map_err(|e| Error::Server(format!("{url} answered a story that cannot be read: {e}")));
     }
     let parsed: ErrorBody = serde_json::from_slice(body).unwrap_or_default();
-    let said = parsed.error.clone().unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string());
+    let said = parsed
+        .error
+        .clone()
+        .unwrap_or_else(|| String::from_utf8_lossy(&body[..body.len().min(300)]).trim().to_string());
     Err(match status {
         404 => Error::NoStory(parsed.error.unwrap_or_else(|| not_found_message(q, None))),
         409 => Error::NoStory(match parsed.candidates {
@@ -146,7 +167,13 @@ mod tests {
     use std::net::TcpListener;
 
     fn q() -> StoryQuery {
-        StoryQuery { kind: "Pod".into(), namespace: Some("a".into()), name: Some("p".into()), at_us: Some(0), ..StoryQuery::default() }
+        StoryQuery {
+            kind: "Pod".into(),
+            namespace: Some("a".into()),
+            name: Some("p".into()),
+            at_us: Some(0),
+            ..StoryQuery::default()
+        }
     }
 
     fn candidate(ns: &str) -> ObjectRef {
@@ -171,14 +198,20 @@ mod tests {
             Err(e) => e.to_string(),
             Ok(_) => panic!("a story from HTTP {status}"),
         };
-        assert_eq!(msg(404, r#"{"error":"no Pod a/p in the history store (it keeps from X)"}"#), "no Pod a/p in the history store (it keeps from X)");
+        assert_eq!(
+            msg(404, r#"{"error":"no Pod a/p in the history store (it keeps from X)"}"#),
+            "no Pod a/p in the history store (it keeps from X)"
+        );
         // Without a message of its own, the words of the local path.
         assert_eq!(msg(404, ""), not_found_message(&q, None));
         let candidates = vec![candidate("a"), candidate("b")];
         let body = serde_json::json!({"error": "ambiguous", "candidates": candidates}).to_string();
         assert_eq!(msg(409, &body), ambiguous_message(&q, &candidates));
         assert_eq!(msg(409, r#"{"error":"2 objects match"}"#), "2 objects match");
-        assert_eq!(msg(410, r#"{"error":"the history store reaches back to T only"}"#), "the history store reaches back to T only");
+        assert_eq!(
+            msg(410, r#"{"error":"the history store reaches back to T only"}"#),
+            "the history store reaches back to T only"
+        );
         assert_eq!(msg(400, r#"{"error":"at: not a time"}"#), "at: not a time");
         let m = msg(401, r#"{"error":"a bearer token is required"}"#);
         assert!(m.contains("HTTP 401: a bearer token is required") && m.contains("--token"), "{m}");
@@ -243,7 +276,9 @@ mod tests {
     fn an_unreachable_server_says_so() {
         // A port that was free a moment ago.
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let e = Server { url: format!("http://127.0.0.1:{port}"), token: None, tls: ClientTls::default() }.story(&q()).unwrap_err();
+        let e = Server { url: format!("http://127.0.0.1:{port}"), token: None, tls: ClientTls::default() }
+            .story(&q())
+            .unwrap_err();
         let m = e.to_string();
         assert!(m.starts_with(&format!("cannot ask http://127.0.0.1:{port}/v1/why")), "{m}");
         assert!(m.to_lowercase().contains("connect"), "{m}");

@@ -58,7 +58,10 @@ fn shop() -> Store {
 fn the_replicaset_tells_the_scale_the_drift_that_undid_it_and_the_chain() {
     let store = shop();
     // Short names are kubectl's, not the store's.
-    assert!(matches!(build(&store.conn, &q("rs", "shop", "web-7d9f")), Err(crate::history::story::StoryError::NotFound)));
+    assert!(matches!(
+        build(&store.conn, &q("rs", "shop", "web-7d9f")),
+        Err(crate::history::story::StoryError::NotFound)
+    ));
     let story = build(&store.conn, &q("replicaset", "shop", "web-7d9f")).unwrap();
     let text = render(&story, Style { color: false });
     assert!(!text.contains('\x1b'), "no colours when asked for none");
@@ -76,18 +79,40 @@ fn the_replicaset_tells_the_scale_the_drift_that_undid_it_and_the_chain() {
         ]
     );
     // The create's chain back to alice, hop by hop.
-    assert_eq!(lines_with(&text, &["trace", "Deployment/web gen 2 by alice at 2026-11-20T10:00:00.000000Z"]).len(), 1, "{text}");
+    assert_eq!(
+        lines_with(&text, &["trace", "Deployment/web gen 2 by alice at 2026-11-20T10:00:00.000000Z"]).len(),
+        1,
+        "{text}"
+    );
     assert_eq!(lines_with(&text, &["→ ReplicaSet/web-7d9f gen 1 by", DS]).len(), 1, "{text}");
-    assert_eq!(lines_with(&text, &["parent", "Deployment/web: generation 2, observed 1 (status), not finished, initialized"]).len(), 1, "{text}");
+    assert_eq!(
+        lines_with(&text, &["parent", "Deployment/web: generation 2, observed 1 (status), not finished, initialized"])
+            .len(),
+        1,
+        "{text}"
+    );
     // Alice's scale: undone by the deployment controller's drift.
-    assert_eq!(lines_with(&text, &["undone", &format!("by {DS} at 2026-11-20T10:01:41.000000Z: drift  auditID a-scale-back")]).len(), 1, "{text}");
+    assert_eq!(
+        lines_with(&text, &["undone", &format!("by {DS} at 2026-11-20T10:01:41.000000Z: drift  auditID a-scale-back")])
+            .len(),
+        1,
+        "{text}"
+    );
     // The drift: what it reverts, field by field.
     assert_eq!(lines_with(&text, &["class", "drift, unresolved"]).len(), 1, "{text}");
     assert_eq!(lines_with(&text, &["reverts", "alice's patch at", "auditID a-scale"]).len(), 1, "{text}");
     assert_eq!(lines_with(&text, &["spec.replicas: 12 → 14, put back"]).len(), 1, "{text}");
     // The children: the replacement pod's drift.
     let tree = text.split("children with drift").nth(1).expect("a children section");
-    assert_eq!(lines_with(tree, &["Pod/web-7d9f-bbbbb", "drift 1", "last at 2026-11-20T10:03:21.000000Z by", RSC, "(approved)"]).len(), 1, "{text}");
+    assert_eq!(
+        lines_with(
+            tree,
+            &["Pod/web-7d9f-bbbbb", "drift 1", "last at 2026-11-20T10:03:21.000000Z by", RSC, "(approved)"]
+        )
+        .len(),
+        1,
+        "{text}"
+    );
     assert!(!tree.contains("aaaaa"), "the deleted pod never drifted: {tree}");
 }
 
@@ -96,10 +121,23 @@ fn a_deleted_pod_tells_who_deleted_it_and_what_replaced_it() {
     let store = shop();
     let story = build(&store.conn, &q("pod", "shop", "web-7d9f-aaaaa")).unwrap();
     let text = render(&story, Style { color: false });
-    assert_eq!(lines_with(&text, &["deleted", "2026-11-20T10:03:20.000000Z by alice", "auditID a-pod-a-delete"]).len(), 1, "{text}");
+    assert_eq!(
+        lines_with(&text, &["deleted", "2026-11-20T10:03:20.000000Z by alice", "auditID a-pod-a-delete"]).len(),
+        1,
+        "{text}"
+    );
     assert_eq!(lines_with(&text, &["origin", "delete", "by alice"]).len(), 1, "{text}");
     assert_eq!(
-        lines_with(&text, &["undone", "by", RSC, "at 2026-11-20T10:03:21.000000Z: drift of Pod/web-7d9f-bbbbb  auditID a-pod-b-create"]).len(),
+        lines_with(
+            &text,
+            &[
+                "undone",
+                "by",
+                RSC,
+                "at 2026-11-20T10:03:21.000000Z: drift of Pod/web-7d9f-bbbbb  auditID a-pod-b-create"
+            ]
+        )
+        .len(),
         1,
         "{text}"
     );
@@ -108,7 +146,11 @@ fn a_deleted_pod_tells_who_deleted_it_and_what_replaced_it() {
     let story = build(&store.conn, &q("pod", "shop", "web-7d9f-bbbbb")).unwrap();
     let text = render(&story, Style { color: false });
     assert_eq!(lines_with(&text, &["class", "drift, approved by pods-come-back"]).len(), 1, "{text}");
-    assert_eq!(lines_with(&text, &["reverts", "alice's delete of Pod/web-7d9f-aaaaa", "auditID a-pod-a-delete"]).len(), 1, "{text}");
+    assert_eq!(
+        lines_with(&text, &["reverts", "alice's delete of Pod/web-7d9f-aaaaa", "auditID a-pod-a-delete"]).len(),
+        1,
+        "{text}"
+    );
 }
 
 #[test]
@@ -233,9 +275,17 @@ fn a_store_file_gives_the_story_or_says_why_not() {
         Err(Error::NoStory(m)) => m,
         other => panic!("{:?}", other.map(|s| s.object)),
     };
-    assert_eq!(no_story(q("ReplicaSet", "shop", "nope")), "no ReplicaSet shop/nope in the history store (it keeps from 2026-11-20T10:00:01.000000Z)");
+    assert_eq!(
+        no_story(q("ReplicaSet", "shop", "nope")),
+        "no ReplicaSet shop/nope in the history store (it keeps from 2026-11-20T10:00:01.000000Z)"
+    );
     let m = no_story(StoryQuery { namespace: None, ..q("Pod", "", "web-7d9f-aaaaa") });
-    assert!(m.starts_with("2 objects match Pod web-7d9f-aaaaa in any namespace; pick one with -n NAMESPACE (or --uid UID):"), "{m}");
+    assert!(
+        m.starts_with(
+            "2 objects match Pod web-7d9f-aaaaa in any namespace; pick one with -n NAMESPACE (or --uid UID):"
+        ),
+        "{m}"
+    );
     let m = no_story(StoryQuery { at_us: Some(T0), ..q("ReplicaSet", "shop", "web-7d9f") });
     assert!(m.starts_with("the history store reaches back to 2026-11-20T10:00:01.000000Z only"), "{m}");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -12,11 +12,14 @@ use kausality_stream::decode::Location;
 use kausality_stream::enriched::Enriched;
 use kausality_stream::metrics::Metrics;
 use kausality_stream::process::{Clock, Processor, ProcessorOptions};
-use kausality_stream::sim::{deployment, pod, replicaset, ApiServer, ObjRef, ADMIN, DEPLOYMENT_CONTROLLER, REPLICASET_CONTROLLER};
+use kausality_stream::sim::{
+    deployment, pod, replicaset, ApiServer, ObjRef, ADMIN, DEPLOYMENT_CONTROLLER, REPLICASET_CONTROLLER,
+};
 
 pub(crate) fn processor(config: ModelConfig, window_us: i64) -> Processor {
     let engine = Arc::new(Engine::new(config, EngineOptions::default()));
-    let opts = ProcessorOptions { reorder_window_us: window_us, clock: Clock::EventTime, ..ProcessorOptions::default() };
+    let opts =
+        ProcessorOptions { reorder_window_us: window_us, clock: Clock::EventTime, ..ProcessorOptions::default() };
     Processor::new(engine, Arc::new(Metrics::new()), opts)
 }
 
@@ -74,7 +77,11 @@ pub(crate) fn classes(out: &[Enriched]) -> Vec<(String, Class)> {
 
 /// `kausality-stream replay` of a recorded stream: auditID → enriched event (`auditID/uid` for
 /// each object of a deletecollection, which is one audit event for many objects).
-pub(crate) fn replay_by_key(jsonl: &std::path::Path, cluster: &str, window: &str) -> std::collections::BTreeMap<String, serde_json::Value> {
+pub(crate) fn replay_by_key(
+    jsonl: &std::path::Path,
+    cluster: &str,
+    window: &str,
+) -> std::collections::BTreeMap<String, serde_json::Value> {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kausality-stream"))
         .args(["replay", "--cluster", cluster, "--reorder-window", window, "--no-progress", "--quiet"])
         .arg(jsonl)
@@ -87,7 +94,11 @@ pub(crate) fn replay_by_key(jsonl: &std::path::Path, cluster: &str, window: &str
         .map(|l| serde_json::from_str::<serde_json::Value>(l).expect("an enriched event"))
         .map(|e| {
             let id = e["auditID"].as_str().expect("auditID");
-            let key = if e["verb"] == "deletecollection" { format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or("")) } else { id.to_string() };
+            let key = if e["verb"] == "deletecollection" {
+                format!("{id}/{}", e["object"]["uid"].as_str().unwrap_or(""))
+            } else {
+                id.to_string()
+            };
             (key, e)
         })
         .collect()

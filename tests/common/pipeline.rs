@@ -76,7 +76,11 @@ impl Pipeline {
         if !self.options.is_empty() {
             let _ = write!(out, "[options]\n{}", self.options);
         }
-        let _ = write!(out, "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n{}", self.webhook);
+        let _ = write!(
+            out,
+            "[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n{}",
+            self.webhook
+        );
         out.push_str(&self.sinks);
         out.push_str("[metrics]\nlisten = \"127.0.0.1:0\"\n");
         out.push_str(&self.rest);
@@ -86,7 +90,12 @@ impl Pipeline {
 
 #[test]
 fn a_pipeline_file_has_each_section_once_in_order() {
-    let toml = Pipeline::webhook().cluster("c").options("reorder_window = \"0\"").jsonl("/tmp/o.jsonl").query("history = \"/tmp/h.db\"").toml();
+    let toml = Pipeline::webhook()
+        .cluster("c")
+        .options("reorder_window = \"0\"")
+        .jsonl("/tmp/o.jsonl")
+        .query("history = \"/tmp/h.db\"")
+        .toml();
     assert_eq!(
         toml,
         "cluster = \"c\"\n[options]\nreorder_window = \"0\"\n[[sources]]\ntype = \"webhook\"\nlisten = \"127.0.0.1:0\"\nplain_http = true\n\

@@ -25,7 +25,10 @@ use super::*;
 fn with_snapshot(case: &Case, dir: &Path, member: &str, every: &str) -> PathBuf {
     let path = case.pipeline(dir, member, EXACTLY_ONCE);
     let mut text = std::fs::read_to_string(&path).unwrap();
-    text.push_str(&format!("[state]\nsnapshot = \"{}\"\nsnapshot_interval = \"{every}\"\n", dir.join("state.snapshot").display()));
+    text.push_str(&format!(
+        "[state]\nsnapshot = \"{}\"\nsnapshot_interval = \"{every}\"\n",
+        dir.join("state.snapshot").display()
+    ));
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -78,7 +81,10 @@ fn restores(lines: &[Value]) -> HashMap<i32, (u64, u64, i64)> {
         .map(|v| {
             let f = &v["fields"];
             let n = |k: &str| f[k].as_u64().unwrap_or_else(|| panic!("{k} in {f}"));
-            (f["partition"].as_i64().unwrap() as i32, (n("records") + n("tombstones"), n("from_snapshot"), f["from_offset"].as_i64().unwrap()))
+            (
+                f["partition"].as_i64().unwrap() as i32,
+                (n("records") + n("tombstones"), n("from_snapshot"), f["from_offset"].as_i64().unwrap()),
+            )
         })
         .collect()
 }
@@ -94,14 +100,23 @@ fn snapshot_results(serve: &Serve) -> HashMap<String, f64> {
 /// Asserts that `restarted` loaded every partition from the snapshot `mark` and read exactly
 /// the changelog records after its positions, as the test counts them in the topic (`tail`);
 /// returns how many records that was, of how many the changelog holds.
-fn assert_read_only_the_tail(case: &Case, mark: &ChangelogMark, tail: &HashMap<i32, usize>, restarted: &HashMap<i32, (u64, u64, i64)>) -> (usize, usize) {
+fn assert_read_only_the_tail(
+    case: &Case,
+    mark: &ChangelogMark,
+    tail: &HashMap<i32, usize>,
+    restarted: &HashMap<i32, (u64, u64, i64)>,
+) -> (usize, usize) {
     assert_eq!(mark.positions.len(), PARTITIONS as usize, "the snapshot holds every partition: {mark:?}");
     let mut read = 0;
     for &(p, position) in &mark.positions {
-        let (records, loaded, from) = restarted.get(&p).copied().unwrap_or_else(|| panic!("partition {p} restored: {restarted:?}"));
+        let (records, loaded, from) =
+            restarted.get(&p).copied().unwrap_or_else(|| panic!("partition {p} restored: {restarted:?}"));
         assert_eq!(from, position, "partition {p}: read from the snapshot's position");
         assert!(loaded > 0, "partition {p}: states loaded from the snapshot");
-        assert_eq!(records as usize, tail[&p], "partition {p}: the records after the snapshot's position {position}, and no others");
+        assert_eq!(
+            records as usize, tail[&p],
+            "partition {p}: the records after the snapshot's position {position}, and no others"
+        );
         read += tail[&p];
     }
     let total: usize = (0..PARTITIONS).map(|p| records(&case.kafka, &case.t.changelog, p, 0).len()).sum();
@@ -111,7 +126,10 @@ fn assert_read_only_the_tail(case: &Case, mark: &ChangelogMark, tail: &HashMap<i
 
 /// The committed records after each position of `mark`, counted in the topic.
 fn tail(case: &Case, mark: &ChangelogMark) -> HashMap<i32, usize> {
-    mark.positions.iter().map(|&(p, position)| (p, records(&case.kafka, &case.t.changelog, p, position).len())).collect()
+    mark.positions
+        .iter()
+        .map(|&(p, position)| (p, records(&case.kafka, &case.t.changelog, p, position).len()))
+        .collect()
 }
 
 /// Starts a process on `pipeline` and waits until it has committed everything produced so far
@@ -166,9 +184,17 @@ fn a_restart_with_the_snapshot_reads_only_the_changelog_after_its_positions_clas
     let tail = tail(&case, &snapshot);
 
     produce(kafka, &t.input, parts[2]);
-    let (a, lines) = start_until_committed(&case, &with_snapshot(&case, &dir_a, "a", "60s"), "the third part committed after the restart");
+    let (a, lines) = start_until_committed(
+        &case,
+        &with_snapshot(&case, &dir_a, "a", "60s"),
+        "the third part committed after the restart",
+    );
     let results = snapshot_results(&a);
-    assert_eq!((results["loaded"], results.values().sum::<f64>()), (PARTITIONS as f64, PARTITIONS as f64), "every partition loaded: {results:?}");
+    assert_eq!(
+        (results["loaded"], results.values().sum::<f64>()),
+        (PARTITIONS as f64, PARTITIONS as f64),
+        "every partition loaded: {results:?}"
+    );
     let (read, total) = assert_read_only_the_tail(&case, &snapshot, &tail, &restores(&lines));
     let outputs = case.assert_as_replay(test, true, &|| timeline("a", &lines));
     println!("{test}: {read} of {total} changelog records read after the restart; {outputs} outputs");
@@ -190,7 +216,8 @@ fn a_kill_after_a_snapshot_then_a_restart_from_it_loses_nothing_and_writes_nothi
     let parts = case.parts(3);
     let dir = temp_dir("snapshot-kill");
     produce(kafka, &t.input, parts[0]);
-    let (a, mut lines) = start_until_committed(&case, &with_snapshot(&case, &dir, "a", "1s"), "the first part committed");
+    let (a, mut lines) =
+        start_until_committed(&case, &with_snapshot(&case, &dir, "a", "1s"), "the first part committed");
     let delivered = |s: &Serve| s.metric("kausality_sink_events_total", &["sink=\"kafka\""]);
     let before = delivered(&a);
     produce(kafka, &t.input, parts[1]);
@@ -209,13 +236,18 @@ fn a_kill_after_a_snapshot_then_a_restart_from_it_loses_nothing_and_writes_nothi
     let tail = tail(&case, &snapshot);
 
     produce(kafka, &t.input, parts[2]);
-    let (a, lines) = start_until_committed(&case, &with_snapshot(&case, &dir, "a", "1s"), "every part committed after the restart");
+    let (a, lines) =
+        start_until_committed(&case, &with_snapshot(&case, &dir, "a", "1s"), "every part committed after the restart");
     assert_eq!(snapshot_results(&a)["loaded"], PARTITIONS as f64);
     let restarted = restores(&lines);
     let mut read = 0;
     for &(p, position) in &snapshot.positions {
         let (records, _, from) = restarted[&p];
-        assert_eq!((from, records as usize), (position, tail[&p]), "partition {p}: the committed records after the snapshot's position");
+        assert_eq!(
+            (from, records as usize),
+            (position, tail[&p]),
+            "partition {p}: the committed records after the snapshot's position"
+        );
         read += records;
     }
     let outputs = case.assert_as_replay(test, true, &|| timeline("a", &lines));
@@ -240,9 +272,14 @@ fn recreate_changelog(kafka: &Kafka, topic: &str, records: &HashMap<i32, Vec<Rec
     }
     // Deleting takes a moment: the name is free once the creation is accepted.
     let new = || NewTopic::new(topic, PARTITIONS, TopicReplication::Fixed(1)).set("cleanup.policy", "compact");
-    wait_for("the changelog topic created again", 60, || rt.block_on(admin.create_topics(&[new()], &options)).unwrap().into_iter().all(|r| r.is_ok()));
-    let p: ThreadedProducer<Delivery> =
-        ClientConfig::new().set("bootstrap.servers", &kafka.brokers).set("enable.idempotence", "true").create_with_context(Delivery::default()).unwrap();
+    wait_for("the changelog topic created again", 60, || {
+        rt.block_on(admin.create_topics(&[new()], &options)).unwrap().into_iter().all(|r| r.is_ok())
+    });
+    let p: ThreadedProducer<Delivery> = ClientConfig::new()
+        .set("bootstrap.servers", &kafka.brokers)
+        .set("enable.idempotence", "true")
+        .create_with_context(Delivery::default())
+        .unwrap();
     for (&partition, rs) in records {
         for (key, value) in rs {
             let mut r: BaseRecord<'_, [u8], [u8]> = BaseRecord::to(topic).partition(partition).key(key.as_slice());
@@ -279,26 +316,45 @@ fn a_snapshot_past_the_end_of_a_changelog_created_again_is_refused_and_the_class
 
     let copied: HashMap<i32, Vec<Record>> = (0..PARTITIONS).map(|p| (p, records(kafka, &t.changelog, p, 0))).collect();
     recreate_changelog(kafka, &t.changelog, &copied);
-    let past: Vec<i32> = snapshot.positions.iter().filter(|(p, position)| *position > copied[p].len() as i64).map(|(p, _)| *p).collect();
-    assert!(!past.is_empty(), "positions past the new ends: {snapshot:?}, records {:?}", copied.iter().map(|(p, r)| (p, r.len())).collect::<Vec<_>>());
+    let past: Vec<i32> =
+        snapshot.positions.iter().filter(|(p, position)| *position > copied[p].len() as i64).map(|(p, _)| *p).collect();
+    assert!(
+        !past.is_empty(),
+        "positions past the new ends: {snapshot:?}, records {:?}",
+        copied.iter().map(|(p, r)| (p, r.len())).collect::<Vec<_>>()
+    );
 
     produce(kafka, &t.input, parts[1]);
-    let (a, lines) = start_until_committed(&case, &with_snapshot(&case, &dir, "a", "60s"), "the second part committed after the restart");
+    let (a, lines) = start_until_committed(
+        &case,
+        &with_snapshot(&case, &dir, "a", "60s"),
+        "the second part committed after the restart",
+    );
     let results = snapshot_results(&a);
     assert_eq!(results["past_end"], past.len() as f64, "{results:?}");
     assert_eq!(results["loaded"], (PARTITIONS as usize - past.len()) as f64, "{results:?}");
     let restarted = restores(&lines);
     for p in &past {
         let (records, loaded, from) = restarted[p];
-        assert_eq!((records as usize, loaded, from), (copied[p].len(), 0, 0), "partition {p}: the whole changelog, nothing of the snapshot");
+        assert_eq!(
+            (records as usize, loaded, from),
+            (copied[p].len(), 0, 0),
+            "partition {p}: the whole changelog, nothing of the snapshot"
+        );
     }
     let said = lines
         .iter()
-        .filter(|v| v["fields"]["message"].as_str().is_some_and(|m| m.contains("partition not loaded")) && v["fields"]["reason"] == "past_end")
+        .filter(|v| {
+            v["fields"]["message"].as_str().is_some_and(|m| m.contains("partition not loaded"))
+                && v["fields"]["reason"] == "past_end"
+        })
         .count();
     assert_eq!(said, past.len(), "one warning per refused partition");
     let outputs = case.assert_as_replay(test, true, &|| timeline("a", &lines));
-    println!("{test}: {} of {PARTITIONS} partitions refused (past the end), restored from the start; {outputs} outputs", past.len());
+    println!(
+        "{test}: {} of {PARTITIONS} partitions refused (past the end), restored from the start; {outputs} outputs",
+        past.len()
+    );
     stop(a);
     case.done(&[&dir]);
 }

@@ -58,7 +58,9 @@ fn port() -> u16 {
 }
 
 fn state_dir() -> PathBuf {
-    std::env::var_os("KAUSALITY_TEST_KAFKA_STATE").map(PathBuf::from).unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("kafka"))
+    std::env::var_os("KAUSALITY_TEST_KAFKA_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_TARGET_TMPDIR")).join("kafka"))
 }
 
 /// Runs `scripts/kafka.sh ARGS` against the test broker; panics with its output on failure.
@@ -71,7 +73,12 @@ pub(crate) fn script(args: &[&str]) {
         .env("KAFKA_STATE_DIR", state_dir())
         .output()
         .expect("run scripts/kafka.sh");
-    assert!(o.status.success(), "scripts/kafka.sh {args:?} failed:\n{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "scripts/kafka.sh {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 extern "C" {
@@ -114,7 +121,8 @@ impl Kafka {
     /// A topic name no other test (or earlier run) uses.
     pub(crate) fn unique(&self, name: &str) -> String {
         let n = TOPICS.fetch_add(1, Ordering::Relaxed);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000;
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() % 1_000_000_000;
         format!("{name}-{}-{nanos}-{n}", std::process::id())
     }
 
@@ -125,7 +133,14 @@ impl Kafka {
     pub(crate) fn create_topic(&self, name: &str, partitions: i32) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let admin = self.admin();
-        let r = rt.block_on(admin.create_topics(&[NewTopic::new(name, partitions, TopicReplication::Fixed(1))], &AdminOptions::new())).expect("create topic");
+        let r = rt
+            .block_on(
+                admin.create_topics(
+                    &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
+                    &AdminOptions::new(),
+                ),
+            )
+            .expect("create topic");
         for t in r {
             t.unwrap_or_else(|(n, e)| panic!("create topic {n}: {e}"));
         }
@@ -170,7 +185,12 @@ impl Kafka {
         }
         p.flush(Duration::from_secs(60)).expect("every test message delivered");
         let failed = p.context().failed.lock().unwrap();
-        assert!(failed.is_empty(), "{} test messages not delivered to {topic}, e.g. {:?}", failed.len(), failed.first());
+        assert!(
+            failed.is_empty(),
+            "{} test messages not delivered to {topic}, e.g. {:?}",
+            failed.len(),
+            failed.first()
+        );
     }
 
     /// Produces each (key, value, headers) and waits until all are delivered.
@@ -186,7 +206,9 @@ impl Kafka {
             .create_with_context(Delivery::default())
             .expect("producer");
         for (key, value, headers) in messages {
-            let h = headers.iter().fold(OwnedHeaders::new(), |h, (k, v)| h.insert(Header { key: k, value: Some(v.as_str()) }));
+            let h = headers
+                .iter()
+                .fold(OwnedHeaders::new(), |h, (k, v)| h.insert(Header { key: k, value: Some(v.as_str()) }));
             let mut r: BaseRecord<'_, str, [u8]> = BaseRecord::to(topic).payload(value.as_slice()).headers(h);
             if let Some(k) = key {
                 r = r.key(k.as_str());
@@ -217,8 +239,14 @@ impl Kafka {
         while last.elapsed() < idle && !done(&out) {
             match c.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
-                    let header =
-                        |k: &str| m.headers().and_then(|h| h.iter().find(|h| h.key == k).and_then(|h| h.value).map(|v| String::from_utf8_lossy(v).to_string()));
+                    let header = |k: &str| {
+                        m.headers().and_then(|h| {
+                            h.iter()
+                                .find(|h| h.key == k)
+                                .and_then(|h| h.value)
+                                .map(|v| String::from_utf8_lossy(v).to_string())
+                        })
+                    };
                     out.push(Out {
                         value: serde_json::from_slice(m.payload().unwrap_or_default()).expect("output is JSON"),
                         key: m.key().map(|k| String::from_utf8_lossy(k).to_string()),
@@ -239,7 +267,11 @@ impl Kafka {
     /// the group coordinator cannot answer yet, e.g. just after a broker restart: callers
     /// poll).
     pub(crate) fn committed(&self, group: &str, topic: &str, partitions: i32) -> Vec<Option<i64>> {
-        let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &self.brokers).set("group.id", group).create().expect("offsets reader");
+        let c: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", &self.brokers)
+            .set("group.id", group)
+            .create()
+            .expect("offsets reader");
         let mut tpl = TopicPartitionList::new();
         for p in 0..partitions {
             tpl.add_partition(topic, p);
@@ -261,7 +293,8 @@ impl Kafka {
 
     /// End offset (high watermark) of each partition.
     pub(crate) fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
-        let c: BaseConsumer = ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("watermarks reader");
+        let c: BaseConsumer =
+            ClientConfig::new().set("bootstrap.servers", &self.brokers).create().expect("watermarks reader");
         (0..partitions).map(|p| c.fetch_watermarks(topic, p, Duration::from_secs(10)).expect("watermarks").1).collect()
     }
 }
@@ -319,7 +352,13 @@ pub(crate) fn corpus(events: usize, seed: u64) -> Vec<String> {
 }
 
 pub(crate) fn corpus_of(events: usize, seed: u64, namespaces: usize) -> Vec<String> {
-    let opts = kausality_stream::corpus::CorpusOptions { seed, events, namespaces, deployments_per_namespace: 6, ..Default::default() };
+    let opts = kausality_stream::corpus::CorpusOptions {
+        seed,
+        events,
+        namespaces,
+        deployments_per_namespace: 6,
+        ..Default::default()
+    };
     let mut buf = Vec::new();
     kausality_stream::corpus::generate(&opts, &mut buf).unwrap();
     String::from_utf8(buf).unwrap().lines().map(String::from).collect()
@@ -343,7 +382,11 @@ pub(crate) fn replay_classes(dir: &Path, lines: &[String]) -> HashMap<String, St
 
 /// A fresh directory under cargo's target tmp dir, removed by the caller.
 pub(crate) fn temp_dir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kafka-{name}-{}-{}", std::process::id(), TOPICS.fetch_add(1, Ordering::Relaxed)));
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "kafka-{name}-{}-{}",
+        std::process::id(),
+        TOPICS.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -387,7 +430,10 @@ impl Serve {
         let mut serve = Serve { child, metrics: "0.0.0.0:0".parse().unwrap(), log };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            let v = serve.log.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("serve logs its metrics address");
+            let v = serve
+                .log
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                .expect("serve logs its metrics address");
             if v["fields"]["message"] == "metrics listening" {
                 serve.metrics = v["fields"]["addr"].as_str().unwrap().parse().unwrap();
                 return serve;
@@ -403,7 +449,11 @@ impl Serve {
 
     /// Sends a signal (`"STOP"`, `"CONT"`, ...) and goes on.
     pub(crate) fn signal(&self, name: &str) {
-        assert!(Command::new("kill").args([&format!("-{name}"), &self.child.id().to_string()]).status().unwrap().success());
+        assert!(Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success());
     }
 
     /// SIGTERM; the exit code and the log lines since the last look.
@@ -430,13 +480,21 @@ impl Serve {
             let mut lines: Vec<(String, String, usize)> = Vec::new();
             for v in logs.iter().filter(|v| keep(v)) {
                 let f = &v["fields"];
-                let line = format!("{} {} {}", v["level"].as_str().unwrap_or(""), f["message"].as_str().unwrap_or(""), f["error"].as_str().unwrap_or(""));
+                let line = format!(
+                    "{} {} {}",
+                    v["level"].as_str().unwrap_or(""),
+                    f["message"].as_str().unwrap_or(""),
+                    f["error"].as_str().unwrap_or("")
+                );
                 match lines.last_mut() {
                     Some((_, last, n)) if *last == line => *n += 1,
                     _ => lines.push((v["timestamp"].as_str().unwrap_or("").to_string(), line, 1)),
                 }
             }
-            lines.into_iter().map(|(at, l, n)| format!("  {at} {l}{}\n", if n > 1 { format!(" (x{n})") } else { String::new() })).collect::<Vec<_>>()
+            lines
+                .into_iter()
+                .map(|(at, l, n)| format!("  {at} {l}{}\n", if n > 1 { format!(" (x{n})") } else { String::new() }))
+                .collect::<Vec<_>>()
         };
         let mut out = String::from("service warnings and errors (the last 40):\n");
         let warnings = folded(&|v| matches!(v["level"].as_str(), Some("WARN" | "ERROR")));
@@ -448,9 +506,12 @@ impl Serve {
         });
         out.extend(kafka[kafka.len().saturating_sub(80)..].iter().cloned());
         out.push_str("service counters:\n");
-        let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.metrics())).unwrap_or_else(|_| "(metrics unreachable)".into());
+        let text = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.metrics()))
+            .unwrap_or_else(|_| "(metrics unreachable)".into());
         for l in text.lines().filter(|l| {
-            !l.starts_with('#') && !l.ends_with(" 0") && (l.contains("kafka") || l.starts_with("kausality_events") || l.starts_with("kausality_sink"))
+            !l.starts_with('#')
+                && !l.ends_with(" 0")
+                && (l.contains("kafka") || l.starts_with("kausality_events") || l.starts_with("kausality_sink"))
         }) {
             out.push_str(&format!("  {l}\n"));
         }
@@ -513,7 +574,15 @@ pub(crate) fn wait_or_explain(what: &str, secs: u64, mut f: impl FnMut() -> bool
 /// Waits until `group`'s committed offset of the one partition of `topic` is `end` (the
 /// offset after the last message); on timeout the panic shows the offset last seen and what
 /// `serve` says (its warnings, its counters).
-pub(crate) fn wait_committed(kafka: &Kafka, group: &str, topic: &str, end: usize, secs: u64, what: &str, serve: &Serve) {
+pub(crate) fn wait_committed(
+    kafka: &Kafka,
+    group: &str,
+    topic: &str,
+    end: usize,
+    secs: u64,
+    what: &str,
+    serve: &Serve,
+) {
     let last = std::cell::RefCell::new(vec![]);
     wait_or_explain(
         what,
@@ -532,7 +601,14 @@ pub(crate) fn wait_committed(kafka: &Kafka, group: &str, topic: &str, end: usize
 /// are applied in arrival order (the later one flagged late if its resourceVersion is lower),
 /// where `replay` orders them by event time. 2 s is longer than any stall of a loaded 2-core
 /// machine between two fetched batches, so the classes never depend on scheduling.
-pub(crate) fn pipeline(dir: &Path, brokers: &str, input: &str, output: &str, group: &str, extra_source: &str) -> PathBuf {
+pub(crate) fn pipeline(
+    dir: &Path,
+    brokers: &str,
+    input: &str,
+    output: &str,
+    group: &str,
+    extra_source: &str,
+) -> PathBuf {
     let path = dir.join("pipeline.toml");
     std::fs::write(
         &path,
@@ -595,7 +671,10 @@ pub(crate) fn post(addr: SocketAddr, path: &str, body: &[u8]) -> (u16, Option<St
     let mut answer = String::new();
     s.read_to_string(&mut answer).unwrap();
     let code = answer.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let retry = answer.lines().find_map(|l| l.strip_prefix("retry-after: ").or_else(|| l.strip_prefix("Retry-After: "))).map(str::to_string);
+    let retry = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("retry-after: ").or_else(|| l.strip_prefix("Retry-After: ")))
+        .map(str::to_string);
     (code, retry)
 }
 
@@ -625,7 +704,9 @@ pub(crate) struct Ingest {
 
 impl Ingest {
     pub(crate) fn start(dir: &Path, n: usize, brokers: &str, topic: &str) -> Ingest {
-        let processes: Vec<Serve> = (0..n).map(|i| Serve::start(&ingest_pipeline(dir, &format!("ingest-{i}"), brokers, topic, "10s"))).collect();
+        let processes: Vec<Serve> = (0..n)
+            .map(|i| Serve::start(&ingest_pipeline(dir, &format!("ingest-{i}"), brokers, topic, "10s")))
+            .collect();
         let addrs = processes.iter().map(webhook_addr).collect();
         Ingest { processes, addrs, turn: std::cell::Cell::new(0) }
     }

@@ -33,7 +33,8 @@ static DIRS: AtomicUsize = AtomicUsize::new(0);
 
 /// A fresh directory under the system temp dir, removed by the caller when done.
 pub(crate) fn temp_dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("ks-{name}-{}-{}", std::process::id(), DIRS.fetch_add(1, Ordering::Relaxed)));
+    let d =
+        std::env::temp_dir().join(format!("ks-{name}-{}-{}", std::process::id(), DIRS.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -62,7 +63,8 @@ impl Ev {
         let md = &self.object["metadata"];
         let ns = md["namespace"].as_str().unwrap_or("");
         let name = md["name"].as_str().unwrap_or("");
-        let prefix = if self.api_group.is_empty() { "/api/v1".to_string() } else { format!("/apis/{}/v1", self.api_group) };
+        let prefix =
+            if self.api_group.is_empty() { "/api/v1".to_string() } else { format!("/apis/{}/v1", self.api_group) };
         let mut uri = format!("{prefix}/namespaces/{ns}/{}", self.resource);
         if self.verb != "create" {
             uri.push('/');
@@ -210,7 +212,12 @@ pub(crate) fn deployment_story(prefix: &str) -> Vec<Ev> {
             resource: "replicasets",
             api_group: "apps",
             subresource: Some("status"),
-            object: replicaset(1, 1002, 1, Some(json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "observedGeneration": 1}))),
+            object: replicaset(
+                1,
+                1002,
+                1,
+                Some(json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "observedGeneration": 1})),
+            ),
             code: 200,
             second: 2,
         },
@@ -265,7 +272,11 @@ pub(crate) async fn wait_lines(path: &Path, n: usize) -> Vec<Value> {
         // A line the sink is still writing is not read yet; at the deadline every byte is
         // (a half line left behind then is a defect, and fails here).
         let whole = if late { &text[..] } else { &text[..text.rfind('\n').map_or(0, |i| i + 1)] };
-        let lines: Vec<Value> = whole.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).expect("jsonl line is JSON")).collect();
+        let lines: Vec<Value> = whole
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).expect("jsonl line is JSON"))
+            .collect();
         if lines.len() >= n || late {
             return lines;
         }
@@ -291,7 +302,12 @@ impl Collector {
     pub(crate) async fn start(open: bool) -> Collector {
         let (gate, _) = watch::channel(open);
         let (stop, mut stop_rx) = watch::channel(false);
-        let c = Collector { addr: "127.0.0.1:0".parse().unwrap(), bodies: Default::default(), gate: Arc::new(gate), stop: Arc::new(stop) };
+        let c = Collector {
+            addr: "127.0.0.1:0".parse().unwrap(),
+            bodies: Default::default(),
+            gate: Arc::new(gate),
+            stop: Arc::new(stop),
+        };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let app = Router::new().route("/", post(collect)).with_state(c.clone());
@@ -344,7 +360,13 @@ async fn collect(State(c): State<Collector>, body: axum::body::Bytes) -> &'stati
 /// Every metric name of the published contract.
 pub(crate) fn contract_metrics() -> Vec<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/metrics.txt");
-    std::fs::read_to_string(path).unwrap().lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from).collect()
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(String::from)
+        .collect()
 }
 
 /// The value of one series on the metrics listener at `addr` (0 when absent): `name` and

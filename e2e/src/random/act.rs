@@ -8,11 +8,14 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetUpdateStrategy, Deployment, ReplicaSet, RollingUpdateDaemonSet, StatefulSet, StatefulSetUpdateStrategy};
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetUpdateStrategy, Deployment, ReplicaSet, RollingUpdateDaemonSet, StatefulSet,
+    StatefulSetUpdateStrategy,
+};
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, Job, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    Affinity, ConfigMap, Namespace, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, NodeSpec, Pod, ServiceAccount, Taint,
-    Toleration,
+    Affinity, ConfigMap, Namespace, Node, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    NodeSpec, Pod, ServiceAccount, Taint, Toleration,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
@@ -165,10 +168,14 @@ impl Run<'_, '_> {
     fn cause(&self, a: &Action) -> Cause {
         match a {
             Action::RemovePod { .. } | Action::DrainWithPdb => Cause::Removed,
-            Action::PersonScalesReplicaSet { .. } | Action::PersonEditsReplicaSet { .. } | Action::PersonEditsChild => Cause::Changed,
+            Action::PersonScalesReplicaSet { .. } | Action::PersonEditsReplicaSet { .. } | Action::PersonEditsChild => {
+                Cause::Changed
+            }
             Action::WidgetDrift => Cause::Unprompted,
             Action::Node { .. } => Cause::Node,
-            Action::ScaleOrphan { .. } => Cause::Intent(vec![("ReplicaSet".into(), self.orphan.clone().unwrap_or_default())]),
+            Action::ScaleOrphan { .. } => {
+                Cause::Intent(vec![("ReplicaSet".into(), self.orphan.clone().unwrap_or_default())])
+            }
             _ => Cause::Intent(vec![(self.top.0.into(), self.top.1.into())]),
         }
     }
@@ -179,13 +186,21 @@ impl Run<'_, '_> {
         self.plan.step_from("setup", Cause::Setup, s.created.1);
         self.plan.own(&s.created.0, "unowned", Role::Plain, "admin creates the namespace");
         if self.kind == Kind::Widget {
-            let sa = ServiceAccount { metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() }, ..ServiceAccount::default() };
+            let sa = ServiceAccount {
+                metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() },
+                ..ServiceAccount::default()
+            };
             let what = "admin creates the Widget controller's ServiceAccount";
             let api = self.api::<ServiceAccount>(self.admin());
-            act(&mut self.plan, &s.admin, "unowned", Role::Plain, what, api.create(&PostParams::default(), &sa)).await?;
+            act(&mut self.plan, &s.admin, "unowned", Role::Plain, what, api.create(&PostParams::default(), &sa))
+                .await?;
             let rb = RoleBinding {
                 metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() },
-                role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "ClusterRole".into(), name: WIDGET_CONTROLLER_ROLE.into() },
+                role_ref: RoleRef {
+                    api_group: "rbac.authorization.k8s.io".into(),
+                    kind: "ClusterRole".into(),
+                    name: WIDGET_CONTROLLER_ROLE.into(),
+                },
                 subjects: Some(vec![Subject {
                     kind: "ServiceAccount".into(),
                     name: "widget-controller".into(),
@@ -195,8 +210,13 @@ impl Run<'_, '_> {
             };
             let what = "admin binds the Widget controller's role";
             let api = self.api::<RoleBinding>(self.admin());
-            act(&mut self.plan, &s.admin, "unowned", Role::Plain, what, api.create(&PostParams::default(), &rb)).await?;
-            self.widget = Some(WidgetController::start(s.service_account("widget-controller").await?, &s.ns, StatusStyle::Native));
+            act(&mut self.plan, &s.admin, "unowned", Role::Plain, what, api.create(&PostParams::default(), &rb))
+                .await?;
+            self.widget = Some(WidgetController::start(
+                s.service_account("widget-controller").await?,
+                &s.ns,
+                StatusStyle::Native,
+            ));
             self.plan.controller("Widget", &format!("system:serviceaccount:{}:widget-controller", s.ns));
         }
         s.settle().await
@@ -206,7 +226,15 @@ impl Run<'_, '_> {
         let s = self.s;
         self.plan.step("teardown", Cause::Teardown);
         let namespaces: Api<Namespace> = Api::all(self.admin());
-        act(&mut self.plan, &s.admin, "unowned", Role::Plain, "admin deletes the namespace", namespaces.delete(&s.ns, &DeleteParams::default())).await?;
+        act(
+            &mut self.plan,
+            &s.admin,
+            "unowned",
+            Role::Plain,
+            "admin deletes the namespace",
+            namespaces.delete(&s.ns, &DeleteParams::default()),
+        )
+        .await?;
         wait::until(&format!("namespace {} to be gone", s.ns), Duration::from_secs(180), || async {
             Ok(namespaces.get_opt(&s.ns).await?.is_none().then_some(()))
         })
@@ -225,9 +253,20 @@ impl Run<'_, '_> {
                     Bound::Count(n) => IntOrString::Int(*n),
                     Bound::Percent(p) => IntOrString::String(format!("{p}%")),
                 };
-                let d = rolling_deployment(self.top.1, *replicas, &self.next_image(), &[], bound(surge), bound(unavailable));
-                let what = format!("admin creates Deployment {} ({replicas} replicas, surge {surge:?}, unavailable {unavailable:?})", self.top.1);
-                self.admin_writes(&what, self.api::<Deployment>(self.admin()).create(&PostParams::default(), &d)).await?;
+                let d = rolling_deployment(
+                    self.top.1,
+                    *replicas,
+                    &self.next_image(),
+                    &[],
+                    bound(surge),
+                    bound(unavailable),
+                );
+                let what = format!(
+                    "admin creates Deployment {} ({replicas} replicas, surge {surge:?}, unavailable {unavailable:?})",
+                    self.top.1
+                );
+                self.admin_writes(&what, self.api::<Deployment>(self.admin()).create(&PostParams::default(), &d))
+                    .await?;
                 self.deleted = false;
                 Ok(())
             }
@@ -259,7 +298,8 @@ impl Run<'_, '_> {
             Action::ScaleToZeroAndBack { replicas } => {
                 self.admin_patch("admin scales to 0", json!({"spec": {"replicas": 0}})).await?;
                 self.stable().await?;
-                self.admin_patch(&format!("admin scales back to {replicas}"), json!({"spec": {"replicas": replicas}})).await
+                self.admin_patch(&format!("admin scales back to {replicas}"), json!({"spec": {"replicas": replicas}}))
+                    .await
             }
             Action::PersonScalesReplicaSet { replicas } => self.person_changes_replicaset(*replicas, true).await,
             Action::PersonEditsReplicaSet { replicas } => self.person_changes_replicaset(*replicas, false).await,
@@ -269,7 +309,8 @@ impl Run<'_, '_> {
                 let rs = self.orphan.clone().context("no orphaned ReplicaSet")?;
                 let what = format!("admin scales the orphaned ReplicaSet {rs} to {replicas}");
                 let p = Patch::Merge(json!({"spec": {"replicas": replicas}}));
-                self.admin_writes(&what, self.api::<ReplicaSet>(self.admin()).patch(&rs, &PatchParams::default(), &p)).await
+                self.admin_writes(&what, self.api::<ReplicaSet>(self.admin()).patch(&rs, &PatchParams::default(), &p))
+                    .await
             }
             Action::CreateStatefulSet { replicas, parallel, on_delete } => {
                 let mut o = statefulset(self.top.1, *replicas, &self.next_image());
@@ -278,11 +319,15 @@ impl Run<'_, '_> {
                         spec.pod_management_policy = Some("Parallel".into());
                     }
                     if *on_delete {
-                        spec.update_strategy = Some(StatefulSetUpdateStrategy { type_: Some("OnDelete".into()), rolling_update: None });
+                        spec.update_strategy =
+                            Some(StatefulSetUpdateStrategy { type_: Some("OnDelete".into()), rolling_update: None });
                     }
                 }
                 self.on_delete = *on_delete;
-                let what = format!("admin creates StatefulSet {} ({replicas} replicas, parallel {parallel}, OnDelete {on_delete})", self.top.1);
+                let what = format!(
+                    "admin creates StatefulSet {} ({replicas} replicas, parallel {parallel}, OnDelete {on_delete})",
+                    self.top.1
+                );
                 self.admin_writes(&what, self.api::<StatefulSet>(self.admin()).create(&PostParams::default(), &o)).await
             }
             Action::CreateCronJob { replace, history } => {
@@ -301,7 +346,10 @@ impl Run<'_, '_> {
                         successful_jobs_history_limit: Some(*history),
                         failed_jobs_history_limit: Some(1),
                         job_template: JobTemplateSpec {
-                            metadata: Some(ObjectMeta { labels: Some([("app".to_string(), self.top.1.to_string())].into()), ..ObjectMeta::default() }),
+                            metadata: Some(ObjectMeta {
+                                labels: Some([("app".to_string(), self.top.1.to_string())].into()),
+                                ..ObjectMeta::default()
+                            }),
                             spec: job.spec,
                         },
                         ..CronJobSpec::default()
@@ -332,7 +380,11 @@ impl Run<'_, '_> {
                     // nothing else runs there, and only its own: other days' DaemonSets select
                     // the shared nodes and theirs).
                     let term = |key: &str, value: &str| NodeSelectorTerm {
-                        match_expressions: Some(vec![NodeSelectorRequirement { key: key.into(), operator: "In".into(), values: Some(vec![value.into()]) }]),
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: key.into(),
+                            operator: "In".into(),
+                            values: Some(vec![value.into()]),
+                        }]),
                         ..NodeSelectorTerm::default()
                     };
                     pod.affinity = Some(Affinity {
@@ -355,10 +407,14 @@ impl Run<'_, '_> {
                 if let Some(spec) = o.spec.as_mut() {
                     spec.update_strategy = Some(DaemonSetUpdateStrategy {
                         type_: Some("RollingUpdate".into()),
-                        rolling_update: Some(RollingUpdateDaemonSet { max_surge: Some(bound(surge)), max_unavailable: Some(bound(unavailable)) }),
+                        rolling_update: Some(RollingUpdateDaemonSet {
+                            max_surge: Some(bound(surge)),
+                            max_unavailable: Some(bound(unavailable)),
+                        }),
                     });
                 }
-                let what = format!("admin creates DaemonSet {} (surge {surge:?}, unavailable {unavailable:?})", self.top.1);
+                let what =
+                    format!("admin creates DaemonSet {} (surge {surge:?}, unavailable {unavailable:?})", self.top.1);
                 self.admin_writes(&what, self.api::<DaemonSet>(self.admin()).create(&PostParams::default(), &o)).await
             }
             Action::StatefulImage { partition } => {
@@ -370,16 +426,28 @@ impl Run<'_, '_> {
                 }});
                 self.admin_patch(&format!("admin changes the image to {image}, partition {partition}"), p).await
             }
-            Action::ScaleStatefulSet { replicas } => self.admin_patch(&format!("admin scales to {replicas}"), json!({"spec": {"replicas": replicas}})).await,
-            Action::CreateJob { completions, parallelism, delete_mid_run } => self.job(*completions, *parallelism, *delete_mid_run).await,
+            Action::ScaleStatefulSet { replicas } => {
+                self.admin_patch(&format!("admin scales to {replicas}"), json!({"spec": {"replicas": replicas}})).await
+            }
+            Action::CreateJob { completions, parallelism, delete_mid_run } => {
+                self.job(*completions, *parallelism, *delete_mid_run).await
+            }
             Action::DeleteJob => {
                 let jobs = self.api::<Job>(self.admin());
-                self.admin_writes("admin deletes the finished Job", jobs.delete(self.top.1, &DeleteParams::background())).await?;
+                self.admin_writes(
+                    "admin deletes the finished Job",
+                    jobs.delete(self.top.1, &DeleteParams::background()),
+                )
+                .await?;
                 self.job_gone().await
             }
             Action::CreateWidget => {
                 let w = Widget::new(self.top.1, WidgetSpec { value: self.widget_value.clone() });
-                self.admin_writes("admin creates Widget w", self.api::<Widget>(self.admin()).create(&PostParams::default(), &w)).await?;
+                self.admin_writes(
+                    "admin creates Widget w",
+                    self.api::<Widget>(self.admin()).create(&PostParams::default(), &w),
+                )
+                .await?;
                 self.widget_generation = 1;
                 self.widget_settled().await
             }
@@ -388,7 +456,11 @@ impl Run<'_, '_> {
                 self.widget_value = format!("v{}", self.image);
                 let p = Patch::Merge(json!({"spec": {"value": self.widget_value}}));
                 let what = format!("admin changes Widget w's value to {}", self.widget_value);
-                self.admin_writes(&what, self.api::<Widget>(self.admin()).patch(self.top.1, &PatchParams::default(), &p)).await?;
+                self.admin_writes(
+                    &what,
+                    self.api::<Widget>(self.admin()).patch(self.top.1, &PatchParams::default(), &p),
+                )
+                .await?;
                 self.widget_generation += 1;
                 self.widget_settled().await
             }
@@ -414,7 +486,11 @@ impl Run<'_, '_> {
         }
     }
 
-    async fn admin_writes<T>(&mut self, what: &str, call: impl std::future::Future<Output = kube::Result<T>>) -> Result<()> {
+    async fn admin_writes<T>(
+        &mut self,
+        what: &str,
+        call: impl std::future::Future<Output = kube::Result<T>>,
+    ) -> Result<()> {
         act(&mut self.plan, &self.s.admin, "unowned", Role::Plain, what, call).await.map(|_| ())
     }
 
@@ -423,9 +499,15 @@ impl Run<'_, '_> {
         let pp = PatchParams::default();
         let p = Patch::Strategic(p);
         match self.kind {
-            Kind::Deployment => self.admin_writes(what, self.api::<Deployment>(self.admin()).patch(self.top.1, &pp, &p)).await,
-            Kind::StatefulSet => self.admin_writes(what, self.api::<StatefulSet>(self.admin()).patch(self.top.1, &pp, &p)).await,
-            Kind::DaemonSet => self.admin_writes(what, self.api::<DaemonSet>(self.admin()).patch(self.top.1, &pp, &p)).await,
+            Kind::Deployment => {
+                self.admin_writes(what, self.api::<Deployment>(self.admin()).patch(self.top.1, &pp, &p)).await
+            }
+            Kind::StatefulSet => {
+                self.admin_writes(what, self.api::<StatefulSet>(self.admin()).patch(self.top.1, &pp, &p)).await
+            }
+            Kind::DaemonSet => {
+                self.admin_writes(what, self.api::<DaemonSet>(self.admin()).patch(self.top.1, &pp, &p)).await
+            }
             other => bail!("no patch of a {other:?} here"),
         }
     }
@@ -442,17 +524,35 @@ impl Run<'_, '_> {
     /// `deadline`: `progressDeadlineSeconds` set in the same patch.
     async fn undo(&mut self, back: usize, deadline: Option<i32>) -> Result<()> {
         let d = self.api::<Deployment>(self.admin()).get(self.top.1).await?;
-        let revision = |o: &ObjectMeta| o.annotations.as_ref().and_then(|a| a.get(REVISION)).and_then(|r| r.parse::<i64>().ok()).unwrap_or(0);
+        let revision = |o: &ObjectMeta| {
+            o.annotations.as_ref().and_then(|a| a.get(REVISION)).and_then(|r| r.parse::<i64>().ok()).unwrap_or(0)
+        };
         let current = revision(&d.metadata);
         let uid = d.metadata.uid.clone().unwrap_or_default();
-        let sets = self.api::<ReplicaSet>(self.admin()).list(&ListParams::default().labels(&format!("app={}", self.top.1))).await?;
-        let stuck =
-            |rs: &ReplicaSet| rs.spec.as_ref().and_then(|s| s.template.as_ref()).and_then(|t| t.spec.as_ref()).is_some_and(|s| s.node_selector.is_some());
-        let mut older: Vec<ReplicaSet> =
-            sets.items.into_iter().filter(|rs| rs.owner_references().iter().any(|o| o.uid == uid) && revision(&rs.metadata) < current && !stuck(rs)).collect();
+        let sets = self
+            .api::<ReplicaSet>(self.admin())
+            .list(&ListParams::default().labels(&format!("app={}", self.top.1)))
+            .await?;
+        let stuck = |rs: &ReplicaSet| {
+            rs.spec
+                .as_ref()
+                .and_then(|s| s.template.as_ref())
+                .and_then(|t| t.spec.as_ref())
+                .is_some_and(|s| s.node_selector.is_some())
+        };
+        let mut older: Vec<ReplicaSet> = sets
+            .items
+            .into_iter()
+            .filter(|rs| {
+                rs.owner_references().iter().any(|o| o.uid == uid) && revision(&rs.metadata) < current && !stuck(rs)
+            })
+            .collect();
         older.sort_by_key(|rs| std::cmp::Reverse(revision(&rs.metadata)));
         let n = older.len();
-        let to = older.into_iter().nth(back.clamp(1, n.max(1)) - 1).with_context(|| format!("no revision before {current} to undo to"))?;
+        let to = older
+            .into_iter()
+            .nth(back.clamp(1, n.max(1)) - 1)
+            .with_context(|| format!("no revision before {current} to undo to"))?;
         let template = to.spec.and_then(|s| s.template).context("a template")?;
         let had = d.spec.and_then(|s| s.template.metadata).and_then(|m| m.annotations).unwrap_or_default();
         let want = template.metadata.and_then(|m| m.annotations).unwrap_or_default();
@@ -460,13 +560,15 @@ impl Run<'_, '_> {
         for k in had.keys().filter(|k| !want.contains_key(*k)) {
             annotations.insert(k.clone(), Value::Null);
         }
-        let image = template.spec.and_then(|s| s.containers.into_iter().next()).and_then(|c| c.image).context("an image")?;
+        let image =
+            template.spec.and_then(|s| s.containers.into_iter().next()).and_then(|c| c.image).context("an image")?;
         let mut p = json!({"spec": {"template": {"metadata": {"annotations": annotations}, "spec": {"nodeSelector": null, "containers": [{"name": "app", "image": image}]}}}});
         if let Some(s) = deadline {
             p["spec"]["progressDeadlineSeconds"] = json!(s);
         }
         let flag = if back > 1 { format!(" (--to-revision, {back} back)") } else { String::new() };
-        self.admin_patch(&format!("admin undoes the rollout to revision {}{flag} ({image})", revision(&to.metadata)), p).await
+        self.admin_patch(&format!("admin undoes the rollout to revision {}{flag} ({image})", revision(&to.metadata)), p)
+            .await
     }
 
     /// A rollout whose pods never run: a node selector no node matches. Once the deployment
@@ -483,11 +585,11 @@ impl Run<'_, '_> {
         wait::until("the rollout to exceed its progress deadline", STEP_WAIT, || async {
             let d = api.get(self.top.1).await?;
             let s = d.status.unwrap_or_default();
-            let exceeded = s
-                .conditions
-                .unwrap_or_default()
-                .iter()
-                .any(|c| c.type_ == "Progressing" && c.status == "False" && c.reason.as_deref() == Some("ProgressDeadlineExceeded"));
+            let exceeded = s.conditions.unwrap_or_default().iter().any(|c| {
+                c.type_ == "Progressing"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some("ProgressDeadlineExceeded")
+            });
             Ok((s.observed_generation == d.metadata.generation && exceeded).then_some(()))
         })
         .await?;
@@ -502,7 +604,12 @@ impl Run<'_, '_> {
         let pods = self.api::<Pod>(self.admin());
         let lp = ListParams::default().labels(&format!("app={}", self.top.1));
         let i = apply_node(&mut self.node_flags, change).context("no node for that change")?;
-        let own = |ns: &str| Taint { key: DAY_NODE.into(), value: Some(ns.to_string()), effect: "NoSchedule".into(), ..Taint::default() };
+        let own = |ns: &str| Taint {
+            key: DAY_NODE.into(),
+            value: Some(ns.to_string()),
+            effect: "NoSchedule".into(),
+            ..Taint::default()
+        };
         let (name, running) = match change {
             NodeChange::Add => {
                 self.node_serial += 1;
@@ -511,13 +618,20 @@ impl Run<'_, '_> {
                     metadata: ObjectMeta {
                         name: Some(name.clone()),
                         annotations: Some(
-                            [("kwok.x-k8s.io/node", "fake"), ("node.alpha.kubernetes.io/ttl", "0")].into_iter().map(|(k, v)| (k.into(), v.into())).collect(),
-                        ),
-                        labels: Some(
-                            [(DAY_NODE, self.s.ns.as_str()), ("kubernetes.io/hostname", name.as_str()), ("kubernetes.io/os", "linux")]
+                            [("kwok.x-k8s.io/node", "fake"), ("node.alpha.kubernetes.io/ttl", "0")]
                                 .into_iter()
                                 .map(|(k, v)| (k.into(), v.into()))
                                 .collect(),
+                        ),
+                        labels: Some(
+                            [
+                                (DAY_NODE, self.s.ns.as_str()),
+                                ("kubernetes.io/hostname", name.as_str()),
+                                ("kubernetes.io/os", "linux"),
+                            ]
+                            .into_iter()
+                            .map(|(k, v)| (k.into(), v.into()))
+                            .collect(),
                         ),
                         ..ObjectMeta::default()
                     },
@@ -530,33 +644,55 @@ impl Run<'_, '_> {
             }
             NodeChange::Remove => {
                 let name = self.nodes.pop().context("no node to remove")?;
-                nodes.delete(&name, &DeleteParams::default()).await.with_context(|| format!("admin removes node {name}"))?;
+                nodes
+                    .delete(&name, &DeleteParams::default())
+                    .await
+                    .with_context(|| format!("admin removes node {name}"))?;
                 (name, false)
             }
             NodeChange::Cordon => {
                 let name = self.nodes[i].clone();
-                nodes.patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}}))).await?;
+                nodes
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": true}})))
+                    .await?;
                 // A DaemonSet's pods tolerate a cordoned node: its pod stays.
                 (name, !self.node_flags[i].1)
             }
             NodeChange::TaintNoExecute => {
                 let name = self.nodes[i].clone();
-                let evict = Taint { key: EVICT.into(), value: Some(self.s.ns.clone()), effect: "NoExecute".into(), ..Taint::default() };
+                let evict = Taint {
+                    key: EVICT.into(),
+                    value: Some(self.s.ns.clone()),
+                    effect: "NoExecute".into(),
+                    ..Taint::default()
+                };
                 let p = json!({"spec": {"taints": [own(&self.s.ns), evict]}});
                 nodes.patch(&name, &PatchParams::default(), &Patch::Merge(p)).await?;
                 (name, false)
             }
         };
-        wait::until(&format!("the DaemonSet's pod on node {name} to be {}", if running { "running" } else { "gone" }), STEP_WAIT, || async {
-            let on: Vec<Pod> =
-                pods.list(&lp).await?.items.into_iter().filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str())).collect();
-            let ok = if running {
-                on.iter().any(|p| p.metadata.deletion_timestamp.is_none() && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            } else {
-                on.is_empty()
-            };
-            Ok(ok.then_some(()))
-        })
+        wait::until(
+            &format!("the DaemonSet's pod on node {name} to be {}", if running { "running" } else { "gone" }),
+            STEP_WAIT,
+            || async {
+                let on: Vec<Pod> = pods
+                    .list(&lp)
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name.as_str()))
+                    .collect();
+                let ok = if running {
+                    on.iter().any(|p| {
+                        p.metadata.deletion_timestamp.is_none()
+                            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+                    })
+                } else {
+                    on.is_empty()
+                };
+                Ok(ok.then_some(()))
+            },
+        )
         .await
     }
 
@@ -579,12 +715,17 @@ impl Run<'_, '_> {
             let live: Vec<&Job> = all.iter().filter(|j| j.metadata.deletion_timestamp.is_none()).collect();
             let pods = pods.list(&lp).await?.items;
             let complete = |j: &Job| {
-                j.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
+                j.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Complete" && c.status == "True"))
             };
             let done = if replace {
                 all.len() == 1 && all[0].name_any() == next && pods.len() == 1
             } else {
-                live.iter().any(|j| j.name_any() == next && complete(j)) && all.len() <= history as usize && pods.len() == all.len()
+                live.iter().any(|j| j.name_any() == next && complete(j))
+                    && all.len() <= history as usize
+                    && pods.len() == all.len()
             };
             Ok(done.then_some(()))
         })
@@ -595,13 +736,23 @@ impl Run<'_, '_> {
     /// until the Deployment, its ReplicaSets and their pods are gone.
     async fn delete_deployment(&mut self, foreground: bool) -> Result<()> {
         let deploys = self.api::<Deployment>(self.admin());
-        let (dp, how) = if foreground { (DeleteParams::foreground(), "foreground") } else { (DeleteParams::background(), "background") };
-        self.admin_writes(&format!("admin deletes Deployment {} ({how} propagation)", self.top.1), deploys.delete(self.top.1, &dp)).await?;
+        let (dp, how) = if foreground {
+            (DeleteParams::foreground(), "foreground")
+        } else {
+            (DeleteParams::background(), "background")
+        };
+        self.admin_writes(
+            &format!("admin deletes Deployment {} ({how} propagation)", self.top.1),
+            deploys.delete(self.top.1, &dp),
+        )
+        .await?;
         let sets = self.api::<ReplicaSet>(self.admin());
         let pods = self.api::<Pod>(self.admin());
         let lp = ListParams::default().labels(&format!("app={}", self.top.1));
         wait::until("the Deployment, its ReplicaSets and pods to be gone", STEP_WAIT, || async {
-            let gone = deploys.get_opt(self.top.1).await?.is_none() && sets.list(&lp).await?.items.is_empty() && pods.list(&lp).await?.items.is_empty();
+            let gone = deploys.get_opt(self.top.1).await?.is_none()
+                && sets.list(&lp).await?.items.is_empty()
+                && pods.list(&lp).await?.items.is_empty();
             Ok(gone.then_some(()))
         })
         .await?;
@@ -616,7 +767,10 @@ impl Run<'_, '_> {
         let s = self.s;
         let name = self.top.1;
         let budgets = self.api::<PodDisruptionBudget>(self.admin());
-        let selector = LabelSelector { match_labels: Some([("app".to_string(), name.to_string())].into()), ..LabelSelector::default() };
+        let selector = LabelSelector {
+            match_labels: Some([("app".to_string(), name.to_string())].into()),
+            ..LabelSelector::default()
+        };
         if !self.pdb {
             let pdb = PodDisruptionBudget {
                 metadata: ObjectMeta { name: Some(format!("{name}-pdb")), ..ObjectMeta::default() },
@@ -659,7 +813,10 @@ impl Run<'_, '_> {
             let id = loop {
                 match s.alice.audited(pods.evict(&pod, &EvictParams::default())).await {
                     Ok((_, id)) => break id,
-                    Err(e) if matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(r)) if r.code == 429) && t.elapsed() < STEP_WAIT => {
+                    Err(e)
+                        if matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(r)) if r.code == 429)
+                            && t.elapsed() < STEP_WAIT =>
+                    {
                         refused += 1;
                         tokio::time::sleep(Duration::from_millis(500)).await;
                     }
@@ -667,14 +824,16 @@ impl Run<'_, '_> {
                 }
             };
             // (kube's client retries a 429 itself: the refusals it retried are in the audit log.)
-            let what = format!("alice evicts pod {pod} under the PodDisruptionBudget ({refused} refusal(s) retried here)");
+            let what =
+                format!("alice evicts pod {pod} under the PodDisruptionBudget ({refused} refusal(s) retried here)");
             self.plan.own(&id, "origin", Role::Removal, &what);
             gone.push((pod, victim.metadata.uid.clone().unwrap_or_default()));
         }
         let admin_pods = self.api::<Pod>(self.admin());
         for (pod, uid) in &gone {
             wait::until(&format!("pod {pod} ({uid}) to be gone"), STEP_WAIT, || async {
-                let still = admin_pods.get_opt(pod).await?.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+                let still =
+                    admin_pods.get_opt(pod).await?.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
                 Ok((!still).then_some(()))
             })
             .await?;
@@ -687,12 +846,23 @@ impl Run<'_, '_> {
         let s = self.s;
         let name = self.top.1;
         match by {
-            Scaler::Spec => self.admin_patch(&format!("admin scales to {replicas}"), json!({"spec": {"replicas": replicas}})).await,
+            Scaler::Spec => {
+                self.admin_patch(&format!("admin scales to {replicas}"), json!({"spec": {"replicas": replicas}})).await
+            }
             Scaler::Kubectl => {
                 let api = self.api::<Deployment>(s.alice.client.clone());
                 let p = Patch::Merge(json!({"spec": {"replicas": replicas}}));
                 let what = format!("alice scales Deployment {name} to {replicas} through /scale");
-                act(&mut self.plan, &s.alice, "unowned", Role::Plain, &what, api.patch_scale(name, &PatchParams::default(), &p)).await.map(|_| ())
+                act(
+                    &mut self.plan,
+                    &s.alice,
+                    "unowned",
+                    Role::Plain,
+                    &what,
+                    api.patch_scale(name, &PatchParams::default(), &p),
+                )
+                .await
+                .map(|_| ())
             }
             Scaler::Hpa => {
                 // The HPA's role allows get and update of */scale (no patch).
@@ -700,7 +870,16 @@ impl Run<'_, '_> {
                 let mut scale = api.get_scale(name).await?;
                 scale.spec.get_or_insert_with(Default::default).replicas = Some(replicas);
                 let what = format!("the HPA scales Deployment {name} to {replicas} through /scale");
-                act(&mut self.plan, &s.hpa, "unowned", Role::Plain, &what, api.replace_scale(name, &PostParams::default(), &scale)).await.map(|_| ())
+                act(
+                    &mut self.plan,
+                    &s.hpa,
+                    "unowned",
+                    Role::Plain,
+                    &what,
+                    api.replace_scale(name, &PostParams::default(), &scale),
+                )
+                .await
+                .map(|_| ())
             }
         }
     }
@@ -722,27 +901,52 @@ impl Run<'_, '_> {
         let p = Patch::Merge(json!({"spec": {"replicas": replicas}}));
         let rv = if through_scale {
             let what = format!("alice scales ReplicaSet {rs_name} to {replicas} through /scale");
-            act(&mut self.plan, &s.alice, "origin", Role::Change, &what, rs_api.patch_scale(&rs_name, &PatchParams::default(), &p))
-                .await?
-                .metadata
-                .resource_version
+            act(
+                &mut self.plan,
+                &s.alice,
+                "origin",
+                Role::Change,
+                &what,
+                rs_api.patch_scale(&rs_name, &PatchParams::default(), &p),
+            )
+            .await?
+            .metadata
+            .resource_version
         } else {
             let what = format!("alice edits ReplicaSet {rs_name}'s replicas to {replicas}");
-            act(&mut self.plan, &s.alice, "origin", Role::Change, &what, rs_api.patch(&rs_name, &PatchParams::default(), &p)).await?.metadata.resource_version
+            act(
+                &mut self.plan,
+                &s.alice,
+                "origin",
+                Role::Change,
+                &what,
+                rs_api.patch(&rs_name, &PatchParams::default(), &p),
+            )
+            .await?
+            .metadata
+            .resource_version
         };
         let after: u64 = rv.as_deref().context("resourceVersion")?.parse()?;
-        wait::until(&format!("the deployment controller to scale ReplicaSet {rs_name} back to {want}"), STEP_WAIT, || async {
-            let rs = rs_api.get(&rs_name).await?;
-            let rv: u64 = rs.metadata.resource_version.as_deref().unwrap_or("0").parse().unwrap_or(0);
-            Ok((rv > after && rs.spec.as_ref().and_then(|s| s.replicas) == Some(want)).then_some(()))
-        })
+        wait::until(
+            &format!("the deployment controller to scale ReplicaSet {rs_name} back to {want}"),
+            STEP_WAIT,
+            || async {
+                let rs = rs_api.get(&rs_name).await?;
+                let rv: u64 = rs.metadata.resource_version.as_deref().unwrap_or("0").parse().unwrap_or(0);
+                Ok((rv > after && rs.spec.as_ref().and_then(|s| s.replicas) == Some(want)).then_some(()))
+            },
+        )
         .await
     }
 
     /// The ReplicaSet of the Deployment with pods wanted, else the newest.
     async fn active_replicaset(&self) -> Result<ReplicaSet> {
-        let sets = self.api::<ReplicaSet>(self.admin()).list(&ListParams::default().labels(&format!("app={}", self.top.1))).await?;
-        let revision = |rs: &ReplicaSet| rs.annotations().get(REVISION).and_then(|r| r.parse::<i64>().ok()).unwrap_or(0);
+        let sets = self
+            .api::<ReplicaSet>(self.admin())
+            .list(&ListParams::default().labels(&format!("app={}", self.top.1)))
+            .await?;
+        let revision =
+            |rs: &ReplicaSet| rs.annotations().get(REVISION).and_then(|r| r.parse::<i64>().ok()).unwrap_or(0);
         let mut items = sets.items;
         items.sort_by_key(|rs| (rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0) > 0, revision(rs)));
         items.pop().with_context(|| format!("no ReplicaSet of {}", self.top.1))
@@ -766,21 +970,44 @@ impl Run<'_, '_> {
         let (name, uid) = (victim.name_any(), victim.metadata.uid.clone().unwrap_or_default());
         match how {
             Removal::Delete => {
-                act(&mut self.plan, &s.alice, "origin", Role::Removal, &format!("alice deletes pod {name}"), pods.delete(&name, &DeleteParams::default()))
-                    .await?;
+                act(
+                    &mut self.plan,
+                    &s.alice,
+                    "origin",
+                    Role::Removal,
+                    &format!("alice deletes pod {name}"),
+                    pods.delete(&name, &DeleteParams::default()),
+                )
+                .await?;
             }
             Removal::GracePeriodZero => {
                 let dp = DeleteParams { grace_period_seconds: Some(0), ..DeleteParams::default() };
-                act(&mut self.plan, &s.alice, "origin", Role::Removal, &format!("alice deletes pod {name} with grace period 0"), pods.delete(&name, &dp))
-                    .await?;
+                act(
+                    &mut self.plan,
+                    &s.alice,
+                    "origin",
+                    Role::Removal,
+                    &format!("alice deletes pod {name} with grace period 0"),
+                    pods.delete(&name, &dp),
+                )
+                .await?;
             }
             Removal::Evict => {
-                act(&mut self.plan, &s.alice, "origin", Role::Removal, &format!("alice evicts pod {name}"), pods.evict(&name, &EvictParams::default())).await?;
+                act(
+                    &mut self.plan,
+                    &s.alice,
+                    "origin",
+                    Role::Removal,
+                    &format!("alice evicts pod {name}"),
+                    pods.evict(&name, &EvictParams::default()),
+                )
+                .await?;
             }
         }
         let admin_pods = self.api::<Pod>(self.admin());
         wait::until(&format!("pod {name} ({uid}) to be gone"), STEP_WAIT, || async {
-            let still = admin_pods.get_opt(&name).await?.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
+            let still =
+                admin_pods.get_opt(&name).await?.is_some_and(|p| p.metadata.uid.as_deref() == Some(uid.as_str()));
             Ok((!still).then_some(()))
         })
         .await?;
@@ -792,8 +1019,15 @@ impl Run<'_, '_> {
     async fn orphan_delete(&mut self) -> Result<()> {
         let rs = self.active_replicaset().await?.name_any();
         let deploys = self.api::<Deployment>(self.admin());
-        self.admin_writes("admin deletes Deployment app with --cascade=orphan", deploys.delete(self.top.1, &DeleteParams::orphan())).await?;
-        wait::until("Deployment app to be gone", STEP_WAIT, || async { Ok(deploys.get_opt(self.top.1).await?.is_none().then_some(())) }).await?;
+        self.admin_writes(
+            "admin deletes Deployment app with --cascade=orphan",
+            deploys.delete(self.top.1, &DeleteParams::orphan()),
+        )
+        .await?;
+        wait::until("Deployment app to be gone", STEP_WAIT, || async {
+            Ok(deploys.get_opt(self.top.1).await?.is_none().then_some(()))
+        })
+        .await?;
         let sets = self.api::<ReplicaSet>(self.admin());
         wait::until(&format!("ReplicaSet {rs} to lose its owner"), STEP_WAIT, || async {
             Ok(sets.get(&rs).await?.owner_references().is_empty().then_some(()))
@@ -818,8 +1052,12 @@ impl Run<'_, '_> {
         }
         let pods = self.api::<Pod>(self.admin());
         let lp = ListParams::default().labels(&format!("app={}", self.top.1));
-        wait::until("the Job's first pod", STEP_WAIT, || async { Ok((!pods.list(&lp).await?.items.is_empty()).then_some(())) }).await?;
-        self.admin_writes("admin deletes the running Job", jobs.delete(self.top.1, &DeleteParams::background())).await?;
+        wait::until("the Job's first pod", STEP_WAIT, || async {
+            Ok((!pods.list(&lp).await?.items.is_empty()).then_some(()))
+        })
+        .await?;
+        self.admin_writes("admin deletes the running Job", jobs.delete(self.top.1, &DeleteParams::background()))
+            .await?;
         self.job_gone().await
     }
 
@@ -867,7 +1105,9 @@ impl Run<'_, '_> {
                     let o = api.get(rs).await?;
                     let want = o.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
                     let s = o.status.unwrap_or_default();
-                    let done = s.observed_generation == o.metadata.generation && s.replicas == want && s.ready_replicas.unwrap_or(0) == want;
+                    let done = s.observed_generation == o.metadata.generation
+                        && s.replicas == want
+                        && s.ready_replicas.unwrap_or(0) == want;
                     Ok(done.then_some(()))
                 })
                 .await
@@ -925,7 +1165,10 @@ impl Run<'_, '_> {
             } else {
                 updated == want - partition.min(want) && partition > 0
             };
-            let done = s.observed_generation == o.metadata.generation && s.replicas == want && s.ready_replicas.unwrap_or(0) == want && rolled;
+            let done = s.observed_generation == o.metadata.generation
+                && s.replicas == want
+                && s.ready_replicas.unwrap_or(0) == want
+                && rolled;
             Ok(done.then_some(()))
         })
         .await

@@ -340,7 +340,8 @@ impl State {
         if self.done() {
             return None;
         }
-        let removal = |rng: &mut Rng| rng.weighted(&[(3, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]);
+        let removal =
+            |rng: &mut Rng| rng.weighted(&[(3, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]);
         let a = match self.kind {
             Kind::Deployment if self.orphaned => {
                 if self.replicas > 0 && rng.chance(50) {
@@ -363,7 +364,9 @@ impl State {
                 }
                 match rng.weighted(&choices) {
                     0 if self.on_delete => Action::StatefulImageOnDelete,
-                    0 => Action::StatefulImage { partition: if rng.chance(50) { 0 } else { rng.range(1, self.replicas) } },
+                    0 => Action::StatefulImage {
+                        partition: if rng.chance(50) { 0 } else { rng.range(1, self.replicas) },
+                    },
                     1 => Action::ScaleStatefulSet { replicas: other(rng, 1, 5, self.replicas) },
                     3 => Action::LowerPartition { partition: rng.range(0, self.partition - 1) },
                     4 => Action::DrainWithPdb,
@@ -396,7 +399,9 @@ impl State {
             }
             Kind::Job if self.job_gone => return None,
             Kind::Job => Action::DeleteJob,
-            Kind::Widget => rng.weighted(&[(2, Action::WidgetSpec), (2, Action::WidgetDrift), (2, Action::PersonEditsChild)]),
+            Kind::Widget => {
+                rng.weighted(&[(2, Action::WidgetSpec), (2, Action::WidgetDrift), (2, Action::PersonEditsChild)])
+            }
         };
         self.apply(&a);
         Some(a)
@@ -435,11 +440,16 @@ impl State {
             2 => Action::Restart,
             3 => Action::PauseAndChange,
             4 => Action::Resume,
-            5 => Action::Scale { replicas: other(rng, 1, 6, self.replicas), by: rng.weighted(&[(1, Scaler::Spec), (1, Scaler::Kubectl), (1, Scaler::Hpa)]) },
+            5 => Action::Scale {
+                replicas: other(rng, 1, 6, self.replicas),
+                by: rng.weighted(&[(1, Scaler::Spec), (1, Scaler::Kubectl), (1, Scaler::Hpa)]),
+            },
             6 => Action::ScaleToZeroAndBack { replicas: rng.range(1, 6) },
             7 => Action::PersonScalesReplicaSet { replicas: self.replicas + rng.range(1, 3) },
             8 => Action::PersonEditsReplicaSet { replicas: (self.replicas - rng.range(1, 2)).max(0) },
-            9 => Action::RemovePod { how: rng.weighted(&[(3, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]) },
+            9 => Action::RemovePod {
+                how: rng.weighted(&[(3, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]),
+            },
             11 => Action::UndoTo { back: rng.range(2, (self.revisions as i32 - 1).min(4)) },
             12 => Action::InterruptedRollout,
             13 => Action::StuckRollout { deadline: rng.range(3, 8) },
@@ -509,7 +519,13 @@ pub fn apply_node(nodes: &mut Vec<(bool, bool)>, change: NodeChange) -> Option<u
 /// A Deployment of 1–6 replicas, `maxSurge` and `maxUnavailable` 0–2 or 25 %/50 % (not both 0).
 fn create_deployment(rng: &mut Rng) -> Action {
     let replicas = rng.range(1, 6);
-    let bound = |rng: &mut Rng| if rng.chance(30) { Bound::Percent(rng.weighted(&[(1, 25), (1, 50)])) } else { Bound::Count(rng.range(0, 2)) };
+    let bound = |rng: &mut Rng| {
+        if rng.chance(30) {
+            Bound::Percent(rng.weighted(&[(1, 25), (1, 50)]))
+        } else {
+            Bound::Count(rng.range(0, 2))
+        }
+    };
     let surge = bound(rng);
     let mut unavailable = bound(rng);
     // The API refuses a rolling update that may neither add nor remove a pod.
@@ -562,7 +578,14 @@ pub fn day(seed: u64, steps: usize) -> Day {
     let long = steps >= LONG_DAY;
     let n = rng.range(1, steps.clamp(1, if long { 5 } else { 3 }) as i32) as usize;
     let kinds: &[(u64, Kind)] = if long {
-        &[(5, Kind::Deployment), (3, Kind::StatefulSet), (4, Kind::Job), (3, Kind::Widget), (2, Kind::DaemonSet), (1, Kind::CronJob)]
+        &[
+            (5, Kind::Deployment),
+            (3, Kind::StatefulSet),
+            (4, Kind::Job),
+            (3, Kind::Widget),
+            (2, Kind::DaemonSet),
+            (1, Kind::CronJob),
+        ]
     } else {
         &[(4, Kind::Deployment), (2, Kind::StatefulSet), (1, Kind::Job), (1, Kind::Widget)]
     };
@@ -629,7 +652,11 @@ mod tests {
                 };
                 for a in &w.actions[1..] {
                     // A deleted Deployment is created again, and nothing else happens to it.
-                    assert_eq!(deleted, matches!(a, Action::CreateDeployment { .. }), "seed {seed}: {a:?} after a delete");
+                    assert_eq!(
+                        deleted,
+                        matches!(a, Action::CreateDeployment { .. }),
+                        "seed {seed}: {a:?} after a delete"
+                    );
                     if let Action::CreateDeployment { replicas: n, .. } = a {
                         (deleted, paused, replicas) = (false, false, *n);
                         continue;
@@ -651,9 +678,15 @@ mod tests {
                         assert!(!new, "seed {seed}: {a:?} in a short day");
                     }
                     match a {
-                        Action::StatefulImage { .. } => assert!(!on_delete, "seed {seed}: a rolling image change of an OnDelete StatefulSet"),
-                        Action::StatefulImageOnDelete => assert!(on_delete, "seed {seed}: {a:?} of a RollingUpdate StatefulSet"),
-                        Action::LowerPartition { partition: p } => assert!(*p < partition, "seed {seed}: {a:?} lowers nothing from {partition}"),
+                        Action::StatefulImage { .. } => {
+                            assert!(!on_delete, "seed {seed}: a rolling image change of an OnDelete StatefulSet")
+                        }
+                        Action::StatefulImageOnDelete => {
+                            assert!(on_delete, "seed {seed}: {a:?} of a RollingUpdate StatefulSet")
+                        }
+                        Action::LowerPartition { partition: p } => {
+                            assert!(*p < partition, "seed {seed}: {a:?} lowers nothing from {partition}")
+                        }
                         Action::DrainWithPdb => assert!(replicas >= 2, "seed {seed}: {a:?} of {replicas} replicas"),
                         Action::DeleteDeployment { .. } => deleted = true,
                         _ => {}
@@ -661,7 +694,10 @@ mod tests {
                     if let Action::StatefulImage { partition: p } | Action::LowerPartition { partition: p } = a {
                         partition = *p;
                     }
-                    if let Action::Scale { replicas: n, .. } | Action::ScaleOrphan { replicas: n } | Action::ScaleStatefulSet { replicas: n } = a {
+                    if let Action::Scale { replicas: n, .. }
+                    | Action::ScaleOrphan { replicas: n }
+                    | Action::ScaleStatefulSet { replicas: n } = a
+                    {
                         assert_ne!(*n, replicas, "seed {seed}: {a:?} changes nothing");
                         replicas = *n;
                     }
@@ -670,7 +706,11 @@ mod tests {
                         replicas = *n;
                     }
                     match a {
-                        Action::Undo | Action::UndoTo { .. } | Action::Restart | Action::InterruptedRollout | Action::StuckRollout { .. } => {
+                        Action::Undo
+                        | Action::UndoTo { .. }
+                        | Action::Restart
+                        | Action::InterruptedRollout
+                        | Action::StuckRollout { .. } => {
                             assert!(!paused, "seed {seed}: {a:?} of a paused Deployment")
                         }
                         Action::PauseAndChange => paused = true,
@@ -697,7 +737,10 @@ mod tests {
                 vec!["create", "person-scales-replicaset", "delete-pod", "delete-cascade-orphan"],
             ]
         );
-        assert!(matches!(d.workloads[1].actions[0], Action::CreateStatefulSet { replicas: 1, parallel: false, on_delete: false }));
+        assert!(matches!(
+            d.workloads[1].actions[0],
+            Action::CreateStatefulSet { replicas: 1, parallel: false, on_delete: false }
+        ));
     }
 
     #[test]

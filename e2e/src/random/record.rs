@@ -24,7 +24,8 @@ use crate::CLUSTER;
 /// `KAUSALITY_E2E_RANDOM_FIXTURES` puts them elsewhere (a long run's days, judged again
 /// outside the repository).
 pub fn fixtures_dir() -> PathBuf {
-    std::env::var_os("KAUSALITY_E2E_RANDOM_FIXTURES").map_or_else(|| crate::repo_root().join("tests").join("fixtures").join("random-days"), PathBuf::from)
+    std::env::var_os("KAUSALITY_E2E_RANDOM_FIXTURES")
+        .map_or_else(|| crate::repo_root().join("tests").join("fixtures").join("random-days"), PathBuf::from)
 }
 
 /// Stripped audit lines of several namespaces, merged by stageTimestamp (one API server: the
@@ -34,8 +35,10 @@ pub fn merge(namespaces: Vec<Vec<String>>) -> Vec<String> {
         .into_iter()
         .flatten()
         .map(|l| {
-            let at =
-                serde_json::from_str::<Value>(&l).ok().and_then(|v| v.get("stageTimestamp").and_then(Value::as_str).map(str::to_string)).unwrap_or_default();
+            let at = serde_json::from_str::<Value>(&l)
+                .ok()
+                .and_then(|v| v.get("stageTimestamp").and_then(Value::as_str).map(str::to_string))
+                .unwrap_or_default();
             (at, l)
         })
         .collect();
@@ -96,14 +99,19 @@ pub fn relabel(expected_path: &Path) -> Result<(PathBuf, Vec<Label>, Vec<Event>)
     let name = expected["scenario"].as_str().context("scenario")?.to_string();
     let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
     let text = fs::read_to_string(&jsonl).with_context(|| format!("reading {}", jsonl.display()))?;
-    let lines: Vec<AuditLine> = text.lines().map(|l| Ok(AuditLine { raw: l.to_string(), value: serde_json::from_str(l)? })).collect::<Result<_>>()?;
-    let plans: BTreeMap<String, Plan> = serde_json::from_value(expected["plans"].clone()).context("the fixture keeps no plans: record the day again")?;
+    let lines: Vec<AuditLine> = text
+        .lines()
+        .map(|l| Ok(AuditLine { raw: l.to_string(), value: serde_json::from_str(l)? }))
+        .collect::<Result<_>>()?;
+    let plans: BTreeMap<String, Plan> = serde_json::from_value(expected["plans"].clone())
+        .context("the fixture keeps no plans: record the day again")?;
     let mut labels = Vec::new();
     for (ns, plan) in &plans {
         let own: Vec<AuditLine> = lines
             .iter()
             .filter(|l| {
-                l.str("/objectRef/namespace") == Some(ns) || (l.str("/objectRef/resource") == Some("namespaces") && l.str("/objectRef/name") == Some(ns))
+                l.str("/objectRef/namespace") == Some(ns)
+                    || (l.str("/objectRef/resource") == Some("namespaces") && l.str("/objectRef/name") == Some(ns))
             })
             .cloned()
             .collect();
@@ -119,6 +127,18 @@ pub fn relabel(expected_path: &Path) -> Result<(PathBuf, Vec<Label>, Vec<Event>)
         fs::remove_file(expected_path)?;
         fs::remove_file(&jsonl)?;
     }
-    write(&dir, &DayRecord { name, seed, about, lines: &stripped, plans: &plans, labels: &labels, events: &events, judged: &judged })?;
+    write(
+        &dir,
+        &DayRecord {
+            name,
+            seed,
+            about,
+            lines: &stripped,
+            plans: &plans,
+            labels: &labels,
+            events: &events,
+            judged: &judged,
+        },
+    )?;
     Ok((dir, labels, events))
 }

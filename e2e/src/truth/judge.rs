@@ -54,10 +54,10 @@ impl Judgement {
                     }
                 }
                 match want {
-                    Reverts::AnyOf(ids) if !ids.iter().any(|i| named.contains(&i.as_str())) => {
-                        mismatches.push(format!("{at}: a drift that undoes {ids:?} names {named:?} in reverts — {}", l.why))
-                    }
-                    Reverts::Nobody if !named.is_empty() => mismatches.push(format!("{at}: a drift that undoes nobody names {named:?} in reverts — {}", l.why)),
+                    Reverts::AnyOf(ids) if !ids.iter().any(|i| named.contains(&i.as_str())) => mismatches
+                        .push(format!("{at}: a drift that undoes {ids:?} names {named:?} in reverts — {}", l.why)),
+                    Reverts::Nobody if !named.is_empty() => mismatches
+                        .push(format!("{at}: a drift that undoes nobody names {named:?} in reverts — {}", l.why)),
                     _ => {}
                 }
             }
@@ -76,7 +76,15 @@ impl Judgement {
                 ));
             }
         }
-        Judgement { confusion, mismatches, writes: labels.len(), reverts_wanted, reverts_named, reverts_nobody, reverts_nobody_said }
+        Judgement {
+            confusion,
+            mismatches,
+            writes: labels.len(),
+            reverts_wanted,
+            reverts_named,
+            reverts_nobody,
+            reverts_nobody_said,
+        }
     }
 
     fn count(&self, f: impl Fn(&str, &str) -> bool) -> usize {
@@ -125,7 +133,8 @@ impl Judgement {
 
     /// The fixture's expectations: the truth's classes and reverts, and why.
     pub fn expectations(labels: &[Label]) -> Value {
-        let classes: BTreeMap<&str, &str> = labels.iter().filter(|l| l.class != NONE).map(|l| (l.key.as_str(), l.class.as_str())).collect();
+        let classes: BTreeMap<&str, &str> =
+            labels.iter().filter(|l| l.class != NONE).map(|l| (l.key.as_str(), l.class.as_str())).collect();
         let reverts: BTreeMap<&str, Vec<String>> = labels
             .iter()
             .filter_map(|l| match &l.reverts {
@@ -134,8 +143,12 @@ impl Judgement {
                 None => None,
             })
             .collect();
-        let why: BTreeMap<&str, String> =
-            labels.iter().map(|l| (l.key.as_str(), format!("{} {} {} by {} [{}]: {}", l.class, l.verb, l.object, l.user, l.step, l.why))).collect();
+        let why: BTreeMap<&str, String> = labels
+            .iter()
+            .map(|l| {
+                (l.key.as_str(), format!("{} {} {} by {} [{}]: {}", l.class, l.verb, l.object, l.user, l.step, l.why))
+            })
+            .collect();
         json!({ "classes": classes, "reverts": reverts, "why": why })
     }
 }

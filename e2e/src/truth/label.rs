@@ -63,9 +63,12 @@ fn controller_owner(o: &Value) -> Option<String> {
 /// DESIGN §1.4 with the default signals per kind.
 fn initialized_now(kind: &str, o: &Value, status_written: bool) -> bool {
     let cond = |t: &str| {
-        o.pointer("/status/conditions")
-            .and_then(Value::as_array)
-            .is_some_and(|cs| cs.iter().any(|c| c.get("type").and_then(Value::as_str) == Some(t) && c.get("status").and_then(Value::as_str) == Some("True")))
+        o.pointer("/status/conditions").and_then(Value::as_array).is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type").and_then(Value::as_str) == Some(t)
+                    && c.get("status").and_then(Value::as_str) == Some("True")
+            })
+        })
     };
     let observed = o.pointer("/status/observedGeneration").and_then(Value::as_i64);
     let generation = o.pointer("/metadata/generation").and_then(Value::as_i64);
@@ -106,13 +109,17 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
     let ok: Vec<Written> = lines
         .iter()
         .filter(|l| (200..300).contains(&l.code()))
-        .map(|l| Written { received_us: l.str("/requestReceivedTimestamp").and_then(parse_time_us).unwrap_or(0), line: l })
+        .map(|l| Written {
+            received_us: l.str("/requestReceivedTimestamp").and_then(parse_time_us).unwrap_or(0),
+            line: l,
+        })
         .collect();
     let (mut with_rv, without): (Vec<Written>, Vec<Written>) =
         ok.into_iter().partition(|w| w.line.resource_version().is_some() && !is_immediate_delete(w.line));
     with_rv.sort_by_key(|w| w.line.resource_version());
     // (the index of the write it follows, 0 for a write with a resourceVersion, received).
-    let mut keyed: Vec<((i64, u8, i64), Written)> = with_rv.into_iter().enumerate().map(|(i, w)| ((i as i64, 0, 0), w)).collect();
+    let mut keyed: Vec<((i64, u8, i64), Written)> =
+        with_rv.into_iter().enumerate().map(|(i, w)| ((i as i64, 0, 0), w)).collect();
     let places: Vec<(i64, i64)> = keyed.iter().map(|((i, ..), w)| (w.received_us, *i)).collect();
     // UID → index of the first deletecollection listing it.
     let mut listed: HashMap<&str, i64> = HashMap::new();
@@ -129,7 +136,9 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
     // UID → index of the create of that object.
     let created: HashMap<&str, i64> = keyed
         .iter()
-        .filter(|(_, w)| w.line.str("/verb") == Some("create") && w.line.str("/objectRef/subresource").is_none_or(str::is_empty))
+        .filter(|(_, w)| {
+            w.line.str("/verb") == Some("create") && w.line.str("/objectRef/subresource").is_none_or(str::is_empty)
+        })
         .filter_map(|((i, ..), w)| w.line.str("/responseObject/metadata/uid").map(|uid| (uid, *i)))
         .collect();
     for w in without {
@@ -157,7 +166,8 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
 /// The controllers see the mark and act before that (a replacement pod of a lower
 /// resourceVersion), so the delete goes where it was received, like a write without one.
 fn is_immediate_delete(l: &AuditLine) -> bool {
-    l.str("/verb") == Some("delete") && l.value.pointer("/responseObject/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(0)
+    l.str("/verb") == Some("delete")
+        && l.value.pointer("/responseObject/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(0)
 }
 
 /// The labels of every write in the namespace, or the writes no rule explains.
@@ -169,7 +179,8 @@ pub fn label(lines: &[AuditLine], plan: &Plan) -> Result<Vec<Label>> {
     for s in &plan.steps {
         for o in &s.own {
             if !l.own_seen.contains(&o.audit_id) {
-                l.unexplained.push(format!("{}: the test's write ({}) is not in the namespace's audit log", o.audit_id, o.what));
+                l.unexplained
+                    .push(format!("{}: the test's write ({}) is not in the namespace's audit log", o.audit_id, o.what));
             }
         }
     }
@@ -234,7 +245,11 @@ impl<'p> Labeller<'p> {
                 class: NONE.to_string(),
                 reverts: None,
                 verb: l.str("/verb").unwrap_or("").to_string(),
-                object: format!("{}/{}", l.str("/objectRef/resource").unwrap_or(""), l.str("/objectRef/name").unwrap_or("")),
+                object: format!(
+                    "{}/{}",
+                    l.str("/objectRef/resource").unwrap_or(""),
+                    l.str("/objectRef/name").unwrap_or("")
+                ),
                 user: short_user(l.user()),
                 step: String::new(),
                 why: "no object in the event (logged at Metadata level)".into(),
@@ -291,7 +306,10 @@ impl<'p> Labeller<'p> {
         match uid.or_else(|| self.by_name.get(&(w.resource.clone(), name.to_string())).cloned()) {
             Some(uid) => vec![(uid.clone(), self.objects.get(&uid).cloned(), None)],
             None => {
-                self.unexplained.push(format!("{} {} {}/{} {name} by {}: an object the log never showed", w.audit_id, w.verb, w.resource, w.sub, w.user));
+                self.unexplained.push(format!(
+                    "{} {} {}/{} {name} by {}: an object the log never showed",
+                    w.audit_id, w.verb, w.resource, w.sub, w.user
+                ));
                 Vec::new()
             }
         }
@@ -368,9 +386,11 @@ impl<'p> Labeller<'p> {
             // The test's own writes: as declared.
             self.own_seen.insert(w.audit_id.clone());
             match own.role {
-                Role::Removal => {
-                    self.removed.entry(i).or_default().push(Removal { audit_id: w.audit_id.clone(), name: obj.name.clone(), parent: obj.owner.clone() })
-                }
+                Role::Removal => self.removed.entry(i).or_default().push(Removal {
+                    audit_id: w.audit_id.clone(),
+                    name: obj.name.clone(),
+                    parent: obj.owner.clone(),
+                }),
                 Role::Change => self.changed.entry(i).or_default().push((w.audit_id.clone(), uid.clone())),
                 Role::Plain => {}
             }
@@ -390,7 +410,9 @@ impl<'p> Labeller<'p> {
         } else if is_test_actor(&w.user) {
             Err(format!("{at}: a write of the test it did not declare"))
         } else {
-            self.controller_write(w, &uid, &obj).map(|(c, r, why)| (c.to_string(), r, why)).map_err(|e| format!("{at}: {e}"))
+            self.controller_write(w, &uid, &obj)
+                .map(|(c, r, why)| (c.to_string(), r, why))
+                .map_err(|e| format!("{at}: {e}"))
         };
         match verdict {
             Ok((class, reverts, why)) => self.labels.push(Label {
@@ -408,19 +430,33 @@ impl<'p> Labeller<'p> {
     }
 
     /// A write by a controller (or a kubelet) that is no mutation of the test's own.
-    fn controller_write(&mut self, w: &Seen<'_>, uid: &str, obj: &Obj) -> std::result::Result<(&'static str, Option<Reverts>, String), String> {
+    fn controller_write(
+        &mut self,
+        w: &Seen<'_>,
+        uid: &str,
+        obj: &Obj,
+    ) -> std::result::Result<(&'static str, Option<Reverts>, String), String> {
         let judged = self.judge(w, uid, obj)?;
         if judged.0 == "origin" {
             // Someone else removed a pod: its controller's replacement undoes that.
             if let Some(i) = w.step {
-                self.removed.entry(i).or_default().push(Removal { audit_id: w.audit_id.clone(), name: obj.name.clone(), parent: obj.owner.clone() });
+                self.removed.entry(i).or_default().push(Removal {
+                    audit_id: w.audit_id.clone(),
+                    name: obj.name.clone(),
+                    parent: obj.owner.clone(),
+                });
             }
         }
         Ok(judged)
     }
 
     /// A controller's mutation, by what the test caused.
-    fn judge(&self, w: &Seen<'_>, uid: &str, obj: &Obj) -> std::result::Result<(&'static str, Option<Reverts>, String), String> {
+    fn judge(
+        &self,
+        w: &Seen<'_>,
+        uid: &str,
+        obj: &Obj,
+    ) -> std::result::Result<(&'static str, Option<Reverts>, String), String> {
         let Some(owner) = obj.owner.as_deref() else { return Ok(("unowned", None, "no controller owner".into())) };
         let i = w.step.ok_or("before the first step")?;
         let step = &self.plan.steps[i];
@@ -434,13 +470,23 @@ impl<'p> Labeller<'p> {
         if !parent.initialized {
             return Ok(("initializing", None, format!("its parent {} has not initialized", parent.describe())));
         }
-        let controller = self.plan.controllers.get(&parent.kind).ok_or_else(|| format!("the test knows no controller of {}", parent.kind))?;
+        let controller = self
+            .plan
+            .controllers
+            .get(&parent.kind)
+            .ok_or_else(|| format!("the test knows no controller of {}", parent.kind))?;
         if *controller != w.user {
             // Not the parent's controller: kwok (the kubelet) deleting a live pod by its name
             // after a StatefulSet recreated it (its delete of the old one raced).
             return match (w.verb.as_str(), obj.kind.as_str()) {
-                ("delete", "Pod") => Ok(("origin", None, format!("deletes a live pod of {}: not its controller", parent.describe()))),
-                _ => Err(format!("in step {}: not the controller of {}, and no rule for it", step.name, parent.describe())),
+                ("delete", "Pod") => {
+                    Ok(("origin", None, format!("deletes a live pod of {}: not its controller", parent.describe())))
+                }
+                _ => Err(format!(
+                    "in step {}: not the controller of {}, and no rule for it",
+                    step.name,
+                    parent.describe()
+                )),
             };
         }
         match &step.cause {
@@ -449,9 +495,14 @@ impl<'p> Labeller<'p> {
                 None => Err(format!("in step {}: not under {tops:?}", step.name)),
             },
             Cause::Removed => {
-                let gone: Vec<&Removal> = self.removed.get(&i).into_iter().flatten().filter(|r| r.parent.as_deref() == Some(owner)).collect();
+                let gone: Vec<&Removal> =
+                    self.removed.get(&i).into_iter().flatten().filter(|r| r.parent.as_deref() == Some(owner)).collect();
                 if w.verb != "create" || obj.kind != "Pod" || gone.is_empty() {
-                    return Err(format!("in step {}: no removal of {}'s pods explains it", step.name, parent.describe()));
+                    return Err(format!(
+                        "in step {}: no removal of {}'s pods explains it",
+                        step.name,
+                        parent.describe()
+                    ));
                 }
                 // A pod with the name of a removed one (StatefulSet) replaces exactly that one
                 // (the latest removal of that name).
@@ -459,22 +510,36 @@ impl<'p> Labeller<'p> {
                     Some(r) => vec![r.audit_id.clone()],
                     None => gone.iter().map(|r| r.audit_id.clone()).collect(),
                 };
-                Ok(("drift", Some(Reverts::AnyOf(any)), format!("replaces a pod of {} a person removed", parent.describe())))
+                Ok((
+                    "drift",
+                    Some(Reverts::AnyOf(any)),
+                    format!("replaces a pod of {} a person removed", parent.describe()),
+                ))
             }
             Cause::Changed => {
                 let changes = self.changed.get(&i).map(Vec::as_slice).unwrap_or_default();
                 if let Some((by, _)) = changes.iter().find(|(_, u)| u == uid) {
-                    Ok(("drift", Some(Reverts::AnyOf(vec![by.clone()])), "its parent's controller undoes a person's change of it".into()))
+                    Ok((
+                        "drift",
+                        Some(Reverts::AnyOf(vec![by.clone()])),
+                        "its parent's controller undoes a person's change of it".into(),
+                    ))
                 } else if changes.iter().any(|(_, u)| u == owner) {
                     Ok(("expected", None, format!("{} carries out the change of its spec", parent.describe())))
                 } else {
                     Err(format!("in step {}: not the changed object nor under it", step.name))
                 }
             }
-            Cause::Node => Ok(("drift", Some(Reverts::Nobody), format!("{}'s controller acts on a node's change, nothing asked of it", parent.describe()))),
-            Cause::Unprompted if parent.kind == "Widget" => {
-                Ok(("drift", Some(Reverts::Nobody), "the Widget controller changes its child with nothing asked".into()))
-            }
+            Cause::Node => Ok((
+                "drift",
+                Some(Reverts::Nobody),
+                format!("{}'s controller acts on a node's change, nothing asked of it", parent.describe()),
+            )),
+            Cause::Unprompted if parent.kind == "Widget" => Ok((
+                "drift",
+                Some(Reverts::Nobody),
+                "the Widget controller changes its child with nothing asked".into(),
+            )),
             _ => Err(format!("in step {}: nothing the test did explains it", step.name)),
         }
     }
@@ -563,7 +628,12 @@ mod tests {
                     cause: cause.clone(),
                     own: own
                         .iter()
-                        .map(|(id, class, role)| Own { audit_id: id.to_string(), class: class.to_string(), role: *role, what: id.to_string() })
+                        .map(|(id, class, role)| Own {
+                            audit_id: id.to_string(),
+                            class: class.to_string(),
+                            role: *role,
+                            what: id.to_string(),
+                        })
                         .collect(),
                 })
                 .collect(),
@@ -588,7 +658,14 @@ mod tests {
             line("kwok", 11, "delete pods", "kwok-controller", 7, pod("p1", true)),
             line("p3", 12, "create pods", RSC, 8, pod("p3", false)),
             // An eviction has no resourceVersion: it goes where it was received.
-            line("evict", 20, "create pods/eviction", "alice", 0, json!({"kind": "Status", "metadata": {"name": "p2"}, "status": "Success"})),
+            line(
+                "evict",
+                20,
+                "create pods/eviction",
+                "alice",
+                0,
+                json!({"kind": "Status", "metadata": {"name": "p2"}, "status": "Success"}),
+            ),
             line("p4", 21, "create pods", RSC, 9, pod("p4", false)),
             // kwok's delete by name hits a live pod (its delete of an older one raced): an
             // origin, which the recreate of that name undoes.
@@ -616,7 +693,11 @@ mod tests {
         assert_eq!(at(&labels, "evict").0, "origin");
         assert_eq!(at(&labels, "p4"), ("drift", Some(Reverts::AnyOf(vec!["evict".into()]))));
         assert_eq!(at(&labels, "kwok-live").0, "origin", "kwok is not the ReplicaSet's controller");
-        assert_eq!(at(&labels, "p4-again"), ("drift", Some(Reverts::AnyOf(vec!["kwok-live".into()]))), "the latest removal of that name");
+        assert_eq!(
+            at(&labels, "p4-again"),
+            ("drift", Some(Reverts::AnyOf(vec!["kwok-live".into()]))),
+            "the latest removal of that name"
+        );
     }
 
     #[test]
@@ -630,7 +711,14 @@ mod tests {
             line("dc", 10, "deletecollection pods", "system:serviceaccount:kube-system:namespace-controller", 7, {
                 json!({"kind": "PodList", "metadata": {}, "items": [pod("p1", false), pod("p2", false)]})
             }),
-            line("gc", 11, "delete pods", "system:serviceaccount:kube-system:generic-garbage-collector", 0, gone("u-p1")),
+            line(
+                "gc",
+                11,
+                "delete pods",
+                "system:serviceaccount:kube-system:generic-garbage-collector",
+                0,
+                gone("u-p1"),
+            ),
             // A Status delete of an object no deletecollection lists keeps its place.
             line("other", 12, "delete pods", "alice", 0, gone("u-p9")),
         ];
@@ -677,10 +765,20 @@ mod tests {
             line("create-rs", 0, "create replicasets", "kubernetes-admin", 1, rs(1, None)),
             line("orphan", 1, "delete replicasets", "kubernetes-admin", 2, deleting),
             // The garbage collector removes the orphan finalizer, answered with metadata only.
-            line("gc", 2, "patch replicasets", GC, 3, json!({"kind": "PartialObjectMetadata", "metadata": {"name": "r", "uid": "u-r"}})),
+            line(
+                "gc",
+                2,
+                "patch replicasets",
+                GC,
+                3,
+                json!({"kind": "PartialObjectMetadata", "metadata": {"name": "r", "uid": "u-r"}}),
+            ),
         ];
-        let p =
-            plan(&[(0, Cause::Intent(vec![("ReplicaSet".into(), "r".into())]), &[("create-rs", "unowned", Role::Plain), ("orphan", "unowned", Role::Plain)])]);
+        let p = plan(&[(
+            0,
+            Cause::Intent(vec![("ReplicaSet".into(), "r".into())]),
+            &[("create-rs", "unowned", Role::Plain), ("orphan", "unowned", Role::Plain)],
+        )]);
         let labels = label(&lines, &p).unwrap();
         assert_eq!(at(&labels, "gc").0, NONE);
     }
@@ -703,7 +801,8 @@ mod tests {
             }),
             line("p2", 3, "create pods", JC, 4, pod("p2")),
         ];
-        let p = plan(&[(0, Cause::Intent(vec![("Job".into(), "j".into())]), &[("create-job", "unowned", Role::Plain)])]);
+        let p =
+            plan(&[(0, Cause::Intent(vec![("Job".into(), "j".into())]), &[("create-job", "unowned", Role::Plain)])]);
         let labels = label(&lines, &p).unwrap();
         assert_eq!(at(&labels, "p1").0, "initializing");
         assert_eq!(at(&labels, "p2").0, "expected", "DESIGN §1.4: initialized at the controller's first status write");
@@ -756,7 +855,11 @@ mod tests {
         assert_eq!(at(&labels, "j1").0, "initializing", "before the CronJob controller's first status write");
         assert_eq!(at(&labels, "p1").0, "expected");
         assert_eq!(at(&labels, "j2").0, "expected", "a Job on the schedule carries the spec out");
-        assert_eq!(at(&labels, "j1-gone").0, "expected", "a finished Job beyond the history limit, deleted by the CronJob's controller");
+        assert_eq!(
+            at(&labels, "j1-gone").0,
+            "expected",
+            "a finished Job beyond the history limit, deleted by the CronJob's controller"
+        );
         assert_eq!(at(&labels, "p1-gone").0, "deleting");
     }
 
@@ -796,16 +899,25 @@ mod tests {
         ]);
         let labels = label(&lines, &p).unwrap();
         assert_eq!(at(&labels, "p1").0, "initializing");
-        assert_eq!(at(&labels, "p2"), ("drift", Some(Reverts::Nobody)), "its controller acts on a node, nothing asked of it");
+        assert_eq!(
+            at(&labels, "p2"),
+            ("drift", Some(Reverts::Nobody)),
+            "its controller acts on a node, nothing asked of it"
+        );
         assert_eq!(at(&labels, "evicted").0, "origin", "the taint manager is not the DaemonSet's controller");
         assert_eq!(at(&labels, "kwok").0, NONE);
     }
 
     #[test]
     fn a_write_nothing_explains_fails_the_truth() {
-        let lines =
-            vec![line("create-rs", 0, "create replicasets", "kubernetes-admin", 1, rs(1, Some(1))), line("p1", 10, "create pods", RSC, 2, pod("p1", false))];
-        let p = plan(&[(0, Cause::Intent(vec![("ReplicaSet".into(), "r".into())]), &[("create-rs", "unowned", Role::Plain)]), (10, Cause::Removed, &[])]);
+        let lines = vec![
+            line("create-rs", 0, "create replicasets", "kubernetes-admin", 1, rs(1, Some(1))),
+            line("p1", 10, "create pods", RSC, 2, pod("p1", false)),
+        ];
+        let p = plan(&[
+            (0, Cause::Intent(vec![("ReplicaSet".into(), "r".into())]), &[("create-rs", "unowned", Role::Plain)]),
+            (10, Cause::Removed, &[]),
+        ]);
         let err = label(&lines, &p).unwrap_err().to_string();
         assert!(err.contains("no removal of ReplicaSet/r's pods explains it"), "{err}");
         // An undeclared write of the test is no truth either.

@@ -47,7 +47,8 @@ use crate::enriched::Event;
 pub const NONE: &str = "none";
 
 /// The classes in the order of the confusion table.
-pub const CLASSES: [&str; 9] = ["drift", "expected", "origin", "unowned", "initializing", "deleting", "undetermined", "unknown-parent", NONE];
+pub const CLASSES: [&str; 9] =
+    ["drift", "expected", "origin", "unowned", "initializing", "deleting", "undetermined", "unknown-parent", NONE];
 
 /// What a step of the test caused, and so what the controllers' writes in it carry out.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -15,7 +15,9 @@ use kausality_e2e::widget::{child_name, StatusStyle, Widget};
 /// metadata-only write, no new generation.
 async fn annotate(s: &Scene<'_>, annotations: Value) -> Result<()> {
     let widgets: Api<Widget> = Api::namespaced(s.admin.client.clone(), &s.ns);
-    widgets.patch("w", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": annotations}}))).await?;
+    widgets
+        .patch("w", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"annotations": annotations}})))
+        .await?;
     Ok(())
 }
 
@@ -29,7 +31,9 @@ pub async fn approvals(cluster: &Cluster) -> Result<()> {
     let (ctl, user, child) = stable_widget(&mut s, StatusStyle::Native).await?;
     ctl.wait_reconciled(1).await?;
 
-    let approval = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": child_name("w"), "mode": "once", "generation": 1}]).to_string();
+    let approval =
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": child_name("w"), "mode": "once", "generation": 1}])
+            .to_string();
     annotate(&s, json!({"kausality.io/approvals": approval})).await?;
     ctl.set_knob("1");
     let first = next_child_write(&s, &user, &child).await?;
@@ -40,7 +44,8 @@ pub async fn approvals(cluster: &Cluster) -> Result<()> {
     s.expect("the next drift: the once approval is used up", &second, "drift")?;
     check("resolution", &second, second.resolution.as_deref(), Some("unresolved"))?;
 
-    let rejection = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": child_name("w"), "reason": "e2e"}]).to_string();
+    let rejection =
+        json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": child_name("w"), "reason": "e2e"}]).to_string();
     annotate(&s, json!({"kausality.io/approvals": null, "kausality.io/rejections": rejection})).await?;
     ctl.set_knob("3");
     let third = next_child_write(&s, &user, &second).await?;
@@ -56,7 +61,14 @@ pub async fn approvals(cluster: &Cluster) -> Result<()> {
 
     // A person edits the frozen child; the controller puts it back.
     let cms: Api<ConfigMap> = Api::namespaced(s.alice.client.clone(), &s.ns);
-    let (_, id) = s.alice.audited(cms.patch(&child_name("w"), &PatchParams::default(), &Patch::Merge(json!({"data": {"knob": "by-hand"}})))).await?;
+    let (_, id) = s
+        .alice
+        .audited(cms.patch(
+            &child_name("w"),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"knob": "by-hand"}})),
+        ))
+        .await?;
     let by_hand = s.event("alice's edit of the frozen child", &id).await?;
     s.expect("alice edits the child under a freeze", &by_hand, "origin")?;
     check("freezeViolation", &by_hand, by_hand.freeze_violation, true)?;

@@ -27,14 +27,18 @@ use kausality_e2e::truth::{Cause, Plan, Role};
 use kausality_e2e::wait;
 use kausality_e2e::widget::{child_name, StatusStyle, Widget, WidgetController, WidgetSpec};
 use kausality_e2e::workloads::{
-    current_replicaset, daemonset, job, live_pods, rolling_deployment, statefulset, wait_daemonset_rolled_out, wait_job_complete, wait_rolled_out,
-    wait_statefulset_rolled_out,
+    current_replicaset, daemonset, job, live_pods, rolling_deployment, statefulset, wait_daemonset_rolled_out,
+    wait_job_complete, wait_rolled_out, wait_statefulset_rolled_out,
 };
 
 /// The Deployments: name, replicas, maxSurge, maxUnavailable.
 fn deployments() -> [(&'static str, i32, IntOrString, IntOrString); 3] {
     let pct = |s: &str| IntOrString::String(s.into());
-    [("api", 10, pct("25%"), pct("25%")), ("web", 12, IntOrString::Int(0), IntOrString::Int(3)), ("worker", 10, IntOrString::Int(3), IntOrString::Int(0))]
+    [
+        ("api", 10, pct("25%"), pct("25%")),
+        ("web", 12, IntOrString::Int(0), IntOrString::Int(3)),
+        ("worker", 10, IntOrString::Int(3), IntOrString::Int(0)),
+    ]
 }
 const STATEFULSET: &str = "db";
 const DAEMONSET: &str = "agent";
@@ -77,7 +81,8 @@ async fn child_holds(cms: &Api<ConfigMap>, value: &str, knob: &str) -> Result<()
     wait::until(&format!("the Widget's child to hold value {value}, knob {knob}"), Duration::from_secs(30), || async {
         let cm = cms.get(&child_name(WIDGET)).await?;
         let data = cm.data.unwrap_or_default();
-        Ok((data.get("value").map(String::as_str) == Some(value) && data.get("knob").map(String::as_str) == Some(knob)).then_some(()))
+        Ok((data.get("value").map(String::as_str) == Some(value) && data.get("knob").map(String::as_str) == Some(knob))
+            .then_some(()))
     })
     .await
 }
@@ -101,7 +106,10 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
     // controller running from then on.
     plan.step_from("setup", Cause::Setup, s.created.1);
     plan.own(&s.created.0, "unowned", Role::Plain, "admin creates the namespace");
-    let sa = ServiceAccount { metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() }, ..ServiceAccount::default() };
+    let sa = ServiceAccount {
+        metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() },
+        ..ServiceAccount::default()
+    };
     act(
         &mut plan,
         &s.admin,
@@ -113,8 +121,17 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
     .await?;
     let rb = RoleBinding {
         metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() },
-        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "ClusterRole".into(), name: WIDGET_CONTROLLER_ROLE.into() },
-        subjects: Some(vec![Subject { kind: "ServiceAccount".into(), name: "widget-controller".into(), namespace: Some(ns.clone()), api_group: None }]),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: WIDGET_CONTROLLER_ROLE.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "widget-controller".into(),
+            namespace: Some(ns.clone()),
+            api_group: None,
+        }]),
     };
     act(
         &mut plan,
@@ -135,7 +152,15 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
     plan.step("create", tops(&created));
     for (name, replicas, surge, unavailable) in deployments() {
         let d = rolling_deployment(name, replicas, "example/app:1", &[], surge, unavailable);
-        act(&mut plan, &s.admin, "unowned", Role::Plain, &format!("admin creates Deployment {name}"), deploys.create(&PostParams::default(), &d)).await?;
+        act(
+            &mut plan,
+            &s.admin,
+            "unowned",
+            Role::Plain,
+            &format!("admin creates Deployment {name}"),
+            deploys.create(&PostParams::default(), &d),
+        )
+        .await?;
     }
     act(
         &mut plan,
@@ -156,7 +181,15 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
     )
     .await?;
     let w = Widget::new(WIDGET, WidgetSpec { value: "a".into() });
-    act(&mut plan, &s.admin, "unowned", Role::Plain, "admin creates Widget w", widgets.create(&PostParams::default(), &w)).await?;
+    act(
+        &mut plan,
+        &s.admin,
+        "unowned",
+        Role::Plain,
+        "admin creates Widget w",
+        widgets.create(&PostParams::default(), &w),
+    )
+    .await?;
     all_rolled_out(&s).await?;
     ctl.wait_reconciled(1).await?;
     s.settle().await?;
@@ -200,8 +233,17 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
     // A person deletes a pod; its ReplicaSet replaces it.
     plan.step("a person deletes a pod", Cause::Removed);
     let pods: Api<Pod> = Api::namespaced(s.alice.client.clone(), &ns);
-    let victim = live_pods(&pods, "api").await?.into_iter().next().context("a pod of api")?.metadata.name.context("name")?;
-    act(&mut plan, &s.alice, "origin", Role::Removal, &format!("alice deletes pod {victim}"), pods.delete(&victim, &DeleteParams::default())).await?;
+    let victim =
+        live_pods(&pods, "api").await?.into_iter().next().context("a pod of api")?.metadata.name.context("name")?;
+    act(
+        &mut plan,
+        &s.alice,
+        "origin",
+        Role::Removal,
+        &format!("alice deletes pod {victim}"),
+        pods.delete(&victim, &DeleteParams::default()),
+    )
+    .await?;
     wait::until("api to have 10 live pods again", Duration::from_secs(60), || async {
         let live = live_pods(&pods, "api").await?;
         Ok((live.len() == 10 && live.iter().all(|p| p.metadata.name.as_deref() != Some(victim.as_str()))).then_some(()))
@@ -229,7 +271,10 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
         let rs = rs_api.get(&rs_name).await?;
         let rv: i64 = rs.metadata.resource_version.as_deref().unwrap_or("0").parse().unwrap_or(0);
         let st = rs.status.clone().unwrap_or_default();
-        let back = rv > after && rs.spec.as_ref().and_then(|s| s.replicas) == Some(12) && st.replicas == 12 && st.observed_generation == rs.metadata.generation;
+        let back = rv > after
+            && rs.spec.as_ref().and_then(|s| s.replicas) == Some(12)
+            && st.replicas == 12
+            && st.observed_generation == rs.metadata.generation;
         Ok(back.then_some(()))
     })
     .await?;
@@ -269,7 +314,10 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
         alice_deploys.patch_scale("worker", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 13}}))),
     )
     .await?;
-    wait::until("worker to have 13 live pods", Duration::from_secs(60), || async { Ok((live_pods(&pods, "worker").await?.len() == 13).then_some(())) }).await?;
+    wait::until("worker to have 13 live pods", Duration::from_secs(60), || async {
+        Ok((live_pods(&pods, "worker").await?.len() == 13).then_some(()))
+    })
+    .await?;
     wait_rolled_out(&deploys, "worker").await?;
     s.settle().await?;
 
@@ -285,8 +333,15 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
             continue;
         }
         let name = p.metadata.name.clone().context("name")?;
-        act(&mut plan, &s.alice, "origin", Role::Removal, &format!("alice evicts pod {name} from {DRAINED}"), pods.evict(&name, &EvictParams::default()))
-            .await?;
+        act(
+            &mut plan,
+            &s.alice,
+            "origin",
+            Role::Removal,
+            &format!("alice evicts pod {name} from {DRAINED}"),
+            pods.evict(&name, &EvictParams::default()),
+        )
+        .await?;
         evicted += 1;
     }
     anyhow::ensure!(evicted >= 5, "the drain evicted only {evicted} pods from {DRAINED}");
@@ -296,23 +351,42 @@ pub async fn cluster_day(cluster: &Cluster) -> Result<()> {
     })
     .await?;
     all_rolled_out(&s).await?;
-    Api::<Node>::all(admin.clone()).patch(DRAINED, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": null}}))).await?;
+    Api::<Node>::all(admin.clone())
+        .patch(DRAINED, &PatchParams::default(), &Patch::Merge(json!({"spec": {"unschedulable": null}})))
+        .await?;
     s.settle().await?;
 
     // A Job runs to completion.
     plan.step("a Job", tops(&[("Job", JOB)]));
     let jobs: Api<Job> = Api::namespaced(admin.clone(), &ns);
-    act(&mut plan, &s.admin, "unowned", Role::Plain, "admin creates Job batch", jobs.create(&PostParams::default(), &job(JOB, 4, 2, "example/batch:1")))
-        .await?;
+    act(
+        &mut plan,
+        &s.admin,
+        "unowned",
+        Role::Plain,
+        "admin creates Job batch",
+        jobs.create(&PostParams::default(), &job(JOB, 4, 2, "example/batch:1")),
+    )
+    .await?;
     wait_job_complete(&jobs, JOB).await?;
     s.settle().await?;
 
     // Evening: the namespace is deleted.
     plan.step("teardown", Cause::Teardown);
     let namespaces: Api<Namespace> = Api::all(admin.clone());
-    act(&mut plan, &s.admin, "unowned", Role::Plain, "admin deletes the namespace", namespaces.delete(&ns, &DeleteParams::default())).await?;
-    wait::until(&format!("namespace {ns} to be gone"), Duration::from_secs(120), || async { Ok(namespaces.get_opt(&ns).await?.is_none().then_some(())) })
-        .await?;
+    act(
+        &mut plan,
+        &s.admin,
+        "unowned",
+        Role::Plain,
+        "admin deletes the namespace",
+        namespaces.delete(&ns, &DeleteParams::default()),
+    )
+    .await?;
+    wait::until(&format!("namespace {ns} to be gone"), Duration::from_secs(120), || async {
+        Ok(namespaces.get_opt(&ns).await?.is_none().then_some(()))
+    })
+    .await?;
     ctl.stop();
     s.finish_judged(&plan).await
 }

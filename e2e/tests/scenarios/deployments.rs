@@ -33,7 +33,10 @@ fn parent_name(e: &Event) -> &str {
 /// Creates Deployment `name` (2 replicas) as the admin and waits until it is rolled out.
 async fn stable_deployment(s: &mut Scene<'_>, name: &str, annotations: &[(&str, &str)]) -> Result<Event> {
     let deploys: Api<Deployment> = Api::namespaced(s.admin.client.clone(), &s.ns);
-    let (_, id) = s.admin.audited(deploys.create(&PostParams::default(), &deployment(name, 2, "example/app:1", annotations))).await?;
+    let (_, id) = s
+        .admin
+        .audited(deploys.create(&PostParams::default(), &deployment(name, 2, "example/app:1", annotations)))
+        .await?;
     let created = s.event(&format!("the create of Deployment {name}"), &id).await?;
     s.expect(&format!("admin creates Deployment {name}"), &created, "unowned")?;
     wait_rolled_out(&deploys, name).await?;
@@ -46,7 +49,8 @@ async fn stable_deployment(s: &mut Scene<'_>, name: &str, annotations: &[(&str, 
 /// resourceVersion, or until a status has reported that generation with no rollout under way
 /// (finished), `drift` after. Returns (auditID, class, description).
 fn deployment_oracle(lines: &[AuditLine], deployment: &str, after_rv: u64) -> Vec<(String, &'static str, String)> {
-    let mut ok: Vec<&AuditLine> = lines.iter().filter(|l| (200..300).contains(&l.code()) && l.resource_version().is_some()).collect();
+    let mut ok: Vec<&AuditLine> =
+        lines.iter().filter(|l| (200..300).contains(&l.code()) && l.resource_version().is_some()).collect();
     ok.sort_by_key(|l| l.resource_version());
     let (mut generation, mut observed, mut finished) = (0i64, None::<i64>, None::<i64>);
     let mut specs: HashMap<String, Value> = HashMap::new();
@@ -67,8 +71,14 @@ fn deployment_oracle(lines: &[AuditLine], deployment: &str, after_rv: u64) -> Ve
             let changed = specs.get(&name) != Some(&spec);
             let verb = l.str("/verb").unwrap_or("");
             let rv = l.resource_version().unwrap_or(0);
-            if resource == "replicasets" && l.user() == DEPLOYMENT_CONTROLLER && changed && rv > after_rv && verb != "delete" {
-                let class = if observed == Some(generation) && finished >= Some(generation) { "drift" } else { "expected" };
+            if resource == "replicasets"
+                && l.user() == DEPLOYMENT_CONTROLLER
+                && changed
+                && rv > after_rv
+                && verb != "delete"
+            {
+                let class =
+                    if observed == Some(generation) && finished >= Some(generation) { "drift" } else { "expected" };
                 let replicas = spec["replicas"].as_i64().unwrap_or(-1);
                 out.push((
                     l.audit_id().to_string(),
@@ -89,7 +99,9 @@ fn rollout_under_way(deployment: &Value) -> bool {
         .and_then(Value::as_array)
         .and_then(|cs| cs.iter().find(|c| c["type"] == "Progressing").and_then(|c| c["reason"].as_str()));
     let desired = deployment.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(1);
-    let counter_off = ["updatedReplicas", "availableReplicas", "replicas"].iter().any(|f| deployment["status"][*f].as_i64().is_some_and(|n| n != desired));
+    let counter_off = ["updatedReplicas", "availableReplicas", "replicas"]
+        .iter()
+        .any(|f| deployment["status"][*f].as_i64().is_some_and(|n| n != desired));
     matches!(reason, Some("NewReplicaSetCreated" | "FoundNewReplicaSet" | "ReplicaSetUpdated")) || counter_off
 }
 
@@ -101,35 +113,68 @@ pub async fn rollout(cluster: &Cluster) -> Result<()> {
     check("trace label of the Deployment create", &created, label(&created, 0, "ticket"), Some("T-1".into()))?;
 
     // The first rollout: the Deployment is not Available yet, nothing is judged.
-    let rs1 = s.wait_event("the first ReplicaSet create", |e| is(e, "create", "ReplicaSet", DEPLOYMENT_CONTROLLER)).await?;
+    let rs1 =
+        s.wait_event("the first ReplicaSet create", |e| is(e, "create", "ReplicaSet", DEPLOYMENT_CONTROLLER)).await?;
     s.expect("deployment-controller creates the first ReplicaSet", &rs1, "initializing")?;
     for i in 0..2 {
         let rs1_name = rs1.object.name.clone();
         let already: Vec<String> = s.facts.iter().map(|f| f.event.audit_id.clone()).collect();
         let pod = s
             .wait_event("a pod create of the first ReplicaSet", move |e| {
-                is(e, "create", "Pod", REPLICASET_CONTROLLER) && parent_name(e) == rs1_name && !already.contains(&e.audit_id)
+                is(e, "create", "Pod", REPLICASET_CONTROLLER)
+                    && parent_name(e) == rs1_name
+                    && !already.contains(&e.audit_id)
             })
             .await?;
-        s.expect(&format!("replicaset-controller creates pod {} of the first ReplicaSet", i + 1), &pod, "initializing")?;
+        s.expect(
+            &format!("replicaset-controller creates pod {} of the first ReplicaSet", i + 1),
+            &pod,
+            "initializing",
+        )?;
     }
 
     // The image change.
     let patch = json!({"spec": {"template": {"spec": {"containers": [{"name": "app", "image": "example/app:2"}]}}}});
-    let (patched, id) = s.admin.audited(deploys.patch("web", &PatchParams::default(), &Patch::Strategic(patch))).await?;
+    let (patched, id) =
+        s.admin.audited(deploys.patch("web", &PatchParams::default(), &Patch::Strategic(patch))).await?;
     let change = s.event("the image change", &id).await?;
     s.expect("admin changes the image (generation 2)", &change, "unowned")?;
     check("generation after the image change", &change, change.object.generation, Some(2))?;
 
-    let rs2 = s.wait_after("the new ReplicaSet create", &change, |e| is(e, "create", "ReplicaSet", DEPLOYMENT_CONTROLLER)).await?;
+    let rs2 = s
+        .wait_after("the new ReplicaSet create", &change, |e| is(e, "create", "ReplicaSet", DEPLOYMENT_CONTROLLER))
+        .await?;
     s.expect("deployment-controller creates the new ReplicaSet", &rs2, "expected")?;
-    check("trace of the new ReplicaSet", &rs2, rs2.trace_users(), vec![ADMIN.to_string(), DEPLOYMENT_CONTROLLER.to_string()])?;
-    check("first hop of the trace", &rs2, (rs2.trace[0].kind.as_str(), rs2.trace[0].generation), ("Deployment", Some(2)))?;
+    check(
+        "trace of the new ReplicaSet",
+        &rs2,
+        rs2.trace_users(),
+        vec![ADMIN.to_string(), DEPLOYMENT_CONTROLLER.to_string()],
+    )?;
+    check(
+        "first hop of the trace",
+        &rs2,
+        (rs2.trace[0].kind.as_str(), rs2.trace[0].generation),
+        ("Deployment", Some(2)),
+    )?;
     check("ticket label on the trace", &rs2, label(&rs2, 0, "ticket"), Some("T-1".into()))?;
-    let scale = s.wait_after("the first ReplicaSet scale of the rollout", &change, |e| is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER)).await?;
-    s.expect("deployment-controller scales the old ReplicaSet down in the sync that created the new one", &scale, "expected")?;
+    let scale = s
+        .wait_after("the first ReplicaSet scale of the rollout", &change, |e| {
+            is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER)
+        })
+        .await?;
+    s.expect(
+        "deployment-controller scales the old ReplicaSet down in the sync that created the new one",
+        &scale,
+        "expected",
+    )?;
     check("the first scale is of the old ReplicaSet", &scale, scale.object.name.as_str(), rs1.object.name.as_str())?;
-    check("trace of the first scale", &scale, scale.trace_users(), vec![ADMIN.to_string(), DEPLOYMENT_CONTROLLER.to_string()])?;
+    check(
+        "trace of the first scale",
+        &scale,
+        scale.trace_users(),
+        vec![ADMIN.to_string(), DEPLOYMENT_CONTROLLER.to_string()],
+    )?;
     wait_rolled_out(&deploys, "web").await?;
 
     // Every later step: what the model specifies given the real order of the controller's
@@ -141,7 +186,10 @@ pub async fn rollout(cluster: &Cluster) -> Result<()> {
         steps.iter().any(|(id, ..)| *id == rs2.audit_id) && steps.iter().any(|(id, ..)| *id == scale.audit_id),
         "the oracle misses the writes seen above: {steps:?}"
     );
-    ensure!(steps.len() >= 4, "a 2-replica rolling update takes at least 4 spec writes of the deployment controller, saw {steps:?}");
+    ensure!(
+        steps.len() >= 4,
+        "a 2-replica rolling update takes at least 4 spec writes of the deployment controller, saw {steps:?}"
+    );
     for (i, (id, class, desc)) in steps.iter().enumerate() {
         let ev = s.event(desc, id).await?;
         if s.facts.iter().any(|f| f.event.audit_id == *id) {
@@ -164,13 +212,18 @@ pub async fn manual_scale(cluster: &Cluster) -> Result<()> {
     let rs_api: Api<ReplicaSet> = Api::namespaced(s.alice.client.clone(), &s.ns);
     let rs = current_replicaset(&rs_api, "web").await?;
     let rs_name = rs.metadata.name.clone().context("name")?;
-    let (_, id) = s.alice.audited(rs_api.patch_scale(&rs_name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}})))).await?;
+    let (_, id) = s
+        .alice
+        .audited(rs_api.patch_scale(&rs_name, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 3}}))))
+        .await?;
     let by_hand = s.event("alice's scale", &id).await?;
     s.expect("alice scales the ReplicaSet to 3 through /scale", &by_hand, "origin")?;
     check("alice's actor verdict", &by_hand, by_hand.trace_users(), vec!["alice".to_string()])?;
     let name = rs_name.clone();
     let back = s
-        .wait_after("the deployment controller's scale-back", &by_hand, move |e| is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER) && e.object.name == name)
+        .wait_after("the deployment controller's scale-back", &by_hand, move |e| {
+            is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER) && e.object.name == name
+        })
         .await?;
     s.expect("deployment-controller scales the ReplicaSet back to 2", &back, "drift")?;
     check("resolution of the scale-back", &back, back.resolution.as_deref(), Some("unresolved"))?;
@@ -189,9 +242,18 @@ pub async fn hpa_scale(cluster: &Cluster) -> Result<()> {
     let (_, id) = s.hpa.audited(deploys.replace_scale("web", &PostParams::default(), &scale)).await?;
     let hpa = s.event("the HPA's scale", &id).await?;
     s.expect("horizontal-pod-autoscaler scales the Deployment to 3 through /scale", &hpa, "unowned")?;
-    let follow = s.wait_after("the deployment controller's ReplicaSet scale", &hpa, |e| is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER)).await?;
+    let follow = s
+        .wait_after("the deployment controller's ReplicaSet scale", &hpa, |e| {
+            is(e, "update", "ReplicaSet", DEPLOYMENT_CONTROLLER)
+        })
+        .await?;
     s.expect("deployment-controller scales the ReplicaSet to 3", &follow, "expected")?;
-    check("trace of the follow-up", &follow, follow.trace_users(), vec![HPA.to_string(), DEPLOYMENT_CONTROLLER.to_string()])?;
+    check(
+        "trace of the follow-up",
+        &follow,
+        follow.trace_users(),
+        vec![HPA.to_string(), DEPLOYMENT_CONTROLLER.to_string()],
+    )?;
     let p = follow.parent.clone().context("parent")?;
     check(
         "parent generations of the follow-up (a scale write advances the known generation)",
@@ -207,7 +269,11 @@ pub async fn hpa_scale(cluster: &Cluster) -> Result<()> {
 fn deletes_of(lines: &[AuditLine], prefix: &str, before: &[String]) -> Vec<AuditLine> {
     lines
         .iter()
-        .filter(|l| l.str("/verb") == Some("delete") && (200..300).contains(&l.code()) && !before.iter().any(|b| b == l.audit_id()))
+        .filter(|l| {
+            l.str("/verb") == Some("delete")
+                && (200..300).contains(&l.code())
+                && !before.iter().any(|b| b == l.audit_id())
+        })
         .filter(|l| l.str("/objectRef/name").is_some_and(|n| n.starts_with(&format!("{prefix}-"))))
         .cloned()
         .collect()
@@ -223,13 +289,18 @@ pub async fn deletes(cluster: &Cluster) -> Result<()> {
     let rs_api: Api<ReplicaSet> = Api::namespaced(s.admin.client.clone(), &s.ns);
     let deploys: Api<Deployment> = Api::namespaced(s.admin.client.clone(), &s.ns);
 
-    let victim = live_pods(&pods, "fg").await?.into_iter().next().context("a pod of fg")?.metadata.name.context("name")?;
+    let victim =
+        live_pods(&pods, "fg").await?.into_iter().next().context("a pod of fg")?.metadata.name.context("name")?;
     let alice_pods: Api<Pod> = Api::namespaced(s.alice.client.clone(), &s.ns);
     let (_, id) = s.alice.audited(alice_pods.delete(&victim, &DeleteParams::default())).await?;
     let deleted = s.event("alice's pod delete", &id).await?;
     s.expect("alice deletes a pod", &deleted, "origin")?;
     let owner = parent_name(&deleted).to_string();
-    let replacement = s.wait_after("the replacement pod", &deleted, move |e| is(e, "create", "Pod", REPLICASET_CONTROLLER) && parent_name(e) == owner).await?;
+    let replacement = s
+        .wait_after("the replacement pod", &deleted, move |e| {
+            is(e, "create", "Pod", REPLICASET_CONTROLLER) && parent_name(e) == owner
+        })
+        .await?;
     s.expect("replicaset-controller creates a replacement pod", &replacement, "drift")?;
     check("resolution of the replacement", &replacement, replacement.resolution.as_deref(), Some("unresolved"))?;
     // The kubelet (kwok) ends the graceful deletion alice started: that completes a deletion
@@ -242,17 +313,23 @@ pub async fn deletes(cluster: &Cluster) -> Result<()> {
     wait_rolled_out(&deploys, "fg").await?;
     s.settle().await?;
     let v = victim.clone();
-    anyhow::ensure!(!s.events()?.iter().any(|e| is(e, "delete", "Pod", KWOK) && e.object.name == v), "kwok's final delete of {victim} was classified");
+    anyhow::ensure!(
+        !s.events()?.iter().any(|e| is(e, "delete", "Pod", KWOK) && e.object.name == v),
+        "kwok's final delete of {victim} was classified"
+    );
 
     // A background delete of a Deployment is answered with a `Status`, not the object: its
     // audit event has no resourceVersion, and neither has the garbage collector's background
     // delete of the ReplicaSet. With two API servers they come through different servers and
     // batches; kausality-stream orders them by stageTimestamp against the writes around them
     // (docs/e2e.md, finding 4).
-    for (name, params, how) in [("fg", DeleteParams::foreground(), "foreground"), ("bg", DeleteParams::background(), "background")] {
+    for (name, params, how) in
+        [("fg", DeleteParams::foreground(), "foreground"), ("bg", DeleteParams::background(), "background")]
+    {
         // Stage timestamps of concurrent writes do not tell which came first: take the deletes
         // already in the log before this one out by auditID instead.
-        let before: Vec<String> = deletes_of(&cluster.audit.namespace(&s.ns)?, name, &[]).iter().map(|l| l.audit_id().to_string()).collect();
+        let before: Vec<String> =
+            deletes_of(&cluster.audit.namespace(&s.ns)?, name, &[]).iter().map(|l| l.audit_id().to_string()).collect();
         let (_, id) = s.admin.audited(deploys.delete(name, &params)).await?;
         let del = s.event(&format!("the {how} delete of {name}"), &id).await?;
         s.expect(&format!("admin deletes Deployment {name} ({how})"), &del, "unowned")?;
@@ -268,7 +345,12 @@ pub async fn deletes(cluster: &Cluster) -> Result<()> {
                 continue;
             }
             let ev = s.event("a teardown delete", l.audit_id()).await?;
-            let what = format!("{how} teardown: {} deletes {} {}", kausality_e2e::enriched::short_user(l.user()), ev.object.kind, ev.object.name);
+            let what = format!(
+                "{how} teardown: {} deletes {} {}",
+                kausality_e2e::enriched::short_user(l.user()),
+                ev.object.kind,
+                ev.object.name
+            );
             s.expect(&what, &ev, "deleting")?;
         }
     }

@@ -94,8 +94,7 @@ fn tree(greeting: &str, service_port: Option<i64>) -> Vec<(&'static str, String)
     let mut files = vec![("shop/deployment.yaml", deployment.to_string()), ("shop/configmap.yaml", config.to_string())];
     if let Some(port) = service_port {
         // No selector: no EndpointSlice controller writes under it.
-        let service =
-            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME}, "spec": {"ports": [{"name": "http", "port": port, "targetPort": 8080}]}});
+        let service = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": NAME}, "spec": {"ports": [{"name": "http", "port": port, "targetPort": 8080}]}});
         files.push(("shop/service.yaml", service.to_string()));
     }
     files
@@ -146,7 +145,11 @@ impl Shop<'_> {
             async move {
                 let k = api.get(NAME).await?;
                 let st = &k.data["status"];
-                let ready = st["conditions"].as_array().into_iter().flatten().any(|c| c["type"] == "Ready" && c["status"] == "True");
+                let ready = st["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
                 let ok = st["lastAppliedRevision"] == revision
                     && ready
                     && st["observedGeneration"].as_i64() == k.metadata.generation
@@ -158,7 +161,13 @@ impl Shop<'_> {
     }
 
     /// A write of the test, kept in the plan with the class the truth gives it.
-    async fn own<T>(&mut self, class: &'static str, what: &str, alice: bool, call: impl std::future::Future<Output = kube::Result<T>>) -> Result<String> {
+    async fn own<T>(
+        &mut self,
+        class: &'static str,
+        what: &str,
+        alice: bool,
+        call: impl std::future::Future<Output = kube::Result<T>>,
+    ) -> Result<String> {
         let actor = if alice { &self.s.alice } else { &self.s.admin };
         let (_, id) = actor.audited(call).await.with_context(|| what.to_string())?;
         self.plan.own(&id, class, Role::Plain, what);
@@ -227,13 +236,30 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Re
     // 2. alice scales the Deployment and edits the ConfigMap; Flux's next reconcile (at most
     // an interval later) puts both back.
     let mut changed = BTreeMap::new();
-    shop.step("alice scales and edits, Flux corrects the drift", Cause::Intent(vec![("Deployment".into(), NAME.into())]), FluxCause::Quiet);
+    shop.step(
+        "alice scales and edits, Flux corrects the drift",
+        Cause::Intent(vec![("Deployment".into(), NAME.into())]),
+        FluxCause::Quiet,
+    );
     let scale = json!({"spec": {"replicas": 4}});
-    let id =
-        shop.own("origin", "alice scales the Deployment to 4", true, alice_deploys.patch_scale(NAME, &PatchParams::default(), &Patch::Merge(scale))).await?;
+    let id = shop
+        .own(
+            "origin",
+            "alice scales the Deployment to 4",
+            true,
+            alice_deploys.patch_scale(NAME, &PatchParams::default(), &Patch::Merge(scale)),
+        )
+        .await?;
     changed.insert(format!("Deployment/{NAME}"), id);
     let edit = json!({"data": {"greeting": "hi from alice"}});
-    let id = shop.own("origin", "alice edits the ConfigMap", true, alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit))).await?;
+    let id = shop
+        .own(
+            "origin",
+            "alice edits the ConfigMap",
+            true,
+            alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
+        )
+        .await?;
     changed.insert(format!("ConfigMap/{CONFIG}"), id);
     shop.flux.last_mut().expect("a step").1 = FluxCause::PersonChanged(changed);
     wait::until("Flux to put the scale and the edit back", Duration::from_secs(4 * INTERVAL_S + 30), || {
@@ -241,7 +267,8 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Re
         async move {
             let d = deploys.get(NAME).await?;
             let c = configs.get(CONFIG).await?;
-            let back = d.spec.and_then(|s| s.replicas) == Some(2) && c.data.and_then(|d| d.get("greeting").cloned()).as_deref() == Some("hello");
+            let back = d.spec.and_then(|s| s.replicas) == Some(2)
+                && c.data.and_then(|d| d.get("greeting").cloned()).as_deref() == Some("hello");
             Ok(back.then_some(()))
         }
     })
@@ -260,18 +287,32 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Re
     let mut changed = BTreeMap::new();
     shop.step("alice edits the ConfigMap", Cause::Intent(Vec::new()), FluxCause::Quiet);
     let edit = json!({"data": {"greeting": "alice again"}});
-    let id = shop.own("origin", "alice edits the ConfigMap", true, alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit))).await?;
+    let id = shop
+        .own(
+            "origin",
+            "alice edits the ConfigMap",
+            true,
+            alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
+        )
+        .await?;
     changed.insert(format!("ConfigMap/{CONFIG}"), id);
     shop.flux.last_mut().expect("a step").1 = FluxCause::PersonChanged(changed);
     shop.step("alice requests a reconcile", Cause::Intent(Vec::new()), FluxCause::Apply);
     let requested = rfc3339_now();
     let annotate = json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": requested}}});
     // A metadata-only write of a top-level object: no class (the shared rules).
-    shop.s.alice.audited(shop.alice_kustomizations.patch(NAME, &PatchParams::default(), &Patch::Merge(annotate))).await?;
+    shop.s
+        .alice
+        .audited(shop.alice_kustomizations.patch(NAME, &PatchParams::default(), &Patch::Merge(annotate)))
+        .await?;
     shop.applied(&second.revision, Some(&requested)).await?;
     wait::until("Flux to put the greeting back", Duration::from_secs(60), || {
         let configs = configs.clone();
-        async move { Ok((configs.get(CONFIG).await?.data.and_then(|d| d.get("greeting").cloned()).as_deref() == Some("hello again")).then_some(())) }
+        async move {
+            Ok((configs.get(CONFIG).await?.data.and_then(|d| d.get("greeting").cloned()).as_deref()
+                == Some("hello again"))
+            .then_some(()))
+        }
     })
     .await?;
     shop.s.settle().await?;
@@ -289,7 +330,13 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Re
     // A reconcile that started before the suspend was seen ends within a second or so.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let edit = json!({"data": {"color": "red"}});
-    shop.own("origin", "alice edits the ConfigMap while suspended", true, alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit))).await?;
+    shop.own(
+        "origin",
+        "alice edits the ConfigMap while suspended",
+        true,
+        alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
+    )
+    .await?;
     tokio::time::sleep(Duration::from_secs(2 * INTERVAL_S + 2)).await;
     let color = configs.get(CONFIG).await?.data.and_then(|d| d.get("color").cloned());
     ensure!(color.as_deref() == Some("red"), "Flux changed the ConfigMap while suspended: color {color:?}");
@@ -306,7 +353,10 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Re
     .await?;
     wait::until("Flux to put the color back", Duration::from_secs(60), || {
         let configs = configs.clone();
-        async move { Ok((configs.get(CONFIG).await?.data.and_then(|d| d.get("color").cloned()).as_deref() == Some("blue")).then_some(())) }
+        async move {
+            Ok((configs.get(CONFIG).await?.data.and_then(|d| d.get("color").cloned()).as_deref() == Some("blue"))
+                .then_some(()))
+        }
     })
     .await?;
     shop.applied(&second.revision, None).await?;
@@ -354,12 +404,18 @@ fn flux_labels(mut labels: Vec<Label>, steps: &[(String, FluxCause)]) -> Result<
                 }
                 None => unexplained.push(format!("{at}: Flux changed an object nobody else changed in this step")),
             },
-            Some(FluxCause::Quiet) => unexplained.push(format!("{at}: Flux wrote where the test expects no write of it")),
+            Some(FluxCause::Quiet) => {
+                unexplained.push(format!("{at}: Flux wrote where the test expects no write of it"))
+            }
             None => unexplained.push(format!("{at}: in no step of the test")),
         }
     }
     if !unexplained.is_empty() {
-        bail!("{} write(s) of kustomize-controller the truth cannot explain:\n  {}", unexplained.len(), unexplained.join("\n  "));
+        bail!(
+            "{} write(s) of kustomize-controller the truth cannot explain:\n  {}",
+            unexplained.len(),
+            unexplained.join("\n  ")
+        );
     }
     Ok(labels)
 }
@@ -375,13 +431,23 @@ async fn finish(shop: Shop<'_>, version: &str) -> Result<()> {
     let check = audit::check_replay(&c.audit, &c.live, &s.ns, &scenarios, REORDER_WINDOW).await?;
     let labels = flux_labels(truth::label(&writes(c.audit.namespace(&s.ns)?), &plan)?, &flux)?;
     let judged = Judgement::new(&labels, &check.events);
-    println!("    {}: {} audit events, {} writes labelled, {} classified (live == replay):", s.name, check.lines.len(), labels.len(), check.events.len());
+    println!(
+        "    {}: {} audit events, {} writes labelled, {} classified (live == replay):",
+        s.name,
+        check.lines.len(),
+        labels.len(),
+        check.events.len()
+    );
     for line in judged.report().lines() {
         println!("      {line}");
     }
     let (p, r, ..) = judged.precision_recall("expected");
     println!("      expected: precision {p:.2}, recall {r:.2}");
-    let dir = if c.record { kausality_e2e::repo_root().join("tests").join("fixtures").join("flux") } else { c.dir.join("fixtures") };
+    let dir = if c.record {
+        kausality_e2e::repo_root().join("tests").join("fixtures").join("flux")
+    } else {
+        c.dir.join("fixtures")
+    };
     audit::write_fixture(&dir, &s.name, ABOUT, REORDER_WINDOW, &check, &[], Some(Judgement::expectations(&labels)))?;
     // Which Flux: the shared fixture header names the control plane only.
     let path = dir.join(format!("{}.expected.json", s.name));
@@ -393,7 +459,13 @@ async fn finish(shop: Shop<'_>, version: &str) -> Result<()> {
     expected["recordedWith"] = json!(with);
     std::fs::write(&path, serde_json::to_string_pretty(&expected)? + "\n")?;
     if !judged.mismatches.is_empty() {
-        bail!("{} of {} writes differ from the truth:\n  {}\n{}", judged.mismatches.len(), judged.writes, judged.mismatches.join("\n  "), judged.report());
+        bail!(
+            "{} of {} writes differ from the truth:\n  {}\n{}",
+            judged.mismatches.len(),
+            judged.writes,
+            judged.mismatches.join("\n  "),
+            judged.report()
+        );
     }
     for class in ["drift", "origin", "expected"] {
         let (_, _, _, _, truly) = judged.precision_recall(class);

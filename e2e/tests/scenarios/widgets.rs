@@ -16,12 +16,24 @@ use kausality_e2e::widget::{child_name, StatusStyle, Widget, WidgetController, W
 /// The service account the Widget controller runs as (impersonated), with its RoleBinding.
 pub async fn controller_identity(s: &Scene<'_>) -> Result<String> {
     let admin = s.cluster.setup.client.clone();
-    let sa = ServiceAccount { metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() }, ..ServiceAccount::default() };
+    let sa = ServiceAccount {
+        metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() },
+        ..ServiceAccount::default()
+    };
     Api::<ServiceAccount>::namespaced(admin.clone(), &s.ns).create(&PostParams::default(), &sa).await?;
     let rb = RoleBinding {
         metadata: ObjectMeta { name: Some("widget-controller".into()), ..ObjectMeta::default() },
-        role_ref: RoleRef { api_group: "rbac.authorization.k8s.io".into(), kind: "ClusterRole".into(), name: WIDGET_CONTROLLER_ROLE.into() },
-        subjects: Some(vec![Subject { kind: "ServiceAccount".into(), name: "widget-controller".into(), namespace: Some(s.ns.clone()), api_group: None }]),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: WIDGET_CONTROLLER_ROLE.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: "widget-controller".into(),
+            namespace: Some(s.ns.clone()),
+            api_group: None,
+        }]),
     };
     Api::<RoleBinding>::namespaced(admin, &s.ns).create(&PostParams::default(), &rb).await?;
     Ok(format!("system:serviceaccount:{}:widget-controller", s.ns))
@@ -33,12 +45,17 @@ pub async fn stable_widget(s: &mut Scene<'_>, style: StatusStyle) -> Result<(Wid
     let user = controller_identity(s).await?;
     let ctl = WidgetController::start(s.service_account("widget-controller").await?, &s.ns, style);
     let widgets: Api<Widget> = Api::namespaced(s.admin.client.clone(), &s.ns);
-    let (_, id) = s.admin.audited(widgets.create(&PostParams::default(), &Widget::new("w", WidgetSpec { value: "a".into() }))).await?;
+    let (_, id) = s
+        .admin
+        .audited(widgets.create(&PostParams::default(), &Widget::new("w", WidgetSpec { value: "a".into() })))
+        .await?;
     let created = s.event("the Widget create", &id).await?;
     s.expect("admin creates Widget w", &created, "unowned")?;
     ctl.wait_reconciled(1).await?;
     let u = user.clone();
-    let child = s.wait_event("the child create", move |e| e.verb == "create" && e.object.kind == "ConfigMap" && e.user == u).await?;
+    let child = s
+        .wait_event("the child create", move |e| e.verb == "create" && e.object.kind == "ConfigMap" && e.user == u)
+        .await?;
     s.expect("the Widget controller creates the child ConfigMap (no status yet)", &child, "initializing")?;
     Ok((ctl, user, child))
 }
@@ -46,7 +63,10 @@ pub async fn stable_widget(s: &mut Scene<'_>, style: StatusStyle) -> Result<(Wid
 /// The controller's next write of the child after `after`.
 pub async fn next_child_write(s: &Scene<'_>, user: &str, after: &Event) -> Result<Event> {
     let (u, child) = (user.to_string(), child_name("w"));
-    s.wait_after("the controller's next child write", after, move |e| e.user == u && e.object.name == child && e.verb == "patch").await
+    s.wait_after("the controller's next child write", after, move |e| {
+        e.user == u && e.object.name == child && e.verb == "patch"
+    })
+    .await
 }
 
 pub async fn widget(cluster: &Cluster, scenario: &str, style: StatusStyle) -> Result<()> {
@@ -56,7 +76,10 @@ pub async fn widget(cluster: &Cluster, scenario: &str, style: StatusStyle) -> Re
     let widgets: Api<Widget> = Api::namespaced(s.admin.client.clone(), &s.ns);
 
     // A spec change: the controller catches up.
-    let (_, id) = s.admin.audited(widgets.patch("w", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "b"}})))).await?;
+    let (_, id) = s
+        .admin
+        .audited(widgets.patch("w", &PatchParams::default(), &Patch::Merge(json!({"spec": {"value": "b"}}))))
+        .await?;
     let change = s.event("the spec change", &id).await?;
     s.expect("admin changes the Widget's spec (generation 2)", &change, "unowned")?;
     let update = next_child_write(&s, &user, &child).await?;

@@ -86,8 +86,15 @@ pub enum Completion {
 }
 
 impl Completion {
-    pub const ALL: [Completion; 7] =
-        [Completion::Sent, Completion::Unsent, Completion::Applied, Completion::Already, Completion::Stale, Completion::Unknown, Completion::Leaf];
+    pub const ALL: [Completion; 7] = [
+        Completion::Sent,
+        Completion::Unsent,
+        Completion::Applied,
+        Completion::Already,
+        Completion::Stale,
+        Completion::Unknown,
+        Completion::Leaf,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -120,7 +127,9 @@ impl Engine {
     /// write was judged on another partition than the object's own (see the module).
     pub(super) fn keep_trace(&self, w: &Write, uid: Uid, uid_text: &str, ty: Ty, trace: TraceState) {
         let forward = match (&trace, w.partition) {
-            (TraceState::Write { prev: Some(prev), user, time_us }, Some(judged)) if !w.silent => Some((prev.clone(), *user, *time_us, judged)),
+            (TraceState::Write { prev: Some(prev), user, time_us }, Some(judged)) if !w.silent => {
+                Some((prev.clone(), *user, *time_us, judged))
+            }
             _ => None,
         };
         self.store.update(&ObjKey::new(w.scope, uid), |s| s.set_trace(trace));
@@ -165,7 +174,9 @@ impl Engine {
             Some(other) => return other,
         }
         self.store.update(&key, |s| match s.trace() {
-            TraceState::Write { user, time_us, .. } => s.set_trace(TraceState::Write { prev: Some(prev.clone()), user, time_us }),
+            TraceState::Write { user, time_us, .. } => {
+                s.set_trace(TraceState::Write { prev: Some(prev.clone()), user, time_us })
+            }
             TraceState::Node(node) => {
                 let hop = node.hop.clone();
                 s.set_trace(TraceState::Node(trace::extend(trace::bounded(prev, &hop, self.max_trace_hops), hop)));

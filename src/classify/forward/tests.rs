@@ -21,7 +21,11 @@ fn processor() -> Processor {
 /// A processor whose reorder buffer holds writes for `window_us` of `clock`.
 fn processor_on(clock: Clock, window_us: i64) -> Processor {
     let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-    Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: window_us, clock, ..ProcessorOptions::default() })
+    Processor::new(
+        engine,
+        Arc::new(Metrics::new()),
+        ProcessorOptions { reorder_window_us: window_us, clock, ..ProcessorOptions::default() },
+    )
 }
 
 /// Feeds one event as the ingest tier routes it among `n` partitions (a state-only copy
@@ -35,7 +39,8 @@ fn feed(p: &mut Processor, ev: &str, n: i32) -> Vec<Enriched> {
 /// each message only when `flush`.
 fn feed_at(p: &mut Processor, ev: &str, n: i32, at_us: i64, flush: bool) -> Vec<Enriched> {
     let decoder = p.decoder();
-    let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, &Default::default(), n);
+    let routed =
+        crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, &Default::default(), n);
     let mut out = Vec::new();
     for m in &routed.messages {
         let mut decoded = Decoded::default();
@@ -117,12 +122,17 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
     let (rs, ev_rs) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
     let (_, ev_pod_a) = api.create(REPLICASET_CONTROLLER, pod(&rs, "a", "web:1"));
     let (_, ev_pod_b) = api.create(REPLICASET_CONTROLLER, pod(&rs, "b", "web:1"));
-    let ev_rollout = api.update(ALICE, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = "web:2".into());
+    let ev_rollout =
+        api.update(ALICE, &deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = "web:2".into());
     let (rs2, ev_rs2) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "7c9e", 1, "web:2"));
     let (_, ev_pod_c) = api.create(REPLICASET_CONTROLLER, pod(&rs2, "c", "web:2"));
     // Each ReplicaSet judged on its Deployment's partition, away from its own.
     let n = (2..64)
-        .find(|&n| part(&rs.uid, n) != part(&deploy.uid, n) && part(&rs2.uid, n) != part(&deploy.uid, n) && part(&warm_rs.uid, n) != part(&warm_deploy.uid, n))
+        .find(|&n| {
+            part(&rs.uid, n) != part(&deploy.uid, n)
+                && part(&rs2.uid, n) != part(&deploy.uid, n)
+                && part(&warm_rs.uid, n) != part(&warm_deploy.uid, n)
+        })
         .unwrap();
 
     let mut p = processor();
@@ -145,7 +155,13 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
     let out = feed(&mut p, &ev_pod_a, n);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].class, Class::Initializing, "its ReplicaSet has not reported yet");
-    assert_eq!(hops(&out[0]), vec![hop("ReplicaSet", &rs.name, DEPLOYMENT_CONTROLLER), hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)]);
+    assert_eq!(
+        hops(&out[0]),
+        vec![
+            hop("ReplicaSet", &rs.name, DEPLOYMENT_CONTROLLER),
+            hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)
+        ]
+    );
     // A Pod's is not sent: its kind owns nothing.
     assert!(p.engine().forwards.take().is_empty());
 
@@ -155,7 +171,11 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
     let out = feed(&mut p, &ev_pod_b, n);
     assert_eq!(
         hops(&out[0]),
-        vec![hop("Deployment", "web", ALICE), hop("ReplicaSet", &rs.name, DEPLOYMENT_CONTROLLER), hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)],
+        vec![
+            hop("Deployment", "web", ALICE),
+            hop("ReplicaSet", &rs.name, DEPLOYMENT_CONTROLLER),
+            hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)
+        ],
         "a pod written after the message: its trace runs from the person"
     );
     assert!(p.engine().forwards.take().is_empty(), "a Pod's trace is not sent");
@@ -177,9 +197,17 @@ fn a_replicasets_trace_reaches_its_own_partition_and_its_later_pods_start_at_the
     let trace = &out[0].trace;
     assert_eq!(
         hops(&out[0]),
-        vec![hop("Deployment", "web", ALICE), hop("ReplicaSet", &rs2.name, DEPLOYMENT_CONTROLLER), hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)]
+        vec![
+            hop("Deployment", "web", ALICE),
+            hop("ReplicaSet", &rs2.name, DEPLOYMENT_CONTROLLER),
+            hop("Pod", &out[0].object.name, REPLICASET_CONTROLLER)
+        ]
     );
-    assert_eq!((trace[0].generation, trace[1].generation), (Some(2), Some(1)), "the Deployment's hop as of the rollout");
+    assert_eq!(
+        (trace[0].generation, trace[1].generation),
+        (Some(2), Some(1)),
+        "the Deployment's hop as of the rollout"
+    );
 
     // The same trace as a single process keeping the whole cluster gives.
     let mut whole = processor();
@@ -204,7 +232,15 @@ fn message(p: &Processor, uid: Uid, user: &str, time_us: i64, partition: i32, pr
         timestamp: std::num::NonZeroI64::new(5),
         labels: None,
     });
-    let value = encode_trace_message(i, "default", uid, &format!("audit-{user}-{time_us}-{prev_user}"), i.intern(user), time_us, &prev);
+    let value = encode_trace_message(
+        i,
+        "default",
+        uid,
+        &format!("audit-{user}-{time_us}-{prev_user}"),
+        i.intern(user),
+        time_us,
+        &prev,
+    );
     Forward { partition, key: format!("{uid:x}"), value }
 }
 
@@ -232,7 +268,10 @@ fn a_message_that_does_not_match_the_state_leaves_it_as_it_is() {
     };
 
     // Another user, or another time, than the producing write the state holds: stale.
-    let (other_user, other_time) = (message(&p, rs_uid, "someone-else", time_us, own, "x"), message(&p, rs_uid, DEPLOYMENT_CONTROLLER, time_us + 1, own, "x"));
+    let (other_user, other_time) = (
+        message(&p, rs_uid, "someone-else", time_us, own, "x"),
+        message(&p, rs_uid, DEPLOYMENT_CONTROLLER, time_us + 1, own, "x"),
+    );
     deliver(&mut p, &[other_user, other_time]);
     assert_eq!(count(&p, Completion::Stale), 2);
     // A Pod's (a kind that owns nothing; sent by another build, say): a leaf, not kept.
@@ -370,7 +409,10 @@ fn a_trace_message_held_in_the_reorder_buffer_does_not_hold_a_late_write_back() 
 
     // Pod a, late: out at once, flagged, while the message still waits.
     let out = feed_at(&mut p, &ev_pod_a, 1, 3 * second + 100_000, false);
-    assert_eq!(out.iter().map(|e| (e.object.name.to_string(), e.late)).collect::<Vec<_>>(), vec![(pod_a.name.clone(), true)]);
+    assert_eq!(
+        out.iter().map(|e| (e.object.name.to_string(), e.late)).collect::<Vec<_>>(),
+        vec![(pod_a.name.clone(), true)]
+    );
     assert_eq!((p.held(), p.metrics().late_writes()), (1, 1));
 
     // The message, once its window is over: applied, not counted late.

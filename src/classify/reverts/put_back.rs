@@ -15,7 +15,12 @@ impl Reverted {
 /// The writes by others than `user` that a write of `user` leaving `now` puts back (DESIGN
 /// §1.8: it returns a field to its value before them), taken out of `writes`; the rest stand.
 /// Writes older than `since_us` are dropped.
-pub(in crate::classify) fn put_back(writes: &[OriginWrite], now: &Now, user: Sym, since_us: i64) -> (Vec<Reverted>, Vec<OriginWrite>) {
+pub(in crate::classify) fn put_back(
+    writes: &[OriginWrite],
+    now: &Now,
+    user: Sym,
+    since_us: i64,
+) -> (Vec<Reverted>, Vec<OriginWrite>) {
     let (mut reverted, mut standing) = (Vec::new(), Vec::new());
     for w in writes.iter().filter(|w| w.time_us >= since_us) {
         let overwritten: Vec<(FieldChange, bool)> = w
@@ -38,7 +43,9 @@ pub(in crate::classify) fn put_back(writes: &[OriginWrite], now: &Now, user: Sym
 
 /// Whether a write leaving `now` changes every field that `w` set (known fields only).
 fn superseded(w: &OriginWrite, now: &Leaving<'_>) -> bool {
-    w.fields.as_deref().is_some_and(|fields| !fields.is_empty() && fields.iter().all(|f| now.now().value(&f.path).is_some_and(|v| v != f.after)))
+    w.fields.as_deref().is_some_and(|fields| {
+        !fields.is_empty() && fields.iter().all(|f| now.now().value(&f.path).is_some_and(|v| v != f.after))
+    })
 }
 
 /// The path of a field as the fights metric names it: a closed set (STYLE 16).
@@ -66,7 +73,13 @@ impl Engine {
     /// The writes to the object `key` by others than `user` that a write of `user` leaving
     /// `now` puts back, and what stands of its origin writes when it took any out (`None`:
     /// none taken out, nothing to change).
-    pub(super) fn put_back_at(&self, key: ObjKey, now: &Leaving<'_>, user: Sym, time_us: i64) -> (Vec<Reverted>, Option<Vec<OriginWrite>>) {
+    pub(super) fn put_back_at(
+        &self,
+        key: ObjKey,
+        now: &Leaving<'_>,
+        user: Sym,
+        time_us: i64,
+    ) -> (Vec<Reverted>, Option<Vec<OriginWrite>>) {
         let writes = self.store.read(&key, |c| c.origin_writes().to_vec()).unwrap_or_default();
         if writes.is_empty() {
             return (Vec::new(), None);

@@ -88,7 +88,12 @@ fn diff_raw(before: &str, after: &str, path: &mut String, out: &mut Vec<FieldCha
     Ok(())
 }
 
-fn diff_either(before: Option<&str>, after: Option<&str>, path: &mut String, out: &mut Vec<FieldChange>) -> Result<(), NotJson> {
+fn diff_either(
+    before: Option<&str>,
+    after: Option<&str>,
+    path: &mut String,
+    out: &mut Vec<FieldChange>,
+) -> Result<(), NotJson> {
     match (before, after) {
         (Some(b), Some(a)) => diff_raw(b, a, path, out),
         _ => {

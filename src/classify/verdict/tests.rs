@@ -29,7 +29,13 @@ impl World {
     fn rollout(config: ModelConfig, annotations: Value) -> World {
         let engine = Arc::new(Engine::new(config, EngineOptions::default()));
         let opts = ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() };
-        let mut w = World { api: ApiServer::new(), p: Processor::new(engine, Arc::new(Metrics::new()), opts), deploy: obj(), rs: obj(), pods: Vec::new() };
+        let mut w = World {
+            api: ApiServer::new(),
+            p: Processor::new(engine, Arc::new(Metrics::new()), opts),
+            deploy: obj(),
+            rs: obj(),
+            pods: Vec::new(),
+        };
         let mut d = deployment("shop", "web", 2, "web:1");
         d["metadata"]["annotations"] = annotations;
         let (deploy, ev) = w.api.create(ADMIN, d);
@@ -84,7 +90,13 @@ impl World {
 }
 
 fn obj() -> ObjRef {
-    ObjRef { uid: String::new(), api_version: String::new(), kind: String::new(), namespace: String::new(), name: String::new() }
+    ObjRef {
+        uid: String::new(),
+        api_version: String::new(),
+        kind: String::new(),
+        namespace: String::new(),
+        name: String::new(),
+    }
 }
 
 fn policy(name: &str, action: PolicyAction, reverts_person: Option<bool>) -> PlatformPolicy {
@@ -108,7 +120,10 @@ fn the_controller_of_a_finished_parent_drifts_and_the_real_write_agrees() {
     assert_eq!((v.resolution, v.policy.as_deref()), (Some(Resolution::Unresolved), None));
     assert_eq!((v.parent.generation, v.parent.observed_generation, v.parent.finished), (Some(1), Some(1), Some(true)));
     assert_eq!(v.parent.phase, Phase::Initialized);
-    assert_eq!((&*v.parent.object.kind, v.parent.object.name.as_deref(), &*v.parent.object.namespace), ("Deployment", Some("web"), "shop"));
+    assert_eq!(
+        (&*v.parent.object.kind, v.parent.object.name.as_deref(), &*v.parent.object.namespace),
+        ("Deployment", Some("web"), "shop")
+    );
     assert_eq!(v.parent.object.uid, w.deploy.uid);
     assert_eq!(v.actor.is_controller, Some(true));
     assert_eq!(v.child.as_ref().map(|c| c.uid.as_str()), Some(w.rs.uid.as_str()));
@@ -129,7 +144,10 @@ fn a_person_is_a_new_origin_and_asking_does_not_make_them_an_updater() {
     let never_seen = w.of_deploy("someone-new");
     assert_eq!(never_seen.class, Class::Origin, "a user the stream never showed");
     // The ReplicaSet's updaters are still the controller alone.
-    let updaters = w.engine().store.read(&ObjKey::new(w.engine().interner.lookup("default").unwrap(), uid_key(&w.rs.uid)), |s| s.updaters().len());
+    let updaters = w
+        .engine()
+        .store
+        .read(&ObjKey::new(w.engine().interner.lookup("default").unwrap(), uid_key(&w.rs.uid)), |s| s.updaters().len());
     assert_eq!(updaters, Some(1));
     let ev = w.api.update(ALICE, &w.rs, |rs| rs["spec"]["replicas"] = json!(5));
     assert_eq!(w.feed(&ev)[0].class, Class::Origin);
@@ -139,7 +157,8 @@ fn a_person_is_a_new_origin_and_asking_does_not_make_them_an_updater() {
 fn a_parent_mid_rollout_is_expected_until_finished() {
     let mut w = World::stable();
     // A spec change not observed yet.
-    let ev = w.api.update(ADMIN, &w.deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
+    let ev =
+        w.api.update(ADMIN, &w.deploy, |d| d["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
     w.feed(&ev);
     let v = w.of_deploy(DEPLOYMENT_CONTROLLER);
     assert_eq!(v.class, Class::Expected);
@@ -184,7 +203,16 @@ fn an_initializing_parent_is_not_judged() {
     let mut out = Vec::new();
     p.ingest_body(None, ev.as_bytes(), "test", api.now_us(), &mut out);
     p.flush(api.now_us(), &mut out);
-    let v = p.engine().verdict(&VerdictQuery { cluster: "default", parent: ParentRef::Uid(&deploy.uid), user: ALICE, child: None, now_us: 0 }).unwrap();
+    let v = p
+        .engine()
+        .verdict(&VerdictQuery {
+            cluster: "default",
+            parent: ParentRef::Uid(&deploy.uid),
+            user: ALICE,
+            child: None,
+            now_us: 0,
+        })
+        .unwrap();
     assert_eq!((v.class, v.parent.phase), (Class::Initializing, Phase::Initializing));
     assert_eq!((v.parent.observed_generation, v.parent.finished), (None, None));
     assert_eq!(v.reason, "parent has not finished initializing");
@@ -242,8 +270,15 @@ fn several_child_updaters_and_no_status_writer_are_undetermined() {
         p.ingest_body(None, ev.as_bytes(), "test", api.now_us(), &mut out);
     }
     p.flush(api.now_us(), &mut out);
-    let ask =
-        |child| p.engine().verdict(&VerdictQuery { cluster: "default", parent: ParentRef::Uid(&deploy.uid), user: DEPLOYMENT_CONTROLLER, child, now_us: 0 });
+    let ask = |child| {
+        p.engine().verdict(&VerdictQuery {
+            cluster: "default",
+            parent: ParentRef::Uid(&deploy.uid),
+            user: DEPLOYMENT_CONTROLLER,
+            child,
+            now_us: 0,
+        })
+    };
     let v = ask(Some(ChildQuery { kind: "replicaset.apps", name: Some(&rs.name), namespace: None })).unwrap();
     assert_eq!((v.class, v.actor.is_controller), (Class::Undetermined, None));
     // A new child has one updater: the one asking, taken as the controller; no observed
@@ -264,21 +299,33 @@ fn unknown_parents_children_and_clusters_are_not_found() {
     assert!(m.contains("no object of UID 00000000-0000-4000-8000-00000000dead"), "{m}");
     let m = err(w.ask(ParentRef::Named { kind: "Deployment", namespace: "shop", name: "nope" }, ADMIN, None));
     assert!(m.contains("no Deployment shop/nope"), "{m}");
-    assert!(err(w.ask(ParentRef::Named { kind: "Deployment", namespace: "nowhere", name: "web" }, ADMIN, None)).contains("nowhere/web"));
-    assert!(err(w.ask(ParentRef::Named { kind: "StatefulSet", namespace: "shop", name: "web" }, ADMIN, None)).contains("StatefulSet"));
+    assert!(err(w.ask(ParentRef::Named { kind: "Deployment", namespace: "nowhere", name: "web" }, ADMIN, None))
+        .contains("nowhere/web"));
+    assert!(err(w.ask(ParentRef::Named { kind: "StatefulSet", namespace: "shop", name: "web" }, ADMIN, None))
+        .contains("StatefulSet"));
     let child = ChildQuery { kind: "ReplicaSet", name: Some("web-other"), namespace: None };
     assert!(err(w.ask(ParentRef::Uid(&w.deploy.uid), ADMIN, Some(child))).contains("leave childName out"));
     // A pod of the ReplicaSet is no child of the Deployment.
     let pod = ChildQuery { kind: "Pod", name: Some(&w.pods[0].name), namespace: None };
-    assert!(err(w.ask(ParentRef::Uid(&w.deploy.uid), ADMIN, Some(pod))).contains("no Pod shop/web-5d4f-a of this parent"));
-    let q = VerdictQuery { cluster: "elsewhere", parent: ParentRef::Uid(&w.deploy.uid), user: ADMIN, child: None, now_us: 0 };
+    assert!(
+        err(w.ask(ParentRef::Uid(&w.deploy.uid), ADMIN, Some(pod))).contains("no Pod shop/web-5d4f-a of this parent")
+    );
+    let q = VerdictQuery {
+        cluster: "elsewhere",
+        parent: ParentRef::Uid(&w.deploy.uid),
+        user: ADMIN,
+        child: None,
+        now_us: 0,
+    };
     assert!(err(w.engine().verdict(&q)).contains("cluster \"elsewhere\""));
 }
 
 #[test]
 fn a_parent_is_found_by_kind_namespace_and_name_and_a_clash_is_ambiguous() {
     let mut w = World::stable();
-    let by_name = w.ask(ParentRef::Named { kind: "deployment", namespace: "shop", name: "web" }, DEPLOYMENT_CONTROLLER, None).unwrap();
+    let by_name = w
+        .ask(ParentRef::Named { kind: "deployment", namespace: "shop", name: "web" }, DEPLOYMENT_CONTROLLER, None)
+        .unwrap();
     assert_eq!((by_name.class, by_name.parent.object.uid.as_str()), (Class::Drift, w.deploy.uid.as_str()));
     // Another kind named Deployment, in another group, with a child: two answer to the name.
     let other = json!({"apiVersion": "example.com/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"}, "spec": {"x": 1}});
@@ -295,9 +342,12 @@ fn a_parent_is_found_by_kind_namespace_and_name_and_a_clash_is_ambiguous() {
         }
         other => panic!("{other:?}"),
     }
-    let apps = w.ask(ParentRef::Named { kind: "Deployment.apps", namespace: "shop", name: "web" }, ADMIN, None).unwrap();
+    let apps =
+        w.ask(ParentRef::Named { kind: "Deployment.apps", namespace: "shop", name: "web" }, ADMIN, None).unwrap();
     assert_eq!(apps.parent.object.uid, w.deploy.uid);
-    let ours = w.ask(ParentRef::Named { kind: "Deployment.example.com", namespace: "shop", name: "web" }, ADMIN, None).unwrap();
+    let ours = w
+        .ask(ParentRef::Named { kind: "Deployment.example.com", namespace: "shop", name: "web" }, ADMIN, None)
+        .unwrap();
     assert_eq!(ours.parent.object.uid, other.uid);
 }
 
@@ -307,7 +357,8 @@ fn an_object_owning_itself_is_the_top_of_its_tree() {
     let (cm, ev) = w.api.create(ADMIN, configmap("shop", "loop", &[("a", "1")], None));
     w.feed(&ev);
     let ev = w.api.update(ADMIN, &cm, |c| {
-        c["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "loop", "uid": cm.uid, "controller": true}]);
+        c["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "v1", "kind": "ConfigMap", "name": "loop", "uid": cm.uid, "controller": true}]);
         c["data"]["a"] = json!("2");
     });
     assert_eq!(w.feed(&ev)[0].class, Class::Unowned);
@@ -319,16 +370,21 @@ fn an_object_owning_itself_is_the_top_of_its_tree() {
 
 #[test]
 fn an_annotation_approval_is_reported_and_never_used_up_by_asking() {
-    let approvals =
-        json!({"kausality.io/approvals": "[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"*\",\"generation\":1,\"mode\":\"once\"}]"});
+    let approvals = json!({"kausality.io/approvals": "[{\"apiVersion\":\"apps/v1\",\"kind\":\"ReplicaSet\",\"name\":\"*\",\"generation\":1,\"mode\":\"once\"}]"});
     let mut w = World::rollout(ModelConfig::default(), approvals);
     for _ in 0..3 {
         let v = w.of_rs(DEPLOYMENT_CONTROLLER);
-        assert_eq!((v.class, v.resolution, v.policy.as_deref()), (Class::Drift, Some(Resolution::Approved), Some("kausality.io/approvals")));
+        assert_eq!(
+            (v.class, v.resolution, v.policy.as_deref()),
+            (Class::Drift, Some(Resolution::Approved), Some("kausality.io/approvals"))
+        );
     }
     // A new child of another kind is not covered.
     let cm = ChildQuery { kind: "ConfigMap", name: None, namespace: None };
-    assert_eq!(w.ask(ParentRef::Uid(&w.deploy.uid), DEPLOYMENT_CONTROLLER, Some(cm)).unwrap().resolution, Some(Resolution::Unresolved));
+    assert_eq!(
+        w.ask(ParentRef::Uid(&w.deploy.uid), DEPLOYMENT_CONTROLLER, Some(cm)).unwrap().resolution,
+        Some(Resolution::Unresolved)
+    );
     // The write uses the approval up; then the verdict says so.
     let ev = w.api.update(DEPLOYMENT_CONTROLLER, &w.rs, |rs| rs["spec"]["replicas"] = json!(3));
     assert_eq!(w.feed(&ev)[0].resolution, Some(Resolution::Approved));
@@ -342,19 +398,31 @@ fn platform_policies_approve_or_reject_unless_the_parent_is_frozen() {
     config.add_policy(policy("no-reverting-people", PolicyAction::Reject, Some(true)), None).unwrap();
     let mut w = World::rollout(config.clone(), json!({}));
     let v = w.of_rs(DEPLOYMENT_CONTROLLER);
-    assert_eq!((v.resolution, v.policy.as_deref(), v.reverts_person), (Some(Resolution::Approved), Some("deployments-may-drift"), false));
+    assert_eq!(
+        (v.resolution, v.policy.as_deref(), v.reverts_person),
+        (Some(Resolution::Approved), Some("deployments-may-drift"), false)
+    );
     // A person scaled the ReplicaSet: the controller's write would revert it.
     let ev = w.api.update(ALICE, &w.rs, |rs| rs["spec"]["replicas"] = json!(5));
     w.feed(&ev);
     let v = w.of_rs(DEPLOYMENT_CONTROLLER);
-    assert_eq!((v.resolution, v.policy.as_deref(), v.reverts_person), (Some(Resolution::Rejected), Some("no-reverting-people"), true));
+    assert_eq!(
+        (v.resolution, v.policy.as_deref(), v.reverts_person),
+        (Some(Resolution::Rejected), Some("no-reverting-people"), true)
+    );
     let ev = w.api.update(DEPLOYMENT_CONTROLLER, &w.rs, |rs| rs["spec"]["replicas"] = json!(2));
     let real = &w.feed(&ev)[0];
-    assert_eq!((real.class, real.resolution, real.policy.as_deref()), (Class::Drift, Some(Resolution::Rejected), Some("no-reverting-people")));
+    assert_eq!(
+        (real.class, real.resolution, real.policy.as_deref()),
+        (Class::Drift, Some(Resolution::Rejected), Some("no-reverting-people"))
+    );
     // Frozen: the annotations win, no platform policy applies, the write is a violation.
     let w = World::rollout(config, json!({"kausality.io/freeze": "{\"user\":\"ops\",\"message\":\"incident\"}"}));
     let v = w.of_rs(DEPLOYMENT_CONTROLLER);
-    assert_eq!((v.class, v.resolution, v.policy.as_deref(), v.freeze_violation), (Class::Drift, Some(Resolution::Unresolved), None, true));
+    assert_eq!(
+        (v.class, v.resolution, v.policy.as_deref(), v.freeze_violation),
+        (Class::Drift, Some(Resolution::Unresolved), None, true)
+    );
     assert!(w.of_rs(ALICE).freeze_violation, "a freeze holds in every phase but teardown");
 }
 
@@ -387,7 +455,13 @@ fn feed_partitioned(p: &mut Processor, events: &[String], n: i32, now_us: i64) -
     let mut out = Vec::new();
     let decoder = p.decoder();
     for ev in events {
-        let routed = crate::route::route_body(ev.as_bytes(), &crate::decode::DecodeOptions::default(), None, &Default::default(), n);
+        let routed = crate::route::route_body(
+            ev.as_bytes(),
+            &crate::decode::DecodeOptions::default(),
+            None,
+            &Default::default(),
+            n,
+        );
         for m in &routed.messages {
             let mut decoded = crate::process::Decoded::default();
             decoder.decode(None, &ev.as_bytes()[m.range.clone()], crate::decode::Unwrap::None, "test", &mut decoded);
@@ -424,11 +498,19 @@ fn a_state_kept_by_partition_is_asked_by_cluster() {
     events.push(api.delete(ALICE, &pods[0], &[]));
     // A partition count that puts the ReplicaSet's own UID (where its pods are judged) and
     // its Deployment's (where it is judged) apart: it is then kept on both.
-    let n = (2..64).find(|&n| crate::route::partition_of(rs.uid.as_bytes(), n) != crate::route::partition_of(deploy.uid.as_bytes(), n)).unwrap();
+    let n = (2..64)
+        .find(|&n| {
+            crate::route::partition_of(rs.uid.as_bytes(), n) != crate::route::partition_of(deploy.uid.as_bytes(), n)
+        })
+        .unwrap();
     let now = api.now_us();
     let processor = || {
         let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-        Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() })
+        Processor::new(
+            engine,
+            Arc::new(Metrics::new()),
+            ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() },
+        )
     };
     let mut whole = processor();
     for ev in &events {
@@ -439,10 +521,14 @@ fn a_state_kept_by_partition_is_asked_by_cluster() {
     let mut split = processor();
     let _ = feed_partitioned(&mut split, &events, n, now);
     let engine = split.engine();
-    let scope = |uid: &str| engine.interner.lookup(&format!("default#p{}", crate::route::partition_of(uid.as_bytes(), n))).unwrap();
+    let scope = |uid: &str| {
+        engine.interner.lookup(&format!("default#p{}", crate::route::partition_of(uid.as_bytes(), n))).unwrap()
+    };
     let scopes = engine.scopes("default");
     assert!(scopes.contains(&scope(&rs.uid)) && scopes.contains(&scope(&deploy.uid)), "{scopes:?}");
-    let held = |uid: &str| scopes.iter().filter(|&&s| engine.store.read(&ObjKey::new(s, uid_key(uid)), |_| ()).is_some()).count();
+    let held = |uid: &str| {
+        scopes.iter().filter(|&&s| engine.store.read(&ObjKey::new(s, uid_key(uid)), |_| ()).is_some()).count()
+    };
     assert_eq!((held(&rs.uid), held(&deploy.uid)), (2, 1), "the ReplicaSet on its Deployment's partition and its own");
     assert!(
         engine.store.read(&ObjKey::new(engine.interner.lookup("default").unwrap(), uid_key(&rs.uid)), |_| ()).is_none(),
@@ -463,7 +549,11 @@ fn a_state_kept_by_partition_is_asked_by_cluster() {
         (ParentRef::Uid(&deploy.uid), DEPLOYMENT_CONTROLLER, rs_kind(Some(rs_name))),
         (ParentRef::Uid(&rs.uid), REPLICASET_CONTROLLER, pod_kind(None)),
         (ParentRef::Uid(&rs.uid), REPLICASET_CONTROLLER, pod_kind(Some(pod_b))),
-        (ParentRef::Named { kind: "ReplicaSet", namespace: "shop", name: rs_name }, REPLICASET_CONTROLLER, pod_kind(None)),
+        (
+            ParentRef::Named { kind: "ReplicaSet", namespace: "shop", name: rs_name },
+            REPLICASET_CONTROLLER,
+            pod_kind(None),
+        ),
         (ParentRef::Named { kind: "Deployment.apps", namespace: "shop", name: "web" }, ALICE, rs_kind(None)),
     ];
     for (parent, user, child) in asked {
@@ -473,15 +563,24 @@ fn a_state_kept_by_partition_is_asked_by_cluster() {
     }
     // The one that needs the ReplicaSet's own partition: a pod made now would stand against
     // Alice's removal of pod a, which only that partition judged.
-    let q = VerdictQuery { cluster: "default", parent: ParentRef::Uid(&rs.uid), user: REPLICASET_CONTROLLER, child: pod_kind(None), now_us: now };
+    let q = VerdictQuery {
+        cluster: "default",
+        parent: ParentRef::Uid(&rs.uid),
+        user: REPLICASET_CONTROLLER,
+        child: pod_kind(None),
+        now_us: now,
+    };
     let v = engine.verdict(&q).unwrap();
     assert_eq!((v.class, v.reverts_person), (Class::Drift, true));
     // Unknown objects and clusters are still not found; an unknown child names what it missed.
-    let missing = VerdictQuery { cluster: "default", parent: ParentRef::Uid("00000000-0000-0000-0000-000000000000"), ..q };
+    let missing =
+        VerdictQuery { cluster: "default", parent: ParentRef::Uid("00000000-0000-0000-0000-000000000000"), ..q };
     let partitions: Vec<String> = {
         let mut ps: Vec<i32> = events
             .iter()
-            .flat_map(|ev| crate::route::route_body(ev.as_bytes(), &Default::default(), None, &Default::default(), n).messages)
+            .flat_map(|ev| {
+                crate::route::route_body(ev.as_bytes(), &Default::default(), None, &Default::default(), n).messages
+            })
             .map(|m| m.partition)
             .collect();
         ps.sort();
@@ -491,7 +590,9 @@ fn a_state_kept_by_partition_is_asked_by_cluster() {
     let said = format!("no object of UID 00000000-0000-0000-0000-000000000000 in the live state; this process keeps cluster \"default\"'s state by Kafka partition, for partitions {}", partitions.join(", "));
     assert!(matches!(engine.verdict(&missing), Err(VerdictError::NotFound(m)) if m.starts_with(&said)), "{said}");
     assert!(matches!(whole.engine().verdict(&missing), Err(VerdictError::NotFound(m)) if !m.contains("partition")));
-    assert!(matches!(engine.verdict(&VerdictQuery { cluster: "elsewhere", ..q }), Err(VerdictError::NotFound(m)) if m.contains("has no state")));
+    assert!(
+        matches!(engine.verdict(&VerdictQuery { cluster: "elsewhere", ..q }), Err(VerdictError::NotFound(m)) if m.contains("has no state"))
+    );
     let gone = VerdictQuery { child: pod_kind(Some("web-5d4f-zz")), ..q };
     assert!(matches!(engine.verdict(&gone), Err(VerdictError::NotFound(m)) if m.contains("web-5d4f-zz")));
     // The drift report's reads find the objects too.
@@ -522,18 +623,25 @@ fn an_appliers_members_are_judged_where_their_parent_is_kept() {
     };
     events.push(revision(&mut api, "main@sha1:a", ""));
     let mut d = deployment("shop", "web", 2, "web:1");
-    d["metadata"]["labels"] = json!({"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
+    d["metadata"]["labels"] =
+        json!({"kustomize.toolkit.fluxcd.io/name": "apps", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"});
     let (d, ev) = api.create(KUSTOMIZE, d);
     events.push(ev);
     events.push(revision(&mut api, "main@sha1:a", "main@sha1:a"));
     events.push(api.scale(ALICE, &d, 5));
     events.push(api.patch(KUSTOMIZE, &d, |o| o["spec"]["replicas"] = json!(2)));
     // A partition count that puts the member's own UID and its Kustomization's apart.
-    let n = (2..64).find(|&n| crate::route::partition_of(d.uid.as_bytes(), n) != crate::route::partition_of(ks.uid.as_bytes(), n)).unwrap();
+    let n = (2..64)
+        .find(|&n| crate::route::partition_of(d.uid.as_bytes(), n) != crate::route::partition_of(ks.uid.as_bytes(), n))
+        .unwrap();
     let now = api.now_us();
     let processor = || {
         let engine = Arc::new(Engine::new(ModelConfig::default(), EngineOptions::default()));
-        Processor::new(engine, Arc::new(Metrics::new()), ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() })
+        Processor::new(
+            engine,
+            Arc::new(Metrics::new()),
+            ProcessorOptions { reorder_window_us: 0, clock: Clock::EventTime, ..ProcessorOptions::default() },
+        )
     };
     let mut whole = processor();
     let mut expected = Vec::new();

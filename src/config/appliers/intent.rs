@@ -64,7 +64,10 @@ struct ArgoStatus {
 }
 
 fn person_of(op: Option<&ArgoOperation>) -> Option<&str> {
-    op.and_then(|o| o.initiated_by.as_ref()).filter(|i| i.automated != Some(true)).and_then(|i| i.username.as_deref()).filter(|u| !u.is_empty())
+    op.and_then(|o| o.initiated_by.as_ref())
+        .filter(|i| i.automated != Some(true))
+        .and_then(|i| i.username.as_deref())
+        .filter(|u| !u.is_empty())
 }
 
 fn hash_parts(parts: &[Option<&str>]) -> u64 {
@@ -84,7 +87,13 @@ fn hash_parts(parts: &[Option<&str>]) -> u64 {
 
 /// The intent of a parent under `rule`, from its status, its generation, its annotation
 /// `requested_at` and (Argo CD) its top-level `operation`; `None` for [`IntentRule::Generation`].
-pub fn intent(rule: IntentRule, status: Option<&str>, generation: Option<i64>, requested_at: Option<&str>, operation: Option<&str>) -> Option<IntentFacts> {
+pub fn intent(
+    rule: IntentRule,
+    status: Option<&str>,
+    generation: Option<i64>,
+    requested_at: Option<&str>,
+    operation: Option<&str>,
+) -> Option<IntentFacts> {
     match rule {
         IntentRule::Generation => None,
         IntentRule::Flux => {
@@ -95,7 +104,12 @@ pub fn intent(rule: IntentRule, status: Option<&str>, generation: Option<i64>, r
                 && s.last_applied_revision == s.last_attempted_revision
                 && (generation.is_none() || s.observed_generation == generation)
                 && requested_at.is_none_or(|r| s.last_handled_reconcile_at.as_deref() == Some(r));
-            Some(IntentFacts { key, applied, revision: s.last_applied_revision.map(Arc::from), target: s.last_attempted_revision.map(Arc::from) })
+            Some(IntentFacts {
+                key,
+                applied,
+                revision: s.last_applied_revision.map(Arc::from),
+                target: s.last_attempted_revision.map(Arc::from),
+            })
         }
         IntentRule::ArgoCd => {
             let s: ArgoStatus = status.and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
@@ -103,7 +117,13 @@ pub fn intent(rule: IntentRule, status: Option<&str>, generation: Option<i64>, r
             let state = s.operation_state.as_ref();
             let running = state.is_some_and(|st| st.phase.as_deref() == Some("Running"));
             // A person's sync, pending or running: an intent of its own.
-            let person = person_of(op.as_ref()).or_else(|| if running { person_of(state.and_then(|st| st.operation.as_ref())) } else { None });
+            let person = person_of(op.as_ref()).or_else(|| {
+                if running {
+                    person_of(state.and_then(|st| st.operation.as_ref()))
+                } else {
+                    None
+                }
+            });
             let target = s.sync.and_then(|r| r.revision);
             let synced = state.and_then(|st| st.sync_result.as_ref()).and_then(|r| r.revision.clone());
             let key = hash_parts(&[target.as_deref(), person]);
@@ -120,29 +140,40 @@ mod tests {
     #[test]
     fn flux_intent_is_the_revision_and_a_request() {
         let s = |st: &str| intent(IntentRule::Flux, Some(st), Some(1), None, None).unwrap();
-        let attempting = s(r#"{"lastAttemptedRevision":"main@sha1:b","lastAppliedRevision":"main@sha1:a","observedGeneration":1}"#);
-        let applied = s(r#"{"lastAttemptedRevision":"main@sha1:b","lastAppliedRevision":"main@sha1:b","observedGeneration":1}"#);
+        let attempting =
+            s(r#"{"lastAttemptedRevision":"main@sha1:b","lastAppliedRevision":"main@sha1:a","observedGeneration":1}"#);
+        let applied =
+            s(r#"{"lastAttemptedRevision":"main@sha1:b","lastAppliedRevision":"main@sha1:b","observedGeneration":1}"#);
         assert!(!attempting.applied && applied.applied);
         assert_eq!(attempting.key, applied.key, "the same intent, carried out");
-        let next = s(r#"{"lastAttemptedRevision":"main@sha1:c","lastAppliedRevision":"main@sha1:b","observedGeneration":1}"#);
+        let next =
+            s(r#"{"lastAttemptedRevision":"main@sha1:c","lastAppliedRevision":"main@sha1:b","observedGeneration":1}"#);
         assert_ne!(next.key, applied.key);
         let st = r#"{"lastAttemptedRevision":"r","lastAppliedRevision":"r","observedGeneration":1,"lastHandledReconcileAt":"t1"}"#;
         let asked = intent(IntentRule::Flux, Some(st), Some(1), Some("t2"), None).unwrap();
         assert!(!asked.applied && asked.key != intent(IntentRule::Flux, Some(st), Some(1), None, None).unwrap().key);
         assert!(intent(IntentRule::Flux, Some(st), Some(1), Some("t1"), None).unwrap().applied);
-        assert!(!intent(IntentRule::Flux, Some(st), Some(2), None, None).unwrap().applied, "a spec change not yet observed");
+        assert!(
+            !intent(IntentRule::Flux, Some(st), Some(2), None, None).unwrap().applied,
+            "a spec change not yet observed"
+        );
     }
 
     #[test]
     fn argo_intent_is_the_sync_revision_and_a_persons_sync() {
-        let synced = r#"{"sync":{"revision":"a1"},"operationState":{"phase":"Succeeded","syncResult":{"revision":"a1"}}}"#;
+        let synced =
+            r#"{"sync":{"revision":"a1"},"operationState":{"phase":"Succeeded","syncResult":{"revision":"a1"}}}"#;
         let i = intent(IntentRule::ArgoCd, Some(synced), Some(1), None, None).unwrap();
         assert!(i.applied);
         let new = r#"{"sync":{"revision":"b2"},"operationState":{"phase":"Succeeded","syncResult":{"revision":"a1"}}}"#;
         assert!(!intent(IntentRule::ArgoCd, Some(new), Some(1), None, None).unwrap().applied);
-        let by_person = intent(IntentRule::ArgoCd, Some(synced), Some(1), None, Some(r#"{"initiatedBy":{"username":"alice"}}"#)).unwrap();
+        let by_person =
+            intent(IntentRule::ArgoCd, Some(synced), Some(1), None, Some(r#"{"initiatedBy":{"username":"alice"}}"#))
+                .unwrap();
         assert!(!by_person.applied && by_person.key != i.key);
-        let automated = intent(IntentRule::ArgoCd, Some(synced), Some(1), None, Some(r#"{"initiatedBy":{"automated":true}}"#)).unwrap();
+        let automated =
+            intent(IntentRule::ArgoCd, Some(synced), Some(1), None, Some(r#"{"initiatedBy":{"automated":true}}"#))
+                .unwrap();
         assert_eq!(automated, i, "the applier's own sync at the same revision is no new intent");
     }
 }

@@ -29,14 +29,20 @@ fn with(replicas: Option<i64>, status: Value) -> Value {
 #[test]
 fn deployment_progressing_reasons_under_way_and_done() {
     let d = builtin(Builtin::Deployment);
-    let cond = |reason: &str| with(Some(3), json!({"observedGeneration": 2, "conditions": [{"type": "Progressing", "status": "True", "reason": reason}]}));
+    let cond = |reason: &str| {
+        with(
+            Some(3),
+            json!({"observedGeneration": 2, "conditions": [{"type": "Progressing", "status": "True", "reason": reason}]}),
+        )
+    };
     for reason in ["NewReplicaSetCreated", "FoundNewReplicaSet", "ReplicaSetUpdated"] {
         assert!(shows(&d, &cond(reason)), "{reason} is a rollout under way");
     }
     for reason in ["NewReplicaSetAvailable", "ProgressDeadlineExceeded", "DeploymentPaused"] {
         assert!(!shows(&d, &cond(reason)), "{reason} is not");
     }
-    let other_type = with(Some(3), json!({"conditions": [{"type": "Available", "status": "True", "reason": "ReplicaSetUpdated"}]}));
+    let other_type =
+        with(Some(3), json!({"conditions": [{"type": "Available", "status": "True", "reason": "ReplicaSetUpdated"}]}));
     assert!(!shows(&d, &other_type), "only the Progressing condition's reason counts");
     let no_reason = with(Some(3), json!({"conditions": [{"type": "Progressing", "status": "True"}]}));
     assert!(!shows(&d, &no_reason));
@@ -119,7 +125,9 @@ fn a_paused_key_is_read_however_the_text_spells_it() {
     // An escaped key is the same key.
     assert!(!shows_text(r#"{"replicas": 3, "pa\u0075sed": true}"#));
     // The word as a value, or inside a longer key, is no `paused` key.
-    assert!(shows_text(r#"{"replicas": 3, "template": {"metadata": {"labels": {"state": "paused", "unpaused": "true"}}}}"#));
+    assert!(shows_text(
+        r#"{"replicas": 3, "template": {"metadata": {"labels": {"state": "paused", "unpaused": "true"}}}}"#
+    ));
     assert!(shows_text(r#"{"replicas": 3, "xpaused": true, "pausedx": true}"#));
 }
 
@@ -137,7 +145,9 @@ fn a_partitioned_statefulset_finishes_as_far_as_its_partition() {
         st
     };
     // Partition 2 of 3: ordinal 2 updated, all ready; currentRevision stays behind.
-    let canary = rev(json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 3}));
+    let canary = rev(
+        json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 3}),
+    );
     assert!(!shows(&s, &obj(3, json!(2), canary.clone())));
     assert!(shows(&s, &obj(3, json!(0), canary.clone())), "without a partition the revisions must meet");
     assert!(shows(&s, &obj(3, json!(1), canary.clone())), "partition 1 asks for 2 updated");
@@ -147,14 +157,17 @@ fn a_partitioned_statefulset_finishes_as_far_as_its_partition() {
     // `updatedReplicas` left out beside replicas is 0: not yet as far as the partition asks.
     let started = rev(json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "availableReplicas": 2}));
     assert!(shows(&s, &obj(3, json!(2), started)));
-    let not_ready = rev(json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 2}));
+    let not_ready = rev(
+        json!({"replicas": 3, "readyReplicas": 2, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 2}),
+    );
     assert!(shows(&s, &obj(3, json!(2), not_ready)), "the ready counts must still be met");
     // A partition at or above the desired replicas asks for no pod to move (floor 0).
     let none_updated = rev(json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "availableReplicas": 3}));
     assert!(!shows(&s, &obj(3, json!(3), none_updated.clone())));
     assert!(!shows(&s, &obj(3, json!(5), none_updated)));
     // More updated than the partition asks (a StatefulSet created with a partition): finished.
-    let all = json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "currentRevision": "a", "updateRevision": "a"});
+    let all =
+        json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "currentRevision": "a", "updateRevision": "a"});
     assert!(!shows(&s, &obj(3, json!(2), all.clone())));
     assert!(shows(&s, &obj(2, json!(1), all)), "a scale-down under way");
 }
@@ -166,7 +179,10 @@ fn an_on_delete_statefulset_asks_no_pod_to_move() {
     // A new template observed: the revisions apart, no pod updated, all ready.
     let observed = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 3, "availableReplicas": 3, "currentRevision": "a", "updateRevision": "b"});
     assert!(!shows(&s, &obj(json!({"type": "OnDelete"}), observed.clone())), "OnDelete: finished when observed");
-    assert!(shows(&s, &obj(json!({"type": "RollingUpdate"}), observed.clone())), "RollingUpdate: the revisions must meet");
+    assert!(
+        shows(&s, &obj(json!({"type": "RollingUpdate"}), observed.clone())),
+        "RollingUpdate: the revisions must meet"
+    );
     // One pod deleted and recreated at the update revision: still nothing more asked.
     let one = json!({"replicas": 3, "readyReplicas": 3, "currentReplicas": 2, "updatedReplicas": 1, "availableReplicas": 3, "currentRevision": "a", "updateRevision": "b"});
     assert!(!shows(&s, &obj(json!({"type": "OnDelete"}), one)));
@@ -192,7 +208,10 @@ fn statefulset_revisions_and_counters() {
         assert!(shows(&s, &with(Some(3), st)), "{field} other than the desired replicas");
     }
     assert!(
-        !shows(&s, &with(Some(3), json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "availableReplicas": 1}))),
+        !shows(
+            &s,
+            &with(Some(3), json!({"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "availableReplicas": 1}))
+        ),
         "availableReplicas is not one"
     );
     // `replicas` is always written: a counter left out is 0 (omitempty).
@@ -207,7 +226,10 @@ fn statefulset_revisions_and_counters() {
     assert!(!shows(&s, &with(Some(3), json!({"observedGeneration": 1}))));
     // The first scale-up of a new StatefulSet: one pod of three so far.
     assert!(shows(&s, &with(Some(3), json!({"replicas": 1, "currentRevision": "a", "updateRevision": "a"}))));
-    assert!(!shows(&s, &with(None, json!({"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}))), "spec.replicas defaults to 1");
+    assert!(
+        !shows(&s, &with(None, json!({"replicas": 1, "readyReplicas": 1, "updatedReplicas": 1}))),
+        "spec.replicas defaults to 1"
+    );
 }
 
 #[test]
@@ -226,10 +248,18 @@ fn daemonset_updated_and_available_below_desired() {
         st.as_object_mut().unwrap().remove(field);
         assert!(shows(&ds, &obj(st)), "{field} left out is 0 (omitempty): the start of a rolling update");
     }
-    assert!(!shows(&ds, &obj(json!({"updatedNumberScheduled": 0, "numberAvailable": 0}))), "without desiredNumberScheduled nothing");
+    assert!(
+        !shows(&ds, &obj(json!({"updatedNumberScheduled": 0, "numberAvailable": 0}))),
+        "without desiredNumberScheduled nothing"
+    );
     assert!(!shows(&ds, &obj(json!({"desiredNumberScheduled": 0}))), "nothing to schedule");
     assert!(
-        !shows(&ds, &obj(json!({"numberReady": 1, "desiredNumberScheduled": 3, "updatedNumberScheduled": 3, "numberAvailable": 3}))),
+        !shows(
+            &ds,
+            &obj(
+                json!({"numberReady": 1, "desiredNumberScheduled": 3, "updatedNumberScheduled": 3, "numberAvailable": 3})
+            )
+        ),
         "numberReady is not one"
     );
 }
@@ -241,7 +271,12 @@ fn a_job_runs_from_its_start_until_it_reports_itself_over_and_a_cronjob_always_r
     let of = |status: Value| json!({"spec": spec, "status": status});
     assert!(!shows(&job, &of(json!({"active": 0}))), "not started (suspended): nothing shows");
     assert!(shows(&job, &of(json!({"startTime": "2023-11-14T22:13:21Z", "active": 1}))));
-    assert!(shows(&job, &of(json!({"startTime": "t", "succeeded": 3, "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}]}))));
+    assert!(shows(
+        &job,
+        &of(
+            json!({"startTime": "t", "succeeded": 3, "conditions": [{"type": "SuccessCriteriaMet", "status": "True"}]})
+        )
+    ));
     for over in [
         json!({"startTime": "t", "completionTime": "t2", "succeeded": 3}),
         json!({"startTime": "t", "conditions": [{"type": "Complete", "status": "True"}]}),
@@ -279,27 +314,46 @@ fn replicaset_counters_against_the_desired_replicas() {
     assert!(!shows(&rs, &with(Some(2), json!({"observedGeneration": 1}))));
     assert!(!shows(&rs, &with(Some(2), json!({"readyReplicas": 2}))));
     assert!(shows(&rs, &with(Some(2), json!({"availableReplicas": 1}))));
-    assert!(!shows(&rs, &with(None, json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}))), "spec.replicas defaults to 1");
-    assert!(shows(&rs, &json!({"spec": {"replicas": null}, "status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}})), "null is the default 1");
+    assert!(
+        !shows(&rs, &with(None, json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1}))),
+        "spec.replicas defaults to 1"
+    );
+    assert!(
+        shows(
+            &rs,
+            &json!({"spec": {"replicas": null}, "status": {"replicas": 2, "readyReplicas": 2, "availableReplicas": 2}})
+        ),
+        "null is the default 1"
+    );
 }
 
 #[test]
 fn configured_conditions_match_type_and_reason() {
     let p = KindProgress {
-        conditions: vec![ConditionReason::parse("Synced=Reconciling").unwrap(), ConditionReason::parse("Ready=Creating").unwrap()],
+        conditions: vec![
+            ConditionReason::parse("Synced=Reconciling").unwrap(),
+            ConditionReason::parse("Ready=Creating").unwrap(),
+        ],
         ..KindProgress::default()
     };
     let obj = |conds: Value| json!({"spec": {}, "status": {"conditions": conds}});
     assert!(shows(&p, &obj(json!([{"type": "Synced", "status": "True", "reason": "Reconciling"}]))));
     assert!(shows(
         &p,
-        &obj(json!([{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}, {"type": "Ready", "status": "False", "reason": "Creating"}]))
+        &obj(
+            json!([{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}, {"type": "Ready", "status": "False", "reason": "Creating"}])
+        )
     ));
     assert!(!shows(
         &p,
-        &obj(json!([{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}, {"type": "Ready", "status": "True", "reason": "Available"}]))
+        &obj(
+            json!([{"type": "Synced", "status": "True", "reason": "ReconcileSuccess"}, {"type": "Ready", "status": "True", "reason": "Available"}])
+        )
     ));
-    assert!(!shows(&p, &obj(json!([{"type": "Ready", "status": "False", "reason": "Reconciling"}]))), "the reason of another type");
+    assert!(
+        !shows(&p, &obj(json!([{"type": "Ready", "status": "False", "reason": "Reconciling"}]))),
+        "the reason of another type"
+    );
     assert!(!shows(&p, &obj(json!([{"type": "Synced", "status": "True"}]))), "no reason");
     assert!(!shows(&p, &obj(json!([{"type": "Synced", "reason": 5}]))), "a reason of another shape");
     assert!(!shows(&p, &json!({"spec": {}})), "no status");
@@ -353,7 +407,10 @@ fn configured_paused_comparisons_hold_every_signal_back() {
     assert!(shows(&p, &obj(json!({"replicas": 3, "suspend": false}))));
     assert!(shows(&p, &obj(json!({"replicas": 3, "suspend": "yes"}))), "a field of another type does not hold");
     // A lowered target that the controller reports in its status is compared as it is.
-    let fields = KindProgress { fields: vec![cmp("status.updatedReplicas < status.expectedUpdatedReplicas")], ..KindProgress::default() };
+    let fields = KindProgress {
+        fields: vec![cmp("status.updatedReplicas < status.expectedUpdatedReplicas")],
+        ..KindProgress::default()
+    };
     assert!(shows(&fields, &obj(json!({"replicas": 3}))));
     assert!(!shows(&fields, &json!({"spec": {}, "status": {"updatedReplicas": 2, "expectedUpdatedReplicas": 2}})));
 }

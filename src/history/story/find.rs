@@ -9,7 +9,8 @@ use rusqlite::{params, Connection, Row};
 use super::{Found, ObjectRef, OwnerRef, StoryError, StoryQuery, Tombstone};
 use crate::decode::time::format_rfc3339_micros;
 
-const COLUMNS: &str = "id, cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
+const COLUMNS: &str =
+    "id, cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
                        first_us, last_us, deleted_us, deleted_by, deleted_audit_id";
 
 /// Every distinct value of `column` of `object_rows` (`kind`, on `object_rows_by_name`;
@@ -35,7 +36,14 @@ pub(super) fn one(conn: &Connection, q: &StoryQuery) -> Result<Found, StoryError
         1 => Ok(found.pop().expect("one")),
         _ => {
             found.sort_by(|a, b| {
-                let key = |f: &Found| (f.object.cluster.clone(), f.object.namespace.clone(), f.object.first_seen.clone(), f.object.uid.clone());
+                let key = |f: &Found| {
+                    (
+                        f.object.cluster.clone(),
+                        f.object.namespace.clone(),
+                        f.object.first_seen.clone(),
+                        f.object.uid.clone(),
+                    )
+                };
                 key(a).cmp(&key(b))
             });
             Err(StoryError::Ambiguous(found.into_iter().map(|f| f.object).collect()))

@@ -70,8 +70,12 @@ pub fn ambiguous_message(q: &StoryQuery, candidates: &[ObjectRef]) -> String {
     };
     let mut s = format!("{} objects match {}; {pick}:", candidates.len(), describe(q));
     for c in candidates {
-        let ns = if c.namespace.is_empty() { "(cluster-scoped)".to_string() } else { format!("namespace {}", c.namespace) };
-        s.push_str(&format!("\n  cluster {}  {ns}  {} {}  uid {}  seen {} .. {}", c.cluster, c.kind, c.name, c.uid, c.first_seen, c.last_seen));
+        let ns =
+            if c.namespace.is_empty() { "(cluster-scoped)".to_string() } else { format!("namespace {}", c.namespace) };
+        s.push_str(&format!(
+            "\n  cluster {}  {ns}  {} {}  uid {}  seen {} .. {}",
+            c.cluster, c.kind, c.name, c.uid, c.first_seen, c.last_seen
+        ));
         if let Some(d) = &c.deleted {
             s.push_str(&format!("  deleted {} by {}", d.time, d.user));
         }

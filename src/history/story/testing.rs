@@ -76,7 +76,13 @@ pub(crate) struct W {
 /// An origin write a drift undoes: (auditID, user, kind, name, fields as (path, before, after)).
 pub(crate) type Reverted = (&'static str, &'static str, &'static str, &'static str, Vec<(&'static str, Value, Value)>);
 
-pub(crate) fn w(time_us: i64, audit_id: &'static str, verb: &'static str, user: &'static str, class: &'static str) -> W {
+pub(crate) fn w(
+    time_us: i64,
+    audit_id: &'static str,
+    verb: &'static str,
+    user: &'static str,
+    class: &'static str,
+) -> W {
     W {
         time_us,
         audit_id,
@@ -100,7 +106,8 @@ impl Store {
     pub(crate) fn new() -> Store {
         let conn = Connection::open_in_memory().expect("in-memory SQLite");
         conn.execute_batch(schema::SQL).expect("schema");
-        conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?1)", [schema::SCHEMA_VERSION]).expect("meta");
+        conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?1)", [schema::SCHEMA_VERSION])
+            .expect("meta");
         Store { conn }
     }
 
@@ -115,7 +122,11 @@ impl Store {
             )
             .expect("insert object");
         // The view's trigger wrote it: its row id, by its UID.
-        self.conn.query_row("SELECT id FROM objects WHERE cluster = ?1 AND uid = ?2", params![o.cluster, o.uid], |r| r.get(0)).expect("object id")
+        self.conn
+            .query_row("SELECT id FROM objects WHERE cluster = ?1 AND uid = ?2", params![o.cluster, o.uid], |r| {
+                r.get(0)
+            })
+            .expect("object id")
     }
 
     /// The write's rows: `mutations`, `reverts`, the object's times and tombstone, `meta`.
@@ -126,7 +137,9 @@ impl Store {
             .iter()
             .map(|r| {
                 self.conn
-                    .query_row("SELECT verb, time_us FROM mutations WHERE audit_id = ?1", [r.0], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .query_row("SELECT verb, time_us FROM mutations WHERE audit_id = ?1", [r.0], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })
                     .unwrap_or(("patch".to_string(), w.time_us - 1_000_000))
             })
             .collect();
@@ -141,10 +154,15 @@ impl Store {
             .expect("insert mutation");
         let id: i64 = self.conn.query_row("SELECT max(id) FROM mutation_rows", [], |r| r.get(0)).expect("mutation id");
         for r in &w.reverts {
-            self.conn.execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", params![id, r.0]).expect("insert revert");
+            self.conn
+                .execute("INSERT INTO reverts (mutation_id, origin_audit_id) VALUES (?1, ?2)", params![id, r.0])
+                .expect("insert revert");
         }
         self.conn
-            .execute("UPDATE objects SET first_us = min(first_us, ?2), last_us = max(last_us, ?2) WHERE id = ?1", params![object_id, w.time_us])
+            .execute(
+                "UPDATE objects SET first_us = min(first_us, ?2), last_us = max(last_us, ?2) WHERE id = ?1",
+                params![object_id, w.time_us],
+            )
             .expect("times");
         if w.verb.starts_with("delete") || w.subresource == Some("eviction") {
             self.conn
@@ -168,9 +186,13 @@ impl Store {
 
     /// What retention does: forgets everything before `us`.
     pub(crate) fn keep_from(&self, us: i64) {
-        self.conn.execute("DELETE FROM reverts WHERE mutation_id IN (SELECT id FROM mutations WHERE time_us < ?1)", [us]).expect("reverts");
+        self.conn
+            .execute("DELETE FROM reverts WHERE mutation_id IN (SELECT id FROM mutations WHERE time_us < ?1)", [us])
+            .expect("reverts");
         self.conn.execute("DELETE FROM mutations WHERE time_us < ?1", [us]).expect("mutations");
-        self.conn.execute("DELETE FROM objects WHERE id NOT IN (SELECT object_id FROM mutations)", []).expect("objects");
+        self.conn
+            .execute("DELETE FROM objects WHERE id NOT IN (SELECT object_id FROM mutations)", [])
+            .expect("objects");
         self.conn.execute("UPDATE meta SET value = ?1 WHERE key = 'oldest_us'", [us.to_string()]).expect("oldest");
     }
 }

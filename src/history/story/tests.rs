@@ -11,7 +11,12 @@ const DS: &str = "system:serviceaccount:kube-system:deployment-controller";
 const RSC: &str = "system:serviceaccount:kube-system:replicaset-controller";
 
 fn q(kind: &str, namespace: Option<&str>, name: &str) -> StoryQuery {
-    StoryQuery { kind: kind.into(), namespace: namespace.map(Into::into), name: Some(name.into()), ..StoryQuery::default() }
+    StoryQuery {
+        kind: kind.into(),
+        namespace: namespace.map(Into::into),
+        name: Some(name.into()),
+        ..StoryQuery::default()
+    }
 }
 
 fn event(write: &Write) -> Value {
@@ -80,7 +85,15 @@ fn a_replicaset_a_person_scaled_tells_the_scale_and_the_drift_that_undid_it() {
     let s = shop();
     let story = build(&s.store.conn, &q("ReplicaSet", Some("shop"), "web-7d9f")).unwrap();
     assert_eq!(story.object.uid, "u-rs");
-    assert_eq!(story.object.parent, Some(OwnerRef { api_version: "apps/v1".into(), kind: "Deployment".into(), name: "web".into(), uid: "u-dep".into() }));
+    assert_eq!(
+        story.object.parent,
+        Some(OwnerRef {
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: "u-dep".into()
+        })
+    );
     assert_eq!(story.object.deleted, None);
     assert_eq!(story.object.first_seen, "2026-11-20T10:00:01.000000Z");
     assert_eq!(story.history_from.as_deref(), Some("2026-11-20T10:00:00.000000Z"));
@@ -119,11 +132,21 @@ fn a_replicaset_a_person_scaled_tells_the_scale_and_the_drift_that_undid_it() {
 fn a_deleted_pod_tells_who_deleted_it_and_the_replacement_that_undid_it() {
     let s = shop();
     let story = build(&s.store.conn, &q("pod", Some("shop"), "web-7d9f-aaaaa")).unwrap();
-    assert_eq!(story.object.deleted, Some(Tombstone { time: "2026-11-20T10:03:20.000000Z".into(), user: "alice".into(), audit_id: "a-pod-a-delete".into() }));
+    assert_eq!(
+        story.object.deleted,
+        Some(Tombstone {
+            time: "2026-11-20T10:03:20.000000Z".into(),
+            user: "alice".into(),
+            audit_id: "a-pod-a-delete".into()
+        })
+    );
     assert_eq!(audit_ids(&story), ["a-pod-a-create", "a-pod-a-delete"]);
     let by = &story.writes[1].reverted_by;
     assert_eq!(by.len(), 1);
-    assert_eq!((by[0].audit_id.as_str(), by[0].object.name.as_str(), by[0].object.uid.as_str()), ("a-pod-b-create", "web-7d9f-bbbbb", "u-pod-b"));
+    assert_eq!(
+        (by[0].audit_id.as_str(), by[0].object.name.as_str(), by[0].object.uid.as_str()),
+        ("a-pod-b-create", "web-7d9f-bbbbb", "u-pod-b")
+    );
     // The replacement's own story names the delete it undoes.
     let story = build(&s.store.conn, &q("pods", Some("shop"), "web-7d9f-bbbbb")).unwrap();
     assert_eq!(event(&story.writes[0])["reverts"][0]["auditID"], "a-pod-a-delete");
@@ -183,13 +206,23 @@ fn a_child_deleted_after_at_is_alive_at_at() {
 fn at_older_than_the_store_says_how_far_back_it_reaches() {
     let s = shop();
     s.store.keep_from(T0 + 50 * S);
-    let e = build(&s.store.conn, &StoryQuery { at_us: Some(T0 + 10 * S), ..q("ReplicaSet", Some("shop"), "web-7d9f") }).unwrap_err();
+    let e = build(&s.store.conn, &StoryQuery { at_us: Some(T0 + 10 * S), ..q("ReplicaSet", Some("shop"), "web-7d9f") })
+        .unwrap_err();
     let StoryError::BeforeHistory { history_from } = &e else { panic!("{e:?}") };
     assert_eq!(history_from, "2026-11-20T10:00:50.000000Z");
-    let m = explain(&s.store.conn, &StoryQuery { at_us: Some(T0 + 10 * S), ..q("ReplicaSet", Some("shop"), "web-7d9f") }, &e);
-    assert!(m.contains("reaches back to 2026-11-20T10:00:50.000000Z only") && m.contains("at 2026-11-20T10:00:10.000000Z"), "{m}");
+    let m = explain(
+        &s.store.conn,
+        &StoryQuery { at_us: Some(T0 + 10 * S), ..q("ReplicaSet", Some("shop"), "web-7d9f") },
+        &e,
+    );
+    assert!(
+        m.contains("reaches back to 2026-11-20T10:00:50.000000Z only") && m.contains("at 2026-11-20T10:00:10.000000Z"),
+        "{m}"
+    );
     // From the oldest time kept on, the story is told (what retention kept of it).
-    let story = build(&s.store.conn, &StoryQuery { at_us: Some(T0 + 50 * S), ..q("ReplicaSet", Some("shop"), "web-7d9f") }).unwrap();
+    let story =
+        build(&s.store.conn, &StoryQuery { at_us: Some(T0 + 50 * S), ..q("ReplicaSet", Some("shop"), "web-7d9f") })
+            .unwrap();
     assert!(story.writes.is_empty());
     let story = build(&s.store.conn, &q("ReplicaSet", Some("shop"), "web-7d9f")).unwrap();
     assert_eq!(audit_ids(&story), ["a-scale", "a-scale-back"]);
@@ -230,9 +263,11 @@ fn an_unknown_object_is_not_found() {
 #[test]
 fn a_question_without_a_name_or_a_uid_is_invalid() {
     let s = shop();
-    for query in
-        [StoryQuery { kind: "Pod".into(), ..StoryQuery::default() }, StoryQuery { name: Some("web".into()), ..StoryQuery::default() }, StoryQuery::default()]
-    {
+    for query in [
+        StoryQuery { kind: "Pod".into(), ..StoryQuery::default() },
+        StoryQuery { name: Some("web".into()), ..StoryQuery::default() },
+        StoryQuery::default(),
+    ] {
         let e = build(&s.store.conn, &query).unwrap_err();
         assert!(matches!(e, StoryError::Invalid(_)), "{query:?}: {e:?}");
     }
@@ -258,19 +293,33 @@ fn a_name_in_two_namespaces_or_clusters_or_twice_in_one_is_ambiguous() {
     assert_eq!(uids, ["u-1", "u-2", "u-4", "u-3"], "by cluster, namespace, first seen");
     let m = ambiguous_message(&q("configmap", None, "cfg"), c);
     assert!(m.starts_with("4 objects match configmap cfg in any namespace; pick one with --cluster CLUSTER and -n NAMESPACE (or --uid UID):"), "{m}");
-    assert!(m.contains("cluster default  namespace b  ConfigMap cfg  uid u-2") && m.contains("cluster other  (cluster-scoped)"), "{m}");
+    assert!(
+        m.contains("cluster default  namespace b  ConfigMap cfg  uid u-2")
+            && m.contains("cluster other  (cluster-scoped)"),
+        "{m}"
+    );
     // A namespace narrows it to two clusters.
     let e = build(&store.conn, &q("ConfigMap", Some("a"), "cfg")).unwrap_err();
     let StoryError::Ambiguous(c) = &e else { panic!("{e:?}") };
-    assert!(ambiguous_message(&q("ConfigMap", Some("a"), "cfg"), c).contains("pick one with --cluster CLUSTER (or --uid UID)"));
+    assert!(ambiguous_message(&q("ConfigMap", Some("a"), "cfg"), c)
+        .contains("pick one with --cluster CLUSTER (or --uid UID)"));
     // The cluster too: one.
     let one = StoryQuery { cluster: Some("prod".into()), ..q("ConfigMap", Some("a"), "cfg") };
     assert_eq!(build(&store.conn, &one).unwrap().object.uid, "u-3");
     // A cluster-scoped object is asked for with the empty namespace.
     assert_eq!(build(&store.conn, &q("ConfigMap", Some(""), "cfg")).unwrap().object.uid, "u-4");
     // A UID picks one, in whichever cluster it is.
-    assert_eq!(build(&store.conn, &StoryQuery { uid: Some("u-2".into()), ..q("ConfigMap", None, "cfg") }).unwrap().object.namespace, "b");
-    assert_eq!(build(&store.conn, &StoryQuery { uid: Some("u-4".into()), ..StoryQuery::default() }).unwrap().object.cluster, "other");
+    assert_eq!(
+        build(&store.conn, &StoryQuery { uid: Some("u-2".into()), ..q("ConfigMap", None, "cfg") })
+            .unwrap()
+            .object
+            .namespace,
+        "b"
+    );
+    assert_eq!(
+        build(&store.conn, &StoryQuery { uid: Some("u-4".into()), ..StoryQuery::default() }).unwrap().object.cluster,
+        "other"
+    );
     // The same UID in two clusters (a restored backup): the cluster picks one.
     let copy = obj("ConfigMap", "a", "cfg", "u-1").in_cluster("zeta");
     let id = store.object(&copy);
@@ -279,8 +328,12 @@ fn a_name_in_two_namespaces_or_clusters_or_twice_in_one_is_ambiguous() {
     let e = build(&store.conn, &by_uid).unwrap_err();
     let StoryError::Ambiguous(c) = &e else { panic!("{e:?}") };
     assert_eq!(c.iter().map(|c| c.cluster.as_str()).collect::<Vec<_>>(), ["default", "zeta"]);
-    assert!(ambiguous_message(&by_uid, c).starts_with("2 objects match object with UID u-1; pick one with --cluster CLUSTER:"));
-    assert_eq!(build(&store.conn, &StoryQuery { cluster: Some("zeta".into()), ..by_uid }).unwrap().object.cluster, "zeta");
+    assert!(ambiguous_message(&by_uid, c)
+        .starts_with("2 objects match object with UID u-1; pick one with --cluster CLUSTER:"));
+    assert_eq!(
+        build(&store.conn, &StoryQuery { cluster: Some("zeta".into()), ..by_uid }).unwrap().object.cluster,
+        "zeta"
+    );
 
     // The same name, twice in one namespace (deleted and created again): only the UID tells.
     let again = Store::new();
@@ -288,7 +341,11 @@ fn a_name_in_two_namespaces_or_clusters_or_twice_in_one_is_ambiguous() {
         let o = Obj { uid, ..obj("Pod", "a", "db-0", uid) };
         let id = again.object(&o);
         let t = T0 + i as i64 * 10 * S;
-        again.write(id, &o, &w(t, "c", "create", "system:serviceaccount:kube-system:statefulset-controller", "expected"));
+        again.write(
+            id,
+            &o,
+            &w(t, "c", "create", "system:serviceaccount:kube-system:statefulset-controller", "expected"),
+        );
         if i == 0 {
             again.write(id, &o, &w(t + S, "del", "delete", "alice", "origin"));
         }
@@ -406,7 +463,10 @@ fn an_unreadable_event_is_told_from_its_columns() {
     let id = store.object(&o);
     store.write(id, &o, &w(T0, "ok", "create", "alice", "unowned"));
     store.write(id, &o, &w(T0 + S, "bad", "update", "bob", "unowned"));
-    store.conn.execute("UPDATE mutations SET event = '{\"auditID\": \"bad\", trunc' WHERE audit_id = 'bad'", []).unwrap();
+    store
+        .conn
+        .execute("UPDATE mutations SET event = '{\"auditID\": \"bad\", trunc' WHERE audit_id = 'bad'", [])
+        .unwrap();
     let story = build(&store.conn, &q("ConfigMap", None, "c")).unwrap();
     let e = event(&story.writes[1]);
     assert_eq!(
@@ -424,15 +484,22 @@ fn the_json_has_the_shape_of_the_contract_and_reads_back() {
     let v: Value = serde_json::from_str(&text).unwrap();
     let keys = |v: &Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
     assert_eq!(keys(&v), ["at", "children", "historyFrom", "object", "writes"]);
-    assert_eq!(keys(&v["object"]), ["apiVersion", "cluster", "deleted", "firstSeen", "kind", "lastSeen", "name", "namespace", "parent", "uid"]);
+    assert_eq!(
+        keys(&v["object"]),
+        ["apiVersion", "cluster", "deleted", "firstSeen", "kind", "lastSeen", "name", "namespace", "parent", "uid"]
+    );
     assert_eq!(v["object"]["deleted"], Value::Null);
     assert_eq!(v["at"], Value::Null);
     assert_eq!(keys(&v["writes"][1]), ["event", "revertedBy"]);
     assert_eq!(keys(&v["writes"][1]["revertedBy"][0]), ["auditID", "class", "object", "time", "user"]);
-    assert_eq!(keys(&v["children"][0]), ["apiVersion", "children", "deleted", "drift", "kind", "lastDrift", "name", "uid"]);
+    assert_eq!(
+        keys(&v["children"][0]),
+        ["apiVersion", "children", "deleted", "drift", "kind", "lastDrift", "name", "uid"]
+    );
     assert_eq!(keys(&v["children"][0]["lastDrift"]), ["auditID", "resolution", "time", "user"]);
     // The stored event comes out byte for byte.
-    let stored: String = s.store.conn.query_row("SELECT event FROM mutations WHERE audit_id = 'a-scale'", [], |r| r.get(0)).unwrap();
+    let stored: String =
+        s.store.conn.query_row("SELECT event FROM mutations WHERE audit_id = 'a-scale'", [], |r| r.get(0)).unwrap();
     assert!(text.contains(&stored));
     let back: Story = serde_json::from_str(&text).unwrap();
     assert_eq!(serde_json::to_string(&back).unwrap(), text);

@@ -33,13 +33,25 @@ WHERE object_id = ?1 AND +class = 'drift' AND (?2 IS NULL OR time_us <= ?2)
 ORDER BY time_us DESC, id DESC";
 
 /// The drift tree under the object `uid` of `cluster`.
-pub(super) fn children(conn: &Connection, cluster: &str, uid: &str, at_us: Option<i64>) -> Result<Vec<Child>, StoryError> {
+pub(super) fn children(
+    conn: &Connection,
+    cluster: &str,
+    uid: &str,
+    at_us: Option<i64>,
+) -> Result<Vec<Child>, StoryError> {
     // An ownership cycle (possible in a store written by hand) must not loop.
     let mut seen = HashSet::from([uid.to_string()]);
     level(conn, cluster, uid, at_us, 1, &mut seen)
 }
 
-fn level(conn: &Connection, cluster: &str, uid: &str, at_us: Option<i64>, depth: usize, seen: &mut HashSet<String>) -> Result<Vec<Child>, StoryError> {
+fn level(
+    conn: &Connection,
+    cluster: &str,
+    uid: &str,
+    at_us: Option<i64>,
+    depth: usize,
+    seen: &mut HashSet<String>,
+) -> Result<Vec<Child>, StoryError> {
     struct Row {
         id: i64,
         api_version: String,
@@ -51,7 +63,14 @@ fn level(conn: &Connection, cluster: &str, uid: &str, at_us: Option<i64>, depth:
     let rows: Vec<Row> = conn
         .prepare_cached(CHILDREN)?
         .query_map(params![crate::history::schema::id_value(uid), cluster, at_us, uid], |r| {
-            Ok(Row { id: r.get(0)?, api_version: r.get(1)?, kind: r.get(2)?, name: r.get(3)?, uid: r.get(4)?, deleted_us: r.get(5)? })
+            Ok(Row {
+                id: r.get(0)?,
+                api_version: r.get(1)?,
+                kind: r.get(2)?,
+                name: r.get(3)?,
+                uid: r.get(4)?,
+                deleted_us: r.get(5)?,
+            })
         })?
         .collect::<Result<_, _>>()?;
     let mut out = Vec::new();
@@ -60,7 +79,8 @@ fn level(conn: &Connection, cluster: &str, uid: &str, at_us: Option<i64>, depth:
             continue;
         }
         let (drift, last_drift) = drifts(conn, row.id, at_us)?;
-        let children = if depth < MAX_DEPTH { level(conn, cluster, &row.uid, at_us, depth + 1, seen)? } else { Vec::new() };
+        let children =
+            if depth < MAX_DEPTH { level(conn, cluster, &row.uid, at_us, depth + 1, seen)? } else { Vec::new() };
         if drift == 0 && children.is_empty() {
             continue;
         }
@@ -85,7 +105,12 @@ fn drifts(conn: &Connection, object_id: i64, at_us: Option<i64>) -> Result<(u64,
     let mut last = None;
     while let Some(r) = rows.next()? {
         if count == 0 {
-            last = Some(LastDrift { time: format_rfc3339_micros(r.get(0)?), user: r.get(1)?, audit_id: r.get(2)?, resolution: r.get(3)? });
+            last = Some(LastDrift {
+                time: format_rfc3339_micros(r.get(0)?),
+                user: r.get(1)?,
+                audit_id: r.get(2)?,
+                resolution: r.get(3)?,
+            });
         }
         count += 1;
     }

@@ -62,8 +62,11 @@ fn start_with(commit: Option<Committer>, rewind: Option<Rewinder>) -> Harness {
     if let Some(r) = rewind {
         durability = durability.rewinds(r);
     }
-    let task = ClassifyLoop::new(processor, intake_rx, vec![("test", sink)], Duration::from_millis(10), stop_rx, durability);
-    let task = std::thread::spawn(move || tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(task.run()));
+    let task =
+        ClassifyLoop::new(processor, intake_rx, vec![("test", sink)], Duration::from_millis(10), stop_rx, durability);
+    let task = std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(task.run())
+    });
     Harness { intake, barriers, stop, task, delivered, done: Arc::new(Mutex::new(Vec::new())), decoder, metrics }
 }
 
@@ -73,7 +76,15 @@ impl Harness {
         let (events, body) = oneshot::channel();
         let log = self.done.clone();
         let done = Done::new(move || log.lock().unwrap().push(name));
-        let batch = Batch { cluster: None, body: Body::Decoding(body), source: "kafka", ack: None, done: Some(done), unwrap: None, received_us: None };
+        let batch = Batch {
+            cluster: None,
+            body: Body::Decoding(body),
+            source: "kafka",
+            ack: None,
+            done: Some(done),
+            unwrap: None,
+            received_us: None,
+        };
         self.intake.send(batch).await.expect("processor running");
         events
     }
@@ -145,7 +156,8 @@ async fn next<T>(rx: &std::sync::mpsc::Receiver<T>) -> T {
 #[tokio::test]
 async fn an_aborted_transaction_drops_what_was_queued_and_takes_its_events_again_once_read_again() {
     let (rewind, requests) = rewinder();
-    let h = start_with(Some(scripted(vec![Ok(true), Err(CommitError::Rewind("ILLEGAL_GENERATION".into()))])), Some(rewind));
+    let h =
+        start_with(Some(scripted(vec![Ok(true), Err(CommitError::Rewind("ILLEGAL_GENERATION".into()))])), Some(rewind));
     let mut api = ApiServer::new();
     let (a, b) = (h.decoded(&mut api, "a"), Harness::body(&mut api, "b"));
     h.send("a", a).await;
@@ -159,7 +171,10 @@ async fn an_aborted_transaction_drops_what_was_queued_and_takes_its_events_again
     assert!(request.resume.try_recv().is_err(), "the source waits");
     request.rewound.send(true).unwrap();
     let resume = request.resume;
-    tokio::task::spawn_blocking(move || resume.recv_timeout(Duration::from_secs(5))).await.unwrap().expect("told to go on");
+    tokio::task::spawn_blocking(move || resume.recv_timeout(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("told to go on");
     // Read again from the last commit: b is taken again, though its auditID was seen.
     h.send("b again", h.decode(&b)).await;
     assert_eq!(h.barrier().await, Some(true));
@@ -174,7 +189,8 @@ async fn an_aborted_transaction_drops_what_was_queued_and_takes_its_events_again
 #[tokio::test]
 async fn an_event_seen_before_the_last_commit_stays_a_duplicate_after_a_rewind() {
     let (rewind, requests) = rewinder();
-    let h = start_with(Some(scripted(vec![Ok(true), Err(CommitError::Rewind("UNKNOWN_MEMBER_ID".into()))])), Some(rewind));
+    let h =
+        start_with(Some(scripted(vec![Ok(true), Err(CommitError::Rewind("UNKNOWN_MEMBER_ID".into()))])), Some(rewind));
     let mut api = ApiServer::new();
     let (a, b) = (Harness::body(&mut api, "a"), h.decoded(&mut api, "b"));
     h.send("a", h.decode(&a)).await;
@@ -184,7 +200,10 @@ async fn an_event_seen_before_the_last_commit_stays_a_duplicate_after_a_rewind()
     let request = next(&requests).await;
     request.rewound.send(true).unwrap();
     let resume = request.resume;
-    tokio::task::spawn_blocking(move || resume.recv_timeout(Duration::from_secs(5))).await.unwrap().expect("told to go on");
+    tokio::task::spawn_blocking(move || resume.recv_timeout(Duration::from_secs(5)))
+        .await
+        .unwrap()
+        .expect("told to go on");
     // A copy of a, committed before: still dropped by its auditID.
     h.send("a copy", h.decode(&a)).await;
     assert_eq!(h.barrier().await, Some(true));

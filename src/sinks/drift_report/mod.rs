@@ -64,7 +64,11 @@ impl DriftReportConfig {
 }
 
 /// Starts the sink: reports drift from `rx`, and resolves open reports against the model.
-pub fn spawn(cfg: DriftReportConfig, mut rx: mpsc::Receiver<Events>, ctx: SinkContext) -> Result<JoinHandle<()>, Error> {
+pub fn spawn(
+    cfg: DriftReportConfig,
+    mut rx: mpsc::Receiver<Events>,
+    ctx: SinkContext,
+) -> Result<JoinHandle<()>, Error> {
     let client = client(cfg.timeout.0, "drift_report")?;
     Ok(tokio::spawn(async move {
         let mut tracker = Tracker::new(cfg.ttl.0);

@@ -190,7 +190,11 @@ pub fn detected(e: &Enriched, parent_namespace: Option<&str>) -> Option<DriftRep
             },
             new_object: serde_json::json!({"apiVersion": child.api_version, "kind": child.kind, "metadata": metadata}),
             child,
-            request: RequestContext { user: e.user.to_string(), uid: e.audit_id.to_string(), operation: operation(e.verb) },
+            request: RequestContext {
+                user: e.user.to_string(),
+                uid: e.audit_id.to_string(),
+                operation: operation(e.verb),
+            },
             cluster: e.cluster.to_string(),
             user: e.user.to_string(),
             timestamp: e.stage_timestamp.to_string(),

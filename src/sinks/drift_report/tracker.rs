@@ -62,7 +62,13 @@ impl Tracker {
 
     /// Takes one enriched event; appends the reports to send. `parent_namespace` looks up the
     /// parent's namespace in the model (for the report's parent reference).
-    pub fn on_event(&mut self, e: &Enriched, now: Instant, parent_namespace: impl Fn(&Enriched) -> Option<String>, out: &mut Vec<DriftReport>) {
+    pub fn on_event(
+        &mut self,
+        e: &Enriched,
+        now: Instant,
+        parent_namespace: impl Fn(&Enriched) -> Option<String>,
+        out: &mut Vec<DriftReport>,
+    ) {
         let is_delete = e.verb.is_delete();
         // The event's object is itself a parent with open reports: its spec changed or it went.
         let own_key: ParentKey = (e.cluster.clone(), e.object.uid.clone());
@@ -76,7 +82,10 @@ impl Tracker {
             let generation = p.generation;
             let approved = e.class == Class::Drift && e.resolution == Some(Resolution::Approved);
             let child = &*e.object.uid;
-            self.resolve_where(&key, out, |o| generation.is_some_and(|g| g > o.parent_generation) || ((is_delete || approved) && o.child_uid() == child));
+            self.resolve_where(&key, out, |o| {
+                generation.is_some_and(|g| g > o.parent_generation)
+                    || ((is_delete || approved) && o.child_uid() == child)
+            });
         }
         if e.class != Class::Drift || e.snoozed || e.resolution == Some(Resolution::Approved) {
             return;
@@ -97,7 +106,12 @@ impl Tracker {
 
     /// Resolves the open reports for which `resolved` says so (checked against the model's
     /// state), and forgets ids whose TTL has passed.
-    pub fn sweep(&mut self, now: Instant, mut resolved: impl FnMut(&ParentKey, &Open) -> bool, out: &mut Vec<DriftReport>) {
+    pub fn sweep(
+        &mut self,
+        now: Instant,
+        mut resolved: impl FnMut(&ParentKey, &Open) -> bool,
+        out: &mut Vec<DriftReport>,
+    ) {
         let ttl = self.ttl;
         self.sent.retain(|_, at| now.duration_since(*at) < ttl);
         let keys: Vec<ParentKey> = self.open.keys().cloned().collect();
@@ -190,7 +204,11 @@ mod tests {
             audit_id: Arc::from("x-1"),
             time: Arc::from("2024-05-01T09:00:00.000001Z"),
             verb: Verb::Update,
-            object: crate::enriched::RevertedObject { api_version: Arc::from("v1"), kind: Arc::from("ConfigMap"), name: crate::write::Name::from("a") },
+            object: crate::enriched::RevertedObject {
+                api_version: Arc::from("v1"),
+                kind: Arc::from("ConfigMap"),
+                name: crate::write::Name::from("a"),
+            },
             fields: None,
             fight: false,
         }]);

@@ -49,7 +49,11 @@ impl KafkaSinkConfig {
         }
         for c in &self.only_classes {
             if !Class::ALL.iter().any(|k| k.as_str() == c) {
-                errors.push(format!("{key}.only_classes"), None, format!("unknown class {c:?}; one of {}", Class::ALL.map(Class::as_str).join(", ")));
+                errors.push(
+                    format!("{key}.only_classes"),
+                    None,
+                    format!("unknown class {c:?}; one of {}", Class::ALL.map(Class::as_str).join(", ")),
+                );
             }
         }
     }

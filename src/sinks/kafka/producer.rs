@@ -102,9 +102,18 @@ impl ProducerContext for DeliveryContext {
             }
         }
         let Some(retries) = self.retries.as_ref().filter(|_| !give_up) else { return };
-        let headers = m.headers().map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect()).unwrap_or_default();
+        let headers = m
+            .headers()
+            .map(|h| h.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+            .unwrap_or_default();
         let due = Instant::now() + backoff(flight.attempt);
-        let retry = Retry { due, payload: m.payload().unwrap_or_default().to_vec(), key: m.key().unwrap_or_default().to_vec(), headers, flight };
+        let retry = Retry {
+            due,
+            payload: m.payload().unwrap_or_default().to_vec(),
+            key: m.key().unwrap_or_default().to_vec(),
+            headers,
+            flight,
+        };
         let _ = retries.send(retry);
     }
 }
@@ -118,13 +127,23 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Starts the sink. With `transaction`, the producer is transactional (exactly-once): it
 /// initializes on the sink's thread and then hands itself to the transaction.
-pub fn spawn(cfg: KafkaSinkConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metrics>, transaction: Option<Arc<Transaction>>) -> Result<JoinHandle<()>, Error> {
+pub fn spawn(
+    cfg: KafkaSinkConfig,
+    rx: mpsc::Receiver<Events>,
+    metrics: Arc<Metrics>,
+    transaction: Option<Arc<Transaction>>,
+) -> Result<JoinHandle<()>, Error> {
     let (retry_tx, retry_rx) = std_mpsc::channel();
     let mut managed = vec![("enable.idempotence", "true".to_string()), ("acks", "all".to_string())];
     if let Some(t) = &transaction {
         managed.push(("transactional.id", t.id.clone()));
     }
-    let config = client::client_config(&cfg.brokers, &[("linger.ms", "5"), ("compression.type", "lz4")], &cfg.properties, &managed);
+    let config = client::client_config(
+        &cfg.brokers,
+        &[("linger.ms", "5"), ("compression.type", "lz4")],
+        &cfg.properties,
+        &managed,
+    );
     let (delivered, failed) = metrics.sink_counters(Sink::Kafka);
     let context = DeliveryContext {
         delivered,
@@ -133,12 +152,16 @@ pub fn spawn(cfg: KafkaSinkConfig, rx: mpsc::Receiver<Events>, metrics: Arc<Metr
         max_retries: cfg.max_retries,
         quiet: std::sync::Mutex::new((None, 0)),
     };
-    let producer: Arc<KafkaProducer> = Arc::new(config.create_with_context(context).map_err(|e| Error::Kafka(e.to_string()))?);
+    let producer: Arc<KafkaProducer> =
+        Arc::new(config.create_with_context(context).map_err(|e| Error::Kafka(e.to_string()))?);
     tracing::info!(brokers = %cfg.brokers, topic = %cfg.topic, exactly_once = transaction.is_some(), "kafka sink ready");
     let retrier = {
         // Weak: the thread ends once the producer is dropped (its context holds the sender).
         let (producer, topic) = (Arc::downgrade(&producer), cfg.topic.clone());
-        std::thread::Builder::new().name("kafka-retry".into()).spawn(move || retry(&producer, &topic, retry_rx)).map_err(|e| Error::Kafka(e.to_string()))?
+        std::thread::Builder::new()
+            .name("kafka-retry".into())
+            .spawn(move || retry(&producer, &topic, retry_rx))
+            .map_err(|e| Error::Kafka(e.to_string()))?
     };
     Ok(tokio::task::spawn_blocking(move || {
         if let Some(t) = &transaction {
@@ -194,7 +217,8 @@ fn send_all(cfg: &KafkaSinkConfig, producer: &KafkaProducer, mut rx: mpsc::Recei
             let headers = OwnedHeaders::new_with_capacity(2)
                 .insert(Header { key: "class", value: Some(e.class.as_str()) })
                 .insert(Header { key: "cluster", value: Some(&*e.cluster) });
-            let record = BaseRecord::with_opaque_to(&cfg.topic, flight.clone()).payload(&value).key(key).headers(headers);
+            let record =
+                BaseRecord::with_opaque_to(&cfg.topic, flight.clone()).payload(&value).key(key).headers(headers);
             if let Err(e) = send(producer, record) {
                 failed.inc();
                 tracing::error!(error = %e, "kafka sink: message refused by the producer (too large?); dropped");
@@ -235,7 +259,9 @@ fn retry(producer: &std::sync::Weak<KafkaProducer>, topic: &str, rx: std_mpsc::R
     while let Ok(r) = rx.recv() {
         std::thread::sleep(r.due.saturating_duration_since(Instant::now()));
         let Some(producer) = producer.upgrade() else { break };
-        let headers = r.headers.iter().fold(OwnedHeaders::new_with_capacity(r.headers.len()), |h, (k, v)| h.insert(Header { key: k, value: Some(v) }));
+        let headers = r.headers.iter().fold(OwnedHeaders::new_with_capacity(r.headers.len()), |h, (k, v)| {
+            h.insert(Header { key: k, value: Some(v) })
+        });
         let record = BaseRecord::with_opaque_to(topic, r.flight).payload(&r.payload).key(&r.key).headers(headers);
         if let Err(e) = send(&producer, record) {
             producer.context().failed.inc();

@@ -191,7 +191,9 @@ impl Outbox {
             return true;
         }
         let Sealed { raw, last, received_us } = self.gather.seal();
-        let (Some(decoders), Some(intake), Some(completed)) = (&self.decoders, &self.intake, &self.completed) else { return false };
+        let (Some(decoders), Some(intake), Some(completed)) = (&self.decoders, &self.intake, &self.completed) else {
+            return false;
+        };
         let Some(events) = decoders.submit(raw) else { return false };
         {
             let mut o = offsets.lock().expect("offsets lock");
@@ -210,8 +212,15 @@ impl Outbox {
                 let _ = tx.send(Position { topic, partition, offset });
             }
         });
-        let batch =
-            Batch { cluster: None, body: Body::Decoding(events), source: "kafka", ack: None, done: Some(done), unwrap: None, received_us: Some(received_us) };
+        let batch = Batch {
+            cluster: None,
+            body: Body::Decoding(events),
+            source: "kafka",
+            ack: None,
+            done: Some(done),
+            unwrap: None,
+            received_us: Some(received_us),
+        };
         intake.blocking_send(batch).is_ok()
     }
 
@@ -291,21 +300,23 @@ impl SourceContext {
             };
             txn.resume(&key.0, key.1, group);
             match from {
-                Some(from) if from < group => match tpl.set_partition_offset(e.topic(), e.partition(), Offset::Offset(from)) {
-                    Ok(()) => {
-                        tracing::info!(
+                Some(from) if from < group => {
+                    match tpl.set_partition_offset(e.topic(), e.partition(), Offset::Offset(from)) {
+                        Ok(()) => {
+                            tracing::info!(
                             topic = e.topic(),
                             partition = e.partition(),
                             from,
                             to = group,
                             "kafka source: reading again, silently, what was committed after the snapshot, to bring the state up to date"
                         );
-                        silent.insert(key, group);
+                            silent.insert(key, group);
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, topic = e.topic(), partition = e.partition(), "kafka source: cannot start at the snapshot's position; reading on from the group's offset")
+                        }
                     }
-                    Err(err) => {
-                        tracing::warn!(error = %err, topic = e.topic(), partition = e.partition(), "kafka source: cannot start at the snapshot's position; reading on from the group's offset")
-                    }
-                },
+                }
                 Some(from) if from > group => tracing::warn!(
                     topic = e.topic(),
                     partition = e.partition(),
@@ -449,7 +460,10 @@ impl ConsumerContext for SourceContext {
         if let Some(changelog) = &self.changelog {
             let numbers: Vec<i32> = parts.iter().map(|(_, p)| *p).collect();
             let dropped = changelog.give_up(&numbers);
-            tracing::info!(objects = dropped, "kafka source: the state of the revoked partitions left (their changelog keeps it)");
+            tracing::info!(
+                objects = dropped,
+                "kafka source: the state of the revoked partitions left (their changelog keeps it)"
+            );
         }
         tracing::info!(partitions = %names(&parts), "kafka source: partitions revoked");
     }
@@ -457,7 +471,8 @@ impl ConsumerContext for SourceContext {
     fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
-                let parts: Vec<Partition> = tpl.elements().iter().map(|e| (Arc::from(e.topic()), e.partition())).collect();
+                let parts: Vec<Partition> =
+                    tpl.elements().iter().map(|e| (Arc::from(e.topic()), e.partition())).collect();
                 let mut offsets = self.offsets.lock().expect("offsets lock");
                 for p in &parts {
                     offsets.parts.entry(p.clone()).or_insert(Progress { consumed: -1, done: -1, stored: -1 });
@@ -494,7 +509,8 @@ pub(super) fn names(parts: &[Partition]) -> String {
 /// only after a second, while this consumer drains such a queue in about 0.3 s: with that
 /// default a backlog is read in bursts with idle time between them (`benches/kafka.sh`,
 /// 500,000 events: 52k events/s with 1,000 ms, 73k with 10 ms).
-pub const DEFAULTS: &[(&str, &str)] = &[("auto.offset.reset", "earliest"), ("auto.commit.interval.ms", "1000"), ("fetch.queue.backoff.ms", "10")];
+pub const DEFAULTS: &[(&str, &str)] =
+    &[("auto.offset.reset", "earliest"), ("auto.commit.interval.ms", "1000"), ("fetch.queue.backoff.ms", "10")];
 
 /// Creates the consumer, subscribes, and starts the polling thread and the lag probe.
 pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error> {
@@ -519,9 +535,18 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
         transaction: w.transaction.clone(),
     };
     let context = SourceContext {
-        offsets: Mutex::new(Offsets { completions, parts: HashMap::new(), disconnected: false, last_store_error: None }),
+        offsets: Mutex::new(Offsets {
+            completions,
+            parts: HashMap::new(),
+            disconnected: false,
+            last_store_error: None,
+        }),
         outbox: Mutex::new(outbox),
-        resume: Mutex::new(if exactly_once { w.resume.iter().map(|((t, p), n)| ((Arc::from(t.as_str()), *p), *n)).collect() } else { HashMap::new() }),
+        resume: Mutex::new(if exactly_once {
+            w.resume.iter().map(|((t, p), n)| ((Arc::from(t.as_str()), *p), *n)).collect()
+        } else {
+            HashMap::new()
+        }),
         silent: Mutex::new(HashMap::new()),
         any_silent: AtomicBool::new(false),
         barriers: w.barriers.clone(),
@@ -531,7 +556,8 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
         changelog: w.changelog.clone(),
         stop: w.stop.clone(),
     };
-    let consumer: Arc<BaseConsumer<SourceContext>> = Arc::new(config.create_with_context(context).map_err(Error::Create)?);
+    let consumer: Arc<BaseConsumer<SourceContext>> =
+        Arc::new(config.create_with_context(context).map_err(Error::Create)?);
     let topics: Vec<&str> = cfg.topics.iter().map(String::as_str).collect();
     consumer.subscribe(&topics).map_err(|source| Error::Subscribe { topics: cfg.topics.join(","), source })?;
     if let Some(t) = &w.transaction {
@@ -541,8 +567,12 @@ pub fn start(cfg: &KafkaSourceConfig, w: Wiring) -> Result<JoinHandle<()>, Error
 
     let ended = Arc::new(AtomicBool::new(false));
     let lag = {
-        let (consumer, metrics, ended, every) = (consumer.clone(), w.metrics.clone(), ended.clone(), cfg.lag_interval.0);
-        std::thread::Builder::new().name("kafka-lag".into()).spawn(move || probe_lag(&consumer, &metrics, &ended, every)).ok()
+        let (consumer, metrics, ended, every) =
+            (consumer.clone(), w.metrics.clone(), ended.clone(), cfg.lag_interval.0);
+        std::thread::Builder::new()
+            .name("kafka-lag".into())
+            .spawn(move || probe_lag(&consumer, &metrics, &ended, every))
+            .ok()
     };
     let cfg = cfg.clone();
     Ok(tokio::task::spawn_blocking(move || {
@@ -589,15 +619,19 @@ fn run(cfg: &KafkaSourceConfig, consumer: &BaseConsumer<SourceContext>, w: &Wiri
             }
             Some(Ok(m)) => {
                 let topic = topics.iter().find(|t| ***t == *m.topic()).cloned().unwrap_or_else(|| Arc::from(m.topic()));
-                let cluster = m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value));
-                let take = match copies::take(copies::state_copy(m.headers()), |p| consumer.context().assigned.holds(&topic, p)) {
+                let cluster =
+                    m.headers().and_then(|h| h.iter().find(|h| h.key == cfg.cluster_header).and_then(|h| h.value));
+                let take = match copies::take(copies::state_copy(m.headers()), |p| {
+                    consumer.context().assigned.holds(&topic, p)
+                }) {
                     // With a changelog each partition keeps its own state: the copy is applied
                     // to this partition's, even when this member reads the judged one too.
                     copies::Take::Skip if keyed => copies::Take::Silent,
                     t => t,
                 };
                 let trace = copies::is_trace(m.headers());
-                let silent = take == copies::Take::Silent || consumer.context().is_silent(&(topic.clone(), m.partition()), m.offset());
+                let silent = take == copies::Take::Silent
+                    || consumer.context().is_silent(&(topic.clone(), m.partition()), m.offset());
                 // A skipped copy stays in the batch, empty, so that its offset is done with it.
                 let payload = if take == copies::Take::Skip {
                     w.metrics.received("kafka", 1);
@@ -669,13 +703,20 @@ fn probe_lag(consumer: &BaseConsumer<SourceContext>, metrics: &Metrics, ended: &
         for e in position.elements().iter().filter(|e| !matches!(e.offset(), Offset::Offset(_))) {
             unread.add_partition(e.topic(), e.partition());
         }
-        let committed = if unread.count() > 0 { consumer.committed_offsets(unread, Duration::from_secs(2)).ok() } else { None };
+        let committed =
+            if unread.count() > 0 { consumer.committed_offsets(unread, Duration::from_secs(2)).ok() } else { None };
         let mut now_shown = Vec::new();
         for e in position.elements() {
-            let Ok((low, high)) = consumer.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(2)) else { continue };
+            let Ok((low, high)) = consumer.fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(2)) else {
+                continue;
+            };
             let from = match e.offset() {
                 Offset::Offset(pos) => pos,
-                _ => match committed.as_ref().and_then(|c| c.find_partition(e.topic(), e.partition())).map(|c| c.offset()) {
+                _ => match committed
+                    .as_ref()
+                    .and_then(|c| c.find_partition(e.topic(), e.partition()))
+                    .map(|c| c.offset())
+                {
                     Some(Offset::Offset(c)) => c,
                     _ => low,
                 },

@@ -86,7 +86,9 @@ mod tests {
     #[test]
     fn the_headers_tell_a_state_copy_and_its_judged_partition() {
         use rdkafka::message::{Header, OwnedHeaders};
-        let h = |pairs: &[(&str, &str)]| pairs.iter().fold(OwnedHeaders::new(), |h, (k, v)| h.insert(Header { key: k, value: Some(*v) }));
+        let h = |pairs: &[(&str, &str)]| {
+            pairs.iter().fold(OwnedHeaders::new(), |h, (k, v)| h.insert(Header { key: k, value: Some(*v) }))
+        };
         let of = |pairs: &[(&str, &str)]| state_copy(Some(h(pairs).as_borrowed()));
         assert_eq!(state_copy(None), None);
         assert_eq!(of(&[("cluster", "a")]), None);

@@ -115,7 +115,8 @@ fn default_lag_interval() -> Span {
 
 /// Properties the source sets itself; setting them in the pipeline would break the offset
 /// handling.
-pub const MANAGED: &[&str] = &["group.id", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "isolation.level"];
+pub const MANAGED: &[&str] =
+    &["group.id", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof", "isolation.level"];
 
 impl KafkaSourceConfig {
     /// Records in `errors` what is wrong with it, under `key`.
@@ -129,7 +130,11 @@ impl KafkaSourceConfig {
         }
         if let Some(c) = self.changelog.as_ref() {
             if c.topic.trim().is_empty() {
-                errors.push(format!("{key}.changelog.topic"), None, "must name the changelog topic, e.g. \"kausality-state\"");
+                errors.push(
+                    format!("{key}.changelog.topic"),
+                    None,
+                    "must name the changelog topic, e.g. \"kausality-state\"",
+                );
             } else if self.topics.contains(&c.topic) {
                 errors.push(format!("{key}.changelog.topic"), None, "must not be an input topic");
             }
@@ -141,8 +146,11 @@ impl KafkaSourceConfig {
                 );
             }
         }
-        for (name, span) in [("transaction_interval", self.transaction_interval), ("revoke_timeout", self.revoke_timeout), ("lag_interval", self.lag_interval)]
-        {
+        for (name, span) in [
+            ("transaction_interval", self.transaction_interval),
+            ("revoke_timeout", self.revoke_timeout),
+            ("lag_interval", self.lag_interval),
+        ] {
             if span.0.is_zero() {
                 errors.push(format!("{key}.{name}"), None, "must be more than 0");
             }
@@ -170,7 +178,8 @@ impl KafkaSourceConfig {
     /// `transactional.id` of the exactly-once producer.
     pub fn transactional_id(&self) -> String {
         self.transactional_id.clone().unwrap_or_else(|| {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
+            let host =
+                std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_string()).unwrap_or_default();
             let host = std::env::var("HOSTNAME").ok().filter(|h| !h.is_empty()).unwrap_or(host);
             format!("kausality-stream-{}-{}", self.group_id, host)
         })

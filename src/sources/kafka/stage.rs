@@ -152,7 +152,11 @@ impl Gather {
     /// The batch so far, leaving this one empty.
     pub(super) fn seal(&mut self) -> Sealed {
         self.previous_bytes = self.raw.bytes.len();
-        Sealed { raw: std::mem::take(&mut self.raw), last: std::mem::take(&mut self.last), received_us: self.received_us }
+        Sealed {
+            raw: std::mem::take(&mut self.raw),
+            last: std::mem::take(&mut self.last),
+            received_us: self.received_us,
+        }
     }
 }
 

@@ -132,15 +132,20 @@ impl WebhookConfig {
             errors.push(
                 format!("{key}.max_body_bytes_in_flight"),
                 None,
-                format!("{} is below max_body_bytes ({}): a body of the largest size could never be read", self.max_body_bytes_in_flight, self.max_body_bytes),
+                format!(
+                    "{} is below max_body_bytes ({}): a body of the largest size could never be read",
+                    self.max_body_bytes_in_flight, self.max_body_bytes
+                ),
             );
         }
         if self.max_connections == 0 {
             errors.push(format!("{key}.max_connections"), None, "must be at least 1");
         }
-        for (name, span) in
-            [("header_read_timeout", self.header_read_timeout), ("body_read_timeout", self.body_read_timeout), ("idle_timeout", self.idle_timeout)]
-        {
+        for (name, span) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("body_read_timeout", self.body_read_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
             if span.0.is_zero() {
                 errors.push(format!("{key}.{name}"), None, "must be above 0");
             }

@@ -83,7 +83,12 @@ pub async fn audit_default(State(s): State<Arc<WebhookState>>, headers: HeaderMa
 }
 
 /// `POST /audit/{cluster}`: a body of `cluster`.
-pub async fn audit_cluster(State(s): State<Arc<WebhookState>>, Path(cluster): Path<String>, headers: HeaderMap, body: Body) -> Response {
+pub async fn audit_cluster(
+    State(s): State<Arc<WebhookState>>,
+    Path(cluster): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     s.handle(Some(cluster), &headers, body).await
 }
 
@@ -109,7 +114,8 @@ impl WebhookState {
             return refused;
         }
         if let Some(c) = cluster.as_deref().filter(|c| !valid_cluster_name(c)) {
-            let msg = format!("cluster name {c:?} in the path must be 1-253 characters of a-z, A-Z, 0-9, '-', '_', '.'");
+            let msg =
+                format!("cluster name {c:?} in the path must be 1-253 characters of a-z, A-Z, 0-9, '-', '_', '.'");
             return self.answer(StatusCode::BAD_REQUEST, error_body(&msg));
         }
         if *self.closing.borrow() {
@@ -118,7 +124,10 @@ impl WebhookState {
         if self.status.sinks_blocked() {
             return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "a sink cannot write (see /readyz); retry later");
         }
-        let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<u64>().ok());
+        let declared = headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
         let mut budget = Budget { semaphore: self.in_flight.clone(), held: None, bytes: 0 };
         match declared {
             // Decided on the headers: a client that asked `Expect: 100-continue` is never
@@ -147,12 +156,15 @@ impl WebhookState {
         // (this request's end): the reorder clock holds for it (order::Arrivals).
         let received_us = now_us();
         let inside = self.status.arrivals.enter(received_us);
-        let read = tokio::time::timeout(self.body_read_timeout, read_body(body, self.max_body_bytes, &mut budget)).await;
+        let read =
+            tokio::time::timeout(self.body_read_timeout, read_body(body, self.max_body_bytes, &mut budget)).await;
         let bytes = match read {
             Ok(Ok(b)) => b,
             Ok(Err(BodyError::TooLarge(size))) => return self.too_large(size),
             Ok(Err(BodyError::Busy)) => return self.busy(),
-            Ok(Err(BodyError::Read(e))) => return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}"))),
+            Ok(Err(BodyError::Read(e))) => {
+                return self.answer(StatusCode::BAD_REQUEST, error_body(&format!("reading the body failed: {e}")))
+            }
             Err(_) => {
                 self.metrics.connection_timed_out(Listener::Webhook, "body");
                 let msg = format!("the body did not arrive within body_read_timeout ({:?})", self.body_read_timeout);
@@ -162,7 +174,10 @@ impl WebhookState {
             }
         };
         if bytes.iter().all(u8::is_ascii_whitespace) {
-            return self.answer(StatusCode::BAD_REQUEST, error_body("empty body: expected an audit.k8s.io/v1 EventList or Event"));
+            return self.answer(
+                StatusCode::BAD_REQUEST,
+                error_body("empty body: expected an audit.k8s.io/v1 EventList or Event"),
+            );
         }
         if let Some(route) = &self.route {
             drop(inside);
@@ -203,17 +218,21 @@ impl WebhookState {
         match self.queue.try_send(batch) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
-                return self.retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second")
+                return self
+                    .retry_later(StatusCode::TOO_MANY_REQUESTS, "processing queue is full; retry after a second")
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
-                return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance")
+                return self
+                    .retry_later(StatusCode::SERVICE_UNAVAILABLE, "shutting down; retry against the next instance")
             }
         }
         let acked = acked.await;
         drop(inside);
         match acked {
             Ok(report) => self.report(report),
-            Err(_) => self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the processor stopped before taking the batch"),
+            Err(_) => {
+                self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the processor stopped before taking the batch")
+            }
         }
     }
 
@@ -224,11 +243,16 @@ impl WebhookState {
     async fn route(&self, route: &RouteIntake, cluster: Option<String>, bytes: Vec<u8>) -> Response {
         let partitions = route.producer.partitions();
         if partitions <= 0 {
-            return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "the keyed topic's partitions are not known yet (is the broker reachable?); retry later");
+            return self.retry_later(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the keyed topic's partitions are not known yet (is the broker reachable?); retry later",
+            );
         }
         let (decode, scope, appliers) = (route.decode.clone(), route.scope.clone(), route.appliers.clone());
         let routed = tokio::task::spawn_blocking(move || {
-            let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| route_body(&bytes, &decode, scope.as_deref(), &appliers, partitions)));
+            let routed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                route_body(&bytes, &decode, scope.as_deref(), &appliers, partitions)
+            }));
             (bytes, routed)
         })
         .await;
@@ -236,7 +260,8 @@ impl WebhookState {
             Ok((bytes, Ok(r))) => (bytes, r),
             _ => {
                 tracing::error!("the router failed on a body (a defect; the panic is logged above)");
-                return self.answer(StatusCode::INTERNAL_SERVER_ERROR, error_body("routing the body failed unexpectedly"));
+                return self
+                    .answer(StatusCode::INTERNAL_SERVER_ERROR, error_body("routing the body failed unexpectedly"));
             }
         };
         let items = routed.report.events + routed.report.invalid;
@@ -249,7 +274,10 @@ impl WebhookState {
         }
         if !routed.report.unreadable() {
             if let Err(e) = route.producer.send(cluster.as_deref(), &bytes, &routed.messages).await {
-                return self.retry_later(StatusCode::SERVICE_UNAVAILABLE, &format!("the keyed topic did not take the body: {e}; retry later"));
+                return self.retry_later(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    &format!("the keyed topic did not take the body: {e}; retry later"),
+                );
             }
         }
         // Counted once taken (a body answered 503 comes again).
@@ -275,13 +303,19 @@ impl WebhookState {
     }
 
     fn busy(&self) -> Response {
-        self.retry_later(StatusCode::SERVICE_UNAVAILABLE, "too many bodies are being read at once (max_body_bytes_in_flight); retry after a second")
+        self.retry_later(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many bodies are being read at once (max_body_bytes_in_flight); retry after a second",
+        )
     }
 
     fn report(&self, r: IngestReport) -> Response {
         let code = if r.unreadable() { StatusCode::BAD_REQUEST } else { StatusCode::OK };
-        let errors: Vec<serde_json::Value> =
-            r.errors.iter().map(|e| serde_json::json!({"location": e.path(), "reason": e.reason.as_str(), "message": e.message})).collect();
+        let errors: Vec<serde_json::Value> = r
+            .errors
+            .iter()
+            .map(|e| serde_json::json!({"location": e.path(), "reason": e.reason.as_str(), "message": e.message}))
+            .collect();
         let mut body = serde_json::json!({"events": r.events, "invalid": r.invalid});
         if !errors.is_empty() {
             body["errors"] = serde_json::Value::Array(errors);

@@ -68,7 +68,10 @@ pub async fn start(
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) -> Result<Running, Error> {
-    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| Error::Token { path, source }).await?;
+    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| {
+        Error::Token { path, source }
+    })
+    .await?;
     let Intake { queue, decoder, route } = intake;
     let state = Arc::new(WebhookState {
         queue,

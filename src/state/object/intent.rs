@@ -78,7 +78,10 @@ mod tests {
         s.observe_intent(&facts(8, false, "a"));
         assert_eq!((s.intent().unwrap().epoch, s.intent().unwrap().applied), (2, 1), "a new one, not yet");
         s.observe_intent(&facts(8, true, "b"));
-        assert_eq!((s.intent().unwrap().epoch, s.intent().unwrap().applied, s.intent().unwrap().revision.as_deref()), (2, 2, Some("b")));
+        assert_eq!(
+            (s.intent().unwrap().epoch, s.intent().unwrap().applied, s.intent().unwrap().revision.as_deref()),
+            (2, 2, Some("b"))
+        );
         s.set_intent(None);
         assert!(s.intent().is_none() && s.rare.is_none());
     }

@@ -190,7 +190,11 @@ mod tests {
             s.push_removed_child(write(a, t));
         }
         assert_eq!(s.removed_children().len(), MAX_REMOVED);
-        assert_eq!(s.take_removed_child(10, "").map(|w| w.time_us), Some(10), "older than the horizon dropped, then the oldest");
+        assert_eq!(
+            s.take_removed_child(10, "").map(|w| w.time_us),
+            Some(10),
+            "older than the horizon dropped, then the oldest"
+        );
         assert_eq!(s.removed_children().len(), MAX_REMOVED - 10);
         s.set_origin_writes(Vec::new());
         assert!(s.origin_writes().is_empty());
@@ -230,7 +234,11 @@ mod tests {
             freed.push((swept.freed_sym(user), swept.freed_ty(ty), swept.freed_sym(gone)));
             i.release(swept);
         }
-        assert_eq!(freed, [(false, false, false), (false, false, true)], "the origin write's user and type stay; an unnamed string goes");
+        assert_eq!(
+            freed,
+            [(false, false, false), (false, false, true)],
+            "the origin write's user and type stay; an unnamed string goes"
+        );
         assert_eq!(&*i.resolve(user), "only-in-an-origin-write");
     }
 
@@ -251,7 +259,9 @@ mod tests {
     fn a_shared_policy_box_is_copied_not_changed() {
         let i = crate::state::Interner::new();
         let entries = vec![(Box::from("kausality.io/trace-team"), Box::from("red"))];
-        let team = crate::state::SharedPolicy::new(Arc::new(crate::classify::policy::Policy::parse(&crate::write::Annotations { entries, hash: 1 })));
+        let team = crate::state::SharedPolicy::new(Arc::new(crate::classify::policy::Policy::parse(
+            &crate::write::Annotations { entries, hash: 1 },
+        )));
         let (mut s, t) = (ObjectState::new(Ty::EMPTY, Sym::EMPTY), ObjectState::new(Ty::EMPTY, Sym::EMPTY));
         let mut t = t;
         s.set_policy(Some(team.clone()));

@@ -87,7 +87,10 @@ pub(super) struct Rare {
 impl Rare {
     /// Holds a policy and nothing else (or nothing at all).
     fn only_policy(&self) -> bool {
-        self.updaters.is_empty() && self.status_updaters.is_empty() && self.consumed_approvals.is_empty() && self.ext.is_none()
+        self.updaters.is_empty()
+            && self.status_updaters.is_empty()
+            && self.consumed_approvals.is_empty()
+            && self.ext.is_none()
     }
 
     /// Holds nothing at all: the state can drop it.
@@ -208,7 +211,8 @@ impl ObjectState {
                 let rare = self.rare_mut();
                 (rare.updaters, rare.status_updaters) = (Recent::default(), Recent::default());
             }
-            (self.updater, self.status_updater) = (updaters.as_slice().first().copied(), status_updaters.as_slice().first().copied());
+            (self.updater, self.status_updater) =
+                (updaters.as_slice().first().copied(), status_updaters.as_slice().first().copied());
         } else {
             let rare = self.rare_mut();
             (rare.updaters, rare.status_updaters) = (updaters, status_updaters);
@@ -336,9 +340,16 @@ mod tests {
         t.push_status_updater(a);
         s.set_policy(Some(team.clone()));
         t.set_policy(Some(team.clone()));
-        assert!(triomphe::Arc::ptr_eq(s.rare.as_ref().unwrap(), &team.0) && triomphe::Arc::ptr_eq(t.rare.as_ref().unwrap(), &team.0));
+        assert!(
+            triomphe::Arc::ptr_eq(s.rare.as_ref().unwrap(), &team.0)
+                && triomphe::Arc::ptr_eq(t.rare.as_ref().unwrap(), &team.0)
+        );
         assert!(Arc::ptr_eq(s.policy().unwrap(), team.policy()) && Arc::ptr_eq(t.policy().unwrap(), team.policy()));
-        assert_eq!((s.updaters().as_slice(), s.status_updaters().as_slice()), (&[a][..], &[][..]), "single updaters stay inline");
+        assert_eq!(
+            (s.updaters().as_slice(), s.status_updaters().as_slice()),
+            (&[a][..], &[][..]),
+            "single updaters stay inline"
+        );
         assert_eq!((t.updaters().as_slice(), t.status_updaters().as_slice()), (&[b][..], &[a][..]));
         s.push_updater(a);
         s.push_status_updater(b);
@@ -384,7 +395,10 @@ mod tests {
         two.push(users[1]);
         let mut v = u.clone();
         v.set_updaters(two, Recent::default());
-        assert_eq!((t.consumed_approvals(), u.consumed_approvals(), s.consumed_approvals()), (&[9][..], &[][..], &[7][..]));
+        assert_eq!(
+            (t.consumed_approvals(), u.consumed_approvals(), s.consumed_approvals()),
+            (&[9][..], &[][..], &[7][..])
+        );
         assert_eq!((t.generation(), u.generation(), v.generation()), (0, i64::MAX, i64::MAX));
         assert_eq!((u.updaters().as_slice(), v.updaters().as_slice()), (&[users[0]][..], &[users[1], users[0]][..]));
         for o in [&s, &t, &u, &v] {

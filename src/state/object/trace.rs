@@ -119,7 +119,14 @@ impl ObjectState {
             TraceState::Write { prev, user, time_us } => (prev, user, time_us),
             TraceState::Unknown | TraceState::Node(_) => (None, Sym::EMPTY, 0),
         };
-        let hop = Hop { ty: self.ty, name, generation: None, user: Some(user).filter(|u| !u.is_empty()), timestamp: NonZeroI64::new(time_us), labels: None };
+        let hop = Hop {
+            ty: self.ty,
+            name,
+            generation: None,
+            user: Some(user).filter(|u| !u.is_empty()),
+            timestamp: NonZeroI64::new(time_us),
+            labels: None,
+        };
         if self.trace_time == PENDING {
             // The node not built yet is this state's alone (nothing extends it): reused.
             if let Some(node) = self.trace_ptr.as_mut().and_then(Trace::get_mut) {
@@ -135,7 +142,9 @@ impl ObjectState {
     pub fn trace_parts(&self) -> (Option<&Trace>, Sym, i64) {
         match (&self.trace_ptr, self.trace_user) {
             (prev, Some(user)) => (prev.as_ref(), user, self.trace_time_us()),
-            (Some(n), None) => (n.prev.as_ref(), n.hop.user.unwrap_or(Sym::EMPTY), n.hop.timestamp.map_or(0, |t| t.get())),
+            (Some(n), None) => {
+                (n.prev.as_ref(), n.hop.user.unwrap_or(Sym::EMPTY), n.hop.timestamp.map_or(0, |t| t.get()))
+            }
             (None, None) => (None, Sym::EMPTY, 0),
         }
     }
@@ -154,7 +163,9 @@ impl ObjectState {
         }
         (self.trace_ptr, self.trace_user, self.trace_time) = match trace {
             TraceState::Unknown => (None, None, [0; 2]),
-            TraceState::Write { prev, user, time_us } => (prev, Some(user), [time_us as u32, (time_us as u64 >> 32) as u32]),
+            TraceState::Write { prev, user, time_us } => {
+                (prev, Some(user), [time_us as u32, (time_us as u64 >> 32) as u32])
+            }
             TraceState::Node(node) => (Some(node), None, [0; 2]),
         };
     }
@@ -170,7 +181,14 @@ mod tests {
         use crate::classify::trace::{origin, Hop};
         let i = crate::state::Interner::new();
         let (u, v) = (i.intern("u"), i.intern("v"));
-        let hop = |user| Hop { ty: Ty::EMPTY, name: Name::from("p"), generation: None, user: Some(user), timestamp: None, labels: None };
+        let hop = |user| Hop {
+            ty: Ty::EMPTY,
+            name: Name::from("p"),
+            generation: None,
+            user: Some(user),
+            timestamp: None,
+            labels: None,
+        };
         let node = origin(hop(v));
         let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
         assert!(matches!(s.trace(), TraceState::Unknown));
@@ -180,7 +198,10 @@ mod tests {
                 s.set_trace(TraceState::Write { prev: prev.clone(), user, time_us });
                 match s.trace() {
                     TraceState::Write { prev: p, user: got, time_us: t } => {
-                        assert_eq!((p.as_ref().map(Trace::as_ptr), got, t), (prev.as_ref().map(Trace::as_ptr), user, time_us))
+                        assert_eq!(
+                            (p.as_ref().map(Trace::as_ptr), got, t),
+                            (prev.as_ref().map(Trace::as_ptr), user, time_us)
+                        )
                     }
                     other => panic!("a write came back as {other:?}"),
                 }
@@ -199,7 +220,14 @@ mod tests {
         use crate::classify::trace::{extend, origin, Hop};
         let i = crate::state::Interner::new();
         let (u, v) = (i.intern("u"), i.intern("v"));
-        let hop = |name: &str, user| Hop { ty: Ty::EMPTY, name: Name::from(name), generation: None, user: Some(user), timestamp: None, labels: None };
+        let hop = |name: &str, user| Hop {
+            ty: Ty::EMPTY,
+            name: Name::from(name),
+            generation: None,
+            user: Some(user),
+            timestamp: None,
+            labels: None,
+        };
         let parent = origin(hop("parent", v));
         let write = |s: &ObjectState| match s.trace() {
             TraceState::Write { prev, user, time_us } => (prev.map(|p| Trace::as_ptr(&p)), user, time_us),

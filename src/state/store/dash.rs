@@ -27,7 +27,12 @@ impl Table {
         self.map.get(key).map(|s| f(&s))
     }
 
-    pub(super) fn upsert<R>(&self, key: ObjKey, init: impl FnOnce() -> ObjectState, f: impl FnOnce(&mut ObjectState) -> R) -> R {
+    pub(super) fn upsert<R>(
+        &self,
+        key: ObjKey,
+        init: impl FnOnce() -> ObjectState,
+        f: impl FnOnce(&mut ObjectState) -> R,
+    ) -> R {
         let mut state = self.map.entry(key).or_insert_with(|| {
             let mut s = init();
             s.key = key;

@@ -103,7 +103,11 @@ pub(super) struct Table {
 impl Table {
     /// `shards`: a power of two.
     pub(super) fn new(shards: usize) -> Self {
-        Table { shards: (0..shards).map(|_| RwLock::default()).collect(), shard_bits: shards.trailing_zeros(), hasher: FastBuild::default() }
+        Table {
+            shards: (0..shards).map(|_| RwLock::default()).collect(),
+            shard_bits: shards.trailing_zeros(),
+            hasher: FastBuild::default(),
+        }
     }
 
     /// The key's hash and its shard.
@@ -135,7 +139,12 @@ impl Table {
         shard.slot(hash, key).map(|slot| f(shard.at(slot)))
     }
 
-    pub(super) fn upsert<R>(&self, key: ObjKey, init: impl FnOnce() -> ObjectState, f: impl FnOnce(&mut ObjectState) -> R) -> R {
+    pub(super) fn upsert<R>(
+        &self,
+        key: ObjKey,
+        init: impl FnOnce() -> ObjectState,
+        f: impl FnOnce(&mut ObjectState) -> R,
+    ) -> R {
         let (hash, shard) = self.shard(&key);
         let mut shard = Self::write_shard(shard);
         match shard.slot(hash, &key) {

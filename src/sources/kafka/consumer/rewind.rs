@@ -58,10 +58,11 @@ impl SourceContext {
         let committed = consumer.committed_offsets(held.clone(), Duration::from_secs(10)).ok();
         let mut seek = TopicPartitionList::new();
         for (topic, partition) in &parts {
-            let group = committed.as_ref().and_then(|c| c.find_partition(topic, *partition)).and_then(|e| match e.offset() {
-                Offset::Offset(n) => Some(n),
-                _ => None,
-            });
+            let group =
+                committed.as_ref().and_then(|c| c.find_partition(topic, *partition)).and_then(|e| match e.offset() {
+                    Offset::Offset(n) => Some(n),
+                    _ => None,
+                });
             let known = self.transaction.as_ref().and_then(|t| t.committed_offset(topic, *partition));
             let to = group.or(known).map_or(Offset::Beginning, Offset::Offset);
             let _ = seek.add_partition_offset(topic, *partition, to);
@@ -95,8 +96,11 @@ fn seek_all(consumer: &BaseConsumer<SourceContext>, tpl: &TopicPartitionList) ->
         }
         match consumer.seek_partitions(tpl.clone(), Duration::from_secs(10)) {
             Ok(result) => {
-                let failed: Vec<String> =
-                    result.elements().iter().filter_map(|e| e.error().err().map(|err| format!("{}[{}]: {err}", e.topic(), e.partition()))).collect();
+                let failed: Vec<String> = result
+                    .elements()
+                    .iter()
+                    .filter_map(|e| e.error().err().map(|err| format!("{}[{}]: {err}", e.topic(), e.partition())))
+                    .collect();
                 if failed.is_empty() {
                     return true;
                 }

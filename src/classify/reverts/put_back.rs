@@ -107,21 +107,19 @@ impl Engine {
         // Nobody's writes kept on it, and nothing known of it before (a create, a first write
         // seen) or nothing after (a delete): it names no field and puts nothing back, so
         // neither content is parsed.
-        if (before.is_none() || removes) && self.store.read(&key, |c| c.origin_writes().is_empty()).unwrap_or(true) {
+        let writes = self.store.read(&key, |c| c.origin_writes().to_vec()).unwrap_or_default();
+        if (before.is_none() || removes) && writes.is_empty() {
             return None;
         }
         let now = Leaving::new(&after);
-        let (found, mut standing) = self.put_back_at(key, &now, w.user, w.time_us);
+        let (found, mut kept) = match writes.is_empty() {
+            true => (Vec::new(), Vec::new()),
+            false => put_back(&writes, now.now(), w.user, self.revert_since(w.time_us)),
+        };
         // Its own earlier writes that this one overwrites in every field are done with: an
         // object one user keeps writing (a lease renewed) keeps one write, not four.
-        if let Some(kept) = &mut standing {
-            kept.retain(|o| o.user != w.user || !superseded(o, &now));
-        } else {
-            let writes = self.store.read(&key, |c| c.origin_writes().to_vec()).unwrap_or_default();
-            if writes.iter().any(|o| o.user == w.user && superseded(o, &now)) {
-                standing = Some(writes.into_iter().filter(|o| o.user != w.user || !superseded(o, &now)).collect());
-            }
-        }
+        kept.retain(|o| o.user != w.user || !superseded(o, &now));
+        let standing = (!found.is_empty() || kept.len() != writes.len()).then_some(kept);
         let fields = if removes { None } else { changed_fields(before.as_deref(), &after).filter(|f| !f.is_empty()) };
         if standing.is_some() || fields.is_some() {
             let origin = fields.map(|fields| origin_write(w, child, Some(fields), found.first().map(|r| r.write.user)));

@@ -4,6 +4,7 @@
 //! pipeline use.
 
 pub mod appliers;
+pub mod labels;
 pub mod progress;
 
 use std::collections::HashMap;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 
 use crate::redact::Sensitive;
-use crate::scope::LabelSelector;
+use labels::LabelSelector;
 use progress::{Builtin, Comparison, ConditionReason, KindProgress};
 
 /// How a kind of parent shows it has initialized (DESIGN §1.4). Any signal that holds marks

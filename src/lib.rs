@@ -7,8 +7,9 @@
 //! - [`filter`]: only completed, successful, persisted writes go on.
 //! - [`write`]: the owned, compact record of one write that the rest of the chain carries.
 //! - [`order`]: duplicates out by auditID; writes back into resourceVersion order.
-//! - [`classify`]: the model (DESIGN §1): applies writes to [`state`] and judges each mutation
-//!   as drift, expected, origin, ... with a causal trace. Pure: no I/O, no async.
+//! - [`classify`]: the model (DESIGN §1): applies writes to [`state`] (which keeps each parent's
+//!   parsed policy, [`state::policy`]) and judges each mutation as drift, expected, origin, ...
+//!   with a causal trace. Pure: no I/O, no async.
 //! - [`redact`]: the values of sensitive fields (Secrets, passwords, tokens) replaced by
 //!   digests before anything keeps an object's content.
 //! - [`enriched`]: the output record of a classified mutation, and its JSON as sinks write it.
@@ -16,6 +17,8 @@
 //!   source's thread) and the [`process::Processor`].
 //! - [`partition`]: Kafka's partitioner, a leaf that the model (traces across partitions) and
 //!   the ingest tier share.
+//! - [`intern`] and [`trace`]: the vocabulary below [`write`], [`state`] and [`classify`] alike:
+//!   interned strings (users, kinds, namespaces) and the causal trace a write carries.
 //! - [`metrics`]: what is counted, in the Prometheus format.
 //! - [`history`]: the history store on disk (SQLite): every classified mutation and tombstone,
 //!   for `why` and the query API.
@@ -64,6 +67,7 @@ pub mod fetch;
 #[warn(missing_docs)]
 pub mod filter;
 pub mod history;
+pub mod intern;
 #[warn(missing_docs)]
 pub mod kafka;
 #[warn(missing_docs)]
@@ -99,6 +103,7 @@ pub mod sources;
 pub mod state;
 #[warn(missing_docs)]
 pub mod status;
+pub mod trace;
 #[warn(missing_docs)]
 pub mod why;
 pub mod write;

@@ -12,10 +12,10 @@ use prometheus::{
 };
 
 use crate::classify::forward::Completion;
-use crate::classify::policy::Resolution;
 use crate::classify::Class;
 use crate::decode::InvalidReason;
 use crate::filter::Ignored;
+use crate::state::policy::Resolution;
 use crate::state::Refused;
 
 /// The service's metrics: the registry and every family in it, shared as an `Arc`.

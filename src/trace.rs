@@ -9,7 +9,7 @@
 use std::num::NonZeroI64;
 use std::sync::{Arc, LazyLock};
 
-use crate::state::{Name, Sym, Ty};
+use crate::intern::{Name, Sym, Ty};
 
 /// Most hops in a trace unless configured (`options.max_trace_hops`): real trees are two to
 /// five deep (Deployment → ReplicaSet → Pod; a Crossplane claim → XR → composed resources).
@@ -143,7 +143,7 @@ mod tests {
         assert!(std::mem::size_of::<TraceNode>() <= 48, "{}", std::mem::size_of::<TraceNode>());
     }
 
-    fn hop(i: &crate::state::Interner, kind: &str, name: &str) -> Hop {
+    fn hop(i: &crate::intern::Interner, kind: &str, name: &str) -> Hop {
         let ty = i.ty(i.intern("v1"), i.intern(kind));
         Hop {
             ty,
@@ -162,7 +162,7 @@ mod tests {
 
     #[test]
     fn a_short_trace_without_the_object_is_extended_as_it_is() {
-        let i = crate::state::Interner::new();
+        let i = crate::intern::Interner::new();
         let t = extend(origin(hop(&i, "Deployment", "web")), hop(&i, "ReplicaSet", "web-1"));
         let b = bounded(&t, &hop(&i, "Pod", "web-1-a"), DEFAULT_MAX_HOPS);
         assert!(Trace::ptr_eq(&b, &t), "shared, not copied");
@@ -179,7 +179,7 @@ mod tests {
 
     #[test]
     fn an_ownership_cycle_is_cut_at_the_repeat_and_does_not_grow() {
-        let i = crate::state::Interner::new();
+        let i = crate::intern::Interner::new();
         let (a, b, c) = (hop(&i, "Widget", "a"), hop(&i, "Widget", "b"), hop(&i, "Widget", "c"));
         // A → B → C → A: C's trace holds A; A extending it cuts A and everything before it.
         let t = extend(extend(origin(a.clone()), b.clone()), c.clone());
@@ -204,7 +204,7 @@ mod tests {
 
     #[test]
     fn a_deep_chain_keeps_its_newest_hops_up_to_the_bound() {
-        let i = crate::state::Interner::new();
+        let i = crate::intern::Interner::new();
         let mut t = origin(hop(&i, "Widget", "w0"));
         for k in 1..100 {
             let h = hop(&i, "Widget", &format!("w{k}"));

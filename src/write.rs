@@ -15,12 +15,12 @@ use crate::decode::{
     in_progress, AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX,
 };
 use crate::filter::{Admitted, Ignored, Subresource, Verb};
-use crate::state::{Interner, Marks, Sym, Ty};
+use crate::intern::{Interner, Marks, Sym, Ty};
 
 /// An object UID as a map key: the 128 bits of a UUID, or a 128-bit hash of any other string.
 pub type Uid = u128;
 
-pub use crate::state::Name;
+pub use crate::intern::Name;
 
 pub fn uid_key(uid: &str) -> Uid {
     parse_uuid(uid).unwrap_or_else(|| xxh3_128(uid.as_bytes()))
@@ -195,7 +195,7 @@ pub enum Target {
     /// Not an audit event: a trace message (docs/scale-out.md, "Traces across partitions"),
     /// the trace that the object's producing write (the write's user and time) extended where
     /// it was judged. Applied to the object's state here; emits nothing.
-    Trace { uid: Uid, prev: crate::classify::trace::Trace },
+    Trace { uid: Uid, prev: crate::trace::Trace },
 }
 
 impl Write {

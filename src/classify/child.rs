@@ -4,8 +4,8 @@
 
 use std::sync::Arc;
 
-use super::trace::Labels;
 use crate::state::{Sym, Ty};
+use crate::trace::Labels;
 use crate::write::{Name, Uid};
 
 /// What the judgement of a mutation needs to know about the mutated object.

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use super::child::Child;
 use super::platform::{self, DriftFacts};
-use super::policy::{ChildRef, Policy, Resolution};
-use super::trace::{self, Hop, Labels, Trace};
 use super::{decide, identify, Class, Engine, Identity, ParentFacts};
 use crate::config::{kind_key, PlatformPolicy, PolicyAction};
 use crate::decode::time::rfc3339_micros_arc;
 use crate::enriched::{user_hash, ActorOut, ApplierOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
+use crate::state::policy::{ChildRef, Policy, Resolution};
 use crate::state::{Intent, ObjKey, ObjectState, OwnerKey, Recent, Sym, TraceState, Ty};
+use crate::trace::{self, Hop, Labels, Trace};
 use crate::write::{OwnerLink, Uid, Write};
 
 /// A copy of the parent's state, taken so no two map entries are ever locked at once.
@@ -344,8 +344,8 @@ impl Engine {
             None => (Resolution::Unresolved, None),
         };
         let policy = match resolution {
-            Resolution::Approved => Some(Arc::from(super::policy::APPROVALS)),
-            Resolution::Rejected => Some(Arc::from(super::policy::REJECTIONS)),
+            Resolution::Approved => Some(Arc::from(crate::state::policy::APPROVALS)),
+            Resolution::Rejected => Some(Arc::from(crate::state::policy::REJECTIONS)),
             Resolution::Unresolved => None,
         };
         let mut resolved = Resolved { resolution, policy, used };

@@ -9,9 +9,7 @@ mod engine_state;
 pub mod forward;
 mod judge;
 pub mod platform;
-pub mod policy;
 mod reverts;
-pub mod trace;
 mod verdict;
 
 use std::collections::HashSet;
@@ -28,9 +26,13 @@ pub use verdict::{kind_matches, Candidate, ChildQuery, ParentRef, Verdict, Verdi
 use crate::config::{kind_key, LifecycleSignal, ModelConfig};
 use crate::enriched::Enriched;
 use crate::filter::{Ignored, Subresource, Verb};
+/// The policy a parent's annotations set, kept in its state ([`crate::state::policy`]).
+pub use crate::state::policy;
 use crate::state::{
     name_key, FastBuild, Interner, Marks, ObjKey, ObjectState, OwnerKey, Recent, Store, Sym, TraceState, Ty,
 };
+/// Causal traces, which the model builds and the state keeps ([`crate::trace`]).
+pub use crate::trace;
 use crate::write::{kind_of_resource, Name, ObjectFacts, Target, Uid, Write};
 use policy::PolicyCache;
 

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::judge::{format_uid, freeze_violation, ParentView};
-use super::policy::{ChildRef, Resolution};
 use super::{decide, identify, is_person, Class, Engine};
 use crate::enriched::{ActorOut, Phase};
+use crate::state::policy::{ChildRef, Resolution};
 use crate::state::{name_key, ObjKey, Recent, Sym, Ty};
 use crate::write::uid_key;
 

@@ -20,7 +20,13 @@ use std::sync::{Arc, Mutex, RwLock};
 
 use dashmap::DashMap;
 
-use super::FastBuild;
+mod hash;
+
+pub use hash::{FastBuild, FastHasher};
+
+/// An object's name: one pointer wide (length and count live on the heap beside the text),
+/// shared by a write, the state of an owner, its trace hops and the enriched events naming it.
+pub type Name = arcstr::ArcStr;
 
 /// A handle to an interned string. Only meaningful with the [`Interner`] that made it.
 /// Index + 1, never zero: an `Option<Sym>` is 4 bytes too.

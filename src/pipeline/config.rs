@@ -115,7 +115,7 @@ impl Default for Options {
             max_clock_skew: Span::secs(600),
             max_clusters: crate::order::DEFAULT_MAX_CLUSTERS,
             max_objects: 2_000_000,
-            max_trace_hops: crate::classify::trace::DEFAULT_MAX_HOPS,
+            max_trace_hops: crate::trace::DEFAULT_MAX_HOPS,
             dedupe_capacity: 200_000,
             tombstone_ttl: Span::secs(15 * 60),
             max_record_bytes: 8 << 20,

@@ -1,17 +1,15 @@
 //! Per-object state, rebuilt from the stream: a sharded concurrent map keyed by (cluster, UID).
 
 mod cached;
-mod hash;
-mod intern;
 mod object;
 mod partitions;
+pub mod policy;
 mod record;
 mod snapshot;
 mod store;
 
+pub use crate::intern::{FastBuild, FastHasher, Interner, Marks, Name, Pin, Swept, Sym, Ty};
 pub use cached::{Cached, Live, Refused, Slice};
-pub use hash::{FastBuild, FastHasher};
-pub use intern::{Interner, Marks, Pin, Swept, Sym, Ty};
 pub use object::{
     name_key, FieldChange, Intent, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState,
     MAX_ORIGIN_WRITES, MAX_RECENT, MAX_REMOVED,
@@ -23,7 +21,3 @@ pub use snapshot::{
     SnapshotError, SnapshotStats,
 };
 pub use store::{ObjKey, Store, StoreStats};
-
-/// An object's name: one pointer wide (length and count live on the heap beside the text),
-/// shared by a write, the state of an owner, its trace hops and the enriched events naming it.
-pub type Name = arcstr::ArcStr;

@@ -6,7 +6,7 @@ mod rare;
 mod trace;
 
 use super::{ObjKey, Sym, Ty};
-use crate::classify::trace::Trace;
+use crate::trace::Trace;
 use crate::write::{ObservedSource, Uid};
 pub use intent::Intent;
 pub use origin::{FieldChange, OriginWrite, MAX_ORIGIN_WRITES, MAX_REMOVED};

@@ -9,9 +9,9 @@ use lru::LruCache;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::trace::Labels;
 use crate::decode::time::parse_rfc3339_micros;
 use crate::state::{FastBuild, SharedPolicy};
+use crate::trace::Labels;
 use crate::write::Annotations;
 
 pub const APPROVALS: &str = "kausality.io/approvals";

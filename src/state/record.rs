@@ -15,8 +15,8 @@ use xxhash_rust::xxh3::Xxh3;
 
 use super::snapshot::{get_object, put_object, Dec, Enc, Get, Put};
 use super::{Interner, ObjKey, ObjectState, SnapshotError, Sym};
-use crate::classify::policy::PolicyCache;
-use crate::classify::trace::{Hop, Trace, TraceNode};
+use crate::state::policy::PolicyCache;
+use crate::trace::{Hop, Trace, TraceNode};
 use crate::write::{Name, Uid};
 
 /// The record format: its first byte. Format 2's fields are those of snapshot format 8 (with
@@ -319,7 +319,7 @@ mod tests {
             (m.cluster.as_str(), m.uid, m.audit_id.as_str(), &*other.resolve(m.user), m.time_us),
             ("prod", 0xabc, "a-1", "deployment-controller", 1_700_000_000_000_001)
         );
-        let (hops, truncated) = crate::classify::trace::hops(&m.prev);
+        let (hops, truncated) = crate::trace::hops(&m.prev);
         assert!(!truncated);
         assert_eq!(
             hops.iter().map(|h| (&*h.name, h.user.map(|u| other.resolve(u).to_string()))).collect::<Vec<_>>(),

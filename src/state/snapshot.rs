@@ -14,9 +14,9 @@ use std::sync::Arc;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{Interner, ObjKey, ObjectState, OwnerKey, Parts, Recent, Store, Sym, TraceState};
-use crate::classify::policy::PolicyCache;
-use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
+use crate::state::policy::PolicyCache;
+use crate::trace::{Hop, Trace, TraceNode};
 use crate::write::{Annotations, Name, ObservedSource};
 
 /// The first line of a snapshot, before its format version.

@@ -19,9 +19,9 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 
-use super::trace::{self, Trace};
 use super::Engine;
 use crate::state::{encode_trace_message, ObjKey, TraceState, Ty};
+use crate::trace::{self, Trace};
 use crate::write::{Uid, Write};
 
 /// A trace message waiting for the next commit: where it goes and what it says.

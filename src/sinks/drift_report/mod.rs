@@ -13,9 +13,9 @@ use tokio::task::JoinHandle;
 
 use super::http::{check_url, client, post_json};
 use super::{Error, Events, SinkContext};
-use crate::classify::policy::ChildRef;
 use crate::metrics::Sink;
 use crate::shell::{Errors, Span};
+use crate::state::policy::ChildRef;
 use crate::write::uid_key;
 use report::DriftReport;
 use tracker::{Open, ParentKey, Tracker};

@@ -12,9 +12,9 @@
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::classify::policy::Resolution;
 use crate::enriched::{Enriched, Phase as LifecyclePhase, RevertOut};
 use crate::filter::Verb;
+use crate::state::policy::Resolution;
 
 /// The report's phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]

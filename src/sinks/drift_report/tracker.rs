@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::report::{detected, DriftReport, Phase};
-use crate::classify::policy::Resolution;
 use crate::classify::Class;
 use crate::enriched::Enriched;
+use crate::state::policy::Resolution;
 
 /// Open reports kept at most; past it, new drifts are still reported but not tracked for
 /// resolution (a bound on memory when something drifts everywhere at once).

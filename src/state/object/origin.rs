@@ -259,7 +259,7 @@ mod tests {
     fn a_shared_policy_box_is_copied_not_changed() {
         let i = crate::state::Interner::new();
         let entries = vec![(Box::from("kausality.io/trace-team"), Box::from("red"))];
-        let team = crate::state::SharedPolicy::new(Arc::new(crate::classify::policy::Policy::parse(
+        let team = crate::state::SharedPolicy::new(Arc::new(crate::state::policy::Policy::parse(
             &crate::write::Annotations { entries, hash: 1 },
         )));
         let (mut s, t) = (ObjectState::new(Ty::EMPTY, Sym::EMPTY), ObjectState::new(Ty::EMPTY, Sym::EMPTY));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::origin::Origins;
 use super::ObjectState;
-use crate::classify::policy::Policy;
+use crate::state::policy::Policy;
 use crate::state::Sym;
 
 /// How many distinct users the updater sets keep (DESIGN §1.2).

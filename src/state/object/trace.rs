@@ -4,8 +4,8 @@ use std::collections::HashSet;
 use std::num::NonZeroI64;
 
 use super::ObjectState;
-use crate::classify::trace::{Hop, Trace, TraceNode};
 use crate::state::{Marks, Sym};
+use crate::trace::{Hop, Trace, TraceNode};
 use crate::write::Name;
 
 /// `trace_time` of an own node that is not built yet: only the name and the producing write
@@ -178,7 +178,7 @@ mod tests {
 
     #[test]
     fn a_trace_kept_in_three_fields_comes_back_as_it_was_set() {
-        use crate::classify::trace::{origin, Hop};
+        use crate::trace::{origin, Hop};
         let i = crate::state::Interner::new();
         let (u, v) = (i.intern("u"), i.intern("v"));
         let hop = |user| Hop {
@@ -217,7 +217,7 @@ mod tests {
 
     #[test]
     fn a_kept_name_lives_in_the_own_node_and_leaves_the_trace_as_it_was() {
-        use crate::classify::trace::{extend, origin, Hop};
+        use crate::trace::{extend, origin, Hop};
         let i = crate::state::Interner::new();
         let (u, v) = (i.intern("u"), i.intern("v"));
         let hop = |name: &str, user| Hop {

@@ -106,4 +106,5 @@ pub mod status;
 pub mod trace;
 #[warn(missing_docs)]
 pub mod why;
+#[warn(missing_docs)]
 pub mod write;

@@ -22,6 +22,7 @@ pub type Uid = u128;
 
 pub use crate::intern::Name;
 
+/// The map key of a UID string: a lower-case UUID's own 128 bits, any other string's xxh3-128 hash.
 pub fn uid_key(uid: &str) -> Uid {
     parse_uuid(uid).unwrap_or_else(|| xxh3_128(uid.as_bytes()))
 }
@@ -74,8 +75,11 @@ impl ObservedSource {
 /// Conditions that are `True`, as bits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Conditions {
+    /// The `Initialized` condition is `True`.
     pub initialized: bool,
+    /// The `Ready` condition is `True`.
     pub ready: bool,
+    /// The `Available` condition is `True`.
     pub available: bool,
     /// Not a condition: the status carries `startTime` (a Job its controller started).
     pub started: bool,
@@ -84,22 +88,28 @@ pub struct Conditions {
 /// The controller ownerReference of an object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OwnerLink {
+    /// The owner's UID as a map key ([`uid_key`]).
     pub uid: Uid,
+    /// The owner's UID as the ownerReference writes it.
     pub uid_text: Arc<str>,
     /// The owner's (apiVersion, kind).
     pub ty: Ty,
+    /// The owner's name (same namespace as the child, or cluster-scoped).
     pub name: Name,
 }
 
 /// The `kausality.io/` annotations of an object, raw; parsed into a policy only when they change.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Annotations {
+    /// (key, value) pairs, full keys with the `kausality.io/` prefix, in the object's order
+    /// (and a Helm release's trace label, last).
     pub entries: Vec<(Box<str>, Box<str>)>,
     /// Hash of all entries, to notice a change cheaply.
     pub hash: u64,
 }
 
 impl Annotations {
+    /// The value of the annotation with the full key `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
         self.entries.iter().find(|(k, _)| &**k == key).map(|(_, v)| &**v)
     }
@@ -108,29 +118,41 @@ impl Annotations {
 /// What the write's response says about the object.
 #[derive(Clone, Debug)]
 pub struct ObjectFacts {
+    /// The object's UID as a map key ([`uid_key`]).
     pub uid: Uid,
+    /// The object's UID as the API server wrote it, for the output.
     pub uid_text: Arc<str>,
     /// (apiVersion, kind).
     pub ty: Ty,
+    /// `metadata.namespace`, the empty string for a cluster-scoped object.
     pub namespace: Sym,
+    /// `metadata.name`.
     pub name: Name,
+    /// `metadata.generation`, when the kind keeps one.
     pub generation: Option<i64>,
+    /// `metadata.resourceVersion`, when it is a number.
     pub resource_version: Option<u64>,
+    /// The controller ownerReference, when there is one.
     pub owner: Option<OwnerLink>,
     /// Hash of `spec` (or, for kinds without one, of every top-level field but apiVersion,
     /// kind, metadata, status), configured ignored fields left out.
     pub content_hash: u64,
     /// 32 bits of the status's hash (see [`crate::state::ObjectState::status_hash`]).
     pub status_hash: Option<u32>,
+    /// The generation the controller reports observed, and where that was read.
     pub observed: Option<(i64, ObservedSource)>,
+    /// The conditions that are `True`.
     pub conditions: Conditions,
     /// The status shows the controller still at work on the generation it reports observed
     /// (the kind's signals of work in progress, DESIGN §1.3).
     pub in_progress: bool,
+    /// `metadata.deletionTimestamp` is set: the object is being deleted.
     pub deleting: bool,
     /// Being deleted, no finalizer left and no grace period left to wait: this write was the
     /// object's last.
     pub gone: bool,
+    /// The `kausality.io/` annotations (and a Helm release's trace label); `None` when there are
+    /// none.
     pub annotations: Option<Box<Annotations>>,
     /// What the object wants, as JSON text (`{"spec":...}`, or the other top-level fields of a
     /// kind without `spec`): kept only for controller-owned objects of kinds whose field
@@ -174,28 +196,56 @@ pub enum Target {
     /// A write through the `scale` subresource: only the UID, the new resourceVersion and
     /// `spec.replicas` are known.
     Scale {
+        /// The object's UID as a map key ([`uid_key`]).
         uid: Uid,
+        /// The object's UID as the API server wrote it.
         uid_text: Arc<str>,
+        /// The scaled object's namespace (the `Scale`'s, else the objectRef's).
         namespace: Sym,
+        /// The scaled object's name (the `Scale`'s, else the objectRef's).
         name: Name,
+        /// `objectRef.resource` (`deployments`).
         resource: Sym,
+        /// The scaled object's apiVersion, from the objectRef (`apps/v1`).
         api_version: Sym,
+        /// `spec.replicas` of the `Scale`, when present.
         replicas: Option<i64>,
     },
     /// A delete answered with a `Status`: the object is gone, known by UID and objectRef only.
-    /// `ty`: the objectRef's apiVersion and the kind of its resource.
-    Gone { uid: Uid, uid_text: Arc<str>, namespace: Sym, name: Name, ty: Ty },
+    Gone {
+        /// The object's UID as a map key ([`uid_key`]).
+        uid: Uid,
+        /// The object's UID as the API server wrote it.
+        uid_text: Arc<str>,
+        /// `objectRef.namespace`.
+        namespace: Sym,
+        /// `objectRef.name`.
+        name: Name,
+        /// The objectRef's apiVersion and the kind of its resource.
+        ty: Ty,
+    },
     /// A deletecollection: every deleted object.
     Many(Vec<ObjectFacts>),
     /// An eviction (`create pods/eviction`): a delete of the pod, answered with a `Status`, so
-    /// known only by the objectRef's namespace and name; its UID comes from state. `place`: the
-    /// resourceVersion the reorder buffer placed it after (set when it is released), to tell
-    /// which pod of that name it meant when it comes late.
-    Eviction { namespace: Sym, name: Name, place: Option<u64> },
+    /// known only by the objectRef's namespace and name; its UID comes from state.
+    Eviction {
+        /// The pod's namespace.
+        namespace: Sym,
+        /// The pod's name.
+        name: Name,
+        /// The resourceVersion the reorder buffer placed it after (set when it is released),
+        /// to tell which pod of that name it meant when it comes late.
+        place: Option<u64>,
+    },
     /// Not an audit event: a trace message (docs/scale-out.md, "Traces across partitions"),
     /// the trace that the object's producing write (the write's user and time) extended where
     /// it was judged. Applied to the object's state here; emits nothing.
-    Trace { uid: Uid, prev: crate::trace::Trace },
+    Trace {
+        /// The object whose trace it is.
+        uid: Uid,
+        /// The trace its producing write extended.
+        prev: crate::trace::Trace,
+    },
 }
 
 impl Write {
@@ -242,11 +292,14 @@ impl Write {
     }
 }
 
+/// One completed, persisted write, as the reorder buffer holds it and the model applies it.
 #[derive(Clone, Debug)]
 pub struct Write {
     /// Arrival order, the tie-breaker of the reorder buffer.
     pub seq: u64,
+    /// The cluster the event came from (the source's configured name).
     pub cluster: Sym,
+    /// The event's auditID, the key duplicates are dropped by.
     pub audit_id: Arc<str>,
     /// Event time (stageTimestamp) in µs since the epoch; 0 when unknown.
     pub time_us: i64,
@@ -255,14 +308,19 @@ pub struct Write {
     /// causes another is always received before it, while their stageTimestamps (taken when
     /// each response completes) can come in either order under load.
     pub received_us: i64,
+    /// The stageTimestamp as the API server wrote it, for the output.
     pub stage_timestamp: Arc<str>,
+    /// The request's verb.
     pub verb: Verb,
+    /// The subresource written, when one of those the filter admits.
     pub subresource: Subresource,
+    /// The effective user: the impersonated user when present, else the authenticated one.
     pub user: Sym,
     /// The written object's resourceVersion: the order of writes within a cluster.
     pub resource_version: Option<u64>,
     /// `objectRef.resource` and `objectRef.namespace`, for scoping.
     pub resource: Sym,
+    /// What was written.
     pub target: Target,
     /// Set by the reorder buffer when the write came after later writes were applied.
     pub late: bool,
@@ -281,17 +339,23 @@ pub struct Write {
 /// Why an admitted event still could not become a [`Write`].
 #[derive(Debug)]
 pub enum Rejected {
+    /// The write is one the filter lets through but the model cannot use (no object, e.g.).
     Ignored(Ignored),
+    /// The event is malformed (a mutating event without a user, e.g.).
     Invalid(Invalid),
 }
 
 /// Context for building writes: the interner and the model's configuration.
 pub struct Extractor<'c> {
+    /// Interns users, kinds, namespaces and clusters into the write's handles.
     pub interner: &'c Interner,
+    /// The model's options: ignored fields, tracked kinds, selectors, appliers.
     pub config: &'c ModelConfig,
 }
 
 impl Extractor<'_> {
+    /// The [`Write`] of an admitted event, or why it cannot be one: its user, target object (or
+    /// subresource's answer) and times read once, here, on the decoding thread.
     pub fn extract(
         &self,
         ev: &AuditEvent<'_>,

@@ -67,6 +67,7 @@ pub mod fetch;
 #[warn(missing_docs)]
 pub mod filter;
 pub mod history;
+#[warn(missing_docs)]
 pub mod intern;
 #[warn(missing_docs)]
 pub mod kafka;

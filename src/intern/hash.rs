@@ -5,6 +5,8 @@
 
 use std::hash::{BuildHasherDefault, Hasher};
 
+/// The hasher [`FastBuild`] makes: integers mixed in, byte strings through xxh3, finished with
+/// MurmurHash3's fmix64.
 #[derive(Default, Clone, Copy)]
 pub struct FastHasher(u64);
 

@@ -41,6 +41,7 @@ impl Sym {
     /// showed, asked about without interning it (the verdict). Never resolve it.
     pub const UNSEEN: Sym = Sym(NonZeroU32::MAX);
 
+    /// Whether this is the handle of the empty string.
     pub fn is_empty(self) -> bool {
         self == Sym::EMPTY
     }
@@ -199,12 +200,14 @@ pub struct Marks {
 }
 
 impl Marks {
+    /// Marks `s` as referred to by live state: the sweep keeps it.
     pub fn sym(&mut self, s: Sym) {
         if let Some(m) = self.syms.get_mut(s.index()) {
             *m = true;
         }
     }
 
+    /// Marks `t` (and so its apiVersion and kind strings) as referred to by live state.
     pub fn ty(&mut self, t: Ty) {
         if let Some(m) = self.types.get_mut(t.index()) {
             *m = true;
@@ -218,17 +221,21 @@ impl Marks {
 pub struct Swept {
     syms: Vec<bool>,
     types: Vec<bool>,
+    /// How many strings the sweep freed.
     pub strings_freed: usize,
+    /// How many types the sweep freed.
     pub types_freed: usize,
     /// Strings live state refers to (marked, or part of a type that stays).
     pub strings_marked: usize,
 }
 
 impl Swept {
+    /// Whether the sweep freed `s`: a cache keyed by it must drop it before [`Interner::release`].
     pub fn freed_sym(&self, s: Sym) -> bool {
         self.syms.get(s.index()).copied().unwrap_or(false)
     }
 
+    /// Whether the sweep freed `t`, as [`Swept::freed_sym`] for types.
     pub fn freed_ty(&self, t: Ty) -> bool {
         self.types.get(t.index()).copied().unwrap_or(false)
     }
@@ -243,6 +250,7 @@ fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 }
 
 impl Interner {
+    /// An interner holding only the empty string and the empty type.
     pub fn new() -> Self {
         Self::default()
     }
@@ -302,6 +310,7 @@ impl Interner {
         read(&self.strings).live()
     }
 
+    /// Whether nothing but the empty string (interned from the start) is held.
     pub fn is_empty(&self) -> bool {
         self.len() <= 1
     }

@@ -104,6 +104,7 @@ pub mod sources;
 pub mod state;
 #[warn(missing_docs)]
 pub mod status;
+#[warn(missing_docs)]
 pub mod trace;
 #[warn(missing_docs)]
 pub mod why;

@@ -27,7 +27,9 @@ pub type Labels = Arc<Vec<(Box<str>, Box<str>)>>;
 pub struct Hop {
     /// (apiVersion, kind).
     pub ty: Ty,
+    /// The object's name.
     pub name: Name,
+    /// The object's generation after the write; `None` when unknown or the kind keeps none.
     pub generation: Option<NonZeroI64>,
     /// `None` when unknown (a parent whose producing write was never seen).
     pub user: Option<Sym>,
@@ -38,9 +40,12 @@ pub struct Hop {
     pub labels: Option<Labels>,
 }
 
+/// One node of a trace's linked list: a hop and the trace it extends.
 #[derive(Debug, PartialEq, Eq)]
 pub struct TraceNode {
+    /// The newest hop.
     pub hop: Hop,
+    /// The older hops; `None` at the root (the original intent, or the [`cut`] node).
     pub prev: Option<Trace>,
 }
 

@@ -63,6 +63,7 @@ pub mod corpus;
 pub mod decode;
 pub mod enriched;
 #[cfg(feature = "fetch")]
+#[warn(missing_docs)]
 pub mod fetch;
 #[warn(missing_docs)]
 pub mod filter;

@@ -29,10 +29,19 @@ use crate::enriched::Enriched;
 use crate::metrics::Metrics;
 use crate::shell::{Observed, UnknownParentsConfig};
 
+/// Why the fetcher could not be set up (at start, from the `[unknown_parents]` section).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The configured kubeconfig file could not be read or used.
     #[error("unknown_parents: cannot read the kubeconfig {path}: {message}")]
-    Kubeconfig { path: String, message: String },
+    Kubeconfig {
+        /// The kubeconfig's path, as configured.
+        path: String,
+        /// What the kube client said.
+        message: String,
+    },
+    /// No kubeconfig configured, and none found (`$KUBECONFIG`, `~/.kube/config`, the in-cluster
+    /// service account): the kube client's message.
     #[error("unknown_parents: no API server configuration (in-cluster service account or $KUBECONFIG): {0}")]
     Client(String),
 }

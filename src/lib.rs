@@ -61,6 +61,7 @@ pub mod config;
 #[warn(missing_docs)]
 pub mod corpus;
 pub mod decode;
+#[warn(missing_docs)]
 pub mod enriched;
 #[cfg(feature = "fetch")]
 #[warn(missing_docs)]

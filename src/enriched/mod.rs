@@ -14,25 +14,37 @@ use crate::filter::Verb;
 use crate::write::{Name, ObservedSource};
 pub use vocabulary::{Class, Resolution};
 
+/// One classified mutation, as every sink writes it (field by field in docs/enriched-events.md).
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Enriched {
+    /// The audit event's auditID.
     #[serde(rename = "auditID")]
     pub audit_id: Arc<str>,
+    /// The cluster the event came from (the webhook path, a Kafka header or the pipeline's default).
     pub cluster: Arc<str>,
+    /// The audit event's stageTimestamp, as the API server wrote it.
     pub stage_timestamp: Arc<str>,
+    /// The write's verb.
     pub verb: Verb,
     /// The subresource written through (`scale`, `eviction`); absent for the object itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub subresource: Option<&'static str>,
+    /// The effective user: the impersonated user when present, else the authenticated one.
     pub user: Arc<str>,
+    /// [`user_hash`] of `user`: the 5 characters Kausality writes into its annotations.
     pub user_hash: Arc<str>,
+    /// The mutated object.
     pub object: ObjectOut,
+    /// The verdict.
     pub class: Class,
     /// Why this class, in words.
     pub reason: String,
+    /// The controller owner, or the applier's parent the object's markers name; absent when
+    /// `unowned`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parent: Option<ParentOut>,
+    /// Whether the writer is the parent's controller, and who that is.
     pub actor: ActorOut,
     /// Drift only: what the parent's approvals and rejections say.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -49,6 +61,7 @@ pub struct Enriched {
     pub freeze_violation: bool,
     /// Drift under an unexpired `kausality.io/snooze`: no drift report.
     pub snoozed: bool,
+    /// The hops from the original intent to this mutation, root first.
     pub trace: Vec<HopOut>,
     /// The trace's oldest hops were cut (an ownership cycle, or a chain deeper than
     /// `options.max_trace_hops`); written only when true.
@@ -62,27 +75,39 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
+/// The mutated object, as the enriched event names it.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectOut {
+    /// The object's apiVersion.
     pub api_version: Arc<str>,
+    /// The object's kind.
     pub kind: Arc<str>,
+    /// The namespace; absent (empty) for a cluster-scoped object.
     #[serde(skip_serializing_if = "str::is_empty")]
     pub namespace: Arc<str>,
+    /// The object's name.
     pub name: Name,
+    /// The UID, as the API server wrote it.
     pub uid: Arc<str>,
+    /// `metadata.generation` after the write; `None` for kinds without one.
     pub generation: Option<i64>,
 }
 
+/// Where a parent is in its life, as last seen.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Phase {
+    /// It has not yet shown that it finished initializing (DESIGN §1.4).
     Initializing,
+    /// It has shown that it initialized (a high-water mark: it stays so).
     Initialized,
+    /// It is being deleted (`metadata.deletionTimestamp` set).
     Deleting,
 }
 
 impl Phase {
+    /// As the enriched event writes it (`initializing`, `initialized`, `deleting`).
     pub fn as_str(self) -> &'static str {
         match self {
             Phase::Initializing => "initializing",
@@ -92,15 +117,23 @@ impl Phase {
     }
 }
 
+/// The parent of the mutated object, as last seen.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParentOut {
+    /// The parent's apiVersion.
     pub api_version: Arc<str>,
+    /// The parent's kind.
     pub kind: Arc<str>,
+    /// The parent's name.
     pub name: Name,
+    /// The parent's UID, as the API server wrote it.
     pub uid: Arc<str>,
+    /// The parent's `metadata.generation` as last seen; `None` when unknown.
     pub generation: Option<i64>,
+    /// The generation its controller last reported observed; `None` when never reported.
     pub observed_generation: Option<i64>,
+    /// Where `observed_generation` was read (DESIGN §1.3).
     pub observed_generation_source: Option<ObservedSource>,
     /// The controller has finished the observed generation: a write reported it observed with
     /// no work in progress (DESIGN §1.3); `None` without an observed generation.
@@ -144,6 +177,7 @@ pub struct ApplierOut {
     pub target_revision: Option<Arc<str>>,
 }
 
+/// Who wrote, as far as the stream tells.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ActorOut {
@@ -157,14 +191,17 @@ pub struct ActorOut {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RevertOut {
+    /// The origin write's effective user.
     pub user: Arc<str>,
     /// The user is a person (not a `system:` user: no service account, node or control-plane
     /// component).
     pub person: bool,
+    /// The origin write's auditID.
     #[serde(rename = "auditID")]
     pub audit_id: Arc<str>,
     /// The origin write's stageTimestamp.
     pub time: Arc<str>,
+    /// The origin write's verb.
     pub verb: crate::filter::Verb,
     /// What it touched: the drifting child itself, or the sibling it removed.
     pub object: RevertedObject,
@@ -178,11 +215,15 @@ pub struct RevertOut {
     pub fight: bool,
 }
 
+/// The object an origin write touched.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RevertedObject {
+    /// Its apiVersion.
     pub api_version: Arc<str>,
+    /// Its kind.
     pub kind: Arc<str>,
+    /// Its name.
     pub name: Name,
 }
 
@@ -212,15 +253,24 @@ impl PartialEq for FieldOut {
     }
 }
 
+/// One hop of the trace, as the enriched event writes it.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HopOut {
+    /// The object's apiVersion.
     pub api_version: Arc<str>,
+    /// The object's kind.
     pub kind: Arc<str>,
+    /// The object's name.
     pub name: Name,
+    /// The object's generation after the write; `None` when unknown or the kind keeps none.
     pub generation: Option<i64>,
+    /// Who wrote; `None` when unknown (a parent whose producing write was never seen).
     pub user: Option<Arc<str>>,
+    /// When the write happened, RFC 3339 in µs, UTC; the last hop's is this event's
+    /// stageTimestamp as written; `None` when unknown.
     pub timestamp: Option<Arc<str>>,
+    /// The object's `kausality.io/trace-<key>` labels, by key; left out when empty.
     #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
     pub labels: serde_json::Map<String, serde_json::Value>,
 }

@@ -25,6 +25,7 @@ pub enum Class {
 }
 
 impl Class {
+    /// Every class, in a fixed order: the history store numbers classes by it (`classes.id`).
     pub const ALL: [Class; 8] = [
         Class::Drift,
         Class::Expected,
@@ -36,6 +37,7 @@ impl Class {
         Class::UnknownParent,
     ];
 
+    /// As the enriched event writes it (kebab-case: `unknown-parent`).
     pub fn as_str(self) -> &'static str {
         match self {
             Class::Drift => "drift",
@@ -50,16 +52,21 @@ impl Class {
     }
 }
 
-/// How a drift was resolved by the parent's policy.
+/// How a drift was resolved: by the parent's annotations or a platform policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Resolution {
+    /// An approval covers the drift: the parent's annotation or a platform policy.
     Approved,
+    /// A rejection covers the drift: the parent's annotation or a platform policy (a rejection
+    /// wins over an approval).
     Rejected,
+    /// Neither an approval nor a rejection covers the drift.
     Unresolved,
 }
 
 impl Resolution {
+    /// As the enriched event writes it (`approved`, `rejected`, `unresolved`).
     pub fn as_str(self) -> &'static str {
         match self {
             Resolution::Approved => "approved",

@@ -59,6 +59,8 @@ const OBSERVED_GENERATION_KINDS: &[&str] =
 const STATUS_KINDS: &[(&str, LifecycleSignal)] =
     &[("Job.batch", LifecycleSignal::StartTime), ("CronJob.batch", LifecycleSignal::StatusWrite)];
 
+/// The model's options ([`crate::classify`] and [`crate::write`] read them); `Default` is what
+/// `replay` and the embedded pipeline use.
 #[derive(Clone, Debug)]
 pub struct ModelConfig {
     /// Field paths left out of the spec hash, by kind key (`Kind.group`, or `Kind` for the
@@ -98,7 +100,9 @@ pub struct ModelConfig {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PolicyAction {
+    /// Approves the drift (`resolution: approved`).
     Approve,
+    /// Rejects the drift (`resolution: rejected`); a matching rejection wins over an approval.
     Reject,
 }
 
@@ -106,7 +110,9 @@ pub enum PolicyAction {
 /// given must hold; an empty list or an absent value matches anything.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PlatformPolicy {
+    /// The policy's name, written as the enriched event's `policy`.
     pub name: Arc<str>,
+    /// Whether it approves or rejects.
     pub action: PolicyAction,
     /// Kind keys of the parent (`Kind.group`, or `Kind` for the core group).
     pub parent_kinds: Vec<String>,
@@ -166,6 +172,7 @@ impl ModelConfig {
             .push(path.split('.').map(str::to_string).collect());
     }
 
+    /// The field paths (split at dots) left out of `kind_key`'s spec hash; `None` when none are.
     pub fn ignored(&self, kind_key: &str) -> Option<&[Vec<String>]> {
         self.ignored_fields.get(kind_key).map(Vec::as_slice)
     }
@@ -206,6 +213,8 @@ impl ModelConfig {
         !self.untracked_field_kinds.iter().any(|k| k == kind_key)
     }
 
+    /// The signals that end `kind_key`'s initialization (DESIGN §1.4); [`DEFAULT_LIFECYCLE`] for a
+    /// kind not configured.
     pub fn lifecycle_signals(&self, kind_key: &str) -> &[LifecycleSignal] {
         self.lifecycle.get(kind_key).map_or(DEFAULT_LIFECYCLE, Vec::as_slice)
     }

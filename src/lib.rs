@@ -57,6 +57,7 @@
 #[warn(missing_docs)]
 pub mod changelog;
 pub mod classify;
+#[warn(missing_docs)]
 pub mod config;
 #[warn(missing_docs)]
 pub mod corpus;

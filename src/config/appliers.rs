@@ -33,16 +33,23 @@ pub enum Markers {
     /// Keys (labels or annotations) holding the parent's name and, optionally, its namespace
     /// (else `namespace`: a fixed one, empty for a cluster-scoped parent).
     Keys {
+        /// The keys are labels (`true`) or annotations (`false`).
         in_labels: bool,
+        /// The key holding the parent's name.
         name: String,
+        /// The key holding the parent's namespace, when one does.
         namespace_key: Option<String>,
+        /// The parent's namespace when no key holds it; empty for a cluster-scoped parent.
         namespace: String,
         /// A key whose value must be the parent's kind (Sveltos' `owner-kind`).
         kind_key: Option<String>,
     },
     /// Argo CD: the `argocd.argoproj.io/tracking-id` annotation, else the
     /// `app.kubernetes.io/instance` label; `namespace` is Argo's own.
-    ArgoCd { namespace: String },
+    ArgoCd {
+        /// Argo CD's own namespace ([`ARGOCD_NAMESPACE`]): an Application's, unless its name says.
+        namespace: String,
+    },
 }
 
 /// Which cluster a profile's parent applies its members to (DESIGN §1.9, across clusters).
@@ -67,10 +74,12 @@ pub struct Applier {
     pub parent_kind: String,
     /// The parent's apiVersion, for a parent never seen (the markers name no version).
     pub parent_api_version: String,
+    /// How an object names its parent.
     pub markers: Markers,
     /// The applier's users: a full user name, or a service account's name alone
     /// (`kustomize-controller` matches `system:serviceaccount:<any>:kustomize-controller`).
     pub users: Vec<String>,
+    /// Where its parents show their intent.
     pub intent: IntentRule,
     /// Where its parents apply their members.
     pub target_cluster: TargetCluster,
@@ -90,12 +99,19 @@ pub const BUILTIN_ANNOTATIONS: &[&str] = &[
     HELM_RELEASE_NAMESPACE,
     FLUX_REQUESTED_AT,
 ];
+/// Argo CD's annotation naming the Application that applied an object (see [`argo_tracking`]).
 pub const ARGO_TRACKING_ID: &str = "argocd.argoproj.io/tracking-id";
+/// The label Argo CD sets to the Application's name (so do Helm and others: a weak marker).
 pub const ARGO_INSTANCE_LABEL: &str = "app.kubernetes.io/instance";
+/// Sveltos' annotation naming the kind of the profile that applied an object.
 pub const SVELTOS_OWNER_KIND: &str = "projectsveltos.io/owner-kind";
+/// Sveltos' annotation naming the profile that applied an object.
 pub const SVELTOS_OWNER_NAME: &str = "projectsveltos.io/owner-name";
+/// Helm's annotation naming the release an object was installed with.
 pub const HELM_RELEASE_NAME: &str = "meta.helm.sh/release-name";
+/// Helm's annotation naming the release's namespace.
 pub const HELM_RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
+/// Flux's annotation by which a person asks for a reconcile now (its value: when asked).
 pub const FLUX_REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
 
 fn keys(in_labels: bool, name: &str, namespace_key: Option<&str>) -> Markers {
@@ -161,23 +177,29 @@ pub fn builtin() -> Vec<Applier> {
     ]
 }
 
-/// Which parent an object's markers name: the profile (an index into the pipeline's
-/// appliers), the parent's namespace and name. `weak`: named only by a label that other tools
-/// set too (Argo CD's `app.kubernetes.io/instance`, also Helm's): a member only when that
-/// parent is known.
+/// Which parent an object's markers name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Membership {
+    /// The profile, an index into [`Appliers::profiles`].
     pub profile: u16,
+    /// The parent's namespace; empty for a cluster-scoped parent.
     pub namespace: Arc<str>,
+    /// The parent's name.
     pub name: Arc<str>,
+    /// Named only by a label that other tools set too (Argo CD's `app.kubernetes.io/instance`,
+    /// also Helm's): a member only when that parent is known.
     pub weak: bool,
 }
 
 /// What the object on which markers sit is.
 pub struct Member<'a> {
+    /// The object's apiVersion.
     pub api_version: &'a str,
+    /// The object's kind.
     pub kind: &'a str,
+    /// The object's namespace; empty when cluster-scoped.
     pub namespace: &'a str,
+    /// The object's name.
     pub name: &'a str,
 }
 
@@ -255,6 +277,7 @@ pub fn argo_tracking<'a>(id: &'a str, member: &Member<'_>, argo_namespace: &'a s
 /// The appliers of a pipeline: the built-in profiles, then its own `[[applier]]` entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Appliers {
+    /// The profiles, built-in first; a [`Membership`]'s `profile` indexes this.
     pub profiles: Vec<Applier>,
 }
 
@@ -287,6 +310,7 @@ impl Appliers {
         self.profiles.iter().position(|p| p.parent_kind == kind_key).map(|i| i as u16)
     }
 
+    /// The profile at index `profile` (as [`Membership::profile`] and [`Appliers::of_parent`] give).
     pub fn get(&self, profile: u16) -> Option<&Applier> {
         self.profiles.get(profile as usize)
     }
@@ -321,6 +345,7 @@ pub struct ApplierConfig {
     /// The label holding the parent's name (or `name_annotation`; exactly one).
     #[serde(default)]
     pub name_label: Option<String>,
+    /// The annotation holding the parent's name (or `name_label`; exactly one).
     #[serde(default)]
     pub name_annotation: Option<String>,
     /// The label (or annotation, where the name is one) holding the parent's namespace.

@@ -66,7 +66,9 @@ impl Builtin {
 /// A condition whose reason means work in progress.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConditionReason {
+    /// The condition's type (`Progressing`).
     pub type_: String,
+    /// The reason that shows work in progress (`ReplicaSetUpdated`), whatever the condition's status.
     pub reason: String,
 }
 
@@ -88,13 +90,20 @@ impl fmt::Display for ConditionReason {
     }
 }
 
+/// The operator of a [`Comparison`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Op {
+    /// `==`: equal (numbers, booleans or text).
     Eq,
+    /// `!=`: not equal.
     Ne,
+    /// `<`: less than (numbers only).
     Lt,
+    /// `<=`: at most (numbers only).
     Le,
+    /// `>`: greater than (numbers only).
     Gt,
+    /// `>=`: at least (numbers only).
     Ge,
 }
 
@@ -126,8 +135,11 @@ impl Op {
 pub enum Operand {
     /// Another field of the object, as a dotted path.
     Field(Vec<String>),
+    /// A number (compared as `f64`).
     Number(f64),
+    /// `true` or `false`.
     Bool(bool),
+    /// A string (quoted, or a bare word).
     Text(String),
 }
 
@@ -136,7 +148,9 @@ pub enum Operand {
 pub struct Comparison {
     /// A dotted path under `spec` or `status`, split.
     pub field: Vec<String>,
+    /// How the field compares with `other`.
     pub op: Op,
+    /// The right side: another field or a value.
     pub other: Operand,
     /// As written, for messages.
     pub text: String,
@@ -194,7 +208,9 @@ fn path(s: &str) -> Option<Vec<String>> {
 pub struct KindProgress {
     /// The built-in signals of a native kind, when kept.
     pub builtin: Option<Builtin>,
+    /// `Type=Reason` conditions that show work in progress.
     pub conditions: Vec<ConditionReason>,
+    /// Field comparisons that show work in progress.
     pub fields: Vec<Comparison>,
     /// Comparisons that say the spec asks for no progress (paused, suspended): while one holds,
     /// no signal of the kind shows work in progress, the built-in ones included.

@@ -8,15 +8,17 @@ use xxhash_rust::xxh3::Xxh3;
 
 use super::IntentRule;
 
-/// What a parent's latest response shows of its intent: `key` changes whenever a new intent
-/// arrives (a new revision to apply, a spec change, a person's request or sync); `applied`:
-/// the parent shows that intent carried out. `revision`: the revision applied last,
-/// `target`: the one being applied.
+/// What a parent's latest response shows of its intent.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IntentFacts {
+    /// Changes whenever a new intent arrives (a new revision, a spec change, a person's request
+    /// or sync).
     pub key: u64,
+    /// The parent shows that intent carried out.
     pub applied: bool,
+    /// The revision applied last; `None` before the first.
     pub revision: Option<Arc<str>>,
+    /// The revision being applied; `None` when the parent shows none.
     pub target: Option<Arc<str>>,
 }
 

@@ -56,6 +56,7 @@
 #[cfg(feature = "kafka")]
 #[warn(missing_docs)]
 pub mod changelog;
+#[warn(missing_docs)]
 pub mod classify;
 #[warn(missing_docs)]
 pub mod config;

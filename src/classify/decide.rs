@@ -17,6 +17,8 @@ pub enum Identity {
 }
 
 impl Identity {
+    /// `Some(true)` when the actor is the controller, `Some(false)` when not, `None` when it
+    /// cannot be told.
     pub fn is_controller(&self) -> Option<bool> {
         match self {
             Identity::Controller(_) => Some(true),
@@ -25,6 +27,7 @@ impl Identity {
         }
     }
 
+    /// Who the controller is (or may be); empty when undetermined.
     pub fn controllers(&self) -> &[Sym] {
         match self {
             Identity::Controller(c) | Identity::NotController(c) => c,
@@ -55,9 +58,15 @@ pub fn identify(user: Sym, child_updaters: &Recent, status_updaters: &Recent) ->
 /// What the decision needs to know of the parent.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ParentFacts {
+    /// The parent is being deleted (or is gone).
     pub deleting: bool,
+    /// The parent has shown that it finished initializing (DESIGN §1.4).
     pub initialized: bool,
+    /// The parent's generation (an applier's parent: its intent's epoch, DESIGN §1.9); 0 when
+    /// unknown.
     pub generation: i64,
+    /// The generation its controller last reported observed (an applier's parent: the intent
+    /// shown applied); `None` when never.
     pub observed: Option<i64>,
     /// The controller has finished the observed generation (DESIGN §1.3).
     pub finished: bool,

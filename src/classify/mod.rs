@@ -44,8 +44,13 @@ pub enum Applied {
     /// Not a mutation of intent; state was fed.
     Ignored(Ignored),
     /// A deletecollection some of whose items were not classified (their deletion was
-    /// completed, DESIGN §1.5): an event per classified item, a reason per other one.
-    Items { events: Vec<Enriched>, ignored: Vec<Ignored> },
+    /// completed, DESIGN §1.5).
+    Items {
+        /// An event per classified item.
+        events: Vec<Enriched>,
+        /// A reason per other item.
+        ignored: Vec<Ignored>,
+    },
     /// A trace message (not an audit event): what it did to the object's trace.
     Trace(forward::Completion),
 }
@@ -53,22 +58,26 @@ pub enum Applied {
 /// Options of the engine beyond the model's configuration.
 #[derive(Clone, Debug)]
 pub struct EngineOptions {
+    /// Most objects kept in state; the coldest are evicted past it (at least 16).
     pub max_objects: usize,
+    /// How long a deleted object's tombstone is kept, in µs of event time.
     pub tombstone_ttl_us: i64,
     /// Most hops in a trace (the oldest are cut past it).
     pub max_trace_hops: usize,
     /// How far back (event time) a drift looks for the origin writes it reverts (DESIGN §1.8).
     pub revert_horizon_us: i64,
     /// Most contents of controller-owned children kept to name the fields an origin write
-    /// changes, by entries and by bytes of JSON text ([`Contents`]).
+    /// changes, by entries ([`Contents`]).
     pub contents_max_entries: usize,
+    /// Most bytes of JSON text in the same cache.
     pub contents_max_bytes: usize,
 }
 
 /// Default revert horizon: 7 days.
 pub const DEFAULT_REVERT_HORIZON_US: i64 = 7 * 24 * 3600 * 1_000_000;
-/// Default bounds of the cache of recent contents: 16,384 entries, 16 MiB of text.
+/// Default bound of the cache of recent contents by entries: 16,384.
 pub const DEFAULT_CONTENTS_MAX_ENTRIES: usize = 16_384;
+/// Default bound of the cache of recent contents by bytes of text: 16 MiB.
 pub const DEFAULT_CONTENTS_MAX_BYTES: usize = 16 << 20;
 
 impl Default for EngineOptions {
@@ -84,6 +93,8 @@ impl Default for EngineOptions {
     }
 }
 
+/// The model (DESIGN §1): the per-object state, the interner and the caches that judging writes
+/// needs. Shared by the threads that classify (every method takes `&self`).
 pub struct Engine {
     interner: Arc<Interner>,
     store: Store,
@@ -129,6 +140,7 @@ pub struct Engine {
 }
 
 impl Engine {
+    /// An engine with empty state.
     pub fn new(config: ModelConfig, options: EngineOptions) -> Self {
         Engine {
             interner: Arc::new(Interner::new()),
@@ -220,6 +232,7 @@ impl Engine {
         self.terminating_namespaces.contains_key(&key)
     }
 
+    /// Applies `w` to the state and classifies the mutations it makes (DESIGN §1).
     pub fn apply(&self, w: &Write) -> Applied {
         match &w.target {
             Target::Object(f) => match (w.subresource, w.verb, &*self.with_applier(w, f)) {

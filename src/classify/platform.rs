@@ -9,8 +9,9 @@ use crate::config::{PlatformPolicy, PolicyAction};
 /// What a platform policy is matched against.
 #[derive(Clone, Copy, Debug)]
 pub struct DriftFacts<'a> {
-    /// Kind keys (`Kind.group`, `Kind` for the core group).
+    /// Kind key of the parent (`Kind.group`, `Kind` for the core group).
     pub parent_kind: &'a str,
+    /// Kind key of the drifting child.
     pub child_kind: &'a str,
     /// The drift's actor: the controller.
     pub controller: &'a str,

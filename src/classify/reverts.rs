@@ -372,6 +372,7 @@ pub struct Contents {
 }
 
 impl Contents {
+    /// An empty cache holding at most `max_entries` contents (at least 1) and `max_bytes` of text.
     pub fn new(max_entries: usize, max_bytes: usize) -> Self {
         let cap = NonZeroUsize::new(max_entries.max(1)).expect("non-zero");
         Contents {

@@ -18,12 +18,15 @@ use crate::write::uid_key;
 /// The parent asked about.
 #[derive(Clone, Copy, Debug)]
 pub enum ParentRef<'a> {
+    /// By UID, as the API server writes it.
     Uid(&'a str),
-    /// `kind` as `Kind` (any API group) or `Kind.group` (`Deployment.apps`), case-insensitive;
-    /// `namespace` empty for a cluster-scoped parent.
+    /// By kind, namespace and name.
     Named {
+        /// `Kind` (any API group) or `Kind.group` (`Deployment.apps`), case-insensitive.
         kind: &'a str,
+        /// The parent's namespace; empty for a cluster-scoped parent.
         namespace: &'a str,
+        /// The parent's name.
         name: &'a str,
     },
 }
@@ -32,17 +35,24 @@ pub enum ParentRef<'a> {
 /// existing child whose own recent updaters count; without a name, a new child.
 #[derive(Clone, Copy, Debug)]
 pub struct ChildQuery<'a> {
+    /// `Kind` or `Kind.group`, case-insensitive.
     pub kind: &'a str,
+    /// The existing child's name; `None` for a new child.
     pub name: Option<&'a str>,
     /// Default: the parent's namespace.
     pub namespace: Option<&'a str>,
 }
 
+/// A question to [`Engine::verdict`]: what would `user`'s write to a child of `parent` be now.
 #[derive(Clone, Copy, Debug)]
 pub struct VerdictQuery<'a> {
+    /// The cluster whose live state is asked.
     pub cluster: &'a str,
+    /// The parent the write's child belongs to.
     pub parent: ParentRef<'a>,
+    /// The user who would write.
     pub user: &'a str,
+    /// The child; `None`: any new child of the parent.
     pub child: Option<ChildQuery<'a>>,
     /// Event time the verdict is for (snoozes, the revert horizon), µs since the epoch.
     pub now_us: i64,
@@ -52,14 +62,19 @@ pub struct VerdictQuery<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Candidate {
+    /// Its apiVersion.
     pub api_version: Arc<str>,
+    /// Its kind.
     pub kind: Arc<str>,
+    /// Its namespace; empty when cluster-scoped.
     pub namespace: Arc<str>,
     /// `None` when the state keeps no name for it (objects never seen as an owner).
     pub name: Option<String>,
+    /// Its UID, as the API server wrote it.
     pub uid: String,
 }
 
+/// Why [`Engine::verdict`] has no answer.
 #[derive(Debug, thiserror::Error)]
 pub enum VerdictError {
     /// The live state holds no such parent (or child).
@@ -67,19 +82,28 @@ pub enum VerdictError {
     NotFound(String),
     /// More than one object answers to the name.
     #[error("{message}")]
-    Ambiguous { message: String, candidates: Vec<Candidate> },
+    Ambiguous {
+        /// How many answer to what, and how to ask so that one does.
+        message: String,
+        /// The objects that answer to the name.
+        candidates: Vec<Candidate>,
+    },
 }
 
 /// The parent as the verdict reports it.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VerdictParent {
+    /// The parent's identity.
     #[serde(flatten)]
     pub object: Candidate,
+    /// The parent's generation (an applier's parent: its intent's epoch); `None` when unknown.
     pub generation: Option<i64>,
+    /// The generation its controller last reported observed; `None` when never.
     pub observed_generation: Option<i64>,
     /// Whether the controller has finished the observed generation; `None` without one.
     pub finished: Option<bool>,
+    /// Where the parent is in its life.
     pub phase: Phase,
 }
 
@@ -87,7 +111,9 @@ pub struct VerdictParent {
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Verdict {
+    /// The class the write would have.
     pub class: Class,
+    /// Why, in words.
     pub reason: String,
     /// Drift only: how it would be resolved.
     pub resolution: Option<Resolution>,
@@ -101,7 +127,9 @@ pub struct Verdict {
     /// state tells without the write's content: a person's standing write to the child, or,
     /// for a new child, a sibling a person removed.
     pub reverts_person: bool,
+    /// The parent as the live state holds it.
     pub parent: VerdictParent,
+    /// Whether the user would be the parent's controller, and who that is.
     pub actor: ActorOut,
     /// The existing child asked about.
     pub child: Option<Candidate>,

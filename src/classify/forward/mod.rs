@@ -86,6 +86,7 @@ pub enum Completion {
 }
 
 impl Completion {
+    /// Every outcome: the label values of `kausality_trace_messages_total`.
     pub const ALL: [Completion; 7] = [
         Completion::Sent,
         Completion::Unsent,
@@ -96,6 +97,7 @@ impl Completion {
         Completion::Leaf,
     ];
 
+    /// As the `result` label of `kausality_trace_messages_total` writes it.
     pub fn as_str(self) -> &'static str {
         match self {
             Completion::Sent => "sent",

@@ -105,6 +105,7 @@ pub mod sim;
 pub mod sinks;
 #[warn(missing_docs)]
 pub mod sources;
+#[warn(missing_docs)]
 pub mod state;
 #[warn(missing_docs)]
 pub mod status;

@@ -16,6 +16,7 @@ use super::{ChangelogMark, ObjKey, ObjectState, Parts, Pin};
 /// The changelog as it is now, for one partition.
 #[derive(Clone, Copy, Debug)]
 pub struct Live<'a> {
+    /// The changelog topic's name.
     pub topic: &'a str,
     /// Its partition count.
     pub partitions: i32,
@@ -37,15 +38,35 @@ pub enum Refused {
     /// not held when it was, or the snapshot was written without a changelog).
     NotHeld,
     /// The snapshot is of another changelog topic, or of one with another partition count.
-    OtherChangelog { topic: String, partitions: i32 },
+    OtherChangelog {
+        /// The snapshot's changelog topic.
+        topic: String,
+        /// Its partition count when the snapshot was taken.
+        partitions: i32,
+    },
     /// The position is past the partition's end: the topic was deleted and created again,
     /// or the snapshot is of another cluster's topic of the same name.
-    PastEnd { position: i64, end: i64 },
+    PastEnd {
+        /// The snapshot's position for the partition.
+        position: i64,
+        /// The partition's end now.
+        end: i64,
+    },
     /// Records after the position were deleted (retention, `DeleteRecords`).
-    BeforeStart { position: i64, start: i64 },
+    BeforeStart {
+        /// The snapshot's position for the partition.
+        position: i64,
+        /// The partition's first offset now.
+        start: i64,
+    },
     /// Older than the topic's `delete.retention.ms`: a tombstone written after the position
     /// may have been compacted away, and its object would come back.
-    TooOld { age_s: i64, kept_s: i64 },
+    TooOld {
+        /// The snapshot's age, in seconds of wall clock.
+        age_s: i64,
+        /// The topic's `delete.retention.ms`, in seconds.
+        kept_s: i64,
+    },
 }
 
 impl Refused {
@@ -111,7 +132,10 @@ pub(super) fn check(
 /// The states of one partition, and the changelog position they reflect.
 #[derive(Debug, Default)]
 pub struct Slice {
+    /// The changelog position the states reflect: the next offset to read (every record before
+    /// it is in the states).
     pub position: i64,
+    /// The partition's objects' states, by key.
     pub states: Vec<(ObjKey, ObjectState)>,
 }
 
@@ -165,6 +189,7 @@ impl Cached {
         self.slices.values().map(|s| s.states.len()).sum()
     }
 
+    /// The changelog topic the snapshot was taken of.
     pub fn topic(&self) -> &str {
         &self.topic
     }

@@ -30,6 +30,7 @@ pub struct ObjectState {
     pub(super) key: ObjKey,
     /// (apiVersion, kind), one handle for the pair ([`super::Interner::parts`]).
     pub ty: Ty,
+    /// `metadata.namespace`; empty for a cluster-scoped object.
     pub namespace: Sym,
     /// `metadata.generation` as last seen (advanced by one on a scale write); 0 when unknown.
     /// 16 bits: a value that does not fit is in `rare`, marked by `HAS_WIDE_GENERATION` (an
@@ -60,6 +61,7 @@ pub struct ObjectState {
     /// sets are in `rare` and these are `None`.
     updater: Option<Sym>,
     status_updater: Option<Sym>,
+    /// The resourceVersion of the latest write applied; 0 when none had one.
     pub last_resource_version: u64,
     /// Event time of the latest write in whole seconds since the epoch, for eviction and
     /// tombstone expiry (4 bytes where microseconds would take 8).
@@ -130,16 +132,19 @@ pub struct OwnerKey {
 }
 
 impl OwnerKey {
+    /// The key of the owner `uid` of type `ty`.
     pub fn new(uid: Uid, ty: Ty) -> Self {
         OwnerKey { uid: [uid as u32, (uid >> 32) as u32, (uid >> 64) as u32, (uid >> 96) as u32], ty }
     }
 
+    /// The owner's UID as a map key.
     pub fn uid(&self) -> Uid {
         self.uid.iter().rev().fold(0, |acc, &w| acc << 32 | w as u128)
     }
 }
 
 impl ObjectState {
+    /// The state of an object not seen before: nothing known but its type and namespace.
     pub fn new(ty: Ty, namespace: Sym) -> Self {
         ObjectState {
             key: ObjKey::new(Sym::EMPTY, 0),
@@ -219,26 +224,32 @@ impl ObjectState {
         self.status_write_generation = self.keep(HAS_WIDE_STATUS_WRITE, status_write);
     }
 
+    /// Whether it has shown that it initialized (a high-water mark, DESIGN §1.4).
     pub fn initialized(&self) -> bool {
         self.has & INITIALIZED != 0
     }
 
+    /// Whether `metadata.deletionTimestamp` was seen.
     pub fn deleting(&self) -> bool {
         self.has & DELETING != 0
     }
 
+    /// Whether it was deleted: a tombstone, so its children's later deletes read as teardown.
     pub fn deleted(&self) -> bool {
         self.has & DELETED != 0
     }
 
+    /// Sets or clears the initialized mark.
     pub fn set_initialized(&mut self, on: bool) {
         self.flag(INITIALIZED, on);
     }
 
+    /// Sets or clears the deleting mark.
     pub fn set_deleting(&mut self, on: bool) {
         self.flag(DELETING, on);
     }
 
+    /// Sets or clears the tombstone mark.
     pub fn set_deleted(&mut self, on: bool) {
         self.flag(DELETED, on);
     }
@@ -248,6 +259,7 @@ impl ObjectState {
         self.has & FINISHED != 0
     }
 
+    /// Sets or clears the finished mark (see [`ObjectState::observe_progress`]).
     pub fn set_finished(&mut self, on: bool) {
         self.flag(FINISHED, on);
     }
@@ -288,6 +300,7 @@ impl ObjectState {
         code.checked_sub(1).map(|i| (generation, OBSERVED_SOURCES[i as usize]))
     }
 
+    /// Keeps the observed generation from the object itself and its source; `None` forgets it.
     pub fn set_observed(&mut self, observed: Option<(i64, ObservedSource)>) {
         let (generation, code) = match observed {
             Some((g, src)) => {
@@ -305,6 +318,7 @@ impl ObjectState {
         self.get(HAS_STATUS_WRITE_GENERATION, generation as u64).map(|g| g as i64)
     }
 
+    /// Keeps the generation at the latest status write; `None` forgets it.
     pub fn set_status_write_generation(&mut self, generation: Option<i64>) {
         self.set(HAS_STATUS_WRITE_GENERATION, generation.map(|g| g as u64));
         self.status_write_generation = self.keep(HAS_WIDE_STATUS_WRITE, generation);
@@ -357,14 +371,17 @@ impl ObjectState {
         self.get(HAS_CONTENT_HASH, self.content_hash)
     }
 
+    /// Keeps the hash of the spec; `None`: unknown.
     pub fn set_content_hash(&mut self, hash: Option<u64>) {
         self.content_hash = self.set(HAS_CONTENT_HASH, hash);
     }
 
+    /// 32 bits of the hash of the status; `None` when unknown (no status seen).
     pub fn status_hash(&self) -> Option<u32> {
         self.get(HAS_STATUS_HASH, self.status_hash as u64).map(|h| h as u32)
     }
 
+    /// Keeps 32 bits of the hash of the status; `None`: unknown.
     pub fn set_status_hash(&mut self, hash: Option<u32>) {
         self.status_hash = self.set(HAS_STATUS_HASH, hash.map(u64::from)) as u32;
     }
@@ -374,6 +391,7 @@ impl ObjectState {
         self.name_key
     }
 
+    /// Keeps the name's 32-bit hash ([`name_key`]).
     pub fn set_name_key(&mut self, key: u32) {
         self.name_key = key;
     }

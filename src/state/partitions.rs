@@ -17,7 +17,9 @@ use super::{FastBuild, ObjKey};
 /// A few partitions: two inline (an object's judged and own partitions), more on the heap.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Parts {
+    /// Up to two partitions; a free slot holds -1.
     Two([i32; 2]),
+    /// Three or more partitions, in the order added.
     Many(Vec<i32>),
 }
 
@@ -30,10 +32,12 @@ impl Default for Parts {
 }
 
 impl Parts {
+    /// The set of the one partition `p`.
     pub fn one(p: i32) -> Parts {
         Parts::Two([p, NONE])
     }
 
+    /// Adds `p` (once).
     pub fn add(&mut self, p: i32) {
         match self {
             Parts::Two(two) if two.contains(&p) => {}
@@ -46,6 +50,7 @@ impl Parts {
         }
     }
 
+    /// Removes `p`, when held.
     pub fn remove(&mut self, p: i32) {
         match self {
             Parts::Two(two) => two.iter_mut().filter(|x| **x == p).for_each(|x| *x = NONE),
@@ -53,6 +58,7 @@ impl Parts {
         }
     }
 
+    /// The partitions held.
     pub fn iter(&self) -> impl Iterator<Item = i32> + '_ {
         let s: &[i32] = match self {
             Parts::Two(two) => two,
@@ -61,10 +67,12 @@ impl Parts {
         s.iter().copied().filter(|p| *p != NONE)
     }
 
+    /// Whether no partition is held.
     pub fn is_empty(&self) -> bool {
         self.iter().next().is_none()
     }
 
+    /// Whether `p` is held.
     pub fn contains(&self, p: i32) -> bool {
         self.iter().any(|x| x == p)
     }
@@ -186,6 +194,7 @@ impl Partitions {
         self.lock().homes.len()
     }
 
+    /// Whether no object has a partition.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -14,13 +14,21 @@ use crate::state::{FastBuild, SharedPolicy};
 use crate::trace::Labels;
 use crate::write::Annotations;
 
+/// The annotation listing a parent's approvals of drift (a JSON list of [`Approval`]).
 pub const APPROVALS: &str = "kausality.io/approvals";
+/// The annotation listing a parent's rejections of drift (a JSON list of [`Rejection`]).
 pub const REJECTIONS: &str = "kausality.io/rejections";
+/// The annotation freezing a parent (`"true"` or `{"user": ..., "message": ...}`).
 pub const FREEZE: &str = "kausality.io/freeze";
+/// The annotation silencing a parent's drift reports until a time (RFC 3339, or
+/// `{"expiry": ...}`).
 pub const SNOOZE: &str = "kausality.io/snooze";
+/// The annotation by which a parent says it has initialized (`initialized`).
 pub const PHASE: &str = "kausality.io/phase";
+/// The prefix of the annotations whose `<key>: <value>` every trace hop of the object carries.
 pub const TRACE_LABEL_PREFIX: &str = "kausality.io/trace-";
 
+/// How long an approval holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalMode {
@@ -37,10 +45,13 @@ pub enum ApprovalMode {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ChildPattern {
+    /// The child's apiVersion, or `*`.
     #[serde(default = "star")]
     pub api_version: String,
+    /// The child's kind, or `*`.
     #[serde(default = "star")]
     pub kind: String,
+    /// The child's name, or `*`.
     #[serde(default = "star")]
     pub name: String,
 }
@@ -48,10 +59,13 @@ pub struct ChildPattern {
 /// Pre-approval of drift on matching children.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct Approval {
+    /// The children it approves drift on.
     #[serde(flatten)]
     pub child: ChildPattern,
+    /// The parent generation it is valid at (`once`, `generation`); ignored by `always`. Default 0.
     #[serde(default)]
     pub generation: i64,
+    /// How long it holds; `once` by default.
     #[serde(default)]
     pub mode: ApprovalMode,
 }
@@ -59,11 +73,13 @@ pub struct Approval {
 /// Rejection of drift on matching children; wins over any approval.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 pub struct Rejection {
+    /// The children it rejects drift on.
     #[serde(flatten)]
     pub child: ChildPattern,
     /// 0: active at every generation; else only at that one.
     #[serde(default)]
     pub generation: i64,
+    /// Why, in words, from the annotation; may be empty.
     #[serde(default)]
     pub reason: String,
 }
@@ -75,8 +91,11 @@ fn star() -> String {
 /// The child a rule is matched against.
 #[derive(Clone, Copy, Debug)]
 pub struct ChildRef<'a> {
+    /// The child's apiVersion.
     pub api_version: &'a str,
+    /// The child's kind.
     pub kind: &'a str,
+    /// The child's name.
     pub name: &'a str,
 }
 
@@ -85,6 +104,7 @@ fn field_matches(pattern: &str, value: &str) -> bool {
 }
 
 impl ChildPattern {
+    /// Whether every field of the pattern matches `c`.
     pub fn matches(&self, c: ChildRef<'_>) -> bool {
         field_matches(&self.api_version, c.api_version)
             && field_matches(&self.kind, c.kind)
@@ -93,10 +113,13 @@ impl ChildPattern {
 }
 
 impl Approval {
+    /// Whether the approval's pattern matches `c`.
     pub fn matches(&self, c: ChildRef<'_>) -> bool {
         self.child.matches(c)
     }
 
+    /// Whether it holds at the parent's generation `parent_generation` (a used-up `once`
+    /// approval is told apart by its [`Approval::key`]).
     pub fn valid_at(&self, parent_generation: i64) -> bool {
         match self.mode {
             ApprovalMode::Always => true,
@@ -112,10 +135,12 @@ impl Approval {
 }
 
 impl Rejection {
+    /// Whether the rejection's pattern matches `c`.
     pub fn matches(&self, c: ChildRef<'_>) -> bool {
         self.child.matches(c)
     }
 
+    /// Whether it is active at the parent's generation `parent_generation`.
     pub fn active_at(&self, parent_generation: i64) -> bool {
         self.generation == 0 || self.generation == parent_generation
     }
@@ -144,15 +169,20 @@ pub use crate::enriched::Resolution;
 /// A freeze on a parent: every child mutation is a violation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Freeze {
+    /// Who froze the parent, when the annotation says.
     pub user: Option<String>,
+    /// Why (`message`, or `reason`), when the annotation says.
     pub message: Option<String>,
 }
 
 /// Everything read from an object's `kausality.io/` annotations.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Policy {
+    /// Pre-approvals of drift, in the annotation's order.
     pub approvals: Vec<Approval>,
+    /// Rejections of drift; any match wins over an approval.
     pub rejections: Vec<Rejection>,
+    /// The freeze, when the parent is frozen.
     pub freeze: Option<Freeze>,
     /// Drift reports are silenced until this event time (µs).
     pub snooze_until_us: Option<i64>,
@@ -170,6 +200,7 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Reads `a` into a policy; what cannot be read goes into `problems`, never an error.
     pub fn parse(a: &Annotations) -> Policy {
         let mut p = Policy { source_hash: a.hash, source: a.clone(), ..Policy::default() };
         let mut labels = Vec::new();
@@ -233,6 +264,7 @@ impl Policy {
         (Resolution::Unresolved, None)
     }
 
+    /// Whether the snooze holds at event time `time_us` (µs): drift reports are silenced.
     pub fn snoozed_at(&self, time_us: i64) -> bool {
         self.snooze_until_us.is_some_and(|until| time_us < until)
     }
@@ -253,6 +285,7 @@ impl Default for PolicyCache {
 }
 
 impl PolicyCache {
+    /// A cache of at most `capacity` policies (at least 1).
     pub fn new(capacity: usize) -> Self {
         PolicyCache(Mutex::new(LruCache::with_hasher(
             NonZeroUsize::new(capacity.max(1)).expect("non-zero"),

@@ -48,10 +48,13 @@ const TRACE_MESSAGE: u8 = b't';
 pub struct TraceMessage {
     /// The cluster (not a partition's scope).
     pub cluster: String,
+    /// The object's UID as a map key.
     pub uid: Uid,
-    /// The producing write's auditID, user and time (µs since the epoch).
+    /// The producing write's auditID.
     pub audit_id: String,
+    /// The producing write's user.
     pub user: Sym,
+    /// The producing write's time, µs since the epoch.
     pub time_us: i64,
     /// The trace the write extended.
     pub prev: Trace,
@@ -131,6 +134,7 @@ pub struct RecordReader<'a> {
 }
 
 impl<'a> RecordReader<'a> {
+    /// A reader that interns the records' strings in `interner`.
     pub fn new(interner: &'a Interner) -> Self {
         RecordReader { interner, nodes: HashMap::new(), policies: PolicyCache::default() }
     }

@@ -34,20 +34,33 @@ const VERSION: u32 = 8;
 /// restored from them shows its intent again at its next write.
 const READS: [u32; 5] = [4, 5, 6, 7, 8];
 
+/// Why a snapshot could not be read (or restored).
 #[derive(Debug, thiserror::Error)]
 pub enum SnapshotError {
+    /// The file could not be read.
     #[error("reading the snapshot: {0}")]
     Io(#[from] io::Error),
+    /// The file does not start with the snapshot's header.
     #[error("not a kausality-stream state snapshot (bad header); remove it or point [state] snapshot elsewhere")]
     BadMagic,
+    /// The file is of a format version this build does not read.
     #[error("state snapshot of format version {found}, which this build does not read (it reads {}); run the version that wrote it, or remove the snapshot (state is then learned again from the stream)", READS.map(|v| v.to_string()).join(", "))]
-    UnknownVersion { found: String },
+    UnknownVersion {
+        /// The version the file names.
+        found: String,
+    },
+    /// The checksum at the end does not match the content.
     #[error("snapshot is corrupt (checksum mismatch); it was not restored")]
     Checksum,
+    /// The content does not decode; says what was wrong.
     #[error("snapshot is corrupt: {0}")]
     Corrupt(&'static str),
+    /// The snapshot keeps state per partition (a changelog) and the pipeline has none.
     #[error("state snapshot written with the state changelog {topic} (its state is kept per partition), and this pipeline has no changelog; remove the snapshot (state is then learned again from the stream), or point [state] snapshot elsewhere")]
-    PerPartition { topic: String },
+    PerPartition {
+        /// The changelog topic it was written with.
+        topic: String,
+    },
 }
 
 /// With a state changelog: which changelog the snapshot's state is of, when it was taken, and
@@ -55,6 +68,7 @@ pub enum SnapshotError {
 /// next offset to read: every record before it is in the state).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChangelogMark {
+    /// The changelog topic's name.
     pub topic: String,
     /// The changelog's partition count.
     pub partitions: i32,
@@ -69,7 +83,9 @@ pub struct ChangelogMark {
 /// are assigned.
 #[derive(Debug, Default)]
 pub struct PartitionedSnapshot {
+    /// What the snapshot held.
     pub stats: SnapshotStats,
+    /// The dedupe window: the keys of the auditIDs seen last ([`crate::order::Dedupe::key`]).
     pub dedupe: Vec<u128>,
     /// `None`: written without a changelog (or in a format before 7); its objects are not
     /// returned.
@@ -81,10 +97,15 @@ pub struct PartitionedSnapshot {
 /// What a snapshot held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SnapshotStats {
+    /// Objects.
     pub objects: usize,
+    /// Distinct trace nodes (shared nodes counted once).
     pub trace_nodes: usize,
+    /// Distinct interned strings.
     pub strings: usize,
+    /// auditID keys of the dedupe window.
     pub dedupe_ids: usize,
+    /// Bytes of the snapshot file.
     pub bytes: usize,
 }
 

@@ -30,14 +30,18 @@ use crate::write::Uid;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ObjKey {
     uid: [u32; 4],
+    /// The object's scope: its cluster, or with a state kept per partition the partition's
+    /// (`cluster#pN`).
     pub cluster: Sym,
 }
 
 impl ObjKey {
+    /// The key of object `uid` in scope `cluster`.
     pub fn new(cluster: Sym, uid: Uid) -> Self {
         ObjKey { uid: [uid as u32, (uid >> 32) as u32, (uid >> 64) as u32, (uid >> 96) as u32], cluster }
     }
 
+    /// The object's UID as a map key.
     pub fn uid(&self) -> Uid {
         self.uid.iter().rev().fold(0, |acc, &w| acc << 32 | w as u128)
     }
@@ -50,6 +54,8 @@ impl Hash for ObjKey {
     }
 }
 
+/// Every object's state, by (cluster, UID), in shards that classifying threads rarely share;
+/// bounded by evicting the coldest objects and expiring tombstones (event time).
 #[derive(Debug)]
 pub struct Store {
     map: Table,
@@ -71,11 +77,15 @@ pub struct Store {
 /// What an eviction sweep did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
+    /// Objects evicted as the coldest past the cap.
     pub evicted: usize,
+    /// Tombstones of deleted objects expired past the TTL.
     pub expired_tombstones: usize,
 }
 
 impl Store {
+    /// An empty store keeping at most `max_objects` (at least 16) and tombstones for
+    /// `tombstone_ttl_us` µs of event time.
     pub fn new(max_objects: usize, tombstone_ttl_us: i64) -> Self {
         // Four shards per core, as a power of two: concurrent classifiers rarely meet.
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -109,10 +119,12 @@ impl Store {
         }
     }
 
+    /// How many objects (tombstones included) it holds.
     pub fn len(&self) -> usize {
         self.map.len()
     }
 
+    /// Whether it holds no object.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -148,6 +160,7 @@ impl Store {
         self.map.insert(key, state);
     }
 
+    /// Takes an object's state out.
     pub fn remove(&self, key: &ObjKey) -> Option<ObjectState> {
         let removed = self.map.remove(key);
         if removed.is_some() {

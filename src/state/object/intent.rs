@@ -20,8 +20,9 @@ pub struct Intent {
     pub epoch: i64,
     /// The epoch last shown carried out; 0: none yet.
     pub applied: i64,
-    /// The revision applied last, and the one being applied, as the parent shows them.
+    /// The revision applied last, as the parent shows it.
     pub revision: Option<Arc<str>>,
+    /// The revision being applied, as the parent shows it.
     pub target: Option<Arc<str>>,
 }
 

@@ -17,12 +17,14 @@ pub const MAX_ORIGIN_WRITES: usize = 4;
 /// Most removed children a parent keeps waiting for their replacement (oldest falls out).
 pub const MAX_REMOVED: usize = 32;
 
-/// One leaf field an origin write changed: its dotted path and its values before and after
-/// the write, as JSON text (`None`: the field was absent).
+/// One leaf field an origin write changed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldChange {
+    /// Dotted path, arrays by index (`spec.template.spec.containers[0].image`).
     pub path: Box<str>,
+    /// The value before the write, as JSON text; `None`: the field was absent.
     pub before: Option<Box<str>>,
+    /// The value the write set, as JSON text; `None`: it removed the field.
     pub after: Option<Box<str>>,
 }
 
@@ -30,15 +32,19 @@ pub struct FieldChange {
 /// older than the horizon.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OriginWrite {
+    /// Who wrote (the effective user).
     pub user: Sym,
+    /// The write's auditID.
     pub audit_id: Arc<str>,
     /// As the API server wrote it.
     pub stage_timestamp: Arc<str>,
     /// Event time in µs since the epoch, for the horizon.
     pub time_us: i64,
+    /// The write's verb.
     pub verb: Verb,
     /// The object it touched: the child itself, or the removed sibling.
     pub ty: Ty,
+    /// That object's name.
     pub name: Name,
     /// The leaf fields it changed; `None` when the content before the write was not known
     /// (not in the cache of recent contents), and for removals.
@@ -134,6 +140,7 @@ impl ObjectState {
         self.rare.as_ref().and_then(|r| r.ext.as_deref()).map_or(0, |e| e.selectors)
     }
 
+    /// Keeps which policy selectors the labels matched at this write, one bit each.
     pub fn set_selector_bits(&mut self, bits: u64) {
         if bits == self.selector_bits() {
             return;

@@ -38,18 +38,22 @@ impl Recent {
         self.users[0] = user;
     }
 
+    /// Whether `user` is in the set.
     pub fn contains(&self, user: Sym) -> bool {
         self.as_slice().contains(&user)
     }
 
+    /// The users, newest first.
     pub fn as_slice(&self) -> &[Sym] {
         &self.users[..self.len as usize]
     }
 
+    /// How many users the set holds (at most [`MAX_RECENT`]).
     pub fn len(&self) -> usize {
         self.len as usize
     }
 
+    /// Whether the set holds nobody.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
@@ -153,10 +157,12 @@ impl Ext {
 pub struct SharedPolicy(triomphe::Arc<Rare>);
 
 impl SharedPolicy {
+    /// The box holding `policy` and nothing else.
     pub fn new(policy: Arc<Policy>) -> Self {
         SharedPolicy(triomphe::Arc::new(Rare { policy: Some(policy), ..Rare::default() }))
     }
 
+    /// The policy it holds.
     pub fn policy(&self) -> &Arc<Policy> {
         self.0.policy.as_ref().expect("a shared policy holds one")
     }
@@ -187,6 +193,7 @@ impl ObjectState {
         }
     }
 
+    /// Adds `user` to the users who changed the spec, created or deleted the object.
     pub fn push_updater(&mut self, user: Sym) {
         if self.rare_updaters().is_none() && self.updater.is_none_or(|u| u == user) {
             self.updater = Some(user);
@@ -195,6 +202,7 @@ impl ObjectState {
         }
     }
 
+    /// Adds `user` to the users who wrote the status.
     pub fn push_status_updater(&mut self, user: Sym) {
         if self.rare_updaters().is_none() && self.status_updater.is_none_or(|u| u == user) {
             self.status_updater = Some(user);

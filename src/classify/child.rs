@@ -21,6 +21,29 @@ pub(super) struct Child<'a> {
     pub written: Written<'a>,
 }
 
+impl<'a> Child<'a> {
+    /// A child as its state shows it, `(ty, generation, labels)` (`generation` 0: unknown),
+    /// with nothing known of its content.
+    pub(super) fn kept(
+        uid: Uid,
+        uid_text: &'a Arc<str>,
+        namespace: Sym,
+        name: &'a Name,
+        (ty, generation, labels): (Ty, i64, Option<Labels>),
+    ) -> Self {
+        Child {
+            uid,
+            uid_text,
+            ty,
+            namespace,
+            name,
+            generation: (generation != 0).then_some(generation),
+            labels,
+            written: Written::Nothing,
+        }
+    }
+}
+
 /// What a write says of a child's content.
 #[derive(Clone, Copy)]
 pub(super) enum Written<'a> {

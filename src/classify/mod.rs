@@ -659,16 +659,7 @@ impl Engine {
             r.push(w.user);
             (r, None, None, by_ref, 0)
         });
-        let child = Child {
-            uid,
-            uid_text,
-            ty,
-            namespace,
-            name,
-            generation: (generation != 0).then_some(generation),
-            labels,
-            written: Written::Nothing,
-        };
+        let child = Child::kept(uid, uid_text, namespace, name, (ty, generation, labels));
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, unknown).0)
@@ -712,16 +703,7 @@ impl Engine {
             })
             .ok_or(Ignored::EvictionUnknownPod)?;
         let uid_text: Arc<str> = Arc::from(judge::format_uid(key.uid()));
-        let child = Child {
-            uid: key.uid(),
-            uid_text: &uid_text,
-            ty,
-            namespace,
-            name,
-            generation: (generation != 0).then_some(generation),
-            labels,
-            written: Written::Nothing,
-        };
+        let child = Child::kept(key.uid(), &uid_text, namespace, name, (ty, generation, labels));
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, None).0)
     }
@@ -790,16 +772,7 @@ impl Engine {
             s.updaters()
         });
         let written = replicas.map_or(Written::Nothing, Written::Replicas);
-        let child = Child {
-            uid,
-            uid_text,
-            ty,
-            namespace,
-            name,
-            generation: (generation != 0).then_some(generation),
-            labels,
-            written,
-        };
+        let child = Child { written, ..Child::kept(uid, uid_text, namespace, name, (ty, generation, labels)) };
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);
         self.keep_trace(w, uid, uid_text, ty, trace);

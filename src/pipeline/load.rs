@@ -18,6 +18,12 @@ use crate::sources::SourceConfig;
 
 /// Reads and checks a pipeline file.
 pub fn load_file(path: &Path) -> Result<PipelineConfig, ConfigErrors> {
+    let (name, text) = read(path)?;
+    load_str(&name, &text)
+}
+
+/// The name `path` has in errors, and its text.
+fn read(path: &Path) -> Result<(String, String), ConfigErrors> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| {
         ConfigErrors(vec![ConfigError {
@@ -27,7 +33,7 @@ pub fn load_file(path: &Path) -> Result<PipelineConfig, ConfigErrors> {
             message: format!("cannot read: {e}"),
         }])
     })?;
-    load_str(&name, &text)
+    Ok((name, text))
 }
 
 /// Decodes and checks pipeline text; `file` names it in errors.
@@ -464,15 +470,7 @@ pub fn model_policies(policies: &[PolicyConfig], model: &mut crate::config::Mode
 /// (`replay --policies`): the other keys of a pipeline are left unread, an unknown key is an
 /// error, every policy is checked as `load` checks it.
 pub fn load_policies(path: &Path) -> Result<Vec<PolicyConfig>, ConfigErrors> {
-    let name = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        ConfigErrors(vec![ConfigError {
-            file: name.clone(),
-            line: None,
-            key: String::new(),
-            message: format!("cannot read: {e}"),
-        }])
-    })?;
+    let (name, text) = read(path)?;
     load_policies_str(&name, &text)
 }
 

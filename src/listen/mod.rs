@@ -50,6 +50,16 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// The bearer token file cannot be read.
+    #[error("{key} {path}: {source}")]
+    Token {
+        /// The pipeline key that names the file (`bearer_token_file`).
+        key: &'static str,
+        /// The file.
+        path: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
 }
 
 /// Binds `addr` (port 0 picks a free port; see `local_addr`).
@@ -103,15 +113,20 @@ pub struct Opened {
 }
 
 /// Reads the bearer token file, then the TLS files, then binds `addr`. A token file that
-/// cannot be read is `token_error` of its path and the error (each listener names its key).
-pub async fn open<E: From<Error>>(
+/// cannot be read is an [`Error::Token`] named by `token_key`, the key each listener reads it
+/// from.
+pub async fn open(
     addr: SocketAddr,
     tls: Option<&TlsConfig>,
     token_file: Option<&std::path::Path>,
-    token_error: impl FnOnce(String, std::io::Error) -> E,
-) -> Result<Opened, E> {
+    token_key: &'static str,
+) -> Result<Opened, Error> {
     let token = match token_file {
-        Some(p) => Some(read_token(p).map_err(|source| token_error(p.display().to_string(), source))?),
+        Some(p) => Some(read_token(p).map_err(|source| Error::Token {
+            key: token_key,
+            path: p.display().to_string(),
+            source,
+        })?),
         None => None,
     };
     let tls = match tls {

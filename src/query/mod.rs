@@ -42,17 +42,9 @@ use crate::order::Freshness;
 /// Why the query API could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Its listener could not start.
+    /// Its listener could not start, or its bearer token file cannot be read.
     #[error(transparent)]
     Listen(#[from] listen::Error),
-    /// The bearer token file cannot be read.
-    #[error("query.bearer_token_file {path}: {source}")]
-    Token {
-        /// The file.
-        path: String,
-        /// What the OS said.
-        source: std::io::Error,
-    },
 }
 
 /// What the query API reads: the live engine and how current it is, and the history store.
@@ -298,10 +290,8 @@ pub async fn start(
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) -> Result<Running, Error> {
-    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| {
-        Error::Token { path, source }
-    })
-    .await?;
+    let mut opened =
+        listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), "query.bearer_token_file").await?;
     let metrics = ctx.metrics.clone();
     let history = ctx.history.as_ref().map(|p| p.display().to_string());
     let state = QueryState::new(ctx, opened.token.take(), cfg.max_concurrent_reads);

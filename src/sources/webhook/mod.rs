@@ -26,17 +26,9 @@ use crate::status::Status;
 /// Why the webhook could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Its listener could not start.
+    /// Its listener could not start, or its bearer token file cannot be read.
     #[error(transparent)]
     Listen(#[from] listen::Error),
-    /// The bearer token file cannot be read.
-    #[error("bearer_token_file {path}: {source}")]
-    Token {
-        /// The file.
-        path: String,
-        /// What the OS said.
-        source: std::io::Error,
-    },
 }
 
 /// The routes, for serving and for in-process tests.
@@ -68,10 +60,8 @@ pub async fn start(
     shutdown: watch::Receiver<bool>,
     grace: Duration,
 ) -> Result<Running, Error> {
-    let mut opened = listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), |path, source| {
-        Error::Token { path, source }
-    })
-    .await?;
+    let mut opened =
+        listen::open(cfg.listen, cfg.tls.as_ref(), cfg.bearer_token_file.as_deref(), "bearer_token_file").await?;
     let Intake { queue, decoder, route } = intake;
     let state = Arc::new(WebhookState {
         queue,

@@ -128,7 +128,7 @@ impl ApiServer {
         }
         let r = obj_ref(&obj);
         self.objects.insert(uid, obj.clone());
-        let ev = self.event("create", None, &actor.into(), &r, 201, obj);
+        let ev = self.event("create", None, &actor.into(), &r, 201, obj).to_string();
         (r, ev)
     }
 
@@ -164,7 +164,7 @@ impl ApiServer {
             new["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         }
         self.objects.insert(r.uid.clone(), new.clone());
-        self.event(verb, None, &actor, r, 200, new)
+        self.event(verb, None, &actor, r, 200, new).to_string()
     }
 
     /// Writes through the `status` subresource: only `status` changes, generation does not.
@@ -186,7 +186,7 @@ impl ApiServer {
             obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
         }
         self.objects.insert(r.uid.clone(), obj.clone());
-        self.event("update", Some("status"), &actor.into(), r, 200, obj)
+        self.event("update", Some("status"), &actor.into(), r, 200, obj).to_string()
     }
 
     /// Sets `status.observedGeneration` to the current generation and the given conditions
@@ -220,7 +220,7 @@ impl ApiServer {
             "spec": {"replicas": replicas},
             "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": "app=x"}
         });
-        self.event("update", Some("scale"), &actor.into(), r, 200, scale)
+        self.event("update", Some("scale"), &actor.into(), r, 200, scale).to_string()
     }
 
     /// Deletes the object. With finalizers (e.g. `foregroundDeletion`) it stays, with a
@@ -245,7 +245,7 @@ impl ApiServer {
             obj["metadata"]["deletionTimestamp"] = json!(format_rfc3339_micros(self.now_us)[..19].to_string() + "Z");
             self.objects.insert(r.uid.clone(), obj.clone());
         }
-        self.event("delete", None, &actor.into(), r, 200, obj)
+        self.event("delete", None, &actor.into(), r, 200, obj).to_string()
     }
 
     /// Deletes a pod with its grace period, as the API server does by default: it stays, with
@@ -254,7 +254,7 @@ impl ApiServer {
     pub fn delete_graceful(&mut self, actor: impl Into<Actor>, r: &ObjRef) -> String {
         self.advance_ms(1);
         let obj = self.terminate(r);
-        self.event("delete", None, &actor.into(), r, 200, obj)
+        self.event("delete", None, &actor.into(), r, 200, obj).to_string()
     }
 
     /// Marks the object as terminating (the first write of a graceful deletion); returns it.
@@ -302,7 +302,7 @@ impl ApiServer {
                    "message": "Cannot evict pod as it would violate the pod's disruption budget.",
                    "details": {"causes": [{"reason": "DisruptionBudget", "message": "The disruption budget needs 1 healthy pods and has 1 currently"}]}})
         };
-        let mut ev = self.event_value("create", Some("eviction"), &actor, r, code, status);
+        let mut ev = self.event("create", Some("eviction"), &actor, r, code, status);
         let mut body = json!({"kind": "Eviction", "apiVersion": "policy/v1", "metadata": {"name": r.name, "namespace": r.namespace, "creationTimestamp": null}});
         if let Some(o) = delete_options {
             body["deleteOptions"] = o;
@@ -336,7 +336,7 @@ impl ApiServer {
             items.push(obj);
         }
         let list = json!({"kind": format!("{}List", first.kind), "apiVersion": first.api_version, "metadata": {"resourceVersion": self.rv.to_string()}, "items": items});
-        let mut ev = self.event_value("deletecollection", None, &actor.into(), first, 200, list);
+        let mut ev = self.event("deletecollection", None, &actor.into(), first, 200, list);
         ev["objectRef"].as_object_mut().expect("objectRef").remove("name");
         let uri = ev["requestURI"].as_str().unwrap_or("").to_string();
         ev["requestURI"] = json!(uri.rsplit_once('/').map_or(uri.as_str(), |(collection, _)| collection));
@@ -350,7 +350,7 @@ impl ApiServer {
         self.rv += 1;
         obj["metadata"].as_object_mut().expect("metadata").remove("finalizers");
         obj["metadata"]["resourceVersion"] = json!(self.rv.to_string());
-        self.event("update", None, &actor.into(), r, 200, obj)
+        self.event("update", None, &actor.into(), r, 200, obj).to_string()
     }
 
     /// A request that failed (e.g. 409 Conflict): nothing is persisted.
@@ -358,7 +358,7 @@ impl ApiServer {
         self.advance_ms(1);
         let status =
             json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code, "reason": "Conflict"});
-        self.event("update", None, &actor.into(), r, code, status)
+        self.event("update", None, &actor.into(), r, code, status).to_string()
     }
 
     /// A dry-run update: answered, not persisted.
@@ -366,7 +366,7 @@ impl ApiServer {
         self.advance_ms(1);
         let mut obj = self.objects.get(&r.uid).expect("known object").clone();
         f(&mut obj);
-        let ev = self.event("update", None, &actor.into(), r, 200, obj);
+        let ev = self.event("update", None, &actor.into(), r, 200, obj).to_string();
         ev.replacen(
             &format!("\"requestURI\":\"{}\"", uri(r, None)),
             &format!("\"requestURI\":\"{}?dryRun=All\"", uri(r, None)),
@@ -374,19 +374,8 @@ impl ApiServer {
         )
     }
 
+    /// The audit event of a write, `response` its answer (one JSON line with `to_string`).
     fn event(
-        &mut self,
-        verb: &str,
-        subresource: Option<&str>,
-        actor: &Actor,
-        r: &ObjRef,
-        code: u16,
-        response: Value,
-    ) -> String {
-        serde_json::to_string(&self.event_value(verb, subresource, actor, r, code, response)).expect("serializable")
-    }
-
-    fn event_value(
         &mut self,
         verb: &str,
         subresource: Option<&str>,

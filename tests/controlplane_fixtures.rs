@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::replay_by_key;
+use common::{replay_by_key, replay_fixture};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,14 +36,8 @@ fn reverted(e: &Value) -> Vec<&str> {
 
 /// The differences between a fixture's expectations and its replay, in words.
 fn check(expected_path: &Path) -> Vec<String> {
-    let expected: Value = serde_json::from_str(&std::fs::read_to_string(expected_path).expect("read")).expect("JSON");
+    let (expected, events) = replay_fixture(expected_path);
     let name = expected["scenario"].as_str().expect("scenario");
-    let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
-    let events = replay_by_key(
-        &jsonl,
-        expected["replay"]["cluster"].as_str().expect("cluster"),
-        expected["replay"]["reorderWindow"].as_str().expect("window"),
-    );
     let mut problems = Vec::new();
     let want = expected["classes"].as_object().expect("classes");
     // Why the truth says what it says (`cluster-day`), for the messages.

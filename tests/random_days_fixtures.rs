@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::replay_by_key;
+use common::replay_fixture;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -32,14 +32,7 @@ fn fixtures(sub: &str) -> Vec<PathBuf> {
 
 /// The writes of a day whose replay differs from the truth: key → what differs.
 fn differences(expected_path: &Path) -> (Value, BTreeMap<String, String>) {
-    let expected: Value = serde_json::from_str(&std::fs::read_to_string(expected_path).expect("read")).expect("JSON");
-    let name = expected["scenario"].as_str().expect("scenario");
-    let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
-    let events = replay_by_key(
-        &jsonl,
-        expected["replay"]["cluster"].as_str().expect("cluster"),
-        expected["replay"]["reorderWindow"].as_str().expect("window"),
-    );
+    let (expected, events) = replay_fixture(expected_path);
     let want = expected["classes"].as_object().expect("classes");
     let why = |id: &str| expected["why"][id].as_str().unwrap_or("").to_string();
     let mut out = BTreeMap::new();

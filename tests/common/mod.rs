@@ -104,6 +104,23 @@ pub(crate) fn replay_by_key(
         .collect()
 }
 
+/// A recorded fixture's expectations (`NAME.expected.json`: its `scenario`, how to `replay` it,
+/// the `classes` the truth gives) and [`replay_by_key`] of its stream (`NAME.jsonl` beside it).
+pub(crate) fn replay_fixture(
+    expected_path: &std::path::Path,
+) -> (serde_json::Value, std::collections::BTreeMap<String, serde_json::Value>) {
+    let text = std::fs::read_to_string(expected_path).expect("read");
+    let expected: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let name = expected["scenario"].as_str().expect("scenario");
+    let jsonl = expected_path.with_file_name(format!("{name}.jsonl"));
+    let events = replay_by_key(
+        &jsonl,
+        expected["replay"]["cluster"].as_str().expect("cluster"),
+        expected["replay"]["reorderWindow"].as_str().expect("window"),
+    );
+    (expected, events)
+}
+
 /// The summary `replay` renders for `events`, read from a file as the command reads them.
 pub(crate) fn replay_summary(name: &str, events: &[String]) -> String {
     let dir = std::env::temp_dir().join(format!("kausality-{name}-{}", std::process::id()));

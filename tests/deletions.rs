@@ -28,14 +28,7 @@ fn tree(api: &mut ApiServer, events: &mut Vec<String>, ns: &str) -> Tree {
     events.push(ev);
     let (rs, ev) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
     events.push(ev);
-    let mut pods = Vec::new();
-    for s in ["a", "b"] {
-        let (p, ev) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
-        pods.push(p);
-        events.push(ev);
-    }
-    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
-    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
+    let pods = common::pods_up(api, events, &deploy, &rs);
     Tree { deploy, rs, pods }
 }
 

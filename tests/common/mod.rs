@@ -141,13 +141,20 @@ pub(crate) fn web_tree(api: &mut ApiServer, events: &mut Vec<String>) -> (ObjRef
     let (rs, e) = api.create(DEPLOYMENT_CONTROLLER, replicaset(&deploy, "5d4f", 2, "web:1"));
     events.push(e);
     events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "False")]));
+    let pods = pods_up(api, events, &deploy, &rs);
+    (deploy, rs, pods)
+}
+
+/// Pods a and b of the ReplicaSet `rs` (image `web:1`) created by its controller, then `rs`
+/// and the Deployment `deploy` reported available; their events go to `events`.
+pub(crate) fn pods_up(api: &mut ApiServer, events: &mut Vec<String>, deploy: &ObjRef, rs: &ObjRef) -> Vec<ObjRef> {
     let mut pods = Vec::new();
     for s in ["a", "b"] {
-        let (p, e) = api.create(REPLICASET_CONTROLLER, pod(&rs, s, "web:1"));
+        let (p, e) = api.create(REPLICASET_CONTROLLER, pod(rs, s, "web:1"));
         pods.push(p);
         events.push(e);
     }
-    events.push(api.report(REPLICASET_CONTROLLER, &rs, &[]));
-    events.push(api.report(DEPLOYMENT_CONTROLLER, &deploy, &[("Available", "True")]));
-    (deploy, rs, pods)
+    events.push(api.report(REPLICASET_CONTROLLER, rs, &[]));
+    events.push(api.report(DEPLOYMENT_CONTROLLER, deploy, &[("Available", "True")]));
+    pods
 }

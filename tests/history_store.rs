@@ -65,6 +65,30 @@ fn tree(api: &mut ApiServer, events: &mut Vec<String>) -> (ObjRef, ObjRef, Vec<O
     common::web_tree(api, events)
 }
 
+/// The writes of [`put_back`].
+struct PutBack {
+    rs: ObjRef,
+    by_hand: String,
+    back: String,
+    del: String,
+    replacement: String,
+}
+
+/// [`tree`], then the ReplicaSet's (`rs`) replicas set by hand (`by_hand`) and put back by the
+/// deployment-controller (`back`); the ReplicaSet reports its generation done; then a pod
+/// deleted by a person (`del`) and replaced by the ReplicaSet's controller (`replacement`):
+/// the replacement reverts the delete. Their events go to `events`.
+fn put_back(api: &mut ApiServer, events: &mut Vec<String>) -> PutBack {
+    let (_, rs, pods) = tree(api, events);
+    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
+    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
+    let done = api.report(REPLICASET_CONTROLLER, &rs, &[]);
+    let del = api.delete("carol@example.com", &pods[1], &[]);
+    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
+    events.extend([by_hand.clone(), back.clone(), done, del.clone(), replacement.clone()]);
+    PutBack { rs, by_hand, back, del, replacement }
+}
+
 #[test]
 fn each_object_is_one_row_with_its_identity_owner_and_times() {
     let (dir, path) = temp_store("objects");
@@ -218,15 +242,7 @@ fn a_drift_s_reverts_rows_name_the_origin_writes_it_undoes() {
     let (dir, path) = temp_store("reverts");
     let mut api = ApiServer::new();
     let mut events = Vec::new();
-    let (_, rs, pods) = tree(&mut api, &mut events);
-    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
-    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
-    // The ReplicaSet reports its generation done; then a pod deleted by a person and replaced
-    // by the controller: the replacement reverts the delete.
-    let done = api.report(REPLICASET_CONTROLLER, &rs, &[]);
-    let del = api.delete("carol@example.com", &pods[1], &[]);
-    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
-    events.extend([by_hand.clone(), back.clone(), done, del.clone(), replacement.clone()]);
+    let PutBack { by_hand, back, del, replacement, .. } = put_back(&mut api, &mut events);
     let out = run(&events);
     assert_eq!(class_of(&out, &back), Class::Drift);
     assert_eq!(class_of(&out, &replacement), Class::Drift);
@@ -908,13 +924,7 @@ fn a_store_of_schema_2_is_converted_by_the_writer_with_every_row_as_it_was() {
     let (dir, path) = temp_store("schema-2");
     let mut api = ApiServer::new();
     let mut events = Vec::new();
-    let (_, rs, pods) = tree(&mut api, &mut events);
-    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
-    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
-    let done = api.report(REPLICASET_CONTROLLER, &rs, &[]);
-    let del = api.delete("carol@example.com", &pods[1], &[]);
-    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
-    events.extend([by_hand, back.clone(), done, del, replacement]);
+    let PutBack { rs, back, .. } = put_back(&mut api, &mut events);
     let out = run(&events);
     assert_eq!(class_of(&out, &back), Class::Drift);
     // The store as a build of schema 2 wrote it: each event one zstd frame (no dictionary),

@@ -38,7 +38,6 @@
 //! model imports too.
 
 mod body;
-pub mod config;
 #[cfg(feature = "kafka")]
 pub mod producer;
 #[cfg(test)]
@@ -47,6 +46,8 @@ mod tests;
 use std::borrow::Cow;
 
 pub use crate::partition::{murmur2, partition_of};
+/// The ingest tier's pipeline section, `[[sinks]] type = "kafka_route"` ([`crate::sinks::kafka_route`]).
+pub use crate::sinks::kafka_route as config;
 pub use body::{route_body, Copy, Message, Routed};
 pub use config::KafkaRouteConfig;
 

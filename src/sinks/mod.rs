@@ -11,6 +11,7 @@ pub mod history;
 pub mod http;
 pub mod jsonl;
 pub mod kafka;
+pub mod kafka_route;
 
 use std::sync::Arc;
 
@@ -77,7 +78,7 @@ pub enum SinkConfig {
     History(history::HistoryConfig),
     /// The ingest tier: every audit event of the webhook, unchanged, to a keyed topic (nothing
     /// is classified; the only sink of its pipeline).
-    KafkaRoute(crate::route::KafkaRouteConfig),
+    KafkaRoute(kafka_route::KafkaRouteConfig),
 }
 
 impl SinkConfig {

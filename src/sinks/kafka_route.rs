@@ -5,7 +5,9 @@
 //! (its judged copy at its controller-owner UID, a state-only copy at its own UID: see
 //! [`crate::route`]), and the webhook answers 200 only once the broker has acknowledged every
 //! message of the body. Nothing is kept on disk or in memory past a request, so any number of
-//! these processes can stand behind one Service. The producer is in [`super::producer`].
+//! these processes can stand behind one Service. The producer is in `route::producer`; the
+//! section's type lives here, with the other sink types of the pipeline file, below the ingest
+//! tier that reads it (and re-exports it as `route::KafkaRouteConfig`).
 
 use serde::Deserialize;
 

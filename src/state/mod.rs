@@ -1,7 +1,6 @@
 //! Per-object state, rebuilt from the stream: a sharded concurrent map keyed by (cluster, UID).
 
 mod cached;
-mod hash;
 mod intern;
 mod object;
 mod partitions;
@@ -9,8 +8,8 @@ mod record;
 mod snapshot;
 mod store;
 
+pub use crate::hash::{FastBuild, FastHasher};
 pub use cached::{Cached, Live, Refused, Slice};
-pub use hash::{FastBuild, FastHasher};
 pub use intern::{Interner, Marks, Pin, Swept, Sym, Ty};
 pub use object::{
     name_key, FieldChange, Intent, ObjectState, OriginWrite, OwnerKey, Recent, SharedPolicy, TraceState,

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde::Deserialize;
 
+use crate::intern::FastBuild;
 use crate::redact::Sensitive;
 use labels::LabelSelector;
 use progress::{Builtin, Comparison, ConditionReason, KindProgress};
@@ -71,7 +72,7 @@ pub struct ModelConfig {
     /// Signals of work in progress by kind key (DESIGN §1.3); by default the built-in ones of
     /// Deployment, StatefulSet, DaemonSet and ReplicaSet. Kinds not listed finish a generation
     /// when it is observed.
-    progress: HashMap<String, KindProgress>,
+    progress: HashMap<String, KindProgress, FastBuild>,
     /// The rule before DESIGN §1.3 was revised: a generation is finished as soon as it is
     /// observed, whatever its status shows. Default: `false`.
     pub observed_is_finished: bool,

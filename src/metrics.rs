@@ -15,6 +15,7 @@ use crate::classify::forward::Completion;
 use crate::classify::Class;
 use crate::decode::InvalidReason;
 use crate::filter::Ignored;
+use crate::intern::FastBuild;
 use crate::state::policy::Resolution;
 use crate::state::Refused;
 
@@ -89,7 +90,7 @@ pub struct Metrics {
     invalid_by: [IntCounter; InvalidReason::ALL.len()],
     /// Kinds written as themselves in the `kind` and `parent_kind` labels; any other is
     /// [`OTHER_KIND`]. A kind is free text in an ownerReference, and CRDs are many.
-    known_kinds: HashSet<Box<str>>,
+    known_kinds: HashSet<Box<str>, FastBuild>,
 }
 
 /// The `sink` label: a sink's `type` in the pipeline file.

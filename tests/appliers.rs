@@ -760,3 +760,51 @@ fn a_cluster_profile_applies_to_any_cluster_that_lacks_it() {
     assert_eq!(class_of(&out, &back), Class::Drift, "{}", find(&out, &back).unwrap().reason);
     assert_eq!(&*find(&out, &back).unwrap().reverts.as_ref().unwrap()[0].audit_id, &*audit_id(&edit));
 }
+
+#[test]
+fn a_namespaced_sveltos_profile_is_found_by_name_and_kind() {
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    // A ClusterProfile of the same name: a member marked `owner-kind: Profile` is not its.
+    let (_, e) = api.create(
+        ADMIN,
+        json!({
+            "apiVersion": "config.projectsveltos.io/v1beta1", "kind": "ClusterProfile", "metadata": {"name": "addons"},
+            "spec": {"clusterSelector": {"matchLabels": {"env": "dev"}}, "helmCharts": []}
+        }),
+    );
+    events.push(e);
+    let (profile, e) = api.create(
+        ADMIN,
+        json!({
+            "apiVersion": "config.projectsveltos.io/v1beta1", "kind": "Profile",
+            "metadata": {"name": "addons", "namespace": "team-a"},
+            "spec": {"clusterSelector": {"matchLabels": {"env": "prod"}}, "helmCharts": []}
+        }),
+    );
+    events.push(e);
+    // What it applies lands in another namespace than its own, and names no namespace.
+    let mut cm = configmap("kube-system", "addon-config", &[("level", "info")], None);
+    cm["metadata"]["annotations"] =
+        json!({"projectsveltos.io/owner-kind": "Profile", "projectsveltos.io/owner-name": "addons"});
+    let (cm, first) = api.create(SVELTOS, cm);
+    events.push(first.clone());
+    events.push(api.update_status(SVELTOS, &profile, |st| {
+        st.insert("matchingClusterRefs".into(), json!([{"kind": "Cluster", "name": "prod-1"}]));
+    }));
+    let edit = api.update(ALICE, &cm, |o| o["data"]["level"] = json!("debug"));
+    events.push(edit.clone());
+    let back = api.update(SVELTOS, &cm, |o| o["data"]["level"] = json!("info"));
+    events.push(back.clone());
+    let (_, out) = run(&events);
+    assert_eq!(class_of(&out, &first), Class::Expected, "{}", find(&out, &first).unwrap().reason);
+    assert_eq!(class_of(&out, &edit), Class::Origin);
+    assert_eq!(class_of(&out, &back), Class::Drift, "{}", find(&out, &back).unwrap().reason);
+    assert_eq!(&*find(&out, &back).unwrap().reverts.as_ref().unwrap()[0].audit_id, &*audit_id(&edit));
+    let parent = find(&out, &back).unwrap().parent.clone().unwrap();
+    assert_eq!(
+        (&*parent.kind, &*parent.name, &*parent.uid),
+        ("Profile", "addons", profile.uid.as_str()),
+        "the Profile in team-a, not the ClusterProfile of the same name"
+    );
+}

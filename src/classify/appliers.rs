@@ -45,7 +45,11 @@ impl Engine {
         }
         let Some(name) = s.name() else { return };
         let cluster = self.interner.resolve(scope);
-        let at: ParentAt = (cluster.clone(), profile, self.interner.resolve(s.namespace), name.clone());
+        let namespace = match self.applier(profile).is_some_and(Applier::parent_by_name_alone) {
+            true => Arc::from(""),
+            false => self.interner.resolve(s.namespace),
+        };
+        let at: ParentAt = (cluster.clone(), profile, namespace, name.clone());
         if let Some(target) = f.target_cluster.as_ref().filter(|t| t[..] != cluster[..]) {
             let remote: ParentAt = (target.clone(), profile, at.2.clone(), name.clone());
             if self.remote_parents.get(&remote).is_none_or(|p| p.1 != uid || p.0 != cluster) {

@@ -174,6 +174,25 @@ pub fn builtin() -> Vec<Applier> {
             intent: IntentRule::Generation,
             target_cluster: TargetCluster::Any,
         },
+        // A namespaced Profile marks what it applies as a ClusterProfile does, with
+        // `owner-kind: Profile` and no namespace: it is found by name alone.
+        Applier {
+            name: Arc::from("sveltos"),
+            parent_kind: "Profile.config.projectsveltos.io".into(),
+            parent_api_version: "config.projectsveltos.io/v1beta1".into(),
+            markers: Markers::Keys {
+                in_labels: false,
+                name: SVELTOS_OWNER_NAME.into(),
+                namespace_key: None,
+                namespace: String::new(),
+                kind_key: Some(SVELTOS_OWNER_KIND.into()),
+            },
+            // In a registered cluster Sveltos writes with the kubeconfig it was given,
+            // `projectsveltos-sa` where its own script made it.
+            users: users(&["addon-controller", "projectsveltos-sa"]),
+            intent: IntentRule::Generation,
+            target_cluster: TargetCluster::Any,
+        },
     ]
 }
 
@@ -204,6 +223,13 @@ pub struct Member<'a> {
 }
 
 impl Applier {
+    /// Whether a parent is found by name alone, whatever its namespace: the markers name no
+    /// namespace and the profile fixes none (Sveltos' namespaced Profile; a cluster-scoped
+    /// parent has none anyway).
+    pub fn parent_by_name_alone(&self) -> bool {
+        matches!(&self.markers, Markers::Keys { namespace_key: None, namespace, .. } if namespace.is_empty())
+    }
+
     /// The parent's `Kind` alone.
     pub fn parent_kind_name(&self) -> &str {
         self.parent_kind.split_once('.').map_or(&self.parent_kind, |(k, _)| k)

@@ -188,36 +188,102 @@ fn record_error(bytes: &[u8], location: Location, opts: &DecodeOptions) -> Optio
     None
 }
 
+/// What a document parsed whole in one pass turned out to be.
+enum Shape<'a> {
+    /// An EventList (its own kind and apiVersion checked here) and its items.
+    List(AuditEvent<'a>, Vec<AuditEvent<'a>>),
+    /// Azure's `{"records": [...]}` envelope: the list.
+    AksRecords(&'a serde_json::value::RawValue),
+    /// One Azure record on its own.
+    AksRecord,
+    /// A Cloud Logging entry.
+    CloudLogging,
+    /// One audit event.
+    Event(AuditEvent<'a>),
+}
+
+impl<'a> Shape<'a> {
+    fn of(doc_ev: EventOrList<'a>) -> Self {
+        let (ev, items) = doc_ev.split_items();
+        if let Some(items) = items {
+            Shape::List(ev, items)
+        } else if let Some(records) = ev.records {
+            Shape::AksRecords(records)
+        } else if ev.properties.is_some() && ev.audit_id.is_none() {
+            Shape::AksRecord
+        } else if ev.proto_payload.is_some() && ev.audit_id.is_none() {
+            Shape::CloudLogging
+        } else {
+            Shape::Event(ev)
+        }
+    }
+}
+
+/// A list's items, each validated, with where each was; or why the list is refused.
+fn list_items<'a>(
+    list: &AuditEvent<'_>,
+    items: Vec<AuditEvent<'a>>,
+    location: Location,
+) -> Result<impl Iterator<Item = (Location, Result<AuditEvent<'a>, Invalid>)>, Invalid> {
+    check_list_kind(list.kind.as_deref(), list.api_version.as_deref(), location)?;
+    Ok(items.into_iter().enumerate().map(move |(i, item)| {
+        let loc = item_location(location, i);
+        (loc, validate(&item, loc).map(|()| item))
+    }))
+}
+
 /// A document parsed whole in one pass.
 fn decode_parsed<'a, F>(doc_ev: EventOrList<'a>, doc: &'a [u8], location: Location, opts: &DecodeOptions, out: &mut F)
 where
     F: FnMut(Location, Result<AuditEvent<'_>, Invalid>),
 {
-    let (ev, items) = doc_ev.split_items();
-    if let Some(items) = items {
-        if let Err(e) = check_list_kind(ev.kind.as_deref(), ev.api_version.as_deref(), location) {
-            return reject(out, e);
-        }
-        for (i, item) in items.into_iter().enumerate() {
-            let loc = item_location(location, i);
-            out(loc, validate(&item, loc).map(|()| item));
-        }
-    } else if let Some(records) = ev.records {
-        decode_aks(records.get().as_bytes(), location, opts, out);
-    } else if ev.properties.is_some() && ev.audit_id.is_none() {
-        decode_aks_record(doc, location, opts, out);
-    } else if ev.proto_payload.is_some() && ev.audit_id.is_none() {
-        reject(
+    match Shape::of(doc_ev) {
+        Shape::List(list, items) => match list_items(&list, items, location) {
+            Ok(items) => items.for_each(|(loc, r)| out(loc, r)),
+            Err(e) => reject(out, e),
+        },
+        Shape::AksRecords(records) => decode_aks(records.get().as_bytes(), location, opts, out),
+        Shape::AksRecord => decode_aks_record(doc, location, opts, out),
+        Shape::CloudLogging => reject(
             out,
             Invalid::new(
                 location,
                 InvalidReason::Wrapper,
                 "a Cloud Logging entry (protoPayload), not an audit event; export the API server's audit log instead",
             ),
-        );
-    } else {
-        out(location, validate(&ev, location).map(|()| ev));
+        ),
+        Shape::Event(ev) => out(location, validate(&ev, location).map(|()| ev)),
     }
+}
+
+/// Reads one document on the one-pass path alone, for a caller that reads many documents
+/// before taking their events in (so that reading and taking in each keep their code in the
+/// processor's caches): a single event, or an EventList's items, pushed to `into` in input
+/// order with where each was. Returns false, with nothing pushed, for anything else (an array,
+/// an envelope, a document over the limit, not UTF-8 or not valid JSON): [`decode_document`]
+/// then reads it, and says what is wrong, as it always does.
+pub fn parse_document<'a>(
+    doc: &'a [u8],
+    location: Location,
+    opts: &DecodeOptions,
+    into: &mut Vec<(Location, Result<AuditEvent<'a>, Invalid>)>,
+) -> bool {
+    let doc = trim_ascii(doc.strip_prefix(UTF8_BOM).unwrap_or(doc));
+    if doc.first() != Some(&b'{') || doc.len() > opts.max_record_bytes {
+        return false;
+    }
+    let Some(Ok(doc_ev)) = std::str::from_utf8(doc).ok().map(serde_json::from_str::<EventOrList>) else {
+        return false;
+    };
+    match Shape::of(doc_ev) {
+        Shape::List(list, items) => match list_items(&list, items, location) {
+            Ok(items) => into.extend(items),
+            Err(e) => into.push((location, Err(e))),
+        },
+        Shape::Event(ev) => into.push((location, validate(&ev, location).map(|()| ev))),
+        Shape::AksRecords(_) | Shape::AksRecord | Shape::CloudLogging => return false,
+    }
+    true
 }
 
 /// The items found by a scan, each decoded on its own; then where the framing broke, if it did.

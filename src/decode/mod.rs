@@ -19,7 +19,7 @@ pub mod time;
 
 use std::fmt;
 
-pub use body::{decode_body, decode_body_raw, decode_document, DecodeOptions, Unwrap};
+pub use body::{decode_body, decode_body_raw, decode_document, parse_document, DecodeOptions, Unwrap};
 pub use event::{AuditEvent, Event, EventOrList, NoItems, ObjectRef, ResponseStatus, UserInfo};
 pub(crate) use object::CowStr;
 pub use object::{keep_annotations, keeps_annotation};

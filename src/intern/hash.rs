@@ -1,7 +1,10 @@
-//! A fast hasher for the state's maps. Keys are UIDs (UUIDs or 128-bit hashes: already full of
-//! entropy) and interned-string handles, so SipHash's resistance to chosen keys buys nothing here
-//! while costing a tenth of the processing time. Integers are mixed with a multiply-xorshift
-//! (so sequential UIDs still spread over the map's shards); byte strings go through xxh3.
+//! A fast hasher for the maps read at every write. The state's are keyed by UIDs (UUIDs or
+//! 128-bit hashes: already full of entropy) and interned-string handles; the model
+//! configuration's by kind and the metrics' set of known kinds hold keys fixed by the
+//! configuration, that a lookup never adds to. SipHash's resistance to chosen keys buys nothing
+//! there while costing a tenth of the processing time. Integers are mixed with a
+//! multiply-xorshift (so sequential UIDs still spread over the map's shards); byte strings go
+//! through xxh3.
 
 use std::hash::{BuildHasherDefault, Hasher};
 

@@ -357,7 +357,8 @@ impl Processor {
     /// events is taken in: all are decoded first, then their writes go through the dedupe,
     /// the reorder buffer and the classification in the same order as one at a time. The
     /// decoding of many documents in a row keeps its code in the processor's caches, instead
-    /// of taking turns with the classification at every line.
+    /// of taking turns with the classification at every line (and is itself done in passes:
+    /// [`Decoder::decode_documents`]).
     pub fn ingest_documents<'d>(
         &mut self,
         cluster: Option<&str>,
@@ -366,9 +367,7 @@ impl Processor {
         now_us: i64,
         out: &mut Vec<Enriched>,
     ) -> IngestReport {
-        self.decode_and_take(now_us, out, |d, into| {
-            docs.into_iter().for_each(|(doc, location)| d.decode_document(cluster, doc, location, source, into))
-        })
+        self.decode_and_take(now_us, out, |d, into| d.decode_documents(cluster, docs, source, into))
     }
 
     /// Decodes raw input here (into the reused [`Decoded`]) and takes its writes in.

@@ -240,3 +240,60 @@ fn a_body_the_decoder_fails_on_is_counted_invalid_and_keeps_what_came_before_it(
     assert_eq!(out.iter().map(|e| (&*e.audit_id, e.class)).collect::<Vec<_>>(), [("good", Class::Unowned)]);
     assert_eq!(metrics.invalid_count(InvalidReason::Internal), 1);
 }
+
+/// Documents decoded as a batch, in two passes, give what decoding them one by one gives: the
+/// same writes in the same order, the same rejections with the same locations, the same
+/// counts; whatever the mix of shapes the one-pass reading takes and leaves.
+#[test]
+fn documents_decoded_in_passes_are_the_documents_decoded_one_by_one() {
+    let p = arrival_processor();
+    let ev =
+        |id: &str, uid: &str, rv: u64| configmap_create(id, uid, rv, "2024-05-01T10:00:05.000000Z").replace('\n', "");
+    let list = format!(
+        r#"{{"kind":"EventList","apiVersion":"audit.k8s.io/v1","items":[{},{{"kind":"Event","auditID":"x"}},{}]}}"#,
+        ev("l1", "c-l1", 20),
+        ev("l2", "c-l2", 21)
+    );
+    let docs: Vec<String> = vec![
+        ev("1", "c1", 10),
+        format!("\u{feff}{}", ev("2", "c2", 11)),
+        list,
+        format!("[{},{}]", ev("a1", "c-a1", 30), ev("a2", "c-a2", 31)),
+        r#"{"kind":"Event","auditID":"#.to_string(),
+        format!(r#"{{"records":[{{"properties":{{"log":{:?}}}}}]}}"#, ev("r1", "c-r1", 40)),
+        r#"{"protoPayload":{"methodName":"io.k8s.core.v1.configmaps.create"}}"#.to_string(),
+        "hello".to_string(),
+        r#"{"kind":"PodList","apiVersion":"v1","items":[]}"#.to_string(),
+        ev("3", "c3", 12),
+        r#"{"kind":"Event","apiVersion":"audit.k8s.io/v1","auditID":"4","stage":"ResponseComplete"}"#.to_string(),
+        ev("1", "c1", 10),
+    ];
+    let located = || docs.iter().enumerate().map(|(i, d)| (d.as_bytes(), Location::Line(i + 1)));
+    let mut batch = Decoded::default();
+    p.decoder.decode_documents(Some("a"), located(), "test", &mut batch);
+    let mut one_by_one = Decoded::default();
+    for (doc, location) in located() {
+        p.decoder.decode_document(Some("a"), doc, location, "test", &mut one_by_one);
+    }
+    batch.pin = None;
+    one_by_one.pin = None;
+    assert_eq!(format!("{batch:?}"), format!("{one_by_one:?}"));
+    // What the batch holds, spelled out: the six events that become writes, in input order.
+    let ids: Vec<_> =
+        batch.items.iter().filter_map(|i| i.write.as_ref().ok()).map(|w| w.audit_id.to_string()).collect();
+    assert_eq!(ids, ["1", "2", "l1", "l2", "a1", "a2", "3", "1"]);
+    assert_eq!(batch.report.events, 8, "the eight above; the list's second item and line 11 have no verb");
+    let lines: Vec<_> = batch.report.errors.iter().map(|e| e.location).collect();
+    assert_eq!(
+        lines,
+        [
+            Location::LineItem(3, 1),
+            Location::Line(5),
+            Location::Line(6),
+            Location::Line(7),
+            Location::Line(8),
+            Location::Line(9),
+            Location::Line(11)
+        ]
+    );
+}

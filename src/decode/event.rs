@@ -85,49 +85,29 @@ impl<'de> Deserialize<'de> for NoItems {
 impl<'a, L> Event<'a, L> {
     /// The event without its items, and the items.
     pub fn split_items(self) -> (AuditEvent<'a>, Option<L>) {
-        let Event {
-            kind,
-            api_version,
-            audit_id,
-            stage,
-            request_uri,
-            verb,
-            user,
-            impersonated_user,
-            object_ref,
-            response_status,
-            request_object,
-            response_object,
-            stage_timestamp,
-            request_received_timestamp,
-            timestamp,
-            items,
-            records,
-            properties,
-            proto_payload,
-        } = self;
+        // Another type parameter, so no `..self`: each field is moved over by name, once.
         let ev = Event {
-            kind,
-            api_version,
-            audit_id,
-            stage,
-            request_uri,
-            verb,
-            user,
-            impersonated_user,
-            object_ref,
-            response_status,
-            request_object,
-            response_object,
-            stage_timestamp,
-            request_received_timestamp,
-            timestamp,
+            kind: self.kind,
+            api_version: self.api_version,
+            audit_id: self.audit_id,
+            stage: self.stage,
+            request_uri: self.request_uri,
+            verb: self.verb,
+            user: self.user,
+            impersonated_user: self.impersonated_user,
+            object_ref: self.object_ref,
+            response_status: self.response_status,
+            request_object: self.request_object,
+            response_object: self.response_object,
+            stage_timestamp: self.stage_timestamp,
+            request_received_timestamp: self.request_received_timestamp,
+            timestamp: self.timestamp,
             items: None,
-            records,
-            properties,
-            proto_payload,
+            records: self.records,
+            properties: self.properties,
+            proto_payload: self.proto_payload,
         };
-        (ev, items)
+        (ev, self.items)
     }
 }
 

@@ -189,17 +189,7 @@ impl Decoder {
         source: &'static str,
         into: &mut Decoded,
     ) {
-        into.source = source;
-        into.pin.get_or_insert_with(|| self.engine.interner().pin());
-        let cluster = match self.cluster_sym(cluster) {
-            Ok(c) => c,
-            Err(refused) => return into.reject(Invalid { location, ..refused }),
-        };
-        Self::contained(source, into, |into| {
-            decode::decode_document(doc, location, &self.decode, &mut |loc, r: Result<AuditEvent<'_>, Invalid>| {
-                self.take(cluster, loc, r, into)
-            })
-        });
+        self.decode_documents(cluster, std::iter::once((doc, location)), source, into)
     }
 
     /// Decodes several JSON documents (lines of a log file) and appends their admitted events,
@@ -228,7 +218,9 @@ impl Decoder {
         // small free blocks again (64 KiB in glibc), and is long enough for the code of each
         // pass to stay in the instruction cache.
         const PASS: usize = 16;
-        let mut read: Vec<(Location, Result<AuditEvent<'d>, Invalid>)> = Vec::with_capacity(PASS);
+        let docs = docs.into_iter();
+        let mut read: Vec<(Location, Result<AuditEvent<'d>, Invalid>)> =
+            Vec::with_capacity(docs.size_hint().0.clamp(1, PASS));
         for (doc, location) in docs {
             if read.len() >= PASS {
                 self.take_read(cluster, &mut read, source, into);

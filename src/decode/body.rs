@@ -358,20 +358,18 @@ where
 
 const AKS_HINT: &str = "read the events inside with `--unwrap aks` (replay) or `unwrap = \"aks\"` on a pipeline source";
 
+/// An Azure envelope met without `unwrap = "aks"`: refused, saying how to read it.
+fn aks_refused(location: Location, what: &str) -> Invalid {
+    Invalid::new(location, InvalidReason::Wrapper, format!("an Azure diagnostic {what}; {AKS_HINT}"))
+}
+
 /// The Azure diagnostic-settings envelope `{"records": [record, ...]}`; `records` is the list.
 fn decode_aks<F>(records: &[u8], location: Location, opts: &DecodeOptions, out: &mut F)
 where
     F: FnMut(Location, Result<AuditEvent<'_>, Invalid>),
 {
     if opts.unwrap != Unwrap::Aks {
-        return reject(
-            out,
-            Invalid::new(
-                location,
-                InvalidReason::Wrapper,
-                format!("an Azure diagnostic envelope ({{\"records\":[...]}}); {AKS_HINT}"),
-            ),
-        );
+        return reject(out, aks_refused(location, "envelope ({\"records\":[...]})"));
     }
     match serde_json::from_slice::<Vec<AksRecord>>(records) {
         Ok(records) => {
@@ -389,14 +387,7 @@ where
     F: FnMut(Location, Result<AuditEvent<'_>, Invalid>),
 {
     if opts.unwrap != Unwrap::Aks {
-        return reject(
-            out,
-            Invalid::new(
-                location,
-                InvalidReason::Wrapper,
-                format!("an Azure diagnostic record ({{\"properties\":{{\"log\":...}}}}); {AKS_HINT}"),
-            ),
-        );
+        return reject(out, aks_refused(location, "record ({\"properties\":{\"log\":...}})"));
     }
     match serde_json::from_slice::<AksRecord>(doc) {
         Ok(rec) => unwrap_aks_record(rec, location, opts, out),

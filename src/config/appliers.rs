@@ -157,43 +157,33 @@ pub fn builtin() -> Vec<Applier> {
             intent: IntentRule::ArgoCd,
             target_cluster: TargetCluster::Field(vec!["destination".into(), "name".into()]),
         },
-        Applier {
-            name: Arc::from("sveltos"),
-            parent_kind: "ClusterProfile.config.projectsveltos.io".into(),
-            parent_api_version: "config.projectsveltos.io/v1beta1".into(),
-            markers: Markers::Keys {
-                in_labels: false,
-                name: SVELTOS_OWNER_NAME.into(),
-                namespace_key: None,
-                namespace: String::new(),
-                kind_key: Some(SVELTOS_OWNER_KIND.into()),
-            },
-            // In a registered cluster Sveltos writes with the kubeconfig it was given,
-            // `projectsveltos-sa` where its own script made it.
-            users: users(&["addon-controller", "projectsveltos-sa"]),
-            intent: IntentRule::Generation,
-            target_cluster: TargetCluster::Any,
-        },
+        sveltos("ClusterProfile"),
         // A namespaced Profile marks what it applies as a ClusterProfile does, with
         // `owner-kind: Profile` and no namespace: it is found by name alone.
-        Applier {
-            name: Arc::from("sveltos"),
-            parent_kind: "Profile.config.projectsveltos.io".into(),
-            parent_api_version: "config.projectsveltos.io/v1beta1".into(),
-            markers: Markers::Keys {
-                in_labels: false,
-                name: SVELTOS_OWNER_NAME.into(),
-                namespace_key: None,
-                namespace: String::new(),
-                kind_key: Some(SVELTOS_OWNER_KIND.into()),
-            },
-            // In a registered cluster Sveltos writes with the kubeconfig it was given,
-            // `projectsveltos-sa` where its own script made it.
-            users: users(&["addon-controller", "projectsveltos-sa"]),
-            intent: IntentRule::Generation,
-            target_cluster: TargetCluster::Any,
-        },
+        sveltos("Profile"),
     ]
+}
+
+/// Sveltos' profile for its parents of `kind` (`ClusterProfile`, `Profile`): annotations
+/// naming the parent's kind and name.
+fn sveltos(kind: &str) -> Applier {
+    Applier {
+        name: Arc::from("sveltos"),
+        parent_kind: format!("{kind}.config.projectsveltos.io"),
+        parent_api_version: "config.projectsveltos.io/v1beta1".into(),
+        markers: Markers::Keys {
+            in_labels: false,
+            name: SVELTOS_OWNER_NAME.into(),
+            namespace_key: None,
+            namespace: String::new(),
+            kind_key: Some(SVELTOS_OWNER_KIND.into()),
+        },
+        // In a registered cluster Sveltos writes with the kubeconfig it was given,
+        // `projectsveltos-sa` where its own script made it.
+        users: ["addon-controller", "projectsveltos-sa"].map(String::from).to_vec(),
+        intent: IntentRule::Generation,
+        target_cluster: TargetCluster::Any,
+    }
 }
 
 /// Which parent an object's markers name.

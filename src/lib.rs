@@ -62,6 +62,7 @@ pub mod classify;
 pub mod config;
 #[warn(missing_docs)]
 pub mod corpus;
+#[warn(missing_docs)]
 pub mod decode;
 #[warn(missing_docs)]
 pub mod enriched;

@@ -20,8 +20,10 @@ pub enum Unwrap {
     Aks,
 }
 
+/// How to decode: envelopes and the size limit.
 #[derive(Clone, Debug)]
 pub struct DecodeOptions {
+    /// Whether to read the events inside shippers' envelopes (Azure's) or refuse them.
     pub unwrap: Unwrap,
     /// Largest event accepted, in bytes: each one, also inside an EventList (whose body may be
     /// larger: 400 events of 23 KB are 9.4 MB).

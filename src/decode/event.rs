@@ -21,8 +21,10 @@ pub type EventOrList<'a> = Event<'a, Vec<AuditEvent<'a>>>;
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", bound(deserialize = "L: Deserialize<'de>"))]
 pub struct Event<'a, L = NoItems> {
+    /// `Event` for an event, `EventList` for a list; checked when present.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub kind: Option<Cow<'a, str>>,
+    /// `audit.k8s.io/v1` (or `v1beta1`); checked when present.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub api_version: Option<Cow<'a, str>>,
     /// Unique per request; the same ID at several stages, or twice after a retried delivery.
@@ -34,15 +36,19 @@ pub struct Event<'a, L = NoItems> {
     /// Carries `dryRun=All` for dry runs, which persist nothing.
     #[serde(borrow, default, deserialize_with = "opt_str", rename = "requestURI")]
     pub request_uri: Option<Cow<'a, str>>,
+    /// The request's verb (`create`, `update`, `patch`, `delete`, ...).
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub verb: Option<Cow<'a, str>>,
+    /// Who made the request.
     #[serde(borrow, default)]
     pub user: Option<UserInfo<'a>>,
     /// When set, the request was made on behalf of this user: the effective actor.
     #[serde(borrow, default)]
     pub impersonated_user: Option<UserInfo<'a>>,
+    /// The object the request was about, as the API server named it.
     #[serde(borrow, default)]
     pub object_ref: Option<ObjectRef<'a>>,
+    /// How the API server answered.
     #[serde(default)]
     pub response_status: Option<ResponseStatus>,
     /// The request's body, kept raw: read only for an eviction, whose dry run is said there.
@@ -51,8 +57,10 @@ pub struct Event<'a, L = NoItems> {
     /// The persisted object as the API server returned it (RequestResponse level only).
     #[serde(borrow, default)]
     pub response_object: Option<ObjectView<'a>>,
+    /// When the stage was reached (`v1`): the event's time.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub stage_timestamp: Option<Cow<'a, str>>,
+    /// When the API server received the request.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub request_received_timestamp: Option<Cow<'a, str>>,
     /// Legacy (`v1beta1`) event time.
@@ -66,8 +74,10 @@ pub struct Event<'a, L = NoItems> {
     /// record's `properties`, a Cloud Logging entry's `protoPayload`.
     #[serde(borrow, default)]
     pub records: Option<&'a RawValue>,
+    /// A single Azure record's `properties` (its event is in `log`).
     #[serde(borrow, default)]
     pub properties: Option<&'a RawValue>,
+    /// A Cloud Logging entry's payload: such an entry is refused, not read.
     #[serde(borrow, default)]
     pub proto_payload: Option<&'a RawValue>,
 }
@@ -111,10 +121,13 @@ impl<'a, L> Event<'a, L> {
     }
 }
 
+/// A user of a request: who made it, or on whose behalf.
 #[derive(Debug, Default, Deserialize)]
 pub struct UserInfo<'a> {
+    /// The user's name (`system:serviceaccount:<ns>:<name>` for a service account).
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub username: Option<Cow<'a, str>>,
+    /// The user's UID, when the authenticator gives one.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub uid: Option<Cow<'a, str>>,
 }
@@ -126,27 +139,37 @@ impl UserInfo<'_> {
     }
 }
 
+/// The object a request was about: `objectRef`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef<'a> {
+    /// The resource, plural and lower case (`deployments`).
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub resource: Option<Cow<'a, str>>,
+    /// Its namespace; absent for a cluster-scoped object.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub namespace: Option<Cow<'a, str>>,
+    /// Its name; absent for a create named by `generateName` or a list.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub name: Option<Cow<'a, str>>,
+    /// Its UID, when the API server knew it (deletes, updates).
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub uid: Option<Cow<'a, str>>,
+    /// Its API group; empty for the core group.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub api_group: Option<Cow<'a, str>>,
+    /// Its API version (`v1`), without the group.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub api_version: Option<Cow<'a, str>>,
+    /// The subresource written (`status`, `scale`, `eviction`), if any.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub subresource: Option<Cow<'a, str>>,
 }
 
+/// How the API server answered a request.
 #[derive(Debug, Default, Deserialize)]
 pub struct ResponseStatus {
+    /// The HTTP status code (201, 200, 409, 429, ...).
     #[serde(default)]
     pub code: Option<i64>,
 }

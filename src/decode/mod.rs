@@ -56,6 +56,7 @@ pub enum InvalidReason {
 }
 
 impl InvalidReason {
+    /// Every reason, in the order the metrics list them.
     pub const ALL: [InvalidReason; 11] = [
         InvalidReason::Json,
         InvalidReason::Truncated,
@@ -70,6 +71,7 @@ impl InvalidReason {
         InvalidReason::Cluster,
     ];
 
+    /// The reason as the `reason` label of the invalid-events metric.
     pub fn as_str(self) -> &'static str {
         match self {
             InvalidReason::Json => "json",
@@ -115,14 +117,18 @@ impl fmt::Display for Location {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{}: {message}", self.path())]
 pub struct Invalid {
+    /// Where the record was in its body.
     pub location: Location,
     /// The field of the record that is wrong, when one is (`user`).
     pub field: Option<&'static str>,
+    /// Why it was rejected.
     pub reason: InvalidReason,
+    /// What is wrong, and where it can, what to do about it.
     pub message: String,
 }
 
 impl Invalid {
+    /// A rejection at `location`, for no field in particular.
     pub fn new(location: Location, reason: InvalidReason, message: impl Into<String>) -> Self {
         Invalid { location, field: None, reason, message: message.into() }
     }

@@ -15,12 +15,18 @@ pub(super) type StrPairs<'a> = Vec<(Cow<'a, str>, Cow<'a, str>)>;
 /// Annotation prefix of everything this service reads from objects.
 pub const ANNOTATION_PREFIX: &str = "kausality.io/";
 
+/// An object as the API server returned it (`responseObject`), as far as the model reads it.
 #[derive(Debug, Default)]
 pub struct ObjectView<'a> {
+    /// Its `apiVersion` (`apps/v1`).
     pub api_version: Option<Cow<'a, str>>,
+    /// Its kind (`Deployment`).
     pub kind: Option<Cow<'a, str>>,
+    /// Its metadata.
     pub metadata: Metadata<'a>,
+    /// Its `spec`, kept raw: hashed, and parsed only where the model needs a field of it.
     pub spec: Option<&'a RawValue>,
+    /// Its `status`, kept raw: parsed by [`StatusView::parse`].
     pub status: Option<&'a RawValue>,
     /// Top-level fields other than apiVersion/kind/metadata/spec/status, in document order:
     /// the content of spec-less kinds (ConfigMap `data`, RBAC `rules`, ...), a List's `items`,
@@ -29,6 +35,7 @@ pub struct ObjectView<'a> {
 }
 
 impl<'a> ObjectView<'a> {
+    /// The top-level field `name` among [`ObjectView::other`], kept raw.
     pub fn field(&self, name: &str) -> Option<&'a RawValue> {
         self.other.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
     }
@@ -44,19 +51,26 @@ impl<'a> ObjectView<'a> {
     }
 }
 
+/// An object's `metadata`, as far as the model reads it.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Metadata<'a> {
+    /// Its name.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub name: Option<Cow<'a, str>>,
+    /// Its namespace; absent for a cluster-scoped object.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub namespace: Option<Cow<'a, str>>,
+    /// Its UID: what its state is keyed by.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub uid: Option<Cow<'a, str>>,
+    /// Its resourceVersion, the order of its writes in etcd.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub resource_version: Option<Cow<'a, str>>,
+    /// Its generation: bumped by the API server when the spec changes.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub generation: Option<i64>,
+    /// When a delete was asked for; the object lives on until its finalizers are done.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub deletion_timestamp: Option<Cow<'a, str>>,
     /// The grace period of an object being deleted (a pod's): while it is above 0 the object
@@ -66,25 +80,34 @@ pub struct Metadata<'a> {
     /// How many finalizers hold the object (an object being deleted is gone once none are left).
     #[serde(default, deserialize_with = "count_list")]
     pub finalizers: usize,
+    /// Its owners; the one with `controller: true` is its parent.
     #[serde(borrow, default, deserialize_with = "lenient_owner_refs")]
     pub owner_references: Vec<OwnerRef<'a>>,
+    /// The annotations the model reads (`kausality.io/` and the appliers'); the rest is skipped.
     #[serde(borrow, default, deserialize_with = "kausality_annotations")]
     pub annotations: StrPairs<'a>,
+    /// Its labels.
     #[serde(borrow, default, deserialize_with = "string_map")]
     pub labels: StrPairs<'a>,
 }
 
+/// One of `metadata.ownerReferences`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerRef<'a> {
+    /// The owner's `apiVersion`.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub api_version: Option<Cow<'a, str>>,
+    /// The owner's kind.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub kind: Option<Cow<'a, str>>,
+    /// The owner's name.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub name: Option<Cow<'a, str>>,
+    /// The owner's UID.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub uid: Option<Cow<'a, str>>,
+    /// `true` for the one owner that is the object's controller.
     #[serde(default)]
     pub controller: Option<bool>,
 }
@@ -97,6 +120,7 @@ impl<'a> Metadata<'a> {
             .find(|r| r.controller == Some(true) && r.uid.as_deref().is_some_and(|u| !u.is_empty()))
     }
 
+    /// The value of the kept annotation `key`, if the object has it.
     pub fn annotation(&self, key: &str) -> Option<&str> {
         self.annotations.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_ref())
     }
@@ -107,47 +131,61 @@ impl<'a> Metadata<'a> {
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusView<'a> {
+    /// The generation the controller last saw (`status.observedGeneration`).
     #[serde(default, deserialize_with = "lenient_i64")]
     pub observed_generation: Option<i64>,
+    /// `status.conditions`; elements of another shape are skipped.
     #[serde(borrow, default, deserialize_with = "lenient_conditions")]
     pub conditions: Vec<Condition<'a>>,
     /// Deployment, ReplicaSet, StatefulSet.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub replicas: Option<i64>,
+    /// Replicas at the latest revision; absent reads as 0 where the kind counts replicas.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub updated_replicas: Option<i64>,
+    /// Replicas ready.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub ready_replicas: Option<i64>,
+    /// Replicas available (ready for `minReadySeconds`).
     #[serde(default, deserialize_with = "lenient_i64")]
     pub available_replicas: Option<i64>,
     /// StatefulSet.
     #[serde(borrow, default, deserialize_with = "lenient_str")]
     pub current_revision: Option<Cow<'a, str>>,
+    /// The revision being rolled out; equal to `current_revision` once done.
     #[serde(borrow, default, deserialize_with = "lenient_str")]
     pub update_revision: Option<Cow<'a, str>>,
     /// DaemonSet.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub desired_number_scheduled: Option<i64>,
+    /// Nodes running the latest revision's pod.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub updated_number_scheduled: Option<i64>,
+    /// Nodes whose pod is available.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub number_available: Option<i64>,
     /// Job: when its controller started it, and when it completed.
     #[serde(borrow, default, deserialize_with = "lenient_str")]
     pub start_time: Option<Cow<'a, str>>,
+    /// When the Job completed.
     #[serde(borrow, default, deserialize_with = "lenient_str")]
     pub completion_time: Option<Cow<'a, str>>,
 }
 
+/// One of `status.conditions`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition<'a> {
+    /// Its type (`Available`, `Ready`, `Progressing`, `Synced`, ...).
     #[serde(borrow, default, deserialize_with = "opt_str", rename = "type")]
     pub type_: Option<Cow<'a, str>>,
+    /// `True`, `False` or `Unknown`.
     #[serde(borrow, default, deserialize_with = "opt_str")]
     pub status: Option<Cow<'a, str>>,
+    /// The generation it was set for, on kinds that say so.
     #[serde(default, deserialize_with = "lenient_i64")]
     pub observed_generation: Option<i64>,
+    /// Its machine-readable reason (`NewReplicaSetAvailable`).
     #[serde(borrow, default, deserialize_with = "lenient_str")]
     pub reason: Option<Cow<'a, str>>,
 }
@@ -159,10 +197,12 @@ impl<'a> StatusView<'a> {
         raw.and_then(|r| serde_json::from_str(r.get()).ok()).unwrap_or_default()
     }
 
+    /// The condition of type `type_`, if the status has one.
     pub fn condition(&self, type_: &str) -> Option<&Condition<'a>> {
         self.conditions.iter().find(|c| c.type_.as_deref() == Some(type_))
     }
 
+    /// Whether the condition of type `type_` is `True`.
     pub fn condition_true(&self, type_: &str) -> bool {
         self.condition(type_).is_some_and(|c| c.status.as_deref() == Some("True"))
     }

@@ -133,12 +133,24 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 /// Why a time a person gave (a query parameter, `why --at`) is not one.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GivenTimeError {
+    /// Not of the form `2024-05-01T10:00:00Z`.
     #[error("is not an RFC 3339 time (like 2024-05-01T10:00:00Z)")]
     NotRfc3339,
+    /// An offset beyond ±23:59.
     #[error("has the UTC offset {0}, which is no offset: they run from -23:59 to +23:59")]
     Offset(String),
+    /// A day past the month's end.
     #[error("names day {day}, but {year:04}-{month:02} has {days} days")]
-    Day { year: i64, month: i64, day: i64, days: i64 },
+    Day {
+        /// The year given.
+        year: i64,
+        /// The month given.
+        month: i64,
+        /// The day given.
+        day: i64,
+        /// The days of that month.
+        days: i64,
+    },
 }
 
 /// A time a person gave: RFC 3339 as [`parse_rfc3339_micros`] reads it, with its date and

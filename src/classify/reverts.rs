@@ -99,19 +99,16 @@ fn leaf_text(leaf: &Value) -> Box<str> {
 /// The value of the leaf at `path` (as [`leaves`] names it) in a parsed content: `None` when
 /// there is none (absent, or a non-empty object or array there).
 fn leaf_at(content: &Value, path: &str) -> Option<Box<str>> {
-    match lookup(content, path, true)? {
-        Value::Object(m) if !m.is_empty() => None,
-        Value::Array(a) if !a.is_empty() => None,
-        leaf => Some(leaf_text(leaf)),
-    }
+    lookup(content, path, true).map(leaf_text)
 }
 
-/// The value under `rest`, what is left of a path below `v` (`.key...` or `[i]...`; at the
+/// The leaf under `rest`, what is left of a path below `v` (`.key...` or `[i]...`; at the
 /// root the first key has no dot). A key may hold dots (`app.kubernetes.io/name`), so every
-/// key the path starts with is tried.
+/// key the path starts with is tried, until one reading ends at a leaf (`a.b` in
+/// `{"a":{"b":[1]},"a.b":2}` is the key `a.b`: `a` then `b` ends at an array).
 fn lookup<'a>(v: &'a Value, rest: &str, root: bool) -> Option<&'a Value> {
     if rest.is_empty() {
-        return Some(v);
+        return is_leaf(v).then_some(v);
     }
     match v {
         Value::Object(m) => {
@@ -661,6 +658,19 @@ mod tests {
         let d = diff_values(&v(r#"{"a.b":1}"#), &v(r#"{"a":{"b":2}}"#));
         assert_eq!(d, diff(&leaves(r#"{"a.b":1}"#).unwrap(), &leaves(r#"{"a":{"b":2}}"#).unwrap()));
         assert_eq!((&*d[0].path, d[0].before.as_deref(), d[0].after.as_deref()), ("a.b", Some("1"), Some("2")));
+    }
+
+    /// Found by the property test above (before `null`, after this): `a.b` read as `a` then
+    /// `b` ends at an array, not a leaf; the key `a.b` is the leaf.
+    #[test]
+    fn a_path_read_two_ways_is_the_reading_that_ends_at_a_leaf() {
+        let v: Value = serde_json::from_str(r#"{"a":{"b":[null]},"a.b":null}"#).unwrap();
+        assert_eq!(leaf_at(&v, "a.b").as_deref(), Some("null"));
+        assert_eq!(leaf_at(&v, "a.b[0]").as_deref(), Some("null"));
+        assert_eq!(leaf_at(&v, "a"), None, "a map, not a leaf");
+        let d = diff_values(&Value::Null, &v);
+        let la = leaves(&v.to_string()).unwrap();
+        assert_eq!(d, diff(&leaves("null").unwrap(), &la));
     }
 
     #[test]

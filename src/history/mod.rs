@@ -20,24 +20,48 @@ pub use retention::{Retained, Retention};
 pub use schema::SCHEMA_VERSION;
 pub use writer::{Store, Written};
 
+/// Why the store could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// SQLite failed on the store at `path`.
     #[error("history store {path}: {source}")]
-    Sqlite { path: String, source: rusqlite::Error },
+    Sqlite {
+        /// The store's file.
+        path: String,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// The store's schema is one this build does not read (`found`): an earlier one, which
+    /// the writer converts, or a later one.
     #[error(
         "history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; a store of 1, 2 or 3 (an earlier build's) is converted when \
          the writer opens it (start `serve` with its history sink, or run `kausality-stream replay --history {path} LOG` once); \
          of another version: move the file aside or use a matching build"
     )]
-    Version { path: String, found: String },
+    Version {
+        /// The store's file.
+        path: String,
+        /// Its `meta.schema_version` (`none`: no schema).
+        found: String,
+    },
+    /// A reader was pointed at a store that is not there.
     #[error("history store {path} does not exist (start `serve` with a history sink, or fill one with `replay --history {path}`)")]
-    Missing { path: String },
+    Missing {
+        /// The file looked for.
+        path: String,
+    },
+    /// SQLite's check found the store damaged.
     #[error(
         "history store {path} is damaged ({detail}): move it aside (`mv {path} {path}.damaged`; a new store is made at the next start), \
          or recover its rows with `sqlite3 {path} .recover | sqlite3 {path}.recovered` and move that in its place; \
          `on_damaged = \"replace\"` in the history sink moves it aside by itself"
     )]
-    Damaged { path: String, detail: String },
+    Damaged {
+        /// The store's file.
+        path: String,
+        /// What is damaged.
+        detail: String,
+    },
 }
 
 /// What the writer does with a store that fails SQLite's check at start.
@@ -103,6 +127,7 @@ pub fn move_aside(path: &Path) -> std::io::Result<std::path::PathBuf> {
     Ok(aside)
 }
 
+/// A result of the history store's functions.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Bytes per page of a store the writer creates. A mutation's row holds its event's JSON (about

@@ -232,6 +232,7 @@ impl Block {
 const BLOCK_BYTES_MAX: usize = 256 << 20;
 
 impl<'c> Unpacker<'c> {
+    /// A reader of the events of the store on `conn`.
     pub fn new(conn: &'c Connection) -> Unpacker<'c> {
         Unpacker { conn, contexts: RefCell::default(), block: RefCell::default() }
     }

@@ -56,7 +56,9 @@ impl Retention {
 /// What a pass removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retained {
+    /// Mutations removed.
     pub mutations: u64,
+    /// Objects removed (left without a mutation).
     pub objects: u64,
     /// `meta.oldest_us` after the pass, when it moved.
     pub oldest_us: Option<i64>,

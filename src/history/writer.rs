@@ -86,6 +86,7 @@ pub struct Written {
     pub events: u64,
     /// Rows added to `mutations` (events minus duplicates).
     pub mutations: u64,
+    /// Events already in the store (the same auditID at the same time on the same object).
     pub duplicates: u64,
 }
 
@@ -193,10 +194,12 @@ impl Store {
         })
     }
 
+    /// The store's file.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The writer's connection (for reading in the writer's thread).
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
@@ -625,7 +628,12 @@ impl<B: Send> Queue<B> for std::sync::mpsc::Receiver<B> {
 #[derive(Debug)]
 pub enum Report {
     /// A transaction was committed; `bytes`: the store's size on disk after it.
-    Written { written: Written, bytes: u64 },
+    Written {
+        /// What it wrote.
+        written: Written,
+        /// The store's bytes on disk, the WAL included.
+        bytes: u64,
+    },
     /// A transaction failed (rolled back): its batches are held and tried again.
     Failing(String),
     /// Writing works again after [`Report::Failing`].
@@ -633,7 +641,12 @@ pub enum Report {
     /// A retention pass removed something.
     Retained(Retained),
     /// The thread ends with events it could not write.
-    Lost { events: u64, error: String },
+    Lost {
+        /// How many events were not written.
+        events: u64,
+        /// The last failure.
+        error: String,
+    },
 }
 
 /// How the writer thread runs.
@@ -643,11 +656,13 @@ pub struct WriterOptions {
     pub max_events_per_transaction: usize,
     /// Retention runs after this many transactions, or this long after the last pass.
     pub retention_every_transactions: u32,
+    /// Retention runs when this long passed since the last pass.
     pub retention_every: Duration,
     /// How long a failing transaction is tried again: forever while the queue is open
     /// (`serve`: the queue fills and holds intake back), this long once it is closed. With
     /// `give_up_at_once` (`replay`), the first failure ends the thread.
     pub retry_after_stop: Duration,
+    /// End the thread at the first failure (`replay`), reporting what is lost.
     pub give_up_at_once: bool,
 }
 

@@ -1064,7 +1064,8 @@ fn a_store_of_schema_3_is_converted_by_the_writer_with_every_row_as_it_was() {
     // Written by this build, then made a store of schema 3: the objects' rows held their times
     // and tombstone, the mutations' rows their names; the blocks each event whole, as the
     // jsonl sink writes it.
-    drop(Store::open(&path, keep_all()).unwrap().write(&[old]).unwrap());
+    let written = Store::open(&path, keep_all()).unwrap().write(&[old]).unwrap();
+    assert_eq!(written.mutations, old.len() as u64);
     let mut rows_before = all_rows(&Connection::open(&path).unwrap());
     {
         let c = Connection::open(&path).unwrap();

@@ -1194,3 +1194,59 @@ DROP TABLE o3; DROP TABLE m3;
 CREATE VIEW objects AS SELECT o.id AS id, o.name AS name, o.first_us AS first_us FROM object_rows o;
 CREATE VIEW mutations AS SELECT m.id AS id, m.time_us AS time_us FROM mutation_rows m;
 ";
+
+/// An object's row tells its times and its tombstone from its mutations; retention that
+/// removes its oldest writes (its creation, the delete that tombstoned it) must not change
+/// what its row says while some of its writes are left.
+#[test]
+fn retention_keeps_an_object_s_first_time_and_tombstone_when_its_oldest_writes_go() {
+    let (dir, path) = temp_store("facts");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, _, pods) = tree(&mut api, &mut events);
+    let created = events
+        .iter()
+        .find(|e| {
+            let v: serde_json::Value = serde_json::from_str(e).unwrap();
+            v["verb"] == "create" && v["objectRef"]["name"] == pods[0].name.as_str()
+        })
+        .expect("pod a's creation")
+        .clone();
+    let terminating = api.delete_graceful("carol@example.com", &pods[0]);
+    events.push(terminating.clone());
+    // Two days later, pod a (terminating) is written again.
+    api.advance_ms(2 * 86_400_000);
+    let last = api.update("alice@example.com", &pods[0], |p| p["spec"]["containers"][0]["image"] = json!("web:2"));
+    events.push(last.clone());
+    let out = run(&events);
+    let mut store = Store::open(&path, Retention { max_age: Duration::from_secs(86_400), max_bytes: 0 }).unwrap();
+    store.write(&[out.as_slice()]).unwrap();
+    let conn = history::open(&path, Mode::Read).unwrap();
+    let row = |conn: &Connection| -> (i64, i64, Option<i64>, Option<String>, Option<String>, i64) {
+        conn.query_row(
+            "SELECT first_us, last_us, deleted_us, deleted_by, deleted_audit_id,
+                    (SELECT count(*) FROM mutations m WHERE m.object_id = o.id)
+             FROM objects o WHERE uid = ?1",
+            [&*pods[0].uid],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+        )
+        .unwrap()
+    };
+    let want = (
+        time_of(&created),
+        time_of(&last),
+        Some(time_of(&terminating)),
+        Some("carol@example.com".to_string()),
+        Some(audit_id(&terminating)),
+    );
+    let before = row(&conn);
+    assert_eq!((before.0, before.1, before.2, before.3.clone(), before.4.clone()), want);
+    assert_eq!(before.5, 3, "created, terminating, written again");
+    let r = store.retain().unwrap();
+    assert!(r.mutations >= 2, "{r:?}");
+    let after = row(&conn);
+    assert_eq!(after.5, 1, "only the write of two days later is left");
+    assert_eq!((after.0, after.1, after.2, after.3, after.4), want, "the row says what it said before");
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -71,6 +71,7 @@ pub mod enriched;
 pub mod fetch;
 #[warn(missing_docs)]
 pub mod filter;
+#[warn(missing_docs)]
 pub mod history;
 #[warn(missing_docs)]
 pub mod intern;

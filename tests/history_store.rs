@@ -871,9 +871,9 @@ fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
     );
     // A store of a later schema is refused, saying so.
     drop(conn);
-    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '4' WHERE key = 'schema_version'", []).unwrap();
+    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'", []).unwrap();
     let e = Store::open(&path, keep_all()).err().expect("refused").to_string();
-    assert!(e.contains("schema version 4") && e.contains("move the file aside"), "{e}");
+    assert!(e.contains("schema version 5") && e.contains("move the file aside"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1052,6 +1052,211 @@ fn a_store_of_schema_2_is_converted_by_the_writer_with_every_row_as_it_was() {
     let w = store.write(&[out.as_slice()]).unwrap();
     assert_eq!((w.mutations, w.duplicates), (0, out.len() as u64));
     assert_eq!(all_rows(&conn), rows_before);
+    drop(store);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_store_of_schema_3_is_converted_by_the_writer_with_every_row_as_it_was() {
+    let (dir, path) = temp_store("schema-3");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, rs, pods) = tree(&mut api, &mut events);
+    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
+    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
+    let del = api.delete("carol@example.com", &pods[1], &[]);
+    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
+    events.extend([by_hand, back.clone(), del, replacement]);
+    let out = run(&events);
+    assert_eq!(class_of(&out, &back), Class::Drift);
+    let (old, new) = out.split_at(out.len() - 1);
+    let want = json_by_key(&out);
+    // Written by this build, then made a store of schema 3: the objects' rows held their times
+    // and tombstone, the mutations' rows their names; the blocks each event whole, as the
+    // jsonl sink writes it.
+    let written = Store::open(&path, keep_all()).unwrap().write(&[old]).unwrap();
+    assert_eq!(written.mutations, old.len() as u64);
+    let mut rows_before = all_rows(&Connection::open(&path).unwrap());
+    {
+        let c = Connection::open(&path).unwrap();
+        let blocks: Vec<(i64, Vec<u8>)> = c
+            .prepare("SELECT b.id, m.audit_id, o.uid FROM event_blocks b JOIN mutations m ON m.id BETWEEN b.id AND b.last_id JOIN objects o ON o.id = m.object_id ORDER BY m.id")
+            .unwrap()
+            .query_map([], |r| Ok((r.get::<_, i64>(0)?, (r.get::<_, String>(1)?, r.get::<_, String>(2)?))))
+            .unwrap()
+            .map(Result::unwrap)
+            .fold(Vec::new(), |mut blocks: Vec<(i64, Vec<u8>)>, (block, key)| {
+                if blocks.last().is_none_or(|b| b.0 != block) {
+                    blocks.push((block, Vec::new()));
+                }
+                let data = &mut blocks.last_mut().unwrap().1;
+                data.extend_from_slice(&want[&key]);
+                data.push(b'\n');
+                blocks
+            });
+        assert!(!blocks.is_empty());
+        for (id, data) in blocks {
+            let frame = zstd::bulk::compress(&data, 9).unwrap();
+            c.execute("UPDATE event_blocks SET dictionary = 0, data = ?2 WHERE id = ?1", rusqlite::params![id, frame])
+                .unwrap();
+        }
+        c.execute_batch(SCHEMA_3_ROWS).unwrap();
+        // Retention had removed an older write of the ReplicaSet: its row says it was first
+        // seen before its oldest mutation left.
+        let rs_id: i64 = c.query_row("SELECT id FROM object_rows WHERE name = ?1", [&*rs.name], |r| r.get(0)).unwrap();
+        c.execute("UPDATE object_rows SET first_us = first_us - 1000000 WHERE id = ?1", [rs_id]).unwrap();
+        for o in rows_before.0.iter_mut().filter(|o| o[0] == rusqlite::types::Value::Integer(rs_id)) {
+            let rusqlite::types::Value::Integer(first) = o[11] else { panic!("first_us {:?}", o[11]) };
+            o[11] = rusqlite::types::Value::Integer(first - 1_000_000);
+        }
+        c.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'", []).unwrap();
+    }
+    assert_eq!(rows_before.1.len(), old.len());
+    assert!(rows_before.0.iter().any(|o| o[13] != rusqlite::types::Value::Null), "a tombstone");
+    assert!(!rows_before.2.is_empty(), "a revert");
+    // A reader asks for the conversion; the writer converts the store.
+    let e = history::open(&path, Mode::Read).expect_err("refused").to_string();
+    assert!(e.contains("schema version 3") && e.contains("converted when the writer opens it"), "{e}");
+    let mut store = Store::open(&path, keep_all()).unwrap();
+    let conn = history::open(&path, Mode::Read).unwrap();
+    let version: String =
+        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, history::SCHEMA_VERSION);
+    // Every row as it was, with its id; every event byte for byte as schema 3 kept it.
+    assert_eq!(all_rows(&conn), rows_before);
+    let rs_query = history::story::StoryQuery {
+        kind: "ReplicaSet".into(),
+        namespace: Some(rs.namespace.clone()),
+        name: Some(rs.name.clone()),
+        ..Default::default()
+    };
+    let rs_events = |events: &[Enriched]| -> Vec<Vec<u8>> {
+        events
+            .iter()
+            .filter(|e| *e.object.uid == *rs.uid)
+            .map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].clone())
+            .collect()
+    };
+    let story = history::story::build(&conn, &rs_query).unwrap();
+    assert_eq!(story.writes.iter().map(|w| w.event.get().as_bytes().to_vec()).collect::<Vec<_>>(), rs_events(old));
+    assert_eq!(story.writes.iter().filter(|w| !w.reverted_by.is_empty()).count(), 1);
+    // The same events again add nothing; a new one goes into a block of schema 4 (its auditID
+    // and its object's UID left out) and reads back byte for byte after the old ones.
+    let w = store.write(&[old]).unwrap();
+    assert_eq!((w.mutations, w.duplicates), (0, old.len() as u64));
+    assert_eq!(all_rows(&conn), rows_before);
+    store.write(&[new]).unwrap();
+    drop(store);
+    // The new event's block (the store has no dictionary yet: too few events) holds it
+    // without its auditID and its object's UID.
+    let frame: Vec<u8> = conn
+        .query_row(
+            "SELECT data FROM event_blocks WHERE id = (SELECT max(id) FROM mutation_rows) AND dictionary = 0",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let raw = zstd::bulk::decompress(&frame, 1 << 20).unwrap();
+    assert_eq!(raw[0], history::pack::LEFT_OUT_AUDIT_ID | history::pack::LEFT_OUT_UID);
+    for id in [&*new[0].audit_id, &*new[0].object.uid] {
+        assert!(!raw.windows(id.len()).any(|w| w == id.as_bytes()), "{id} left out");
+    }
+    let after = all_rows(&conn);
+    assert_eq!(after.1.len(), old.len() + 1);
+    assert_eq!(after.1[..old.len()], rows_before.1[..]);
+    let last = after.1.last().unwrap();
+    assert_eq!(
+        last[11],
+        rusqlite::types::Value::Blob(want[&(new[0].audit_id.to_string(), new[0].object.uid.to_string())].clone())
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A store of this build made one of schema 3: its `object_rows` with their times and
+/// tombstone, its `mutation_rows` with their names, as that schema kept them (and views over
+/// them, which the conversion replaces).
+const SCHEMA_3_ROWS: &str = "
+CREATE TABLE o3 AS SELECT o.id, o.cluster, o.uid, o.api_version, o.kind, o.namespace, v.name, o.owner, f.first_us, f.last_us,
+    f.deleted_us, f.deleted_by, f.deleted_audit_id FROM object_rows o JOIN object_facts f ON f.id = o.id JOIN objects v ON v.id = o.id;
+CREATE TABLE m3 AS SELECT m.id, m.object_id, m.time_us, m.audit_id, a.verb, nullif(a.subresource, 0) AS subresource, a.user,
+    a.class, nullif(a.resolution, 0) AS resolution, nullif(a.policy, 0) AS policy, a.reverts_person, m.event
+    FROM mutation_rows m JOIN acts a ON a.id = m.act;
+DROP VIEW objects; DROP VIEW mutations; DROP VIEW object_facts;
+DROP TABLE object_rows; DROP TABLE object_past; DROP TABLE mutation_rows; DROP TABLE acts;
+CREATE TABLE object_rows (
+    id INTEGER PRIMARY KEY, cluster INTEGER NOT NULL, uid BLOB NOT NULL, api_version INTEGER NOT NULL, kind INTEGER NOT NULL,
+    namespace INTEGER NOT NULL, name TEXT NOT NULL, owner INTEGER, first_us INTEGER NOT NULL, last_us INTEGER NOT NULL,
+    deleted_us INTEGER, deleted_by INTEGER, deleted_audit_id BLOB, UNIQUE (cluster, uid)
+);
+CREATE INDEX object_rows_by_name ON object_rows (kind, substr(name, -8));
+CREATE INDEX object_rows_by_owner ON object_rows (owner) WHERE owner IS NOT NULL;
+CREATE TABLE mutation_rows (
+    id INTEGER PRIMARY KEY, object_id INTEGER NOT NULL, time_us INTEGER NOT NULL, audit_id BLOB NOT NULL, verb INTEGER NOT NULL,
+    subresource INTEGER, user INTEGER NOT NULL, class INTEGER NOT NULL, resolution INTEGER, policy INTEGER,
+    reverts_person INTEGER NOT NULL DEFAULT 0, event BLOB
+);
+CREATE INDEX mutation_rows_by_object ON mutation_rows (object_id, time_us);
+CREATE INDEX mutation_rows_by_time ON mutation_rows (time_us) WHERE event IS NOT NULL;
+CREATE INDEX mutations_drift_seq ON mutation_rows (id, time_us) WHERE class = 1;
+INSERT INTO object_rows SELECT * FROM o3;
+INSERT INTO mutation_rows SELECT * FROM m3;
+DROP TABLE o3; DROP TABLE m3;
+CREATE VIEW objects AS SELECT o.id AS id, o.name AS name, o.first_us AS first_us FROM object_rows o;
+CREATE VIEW mutations AS SELECT m.id AS id, m.time_us AS time_us FROM mutation_rows m;
+";
+
+/// An object's row tells its times and its tombstone from its mutations; retention that
+/// removes its oldest writes (its creation, the delete that tombstoned it) must not change
+/// what its row says while some of its writes are left.
+#[test]
+fn retention_keeps_an_object_s_first_time_and_tombstone_when_its_oldest_writes_go() {
+    let (dir, path) = temp_store("facts");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, _, pods) = tree(&mut api, &mut events);
+    let created = events
+        .iter()
+        .find(|e| {
+            let v: serde_json::Value = serde_json::from_str(e).unwrap();
+            v["verb"] == "create" && v["objectRef"]["name"] == pods[0].name.as_str()
+        })
+        .expect("pod a's creation")
+        .clone();
+    let terminating = api.delete_graceful("carol@example.com", &pods[0]);
+    events.push(terminating.clone());
+    // Two days later, pod a (terminating) is written again.
+    api.advance_ms(2 * 86_400_000);
+    let last = api.update("alice@example.com", &pods[0], |p| p["spec"]["containers"][0]["image"] = json!("web:2"));
+    events.push(last.clone());
+    let out = run(&events);
+    let mut store = Store::open(&path, Retention { max_age: Duration::from_secs(86_400), max_bytes: 0 }).unwrap();
+    store.write(&[out.as_slice()]).unwrap();
+    let conn = history::open(&path, Mode::Read).unwrap();
+    let row = |conn: &Connection| -> (i64, i64, Option<i64>, Option<String>, Option<String>, i64) {
+        conn.query_row(
+            "SELECT first_us, last_us, deleted_us, deleted_by, deleted_audit_id,
+                    (SELECT count(*) FROM mutations m WHERE m.object_id = o.id)
+             FROM objects o WHERE uid = ?1",
+            [&*pods[0].uid],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?)),
+        )
+        .unwrap()
+    };
+    let want = (
+        time_of(&created),
+        time_of(&last),
+        Some(time_of(&terminating)),
+        Some("carol@example.com".to_string()),
+        Some(audit_id(&terminating)),
+    );
+    let before = row(&conn);
+    assert_eq!((before.0, before.1, before.2, before.3.clone(), before.4.clone()), want);
+    assert_eq!(before.5, 3, "created, terminating, written again");
+    let r = store.retain().unwrap();
+    assert!(r.mutations >= 2, "{r:?}");
+    let after = row(&conn);
+    assert_eq!(after.5, 1, "only the write of two days later is left");
+    assert_eq!((after.0, after.1, after.2, after.3, after.4), want, "the row says what it said before");
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
 }

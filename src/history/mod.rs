@@ -20,24 +20,48 @@ pub use retention::{Retained, Retention};
 pub use schema::SCHEMA_VERSION;
 pub use writer::{Store, Written};
 
+/// Why the store could not be opened, read or written.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// SQLite failed on the store at `path`.
     #[error("history store {path}: {source}")]
-    Sqlite { path: String, source: rusqlite::Error },
+    Sqlite {
+        /// The store's file.
+        path: String,
+        /// What SQLite said.
+        source: rusqlite::Error,
+    },
+    /// The store's schema is one this build does not read (`found`): an earlier one, which
+    /// the writer converts, or a later one.
     #[error(
-        "history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; a store of 1 or 2 (an earlier build's) is converted when \
+        "history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; a store of 1, 2 or 3 (an earlier build's) is converted when \
          the writer opens it (start `serve` with its history sink, or run `kausality-stream replay --history {path} LOG` once); \
          of another version: move the file aside or use a matching build"
     )]
-    Version { path: String, found: String },
+    Version {
+        /// The store's file.
+        path: String,
+        /// Its `meta.schema_version` (`none`: no schema).
+        found: String,
+    },
+    /// A reader was pointed at a store that is not there.
     #[error("history store {path} does not exist (start `serve` with a history sink, or fill one with `replay --history {path}`)")]
-    Missing { path: String },
+    Missing {
+        /// The file looked for.
+        path: String,
+    },
+    /// SQLite's check found the store damaged.
     #[error(
         "history store {path} is damaged ({detail}): move it aside (`mv {path} {path}.damaged`; a new store is made at the next start), \
          or recover its rows with `sqlite3 {path} .recover | sqlite3 {path}.recovered` and move that in its place; \
          `on_damaged = \"replace\"` in the history sink moves it aside by itself"
     )]
-    Damaged { path: String, detail: String },
+    Damaged {
+        /// The store's file.
+        path: String,
+        /// What is damaged.
+        detail: String,
+    },
 }
 
 /// What the writer does with a store that fails SQLite's check at start.
@@ -103,6 +127,7 @@ pub fn move_aside(path: &Path) -> std::io::Result<std::path::PathBuf> {
     Ok(aside)
 }
 
+/// A result of the history store's functions.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Bytes per page of a store the writer creates. A mutation's row holds its event's JSON (about
@@ -170,7 +195,7 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
         }
         (Mode::Write, Some(v)) if schema::CONVERTS.contains(&v.as_str()) => {
             convert(&conn).map_err(err)?;
-            tracing::info!(path = %shown, from = %v, to = SCHEMA_VERSION, "history store converted (names interned; new events are compressed in blocks, older ones are kept as they were)");
+            tracing::info!(path = %shown, from = %v, to = SCHEMA_VERSION, "history store converted (its rows kept with their ids; events already stored are read as they were)");
             Ok(conn)
         }
         (Mode::Read, None) => Err(Error::Version { path: shown, found: "none".into() }),
@@ -178,25 +203,33 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
     }
 }
 
-/// Converts a store of schema 1 or 2 to [`SCHEMA_VERSION`] in one transaction: its rows
-/// copied into the tables of [`schema::SQL`] with their ids, names interned, events kept as
-/// they were (TEXT or one compressed event each); the old tables dropped and their pages
-/// given back to the file system.
+/// Converts a store of schema 1, 2 or 3 to [`SCHEMA_VERSION`] in one transaction. From 1 or 2:
+/// its rows copied into the tables of [`schema::SQL`] with their ids, names interned, events
+/// kept as they were (TEXT or one compressed event each); the old tables dropped and their
+/// pages given back to the file system. From 3: the objects' rows copied without their times
+/// and tombstones, which come from their mutations now (kept in `object_past` where these say
+/// otherwise); its blocks are read as they are (their events whole, [`pack::restore`]).
 pub fn convert(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(
-        "BEGIN IMMEDIATE;
-         ALTER TABLE objects RENAME TO objects_old;
-         ALTER TABLE mutations RENAME TO mutations_old;
-         ALTER TABLE reverts RENAME TO reverts_old;",
-    )?;
-    let done = conn
-        .execute_batch(schema::DROPPED)
-        .and_then(|()| conn.execute_batch(schema::SQL))
-        .and_then(|()| conn.execute_batch(schema::CONVERT))
-        .and_then(|()| {
-            conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION]).map(drop)
-        })
-        .and_then(|()| conn.execute_batch("COMMIT"));
+    let from: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))?;
+    let copied = from != "3";
+    conn.execute_batch("BEGIN IMMEDIATE")?;
+    let done = (|| {
+        if copied {
+            conn.execute_batch(
+                "ALTER TABLE objects RENAME TO objects_old;
+                 ALTER TABLE mutations RENAME TO mutations_old;
+                 ALTER TABLE reverts RENAME TO reverts_old;",
+            )?;
+            conn.execute_batch(schema::DROPPED)?;
+        }
+        if !copied {
+            conn.execute_batch(schema::BEFORE_CONVERT_3)?;
+        }
+        conn.execute_batch(schema::SQL)?;
+        conn.execute_batch(if copied { schema::CONVERT } else { schema::CONVERT_3 })?;
+        conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION])?;
+        conn.execute_batch("COMMIT")
+    })();
     if let Err(e) = done {
         let _ = conn.execute_batch("ROLLBACK");
         return Err(e);

@@ -24,6 +24,92 @@ pub const LEVEL: i32 = 9;
 /// decompresses a whole block for one event.
 pub const BLOCK_EVENTS: usize = 128;
 
+/// The first byte of an event in a block whose random identifiers were left out because the
+/// rows hold them (a JSON event starts with `{`): a set of [`LEFT_OUT_AUDIT_ID`] and
+/// [`LEFT_OUT_UID`]. A random UUID costs about 17 bytes compressed, as much as the rest of an
+/// event; its row keeps it anyway (`mutation_rows.audit_id`, `object_rows.uid`).
+pub const LEFT_OUT_AUDIT_ID: u8 = 1;
+/// The object's `uid` (the event's `object.uid`, the row's `object_rows.uid`) was left out.
+pub const LEFT_OUT_UID: u8 = 2;
+
+/// How an event's JSON starts: its auditID is the first field.
+const AUDIT_ID_AT: &[u8] = b"{\"auditID\":\"";
+/// Where the object's fields start, and its `uid` in them (the first after `apiVersion`, `kind`,
+/// `namespace` and `name`): outside a string a `"` is JSON's own, never a name's.
+const OBJECT_AT: &[u8] = b",\"object\":{";
+const UID_AT: &[u8] = b",\"uid\":\"";
+
+/// Whether `s` is written in JSON as it is (no byte escaped).
+fn plain(s: &str) -> bool {
+    !s.bytes().any(|c| c == b'"' || c == b'\\' || c < 0x20)
+}
+
+/// Where the value of the object's `uid` starts in `json`.
+fn uid_at(json: &[u8]) -> Option<usize> {
+    let object = find(json, OBJECT_AT)?;
+    Some(object + find(&json[object..], UID_AT)? + UID_AT.len())
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Appends an event's `json` to a block's `out`, without its auditID when it is `audit_id`
+/// and without its object's UID when it is `uid`, each written plain (what the reader puts
+/// back from the rows, [`restore`]); the first byte then says what was left out.
+pub fn strip_into(out: &mut Vec<u8>, json: &[u8], audit_id: &str, uid: &str) {
+    let mut cuts: [Option<(usize, usize)>; 2] = [None, None];
+    let mut flags = 0;
+    let a = AUDIT_ID_AT.len();
+    if !audit_id.is_empty()
+        && plain(audit_id)
+        && json.starts_with(AUDIT_ID_AT)
+        && json[a..].starts_with(audit_id.as_bytes())
+        && json.get(a + audit_id.len()) == Some(&b'"')
+    {
+        cuts[0] = Some((a, a + audit_id.len()));
+        flags |= LEFT_OUT_AUDIT_ID;
+    }
+    if let Some(u) = uid_at(json).filter(|_| !uid.is_empty() && plain(uid)) {
+        if json[u..].starts_with(uid.as_bytes()) && json.get(u + uid.len()) == Some(&b'"') {
+            cuts[1] = Some((u, u + uid.len()));
+            flags |= LEFT_OUT_UID;
+        }
+    }
+    if flags != 0 {
+        out.push(flags);
+    }
+    let mut at = 0;
+    for (from, to) in cuts.into_iter().flatten() {
+        out.extend_from_slice(&json[at..from]);
+        at = to;
+    }
+    out.extend_from_slice(&json[at..]);
+}
+
+/// An event of a block as it was written: the auditID and the object's UID put back from the
+/// rows (`audit_id`, `uid`: their text) when its first byte says they were left out.
+pub fn restore(event: &[u8], ids: impl FnOnce() -> Option<(String, String)>) -> Option<Vec<u8>> {
+    let Some((&flags, rest)) = event.split_first().filter(|(&f, _)| f != b'{' && f < 0x20) else {
+        return Some(event.to_vec());
+    };
+    let (audit_id, uid) = ids()?;
+    let mut out = Vec::with_capacity(rest.len() + 80);
+    if flags & LEFT_OUT_AUDIT_ID != 0 {
+        let a = AUDIT_ID_AT.len();
+        out.extend_from_slice(rest.get(..a)?);
+        out.extend_from_slice(audit_id.as_bytes());
+        out.extend_from_slice(&rest[a..]);
+    } else {
+        out.extend_from_slice(rest);
+    }
+    if flags & LEFT_OUT_UID != 0 {
+        let u = uid_at(&out)?;
+        out.splice(u..u, uid.bytes());
+    }
+    Some(out)
+}
+
 /// Events taken as samples before a dictionary is trained, and the most bytes of them.
 const SAMPLE_EVENTS: usize = 2000;
 const SAMPLE_BYTES: usize = 4 << 20;
@@ -146,6 +232,7 @@ impl Block {
 const BLOCK_BYTES_MAX: usize = 256 << 20;
 
 impl<'c> Unpacker<'c> {
+    /// A reader of the events of the store on `conn`.
     pub fn new(conn: &'c Connection) -> Unpacker<'c> {
         Unpacker { conn, contexts: RefCell::default(), block: RefCell::default() }
     }
@@ -175,8 +262,27 @@ impl<'c> Unpacker<'c> {
         context.decompress(frame, size).ok()
     }
 
-    /// The event of mutation `id`, in its block (the block read last is kept).
+    /// The event of mutation `id`, in its block (the block read last is kept), with what was
+    /// left out of it put back from its rows ([`restore`]).
     fn in_block(&self, id: i64) -> Option<Vec<u8>> {
+        let raw = self.raw_in_block(id)?;
+        restore(&raw, || self.ids(id))
+    }
+
+    /// The text of mutation `id`'s auditID and of its object's UID, as the rows keep them.
+    fn ids(&self, id: i64) -> Option<(String, String)> {
+        self.conn
+            .query_row(
+                "SELECT m.audit_id, o.uid FROM mutation_rows m JOIN object_rows o ON o.id = m.object_id WHERE m.id = ?1",
+                [id],
+                |r| Ok((super::schema::id_text(r.get_ref(0)?), super::schema::id_text(r.get_ref(1)?))),
+            )
+            .ok()
+            .and_then(|(a, u)| Some((a?, u?)))
+    }
+
+    /// The event of mutation `id` as its block holds it.
+    fn raw_in_block(&self, id: i64) -> Option<Vec<u8>> {
         if let Some(b) = self.block.borrow().as_ref().filter(|b| b.first <= id && id <= b.last) {
             return b.event(id);
         }
@@ -210,5 +316,72 @@ impl<'c> Unpacker<'c> {
         let dict: Vec<u8> =
             conn.query_row("SELECT dictionary FROM dictionaries WHERE id = ?1", [id], |r| r.get(0)).ok()?;
         zstd::bulk::Decompressor::with_dictionary(&dict).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AUDIT: &str = "0b6c2f1e-5d1a-4c3b-9e8f-7a6b5c4d3e2f";
+    const UID: &str = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a";
+
+    fn event(audit_id: &str, name: &str, uid: &str) -> Vec<u8> {
+        format!(
+            r#"{{"auditID":"{audit_id}","cluster":"c","verb":"update","user":"u","object":{{"apiVersion":"v1","kind":"Pod","namespace":"ns","name":"{name}","uid":"{uid}","generation":1}},"parent":{{"apiVersion":"apps/v1","kind":"ReplicaSet","name":"rs","uid":"{UID}","generation":2}},"reverts":[{{"auditID":"{AUDIT}"}}]}}"#
+        )
+        .into_bytes()
+    }
+
+    fn round_trip(json: &[u8], audit_id: &str, uid: &str) -> Vec<u8> {
+        let mut block = Vec::new();
+        strip_into(&mut block, json, audit_id, uid);
+        let back = restore(&block, || Some((audit_id.to_string(), uid.to_string()))).expect("restored");
+        assert_eq!(String::from_utf8(back).unwrap(), String::from_utf8(json.to_vec()).unwrap());
+        block
+    }
+
+    #[test]
+    fn the_auditid_and_the_object_s_uid_are_left_out_and_put_back() {
+        let json = event(AUDIT, "web-1", UID);
+        let block = round_trip(&json, AUDIT, UID);
+        assert_eq!(block[0], LEFT_OUT_AUDIT_ID | LEFT_OUT_UID);
+        assert_eq!(block.len(), 1 + json.len() - AUDIT.len() - UID.len());
+        // The parent's UID and the reverts' auditIDs stay: the rows do not hold them.
+        let text = String::from_utf8(block[1..].to_vec()).unwrap();
+        assert!(text.starts_with(r#"{"auditID":"","cluster""#), "{text}");
+        assert!(text.contains(r#""name":"web-1","uid":"","generation""#), "{text}");
+        assert_eq!(text.matches(UID).count(), 1, "{text}");
+        assert_eq!(text.matches(AUDIT).count(), 1, "{text}");
+    }
+
+    #[test]
+    fn what_the_rows_do_not_hold_exactly_stays_in_the_event() {
+        // The rows' auditID or UID other than the event's: the event is kept whole.
+        let json = event(AUDIT, "web-1", UID);
+        let block = round_trip(&json, "another", "");
+        assert_eq!(block, json);
+        let block = round_trip(&json, AUDIT, "9f8e7d6c");
+        assert_eq!(block[0], LEFT_OUT_AUDIT_ID);
+        // A name that looks like the fields is escaped in JSON: the real ones are found.
+        let name = r#"x\",\"uid\":\"y"#;
+        let json = event(AUDIT, name, UID);
+        let block = round_trip(&json, AUDIT, UID);
+        assert_eq!(block[0], LEFT_OUT_AUDIT_ID | LEFT_OUT_UID);
+        // An ID that JSON escapes is not left out.
+        let odd = r#"a"b"#;
+        let json = event(r#"a\"b"#, "web-1", UID);
+        let block = round_trip(&json, odd, UID);
+        assert_eq!(block[0], LEFT_OUT_UID);
+    }
+
+    #[test]
+    fn an_event_kept_whole_reads_as_it_is() {
+        let json = event(AUDIT, "web-1", UID);
+        assert_eq!(restore(&json, || None), Some(json.clone()));
+        // Left out, but the rows cannot be read: nothing, not a wrong event.
+        let mut block = Vec::new();
+        strip_into(&mut block, &json, AUDIT, UID);
+        assert_eq!(restore(&block, || None), None);
     }
 }

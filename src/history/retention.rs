@@ -56,7 +56,9 @@ impl Retention {
 /// What a pass removed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Retained {
+    /// Mutations removed.
     pub mutations: u64,
+    /// Objects removed (left without a mutation).
     pub objects: u64,
     /// `meta.oldest_us` after the pass, when it moved.
     pub oldest_us: Option<i64>,
@@ -229,6 +231,15 @@ fn remove_chunk(
     }
     let newest: Option<i64> = tx.query_row("SELECT max(time_us) FROM retire", [], |r| r.get(0)).optional()?.flatten();
     *newest_removed = (*newest_removed).max(newest);
+    // An object that keeps some of its mutations keeps what the others said of it: its oldest
+    // time, its tombstone (its story must not change when its oldest writes go).
+    tx.execute(
+        "INSERT OR REPLACE INTO object_past (object_id, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+         SELECT f.id, f.first_us, f.last_us, f.deleted_us, f.deleted_by, f.deleted_audit_id FROM object_facts f
+         WHERE f.id IN (SELECT DISTINCT r.object_id FROM retire r WHERE EXISTS (
+             SELECT 1 FROM mutation_rows m WHERE m.object_id = r.object_id AND m.id NOT IN (SELECT id FROM retire)))",
+        [],
+    )?;
     tx.execute("DELETE FROM revert_rows WHERE mutation_id IN (SELECT id FROM retire)", [])?;
     tx.execute("DELETE FROM mutation_rows WHERE id IN (SELECT id FROM retire)", [])?;
     // The owners of the objects that may go, looked at once those are gone.
@@ -241,6 +252,11 @@ fn remove_chunk(
            AND NOT EXISTS (SELECT 1 FROM mutation_rows m WHERE m.object_id = object_rows.id)",
         [],
     )? as u64;
+    tx.execute(
+        "DELETE FROM object_past WHERE object_id IN (SELECT DISTINCT object_id FROM retire)
+           AND NOT EXISTS (SELECT 1 FROM object_rows o WHERE o.id = object_past.object_id)",
+        [],
+    )?;
     // The blocks that held the removed mutations' events: gone once none of theirs is left,
     // else their times narrowed to the rows left.
     tx.execute_batch(

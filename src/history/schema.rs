@@ -9,12 +9,14 @@
 //! rows written by hand the same way); the readers look rows up in the tables themselves.
 
 /// Bumped on any change a reader of an older store could not take. 2: events compressed
-/// (`dictionaries`, [`super::pack`]). 3: names interned, events in blocks, the views.
-pub const SCHEMA_VERSION: &str = "3";
+/// (`dictionaries`, [`super::pack`]). 3: names interned, events in blocks, the views. 4: the
+/// events in blocks without the auditID and the object's UID their rows hold
+/// ([`super::pack::LEFT_OUT_AUDIT_ID`]; a reader of schema 3 would give them without).
+pub const SCHEMA_VERSION: &str = "4";
 
 /// The versions the writer converts to [`SCHEMA_VERSION`] when it opens a store
 /// ([`super::convert`]); a reader asks for the conversion.
-pub const CONVERTS: [&str; 2] = ["1", "2"];
+pub const CONVERTS: [&str; 3] = ["1", "2", "3"];
 
 /// The classes, by the integer a row holds (`classes.id`): the order of [`crate::classify::Class::ALL`].
 pub const CLASS_IDS: [(i64, &str); 8] = [
@@ -77,6 +79,27 @@ pub fn uuid_bytes(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// The text of a stored UID or auditID: a 16-byte BLOB as its UUID (lowercase, `8-4-4-4-12`),
+/// a TEXT as it is (what the views show); `None` for anything else.
+pub fn id_text(v: rusqlite::types::ValueRef<'_>) -> Option<String> {
+    use std::fmt::Write as _;
+    match v {
+        rusqlite::types::ValueRef::Text(t) => String::from_utf8(t.to_vec()).ok(),
+        rusqlite::types::ValueRef::Blob(b) if b.len() == 16 => {
+            let mut s = String::with_capacity(36);
+            for (i, byte) in b.iter().enumerate() {
+                if matches!(i, 4 | 6 | 8 | 10) {
+                    s.push('-');
+                }
+                let _ = write!(s, "{byte:02x}");
+            }
+            Some(s)
+        }
+        rusqlite::types::ValueRef::Blob(b) => String::from_utf8(b.to_vec()).ok(),
+        _ => None,
+    }
+}
+
 /// The text of a stored UID or auditID (`x`, a column): a 16-byte BLOB as its UUID, else as it is.
 macro_rules! uuid_text {
     ($x:literal) => {
@@ -107,6 +130,71 @@ macro_rules! uuid_text {
 macro_rules! uuid_value {
     ($x:literal) => {
         concat!("CASE WHEN typeof(", $x, ") = 'text' AND ", $x, " GLOB '[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f]-[0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f][0-9a-f]' THEN unhex(replace(", $x, ", '-', '')) ELSE ", $x, " END")
+    };
+}
+
+/// The columns that name an object or an owner (`object_rows`, `owners`): the row's id, its
+/// cluster, UID, API version and kind.
+macro_rules! identity_columns {
+    () => {
+        "id               INTEGER PRIMARY KEY,
+    cluster          INTEGER NOT NULL,          -- strings.id
+    uid              BLOB NOT NULL,             -- 16 bytes for a UUID, else its text
+    api_version      INTEGER NOT NULL,          -- strings.id
+    kind             INTEGER NOT NULL,          -- strings.id"
+    };
+}
+
+/// An act's columns (`acts`, but `id`) from a row `r` with the text columns of `mutations`:
+/// names as their integers of `strings` (0: none), the class as its integer.
+macro_rules! act_columns {
+    ($r:literal) => {
+        concat!(
+            "(SELECT id FROM strings WHERE text = ",
+            $r,
+            ".verb) AS verb, ",
+            "coalesce((SELECT id FROM strings WHERE text = ",
+            $r,
+            ".subresource), 0) AS subresource, ",
+            "(SELECT id FROM strings WHERE text = ",
+            $r,
+            ".user) AS user, ",
+            "(SELECT id FROM classes WHERE name = ",
+            $r,
+            ".class) AS class, ",
+            "coalesce((SELECT id FROM strings WHERE text = ",
+            $r,
+            ".resolution), 0) AS resolution, ",
+            "coalesce((SELECT id FROM strings WHERE text = ",
+            $r,
+            ".policy), 0) AS policy, ",
+            "coalesce(",
+            $r,
+            ".reverts_person, 0) AS reverts_person"
+        )
+    };
+}
+
+/// The act `a` (a row of `acts`) that holds the columns of `x`.
+macro_rules! act_match {
+    () => {
+        "a.verb = x.verb AND a.subresource = x.subresource AND a.user = x.user AND a.class = x.class \
+         AND a.resolution = x.resolution AND a.policy = x.policy AND a.reverts_person = x.reverts_person"
+    };
+}
+
+/// Adds the act of the row `r` (the text columns of `mutations`) to `acts` when it is new: its
+/// id the next multiple of 16 plus its class.
+macro_rules! intern_act {
+    ($r:literal) => {
+        concat!(
+            "INSERT INTO acts (id, verb, subresource, user, class, resolution, policy, reverts_person) ",
+            "SELECT (coalesce((SELECT max(id) FROM acts), 0) / 16 + 1) * 16 + x.class, x.* FROM (SELECT ",
+            act_columns!($r),
+            ") x WHERE NOT EXISTS (SELECT 1 FROM acts a WHERE ",
+            act_match!(),
+            ")"
+        )
     };
 }
 
@@ -147,37 +235,42 @@ INSERT OR IGNORE INTO classes (id, name) VALUES (1, 'drift'), (2, 'expected'), (
 
 -- The controller owners objects name (an object's `parent`): one row for all its children.
 CREATE TABLE IF NOT EXISTS owners (
-    id          INTEGER PRIMARY KEY,
-    cluster     INTEGER NOT NULL,               -- strings.id
-    uid         BLOB NOT NULL,                  -- 16 bytes for a UUID, else its text
-    api_version INTEGER NOT NULL,               -- strings.id
-    kind        INTEGER NOT NULL,               -- strings.id
-    name        TEXT NOT NULL
+    "#,
+    identity_columns!(),
+    r#"
+    name             TEXT NOT NULL
 );
 -- An owner by its UID (one row per cluster, identity and UID: the writer looks it up before it
 -- adds one).
 CREATE INDEX IF NOT EXISTS owners_by_uid ON owners (uid);
 
 -- One row per object ever written, live or deleted: its identity and its controller owner.
+-- Its times and its tombstone are its mutations' (the view `object_facts`).
 CREATE TABLE IF NOT EXISTS object_rows (
-    id               INTEGER PRIMARY KEY,
-    cluster          INTEGER NOT NULL,          -- strings.id
-    uid              BLOB NOT NULL,             -- 16 bytes for a UUID, else its text
-    api_version      INTEGER NOT NULL,          -- strings.id
-    kind             INTEGER NOT NULL,          -- strings.id
+    "#,
+    identity_columns!(),
+    r#"
     namespace        INTEGER NOT NULL,          -- strings.id ('' for cluster-scoped objects)
-    name             TEXT NOT NULL,
+    name             TEXT NOT NULL,             -- or a BLOB: what follows its owner's name
     owner            INTEGER,                   -- owners.id, when it has one
-    first_us         INTEGER NOT NULL,          -- first mutation kept
-    last_us          INTEGER NOT NULL,          -- newest mutation kept
-    deleted_us       INTEGER,                   -- the tombstone: when it was deleted (or evicted)
-    deleted_by       INTEGER,                   -- strings.id: by whom
-    deleted_audit_id BLOB,                      -- 16 bytes for a UUID, else its text
     UNIQUE (cluster, uid)
 );
--- By kind and name: the name's last 8 characters (those that tell a pod from its siblings)
--- are enough to find the few rows to compare whole.
-CREATE INDEX IF NOT EXISTS object_rows_by_name ON object_rows (kind, substr(name, -8));
+-- What an object's mutations no longer show: its oldest and newest time and its tombstone as
+-- they were before retention removed some of its mutations (or as written by hand through
+-- `objects`, or as a store of schema 1 to 3 held them where its mutations say otherwise).
+CREATE TABLE IF NOT EXISTS object_past (
+    object_id        INTEGER PRIMARY KEY,       -- object_rows.id
+    first_us         INTEGER,
+    last_us          INTEGER,
+    deleted_us       INTEGER,
+    deleted_by       INTEGER,                   -- strings.id
+    deleted_audit_id BLOB                       -- 16 bytes for a UUID, else its text
+);
+-- By kind and name: the name's last 6 characters (those that tell a pod from its siblings)
+-- are enough to find the few rows to compare whole. A name that is its owner's name followed
+-- by 6 characters or more is kept as those (a BLOB of their bytes; `objects` shows it whole):
+-- the pods of a ReplicaSet, the ReplicaSets of a Deployment.
+CREATE INDEX IF NOT EXISTS object_rows_by_name ON object_rows (kind, substr(CAST(name AS TEXT), -6));
 CREATE INDEX IF NOT EXISTS object_rows_by_owner ON object_rows (owner) WHERE owner IS NOT NULL;
 
 -- One row per classified mutation, in the order the service classified them: the id only
@@ -188,16 +281,25 @@ CREATE TABLE IF NOT EXISTS mutation_rows (
     object_id      INTEGER NOT NULL,           -- object_rows.id
     time_us        INTEGER NOT NULL,
     audit_id       BLOB NOT NULL,              -- 16 bytes for a UUID, else its text
-    verb           INTEGER NOT NULL,           -- strings.id
-    subresource    INTEGER,                    -- strings.id: scale, eviction, ...
-    user           INTEGER NOT NULL,           -- strings.id
-    class          INTEGER NOT NULL,           -- classes.id
-    resolution     INTEGER,                    -- strings.id; drift only: approved, rejected, unresolved
-    policy         INTEGER,                    -- strings.id; drift only: what resolved it
-    reverts_person INTEGER NOT NULL DEFAULT 0, -- 1: a drift that undoes a person's write
-    event          BLOB                        -- NULL: the event is in event_blocks; else a
+    act            INTEGER NOT NULL,           -- acts.id: its verb, user, class, ...
+    event          BLOB,                       -- NULL: the event is in event_blocks; else a
                                                -- row of an earlier schema: its JSON (TEXT) or
                                                -- one compressed event (BLOB, src/history/pack.rs)
+    class          INTEGER GENERATED ALWAYS AS (act % 16) VIRTUAL -- classes.id (not stored)
+);
+-- What mutations did and how they were classified, one row for all that share it (a few
+-- thousand: each user's verbs and classes): `id` is 16 times a sequence number plus the
+-- class, so that a mutation's class is its `act % 16` (`mutation_rows.class`, indexed).
+CREATE TABLE IF NOT EXISTS acts (
+    id             INTEGER PRIMARY KEY,
+    verb           INTEGER NOT NULL,           -- strings.id
+    subresource    INTEGER NOT NULL,           -- strings.id: scale, eviction, ...; 0: none
+    user           INTEGER NOT NULL,           -- strings.id
+    class          INTEGER NOT NULL,           -- classes.id
+    resolution     INTEGER NOT NULL,           -- strings.id; drift only: approved, rejected, unresolved; 0: none
+    policy         INTEGER NOT NULL,           -- strings.id; drift only: what resolved it; 0: none
+    reverts_person INTEGER NOT NULL,           -- 1: a drift that undoes a person's write
+    UNIQUE (verb, subresource, user, class, resolution, policy, reverts_person)
 );
 -- An object's writes in time order; also how a mutation is written once (the writer looks
 -- for the same auditID at the same time on the same object: an audit event sent again keeps
@@ -208,13 +310,13 @@ CREATE INDEX IF NOT EXISTS mutation_rows_by_object ON mutation_rows (object_id, 
 -- here.
 CREATE INDEX IF NOT EXISTS mutation_rows_by_time ON mutation_rows (time_us) WHERE event IS NOT NULL;
 -- The drift feed by class, in storage order (the row id: a row stored later has a higher one,
--- whatever its event time), with the time for since/until: the signal classes only, each in an
--- index of its own (rows of other classes cost no index write; the feed reads them from the
--- table, which is in storage order too).
-CREATE INDEX IF NOT EXISTS mutations_drift_seq ON mutation_rows (id, time_us) WHERE class = 1;
-CREATE INDEX IF NOT EXISTS mutations_origin_seq ON mutation_rows (id, time_us) WHERE class = 3;
-CREATE INDEX IF NOT EXISTS mutations_undetermined_seq ON mutation_rows (id, time_us) WHERE class = 7;
-CREATE INDEX IF NOT EXISTS mutations_unknown_parent_seq ON mutation_rows (id, time_us) WHERE class = 8;
+-- whatever its event time): the signal classes only, each in an index of its own whose one key
+-- is the class, so that its entries are in row id order (rows of other classes cost no index
+-- write; the feed reads them from the table, which is in storage order too).
+CREATE INDEX IF NOT EXISTS mutations_drift_seq ON mutation_rows (class) WHERE class = 1;
+CREATE INDEX IF NOT EXISTS mutations_origin_seq ON mutation_rows (class) WHERE class = 3;
+CREATE INDEX IF NOT EXISTS mutations_undetermined_seq ON mutation_rows (class) WHERE class = 7;
+CREATE INDEX IF NOT EXISTS mutations_unknown_parent_seq ON mutation_rows (class) WHERE class = 8;
 
 -- Which origin writes each drift undoes (the enriched event's `reverts`), to find from an
 -- origin write what reverted it.
@@ -247,19 +349,40 @@ CREATE TABLE IF NOT EXISTS event_blocks (
 CREATE INDEX IF NOT EXISTS event_blocks_by_min ON event_blocks (min_us);
 CREATE INDEX IF NOT EXISTS event_blocks_by_max ON event_blocks (max_us);
 
+-- An object's times and tombstone, from its mutations and what `object_past` keeps: the oldest
+-- and newest time; the earliest removal (a delete, a deletecollection item, an eviction), by
+-- whom, its auditID (of two at the same time, the one stored first).
+CREATE VIEW IF NOT EXISTS object_facts AS
+SELECT o.id AS id,
+       min(coalesce(p.first_us, f.time_us), coalesce(f.time_us, p.first_us)) AS first_us,
+       max(coalesce(p.last_us, l.time_us), coalesce(l.time_us, p.last_us)) AS last_us,
+       CASE WHEN p.deleted_us IS NOT NULL AND (d.time_us IS NULL OR p.deleted_us <= d.time_us) THEN p.deleted_us ELSE d.time_us END AS deleted_us,
+       CASE WHEN p.deleted_us IS NOT NULL AND (d.time_us IS NULL OR p.deleted_us <= d.time_us) THEN p.deleted_by ELSE (SELECT user FROM acts WHERE id = d.act) END AS deleted_by,
+       CASE WHEN p.deleted_us IS NOT NULL AND (d.time_us IS NULL OR p.deleted_us <= d.time_us) THEN p.deleted_audit_id ELSE d.audit_id END AS deleted_audit_id
+FROM object_rows o
+LEFT JOIN object_past p ON p.object_id = o.id
+LEFT JOIN mutation_rows f ON f.id = (SELECT id FROM mutation_rows WHERE object_id = o.id ORDER BY time_us, id LIMIT 1)
+LEFT JOIN mutation_rows l ON l.id = (SELECT id FROM mutation_rows WHERE object_id = o.id ORDER BY time_us DESC, id DESC LIMIT 1)
+LEFT JOIN mutation_rows d ON d.id = (
+    SELECT m.id FROM mutation_rows m WHERE m.object_id = o.id
+       AND m.act IN (SELECT id FROM acts WHERE verb IN (SELECT id FROM strings WHERE text IN ('delete', 'deletecollection'))
+                     OR subresource = (SELECT id FROM strings WHERE text = 'eviction'))
+    ORDER BY m.time_us, m.id LIMIT 1);
+
 -- The rows as text, with the columns of schemas 1 and 2 (for SQL by hand; docs/history.md).
 CREATE VIEW IF NOT EXISTS objects AS
 SELECT o.id AS id, c.text AS cluster, "#,
     uuid_text!("o.uid"),
     r#" AS uid, av.text AS api_version, k.text AS kind,
-       ns.text AS namespace, o.name AS name, "#,
+       ns.text AS namespace, CASE WHEN typeof(o.name) = 'blob' THEN w.name || CAST(o.name AS TEXT) ELSE o.name END AS name, "#,
     uuid_text!("w.uid"),
     r#" AS parent_uid, wav.text AS parent_api_version,
-       wk.text AS parent_kind, w.name AS parent_name, o.first_us AS first_us, o.last_us AS last_us,
-       o.deleted_us AS deleted_us, db.text AS deleted_by, "#,
-    uuid_text!("o.deleted_audit_id"),
+       wk.text AS parent_kind, w.name AS parent_name, x.first_us AS first_us, x.last_us AS last_us,
+       x.deleted_us AS deleted_us, db.text AS deleted_by, "#,
+    uuid_text!("x.deleted_audit_id"),
     r#" AS deleted_audit_id
 FROM object_rows o
+JOIN object_facts x ON x.id = o.id
 JOIN strings c ON c.id = o.cluster
 JOIN strings av ON av.id = o.api_version
 JOIN strings k ON k.id = o.kind
@@ -267,7 +390,7 @@ JOIN strings ns ON ns.id = o.namespace
 LEFT JOIN owners w ON w.id = o.owner
 LEFT JOIN strings wav ON wav.id = w.api_version
 LEFT JOIN strings wk ON wk.id = w.kind
-LEFT JOIN strings db ON db.id = o.deleted_by;
+LEFT JOIN strings db ON db.id = x.deleted_by;
 
 -- `event`: the row's own event (schemas 1 and 2), else the mutation's id, which
 -- src/history/pack.rs reads in event_blocks.
@@ -276,14 +399,15 @@ SELECT m.id AS id, m.object_id AS object_id, m.time_us AS time_us, "#,
     uuid_text!("m.audit_id"),
     r#" AS audit_id, v.text AS verb,
        s.text AS subresource, u.text AS user, c.name AS class, r.text AS resolution, p.text AS policy,
-       m.reverts_person AS reverts_person, coalesce(m.event, m.id) AS event
+       a.reverts_person AS reverts_person, coalesce(m.event, m.id) AS event
 FROM mutation_rows m
-JOIN strings v ON v.id = m.verb
-LEFT JOIN strings s ON s.id = m.subresource
-JOIN strings u ON u.id = m.user
-JOIN classes c ON c.id = m.class
-LEFT JOIN strings r ON r.id = m.resolution
-LEFT JOIN strings p ON p.id = m.policy;
+JOIN acts a ON a.id = m.act
+JOIN strings v ON v.id = a.verb
+LEFT JOIN strings s ON s.id = a.subresource
+JOIN strings u ON u.id = a.user
+JOIN classes c ON c.id = a.class
+LEFT JOIN strings r ON r.id = a.resolution
+LEFT JOIN strings p ON p.id = a.policy;
 
 CREATE VIEW IF NOT EXISTS reverts AS
 SELECT mutation_id, "#,
@@ -307,7 +431,7 @@ CREATE TRIGGER IF NOT EXISTS objects_insert INSTEAD OF INSERT ON objects BEGIN
     uuid_value!("new.parent_uid"),
     r#" AND w.cluster = c
         AND w.api_version = av AND w.kind = k AND w.name = coalesce(new.parent_name, ''));
-    INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+    INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner)
     VALUES (new.id, (SELECT id FROM strings WHERE text = new.cluster), "#,
     uuid_value!("new.uid"),
     r#", (SELECT id FROM strings WHERE text = new.api_version),
@@ -316,41 +440,58 @@ CREATE TRIGGER IF NOT EXISTS objects_insert INSTEAD OF INSERT ON objects BEGIN
     uuid_value!("new.parent_uid"),
     r#"
                 AND api_version = (SELECT id FROM strings WHERE text = coalesce(new.parent_api_version, ''))
-                AND kind = (SELECT id FROM strings WHERE text = coalesce(new.parent_kind, '')) AND name = coalesce(new.parent_name, '')),
+                AND kind = (SELECT id FROM strings WHERE text = coalesce(new.parent_kind, '')) AND name = coalesce(new.parent_name, '')));
+    INSERT INTO object_past (object_id, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+    VALUES ((SELECT id FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = new.cluster) AND uid = "#,
+    uuid_value!("new.uid"),
+    r#"),
             new.first_us, new.last_us, new.deleted_us, (SELECT id FROM strings WHERE text = new.deleted_by), "#,
     uuid_value!("new.deleted_audit_id"),
     r#");
 END;
 CREATE TRIGGER IF NOT EXISTS objects_update INSTEAD OF UPDATE ON objects BEGIN
     INSERT OR IGNORE INTO strings (text) SELECT new.deleted_by WHERE new.deleted_by IS NOT NULL;
-    UPDATE object_rows SET name = new.name, first_us = new.first_us, last_us = new.last_us, deleted_us = new.deleted_us,
-        deleted_by = (SELECT id FROM strings WHERE text = new.deleted_by),
-        deleted_audit_id = CASE WHEN new.deleted_audit_id IS old.deleted_audit_id THEN deleted_audit_id ELSE "#,
+    UPDATE object_rows SET name = new.name WHERE id = old.id;
+    INSERT OR REPLACE INTO object_past (object_id, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+    SELECT old.id, new.first_us, new.last_us, new.deleted_us, (SELECT id FROM strings WHERE text = new.deleted_by),
+           CASE WHEN new.deleted_audit_id IS old.deleted_audit_id THEN x.deleted_audit_id ELSE "#,
     uuid_value!("new.deleted_audit_id"),
     r#" END
-    WHERE id = old.id;
+    FROM object_facts x WHERE x.id = old.id;
 END;
 CREATE TRIGGER IF NOT EXISTS objects_delete INSTEAD OF DELETE ON objects BEGIN
+    DELETE FROM object_past WHERE object_id = old.id;
     DELETE FROM object_rows WHERE id = old.id;
 END;
 CREATE TRIGGER IF NOT EXISTS mutations_insert INSTEAD OF INSERT ON mutations BEGIN
     INSERT OR IGNORE INTO strings (text) SELECT value FROM (
         SELECT new.verb AS value UNION ALL SELECT new.subresource UNION ALL SELECT new.user
         UNION ALL SELECT new.resolution UNION ALL SELECT new.policy) WHERE value IS NOT NULL;
-    INSERT INTO mutation_rows (id, object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
-    VALUES (new.id, new.object_id, new.time_us, "#,
+    "#,
+    intern_act!("new"),
+    r#";
+    INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)
+    SELECT new.id, new.object_id, new.time_us, "#,
     uuid_value!("new.audit_id"),
-    r#", (SELECT id FROM strings WHERE text = new.verb),
-            (SELECT id FROM strings WHERE text = new.subresource), (SELECT id FROM strings WHERE text = new.user),
-            (SELECT id FROM classes WHERE name = new.class), (SELECT id FROM strings WHERE text = new.resolution),
-            (SELECT id FROM strings WHERE text = new.policy), coalesce(new.reverts_person, 0), new.event);
+    r#", (SELECT a.id FROM acts a WHERE "#,
+    act_match!(),
+    r#"), new.event
+    FROM (SELECT "#,
+    act_columns!("new"),
+    r#") x;
 END;
 CREATE TRIGGER IF NOT EXISTS mutations_update INSTEAD OF UPDATE ON mutations BEGIN
     INSERT OR IGNORE INTO strings (text) SELECT value FROM (
         SELECT new.user AS value UNION ALL SELECT new.resolution UNION ALL SELECT new.policy) WHERE value IS NOT NULL;
-    UPDATE mutation_rows SET time_us = new.time_us, user = (SELECT id FROM strings WHERE text = new.user),
-        class = (SELECT id FROM classes WHERE name = new.class), resolution = (SELECT id FROM strings WHERE text = new.resolution),
-        policy = (SELECT id FROM strings WHERE text = new.policy), reverts_person = new.reverts_person,
+    "#,
+    intern_act!("new"),
+    r#";
+    UPDATE mutation_rows SET time_us = new.time_us,
+        act = (SELECT a.id FROM acts a, (SELECT "#,
+    act_columns!("new"),
+    r#") x WHERE "#,
+    act_match!(),
+    r#"),
         event = CASE WHEN new.event IS old.event THEN event ELSE new.event END
     WHERE id = old.id;
 END;
@@ -397,6 +538,22 @@ CREATE INDEX IF NOT EXISTS reverts_by_mutation ON reverts (mutation_id);
 CREATE TABLE IF NOT EXISTS dictionaries (id INTEGER PRIMARY KEY, dictionary BLOB NOT NULL);
 "#;
 
+/// The end of a conversion: an object's times and tombstone as the store held them
+/// (`temp.past_old`) kept in `object_past` where its mutations say otherwise (retention had
+/// removed some, or they were written by hand).
+macro_rules! keep_past {
+    () => {
+        "
+INSERT INTO object_past (object_id, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+    SELECT p.id, p.first_us, p.last_us, p.deleted_us, p.deleted_by, p.deleted_audit_id
+    FROM temp.past_old p JOIN object_facts f ON f.id = p.id
+    WHERE f.first_us IS NOT p.first_us OR f.last_us IS NOT p.last_us OR f.deleted_us IS NOT p.deleted_us
+       OR f.deleted_by IS NOT p.deleted_by OR f.deleted_audit_id IS NOT p.deleted_audit_id;
+DROP TABLE temp.past_old;
+"
+    };
+}
+
 /// Converts the tables of schema 1 or 2 (renamed `*_old` by the caller, their indexes dropped)
 /// into those of [`SQL`], in the caller's transaction: names interned, rows copied with their
 /// ids (the drift feed's cursors stay valid), their events kept as they were.
@@ -416,7 +573,7 @@ INSERT INTO owners (cluster, uid, api_version, kind, name)
     r#", (SELECT id FROM strings WHERE text = coalesce(parent_api_version, '')),
            (SELECT id FROM strings WHERE text = coalesce(parent_kind, '')), coalesce(parent_name, '')
     FROM objects_old WHERE parent_uid IS NOT NULL;
-INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
+INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner)
     SELECT o.id, (SELECT id FROM strings WHERE text = o.cluster), "#,
     uuid_value!("o.uid"),
     r#", (SELECT id FROM strings WHERE text = o.api_version),
@@ -425,23 +582,80 @@ INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, o
     uuid_value!("o.parent_uid"),
     r#"
                 AND w.api_version = (SELECT id FROM strings WHERE text = coalesce(o.parent_api_version, ''))
-                AND w.kind = (SELECT id FROM strings WHERE text = coalesce(o.parent_kind, '')) AND w.name = coalesce(o.parent_name, '')),
-           o.first_us, o.last_us, o.deleted_us, (SELECT id FROM strings WHERE text = o.deleted_by), "#,
-    uuid_value!("o.deleted_audit_id"),
-    r#"
+                AND w.kind = (SELECT id FROM strings WHERE text = coalesce(o.parent_kind, '')) AND w.name = coalesce(o.parent_name, ''))
     FROM objects_old o;
-INSERT INTO mutation_rows (id, object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person, event)
-    SELECT m.id, m.object_id, m.time_us, "#,
-    uuid_value!("m.audit_id"),
-    r#", (SELECT id FROM strings WHERE text = m.verb), (SELECT id FROM strings WHERE text = m.subresource),
-           (SELECT id FROM strings WHERE text = m.user), (SELECT id FROM classes WHERE name = m.class),
-           (SELECT id FROM strings WHERE text = m.resolution), (SELECT id FROM strings WHERE text = m.policy), m.reverts_person, m.event
-    FROM mutations_old m;
+CREATE TEMP TABLE past_old AS
+    SELECT o.id AS id, o.first_us AS first_us, o.last_us AS last_us, o.deleted_us AS deleted_us,
+           (SELECT id FROM strings WHERE text = o.deleted_by) AS deleted_by, "#,
+    uuid_value!("o.deleted_audit_id"),
+    r#" AS deleted_audit_id
+    FROM objects_old o;
+INSERT INTO acts (id, verb, subresource, user, class, resolution, policy, reverts_person)
+    SELECT ((SELECT coalesce(max(id), 0) / 16 FROM acts) + row_number() OVER ()) * 16 + x.class, x.*
+    FROM (SELECT DISTINCT "#,
+    act_columns!("m"),
+    r#" FROM mutations_old m) x
+    WHERE NOT EXISTS (SELECT 1 FROM acts a WHERE "#,
+    act_match!(),
+    r#");
+INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)
+    SELECT x.id, x.object_id, x.time_us, "#,
+    uuid_value!("x.audit_id"),
+    r#", (SELECT a.id FROM acts a WHERE "#,
+    act_match!(),
+    r#"), x.event
+    FROM (SELECT m.id AS id, m.object_id AS object_id, m.time_us AS time_us, m.audit_id AS audit_id, m.event AS event, "#,
+    act_columns!("m"),
+    r#" FROM mutations_old m) x;
 INSERT INTO revert_rows (mutation_id, origin_audit_id) SELECT mutation_id, "#,
     uuid_value!("origin_audit_id"),
     r#" FROM reverts_old;
 DROP TABLE reverts_old;
 DROP TABLE mutations_old;
 DROP TABLE objects_old;
-"#
+"#,
+    keep_past!()
+);
+
+/// Before [`SQL`], when a store of schema 3 is converted: what 4 made anew set aside (the
+/// objects' rows, which held their times and tombstone, renamed `object_rows_old`).
+pub const BEFORE_CONVERT_3: &str = "
+DROP VIEW IF EXISTS objects;
+DROP VIEW IF EXISTS mutations;
+DROP INDEX IF EXISTS object_rows_by_name;
+DROP INDEX IF EXISTS object_rows_by_owner;
+DROP INDEX IF EXISTS mutation_rows_by_object;
+DROP INDEX IF EXISTS mutation_rows_by_time;
+DROP INDEX IF EXISTS mutations_drift_seq;
+DROP INDEX IF EXISTS mutations_origin_seq;
+DROP INDEX IF EXISTS mutations_undetermined_seq;
+DROP INDEX IF EXISTS mutations_unknown_parent_seq;
+ALTER TABLE object_rows RENAME TO object_rows_old;
+ALTER TABLE mutation_rows RENAME TO mutation_rows_old;";
+
+/// Converts a store of schema 3 (after [`BEFORE_CONVERT_3`] and [`SQL`]), in the caller's
+/// transaction: the objects' rows copied with their ids, their times and tombstones kept in
+/// `object_past` where their mutations say otherwise.
+pub const CONVERT_3: &str = concat!(
+    "
+INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner)
+    SELECT id, cluster, uid, api_version, kind, namespace, name, owner FROM object_rows_old;
+CREATE TEMP TABLE past_old AS
+    SELECT id, first_us, last_us, deleted_us, deleted_by, deleted_audit_id FROM object_rows_old;
+DROP TABLE object_rows_old;
+INSERT INTO acts (id, verb, subresource, user, class, resolution, policy, reverts_person)
+    SELECT ((SELECT coalesce(max(id), 0) / 16 FROM acts) + row_number() OVER ()) * 16 + x.class, x.*
+    FROM (SELECT DISTINCT verb, coalesce(subresource, 0) AS subresource, user, class, coalesce(resolution, 0) AS resolution,
+                 coalesce(policy, 0) AS policy, reverts_person FROM mutation_rows_old) x
+    WHERE NOT EXISTS (SELECT 1 FROM acts a WHERE ",
+    act_match!(),
+    ");
+INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)
+    SELECT x.id, x.object_id, x.time_us, x.audit_id, (SELECT a.id FROM acts a WHERE ",
+    act_match!(),
+    "), x.event
+    FROM (SELECT id, object_id, time_us, audit_id, event, verb, coalesce(subresource, 0) AS subresource, user, class,
+                 coalesce(resolution, 0) AS resolution, coalesce(policy, 0) AS policy, reverts_person FROM mutation_rows_old) x;
+DROP TABLE mutation_rows_old;",
+    keep_past!()
 );

@@ -32,6 +32,7 @@ pub struct StoryQuery {
     pub namespace: Option<String>,
     /// The object's name; with `kind`, or `uid` alone.
     pub name: Option<String>,
+    /// The object's UID (`metadata.uid`); alone, or to pick one of several of a name.
     pub uid: Option<String>,
     /// Writes (and drift counts, and reverts) up to this time, µs since the epoch.
     pub at_us: Option<i64>,
@@ -75,36 +76,50 @@ pub fn parse_cursor(s: &str) -> Result<(i64, i64), String> {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ObjectRef {
+    /// The cluster its events came from.
     pub cluster: String,
+    /// Its `apiVersion`.
     pub api_version: String,
+    /// Its kind.
     pub kind: String,
     /// `""` for a cluster-scoped object.
     pub namespace: String,
+    /// Its name.
     pub name: String,
+    /// Its `metadata.uid`.
     pub uid: String,
     /// Its controller owner; `null` when it has none.
     pub parent: Option<OwnerRef>,
     /// Its first and newest mutation kept (RFC 3339).
     pub first_seen: String,
+    /// Its newest mutation kept (RFC 3339).
     pub last_seen: String,
     /// The tombstone: `null` while the object lives (as far as the store knows).
     pub deleted: Option<Tombstone>,
 }
 
+/// An object's controller owner, as its events named it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct OwnerRef {
+    /// Its `apiVersion`.
     pub api_version: String,
+    /// Its kind.
     pub kind: String,
+    /// Its name.
     pub name: String,
+    /// Its UID.
     pub uid: String,
 }
 
 /// Who deleted (or evicted) an object, and when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Tombstone {
+    /// When (RFC 3339).
     pub time: String,
+    /// By whom.
     pub user: String,
+    /// The auditID of the write that removed it.
     #[serde(rename = "auditID")]
     pub audit_id: String,
 }
@@ -113,16 +128,19 @@ pub struct Tombstone {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Story {
+    /// The object.
     pub object: ObjectRef,
     /// How far back the store reaches (`meta.oldest_us`): nothing older was kept, or
     /// retention removed it; `null` for an empty store.
     pub history_from: Option<String>,
     /// The `at` bound of the question, when it had one.
     pub at: Option<String>,
+    /// Its writes, oldest first (the newest `limit` of them).
     pub writes: Vec<Write>,
     /// The object's writes left out: older than `writes` (a limit was given, and reached).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub earlier: Option<Earlier>,
+    /// Its children (and theirs) with drift.
     pub children: Vec<Child>,
     /// Writes whose stored event could not be read (told from their columns instead); not
     /// part of the JSON, counted by the query API.
@@ -144,19 +162,27 @@ pub struct Write {
 /// A drift that undid a write.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RevertedBy {
+    /// The drift's auditID.
     #[serde(rename = "auditID")]
     pub audit_id: String,
+    /// Its time (RFC 3339).
     pub time: String,
+    /// Who wrote it.
     pub user: String,
+    /// Its class.
     pub class: String,
     /// The object the drift wrote: the same one, or a replacement of a removed object.
     pub object: WrittenObject,
 }
 
+/// The object a drift wrote.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WrittenObject {
+    /// Its kind.
     pub kind: String,
+    /// Its name.
     pub name: String,
+    /// Its UID.
     pub uid: String,
 }
 
@@ -164,28 +190,39 @@ pub struct WrittenObject {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Child {
+    /// Its `apiVersion`.
     pub api_version: String,
+    /// Its kind.
     pub kind: String,
+    /// Its name.
     pub name: String,
+    /// Its UID.
     pub uid: String,
     /// Deleted by the `at` bound (or at all, without one).
     pub deleted: bool,
     /// Its own drift mutations up to `at`.
     pub drift: u64,
+    /// The newest of them.
     pub last_drift: Option<LastDrift>,
+    /// Its own children with drift in their subtree.
     pub children: Vec<Child>,
 }
 
+/// A child's newest drift.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LastDrift {
+    /// When (RFC 3339).
     pub time: String,
+    /// Who wrote it.
     pub user: String,
+    /// Its auditID.
     #[serde(rename = "auditID")]
     pub audit_id: String,
     /// approved, rejected or unresolved.
     pub resolution: Option<String>,
 }
 
+/// Why a story could not be told.
 #[derive(Debug, thiserror::Error)]
 pub enum StoryError {
     /// No object in the store matches the question.
@@ -197,10 +234,14 @@ pub enum StoryError {
     Ambiguous(Vec<ObjectRef>),
     /// `at` is older than anything the store keeps.
     #[error("the history store reaches back to {history_from} only")]
-    BeforeHistory { history_from: String },
+    BeforeHistory {
+        /// How far back it reaches (RFC 3339).
+        history_from: String,
+    },
     /// The question names no object: neither a UID nor a kind and a name.
     #[error("{0}")]
     Invalid(String),
+    /// Reading the store failed.
     #[error("history store: {0}")]
     Store(#[from] rusqlite::Error),
 }

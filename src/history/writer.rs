@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{params, params_from_iter, CachedStatement, Connection, OptionalExtension, ToSql};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
-use super::pack::{Packer, BLOCK_EVENTS};
+use super::pack::{self, Packer, BLOCK_EVENTS};
 use super::retention::{self, Retained, Retention};
 use super::schema::{self, id_value};
 use super::{Error, Mode, Result};
@@ -27,27 +27,21 @@ use crate::classify::Class;
 use crate::decode::time::parse_rfc3339_micros;
 use crate::enriched::Enriched;
 
+/// An object's row whose identity or owner changed (or that the writer does not know): its
+/// times and tombstone are its mutations' (the view `object_facts`), never written here.
 const UPSERT_OBJECT: &str = "
-INSERT INTO object_rows (cluster, uid, api_version, kind, namespace, name, owner, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8, ?9, ?10, ?11)
+INSERT INTO object_rows (cluster, uid, api_version, kind, namespace, name, owner)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 ON CONFLICT (cluster, uid) DO UPDATE SET
     api_version = excluded.api_version, kind = excluded.kind, namespace = excluded.namespace,
     name = excluded.name,
-    owner = coalesce(excluded.owner, owner),
-    first_us = min(first_us, excluded.first_us),
-    last_us = max(last_us, excluded.last_us),
-    deleted_by = CASE WHEN excluded.deleted_us < coalesce(deleted_us, 9223372036854775807)
-                      THEN excluded.deleted_by ELSE deleted_by END,
-    deleted_audit_id = CASE WHEN excluded.deleted_us < coalesce(deleted_us, 9223372036854775807)
-                            THEN excluded.deleted_audit_id ELSE deleted_audit_id END,
-    deleted_us = CASE WHEN excluded.deleted_us < coalesce(deleted_us, 9223372036854775807)
-                      THEN excluded.deleted_us ELSE deleted_us END
+    owner = coalesce(excluded.owner, owner)
 RETURNING id";
 
 /// A new object's row; nothing when the store already has it (then [`UPSERT_OBJECT`]).
 const INSERT_OBJECT: &str = "
-INSERT INTO object_rows (cluster, uid, api_version, kind, namespace, name, owner, first_us, last_us)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?8)
+INSERT INTO object_rows (cluster, uid, api_version, kind, namespace, name, owner)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
 ON CONFLICT (cluster, uid) DO NOTHING";
 
 /// Whether the store has this mutation: the same auditID (`?3`, or its text `?4` in a row of
@@ -55,23 +49,16 @@ ON CONFLICT (cluster, uid) DO NOTHING";
 const FIND_MUTATION: &str =
     "SELECT count(*) FROM mutation_rows WHERE object_id = ?1 AND time_us = ?2 AND audit_id IN (?3, ?4)";
 
-const INSERT_MUTATION: &str = "
-INSERT INTO mutation_rows (object_id, time_us, audit_id, verb, subresource, user, class, resolution, policy, reverts_person)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)";
+const INSERT_MUTATION: &str = "INSERT INTO mutation_rows (object_id, time_us, audit_id, act) VALUES (?1, ?2, ?3, ?4)";
 
-/// A known object's times, once per object per transaction (its identity unchanged).
-const TOUCH_OBJECT: &str =
-    "UPDATE object_rows SET first_us = min(first_us, ?2), last_us = max(last_us, ?3) WHERE id = ?1";
-
-/// The tombstone of a known object whose identity and owner are unchanged: no column of an
-/// index is set, so no index entry is rewritten (the upsert sets them all).
-const TOMBSTONE_OBJECT: &str = "
-UPDATE object_rows SET
-    first_us = min(first_us, ?2), last_us = max(last_us, ?2),
-    deleted_by = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?3 ELSE deleted_by END,
-    deleted_audit_id = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?4 ELSE deleted_audit_id END,
-    deleted_us = CASE WHEN ?2 < coalesce(deleted_us, 9223372036854775807) THEN ?2 ELSE deleted_us END
-WHERE id = ?1";
+/// An act (`acts`): its verb, subresource, user, class, resolution, policy (names as their
+/// integers, 0 for none) and whether it reverts a person's write.
+type Act = [i64; 7];
+const FIND_ACT: &str = "SELECT id FROM acts WHERE verb = ?1 AND subresource = ?2 AND user = ?3 AND class = ?4 \
+    AND resolution = ?5 AND policy = ?6 AND reverts_person = ?7";
+/// A new act's id: the next multiple of 16, plus its class (`mutation_rows.class` is `act % 16`).
+const INSERT_ACT: &str = "INSERT INTO acts (id, verb, subresource, user, class, resolution, policy, reverts_person)
+    VALUES ((SELECT coalesce(max(id), 0) / 16 + 1 FROM acts) * 16 + ?4, ?1, ?2, ?3, ?4, ?5, ?6, ?7)";
 
 const INSERT_REVERT: &str = "INSERT INTO revert_rows (mutation_id, origin_audit_id) VALUES (?1, ?2)";
 
@@ -99,6 +86,7 @@ pub struct Written {
     pub events: u64,
     /// Rows added to `mutations` (events minus duplicates).
     pub mutations: u64,
+    /// Events already in the store (the same auditID at the same time on the same object).
     pub duplicates: u64,
 }
 
@@ -117,15 +105,15 @@ pub struct Store {
     /// retention removed objects.
     strings: HashMap<String, i64>,
     owners: HashMap<u128, i64>,
+    /// Acts' ids in `acts`: emptied when a transaction fails.
+    acts: HashMap<Act, i64>,
     /// Newest `stageTimestamp` written: the time of an event whose timestamp cannot be read.
     newest_us: i64,
     /// Objects whose row the writer knows, by (cluster, UID): a write that changes nothing of
-    /// its row but the times skips the upsert (which rewrites the row and two index entries)
-    /// and only moves the times, once per object per transaction (`touched`). Emptied when a
-    /// transaction fails (its rows are gone), after retention removed objects, and when full.
+    /// its row (its times and tombstone are its mutations') skips the upsert, which rewrites
+    /// the row and two index entries. Emptied when a transaction fails (its rows are gone),
+    /// after retention removed objects, and when full.
     known: HashMap<u128, Known>,
-    /// Times of known objects written in the transaction under way: id → (first, last).
-    touched: HashMap<i64, (i64, i64)>,
 }
 
 /// What the writer knows of an object's row.
@@ -200,16 +188,18 @@ impl Store {
             packer,
             strings: HashMap::new(),
             owners: HashMap::new(),
+            acts: HashMap::new(),
             newest_us,
             known: HashMap::new(),
-            touched: HashMap::new(),
         })
     }
 
+    /// The store's file.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// The writer's connection (for reading in the writer's thread).
     pub fn connection(&self) -> &Connection {
         &self.conn
     }
@@ -231,9 +221,9 @@ impl Store {
             self.known.clear();
             self.strings.clear();
             self.owners.clear();
+            self.acts.clear();
         }
         self.block.clear();
-        self.touched.clear();
         result
     }
 
@@ -247,12 +237,12 @@ impl Store {
                 conn: &tx,
                 statements: Statements::prepare(&tx)?,
                 known: &mut self.known,
-                touched: &mut self.touched,
                 json: &mut self.json,
                 packer: &mut self.packer,
                 block: &mut self.block,
                 strings: &mut self.strings,
                 owners: &mut self.owners,
+                acts: &mut self.acts,
             };
             let mut oldest = i64::MAX;
             for batch in batches {
@@ -269,10 +259,6 @@ impl Store {
                 }
             }
             rows.flush_block()?;
-            let mut touch = tx.prepare_cached(TOUCH_OBJECT)?;
-            for (id, (first, last)) in rows.touched.iter() {
-                touch.execute(params![id, first, last])?;
-            }
             Ok((oldest, newest))
         })();
         let (oldest, newest) = result.map_err(|e| sqlite_err(path, e))?;
@@ -326,9 +312,18 @@ pub fn disk_bytes(path: &Path) -> u64 {
     size(path) + size(Path::new(&wal))
 }
 
-/// A delete, an item of a deletecollection or an eviction removes the object it names.
-fn removes(e: &Enriched) -> bool {
-    e.verb.is_delete() || e.subresource == Some("eviction")
+/// Fewest characters after its owner's name for a name to be kept as those
+/// (`object_rows_by_name` keys on a name's last 6).
+const NAME_TAIL: usize = 6;
+
+/// An object's name as its row keeps it: what follows its owner's name, as a BLOB, when it
+/// starts with it and [`NAME_TAIL`] characters or more follow (a pod of a ReplicaSet, a
+/// ReplicaSet of a Deployment); else the name, as TEXT. The view `objects` shows it whole.
+fn stored_name(name: &str, owner: Option<&str>) -> rusqlite::types::Value {
+    match owner.filter(|o| !o.is_empty()).and_then(|o| name.strip_prefix(o)) {
+        Some(tail) if tail.chars().count() >= NAME_TAIL => rusqlite::types::Value::Blob(tail.as_bytes().to_vec()),
+        _ => rusqlite::types::Value::Text(name.to_string()),
+    }
 }
 
 /// The statements of one transaction's rows, taken from the connection's cache once for all
@@ -337,7 +332,6 @@ fn removes(e: &Enriched) -> bool {
 struct Statements<'c> {
     insert_object: CachedStatement<'c>,
     upsert_object: CachedStatement<'c>,
-    tombstone_object: CachedStatement<'c>,
     find_mutation: CachedStatement<'c>,
     insert_mutation: CachedStatement<'c>,
     insert_revert: CachedStatement<'c>,
@@ -349,7 +343,6 @@ impl<'c> Statements<'c> {
         Ok(Statements {
             insert_object: conn.prepare_cached(INSERT_OBJECT)?,
             upsert_object: conn.prepare_cached(UPSERT_OBJECT)?,
-            tombstone_object: conn.prepare_cached(TOMBSTONE_OBJECT)?,
             find_mutation: conn.prepare_cached(FIND_MUTATION)?,
             insert_mutation: conn.prepare_cached(INSERT_MUTATION)?,
             insert_revert: conn.prepare_cached(INSERT_REVERT)?,
@@ -383,7 +376,6 @@ struct Rows<'a> {
     /// Held for the whole transaction (see [`Statements`]).
     statements: Statements<'a>,
     known: &'a mut HashMap<u128, Known>,
-    touched: &'a mut HashMap<i64, (i64, i64)>,
     /// One enriched event's JSON, and before it the fields of its object's hashes.
     json: &'a mut Vec<u8>,
     /// Compresses the blocks.
@@ -391,6 +383,7 @@ struct Rows<'a> {
     block: &'a mut Pending,
     strings: &'a mut HashMap<String, i64>,
     owners: &'a mut HashMap<u128, i64>,
+    acts: &'a mut HashMap<Act, i64>,
 }
 
 /// The fields, each followed by a 0 byte, in `buf` (emptied first): what an object's key,
@@ -408,7 +401,7 @@ fn joined<'b>(buf: &'b mut Vec<u8>, fields: &[&str]) -> &'b [u8] {
 impl Rows<'_> {
     /// One enriched event's rows; false when the mutation was already in the store.
     fn insert(&mut self, e: &Enriched, time_us: i64) -> rusqlite::Result<bool> {
-        let object_id = self.object(e, time_us)?;
+        let object_id = self.object(e)?;
         let audit_id = id_value(&e.audit_id);
         if self
             .statements
@@ -421,23 +414,13 @@ impl Rows<'_> {
         let reverts = e.reverts.as_deref().unwrap_or_default();
         let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
         let verb = self.string(e.verb.as_str())?;
-        let subresource = e.subresource.map(|s| self.string(s)).transpose()?;
+        let subresource = e.subresource.map(|s| self.string(s)).transpose()?.unwrap_or(0);
         let user = self.string(&e.user)?;
-        let resolution = e.resolution.map(|r| self.string(r.as_str())).transpose()?;
-        let policy = e.policy.as_deref().map(|p| self.string(p)).transpose()?;
+        let resolution = e.resolution.map(|r| self.string(r.as_str())).transpose()?.unwrap_or(0);
+        let policy = e.policy.as_deref().map(|p| self.string(p)).transpose()?.unwrap_or(0);
         let class = schema::class_id(e.class.as_str()).expect("every class has its id");
-        self.statements.insert_mutation.execute(params![
-            object_id,
-            time_us,
-            audit_id,
-            verb,
-            subresource,
-            user,
-            class,
-            resolution,
-            policy,
-            person
-        ])?;
+        let act = self.act([verb, subresource, user, class, resolution, policy, i64::from(person)])?;
+        self.statements.insert_mutation.execute(params![object_id, time_us, audit_id, act])?;
         let mutation_id = self.conn.last_insert_rowid();
         for r in reverts {
             self.statements.insert_revert.execute(params![mutation_id, id_value(&r.audit_id)])?;
@@ -455,8 +438,10 @@ impl Rows<'_> {
         let json = &mut *self.json;
         json.clear();
         e.write_json(json);
-        self.packer.sample(json);
-        self.block.events.extend_from_slice(json);
+        // Without the auditID and the object's UID, which the rows hold (pack::restore).
+        let start = self.block.events.len();
+        pack::strip_into(&mut self.block.events, json, &e.audit_id, &e.object.uid);
+        self.packer.sample(&self.block.events[start..]);
         self.block.events.push(b'\n');
         self.block.count += 1;
         if self.block.count >= BLOCK_EVENTS {
@@ -505,6 +490,27 @@ impl Rows<'_> {
         Ok(id)
     }
 
+    /// The id of an act in `acts`, added when new.
+    fn act(&mut self, act: Act) -> rusqlite::Result<i64> {
+        if let Some(&id) = self.acts.get(&act) {
+            return Ok(id);
+        }
+        let found: Option<i64> =
+            self.conn.prepare_cached(FIND_ACT)?.query_row(params_from_iter(act), |r| r.get(0)).optional()?;
+        let id = match found {
+            Some(id) => id,
+            None => {
+                self.conn.prepare_cached(INSERT_ACT)?.execute(params_from_iter(act))?;
+                self.conn.last_insert_rowid()
+            }
+        };
+        if self.acts.len() >= KNOWN_MAX {
+            self.acts.clear();
+        }
+        self.acts.insert(act, id);
+        Ok(id)
+    }
+
     /// The id of an owner in `owners`, added when new.
     fn owner(&mut self, cluster: i64, p: &crate::enriched::ParentOut) -> rusqlite::Result<i64> {
         let key =
@@ -530,13 +536,11 @@ impl Rows<'_> {
         Ok(id)
     }
 
-    /// The id of the event's object's row. For a known object whose identity and owner are
-    /// what the row holds: its times noted (written at the end of the transaction), or its
-    /// tombstone set. Else the row inserted (a new object) or upserted.
-    fn object(&mut self, e: &Enriched, time_us: i64) -> rusqlite::Result<i64> {
+    /// The id of the event's object's row: a known object's whose identity and owner are what
+    /// the row holds, as it is; else the row inserted (a new object) or upserted.
+    fn object(&mut self, e: &Enriched) -> rusqlite::Result<i64> {
         let o = &e.object;
         let p = e.parent.as_ref();
-        let gone = removes(e);
         // An object without a UID (an API server that left it out) is known by its name.
         let named_uid;
         let uid: &str = if o.uid.is_empty() {
@@ -549,43 +553,31 @@ impl Rows<'_> {
         let key = xxh3_128(joined(buf, &[&e.cluster, uid]));
         let identity = xxh3_64(joined(buf, &[&o.api_version, &o.kind, &o.namespace, o.name.as_str()]));
         let parent = p.map(|p| xxh3_64(joined(buf, &[&p.uid, &p.api_version, &p.kind, p.name.as_str()])));
-        if let Some(&Known { id, identity: known_identity, parent: known_parent }) = self.known.get(&key) {
+        let known = self.known.get(&key).copied();
+        if let Some(Known { id, identity: known_identity, parent: known_parent }) = known {
             if known_identity == identity && (parent.is_none() || parent == known_parent) {
-                if gone {
-                    let by = self.string(&e.user)?;
-                    self.statements.tombstone_object.execute(params![id, time_us, by, id_value(&e.audit_id)])?;
-                } else {
-                    let t = self.touched.entry(id).or_insert((time_us, time_us));
-                    t.0 = t.0.min(time_us);
-                    t.1 = t.1.max(time_us);
-                }
                 return Ok(id);
             }
         }
-        // The row's identity, owner and time: INSERT_OBJECT's parameters, UPSERT_OBJECT's first.
+        // The row's identity and owner: INSERT_OBJECT's parameters, UPSERT_OBJECT's.
         let cluster = self.string(&e.cluster)?;
         let api_version = self.string(&o.api_version)?;
         let kind = self.string(&o.kind)?;
         let namespace = self.string(&o.namespace)?;
         let owner = p.map(|p| self.owner(cluster, p)).transpose()?;
         let uid_value = id_value(uid);
-        let row: [&dyn ToSql; 8] =
-            [&cluster, &uid_value, &api_version, &kind, &namespace, &o.name.as_str(), &owner, &time_us];
-        // Not known and not removed: most often a new object, inserted without the upsert's
-        // RETURNING (a result table per statement).
-        if !gone && !self.known.contains_key(&key) && self.statements.insert_object.execute(&row[..])? == 1 {
+        let name = stored_name(&o.name, p.map(|p| p.name.as_str()));
+        let row: [&dyn ToSql; 7] = [&cluster, &uid_value, &api_version, &kind, &namespace, &name, &owner];
+        // Not known: most often a new object, inserted without the upsert's RETURNING (a
+        // result table per statement).
+        if known.is_none() && self.statements.insert_object.execute(&row[..])? == 1 {
             let id = self.conn.last_insert_rowid();
             self.remember(key, Known { id, identity, parent });
             return Ok(id);
         }
-        let by = if gone { Some(self.string(&e.user)?) } else { None };
-        let tombstone: [&dyn ToSql; 3] = [&gone.then_some(time_us), &by, &gone.then(|| id_value(&e.audit_id))];
-        let id: i64 = self
-            .statements
-            .upsert_object
-            .query_row(params_from_iter(row.iter().chain(tombstone.iter())), |r| r.get(0))?;
+        let id: i64 = self.statements.upsert_object.query_row(&row[..], |r| r.get(0))?;
         // The row keeps an owner once it had one (coalesce): so does what is known of it.
-        let parent = parent.or_else(|| self.known.get(&key).and_then(|k| k.parent));
+        let parent = parent.or_else(|| known.and_then(|k| k.parent));
         self.remember(key, Known { id, identity, parent });
         Ok(id)
     }
@@ -636,7 +628,12 @@ impl<B: Send> Queue<B> for std::sync::mpsc::Receiver<B> {
 #[derive(Debug)]
 pub enum Report {
     /// A transaction was committed; `bytes`: the store's size on disk after it.
-    Written { written: Written, bytes: u64 },
+    Written {
+        /// What it wrote.
+        written: Written,
+        /// The store's bytes on disk, the WAL included.
+        bytes: u64,
+    },
     /// A transaction failed (rolled back): its batches are held and tried again.
     Failing(String),
     /// Writing works again after [`Report::Failing`].
@@ -644,7 +641,12 @@ pub enum Report {
     /// A retention pass removed something.
     Retained(Retained),
     /// The thread ends with events it could not write.
-    Lost { events: u64, error: String },
+    Lost {
+        /// How many events were not written.
+        events: u64,
+        /// The last failure.
+        error: String,
+    },
 }
 
 /// How the writer thread runs.
@@ -654,11 +656,13 @@ pub struct WriterOptions {
     pub max_events_per_transaction: usize,
     /// Retention runs after this many transactions, or this long after the last pass.
     pub retention_every_transactions: u32,
+    /// Retention runs when this long passed since the last pass.
     pub retention_every: Duration,
     /// How long a failing transaction is tried again: forever while the queue is open
     /// (`serve`: the queue fills and holds intake back), this long once it is closed. With
     /// `give_up_at_once` (`replay`), the first failure ends the thread.
     pub retry_after_stop: Duration,
+    /// End the thread at the first failure (`replay`), reporting what is lost.
     pub give_up_at_once: bool,
 }
 

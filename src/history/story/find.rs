@@ -86,11 +86,12 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
         _ => return Err(StoryError::Invalid("name an object: a kind and a name (KIND/NAME), or a UID".into())),
     };
     let kinds: Vec<String> = conn.prepare(&distinct("kind"))?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
-    // On `object_rows_by_name`: the kind's id and the name's last 8 characters, then the name.
+    // On `object_rows_by_name`: the kind's id and the name's last 6 characters, then the name
+    // whole (a row may keep only what follows its owner's name).
     let sql = format!(
         "SELECT {COLUMNS} FROM objects WHERE id IN
-         (SELECT id FROM object_rows WHERE kind = (SELECT id FROM strings WHERE text = ?1) AND substr(name, -8) = substr(?2, -8) AND name = ?2)
-         AND (?3 IS NULL OR namespace = ?3) AND (?4 IS NULL OR cluster = ?4)"
+         (SELECT id FROM object_rows WHERE kind = (SELECT id FROM strings WHERE text = ?1) AND substr(CAST(name AS TEXT), -6) = substr(?2, -6))
+         AND name = ?2 AND (?3 IS NULL OR namespace = ?3) AND (?4 IS NULL OR cluster = ?4)"
     );
     let mut stmt = conn.prepare(&sql)?;
     let mut out = Vec::new();

@@ -51,69 +51,39 @@
 //! - [`status`]: what the parts report about themselves (a sink that cannot write, a failed
 //!   snapshot), for the webhook, `/readyz` and the exit code.
 
-// Every public item says what it is (`missing_docs`), module by module as each is documented;
-// the modules without the attribute are still to be done.
+// Every public item of the library says what it is (tests and benches are crates of their own).
+#![warn(missing_docs)]
+
 #[cfg(feature = "kafka")]
-#[warn(missing_docs)]
 pub mod changelog;
-#[warn(missing_docs)]
 pub mod classify;
-#[warn(missing_docs)]
 pub mod config;
-#[warn(missing_docs)]
 pub mod corpus;
-#[warn(missing_docs)]
 pub mod decode;
-#[warn(missing_docs)]
 pub mod enriched;
 #[cfg(feature = "fetch")]
-#[warn(missing_docs)]
 pub mod fetch;
-#[warn(missing_docs)]
 pub mod filter;
-#[warn(missing_docs)]
 pub mod history;
-#[warn(missing_docs)]
 pub mod intern;
-#[warn(missing_docs)]
 pub mod kafka;
-#[warn(missing_docs)]
 pub mod listen;
-#[warn(missing_docs)]
 pub mod metrics;
-#[warn(missing_docs)]
 pub mod order;
-#[warn(missing_docs)]
 pub mod partition;
-#[warn(missing_docs)]
 pub mod pipeline;
-#[warn(missing_docs)]
 pub mod process;
-#[warn(missing_docs)]
 pub mod query;
-#[warn(missing_docs)]
 pub mod redact;
-#[warn(missing_docs)]
 pub mod replay;
-#[warn(missing_docs)]
 pub mod route;
-#[warn(missing_docs)]
 pub mod scope;
-#[warn(missing_docs)]
 pub mod shell;
-#[warn(missing_docs)]
 pub mod sim;
-#[warn(missing_docs)]
 pub mod sinks;
-#[warn(missing_docs)]
 pub mod sources;
-#[warn(missing_docs)]
 pub mod state;
-#[warn(missing_docs)]
 pub mod status;
-#[warn(missing_docs)]
 pub mod trace;
-#[warn(missing_docs)]
 pub mod why;
-#[warn(missing_docs)]
 pub mod write;

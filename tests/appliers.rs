@@ -393,7 +393,6 @@ fn an_instance_label_alone_makes_a_member_only_of_an_application_seen() {
 #[test]
 fn sveltos_reapplies_at_the_same_generation_as_drift() {
     let mut api = ApiServer::new();
-    let mut events = Vec::new();
     let (cp, e) = api.create(
         ADMIN,
         json!({
@@ -401,13 +400,20 @@ fn sveltos_reapplies_at_the_same_generation_as_drift() {
             "spec": {"clusterSelector": {"matchLabels": {"env": "prod"}}, "helmCharts": []}
         }),
     );
-    events.push(e);
+    let out = sveltos_put_back(api, vec![e], &cp);
+    assert_eq!(out.parent_kind, "ClusterProfile");
+}
+
+/// What a Sveltos parent (`parent`, created by `events`) applies, edited by a person and put
+/// back by Sveltos: the apply `expected`, the edit `origin`, the put-back `drift` naming the
+/// edit. The enriched put-back, and its parent's kind and UID.
+fn sveltos_put_back(mut api: ApiServer, mut events: Vec<String>, parent: &ObjRef) -> PutBack {
     let mut cm = configmap("kube-system", "addon-config", &[("level", "info")], None);
     cm["metadata"]["annotations"] =
-        json!({"projectsveltos.io/owner-kind": "ClusterProfile", "projectsveltos.io/owner-name": "addons"});
+        json!({"projectsveltos.io/owner-kind": parent.kind, "projectsveltos.io/owner-name": parent.name});
     let (cm, first) = api.create(SVELTOS, cm);
     events.push(first.clone());
-    events.push(api.update_status(SVELTOS, &cp, |st| {
+    events.push(api.update_status(SVELTOS, parent, |st| {
         st.insert("matchingClusterRefs".into(), json!([{"kind": "Cluster", "name": "prod-1"}]));
     }));
     let edit = api.update(ALICE, &cm, |o| o["data"]["level"] = json!("debug"));
@@ -418,8 +424,18 @@ fn sveltos_reapplies_at_the_same_generation_as_drift() {
     assert_eq!(class_of(&out, &first), Class::Expected, "{}", find(&out, &first).unwrap().reason);
     assert_eq!(class_of(&out, &edit), Class::Origin);
     assert_eq!(class_of(&out, &back), Class::Drift, "{}", find(&out, &back).unwrap().reason);
-    assert_eq!(&*find(&out, &back).unwrap().reverts.as_ref().unwrap()[0].audit_id, &*audit_id(&edit));
+    let back = find(&out, &back).unwrap();
+    assert_eq!(&*back.reverts.as_ref().unwrap()[0].audit_id, &*audit_id(&edit));
+    let parent = back.parent.clone().unwrap();
+    PutBack { parent_kind: parent.kind.to_string(), parent_uid: parent.uid.to_string() }
 }
+
+/// The parent a put-back was judged under.
+struct PutBack {
+    parent_kind: String,
+    parent_uid: String,
+}
+
 #[test]
 fn an_hpa_and_an_applier_fighting_over_replicas_are_counted() {
     let mut f = flux();
@@ -764,16 +780,14 @@ fn a_cluster_profile_applies_to_any_cluster_that_lacks_it() {
 #[test]
 fn a_namespaced_sveltos_profile_is_found_by_name_and_kind() {
     let mut api = ApiServer::new();
-    let mut events = Vec::new();
     // A ClusterProfile of the same name: a member marked `owner-kind: Profile` is not its.
-    let (_, e) = api.create(
+    let (_, cluster_profile) = api.create(
         ADMIN,
         json!({
             "apiVersion": "config.projectsveltos.io/v1beta1", "kind": "ClusterProfile", "metadata": {"name": "addons"},
             "spec": {"clusterSelector": {"matchLabels": {"env": "dev"}}, "helmCharts": []}
         }),
     );
-    events.push(e);
     let (profile, e) = api.create(
         ADMIN,
         json!({
@@ -782,29 +796,11 @@ fn a_namespaced_sveltos_profile_is_found_by_name_and_kind() {
             "spec": {"clusterSelector": {"matchLabels": {"env": "prod"}}, "helmCharts": []}
         }),
     );
-    events.push(e);
-    // What it applies lands in another namespace than its own, and names no namespace.
-    let mut cm = configmap("kube-system", "addon-config", &[("level", "info")], None);
-    cm["metadata"]["annotations"] =
-        json!({"projectsveltos.io/owner-kind": "Profile", "projectsveltos.io/owner-name": "addons"});
-    let (cm, first) = api.create(SVELTOS, cm);
-    events.push(first.clone());
-    events.push(api.update_status(SVELTOS, &profile, |st| {
-        st.insert("matchingClusterRefs".into(), json!([{"kind": "Cluster", "name": "prod-1"}]));
-    }));
-    let edit = api.update(ALICE, &cm, |o| o["data"]["level"] = json!("debug"));
-    events.push(edit.clone());
-    let back = api.update(SVELTOS, &cm, |o| o["data"]["level"] = json!("info"));
-    events.push(back.clone());
-    let (_, out) = run(&events);
-    assert_eq!(class_of(&out, &first), Class::Expected, "{}", find(&out, &first).unwrap().reason);
-    assert_eq!(class_of(&out, &edit), Class::Origin);
-    assert_eq!(class_of(&out, &back), Class::Drift, "{}", find(&out, &back).unwrap().reason);
-    assert_eq!(&*find(&out, &back).unwrap().reverts.as_ref().unwrap()[0].audit_id, &*audit_id(&edit));
-    let parent = find(&out, &back).unwrap().parent.clone().unwrap();
+    // What it applies lands in another namespace than its own (kube-system), and names none.
+    let out = sveltos_put_back(api, vec![cluster_profile, e], &profile);
     assert_eq!(
-        (&*parent.kind, &*parent.name, &*parent.uid),
-        ("Profile", "addons", profile.uid.as_str()),
+        (out.parent_kind.as_str(), out.parent_uid.as_str()),
+        ("Profile", profile.uid.as_str()),
         "the Profile in team-a, not the ClusterProfile of the same name"
     );
 }

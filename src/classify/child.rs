@@ -19,6 +19,8 @@ pub(super) struct Child<'a> {
     pub labels: Option<Labels>,
     /// What the write says of the child's content (for reverts, DESIGN §1.8).
     pub written: Written<'a>,
+    /// A pod's node, as its write shows it (`ObjectFacts::node`).
+    pub node: Option<&'a Name>,
 }
 
 /// What a write says of a child's content.

@@ -601,6 +601,7 @@ impl Engine {
             generation: f.generation,
             labels,
             written,
+            node: f.node.as_ref(),
         };
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
@@ -653,6 +654,7 @@ impl Engine {
             generation: (generation != 0).then_some(generation),
             labels,
             written: Written::Nothing,
+            node: None,
         };
         let unknown = known.is_none().then_some("the deleted object was never seen and the response carries no owner");
         let owner = owner.map(|o| self.owner_link(w.scope, o));
@@ -706,6 +708,7 @@ impl Engine {
             generation: (generation != 0).then_some(generation),
             labels,
             written: Written::Nothing,
+            node: None,
         };
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, None).0)
@@ -784,6 +787,7 @@ impl Engine {
             generation: (generation != 0).then_some(generation),
             labels,
             written,
+            node: None,
         };
         let owner = owner.map(|o| self.owner_link(w.scope, o));
         let (event, trace) = self.judge(w, &child, owner.as_ref(), &updaters.unwrap_or_default(), unknown);

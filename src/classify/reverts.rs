@@ -434,6 +434,7 @@ fn origin_write(
         name: child.name.clone(),
         fields: fields.map(Vec::into_boxed_slice),
         reverted,
+        node: None,
     }
 }
 
@@ -489,7 +490,10 @@ impl Engine {
             Identity::Undetermined => None,
             Identity::NotController(_) if removes => {
                 self.store.update(&self.owner_key(w.scope, parent), |p| {
-                    p.push_removed_child(origin_write(w, child, None, None))
+                    p.push_removed_child(OriginWrite {
+                        node: child.node.cloned(),
+                        ..origin_write(w, child, None, None)
+                    })
                 });
                 None
             }
@@ -547,7 +551,9 @@ impl Engine {
                 if w.verb == Verb::Create {
                     let sibling = self
                         .store
-                        .update(&self.owner_key(w.scope, parent), |p| p.take_removed_child(since, child.name))
+                        .update(&self.owner_key(w.scope, parent), |p| {
+                            p.take_removed_child(since, child.name, child.node.map(|n| n.as_str()))
+                        })
                         .flatten();
                     reverted.extend(sibling.map(|write| Reverted { write, fields: None, fight: false }));
                 }
@@ -686,6 +692,7 @@ mod tests {
             name: Name::from("rs"),
             fields: fields.map(Vec::into_boxed_slice),
             reverted: None,
+            node: None,
         }
     }
 

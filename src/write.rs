@@ -153,8 +153,8 @@ pub struct ObjectFacts {
     /// An applier's parent that applies to another cluster: that cluster's name (`*`: any),
     /// DESIGN §1.9.
     pub target_cluster: Option<Arc<str>>,
-    /// A pod's node ([`pod_node`]): what a DaemonSet's pod keeps when its controller replaces
-    /// it, as a StatefulSet's pod keeps its name (DESIGN §1.8).
+    /// A pod's node ([`pod_node`]), for its create and its delete only: what a DaemonSet's pod
+    /// keeps when its controller replaces it, as a StatefulSet's pod keeps its name (DESIGN §1.8).
     pub node: Option<Name>,
 }
 
@@ -353,7 +353,15 @@ impl Extractor<'_> {
                     _ => return Err(Rejected::Ignored(Ignored::NoObject)),
                 }
             }
-            (_, Some(obj)) => Target::Object(self.facts(obj).ok_or(Rejected::Ignored(Ignored::NoObject))?),
+            (_, Some(obj)) => {
+                let mut f = self.facts(obj).ok_or(Rejected::Ignored(Ignored::NoObject))?;
+                // Only a pod's create and its removal need its node (DESIGN §1.8): no parse
+                // for the many status writes of pods.
+                if matches!(adm.verb, Verb::Create | Verb::Delete) && adm.subresource == Subresource::None {
+                    f.node = node_of(obj);
+                }
+                Target::Object(f)
+            }
             (_, None) => match (adm.verb, oref.and_then(|o| o.uid.as_deref())) {
                 (Verb::Delete, Some(uid)) if !uid.is_empty() => self.gone(uid, oref),
                 _ => return Err(Rejected::Ignored(Ignored::NoObject)),
@@ -536,9 +544,15 @@ impl Extractor<'_> {
             applier,
             intent,
             target_cluster,
-            node: if kind == "Pod" && api_version == "v1" { obj.spec.and_then(pod_node) } else { None },
+            node: None,
         })
     }
+}
+
+/// A pod's node ([`pod_node`]); `None` for any other object.
+fn node_of(obj: &ObjectView<'_>) -> Option<Name> {
+    let pod = obj.kind.as_deref() == Some("Pod") && obj.api_version.as_deref() == Some("v1");
+    obj.spec.filter(|_| pod).and_then(pod_node)
 }
 
 /// The node a pod's spec ties it to: the one node its required node affinity selects by

@@ -213,6 +213,9 @@ pub struct ObjectFacts {
     /// An applier's parent that applies to another cluster: that cluster's name (`*`: any),
     /// DESIGN §1.9.
     pub target_cluster: Option<Arc<str>>,
+    /// A pod's node ([`pod_node`]), for its create and its delete only: what a DaemonSet's pod
+    /// keeps when its controller replaces it, as a StatefulSet's pod keeps its name (DESIGN §1.8).
+    pub node: Option<Name>,
 }
 
 impl ObjectFacts {
@@ -452,7 +455,15 @@ impl Extractor<'_> {
                     _ => return Err(Rejected::Ignored(Ignored::NoObject)),
                 }
             }
-            (_, Some(obj)) => Target::Object(self.facts(obj).ok_or(Rejected::Ignored(Ignored::NoObject))?),
+            (_, Some(obj)) => {
+                let mut f = self.facts(obj).ok_or(Rejected::Ignored(Ignored::NoObject))?;
+                // Only a pod's create and its removal need its node (DESIGN §1.8): no parse
+                // for the many status writes of pods.
+                if matches!(adm.verb, Verb::Create | Verb::Delete) && adm.subresource == Subresource::None {
+                    f.node = node_of(obj);
+                }
+                Target::Object(f)
+            }
             (_, None) => match (adm.verb, oref.and_then(|o| o.uid.as_deref())) {
                 (Verb::Delete, Some(uid)) if !uid.is_empty() => self.gone(uid, oref),
                 _ => return Err(Rejected::Ignored(Ignored::NoObject)),
@@ -635,8 +646,78 @@ impl Extractor<'_> {
             applier,
             intent,
             target_cluster,
+            node: None,
         })
     }
+}
+
+/// A pod's node ([`pod_node`]); `None` for any other object.
+fn node_of(obj: &ObjectView<'_>) -> Option<Name> {
+    let pod = obj.kind.as_deref() == Some("Pod") && obj.api_version.as_deref() == Some("v1");
+    obj.spec.filter(|_| pod).and_then(pod_node)
+}
+
+/// The node a pod's spec ties it to: the one node its required node affinity selects by
+/// `metadata.name` (what a DaemonSet's controller sets in each pod it creates: its pod on
+/// that node), else `spec.nodeName` (where it was bound). `None` for a pod tied to no node.
+pub fn pod_node(spec: &RawValue) -> Option<Name> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Spec<'a> {
+        #[serde(borrow, default)]
+        node_name: Option<Cow<'a, str>>,
+        #[serde(borrow, default)]
+        affinity: Option<Affinity<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Affinity<'a> {
+        #[serde(borrow, default)]
+        node_affinity: Option<NodeAffinity<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct NodeAffinity<'a> {
+        #[serde(borrow, default)]
+        required_during_scheduling_ignored_during_execution: Option<Selector<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Selector<'a> {
+        #[serde(borrow, default)]
+        node_selector_terms: Vec<Term<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Term<'a> {
+        #[serde(borrow, default)]
+        match_fields: Vec<Requirement<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Requirement<'a> {
+        #[serde(borrow, default)]
+        key: Cow<'a, str>,
+        #[serde(borrow, default)]
+        operator: Cow<'a, str>,
+        #[serde(borrow, default)]
+        values: Vec<Cow<'a, str>>,
+    }
+    let text = spec.get();
+    // Most writes of pods are status writes of bound pods: one scan before a parse.
+    if !text.contains("\"nodeName\"") && !text.contains("\"matchFields\"") {
+        return None;
+    }
+    let spec: Spec<'_> = serde_json::from_str(text).ok()?;
+    let pinned = spec
+        .affinity
+        .and_then(|a| a.node_affinity)
+        .and_then(|n| n.required_during_scheduling_ignored_during_execution)
+        .and_then(|s| {
+            s.node_selector_terms.into_iter().flat_map(|t| t.match_fields).find_map(|r| {
+                (r.key == "metadata.name" && r.operator == "In" && r.values.len() == 1).then(|| r.values[0].clone())
+            })
+        });
+    pinned.or(spec.node_name).filter(|n| !n.is_empty()).map(|n| Name::from(n.as_ref()))
 }
 
 /// The non-empty string at `path` in a spec.
@@ -794,6 +875,7 @@ fn remove_path(v: &mut serde_json::Value, path: &[String]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     #[test]
     fn uuid_keys_are_exact_and_other_uids_hash() {
@@ -839,6 +921,26 @@ mod tests {
         let cm3 = r#"{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c"},"data":{"k":"2"}}"#;
         assert_eq!(hash_of(cm1, &cfg), hash_of(cm2, &cfg));
         assert_ne!(hash_of(cm1, &cfg), hash_of(cm3, &cfg));
+    }
+
+    #[test]
+    fn a_pod_s_node_is_the_one_its_affinity_pins_else_where_it_is_bound() {
+        let node = |spec: serde_json::Value| {
+            pod_node(&RawValue::from_string(spec.to_string()).unwrap()).map(|n| n.to_string())
+        };
+        let pinned = |values: serde_json::Value| {
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": values}]}]}}},
+                "containers": [{"name": "a", "image": "a:1"}]})
+        };
+        assert_eq!(node(pinned(json!(["n1"]))).as_deref(), Some("n1"), "a DaemonSet's pod, not bound yet");
+        let mut bound = pinned(json!(["n1"]));
+        bound["nodeName"] = json!("n1");
+        assert_eq!(node(bound).as_deref(), Some("n1"));
+        assert_eq!(node(json!({"nodeName": "n2", "containers": []})).as_deref(), Some("n2"), "bound by the scheduler");
+        assert_eq!(node(json!({"containers": []})), None, "not bound yet, tied to no node");
+        assert_eq!(node(pinned(json!(["n1", "n2"]))), None, "two nodes: tied to neither");
+        assert_eq!(node(json!({"nodeName": ""})), None);
     }
 
     #[test]

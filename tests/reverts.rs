@@ -364,3 +364,52 @@ fn a_statefulset_s_replacements_revert_the_evictions_of_their_own_names() {
         assert_eq!(got, [(&*audit_id(eviction), user, name)], "the replacement of {name} reverts its eviction");
     }
 }
+
+/// A pod of the DaemonSet `ds` on `node`, as its controller creates it: a generated name
+/// (`suffix`), pinned to the node by a required node affinity on `metadata.name`.
+fn daemon_pod(ds: &ObjRef, node: &str, suffix: &str) -> serde_json::Value {
+    let mut p = pod(ds, suffix, "agent:1");
+    p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]}}});
+    p
+}
+
+#[test]
+fn a_daemonset_s_replacement_reverts_the_removal_on_its_own_node() {
+    let mut api = ApiServer::new();
+    let (ds, create) = api.create(ADMIN, daemonset("shop", "agent", "agent:1"));
+    let mut events = vec![create];
+    let mut pods = Vec::new();
+    for (node, suffix) in [("n1", "a"), ("n2", "b"), ("n3", "c")] {
+        let (p, e) = api.create(DAEMONSET_CONTROLLER, daemon_pod(&ds, node, suffix));
+        pods.push(p);
+        events.push(e);
+        events.push(api.update(ADMIN, pods.last().unwrap(), |p| p["spec"]["nodeName"] = json!(node)));
+    }
+    let full = json!({"desiredNumberScheduled": 3, "currentNumberScheduled": 3, "numberReady": 3,
+        "numberMisscheduled": 0, "updatedNumberScheduled": 3, "numberAvailable": 3});
+    events.push(api.update_status(DAEMONSET_CONTROLLER, &ds, |s| {
+        s.insert("observedGeneration".into(), json!(1));
+        s.extend(full.as_object().unwrap().clone());
+    }));
+    // Node n3 is removed: the pod garbage collector deletes its pod, which nobody replaces.
+    let gone = api.delete("system:serviceaccount:kube-system:pod-garbage-collector", &pods[2], &[]);
+    // Then alice deletes the pod on n1, and bob the one on n2: each put back on its own node,
+    // n2's first.
+    let by_alice = api.delete("alice", &pods[0], &[]);
+    let by_bob = api.delete("bob", &pods[1], &[]);
+    let (_, on_n2) = api.create(DAEMONSET_CONTROLLER, daemon_pod(&ds, "n2", "d"));
+    let (_, on_n1) = api.create(DAEMONSET_CONTROLLER, daemon_pod(&ds, "n1", "e"));
+    // A new node n4: its pod puts back nobody's removal (the pod of n3 stays gone).
+    let (_, on_n4) = api.create(DAEMONSET_CONTROLLER, daemon_pod(&ds, "n4", "f"));
+    events.extend([gone.clone(), by_alice.clone(), by_bob.clone(), on_n2.clone(), on_n1.clone(), on_n4.clone()]);
+    let (_, out) = run(&events);
+    for removal in [&gone, &by_alice, &by_bob] {
+        assert_eq!(class_of(&out, removal), Class::Origin);
+    }
+    for (replacement, removal, user) in [(&on_n1, &by_alice, "alice"), (&on_n2, &by_bob, "bob")] {
+        let got: Vec<(&str, &str)> = reverts(&out, replacement).iter().map(|r| (&*r.audit_id, &*r.user)).collect();
+        assert_eq!(got, [(&*audit_id(removal), user)], "the pod on its node reverts {user}'s delete there");
+    }
+    assert!(reverts(&out, &on_n4).is_empty(), "nobody removed a pod on n4");
+}

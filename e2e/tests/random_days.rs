@@ -41,10 +41,21 @@ struct Args {
     dry_run: bool,
     /// Label the recorded days again with the oracle as it is now, run nothing.
     relabel: bool,
+    /// The weights long days draw with (`--mix grown`: as the days recorded before they were
+    /// raised).
+    mix: random::Mix,
 }
 
 fn args() -> Result<Args> {
-    let mut a = Args { days: 1, steps: 8, seed: None, parallel: 1, dry_run: false, relabel: false };
+    let mut a = Args {
+        days: 1,
+        steps: 8,
+        seed: None,
+        parallel: 1,
+        dry_run: false,
+        relabel: false,
+        mix: random::Mix::default(),
+    };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = |name: &str| it.next().with_context(|| format!("{name} needs a value"));
@@ -55,9 +66,16 @@ fn args() -> Result<Args> {
             "--parallel" => a.parallel = value("--parallel")?.parse::<usize>().context("--parallel K")?.max(1),
             "--dry-run" => a.dry_run = true,
             "--relabel" => a.relabel = true,
+            "--mix" => {
+                a.mix = match value("--mix")?.as_str() {
+                    "grown" => random::Mix::Grown,
+                    "even" => random::Mix::Even,
+                    other => bail!("--mix grown|even, not {other}"),
+                }
+            }
             // What cargo and libtest pass along.
             "--test-threads=1" | "--nocapture" | "-q" | "--quiet" => {}
-            other => bail!("unknown argument {other}: --days N --steps M --seed S --parallel K --dry-run --relabel"),
+            other => bail!("unknown argument {other}: --days N --steps M --seed S --parallel K --dry-run --relabel --mix grown|even"),
         }
     }
     Ok(a)
@@ -100,7 +118,8 @@ fn main() -> ExitCode {
     if args.dry_run {
         let mut all = Vec::new();
         for d in 0..args.days {
-            let day = random::day(args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64)), args.steps);
+            let seed = args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64));
+            let day = random::day_of(seed, args.steps, args.mix);
             all.extend(drawn(&day));
             println!("day seed {}: {} steps", day.seed, day.steps());
             for w in &day.workloads {
@@ -132,7 +151,7 @@ fn main() -> ExitCode {
         (0..args.days).map(|d| args.seed.map_or_else(random::fresh_seed, |s| s.wrapping_add(d as u64))).collect();
     let one = |seed: u64| {
         let cluster = &cluster;
-        let day = random::day(seed, args.steps);
+        let day = random::day_of(seed, args.steps, args.mix);
         async move {
             let t = Instant::now();
             let run = tokio::time::timeout(DAY_TIMEOUT, run_day(cluster, &day)).await;

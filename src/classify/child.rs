@@ -19,6 +19,8 @@ pub(super) struct Child<'a> {
     pub labels: Option<Labels>,
     /// What the write says of the child's content (for reverts, DESIGN §1.8).
     pub written: Written<'a>,
+    /// A pod's node, as its write shows it (`ObjectFacts::node`).
+    pub node: Option<&'a Name>,
 }
 
 impl<'a> Child<'a> {
@@ -40,6 +42,7 @@ impl<'a> Child<'a> {
             generation: (generation != 0).then_some(generation),
             labels,
             written: Written::Nothing,
+            node: None,
         }
     }
 }

@@ -616,6 +616,7 @@ impl Engine {
             generation: f.generation,
             labels,
             written,
+            node: f.node.as_ref(),
         };
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }

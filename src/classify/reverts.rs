@@ -432,6 +432,7 @@ fn origin_write(
         name: child.name.clone(),
         fields: fields.map(Vec::into_boxed_slice),
         reverted,
+        node: None,
     }
 }
 
@@ -487,7 +488,10 @@ impl Engine {
             Identity::Undetermined => None,
             Identity::NotController(_) if removes => {
                 self.store.update(&self.owner_key(w.scope, parent), |p| {
-                    p.push_removed_child(origin_write(w, child, None, None))
+                    p.push_removed_child(OriginWrite {
+                        node: child.node.cloned(),
+                        ..origin_write(w, child, None, None)
+                    })
                 });
                 None
             }
@@ -545,7 +549,9 @@ impl Engine {
                 if w.verb == Verb::Create {
                     let sibling = self
                         .store
-                        .update(&self.owner_key(w.scope, parent), |p| p.take_removed_child(since, child.name))
+                        .update(&self.owner_key(w.scope, parent), |p| {
+                            p.take_removed_child(since, child.name, child.node.map(|n| n.as_str()))
+                        })
                         .flatten();
                     reverted.extend(sibling.map(|write| Reverted { write, fields: None, fight: false }));
                 }
@@ -697,6 +703,7 @@ mod tests {
             name: Name::from("rs"),
             fields: fields.map(Vec::into_boxed_slice),
             reverted: None,
+            node: None,
         }
     }
 

@@ -85,13 +85,10 @@ pub struct ReorderBuffer<T> {
     released_rv: u64,
     /// Highest resourceVersion seen.
     seen_rv: u64,
-    /// (event time, resourceVersion) of recent writes, to place a write without a
-    /// resourceVersion (a delete answered with a `Status`) after the writes that happened
-    /// before it rather than after whatever arrived last (batches from several API servers);
-    /// with the key of the object written (0: not known), for writes of the same object, and
-    /// when its request was received if its answer shows the object marked for deletion (0:
-    /// not marked, or not known).
-    recent: VecDeque<(i64, u64, u64, i64)>,
+    /// Recent writes with a resourceVersion, to place a write without one (a delete answered
+    /// with a `Status`) after the writes that happened before it rather than after whatever
+    /// arrived last (batches from several API servers).
+    recent: VecDeque<Recent>,
     /// Of each held write placed for lack of a resourceVersion, by slot: when it completed
     /// (its stageTimestamp), the key of its object, whether it removed it. Rare: a side
     /// table, so that the heap's entries stay small.
@@ -110,6 +107,34 @@ pub struct ReorderBuffer<T> {
     /// resourceVersion (see [`ReorderBuffer::push_write`]).
     evictions: VecDeque<(i64, u64)>,
     seq: u64,
+}
+
+/// A recent write with a resourceVersion, for placing those without one.
+#[derive(Clone, Copy, Debug)]
+struct Recent {
+    /// When it completed (its stageTimestamp).
+    done_us: i64,
+    rv: u64,
+    /// The key of the object written (0: not known), for writes of the same object.
+    object: u64,
+    /// When its request was received (0: not known).
+    received_us: i64,
+    /// Its answer shows the object marked for deletion.
+    marked: bool,
+    /// A delete that set a graceful mark (answered with the object marked and still there).
+    marks: bool,
+}
+
+impl Recent {
+    /// When its request was received if its answer shows the object marked (0: not marked,
+    /// or not known).
+    fn marked_at(&self) -> i64 {
+        if self.marked {
+            self.received_us
+        } else {
+            0
+        }
+    }
 }
 
 /// Which object a write is of, for placing a write without a resourceVersion.
@@ -134,6 +159,8 @@ pub struct Placing {
     pub received_us: i64,
     /// The write's answer shows its object marked for deletion (a `deletionTimestamp`).
     pub marked: bool,
+    /// A delete answered with its object marked and still there (a graceful deletion's mark).
+    pub marks: bool,
     /// The write's own resourceVersion, when it is placed by its receipt instead: it never
     /// goes after it, and what it placed itself there does not count (set by the buffer).
     pub own_rv: u64,
@@ -246,7 +273,14 @@ impl<T> ReorderBuffer<T> {
                     // Not as a write of its pod: a delete of the pod answered without a
                     // resourceVersion that completed after it had marked the pod before it
                     // (it lost the race to remove it), and keeps its own place by receipt.
-                    self.recent.push_back((event_us, rv, 0, placing.received_us));
+                    self.recent.push_back(Recent {
+                        done_us: event_us,
+                        rv,
+                        object: 0,
+                        received_us: placing.received_us,
+                        marked: false,
+                        marks: false,
+                    });
                     self.note_removed_name(event_us, rv, placing);
                 }
                 (placed, tie) = (true, placing.received_us);
@@ -258,12 +292,14 @@ impl<T> ReorderBuffer<T> {
                     if self.recent.len() == RECENT {
                         self.recent.pop_front();
                     }
-                    self.recent.push_back((
-                        event_us,
+                    self.recent.push_back(Recent {
+                        done_us: event_us,
                         rv,
-                        placing.object,
-                        if placing.marked { placing.received_us } else { 0 },
-                    ));
+                        object: placing.object,
+                        received_us: placing.received_us,
+                        marked: placing.marked,
+                        marks: placing.marks,
+                    });
                     self.note_removed_name(event_us, rv, placing);
                 }
                 rv
@@ -496,13 +532,36 @@ impl<T> ReorderBuffer<T> {
         // pod marked and whose request came after its own: a status write showing the mark
         // this delete set, done a moment before the delete's answer.
         let before_own = |r: i64| placing.own_rv == 0 || r == 0 || r <= placing.received_us;
+        // And after a graceful delete of its pod whose request came before its own, below its
+        // resourceVersion, however late that delete's answer completed: it marked the live pod
+        // first (its answer shows its own mark), and a final delete acted on that mark.
+        let marked_first =
+            |w: &Recent| w.marks && placing.own_rv != 0 && w.received_us != 0 && w.received_us <= placing.received_us;
+        // A delete answered with a `Status` (it removed its object) also goes after a write
+        // whose request came before its own and that completed before it did, whatever object
+        // it wrote: wholly earlier, it was written first (the job controller's create of a pod
+        // received before the admin's delete of its Job and answered before that delete was).
+        // Not a pod's delete answered with the pod: one that lost the race to remove it goes by
+        // its receipt, before the removal that won.
+        let earlier = |w: &Recent| {
+            placing.removed
+                && w.received_us != 0
+                && w.received_us <= event_us
+                && placing.done_us != 0
+                && w.done_us <= placing.done_us
+        };
         let mut at = self
             .recent
             .iter()
-            .filter(|&&(t, rv, o, r)| {
-                below_own(rv) && (t <= event_us || (same(o) && t <= placing.done_us && before_own(r)))
+            .filter(|w| {
+                below_own(w.rv)
+                    && (w.done_us <= event_us
+                        || earlier(w)
+                        || (same(w.object)
+                            && (w.done_us <= placing.done_us || marked_first(w))
+                            && before_own(w.marked_at())))
             })
-            .map(|&(_, rv, ..)| rv)
+            .map(|w| w.rv)
             .max()
             .unwrap_or(0);
         if placing.evicts && placing.name != 0 {
@@ -525,8 +584,8 @@ impl<T> ReorderBuffer<T> {
                 let own = self
                     .recent
                     .iter()
-                    .filter(|&&(t, _, o, _)| same(o) && t <= placing.done_us)
-                    .map(|&(_, rv, ..)| rv)
+                    .filter(|w| same(w.object) && w.done_us <= placing.done_us)
+                    .map(|w| w.rv)
                     .max()
                     .unwrap_or(0);
                 at = at.min(list_rv.saturating_sub(1)).max(own);
@@ -588,7 +647,7 @@ impl<T> ReorderBuffer<T> {
             + self.slots.capacity() * std::mem::size_of::<Option<T>>()
             + self.free.capacity() * 4
             + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
-            + self.recent.capacity() * std::mem::size_of::<(i64, u64, u64, i64)>()
+            + self.recent.capacity() * std::mem::size_of::<Recent>()
             + self.placed_of.capacity() * std::mem::size_of::<(u32, Placing)>()
             + self.listed.capacity() * std::mem::size_of::<(u64, u64)>()
             + self.removed_names.capacity() * std::mem::size_of::<(i64, u64, u64)>()
@@ -725,6 +784,41 @@ mod tests {
     }
 
     #[test]
+    fn a_write_without_resource_version_goes_after_a_write_wholly_before_it() {
+        // Seed 2230 of 30 steps: the job controller creates a pod of the Job (received at 100,
+        // answered at 160, rv 43) while the admin deletes the Job, answered with a Status
+        // (received at 110, answered at 170). The create completed after the delete's request
+        // came, yet began and ended before the delete: it went first, and the pod was created
+        // under a Job not deleted yet. A write of the same time that began after the delete
+        // did (received at 120) may have come after it, and does.
+        let job = Placing { object: 6, done_us: 170, received_us: 110, removed: true, ..Placing::default() };
+        for arrival in [["create", "delete"], ["delete", "create"]] {
+            let mut b = ReorderBuffer::new(1000, 1000);
+            let mut out = Vec::new();
+            let p = Placing { object: 4, done_us: 90, received_us: 80, ..Placing::default() };
+            b.push_write("before", Some(40), 0, 90, p, &mut out);
+            for (i, what) in arrival.into_iter().enumerate() {
+                let t = 1 + i as i64;
+                match what {
+                    "create" => {
+                        let p = Placing { object: 5, done_us: 160, received_us: 100, ..Placing::default() };
+                        b.push_write("create", Some(43), t, 160, p, &mut out)
+                    }
+                    _ => b.push_write("delete", None, t, 110, job, &mut out),
+                }
+            }
+            let p = Placing { object: 8, done_us: 165, received_us: 120, ..Placing::default() };
+            b.push_write("begun after", Some(45), 3, 165, p, &mut out);
+            b.flush(&mut out);
+            assert_eq!(
+                items_str(out),
+                vec![("before", false), ("create", false), ("delete", false), ("begun after", false)],
+                "arrival order {arrival:?}"
+            );
+        }
+    }
+
+    #[test]
     fn a_write_without_resource_version_goes_after_its_own_objects_writes_completed_before_it() {
         // Seen on a control plane with two API servers: the controller's delete of a pod
         // (rv 1213, received at 438, completed at 447) and the kubelet's final delete of it,
@@ -855,6 +949,56 @@ mod tests {
                         &mut out,
                     ),
                     _ => b.push_write("final", Some(432), 1 + i as i64, 210, final_delete, &mut out),
+                }
+            }
+            b.flush(&mut out);
+            assert_eq!(
+                items_str(out),
+                vec![("earlier", false), ("mark", false), ("final", false)],
+                "arrival order {arrival:?}"
+            );
+        }
+
+        // A graceful delete of the pod (a ReplicaSet scaling down: received at 191, its mark at
+        // rv 430) whose answer completed late (at 212), and kwok's final delete acting on that
+        // mark (received at 203, removed at rv 432, done at 208): the mark came first, though
+        // it completed after the final delete did.
+        for arrival in [["mark", "final"], ["final", "mark"]] {
+            let mut b = ReorderBuffer::new(100, 1000);
+            let mut out = Vec::new();
+            b.push_write(
+                "earlier",
+                Some(420),
+                0,
+                100,
+                Placing { object: 9, done_us: 100, ..Placing::default() },
+                &mut out,
+            );
+            for (i, what) in arrival.into_iter().enumerate() {
+                match what {
+                    "mark" => b.push_write(
+                        "mark",
+                        Some(430),
+                        1 + i as i64,
+                        212,
+                        Placing {
+                            object: 7,
+                            done_us: 212,
+                            received_us: 191,
+                            marked: true,
+                            marks: true,
+                            ..Placing::default()
+                        },
+                        &mut out,
+                    ),
+                    _ => b.push_write(
+                        "final",
+                        Some(432),
+                        1 + i as i64,
+                        208,
+                        Placing { done_us: 208, ..final_delete },
+                        &mut out,
+                    ),
                 }
             }
             b.flush(&mut out);

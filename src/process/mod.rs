@@ -486,6 +486,8 @@ impl Processor {
                 evicts,
                 received_us: write.received_us,
                 marked: matches!(&write.target, Target::Object(f) if f.deleting),
+                marks: write.verb == crate::filter::Verb::Delete
+                    && matches!(&write.target, Target::Object(f) if f.deleting && !f.gone),
                 own_rv: 0,
             };
             buffer.push_write(write, rv, time, order_us, placing, &mut self.released);

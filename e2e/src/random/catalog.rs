@@ -254,6 +254,18 @@ impl Action {
     }
 }
 
+/// The weights a long day draws with. Short days draw as they always did, whichever.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Mix {
+    /// As the catalog first grew: the long days recorded with it (seeds 2200–2259, 642, ...)
+    /// draw the same day again with it (`--mix grown`).
+    Grown,
+    /// The rarer actions drawn more often, the ones drawn most less often: 50 days of 30 steps
+    /// draw every action at least 20 times (docs/e2e.md, "The catalog").
+    #[default]
+    Even,
+}
+
 /// What a workload's earlier actions left, for drawing the next one.
 #[derive(Clone, Debug)]
 struct State {
@@ -269,6 +281,8 @@ struct State {
     /// A long day ([`LONG_DAY`]): the rarer Deployment actions drawn more often, half the Jobs
     /// deleted mid-run, and the actions short days never draw.
     long: bool,
+    /// A long day of [`Mix::Even`].
+    even: bool,
     /// The Deployment was deleted (foreground or background): it is created again next.
     deleted: bool,
     /// A StatefulSet's RollingUpdate partition, and whether it updates `OnDelete`.
@@ -278,14 +292,21 @@ struct State {
     ticks: u32,
     /// A DaemonSet workload's own nodes, oldest first: (cordoned, tainted).
     nodes: Vec<(bool, bool)>,
+    /// Actions drawn after the creation.
+    drawn: u32,
 }
 
 /// The most steps of a CronJob after its creation (each waits up to a minute for the schedule).
 const CRONJOB_TICKS: u32 = 3;
 
+/// Under [`Mix::Even`]: a CronJob's most ticks (a minute each), and a Widget's most actions
+/// after its creation (its three actions would take a fifth of a day's steps otherwise).
+const EVEN_CRONJOB_TICKS: u32 = 2;
+const EVEN_WIDGET_STEPS: u32 = 4;
+
 impl State {
     /// The first action of a workload of `kind`.
-    fn create(kind: Kind, long: bool, rng: &mut Rng) -> (State, Action) {
+    fn create(kind: Kind, long: bool, even: bool, rng: &mut Rng) -> (State, Action) {
         let mut s = State {
             kind,
             replicas: 0,
@@ -295,18 +316,24 @@ impl State {
             job_ran: false,
             job_gone: false,
             long,
+            even: long && even,
             deleted: false,
             partition: 0,
             on_delete: false,
             ticks: 0,
             nodes: Vec::new(),
+            drawn: 0,
         };
         let a = match kind {
             Kind::Deployment => create_deployment(rng),
             Kind::StatefulSet => {
                 s.replicas = rng.range(1, 4);
                 // Short days draw nothing more (their seeds draw the days they always did).
-                let (parallel, on_delete) = if long { (rng.chance(40), rng.chance(30)) } else { (false, false) };
+                let (parallel, on_delete) = match (long, s.even) {
+                    (true, true) => (rng.chance(40), rng.chance(30)),
+                    (true, false) => (rng.chance(40), rng.chance(30)),
+                    _ => (false, false),
+                };
                 s.on_delete = on_delete;
                 Action::CreateStatefulSet { replicas: s.replicas, parallel, on_delete }
             }
@@ -330,9 +357,21 @@ impl State {
         (s, a)
     }
 
+    /// How many shares of a long day's steps the workload is dealt under [`Mix::Even`].
+    fn share(&self) -> u64 {
+        if self.kind == Kind::Deployment && !self.orphaned {
+            3
+        } else {
+            1
+        }
+    }
+
     /// Nothing more can happen to the workload: a Job deleted, a CronJob that ticked its last.
     fn done(&self) -> bool {
-        (self.kind == Kind::Job && self.job_gone) || (self.kind == Kind::CronJob && self.ticks >= CRONJOB_TICKS)
+        let ticks = if self.even { EVEN_CRONJOB_TICKS } else { CRONJOB_TICKS };
+        (self.kind == Kind::Job && self.job_gone)
+            || (self.kind == Kind::CronJob && self.ticks >= ticks)
+            || (self.even && self.kind == Kind::Widget && self.drawn >= EVEN_WIDGET_STEPS)
     }
 
     /// The next action, or `None` when nothing more can happen to the workload.
@@ -340,8 +379,10 @@ impl State {
         if self.done() {
             return None;
         }
+        self.drawn += 1;
+        let rw = if self.even { 1 } else { 3 };
         let removal =
-            |rng: &mut Rng| rng.weighted(&[(3, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]);
+            |rng: &mut Rng| rng.weighted(&[(rw, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]);
         let a = match self.kind {
             Kind::Deployment if self.orphaned => {
                 if self.replicas > 0 && rng.chance(50) {
@@ -353,13 +394,14 @@ impl State {
             Kind::Deployment if self.deleted => create_deployment(rng),
             Kind::Deployment => self.next_deployment(rng),
             Kind::StatefulSet => {
-                let mut choices: Vec<(u64, u8)> = vec![(3, 0), (2, 1), (3, 2)];
+                let mut choices: Vec<(u64, u8)> =
+                    if self.even { vec![(3, 0), (1, 1), (1, 2)] } else { vec![(3, 0), (2, 1), (3, 2)] };
                 if self.long {
                     if self.partition > 0 {
-                        choices.push((3, 3));
+                        choices.push((if self.even { 12 } else { 3 }, 3));
                     }
                     if self.replicas >= 2 {
-                        choices.push((2, 4));
+                        choices.push((if self.even { 1 } else { 2 }, 4));
                     }
                 }
                 match rng.weighted(&choices) {
@@ -375,18 +417,20 @@ impl State {
             }
             Kind::CronJob => Action::CronJobTick,
             Kind::DaemonSet => {
-                let mut choices: Vec<(u64, u8)> = vec![(3, 0), (3, 1)];
+                // (image, pod removal, node added, removed, cordoned, tainted)
+                let w: [u64; 6] = if self.even { [1, 1, 2, 2, 6, 6] } else { [3, 3, 2, 1, 1, 1] };
+                let mut choices: Vec<(u64, u8)> = vec![(w[0], 0), (w[1], 1)];
                 if self.nodes.len() < 2 {
-                    choices.push((2, 2));
+                    choices.push((w[2], 2));
                 }
                 if !self.nodes.is_empty() {
-                    choices.push((1, 3));
+                    choices.push((w[3], 3));
                 }
                 if self.nodes.iter().any(|n| !n.0) {
-                    choices.push((1, 4));
+                    choices.push((w[4], 4));
                 }
                 if self.nodes.iter().any(|n| !n.1) {
-                    choices.push((1, 5));
+                    choices.push((w[5], 5));
                 }
                 match rng.weighted(&choices) {
                     0 => Action::DaemonSetImage,
@@ -408,30 +452,37 @@ impl State {
     }
 
     fn next_deployment(&self, rng: &mut Rng) -> Action {
-        let twice = if self.long { 2 } else { 1 };
-        let mut choices: Vec<(u64, u8)> = vec![(3, 0), (if self.long { 5 } else { 2 }, 5)];
-        if self.paused {
-            choices.push((4, 4));
+        // The weight of each action by its number below (image 0 ... drain 15, orphan 10).
+        let w: [u64; 16] = if self.even {
+            [5, 10, 5, 7, 40, 14, 5, 5, 5, 1, 5, 26, 7, 6, 10, 1]
+        } else if self.long {
+            [3, 4, 2, 2, 4, 5, 2, 2, 2, 3, 2, 3, 2, 2, 2, 2]
         } else {
-            choices.extend([(2, 3), (twice, 10)]);
+            [3, 2, 2, 2, 4, 2, 1, 2, 1, 3, 1, 0, 0, 0, 0, 0]
+        };
+        let mut choices: Vec<(u64, u8)> = vec![(w[0], 0), (w[5], 5)];
+        if self.paused {
+            choices.push((w[4], 4));
+        } else {
+            choices.extend([(w[3], 3), (w[10], 10)]);
             if self.revisions >= 2 {
-                choices.push((2 * twice, 1));
+                choices.push((w[1], 1));
             }
-            choices.push((2, 2));
+            choices.push((w[2], 2));
         }
         if self.replicas > 0 {
-            choices.extend([(twice, 6), (2, 7), (twice, 8), (3, 9)]);
+            choices.extend([(w[6], 6), (w[7], 7), (w[8], 8), (w[9], 9)]);
         }
         if self.long {
             if !self.paused {
                 if self.revisions >= 3 {
-                    choices.push((3, 11));
+                    choices.push((w[11], 11));
                 }
-                choices.extend([(2, 12), (2, 13)]);
+                choices.extend([(w[12], 12), (w[13], 13)]);
             }
-            choices.push((2, 14));
+            choices.push((w[14], 14));
             if self.replicas >= 2 {
-                choices.push((2, 15));
+                choices.push((w[15], 15));
             }
         }
         match rng.weighted(&choices) {
@@ -448,7 +499,11 @@ impl State {
             7 => Action::PersonScalesReplicaSet { replicas: self.replicas + rng.range(1, 3) },
             8 => Action::PersonEditsReplicaSet { replicas: (self.replicas - rng.range(1, 2)).max(0) },
             9 => Action::RemovePod {
-                how: rng.weighted(&[(3, Removal::Delete), (1, Removal::GracePeriodZero), (1, Removal::Evict)]),
+                how: rng.weighted(&[
+                    (if self.even { 1 } else { 3 }, Removal::Delete),
+                    (1, Removal::GracePeriodZero),
+                    (1, Removal::Evict),
+                ]),
             },
             11 => Action::UndoTo { back: rng.range(2, (self.revisions as i32 - 1).min(4)) },
             12 => Action::InterruptedRollout,
@@ -571,13 +626,28 @@ pub const LONG_DAY: usize = 20;
 /// The day of `seed`: 1 to 3 workloads (5 in a long day; fewer when `steps` is smaller), each created, and
 /// `steps` actions in all, dealt to the workloads at random.
 pub fn day(seed: u64, steps: usize) -> Day {
+    day_of(seed, steps, Mix::default())
+}
+
+/// The day of `seed` drawn with the weights of `mix` (short days: the same with either).
+pub fn day_of(seed: u64, steps: usize, mix: Mix) -> Day {
     let mut rng = Rng::new(seed);
     // A long day (20 steps or more) holds more workloads, and more Jobs and Widgets (a Job has
     // at most two steps, a Widget one workload per namespace): over 50 long days every action
     // is drawn at least 20 times. Shorter days draw as they always did (their seeds stay).
     let long = steps >= LONG_DAY;
-    let n = rng.range(1, steps.clamp(1, if long { 5 } else { 3 }) as i32) as usize;
-    let kinds: &[(u64, Kind)] = if long {
+    let even = long && mix == Mix::Even;
+    let n = if even { rng.range(4, 6) } else { rng.range(1, steps.clamp(1, if long { 5 } else { 3 }) as i32) } as usize;
+    let kinds: &[(u64, Kind)] = if even {
+        &[
+            (11, Kind::Deployment),
+            (5, Kind::StatefulSet),
+            (9, Kind::Job),
+            (5, Kind::Widget),
+            (5, Kind::DaemonSet),
+            (5, Kind::CronJob),
+        ]
+    } else if long {
         &[
             (5, Kind::Deployment),
             (3, Kind::StatefulSet),
@@ -593,7 +663,7 @@ pub fn day(seed: u64, steps: usize) -> Day {
     let mut workloads = Vec::new();
     for _ in 0..n {
         let kind = rng.weighted(kinds);
-        let (s, a) = State::create(kind, long, &mut rng);
+        let (s, a) = State::create(kind, long, even, &mut rng);
         states.push(s);
         workloads.push(Workload { kind, actions: vec![a] });
     }
@@ -603,7 +673,13 @@ pub fn day(seed: u64, steps: usize) -> Day {
         if open.is_empty() {
             break;
         }
-        let i = open[(rng.next_u64() % open.len() as u64) as usize];
+        let i = if even {
+            // A Deployment has the most actions to draw: it is dealt more of the steps.
+            let by: Vec<(u64, usize)> = open.iter().map(|&i| (states[i].share(), i)).collect();
+            rng.weighted(&by)
+        } else {
+            open[(rng.next_u64() % open.len() as u64) as usize]
+        };
         if let Some(a) = states[i].next(&mut rng) {
             workloads[i].actions.push(a);
             left -= 1;
@@ -627,7 +703,7 @@ mod tests {
 
     #[test]
     fn every_workload_starts_with_its_creation_and_follows_its_state() {
-        for (seed, steps, most) in (0..500).map(|s| (s, 12, 3)).chain((0..200).map(|s| (s, 30, 5))) {
+        for (seed, steps, most) in (0..500).map(|s| (s, 12, 3)).chain((0..200).map(|s| (s, 30, 6))) {
             let d = day(seed, steps);
             assert!(d.steps() <= steps && !d.workloads.is_empty() && d.workloads.len() <= most);
             for w in &d.workloads {
@@ -741,6 +817,62 @@ mod tests {
             d.workloads[1].actions[0],
             Action::CreateStatefulSet { replicas: 1, parallel: false, on_delete: false }
         ));
+    }
+
+    /// What a recorded day's `about` says it drew: one line per workload.
+    fn about(d: &Day) -> Vec<String> {
+        d.workloads
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                let (kind, name) = w.kind.object();
+                let actions: Vec<String> = w.actions.iter().map(|a| format!("{a:?}")).collect();
+                format!("day-{:016x}-{i}: {kind} {name}: {}", d.seed, actions.join(", "))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_long_days_recorded_before_the_even_mix_draw_the_same_with_the_grown_one() {
+        // Days recorded since the catalog grew, before its weights were evened out (their
+        // `about`): the long run's seeds 2200–2259 (30 steps) and seed 642 (20 steps).
+        let dir = crate::repo_root().join("tests/fixtures/random-days");
+        let mut checked = 0;
+        for (seed, steps) in (2200..2260).map(|s| (s, 30)).chain([(642, 20)]) {
+            let Some(text) = ["failing", "passing"]
+                .iter()
+                .find_map(|sub| std::fs::read_to_string(dir.join(sub).join(format!("seed-{seed}.expected.json"))).ok())
+            else {
+                continue;
+            };
+            let recorded: serde_json::Value = serde_json::from_str(&text).unwrap();
+            let recorded: Vec<&str> = recorded["about"].as_str().unwrap().lines().collect();
+            assert_eq!(about(&day_of(seed, steps, Mix::Grown)), recorded, "seed {seed}");
+            assert_ne!(about(&day_of(seed, steps, Mix::Even)), recorded, "seed {seed}: the even mix draws another day");
+            checked += 1;
+        }
+        assert!(checked >= 9, "the failing days of the long run are kept: {checked}");
+        // A short day draws the same with either.
+        for seed in 0..200 {
+            assert_eq!(about(&day_of(seed, 15, Mix::Grown)), about(&day_of(seed, 15, Mix::Even)));
+        }
+    }
+
+    #[test]
+    fn fifty_even_long_days_draw_every_action_twenty_times() {
+        // The long run's seeds (docs/e2e.md): 50 days of 30 steps from 6391.
+        let mut n: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+        for seed in 6391..6441 {
+            for w in day(seed, 30).workloads {
+                for a in &w.actions {
+                    let tag = if a.tag() == "create" { format!("create {:?}", w.kind) } else { a.tag().to_string() };
+                    *n.entry(tag).or_default() += 1;
+                }
+            }
+        }
+        assert_eq!(n.len(), 44, "every action and creation drawn: {n:?}");
+        let rare: Vec<_> = n.iter().filter(|(_, &k)| k < 20).collect();
+        assert!(rare.is_empty(), "drawn fewer than 20 times: {rare:?}");
     }
 
     #[test]

@@ -10,7 +10,7 @@ pub mod act;
 pub mod catalog;
 pub mod record;
 
-pub use catalog::{day, Action, Day, Kind, NodeChange, Removal, Scaler, Workload};
+pub use catalog::{day, day_of, Action, Day, Kind, Mix, NodeChange, Removal, Scaler, Workload};
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

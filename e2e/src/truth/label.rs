@@ -161,13 +161,18 @@ fn in_order(lines: &[AuditLine]) -> Vec<Written<'_>> {
     keyed.into_iter().map(|(_, w)| w).collect()
 }
 
-/// A delete with grace period 0 answered with the object: the API server first marks the
-/// object deleted, then removes it, and the answer carries the resourceVersion of the removal.
-/// The controllers see the mark and act before that (a replacement pod of a lower
-/// resourceVersion), so the delete goes where it was received, like a write without one.
+/// A delete with grace period 0 answered with the object removed: the API server first marks
+/// the object deleted, then removes it, and the answer carries the resourceVersion of the
+/// removal. The controllers see the mark and act before that (a replacement pod of a lower
+/// resourceVersion), so the delete goes where it was received, like a write without one. Not
+/// one whose answer still holds a finalizer (a Job's pod, `batch.kubernetes.io/job-tracking`):
+/// the object stays, marked, and the answer's resourceVersion is the mark's own.
 fn is_immediate_delete(l: &AuditLine) -> bool {
+    let kept =
+        l.value.pointer("/responseObject/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
     l.str("/verb") == Some("delete")
         && l.value.pointer("/responseObject/metadata/deletionGracePeriodSeconds").and_then(Value::as_i64) == Some(0)
+        && !kept
 }
 
 /// The labels of every write in the namespace, or the writes no rule explains.
@@ -738,6 +743,32 @@ mod tests {
         ];
         let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
         assert_eq!(order, ["p1", "alice", "p2"]);
+    }
+
+    #[test]
+    fn a_delete_with_grace_period_zero_that_leaves_a_finalizer_goes_by_its_resource_version() {
+        // The garbage collector deletes a deleted Job's pod (grace period 0): the job
+        // controller's finalizer keeps it, marked at 8, the answer's resourceVersion. The job
+        // controller's patch received after that delete shows the mark (8 again); a pod of
+        // another Job patched at 9 was received before the delete.
+        let mut marked = pod("p1", true);
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        marked["metadata"]["finalizers"] = json!(["batch.kubernetes.io/job-tracking"]);
+        let lines = vec![
+            line("p1", 0, "create pods", RSC, 5, pod("p1", false)),
+            line("other", 9, "patch pods", RSC, 9, pod("p2", false)),
+            line(
+                "gc",
+                10,
+                "delete pods",
+                "system:serviceaccount:kube-system:generic-garbage-collector",
+                8,
+                marked.clone(),
+            ),
+            line("job", 12, "patch pods", RSC, 8, marked),
+        ];
+        let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
+        assert_eq!(order, ["p1", "gc", "job", "other"]);
     }
 
     #[test]

@@ -52,6 +52,9 @@ pub struct OriginWrite {
     /// The user whose write this one put back (DESIGN §1.8): when that user puts it back in
     /// turn, the two are fighting over the fields.
     pub reverted: Option<Sym>,
+    /// A removed pod's node, when its removal showed it: a DaemonSet's replacement is the pod
+    /// its controller creates on that node (DESIGN §1.8). `None` for other writes.
+    pub node: Option<Name>,
 }
 
 /// The origin writes of one object; boxed in the rare part only while one list is non-empty.
@@ -111,13 +114,24 @@ impl ObjectState {
     /// Takes the removed child that a replacement named `name` replaces, at or after `since_us`
     /// (older ones are dropped): by name first, where the controller reuses names (a
     /// StatefulSet's ordinal: the latest removal of that name), else the oldest (DESIGN §1.8).
-    pub fn take_removed_child(&mut self, since_us: i64, name: &str) -> Option<OriginWrite> {
+    /// A replacement tied to a `node` (a DaemonSet's pod: the controller reuses the node as a
+    /// StatefulSet reuses the ordinal) takes the latest removal on that node, else the oldest
+    /// whose node is not known (an eviction, answered without the pod), else none: a pod on a
+    /// node whose pod nobody removed replaces nobody, and a removal on a node gone or tainted
+    /// is never taken for what a pod on another node puts back.
+    pub fn take_removed_child(&mut self, since_us: i64, name: &str, node: Option<&str>) -> Option<OriginWrite> {
         if self.removed_children().is_empty() {
             return None;
         }
         let removed = &mut self.origins_mut().removed;
         removed.retain(|r| r.time_us >= since_us);
-        let at = removed.iter().rposition(|r| *r.name == *name).or((!removed.is_empty()).then_some(0));
+        let at = match node {
+            Some(node) => removed
+                .iter()
+                .rposition(|r| r.node.as_deref() == Some(node))
+                .or_else(|| removed.iter().position(|r| r.node.is_none())),
+            None => removed.iter().rposition(|r| *r.name == *name).or((!removed.is_empty()).then_some(0)),
+        };
         let taken = at.map(|i| removed.remove(i));
         self.drop_empty_origins();
         taken
@@ -180,6 +194,7 @@ mod tests {
             name: Name::from("p"),
             fields: None,
             reverted: None,
+            node: None,
         }
     }
 
@@ -198,16 +213,16 @@ mod tests {
         }
         assert_eq!(s.removed_children().len(), MAX_REMOVED);
         assert_eq!(
-            s.take_removed_child(10, "").map(|w| w.time_us),
+            s.take_removed_child(10, "", None).map(|w| w.time_us),
             Some(10),
             "older than the horizon dropped, then the oldest"
         );
         assert_eq!(s.removed_children().len(), MAX_REMOVED - 10);
         s.set_origin_writes(Vec::new());
         assert!(s.origin_writes().is_empty());
-        while s.take_removed_child(0, "").is_some() {}
+        while s.take_removed_child(0, "", None).is_some() {}
         assert!(s.rare.is_none(), "nothing else was rare: the box is gone");
-        assert_eq!(s.take_removed_child(0, ""), None);
+        assert_eq!(s.take_removed_child(0, "", None), None);
     }
 
     #[test]
@@ -217,9 +232,39 @@ mod tests {
         for (name, t) in [("db-1", 1), ("db-0", 2), ("db-0", 3), ("web-x", 4)] {
             s.push_removed_child(named(name, t));
         }
-        assert_eq!(s.take_removed_child(0, "db-0").map(|w| w.time_us), Some(3), "the latest removal of its name");
-        assert_eq!(s.take_removed_child(0, "web-y").map(|w| w.time_us), Some(1), "no removal of its name: the oldest");
-        assert_eq!(s.take_removed_child(0, "db-1").map(|w| w.time_us), Some(2), "its name gone: the oldest");
+        assert_eq!(s.take_removed_child(0, "db-0", None).map(|w| w.time_us), Some(3), "the latest removal of its name");
+        assert_eq!(
+            s.take_removed_child(0, "web-y", None).map(|w| w.time_us),
+            Some(1),
+            "no removal of its name: the oldest"
+        );
+        assert_eq!(s.take_removed_child(0, "db-1", None).map(|w| w.time_us), Some(2), "its name gone: the oldest");
+    }
+
+    #[test]
+    fn a_replacement_on_a_node_takes_the_removal_on_that_node_else_one_of_no_known_node() {
+        let on = |node: Option<&str>, t: i64| OriginWrite {
+            name: Name::from(format!("agent-{t}")),
+            node: node.map(Name::from),
+            ..write(Sym::EMPTY, t)
+        };
+        let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
+        // n3's pod deleted with its node (never replaced), then n1's twice, n2's, and an
+        // eviction answered without the pod.
+        for (node, t) in [(Some("n3"), 1), (Some("n1"), 2), (Some("n1"), 3), (Some("n2"), 4), (None, 5)] {
+            s.push_removed_child(on(node, t));
+        }
+        let take = |s: &mut ObjectState, node| s.take_removed_child(0, "agent-new", Some(node)).map(|w| w.time_us);
+        assert_eq!(take(&mut s, "n2"), Some(4), "the removal on its node, not the oldest");
+        assert_eq!(take(&mut s, "n1"), Some(3), "the latest removal on its node");
+        assert_eq!(take(&mut s, "n4"), Some(5), "none on its node: the one whose node is not known");
+        assert_eq!(take(&mut s, "n4"), None, "a pod on a node whose pod nobody removed replaces nobody");
+        assert_eq!(s.removed_children().len(), 2, "n3's and n1's older removal stay");
+        assert_eq!(
+            s.take_removed_child(0, "web-x", None).map(|w| w.time_us),
+            Some(1),
+            "a pod tied to no node: the oldest"
+        );
     }
 
     #[test]
@@ -258,7 +303,7 @@ mod tests {
         s.push_removed_child(write(Sym::EMPTY, 1));
         s.set_selector_bits(0);
         assert_eq!((s.selector_bits(), s.removed_children().len()), (0, 1), "the other rare parts stay");
-        assert!(s.take_removed_child(0, "").is_some());
+        assert!(s.take_removed_child(0, "", None).is_some());
         assert!(s.rare.is_none());
     }
 
@@ -275,7 +320,7 @@ mod tests {
         t.set_policy(Some(team.clone()));
         s.push_removed_child(write(i.intern("a"), 1));
         assert_eq!((s.removed_children().len(), t.removed_children().len()), (1, 0));
-        assert!(s.take_removed_child(0, "").is_some());
+        assert!(s.take_removed_child(0, "", None).is_some());
         assert!(s.policy().is_some(), "the policy stays when the lists are freed");
     }
 }

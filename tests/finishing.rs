@@ -718,3 +718,31 @@ fn a_paused_deployment_finishes_when_observed_then_resumes() {
     assert_eq!(class_of(&out, &down), Class::Expected, "generation 4 not reported yet");
     assert_eq!(class_of(&out, &up), Class::Expected, "resumed: the rollout is under way again");
 }
+
+/// DESIGN §1.4 (a CronJob's history deletes), for the StatefulSet and DaemonSet controllers:
+/// in the sync that reports a rollout finished, they delete ControllerRevisions past the
+/// spec's `revisionHistoryLimit`. That carries the spec out; a person's delete of one is a new
+/// origin, and the controller's delete of a pod after the same report is still drift.
+#[test]
+fn a_controller_trimming_its_revision_history_carries_out_the_spec() {
+    let mut api = ApiServer::new();
+    let (sts, create) = api.create(ADMIN, statefulset("db", "pg", 1, "pg:15"));
+    let revision = |name: &str, n: i64| {
+        json!({"apiVersion": "apps/v1", "kind": "ControllerRevision", "revision": n, "data": {},
+               "metadata": {"name": name, "namespace": "db", "ownerReferences": owner_ref(&sts)}})
+    };
+    let (old, c_old) = api.create(STATEFULSET_CONTROLLER, revision("pg-1", 1));
+    let (current, c_current) = api.create(STATEFULSET_CONTROLLER, revision("pg-2", 2));
+    let (p0, c0) = api.create(STATEFULSET_CONTROLLER, pod(&sts, "0", "pg:15"));
+    let done = json!({"replicas": 1, "readyReplicas": 1, "currentReplicas": 1, "updatedReplicas": 1,
+                      "availableReplicas": 1, "currentRevision": "pg-2", "updateRevision": "pg-2"});
+    let finished = status(&mut api, STATEFULSET_CONTROLLER, &sts, done);
+    let trim = api.delete(STATEFULSET_CONTROLLER, &old, &[]);
+    let person = api.delete(ADMIN, &current, &[]);
+    let pod_gone = api.delete(STATEFULSET_CONTROLLER, &p0, &[]);
+    let out = run(&[create, c_old, c_current, c0, finished, trim.clone(), person.clone(), pod_gone.clone()]);
+    assert_eq!(class_of(&out, &trim), Class::Expected, "{}", find(&out, &trim).unwrap().reason);
+    assert!(find(&out, &trim).unwrap().reason.contains("revisionHistoryLimit"));
+    assert_eq!(class_of(&out, &person), Class::Origin);
+    assert_eq!(class_of(&out, &pod_gone), Class::Drift, "{}", find(&out, &pod_gone).unwrap().reason);
+}

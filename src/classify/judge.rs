@@ -241,6 +241,11 @@ impl Engine {
         let namespace_teardown = self.namespace_teardown(w.scope, child.namespace, &mut p);
         let identity = identify(w.user, updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);
+        // A controller deleting its own history past the spec's limit, as a CronJob deletes
+        // its finished Jobs (DESIGN §1.4): it carries the spec out, even after it reported the
+        // spec finished (the StatefulSet and DaemonSet controllers trim in the same sync).
+        let trims_history = class == Class::Drift && w.verb == crate::filter::Verb::Delete && self.is_history(child.ty);
+        let class = if trims_history { Class::Expected } else { class };
         parent_out.generation = (p.generation != 0).then_some(p.generation);
         parent_out.applier = p.applier.clone().map(|name| {
             let (revision, target_revision) =
@@ -257,6 +262,8 @@ impl Engine {
         };
         event.reason = if namespace_teardown {
             self.teardown_reason(child.namespace)
+        } else if trims_history {
+            format!("{user} trims the parent's history: an old revision past its revisionHistoryLimit")
         } else {
             self.reason(class, &p, &identity, &user)
         };
@@ -362,6 +369,13 @@ impl Engine {
     }
 
     /// The kind key (`Kind.group`, `Kind` for the core group) of a type.
+    /// Whether objects of `ty` are a controller's record of its parent's past specs
+    /// (`ControllerRevision`, which StatefulSets and DaemonSets keep up to their
+    /// `revisionHistoryLimit`).
+    fn is_history(&self, ty: Ty) -> bool {
+        self.kind_key(ty) == "ControllerRevision.apps"
+    }
+
     pub(super) fn kind_key(&self, ty: Ty) -> String {
         let (api_version, kind) = self.interner.parts(ty);
         kind_key(&self.interner.resolve(api_version), &self.interner.resolve(kind))

@@ -245,10 +245,11 @@ impl Engine {
                 (_, Verb::Delete | Verb::Deletecollection, f) => Self::one(self.delete_object(w, f)),
             },
             Target::Scale { uid, uid_text, namespace, name, resource, api_version, replicas } => {
-                self.scale(w, *uid, uid_text, *namespace, name, *resource, *api_version, *replicas)
+                let named = Named { uid: *uid, uid_text, namespace: *namespace, name };
+                self.scale(w, named, *resource, *api_version, *replicas)
             }
             Target::Gone { uid, uid_text, namespace, name, ty } => {
-                Self::one(self.delete_gone(w, *uid, uid_text, *namespace, name, *ty))
+                Self::one(self.delete_gone(w, Named { uid: *uid, uid_text, namespace: *namespace, name }, *ty))
             }
             Target::Many(items) => {
                 let (mut events, mut ignored) = (Vec::with_capacity(items.len()), Vec::new());
@@ -621,15 +622,8 @@ impl Engine {
         self.judge(w, &child, f.owner.as_ref(), &updaters, None)
     }
 
-    fn delete_gone(
-        &self,
-        w: &Write,
-        uid: Uid,
-        uid_text: &Arc<str>,
-        namespace: Sym,
-        name: &Name,
-        by_ref: Ty,
-    ) -> Result<Enriched, Ignored> {
+    fn delete_gone(&self, w: &Write, named: Named<'_>, by_ref: Ty) -> Result<Enriched, Ignored> {
+        let Named { uid, uid_text, namespace, name } = named;
         let key = Self::key(w, uid);
         let completed = self.store.update(&key, |s| {
             let completed = s.deleting() || s.deleted();
@@ -709,18 +703,15 @@ impl Engine {
         Ok(self.judge(w, &child, owner.as_ref(), &updaters, None).0)
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn scale(
         &self,
         w: &Write,
-        uid: Uid,
-        uid_text: &Arc<str>,
-        namespace: Sym,
-        name: &Name,
+        named: Named<'_>,
         resource: Sym,
         ref_api_version: Sym,
         replicas: Option<i64>,
     ) -> Applied {
+        let Named { uid, uid_text, namespace, name } = named;
         let key = Self::key(w, uid);
         let rv = w.resource_version;
         if self.store.read(&key, |s| rv.is_some_and(|rv| rv == s.last_resource_version)) == Some(true) {
@@ -779,4 +770,13 @@ impl Engine {
         self.keep_trace(w, uid, uid_text, ty, trace);
         Applied::Classified(vec![event])
     }
+}
+
+/// An object that a write names by identity alone: a scale (its response is a `Scale`), a
+/// delete answered without the object.
+struct Named<'a> {
+    uid: Uid,
+    uid_text: &'a Arc<str>,
+    namespace: Sym,
+    name: &'a Name,
 }

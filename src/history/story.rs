@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 use crate::decode::time::format_rfc3339_micros;
 use crate::history::pack::Unpacker;
 
-pub use find::kind_matches;
+pub use find::{kind_matches, object_at};
 pub use message::{ambiguous_message, before_history_message, explain, not_found_message};
 
 /// Which object's story, and up to when.

@@ -15,9 +15,8 @@ use serde_json::value::RawValue;
 use super::params::Params;
 use super::{ApiError, Endpoint, QueryState};
 use crate::classify::Class;
-use crate::decode::time::format_rfc3339_micros;
 use crate::history::pack::Unpacker;
-use crate::history::story::{stored_event, ObjectRef, OwnerRef, Tombstone};
+use crate::history::story::{stored_event, ObjectRef};
 use crate::history::{self, Mode};
 
 /// Read-only connections kept between requests.
@@ -136,38 +135,7 @@ fn find_objects(c: &Connection, f: &Filter, limit: usize) -> Result<(Vec<ObjectR
         limit + 1
     );
     let mut stmt = c.prepare_cached(&sql).map_err(sql_error)?;
-    let rows = stmt.query_map(rusqlite::params_from_iter(f.args.iter()), |r| {
-        let parent_uid: Option<String> = r.get(9)?;
-        let parent = match parent_uid {
-            Some(uid) => Some(OwnerRef {
-                api_version: r.get::<_, Option<String>>(6)?.unwrap_or_default(),
-                kind: r.get::<_, Option<String>>(7)?.unwrap_or_default(),
-                name: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
-                uid,
-            }),
-            None => None,
-        };
-        let deleted_us: Option<i64> = r.get(12)?;
-        Ok(ObjectRef {
-            cluster: r.get(0)?,
-            api_version: r.get(1)?,
-            kind: r.get(2)?,
-            namespace: r.get(3)?,
-            name: r.get(4)?,
-            uid: r.get(5)?,
-            parent,
-            first_seen: format_rfc3339_micros(r.get(10)?),
-            last_seen: format_rfc3339_micros(r.get(11)?),
-            deleted: match deleted_us {
-                Some(t) => Some(Tombstone {
-                    time: format_rfc3339_micros(t),
-                    user: r.get::<_, Option<String>>(13)?.unwrap_or_default(),
-                    audit_id: r.get::<_, Option<String>>(14)?.unwrap_or_default(),
-                }),
-                None => None,
-            },
-        })
-    });
+    let rows = stmt.query_map(rusqlite::params_from_iter(f.args.iter()), |r| history::story::object_at(r, 0));
     let mut objects = rows.map_err(sql_error)?.collect::<Result<Vec<_>, _>>().map_err(sql_error)?;
     let truncated = objects.len() > limit;
     objects.truncate(limit);

@@ -10,7 +10,7 @@ use super::{Found, ObjectRef, OwnerRef, StoryError, StoryQuery, Tombstone};
 use crate::decode::time::format_rfc3339_micros;
 
 const COLUMNS: &str =
-    "id, cluster, uid, api_version, kind, namespace, name, parent_uid, parent_api_version, parent_kind, parent_name,
+    "id, cluster, api_version, kind, namespace, name, uid, parent_api_version, parent_kind, parent_name, parent_uid,
                        first_us, last_us, deleted_us, deleted_by, deleted_audit_id";
 
 /// Every distinct value of `column` of `object_rows` (`kind`, on `object_rows_by_name`;
@@ -107,36 +107,32 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
 }
 
 fn row(r: &Row<'_>) -> rusqlite::Result<Found> {
-    let parent_uid: Option<String> = r.get(7)?;
-    let deleted_us: Option<i64> = r.get(13)?;
-    Ok(Found {
-        id: r.get(0)?,
-        object: ObjectRef {
-            cluster: r.get(1)?,
-            uid: r.get(2)?,
-            api_version: r.get(3)?,
-            kind: r.get(4)?,
-            namespace: r.get(5)?,
-            name: r.get(6)?,
-            parent: match parent_uid {
-                Some(uid) => Some(OwnerRef {
-                    uid,
-                    api_version: r.get::<_, Option<String>>(8)?.unwrap_or_default(),
-                    kind: r.get::<_, Option<String>>(9)?.unwrap_or_default(),
-                    name: r.get::<_, Option<String>>(10)?.unwrap_or_default(),
-                }),
-                None => None,
-            },
-            first_seen: format_rfc3339_micros(r.get(11)?),
-            last_seen: format_rfc3339_micros(r.get(12)?),
-            deleted: match deleted_us {
-                Some(us) => Some(Tombstone {
-                    time: format_rfc3339_micros(us),
-                    user: r.get::<_, Option<String>>(14)?.unwrap_or_default(),
-                    audit_id: r.get::<_, Option<String>>(15)?.unwrap_or_default(),
-                }),
-                None => None,
-            },
+    Ok(Found { id: r.get(0)?, object: object_at(r, 1)? })
+}
+
+/// The object of a row of the `objects` view whose columns, from `at` on, are `cluster,
+/// api_version, kind, namespace, name, uid, parent_api_version, parent_kind, parent_name,
+/// parent_uid, first_us, last_us, deleted_us, deleted_by, deleted_audit_id`.
+pub fn object_at(r: &Row<'_>, at: usize) -> rusqlite::Result<ObjectRef> {
+    let text = |i: usize| r.get::<_, Option<String>>(at + i).map(Option::unwrap_or_default);
+    let parent_uid: Option<String> = r.get(at + 9)?;
+    let deleted_us: Option<i64> = r.get(at + 12)?;
+    Ok(ObjectRef {
+        cluster: r.get(at)?,
+        api_version: r.get(at + 1)?,
+        kind: r.get(at + 2)?,
+        namespace: r.get(at + 3)?,
+        name: r.get(at + 4)?,
+        uid: r.get(at + 5)?,
+        parent: match parent_uid {
+            Some(uid) => Some(OwnerRef { uid, api_version: text(6)?, kind: text(7)?, name: text(8)? }),
+            None => None,
+        },
+        first_seen: format_rfc3339_micros(r.get(at + 10)?),
+        last_seen: format_rfc3339_micros(r.get(at + 11)?),
+        deleted: match deleted_us {
+            Some(us) => Some(Tombstone { time: format_rfc3339_micros(us), user: text(13)?, audit_id: text(14)? }),
+            None => None,
         },
     })
 }

@@ -183,6 +183,34 @@ macro_rules! act_match {
     };
 }
 
+/// A mutation's row from the values of `$r` (`new` in the view's trigger, `x` when a store is
+/// converted), its act found among `acts` by the act columns of `x`.
+macro_rules! insert_mutation_row {
+    ("new") => {
+        insert_mutation_row!(@ "new", "new.audit_id")
+    };
+    ("x") => {
+        insert_mutation_row!(@ "x", "x.audit_id")
+    };
+    (@ $r:literal, $audit_id:literal) => {
+        concat!(
+            "INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)\n    SELECT ",
+            $r,
+            ".id, ",
+            $r,
+            ".object_id, ",
+            $r,
+            ".time_us, ",
+            uuid_value!($audit_id),
+            ", (SELECT a.id FROM acts a WHERE ",
+            act_match!(),
+            "), ",
+            $r,
+            ".event"
+        )
+    };
+}
+
 /// Adds the act of the row `r` (the text columns of `mutations`) to `acts` when it is new: its
 /// id the next multiple of 16 plus its class.
 macro_rules! intern_act {
@@ -470,12 +498,9 @@ CREATE TRIGGER IF NOT EXISTS mutations_insert INSTEAD OF INSERT ON mutations BEG
     "#,
     intern_act!("new"),
     r#";
-    INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)
-    SELECT new.id, new.object_id, new.time_us, "#,
-    uuid_value!("new.audit_id"),
-    r#", (SELECT a.id FROM acts a WHERE "#,
-    act_match!(),
-    r#"), new.event
+    "#,
+    insert_mutation_row!("new"),
+    r#"
     FROM (SELECT "#,
     act_columns!("new"),
     r#") x;
@@ -598,12 +623,9 @@ INSERT INTO acts (id, verb, subresource, user, class, resolution, policy, revert
     WHERE NOT EXISTS (SELECT 1 FROM acts a WHERE "#,
     act_match!(),
     r#");
-INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)
-    SELECT x.id, x.object_id, x.time_us, "#,
-    uuid_value!("x.audit_id"),
-    r#", (SELECT a.id FROM acts a WHERE "#,
-    act_match!(),
-    r#"), x.event
+"#,
+    insert_mutation_row!("x"),
+    r#"
     FROM (SELECT m.id AS id, m.object_id AS object_id, m.time_us AS time_us, m.audit_id AS audit_id, m.event AS event, "#,
     act_columns!("m"),
     r#" FROM mutations_old m) x;

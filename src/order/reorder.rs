@@ -696,6 +696,23 @@ mod tests {
         out.into_iter().map(|r| (r.item, r.late)).collect()
     }
 
+    /// What comes out, in order, when `writes` (name, resourceVersion, event time, placing)
+    /// arrive in the order `arrival` names them, after an earlier write of another object.
+    fn released_after_an_earlier_write(
+        writes: &[(&'static str, u64, i64, Placing)],
+        arrival: &[&str],
+    ) -> Vec<(&'static str, bool)> {
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push_write("earlier", Some(420), 0, 100, Placing { object: 9, done_us: 100, ..Placing::default() }, &mut out);
+        for (i, name) in arrival.iter().enumerate() {
+            let &(item, rv, event_us, placing) = writes.iter().find(|w| w.0 == *name).expect("a write of that name");
+            b.push_write(item, Some(rv), 1 + i as i64, event_us, placing, &mut out);
+        }
+        b.flush(&mut out);
+        items_str(out)
+    }
+
     #[test]
     fn slots_of_released_writes_are_reused_and_the_order_is_kept() {
         // A write every 10 µs, a 1 ms window: about 100 held at a time, 10,000 in all, each
@@ -881,43 +898,20 @@ mod tests {
         let delete = Placing { object: 7, name: 5, done_us: 199, received_us: 193, ..Placing::default() };
         // The status write completes a moment before the delete does (done at 198, received at
         // 195): its request came after the delete's, so it showed the mark this delete set.
-        let arrivals = [["delete", "status", "create"], ["create", "delete", "status"], ["status", "create", "delete"]];
-        for arrival in arrivals {
-            let mut b = ReorderBuffer::new(100, 1000);
-            let mut out = Vec::new();
-            b.push_write(
-                "earlier",
-                Some(420),
-                0,
-                100,
-                Placing { object: 9, done_us: 100, ..Placing::default() },
-                &mut out,
-            );
-            for (i, what) in arrival.into_iter().enumerate() {
-                let at = 1 + i as i64;
-                match what {
-                    "delete" => b.push_write("delete", Some(424), at, 199, delete, &mut out),
-                    "status" => b.push_write(
-                        "status",
-                        Some(422),
-                        at,
-                        198,
-                        Placing { object: 7, done_us: 198, received_us: 195, marked: true, ..Placing::default() },
-                        &mut out,
-                    ),
-                    _ => b.push_write(
-                        "create",
-                        Some(423),
-                        at,
-                        198,
-                        Placing { object: 8, done_us: 198, received_us: 196, ..Placing::default() },
-                        &mut out,
-                    ),
-                }
-            }
-            b.flush(&mut out);
+        let writes = [
+            ("delete", 424, 199, delete),
+            (
+                "status",
+                422,
+                198,
+                Placing { object: 7, done_us: 198, received_us: 195, marked: true, ..Placing::default() },
+            ),
+            ("create", 423, 198, Placing { object: 8, done_us: 198, received_us: 196, ..Placing::default() }),
+        ];
+        for arrival in [["delete", "status", "create"], ["create", "delete", "status"], ["status", "create", "delete"]]
+        {
             assert_eq!(
-                items_str(out),
+                released_after_an_earlier_write(&writes, &arrival),
                 vec![("earlier", false), ("delete", false), ("status", false), ("create", false)],
                 "arrival order {arrival:?}"
             );
@@ -927,33 +921,13 @@ mod tests {
         // request came (kwok deleting as soon as it saw the mark, before the marking request's
         // answer completed): the pod's own write done before it was.
         let final_delete = Placing { object: 7, name: 5, done_us: 210, received_us: 203, ..Placing::default() };
+        let writes = [
+            ("mark", 430, 205, Placing { object: 7, done_us: 205, received_us: 190, ..Placing::default() }),
+            ("final", 432, 210, final_delete),
+        ];
         for arrival in [["mark", "final"], ["final", "mark"]] {
-            let mut b = ReorderBuffer::new(100, 1000);
-            let mut out = Vec::new();
-            b.push_write(
-                "earlier",
-                Some(420),
-                0,
-                100,
-                Placing { object: 9, done_us: 100, ..Placing::default() },
-                &mut out,
-            );
-            for (i, what) in arrival.into_iter().enumerate() {
-                match what {
-                    "mark" => b.push_write(
-                        "mark",
-                        Some(430),
-                        1 + i as i64,
-                        205,
-                        Placing { object: 7, done_us: 205, received_us: 190, ..Placing::default() },
-                        &mut out,
-                    ),
-                    _ => b.push_write("final", Some(432), 1 + i as i64, 210, final_delete, &mut out),
-                }
-            }
-            b.flush(&mut out);
             assert_eq!(
-                items_str(out),
+                released_after_an_earlier_write(&writes, &arrival),
                 vec![("earlier", false), ("mark", false), ("final", false)],
                 "arrival order {arrival:?}"
             );
@@ -963,47 +937,12 @@ mod tests {
         // rv 430) whose answer completed late (at 212), and kwok's final delete acting on that
         // mark (received at 203, removed at rv 432, done at 208): the mark came first, though
         // it completed after the final delete did.
+        let mark =
+            Placing { object: 7, done_us: 212, received_us: 191, marked: true, marks: true, ..Placing::default() };
+        let writes = [("mark", 430, 212, mark), ("final", 432, 208, Placing { done_us: 208, ..final_delete })];
         for arrival in [["mark", "final"], ["final", "mark"]] {
-            let mut b = ReorderBuffer::new(100, 1000);
-            let mut out = Vec::new();
-            b.push_write(
-                "earlier",
-                Some(420),
-                0,
-                100,
-                Placing { object: 9, done_us: 100, ..Placing::default() },
-                &mut out,
-            );
-            for (i, what) in arrival.into_iter().enumerate() {
-                match what {
-                    "mark" => b.push_write(
-                        "mark",
-                        Some(430),
-                        1 + i as i64,
-                        212,
-                        Placing {
-                            object: 7,
-                            done_us: 212,
-                            received_us: 191,
-                            marked: true,
-                            marks: true,
-                            ..Placing::default()
-                        },
-                        &mut out,
-                    ),
-                    _ => b.push_write(
-                        "final",
-                        Some(432),
-                        1 + i as i64,
-                        208,
-                        Placing { done_us: 208, ..final_delete },
-                        &mut out,
-                    ),
-                }
-            }
-            b.flush(&mut out);
             assert_eq!(
-                items_str(out),
+                released_after_an_earlier_write(&writes, &arrival),
                 vec![("earlier", false), ("mark", false), ("final", false)],
                 "arrival order {arrival:?}"
             );
@@ -1012,40 +951,13 @@ mod tests {
         // kwok deletes db-0 again (received at 300) a moment before the StatefulSet's create
         // of the new db-0 was received (301, done at 305, rv 440): the delete found, and
         // removed, the new pod (rv 442). It goes after the create of its pod.
+        let writes = [
+            ("create", 440, 305, Placing { object: 7, done_us: 305, received_us: 301, ..Placing::default() }),
+            ("again", 442, 310, Placing { received_us: 300, done_us: 310, ..final_delete }),
+        ];
         for arrival in [["create", "again"], ["again", "create"]] {
-            let mut b = ReorderBuffer::new(100, 1000);
-            let mut out = Vec::new();
-            b.push_write(
-                "earlier",
-                Some(420),
-                0,
-                100,
-                Placing { object: 9, done_us: 100, ..Placing::default() },
-                &mut out,
-            );
-            for (i, what) in arrival.into_iter().enumerate() {
-                match what {
-                    "create" => b.push_write(
-                        "create",
-                        Some(440),
-                        1 + i as i64,
-                        305,
-                        Placing { object: 7, done_us: 305, received_us: 301, ..Placing::default() },
-                        &mut out,
-                    ),
-                    _ => b.push_write(
-                        "again",
-                        Some(442),
-                        1 + i as i64,
-                        310,
-                        Placing { received_us: 300, done_us: 310, ..final_delete },
-                        &mut out,
-                    ),
-                }
-            }
-            b.flush(&mut out);
             assert_eq!(
-                items_str(out),
+                released_after_an_earlier_write(&writes, &arrival),
                 vec![("earlier", false), ("create", false), ("again", false)],
                 "arrival order {arrival:?}"
             );

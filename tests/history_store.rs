@@ -1021,15 +1021,8 @@ fn a_store_of_schema_2_is_converted_by_the_writer_with_every_row_as_it_was() {
         name: Some(rs.name.clone()),
         ..Default::default()
     };
-    // A reader asks for the conversion; the writer converts the store.
-    let e = history::open(&path, Mode::Read).expect_err("refused").to_string();
-    assert!(e.contains("schema version 2") && e.contains("converted when the writer opens it"), "{e}");
-    let mut store = Store::open(&path, keep_all()).unwrap();
+    let (mut store, conn) = converted(&path, "2");
     // Every row as it was, with its id (the drift feed's cursors stay valid).
-    let conn = history::open(&path, Mode::Read).unwrap();
-    let version: String =
-        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
-    assert_eq!(version, history::SCHEMA_VERSION);
     assert_eq!(all_rows(&conn), rows_before);
     for old in ["objects_old", "mutations_old", "reverts_old"] {
         assert_eq!(
@@ -1114,14 +1107,7 @@ fn a_store_of_schema_3_is_converted_by_the_writer_with_every_row_as_it_was() {
     assert_eq!(rows_before.1.len(), old.len());
     assert!(rows_before.0.iter().any(|o| o[13] != rusqlite::types::Value::Null), "a tombstone");
     assert!(!rows_before.2.is_empty(), "a revert");
-    // A reader asks for the conversion; the writer converts the store.
-    let e = history::open(&path, Mode::Read).expect_err("refused").to_string();
-    assert!(e.contains("schema version 3") && e.contains("converted when the writer opens it"), "{e}");
-    let mut store = Store::open(&path, keep_all()).unwrap();
-    let conn = history::open(&path, Mode::Read).unwrap();
-    let version: String =
-        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
-    assert_eq!(version, history::SCHEMA_VERSION);
+    let (mut store, conn) = converted(&path, "3");
     // Every row as it was, with its id; every event byte for byte as schema 3 kept it.
     assert_eq!(all_rows(&conn), rows_before);
     let rs_query = history::story::StoryQuery {
@@ -1259,4 +1245,17 @@ fn retention_keeps_an_object_s_first_time_and_tombstone_when_its_oldest_writes_g
     assert_eq!((after.0, after.1, after.2, after.3, after.4), want, "the row says what it said before");
     drop(store);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The store at `path`, of schema version `from`, converted: a reader refuses it first and says
+/// how to convert it; the writer converts it when it opens it, to this build's schema.
+fn converted(path: &std::path::Path, from: &str) -> (Store, rusqlite::Connection) {
+    let e = history::open(path, Mode::Read).expect_err("refused").to_string();
+    assert!(e.contains(&format!("schema version {from}")) && e.contains("converted when the writer opens it"), "{e}");
+    let store = Store::open(path, keep_all()).unwrap();
+    let conn = history::open(path, Mode::Read).unwrap();
+    let version: String =
+        conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, history::SCHEMA_VERSION);
+    (store, conn)
 }

@@ -106,6 +106,10 @@ pub struct ReorderBuffer<T> {
     /// (request time, name key) of recent evictions: a final delete of that name keeps its
     /// resourceVersion (see [`ReorderBuffer::push_write`]).
     evictions: VecDeque<(i64, u64)>,
+    /// (latest completion, highest resourceVersion) of the recent writes no longer kept (the
+    /// buffer was trimmed while idle, or more came than it keeps): a write without a
+    /// resourceVersion whose time is past all of them still goes after them all.
+    forgotten: Option<(i64, u64)>,
     seq: u64,
 }
 
@@ -201,6 +205,7 @@ impl<T> ReorderBuffer<T> {
             listed: VecDeque::new(),
             removed_names: VecDeque::new(),
             evictions: VecDeque::new(),
+            forgotten: None,
             seq: 0,
         }
     }
@@ -268,7 +273,7 @@ impl<T> ReorderBuffer<T> {
                 self.seen_rv = self.seen_rv.max(rv);
                 if event_us != 0 {
                     if self.recent.len() == RECENT {
-                        self.recent.pop_front();
+                        self.forget_oldest();
                     }
                     // Not as a write of its pod: a delete of the pod answered without a
                     // resourceVersion that completed after it had marked the pod before it
@@ -290,7 +295,7 @@ impl<T> ReorderBuffer<T> {
                 self.seen_rv = self.seen_rv.max(rv);
                 if event_us != 0 {
                     if self.recent.len() == RECENT {
-                        self.recent.pop_front();
+                        self.forget_oldest();
                     }
                     self.recent.push_back(Recent {
                         done_us: event_us,
@@ -564,6 +569,12 @@ impl<T> ReorderBuffer<T> {
             .map(|w| w.rv)
             .max()
             .unwrap_or(0);
+        // The writes no longer kept: all of them completed by this write's time, so it goes
+        // after them all (an eviction after a quiet spell is placed where it belongs, not at
+        // 0, which would take it for one that came late: classify's eviction rule).
+        if let Some((_, rv)) = self.forgotten.filter(|&(done, rv)| done <= event_us && below_own(rv)) {
+            at = at.max(rv);
+        }
         if placing.evicts && placing.name != 0 {
             // Within the skew two API servers' clocks may have, never more than the window: a
             // window of a day (`replay` of a whole log) would take the removal of an earlier
@@ -619,15 +630,29 @@ impl<T> ReorderBuffer<T> {
         moved
     }
 
+    /// Drops the oldest recent write, keeping its completion and resourceVersion in
+    /// [`ReorderBuffer::forgotten`].
+    fn forget_oldest(&mut self) {
+        if let Some(w) = self.recent.pop_front() {
+            let (done, rv) = self.forgotten.unwrap_or((i64::MIN, 0));
+            self.forgotten = Some((done.max(w.done_us), rv.max(w.rv)));
+        }
+    }
+
     /// Frees what an empty buffer holds, so an idle cluster costs the struct alone. The recent
     /// (time, resourceVersion) pairs go too: with nothing held, every one of them is at most
-    /// the highest resourceVersion released, which places a write without one anyway.
+    /// the highest resourceVersion released, which places a write without one anyway. Where
+    /// such a write belongs (its [`Released::at`]) is kept from them in one pair, the latest
+    /// completion and the highest resourceVersion.
     pub fn trim(&mut self) {
         if self.heap.is_empty() {
             self.heap = BinaryHeap::new();
             self.slots = Vec::new();
             self.free = Vec::new();
             self.arrivals = BinaryHeap::new();
+            while !self.recent.is_empty() {
+                self.forget_oldest();
+            }
             self.recent = VecDeque::new();
             self.placed_of = HashMap::new();
             self.listed = VecDeque::new();
@@ -1381,7 +1406,8 @@ mod tests {
         }
         a.flush(&mut out_a);
         b.flush(&mut out_b);
-        assert_eq!(items(out_a), items(out_b));
+        let placed = |out: &[Released<u32>]| out.iter().map(|r| (r.item, r.late, r.at)).collect::<Vec<_>>();
+        assert_eq!(placed(&out_a), placed(&out_b), "the same order, and each write placed at the same resourceVersion");
         assert!(b.allocated_bytes() > 0);
         b.trim();
         assert_eq!(b.allocated_bytes(), 0);

@@ -305,10 +305,15 @@ async fn run_day(cluster: &Cluster, day: &Day) -> Result<(Verdict, Vec<Label>, V
     for line in judged.report().lines() {
         println!("    {line}");
     }
+    let lines = record::merge(streams);
     for m in &judged.mismatches {
         println!("    mismatch: {m}");
+        // The object's writes as the log holds them: the fixture stays on the machine that ran
+        // the day, this is what a failure's log carries of it.
+        for w in timeline(&lines, m.split_whitespace().next().unwrap_or_default()) {
+            println!("      {w}");
+        }
     }
-    let lines = record::merge(streams);
     let rec = record::DayRecord {
         name: format!("seed-{seed}"),
         seed,
@@ -389,4 +394,36 @@ fn summary(outcomes: &[Outcome], secs: f64) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Every write of the object (namespace, resource, name) that the write `audit_id` names, one
+/// line each: auditID, verb, user, code, resourceVersion, UID, deletion mark, received, done.
+fn timeline(lines: &[String], audit_id: &str) -> Vec<String> {
+    let parsed: Vec<serde_json::Value> = lines.iter().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let s = |v: &serde_json::Value, p: &str| v.pointer(p).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+    let object =
+        |v: &serde_json::Value| (s(v, "/objectRef/namespace"), s(v, "/objectRef/resource"), s(v, "/objectRef/name"));
+    let Some(target) = parsed.iter().find(|v| s(v, "/auditID") == audit_id).map(object) else {
+        return Vec::new();
+    };
+    parsed
+        .iter()
+        .filter(|v| object(v) == target && !matches!(s(v, "/verb").as_str(), "get" | "list" | "watch"))
+        .map(|v| {
+            let uid = v.pointer("/responseObject/metadata/uid").or_else(|| v.pointer("/responseObject/details/uid"));
+            format!(
+                "{} {} {} by {} {} rv {} uid {} marked {} received {} done {}",
+                s(v, "/auditID"),
+                s(v, "/verb"),
+                s(v, "/objectRef/subresource"),
+                s(v, "/user/username"),
+                v.pointer("/responseStatus/code").and_then(serde_json::Value::as_i64).unwrap_or(0),
+                s(v, "/responseObject/metadata/resourceVersion"),
+                uid.and_then(serde_json::Value::as_str).unwrap_or("-"),
+                s(v, "/responseObject/metadata/deletionTimestamp"),
+                s(v, "/requestReceivedTimestamp"),
+                s(v, "/stageTimestamp"),
+            )
+        })
+        .collect()
 }

@@ -66,13 +66,60 @@ fn replayed(lines: &[&str]) -> BTreeMap<String, String> {
     classes(&out)
 }
 
+/// When batches are cut and how late each arrives.
+#[derive(Clone, Copy, Debug)]
+struct Timing {
+    /// A batch per this much of the events' time.
+    batch_us: i64,
+    /// Where the first cut falls after the first event: `batch_us` for none.
+    phase_us: i64,
+    /// Each batch arrives up to this much after its cut (drawn), less than `batch_us`, so
+    /// that batches keep their order.
+    late_us: i64,
+    seed: u64,
+}
+
+impl Timing {
+    fn exact(batch_us: i64) -> Timing {
+        Timing { batch_us, phase_us: batch_us, late_us: 0, seed: 0 }
+    }
+
+    /// A batch a second, cut at a phase drawn from `seed`, each 0–900 ms late.
+    fn drawn(seed: u64) -> Timing {
+        let mut t = Timing { batch_us: 1_000_000, phase_us: 0, late_us: 900_000, seed: seed | 1 };
+        t.phase_us = 1 + t.next() % 1_000_000;
+        t
+    }
+
+    /// xorshift64: the next draw, 0..2^63.
+    fn next(&mut self) -> i64 {
+        if self.seed == 0 {
+            return 0;
+        }
+        self.seed ^= self.seed << 13;
+        self.seed ^= self.seed >> 7;
+        self.seed ^= self.seed << 17;
+        (self.seed >> 1) as i64
+    }
+
+    fn late(&mut self) -> i64 {
+        if self.late_us == 0 {
+            0
+        } else {
+            self.next() % self.late_us
+        }
+    }
+}
+
 /// As `serve` takes it in from the webhook: a batch per `batch_us` of the events' time, each
-/// received when its time is over, ticks of the processor in between.
-fn served(lines: &[&str], batch_us: i64) -> BTreeMap<String, String> {
+/// received when its time is over (and as late as `timing` draws), ticks of the processor in
+/// between.
+fn served(lines: &[&str], mut timing: Timing) -> BTreeMap<String, String> {
+    let batch_us = timing.batch_us;
     let mut p = processor(Clock::Arrival);
     let mut out = Vec::new();
     let Some(start) = lines.iter().find_map(|l| stage_us(l)) else { return BTreeMap::new() };
-    let (mut cut, mut now) = (start + batch_us, start);
+    let (mut cut, mut now) = (start + timing.phase_us, start);
     let mut batch: Vec<(&[u8], Location)> = Vec::new();
     let mut send = |p: &mut Processor, batch: &mut Vec<(&[u8], Location)>, at: i64, now: &mut i64| {
         while *now + TICK_US < at {
@@ -85,7 +132,8 @@ fn served(lines: &[&str], batch_us: i64) -> BTreeMap<String, String> {
     for (i, l) in lines.iter().enumerate() {
         let t = stage_us(l).unwrap_or(cut);
         if t >= cut && !batch.is_empty() {
-            send(&mut p, &mut batch, cut, &mut now);
+            let late = timing.late();
+            send(&mut p, &mut batch, cut + late, &mut now);
             while cut <= t {
                 cut += batch_us;
             }
@@ -125,14 +173,16 @@ fn every_recorded_stream_taken_in_as_the_webhook_sends_it_is_classified_as_repla
         let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
         let want = replayed(&lines);
         assert!(!want.is_empty(), "{}: replay classified nothing", f.display());
-        for batch_us in BATCHES_US {
-            let got = served(&lines, batch_us);
+        let file = f.file_name().unwrap_or_default().to_string_lossy().to_string();
+        // A drawn timing per file: KAUSALITY_ARRIVAL_SEED draws others (the seed is in every
+        // message, to draw it again).
+        let seed = std::env::var("KAUSALITY_ARRIVAL_SEED").ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0)
+            ^ file.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+        let timings = BATCHES_US.map(Timing::exact).into_iter().chain([Timing::drawn(seed)]);
+        for timing in timings {
+            let got = served(&lines, timing);
             writes += want.len();
-            let name = format!(
-                "{} (a batch every {} ms)",
-                f.file_name().unwrap_or_default().to_string_lossy(),
-                batch_us / 1000
-            );
+            let name = format!("{file} ({timing:?})");
             for (k, v) in &want {
                 match got.get(k) {
                     Some(g) if g == v => {}

@@ -239,8 +239,9 @@ pub async fn check_replay(
         );
     }
 
-    // 3. The live path: every replayed write arrived and got the same class.
-    let live_events = wait::until(
+    // 3. The live path: every replayed write arrived and got the same class. When some never
+    // come, the difference says which (and whether the live path classified others instead).
+    let waited = wait::until(
         &format!("the live enriched events of the {} writes replayed from namespace {namespace}", want.len()),
         Duration::from_secs(30),
         || {
@@ -251,7 +252,16 @@ pub async fn check_replay(
             async move { r }
         },
     )
-    .await?;
+    .await;
+    let live_events = match waited {
+        Ok(evs) => evs,
+        Err(e) => {
+            let evs = live.in_namespace(namespace)?;
+            let got: BTreeMap<String, String> =
+                evs.iter().map(|e| (crate::truth::event_key(e), e.class.clone())).collect();
+            bail!("{e:#}; the live path and `replay` of namespace {namespace} differ:\n{}", diff(&want, &got));
+        }
+    };
     let last = lines.last().map(|l| l.stage_timestamp().to_string()).unwrap_or_default();
     let got: BTreeMap<String, String> = live_events
         .iter()

@@ -186,7 +186,8 @@ impl<'a> Scene<'a> {
 
     /// kausality-stream's event for the write with this auditID.
     pub async fn event(&self, what: &str, audit_id: &str) -> Result<Event> {
-        self.cluster.live.by_audit_id(what, audit_id).await
+        let c = self.cluster;
+        c.live.by_audit_id(what, audit_id).await.map_err(|e| anyhow::anyhow!("{e:#} ({})", c.serve.intake()))
     }
 
     /// The first event of this namespace that satisfies `pred`.
@@ -221,7 +222,8 @@ impl<'a> Scene<'a> {
         let c = self.cluster;
         let check =
             audit::check_replay(&c.audit, &c.live, &self.ns, &c.dir.join("scenarios"), crate::harness::REORDER_WINDOW)
-                .await?;
+                .await
+                .map_err(|e| anyhow::anyhow!("{e:#}\n({})", c.serve.intake()))?;
         println!(
             "    {}: {} audit events, {} classified (live == replay):",
             self.name,

@@ -124,6 +124,32 @@ listen = "{metrics}"
         Ok(serve)
     }
 
+    /// How the service answered the API servers and what it applied late, from its
+    /// `/metrics`: a batch refused is sent again seconds later, and its writes may then come
+    /// after the writes they preceded.
+    pub fn intake(&self) -> String {
+        let text = (|| -> Option<String> {
+            let mut s = TcpStream::connect_timeout(&self.metrics, Duration::from_secs(1)).ok()?;
+            s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+            write!(s, "GET /metrics HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n", self.metrics).ok()?;
+            let mut all = String::new();
+            s.read_to_string(&mut all).ok()?;
+            Some(all)
+        })()
+        .unwrap_or_default();
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("kausality_webhook_requests_total") || l.starts_with("kausality_late_events_total")
+            })
+            .collect();
+        if lines.is_empty() {
+            "the service's /metrics did not answer".to_string()
+        } else {
+            lines.join("; ")
+        }
+    }
+
     /// What the API servers' audit webhook kubeconfig points at.
     pub fn webhook_url(&self) -> String {
         format!("http://{}/audit/{CLUSTER}", self.webhook)

@@ -289,7 +289,9 @@ async fn run_day(cluster: &Cluster, day: &Day) -> Result<(Verdict, Vec<Label>, V
         let scenarios = cluster.dir.join("scenarios");
         std::fs::create_dir_all(&scenarios)?;
         std::fs::write(scenarios.join(format!("{}.plan.json", s.ns)), serde_json::to_string_pretty(&r.plan)?)?;
-        let check = audit::check_replay(&cluster.audit, &cluster.live, &s.ns, &scenarios, REORDER_WINDOW).await?;
+        let check = audit::check_replay(&cluster.audit, &cluster.live, &s.ns, &scenarios, REORDER_WINDOW)
+            .await
+            .map_err(|e| anyhow::anyhow!("{e:#}\n({})", cluster.serve.intake()))?;
         match truth::label(&cluster.audit.namespace(&s.ns)?, &r.plan) {
             Ok(l) => labels.extend(l),
             Err(e) => {

@@ -357,6 +357,9 @@ pub struct Write {
     pub subresource: Subresource,
     /// The effective user: the impersonated user when present, else the authenticated one.
     pub user: Sym,
+    /// The field manager the request named (`?fieldManager=` in its URI), when it is an
+    /// applier profile's: that applier wrote it, whoever it acted as.
+    pub field_manager: Option<Sym>,
     /// The written object's resourceVersion: the order of writes within a cluster.
     pub resource_version: Option<u64>,
     /// `objectRef.resource` and `objectRef.namespace`, for scoping.
@@ -392,6 +395,34 @@ pub struct Extractor<'c> {
     pub interner: &'c Interner,
     /// The model's options: ignored fields, tracked kinds, selectors, appliers.
     pub config: &'c ModelConfig,
+}
+
+/// The `fieldManager` query parameter of a request URI, percent-decoded.
+fn field_manager(uri: &str) -> Option<Cow<'_, str>> {
+    let (_, query) = uri.split_once('?')?;
+    let value = query.split('&').find_map(|kv| kv.strip_prefix("fieldManager="))?;
+    if !value.contains('%') && !value.contains('+') {
+        return Some(Cow::Borrowed(value));
+    }
+    let mut out = Vec::with_capacity(value.len());
+    let bytes = value.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                match u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).ok()?, 16) {
+                    Ok(b) => out.push(b),
+                    Err(_) => return None,
+                }
+                i += 3;
+                continue;
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok().map(Cow::Owned)
 }
 
 impl Extractor<'_> {
@@ -483,6 +514,12 @@ impl Extractor<'_> {
             verb: adm.verb,
             subresource: adm.subresource,
             user: self.interner.intern(user),
+            field_manager: ev
+                .request_uri
+                .as_deref()
+                .and_then(field_manager)
+                .filter(|m| self.config.appliers.knows_field_manager(m))
+                .map(|m| self.interner.intern(&m)),
             resource_version,
             resource,
             target,
@@ -876,6 +913,21 @@ fn remove_path(v: &mut serde_json::Value, path: &[String]) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_field_manager_is_read_from_the_query_and_decoded() {
+        let fm = |uri: &str| field_manager(uri).map(|m| m.into_owned());
+        let uri = "/apis/apps/v1/namespaces/shop/deployments/web?fieldManager=kustomize-controller&force=true";
+        assert_eq!(fm(uri).as_deref(), Some("kustomize-controller"));
+        assert_eq!(
+            fm("/api/v1/namespaces/a/configmaps/c?force=true&fieldManager=argocd-controller").as_deref(),
+            Some("argocd-controller")
+        );
+        assert_eq!(fm("/api/v1/x?fieldManager=my%2Dtool+v2").as_deref(), Some("my-tool v2"));
+        assert_eq!(fm("/api/v1/x?fieldManagerX=a"), None);
+        assert_eq!(fm("/api/v1/x?fieldManager=bad%zz"), None, "a broken escape is no name");
+        assert_eq!(fm("/api/v1/namespaces/a/configmaps/fieldManager=x"), None, "only the query");
+    }
 
     #[test]
     fn uuid_keys_are_exact_and_other_uids_hash() {

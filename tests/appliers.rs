@@ -198,6 +198,47 @@ fn flux_puts_back_a_persons_scale_and_edit_at_the_same_revision() {
     );
 }
 
+/// Flux' multi-tenancy: a Kustomization with `spec.serviceAccountName` is applied by
+/// kustomize-controller impersonating that account, so the audit events name the tenant's
+/// account as the user. The request still names `fieldManager=kustomize-controller`: that is
+/// the applier, whoever it acts as.
+#[test]
+fn an_applier_impersonating_a_tenant_is_known_by_its_field_manager() {
+    let tenant = "system:serviceaccount:shop:shop-reconciler";
+    let as_tenant = || Actor { user: KUSTOMIZE.to_string(), impersonate: Some(tenant.to_string()) };
+    let mut api = ApiServer::new();
+    let mut ks_obj = kustomization("shop");
+    ks_obj["spec"]["serviceAccountName"] = json!("shop-reconciler");
+    let (ks, e) = api.create(ADMIN, ks_obj);
+    let mut events = vec![e, attempt(&mut api, &ks, "main@sha1:1111")];
+    let (deploy, e) = api.create(as_tenant(), flux_labels(deployment("shop", "web", 2, "web:1"), "shop"));
+    let first = ssa(e, "kustomize-controller");
+    events.push(first.clone());
+    events.push(applied(&mut api, &ks, "main@sha1:1111"));
+    let scale = api.scale(ALICE, &deploy, 5);
+    events.push(scale.clone());
+    events.push(attempt(&mut api, &ks, "main@sha1:1111"));
+    let put_back = ssa(api.patch(as_tenant(), &deploy, |o| o["spec"]["replicas"] = json!(2)), "kustomize-controller");
+    events.push(put_back.clone());
+    events.push(applied(&mut api, &ks, "main@sha1:1111"));
+    // The tenant's account by hand (no applier's field manager): a person's write.
+    let by_hand = api.patch(tenant, &deploy, |o| o["spec"]["replicas"] = json!(3));
+    events.push(by_hand.clone());
+
+    let (_, out) = run(&events);
+    let got: Vec<Class> = [&first, &scale, &put_back, &by_hand].iter().map(|e| class_of(&out, e)).collect();
+    assert_eq!(
+        got,
+        [Class::Expected, Class::Origin, Class::Drift, Class::Origin],
+        "{:#?}",
+        [&first, &scale, &put_back, &by_hand].iter().map(|e| &find(&out, e).unwrap().reason).collect::<Vec<_>>()
+    );
+    let e = find(&out, &put_back).unwrap();
+    assert_eq!(&*e.user, tenant, "the effective user stays the tenant's account");
+    let reverts = e.reverts.as_deref().expect("the put-back names what it reverts");
+    assert_eq!((&*reverts[0].user, &*reverts[0].audit_id), (ALICE, &*audit_id(&scale)));
+}
+
 #[test]
 fn without_markers_or_before_this_model_the_writes_are_the_top_of_a_tree() {
     // The same writes without Flux' labels: nothing to belong to.

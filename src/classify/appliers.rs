@@ -119,10 +119,12 @@ impl Engine {
     /// first apply carries out its first intent), and, when nobody is seen writing its status,
     /// the profile's known users among the member's updaters are its applier. A parent in
     /// another cluster (`remote`) writes its status there as another user than the one that
-    /// applies here: then the profile's users here are its applier.
+    /// applies here: then the profile's users here are its applier. A write that names the
+    /// profile's field manager (`w.field_manager`) is the applier's, whoever it acts as.
     pub(super) fn applier_view(
         &self,
         owner: Ty,
+        w: &Write,
         updaters: &Recent,
         remote: bool,
         p: &mut ParentView,
@@ -145,6 +147,9 @@ impl Engine {
             if let Some(first) = profile.users.first() {
                 p.status_updaters.push(self.interner.intern(first));
             }
+        }
+        if w.field_manager.is_some_and(|m| profile.is_field_manager(&self.interner.resolve(m))) {
+            p.status_updaters.push(w.user);
         }
         Some(profile.name.clone())
     }

@@ -237,7 +237,7 @@ impl Engine {
             return (event, origin_state);
         };
         let parent_key = self.owner_key(w.scope, owner.uid);
-        p.applier = self.applier_view(owner.ty, updaters, parent_key.cluster != w.scope, &mut p);
+        p.applier = self.applier_view(owner.ty, w, updaters, parent_key.cluster != w.scope, &mut p);
         let namespace_teardown = self.namespace_teardown(w.scope, child.namespace, &mut p);
         let identity = identify(w.user, updaters, &p.status_updaters);
         let class = decide(&p.facts, &identity);

@@ -296,6 +296,7 @@ impl Engine {
                         verb: Verb::Update,
                         subresource: Subresource::None,
                         user: Sym::EMPTY,
+                        field_manager: None,
                         resource_version: f.resource_version,
                         resource: Sym::EMPTY,
                         target: Target::Gone {

@@ -79,6 +79,10 @@ pub struct Applier {
     /// The applier's users: a full user name, or a service account's name alone
     /// (`kustomize-controller` matches `system:serviceaccount:<any>:kustomize-controller`).
     pub users: Vec<String>,
+    /// The field managers its applies name in the request (`?fieldManager=` of a server-side
+    /// apply): the applier whoever the request acts as (Flux impersonating a tenant's service
+    /// account, `spec.serviceAccountName`; Argo CD's impersonation).
+    pub field_managers: Vec<String>,
     /// Where its parents show their intent.
     pub intent: IntentRule,
     /// Where its parents apply their members.
@@ -134,6 +138,7 @@ pub fn builtin() -> Vec<Applier> {
             parent_api_version: "kustomize.toolkit.fluxcd.io/v1".into(),
             markers: keys(true, "kustomize.toolkit.fluxcd.io/name", Some("kustomize.toolkit.fluxcd.io/namespace")),
             users: users(&["kustomize-controller"]),
+            field_managers: users(&["kustomize-controller"]),
             intent: IntentRule::Flux,
             target_cluster: TargetCluster::Own,
         },
@@ -143,6 +148,7 @@ pub fn builtin() -> Vec<Applier> {
             parent_api_version: "helm.toolkit.fluxcd.io/v2".into(),
             markers: keys(true, "helm.toolkit.fluxcd.io/name", Some("helm.toolkit.fluxcd.io/namespace")),
             users: users(&["helm-controller"]),
+            field_managers: users(&["helm-controller"]),
             intent: IntentRule::Flux,
             target_cluster: TargetCluster::Own,
         },
@@ -154,6 +160,8 @@ pub fn builtin() -> Vec<Applier> {
             // In a cluster it was added to (`argocd cluster add`), Argo CD writes as the
             // `argocd-manager` service account.
             users: users(&["argocd-application-controller", "argocd-manager"]),
+            // Its server-side applies (`ServerSideApply=true`).
+            field_managers: users(&["argocd-controller"]),
             intent: IntentRule::ArgoCd,
             target_cluster: TargetCluster::Field(vec!["destination".into(), "name".into()]),
         },
@@ -181,6 +189,8 @@ fn sveltos(kind: &str) -> Applier {
         // In a registered cluster Sveltos writes with the kubeconfig it was given,
         // `projectsveltos-sa` where its own script made it.
         users: ["addon-controller", "projectsveltos-sa"].map(String::from).to_vec(),
+        // Not known from its source: its users only.
+        field_managers: Vec::new(),
         intent: IntentRule::Generation,
         target_cluster: TargetCluster::Any,
     }
@@ -223,6 +233,11 @@ impl Applier {
     /// The parent's `Kind` alone.
     pub fn parent_kind_name(&self) -> &str {
         self.parent_kind.split_once('.').map_or(&self.parent_kind, |(k, _)| k)
+    }
+
+    /// Whether a request naming `manager` as its field manager is this applier's.
+    pub fn is_field_manager(&self, manager: &str) -> bool {
+        self.field_managers.iter().any(|m| m == manager)
     }
 
     /// Whether `user` is one of the applier's known users.
@@ -304,6 +319,11 @@ impl Default for Appliers {
 }
 
 impl Appliers {
+    /// Whether `manager` is the field manager of any profile (the others are not kept).
+    pub fn knows_field_manager(&self, manager: &str) -> bool {
+        self.profiles.iter().any(|p| p.is_field_manager(manager))
+    }
+
     /// The first profile whose markers `member` carries, and the parent they name.
     pub fn membership<'a>(
         &self,
@@ -374,6 +394,10 @@ pub struct ApplierConfig {
     /// The applier's users (full user names, or service account names). Default: none.
     #[serde(default)]
     pub users: Vec<String>,
+    /// The field managers its requests name (`?fieldManager=`): the applier whoever the
+    /// request acts as. Default: none.
+    #[serde(default)]
+    pub field_managers: Vec<String>,
     /// The dotted path in the parent's spec naming the cluster it applies its members to
     /// (as this instance names its clusters). Default: its own cluster.
     #[serde(default)]
@@ -412,6 +436,9 @@ impl ApplierConfig {
             }
             _ => {}
         }
+        if self.field_managers.iter().any(|m| m.trim().is_empty()) {
+            out.push(("field_managers", "must not hold an empty name".to_string()));
+        }
         if self.namespace_key.as_deref().is_some_and(str::is_empty) {
             out.push(("namespace_key", "must not be empty".to_string()));
         }
@@ -441,6 +468,7 @@ impl ApplierConfig {
                 kind_key: None,
             },
             users: self.users.clone(),
+            field_managers: self.field_managers.clone(),
             intent: IntentRule::Generation,
             target_cluster: match (&self.target_cluster_field, self.any_cluster) {
                 (Some(f), _) => TargetCluster::Field(f.split('.').map(str::to_string).collect()),
@@ -529,10 +557,14 @@ mod tests {
             namespace_key: None,
             parent_namespace: "deploy".into(),
             users: vec!["bundle-controller".into()],
+            field_managers: vec!["bundle-controller".into()],
             target_cluster_field: None,
             any_cluster: false,
         };
         assert!(good.problems().is_empty());
+        assert!(good.profile().is_field_manager("bundle-controller"));
+        let blank = ApplierConfig { field_managers: vec![" ".into()], ..good.clone() };
+        assert_eq!(blank.problems().iter().map(|(f, _)| *f).collect::<Vec<_>>(), ["field_managers"]);
         assert_eq!(good.profile().target_cluster, TargetCluster::Own);
         let remote = ApplierConfig { target_cluster_field: Some("target.cluster".into()), ..good.clone() };
         assert_eq!(remote.profile().target_cluster, TargetCluster::Field(vec!["target".into(), "cluster".into()]));

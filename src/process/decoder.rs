@@ -293,6 +293,7 @@ impl Decoder {
             verb: crate::filter::Verb::Update,
             subresource: crate::filter::Subresource::None,
             user: m.user,
+            field_manager: None,
             resource_version: None,
             resource: Sym::EMPTY,
             target: Target::Trace { uid: m.uid, prev: m.prev },

@@ -179,6 +179,7 @@ fn a_write_the_engine_fails_on_is_skipped_and_counted_and_the_next_one_is_classi
         verb: Verb::Update,
         subresource: Subresource::Scale,
         user: Sym::EMPTY,
+        field_manager: None,
         resource_version: Some(5),
         resource: foreign,
         target: Target::Scale {

@@ -76,9 +76,9 @@ pub struct ReorderBuffer<T> {
     slots: Vec<Option<T>>,
     /// Free slots, reused first.
     free: Vec<u32>,
-    /// (time, resourceVersion) of the held writes, by time: which resourceVersions are due.
-    /// Entries of writes released already are dropped as their time comes.
-    arrivals: BinaryHeap<Reverse<(i64, u64)>>,
+    /// (time, resourceVersion, placed) of the held writes, by time: which resourceVersions
+    /// are due. Entries of writes released already are dropped as their time comes.
+    arrivals: BinaryHeap<Reverse<(i64, u64, bool)>>,
     /// The latest time seen: the buffer's clock.
     now_us: i64,
     /// Highest resourceVersion released so far.
@@ -344,7 +344,7 @@ impl<T> ReorderBuffer<T> {
             self.placed_of.insert(slot, placing);
         }
         self.heap.push(Reverse(Held { rv, tie, seq: self.seq, time_us, placed, late, slot }));
-        self.arrivals.push(Reverse((time_us, rv)));
+        self.arrivals.push(Reverse((time_us, rv, placed)));
         self.advance(time_us, out);
     }
 
@@ -354,7 +354,7 @@ impl<T> ReorderBuffer<T> {
         if self.heap.is_empty() {
             return None;
         }
-        self.arrivals.peek().map(|Reverse((t, _))| t.saturating_add(self.window_us))
+        self.arrivals.peek().map(|Reverse((t, ..))| t.saturating_add(self.window_us))
     }
 
     /// Moves the clock to `now_us` (never backwards) and releases what is due: every write up
@@ -362,26 +362,37 @@ impl<T> ReorderBuffer<T> {
     pub fn advance(&mut self, now_us: i64, out: &mut Vec<Released<T>>) {
         self.now_us = self.now_us.max(now_us);
         let due = self.now_us.saturating_sub(self.window_us);
-        let mut due_rv = None;
-        while let Some(&Reverse((t, rv))) = self.arrivals.peek() {
+        // The highest resourceVersion of a due write with one of its own, and of a due write
+        // placed for lack of one. A write placed at the resourceVersion of a due write of its
+        // own goes after it, and need not go with it: it waits for its own window (an entry
+        // of a write released long ago would otherwise take a write placed at what was
+        // released out at once, before the writes that its window would have let it follow).
+        let (mut due_rv, mut due_placed) = (None, None);
+        while let Some(&Reverse((t, rv, placed))) = self.arrivals.peek() {
             if t > due {
                 break;
             }
             self.arrivals.pop();
-            due_rv = due_rv.max(Some(rv));
+            if placed {
+                due_placed = due_placed.max(Some(rv));
+            } else {
+                due_rv = due_rv.max(Some(rv));
+            }
         }
         while let Some(Reverse(top)) = self.heap.peek() {
             // A write placed below its own resourceVersion (removed at once) is due by that
             // one: a deletecollection that marked its pod may still come within its window.
             let rv = top.rv.max(self.placed_of.get(&top.slot).map_or(0, |p| p.own_rv));
-            if top.time_us > due && self.heap.len() <= self.max_held && due_rv.is_none_or(|r| rv > r) {
+            let taken =
+                due_rv.is_some_and(|r| rv < r || (rv == r && !top.placed)) || due_placed.is_some_and(|r| rv <= r);
+            if top.time_us > due && self.heap.len() <= self.max_held && !taken {
                 break;
             }
             let Reverse(mut h) = self.heap.pop().expect("peeked");
             if self.place_again(&mut h) {
                 // Due itself: the writes it now goes after are released first.
                 if h.time_us <= due || self.heap.len() >= self.max_held {
-                    due_rv = due_rv.max(Some(h.rv));
+                    due_placed = due_placed.max(Some(h.rv));
                 }
                 self.heap.push(Reverse(h));
                 continue;
@@ -671,7 +682,7 @@ impl<T> ReorderBuffer<T> {
         self.heap.capacity() * std::mem::size_of::<Reverse<Held>>()
             + self.slots.capacity() * std::mem::size_of::<Option<T>>()
             + self.free.capacity() * 4
-            + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64)>>()
+            + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64, bool)>>()
             + self.recent.capacity() * std::mem::size_of::<Recent>()
             + self.placed_of.capacity() * std::mem::size_of::<(u32, Placing)>()
             + self.listed.capacity() * std::mem::size_of::<(u64, u64)>()
@@ -1379,6 +1390,25 @@ mod tests {
         b.advance(200, &mut out);
         b.push(4, Some(40), 210, 0, &mut out);
         assert_eq!(items(out), vec![(5, false), (4, true)]);
+    }
+
+    /// A write without a resourceVersion placed right after a write whose window is over
+    /// waits for its own window: a deletecollection that marked its object may still come, and
+    /// it then goes after that (replay, whose clock moves only as writes come, released it at
+    /// once, and the service, whose ticks had released the earlier write long before, did not).
+    #[test]
+    fn a_write_placed_after_a_due_one_waits_for_its_own_window() {
+        let mut b = ReorderBuffer::new(100, 1000);
+        let mut out = Vec::new();
+        b.push_write("earlier", Some(10), 0, 1, Placing { object: 1, done_us: 1, ..Placing::default() }, &mut out);
+        let final_delete = Placing { object: 7, done_us: 160, received_us: 155, marked: true, ..Placing::default() };
+        b.push_write("final delete", None, 160, 155, final_delete, &mut out);
+        assert_eq!(items_str(std::mem::take(&mut out)), [("earlier", false)], "the final delete is held");
+        // The deletecollection that marked object 7, requested before the final delete.
+        b.push_write("deletecollection", Some(20), 170, 150, Placing::default(), &mut out);
+        b.note_listed(20, 150, [7]);
+        b.flush(&mut out);
+        assert_eq!(items_str(out), [("deletecollection", false), ("final delete", false)]);
     }
 
     #[test]

@@ -2,7 +2,7 @@
 # scripts/e2e.sh — kausality-stream against a real Kubernetes control plane (docs/e2e.md).
 #
 #   1. scripts/controlplane.sh build   (cached: ~15 min on a fresh machine, then 0 s)
-#   1b. scripts/flux.sh build          (Flux's kustomize-controller for the `flux` scenario;
+#   1b. scripts/flux.sh build          (Flux's kustomize-controller for the `flux` scenarios;
 #                                       cached: minutes on a fresh machine, docs/e2e.md, then
 #                                       1 s; KAUSALITY_FLUX=0 skips it and the scenario)
 #   2. cargo build -p kausality-stream (the binary the tests start and replay with)

@@ -248,18 +248,33 @@ fn the_self_healing_example_approves_the_recorded_replacement() {
 /// did, and every drift names the person whose write it put back.
 #[test]
 fn the_flux_scenario_replays_to_its_ground_truth() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/flux/flux.expected.json");
+    flux_fixture("flux", "system:serviceaccount:flux-system:kustomize-controller", (2, 3, 4));
+}
+
+/// Real Flux applying as a tenant's service account (`spec.serviceAccountName`: Flux
+/// impersonates it, and its requests name `fieldManager=kustomize-controller`): the first
+/// revision `expected`, the put-backs of alice's scale and edit `drift` naming her, though the
+/// events' user is the tenant's account. Before field managers were read, all six read `origin`.
+#[test]
+fn the_flux_tenant_scenario_replays_to_its_ground_truth() {
+    flux_fixture("flux-tenant", "system:serviceaccount:flux-tenant:shop-reconciler", (2, 2, 2));
+}
+
+/// A real-Flux fixture replays to its truth with at least (drift, origin, expected) writes,
+/// and each drift is a write of `applier_user` that names alice's write.
+fn flux_fixture(name: &str, applier_user: &str, (drifts, origins, expected_writes): (usize, usize, usize)) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/flux/{name}.expected.json"));
     let problems = check(&path);
     assert!(problems.is_empty(), "{} write(s) differ from the truth:\n{}", problems.len(), problems.join("\n"));
     let expected: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read")).expect("JSON");
     let classes = expected["classes"].as_object().expect("classes");
     let count = |class: &str| classes.values().filter(|c| *c == class).count();
     assert!(
-        count("drift") >= 2 && count("origin") >= 3 && count("expected") >= 4,
+        count("drift") >= drifts && count("origin") >= origins && count("expected") >= expected_writes,
         "the scenario's classes: {classes:?}"
     );
     let events = replay_by_key(
-        &path.with_file_name("flux.jsonl"),
+        &path.with_file_name(format!("{name}.jsonl")),
         "e2e",
         expected["replay"]["reorderWindow"].as_str().expect("window"),
     );
@@ -268,7 +283,7 @@ fn the_flux_scenario_replays_to_its_ground_truth() {
             continue;
         }
         let e = &events[id];
-        assert_eq!(e["user"], "system:serviceaccount:flux-system:kustomize-controller", "{id}: a drift of Flux");
+        assert_eq!(e["user"], applier_user, "{id}: a drift of Flux");
         let users: Vec<&str> =
             e["reverts"].as_array().into_iter().flatten().filter_map(|r| r["user"].as_str()).collect();
         assert_eq!(users, ["alice"], "{id}: the drift names the person whose write it put back");

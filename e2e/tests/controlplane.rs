@@ -6,7 +6,7 @@
 //! ```text
 //! cargo test -p kausality-e2e -- [FILTER...]     # substring filters, like libtest
 //! KAUSALITY_E2E_RECORD=1 ...                     # rewrite tests/fixtures/controlplane/ (and flux/)
-//! KAUSALITY_FLUX=0 ...                           # leave out the flux scenario
+//! KAUSALITY_FLUX=0 ...                           # leave out the flux scenarios
 //! ```
 
 mod scenarios;
@@ -39,6 +39,7 @@ const CLUSTERS: [(&str, u8, &[&str]); 2] = [
             "approvals",
             "cluster-day",
             "flux",
+            "flux-tenant",
         ],
     ),
     ("dual", 2, &["dual-rollout", "dual-manual-scale", "dual-hpa-scale", "dual-deletes", "dual-cluster-day"]),
@@ -54,10 +55,10 @@ fn main() -> ExitCode {
     let selected = |name: &str| {
         filters.is_empty() || filters.iter().any(|f| matches(name, f) || matches(name, &f.replace('_', "-")))
     };
-    // The flux scenario needs kustomize-controller (scripts/flux.sh build); KAUSALITY_FLUX=0
-    // leaves it out, as if it were not there.
+    // The flux scenarios need kustomize-controller (scripts/flux.sh build); KAUSALITY_FLUX=0
+    // leaves them out, as if they were not there.
     let flux = std::env::var("KAUSALITY_FLUX").map_or(true, |v| v != "0");
-    let known = |name: &&str| flux || *name != "flux";
+    let known = |name: &&str| flux || !name.starts_with("flux");
     let all: Vec<&str> = CLUSTERS.iter().flat_map(|(_, _, names)| names.iter().copied()).filter(known).collect();
     if args.iter().any(|a| a == "--list") {
         for n in &all {
@@ -94,7 +95,8 @@ fn main() -> ExitCode {
         );
         for name in names {
             let t = Instant::now();
-            let limit = if name.ends_with("cluster-day") || name == "flux" { DAY_TIMEOUT } else { SCENARIO_TIMEOUT };
+            let limit =
+                if name.ends_with("cluster-day") || name.starts_with("flux") { DAY_TIMEOUT } else { SCENARIO_TIMEOUT };
             let run = async {
                 AssertUnwindSafe(tokio::time::timeout(limit, scenarios::run(&cluster, name))).catch_unwind().await
             };

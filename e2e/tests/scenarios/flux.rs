@@ -17,12 +17,14 @@
 //! person's reconcile request or a spec change of the Kustomization, `drift` reverting the
 //! person's write to the same object in a step where only a person changed something.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, ensure, Context, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 use serde_json::json;
 
@@ -184,6 +186,147 @@ pub async fn flux(cluster: &Cluster) -> Result<()> {
     let tail = kc.log_tail(30);
     kc.stop();
     run.with_context(|| format!("kustomize-controller {} log (last lines):\n{tail}", kc.version))
+}
+
+const ABOUT_TENANT: &str = "real Flux kustomize-controller applying as a tenant's service account (the Kustomization's spec.serviceAccountName: Flux impersonates it, so the audit events name the tenant as the user, and the requests name fieldManager=kustomize-controller): the first revision (expected); alice scales and edits, Flux puts both back (drift reverting alice); expectations from what the test did";
+/// The tenant's service account that Flux applies as.
+const TENANT: &str = "shop-reconciler";
+
+/// Scenario 8b: Flux's multi-tenancy. The Kustomization names a service account of the
+/// namespace; kustomize-controller impersonates it for every apply, as Flux's multi-tenant
+/// setups do. The truth takes kustomize-controller's requests by who sent them (the audit
+/// event's authenticated user), whoever they acted as.
+pub async fn flux_tenant(cluster: &Cluster) -> Result<()> {
+    let s = Scene::new(cluster, "flux-tenant", ABOUT_TENANT).await?;
+    let ns = s.ns.clone();
+    let dir = cluster.dir.join("flux-tenant");
+    let mut kc = KustomizeController::start(&cluster.controlplane, &cluster.setup.client, &dir).await?;
+    let run = run_tenant(s, &dir, &ns, &kc.version).await;
+    let tail = kc.log_tail(30);
+    kc.stop();
+    run.with_context(|| format!("kustomize-controller {} log (last lines):\n{tail}", kc.version))
+}
+
+async fn run_tenant(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Result<()> {
+    let repo_res = gvk("source.toolkit.fluxcd.io", "v1", "GitRepository", "gitrepositories");
+    let ks_res = gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations");
+    let mut plan = Plan::new();
+    plan.step_from("setup", Cause::Setup, s.created.1);
+    plan.own(&s.created.0, "unowned", Role::Plain, "admin creates the namespace");
+    let mut shop = Shop {
+        repos: Api::namespaced_with(s.admin.client.clone(), ns, &repo_res),
+        kustomizations: Api::namespaced_with(s.admin.client.clone(), ns, &ks_res),
+        alice_kustomizations: Api::namespaced_with(s.alice.client.clone(), ns, &ks_res),
+        server: ArtifactServer::start(&dir.join("artifacts"))?,
+        s,
+        plan,
+        flux: vec![("setup".into(), FluxCause::Quiet)],
+    };
+    let pp = PostParams::default();
+    let deploys: Api<Deployment> = Api::namespaced(shop.s.admin.client.clone(), ns);
+    let configs: Api<ConfigMap> = Api::namespaced(shop.s.admin.client.clone(), ns);
+    let alice_deploys: Api<Deployment> = Api::namespaced(shop.s.alice.client.clone(), ns);
+    let alice_configs: Api<ConfigMap> = Api::namespaced(shop.s.alice.client.clone(), ns);
+
+    // 1. The tenant: a service account allowed to manage the namespace.
+    shop.step("the tenant's service account", Cause::Intent(Vec::new()), FluxCause::Quiet);
+    let sa = ServiceAccount {
+        metadata: ObjectMeta { name: Some(TENANT.into()), ..ObjectMeta::default() },
+        ..ServiceAccount::default()
+    };
+    let sas: Api<ServiceAccount> = Api::namespaced(shop.s.admin.client.clone(), ns);
+    shop.own("unowned", "admin creates the tenant's service account", false, sas.create(&pp, &sa)).await?;
+    let rb = RoleBinding {
+        metadata: ObjectMeta { name: Some(TENANT.into()), ..ObjectMeta::default() },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: "admin".into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: TENANT.into(),
+            namespace: Some(ns.into()),
+            api_group: None,
+        }]),
+    };
+    let rbs: Api<RoleBinding> = Api::namespaced(shop.s.admin.client.clone(), ns);
+    shop.own("unowned", "admin lets the tenant manage the namespace", false, rbs.create(&pp, &rb)).await?;
+
+    // 2. The source and the Kustomization that applies as the tenant.
+    shop.step("the first revision", Cause::Intent(vec![("Deployment".into(), NAME.into())]), FluxCause::Apply);
+    let repo: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+        "metadata": {"name": NAME, "namespace": ns},
+        "spec": {"url": "https://git.example.invalid/shop.git", "interval": "1h", "ref": {"branch": "main"}}
+    }))?;
+    let repos = shop.repos.clone();
+    shop.own("unowned", "admin creates the GitRepository", false, repos.create(&pp, &repo)).await?;
+    let first = shop.publish(1, &tree("hello", Some(80))).await?;
+    let ks: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+        "metadata": {"name": NAME, "namespace": ns},
+        "spec": {
+            "interval": format!("{INTERVAL_S}s"), "retryInterval": "5s", "timeout": "1m",
+            "path": "./shop", "prune": true, "targetNamespace": ns, "serviceAccountName": TENANT,
+            "sourceRef": {"kind": "GitRepository", "name": NAME}
+        }
+    }))?;
+    let kss = shop.kustomizations.clone();
+    shop.own("unowned", "admin creates the tenant's Kustomization", false, kss.create(&pp, &ks)).await?;
+    shop.applied(&first.revision, None).await?;
+    wait_rolled_out(&deploys, NAME).await?;
+    shop.s.settle().await?;
+
+    // 3. alice scales and edits; Flux, as the tenant, puts both back.
+    let mut changed = BTreeMap::new();
+    shop.step(
+        "alice scales and edits, Flux corrects the drift",
+        Cause::Intent(vec![("Deployment".into(), NAME.into())]),
+        FluxCause::Quiet,
+    );
+    let scale = json!({"spec": {"replicas": 4}});
+    let id = shop
+        .own(
+            "origin",
+            "alice scales the Deployment to 4",
+            true,
+            alice_deploys.patch_scale(NAME, &PatchParams::default(), &Patch::Merge(scale)),
+        )
+        .await?;
+    changed.insert(format!("Deployment/{NAME}"), id);
+    let edit = json!({"data": {"greeting": "hi from alice"}});
+    let id = shop
+        .own(
+            "origin",
+            "alice edits the ConfigMap",
+            true,
+            alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
+        )
+        .await?;
+    changed.insert(format!("ConfigMap/{CONFIG}"), id);
+    shop.flux.last_mut().expect("a step").1 = FluxCause::PersonChanged(changed);
+    wait::until("Flux to put the scale and the edit back", Duration::from_secs(4 * INTERVAL_S + 30), || {
+        let (deploys, configs) = (deploys.clone(), configs.clone());
+        async move {
+            let d = deploys.get(NAME).await?;
+            let c = configs.get(CONFIG).await?;
+            let back = d.spec.and_then(|s| s.replicas) == Some(2)
+                && c.data.and_then(|d| d.get("greeting").cloned()).as_deref() == Some("hello");
+            Ok(back.then_some(()))
+        }
+    })
+    .await?;
+    wait_rolled_out(&deploys, NAME).await?;
+    shop.s.settle().await?;
+    // The applies went out as the tenant: else this scenario tests nothing new.
+    let lines = writes(shop.s.cluster.audit.namespace(ns)?);
+    let tenant = format!("system:serviceaccount:{ns}:{TENANT}");
+    ensure!(
+        lines.iter().any(|l| l.user() == tenant && l.str("/user/username") == Some(flux::USER)),
+        "no write of kustomize-controller impersonating {tenant}"
+    );
+    finish(shop, version).await
 }
 
 async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Result<()> {
@@ -384,10 +527,15 @@ fn writes(lines: Vec<AuditLine>) -> Vec<AuditLine> {
 
 /// The truth: the shared labels, with kustomize-controller's writes to the objects it applies
 /// labelled by the step's cause.
-fn flux_labels(mut labels: Vec<Label>, steps: &[(String, FluxCause)]) -> Result<Vec<Label>> {
+fn flux_labels(mut labels: Vec<Label>, steps: &[(String, FluxCause)], lines: &[AuditLine]) -> Result<Vec<Label>> {
+    // kustomize-controller's requests by who sent them: acting as a tenant (impersonation),
+    // the event's user is the tenant's account.
+    let sent: HashSet<&str> =
+        lines.iter().filter(|l| l.str("/user/username") == Some(flux::USER)).map(AuditLine::audit_id).collect();
     let mut unexplained = Vec::new();
     for l in &mut labels {
-        if l.user != flux::USER || l.class != "unowned" {
+        let by_flux = l.user == flux::USER || sent.contains(l.key.split('/').next().unwrap_or_default());
+        if !by_flux || l.class != "unowned" {
             continue;
         }
         let at = format!("{} {} {} [{}]", l.key, l.verb, l.object, l.step);
@@ -429,7 +577,8 @@ async fn finish(shop: Shop<'_>, version: &str) -> Result<()> {
     std::fs::create_dir_all(&scenarios)?;
     std::fs::write(scenarios.join(format!("{}.plan.json", s.ns)), serde_json::to_string_pretty(&plan)?)?;
     let check = audit::check_replay(&c.audit, &c.live, &s.ns, &scenarios, REORDER_WINDOW).await?;
-    let labels = flux_labels(truth::label(&writes(c.audit.namespace(&s.ns)?), &plan)?, &flux)?;
+    let lines = writes(c.audit.namespace(&s.ns)?);
+    let labels = flux_labels(truth::label(&lines, &plan)?, &flux, &lines)?;
     let judged = Judgement::new(&labels, &check.events);
     println!(
         "    {}: {} audit events, {} writes labelled, {} classified (live == replay):",

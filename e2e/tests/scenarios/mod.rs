@@ -25,6 +25,7 @@ pub async fn run(cluster: &Cluster, name: &str) -> Result<()> {
         "approvals" => approvals::approvals(cluster).await,
         "cluster-day" => cluster_day::cluster_day(cluster).await,
         "flux" => flux::flux(cluster).await,
+        "flux-tenant" => flux::flux_tenant(cluster).await,
         other => bail!("no scenario {other}"),
     }
 }

@@ -67,12 +67,45 @@ pub struct AuditLogs {
 }
 
 impl AuditLogs {
+    /// Every file of the logs, those the API servers rotated out included: kube-apiserver
+    /// rotates its audit log at 100 MB even with `--audit-log-maxsize=0` (its logger's
+    /// default), into `<name>-<time>.log` beside it, so a long run's early lines move there.
+    pub fn all_files(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for f in &self.files {
+            let (Some(dir), Some(stem), Some(ext)) =
+                (f.parent(), f.file_stem().and_then(|s| s.to_str()), f.extension().and_then(|e| e.to_str()))
+            else {
+                out.push(f.clone());
+                continue;
+            };
+            let mut rotated: Vec<PathBuf> = fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+                        // `<stem>-2026-11-27T12-58-38.832.<ext>`: a time after the stem.
+                        n.strip_prefix(stem)
+                            .and_then(|r| r.strip_prefix('-'))
+                            .and_then(|r| r.strip_suffix(&format!(".{ext}")))
+                            .is_some_and(|t| t.len() > 10 && t.as_bytes()[4] == b'-' && t.as_bytes()[10] == b'T')
+                    })
+                })
+                .collect();
+            rotated.sort();
+            out.extend(rotated);
+            out.push(f.clone());
+        }
+        out
+    }
+
     /// The events of objects in `namespace` and of the Namespace itself, from every API
     /// server, merged by stageTimestamp (as a log shipper would; kausality-stream orders them
     /// by resourceVersion itself).
     pub fn namespace(&self, namespace: &str) -> Result<Vec<AuditLine>> {
         let mut out = Vec::new();
-        for f in &self.files {
+        for f in &self.all_files() {
             let text = fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
             for line in text.lines() {
                 // Cheap pre-filter before parsing: most lines are of other namespaces.
@@ -97,7 +130,7 @@ impl AuditLogs {
     fn mentions(&self, namespace: &str) -> Result<usize> {
         let needle = format!("\"namespace\":\"{namespace}\"");
         let mut n = 0;
-        for f in &self.files {
+        for f in &self.all_files() {
             n += fs::read_to_string(f)
                 .with_context(|| format!("reading {}", f.display()))?
                 .lines()
@@ -379,4 +412,34 @@ pub fn write_fixture(
     }
     fs::write(dir.join(format!("{name}.expected.json")), serde_json::to_string_pretty(&expected)? + "\n")?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_logs_rotated_out_are_read_before_their_current_file() {
+        let dir = std::env::temp_dir().join(format!("kausality-e2e-audit-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        for name in [
+            "audit.log",
+            "audit-2.log",
+            "audit-2026-11-27T12-58-38.832.log",
+            "audit-2-2026-11-27T12-00-00.000.log",
+            "policy.yaml",
+        ] {
+            fs::write(dir.join(name), "").unwrap();
+        }
+        let names = |f: &str| -> Vec<String> {
+            AuditLogs { files: vec![dir.join(f)] }
+                .all_files()
+                .iter()
+                .map(|p| p.file_name().unwrap().to_string_lossy().to_string())
+                .collect()
+        };
+        assert_eq!(names("audit.log"), ["audit-2026-11-27T12-58-38.832.log", "audit.log"]);
+        assert_eq!(names("audit-2.log"), ["audit-2-2026-11-27T12-00-00.000.log", "audit-2.log"]);
+        fs::remove_dir_all(&dir).unwrap();
+    }
 }

@@ -24,6 +24,9 @@ struct Obj {
     deleting: bool,
     initialized: bool,
     status_written: bool,
+    /// A StatefulSet whose latest status shows its generation carried out as far as its spec
+    /// asks ([`statefulset_finished`]).
+    finished: bool,
     resource_version: Option<u64>,
 }
 
@@ -83,6 +86,32 @@ fn initialized_now(kind: &str, o: &Value, status_written: bool) -> bool {
         || (OBSERVED_GENERATION_KINDS.contains(&kind) && observed.is_some() && observed == generation)
         || started
         || (kind == "CronJob" && status_written)
+}
+
+/// Whether a StatefulSet's status shows its generation carried out as far as its spec asks
+/// (DESIGN §1.3, the built-in signals of docs/model.md): observed, every replica there and
+/// ready, and, unless `OnDelete`, the pods its spec moves updated: those at or above the
+/// partition, or all of them on one revision.
+fn statefulset_finished(o: &Value) -> bool {
+    let n = |p: &str| o.pointer(p).and_then(Value::as_i64);
+    let count = |p: &str| n(p).unwrap_or(0);
+    let Some(replicas) = n("/spec/replicas") else { return false };
+    if n("/status/observedGeneration").is_none() || n("/status/observedGeneration") != n("/metadata/generation") {
+        return false;
+    }
+    if count("/status/replicas") != replicas || count("/status/readyReplicas") != replicas {
+        return false;
+    }
+    if o.pointer("/spec/updateStrategy/type").and_then(Value::as_str) == Some("OnDelete") {
+        return true;
+    }
+    let partition = count("/spec/updateStrategy/rollingUpdate/partition");
+    if partition > 0 {
+        return count("/status/updatedReplicas") >= replicas - partition;
+    }
+    let revision = |p: &str| o.pointer(p).and_then(Value::as_str);
+    revision("/status/currentRevision") == revision("/status/updateRevision")
+        && count("/status/updatedReplicas") == replicas
 }
 
 /// A pod a person removed (deleted, evicted) in a step.
@@ -351,6 +380,7 @@ impl<'p> Labeller<'p> {
             deleting: false,
             initialized: false,
             status_written: false,
+            finished: false,
             resource_version: None,
         });
         if let Some(a) = after {
@@ -366,6 +396,9 @@ impl<'p> Labeller<'p> {
             obj.deleting |= a.pointer("/metadata/deletionTimestamp").is_some();
             obj.status_written |= w.sub == "status";
             obj.initialized |= initialized_now(&obj.kind, a, obj.status_written);
+            if obj.kind == "StatefulSet" && !is_metadata_only(a) {
+                obj.finished = statefulset_finished(a);
+            }
             self.by_name.insert((w.resource.clone(), obj.name.clone()), uid.to_string());
         }
         if w.sub == "scale" {
@@ -496,6 +529,24 @@ impl<'p> Labeller<'p> {
         }
         match &step.cause {
             Cause::Intent(tops) => match ancestor_in(&self.objects, owner, tops) {
+                // A StatefulSet's pod created again after its status showed the test's change
+                // carried out, with the name of a pod that someone other than its controller
+                // removed in this step (kwok's second final delete of a name, which removed
+                // the pod the controller had just created): the change did not ask for it; it
+                // undoes that removal.
+                Some(top)
+                    if w.verb == "create" && obj.kind == "Pod" && parent.kind == "StatefulSet" && parent.finished =>
+                {
+                    let gone = self.removed.get(&i).into_iter().flatten().rev();
+                    match gone.filter(|r| r.parent.as_deref() == Some(owner)).find(|r| r.name == obj.name) {
+                        Some(r) => Ok((
+                            "drift",
+                            Some(Reverts::AnyOf(vec![r.audit_id.clone()])),
+                            format!("replaces a pod of {} removed after its change was carried out", parent.describe()),
+                        )),
+                        None => Ok(("expected", None, format!("carries out the test's change of {top}"))),
+                    }
+                }
                 Some(top) => Ok(("expected", None, format!("carries out the test's change of {top}"))),
                 None => Err(format!("in step {}: not under {tops:?}", step.name)),
             },
@@ -784,6 +835,48 @@ mod tests {
         ];
         let order: Vec<&str> = in_order(&lines).iter().map(|w| w.line.audit_id()).collect();
         assert_eq!(order, ["old", "new", "kwok"]);
+    }
+
+    /// kwok's second final delete of `db-1` removed the pod the StatefulSet had just created
+    /// for the test's change; the controller created it again after its status showed the
+    /// change carried out (the partition's pods updated and ready): that create undoes kwok's
+    /// removal. The same create before the status shows it carried out is the change's.
+    #[test]
+    fn a_statefulset_pod_created_again_after_its_change_was_carried_out_undoes_the_removal() {
+        const STS: &str = "system:serviceaccount:kube-system:statefulset-controller";
+        let sts = |generation: i64, status: Option<(i64, i64)>| {
+            let mut o = json!({"kind": "StatefulSet", "metadata": {"name": "db", "uid": "u-db", "generation": generation},
+                "spec": {"replicas": 2, "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"partition": 1}}, "image": generation}});
+            if let Some((observed, updated)) = status {
+                o["status"] = json!({"observedGeneration": observed, "replicas": 2, "readyReplicas": 2,
+                    "updatedReplicas": updated, "currentRevision": "a", "updateRevision": "b"});
+            }
+            o
+        };
+        let pod = |uid: &str| {
+            json!({"kind": "Pod", "metadata": {"name": "db-1", "uid": uid,
+                "ownerReferences": [{"kind": "StatefulSet", "name": "db", "uid": "u-db", "controller": true}]}, "spec": {"image": "b"}})
+        };
+        let mut gone = pod("u-new");
+        gone["metadata"]["deletionTimestamp"] = json!("2027-01-15T08:00:30Z");
+        gone["metadata"]["deletionGracePeriodSeconds"] = json!(1);
+        let lines = vec![
+            line("create", 0, "create statefulsets", "kubernetes-admin", 1, sts(1, None)),
+            line("ready", 1, "update statefulsets/status", STS, 2, sts(1, Some((1, 2)))),
+            line("image", 10, "patch statefulsets", "kubernetes-admin", 3, sts(2, Some((1, 2)))),
+            line("rolled", 11, "create pods", STS, 4, pod("u-new")),
+            line("done", 12, "update statefulsets/status", STS, 5, sts(2, Some((2, 1)))),
+            line("kwok", 13, "delete pods", "kwok-controller", 6, gone),
+            line("again", 14, "create pods", STS, 7, pod("u-again")),
+        ];
+        let p = plan(&[
+            (0, Cause::Intent(vec![("StatefulSet".into(), "db".into())]), &[("create", "unowned", Role::Plain)]),
+            (10, Cause::Intent(vec![("StatefulSet".into(), "db".into())]), &[("image", "unowned", Role::Plain)]),
+        ]);
+        let labels = label(&lines, &p).unwrap();
+        assert_eq!(at(&labels, "rolled").0, "expected");
+        assert_eq!(at(&labels, "kwok").0, "origin");
+        assert_eq!(at(&labels, "again"), ("drift", Some(Reverts::AnyOf(vec!["kwok".into()]))));
     }
 
     #[test]

@@ -118,7 +118,114 @@ struct Shop<'a> {
     server: ArtifactServer,
 }
 
-impl Shop<'_> {
+impl<'a> Shop<'a> {
+    /// The scene's namespace with the test's GitRepository and Kustomization APIs, and the
+    /// server of its artifacts in `dir`.
+    fn new(s: Scene<'a>, dir: &std::path::Path) -> Result<Shop<'a>> {
+        let ns = s.ns.clone();
+        let repo_res = gvk("source.toolkit.fluxcd.io", "v1", "GitRepository", "gitrepositories");
+        let ks_res = gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations");
+        let mut plan = Plan::new();
+        plan.step_from("setup", Cause::Setup, s.created.1);
+        plan.own(&s.created.0, "unowned", Role::Plain, "admin creates the namespace");
+        Ok(Shop {
+            repos: Api::namespaced_with(s.admin.client.clone(), &ns, &repo_res),
+            kustomizations: Api::namespaced_with(s.admin.client.clone(), &ns, &ks_res),
+            alice_kustomizations: Api::namespaced_with(s.alice.client.clone(), &ns, &ks_res),
+            server: ArtifactServer::start(&dir.join("artifacts"))?,
+            s,
+            plan,
+            flux: vec![("setup".into(), FluxCause::Quiet)],
+        })
+    }
+
+    /// The GitRepository and a Kustomization of it (applying as `service_account` when
+    /// given); waits until Flux applied the first revision and the Deployment rolled out.
+    async fn first_revision(&mut self, service_account: Option<&str>) -> Result<()> {
+        let (ns, pp) = (self.s.ns.clone(), PostParams::default());
+        self.step("the first revision", Cause::Intent(vec![("Deployment".into(), NAME.into())]), FluxCause::Apply);
+        let repo: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+            "metadata": {"name": NAME, "namespace": ns},
+            "spec": {"url": "https://git.example.invalid/shop.git", "interval": "1h", "ref": {"branch": "main"}}
+        }))?;
+        let repos = self.repos.clone();
+        self.own("unowned", "admin creates the GitRepository", false, repos.create(&pp, &repo)).await?;
+        let first = self.publish(1, &tree("hello", Some(80))).await?;
+        let mut ks = json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+            "metadata": {"name": NAME, "namespace": ns},
+            "spec": {
+                "interval": format!("{INTERVAL_S}s"), "retryInterval": "5s", "timeout": "1m",
+                "path": "./shop", "prune": true, "targetNamespace": ns,
+                "sourceRef": {"kind": "GitRepository", "name": NAME}
+            }
+        });
+        let what = match service_account {
+            Some(sa) => {
+                ks["spec"]["serviceAccountName"] = json!(sa);
+                "admin creates the tenant's Kustomization"
+            }
+            None => "admin creates the Kustomization",
+        };
+        let ks: DynamicObject = serde_json::from_value(ks)?;
+        let kss = self.kustomizations.clone();
+        self.own("unowned", what, false, kss.create(&pp, &ks)).await?;
+        self.applied(&first.revision, None).await?;
+        wait_rolled_out(&Api::<Deployment>::namespaced(self.s.admin.client.clone(), &ns), NAME).await?;
+        self.s.settle().await
+    }
+
+    /// alice scales the Deployment and edits the ConfigMap; Flux's next reconcile (at most an
+    /// interval later) puts both back.
+    async fn alice_changes_and_flux_puts_back(&mut self) -> Result<()> {
+        let ns = self.s.ns.clone();
+        let deploys: Api<Deployment> = Api::namespaced(self.s.admin.client.clone(), &ns);
+        let configs: Api<ConfigMap> = Api::namespaced(self.s.admin.client.clone(), &ns);
+        let alice_deploys: Api<Deployment> = Api::namespaced(self.s.alice.client.clone(), &ns);
+        let alice_configs: Api<ConfigMap> = Api::namespaced(self.s.alice.client.clone(), &ns);
+        let mut changed = BTreeMap::new();
+        self.step(
+            "alice scales and edits, Flux corrects the drift",
+            Cause::Intent(vec![("Deployment".into(), NAME.into())]),
+            FluxCause::Quiet,
+        );
+        let scale = json!({"spec": {"replicas": 4}});
+        let id = self
+            .own(
+                "origin",
+                "alice scales the Deployment to 4",
+                true,
+                alice_deploys.patch_scale(NAME, &PatchParams::default(), &Patch::Merge(scale)),
+            )
+            .await?;
+        changed.insert(format!("Deployment/{NAME}"), id);
+        let edit = json!({"data": {"greeting": "hi from alice"}});
+        let id = self
+            .own(
+                "origin",
+                "alice edits the ConfigMap",
+                true,
+                alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
+            )
+            .await?;
+        changed.insert(format!("ConfigMap/{CONFIG}"), id);
+        self.flux.last_mut().expect("a step").1 = FluxCause::PersonChanged(changed);
+        wait::until("Flux to put the scale and the edit back", Duration::from_secs(4 * INTERVAL_S + 30), || {
+            let (deploys, configs) = (deploys.clone(), configs.clone());
+            async move {
+                let d = deploys.get(NAME).await?;
+                let c = configs.get(CONFIG).await?;
+                let back = d.spec.and_then(|s| s.replicas) == Some(2)
+                    && c.data.and_then(|d| d.get("greeting").cloned()).as_deref() == Some("hello");
+                Ok(back.then_some(()))
+            }
+        })
+        .await?;
+        wait_rolled_out(&deploys, NAME).await?;
+        self.s.settle().await
+    }
+
     fn step(&mut self, name: &str, cause: Cause, flux: FluxCause) {
         self.plan.step(name, cause);
         self.flux.push((name.to_string(), flux));
@@ -178,11 +285,19 @@ impl Shop<'_> {
 }
 
 pub async fn flux(cluster: &Cluster) -> Result<()> {
-    let s = Scene::new(cluster, "flux", ABOUT).await?;
-    let ns = s.ns.clone();
-    let dir = cluster.dir.join("flux");
-    let mut kc = KustomizeController::start(&cluster.controlplane, &cluster.setup.client, &dir).await?;
-    let run = run(s, &dir, &ns, &kc.version).await;
+    let kc =
+        KustomizeController::start(&cluster.controlplane, &cluster.setup.client, &cluster.dir.join("flux")).await?;
+    let shop = Shop::new(Scene::new(cluster, "flux", ABOUT).await?, &cluster.dir.join("flux"))?;
+    stopped(kc, |version| run(shop, version)).await
+}
+
+/// Runs a scenario (given kustomize-controller's version) and stops kustomize-controller; a
+/// failure carries the controller's last log lines.
+async fn stopped<F: std::future::Future<Output = Result<()>>>(
+    mut kc: KustomizeController,
+    scenario: impl FnOnce(String) -> F,
+) -> Result<()> {
+    let run = scenario(kc.version.clone()).await;
     let tail = kc.log_tail(30);
     kc.stop();
     run.with_context(|| format!("kustomize-controller {} log (last lines):\n{tail}", kc.version))
@@ -197,36 +312,15 @@ const TENANT: &str = "shop-reconciler";
 /// setups do. The truth takes kustomize-controller's requests by who sent them (the audit
 /// event's authenticated user), whoever they acted as.
 pub async fn flux_tenant(cluster: &Cluster) -> Result<()> {
-    let s = Scene::new(cluster, "flux-tenant", ABOUT_TENANT).await?;
-    let ns = s.ns.clone();
     let dir = cluster.dir.join("flux-tenant");
-    let mut kc = KustomizeController::start(&cluster.controlplane, &cluster.setup.client, &dir).await?;
-    let run = run_tenant(s, &dir, &ns, &kc.version).await;
-    let tail = kc.log_tail(30);
-    kc.stop();
-    run.with_context(|| format!("kustomize-controller {} log (last lines):\n{tail}", kc.version))
+    let kc = KustomizeController::start(&cluster.controlplane, &cluster.setup.client, &dir).await?;
+    let shop = Shop::new(Scene::new(cluster, "flux-tenant", ABOUT_TENANT).await?, &dir)?;
+    stopped(kc, |version| run_tenant(shop, version)).await
 }
 
-async fn run_tenant(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Result<()> {
-    let repo_res = gvk("source.toolkit.fluxcd.io", "v1", "GitRepository", "gitrepositories");
-    let ks_res = gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations");
-    let mut plan = Plan::new();
-    plan.step_from("setup", Cause::Setup, s.created.1);
-    plan.own(&s.created.0, "unowned", Role::Plain, "admin creates the namespace");
-    let mut shop = Shop {
-        repos: Api::namespaced_with(s.admin.client.clone(), ns, &repo_res),
-        kustomizations: Api::namespaced_with(s.admin.client.clone(), ns, &ks_res),
-        alice_kustomizations: Api::namespaced_with(s.alice.client.clone(), ns, &ks_res),
-        server: ArtifactServer::start(&dir.join("artifacts"))?,
-        s,
-        plan,
-        flux: vec![("setup".into(), FluxCause::Quiet)],
-    };
+async fn run_tenant(mut shop: Shop<'_>, version: String) -> Result<()> {
+    let ns = &shop.s.ns.clone();
     let pp = PostParams::default();
-    let deploys: Api<Deployment> = Api::namespaced(shop.s.admin.client.clone(), ns);
-    let configs: Api<ConfigMap> = Api::namespaced(shop.s.admin.client.clone(), ns);
-    let alice_deploys: Api<Deployment> = Api::namespaced(shop.s.alice.client.clone(), ns);
-    let alice_configs: Api<ConfigMap> = Api::namespaced(shop.s.alice.client.clone(), ns);
 
     // 1. The tenant: a service account allowed to manage the namespace.
     shop.step("the tenant's service account", Cause::Intent(Vec::new()), FluxCause::Quiet);
@@ -254,71 +348,10 @@ async fn run_tenant(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str
     shop.own("unowned", "admin lets the tenant manage the namespace", false, rbs.create(&pp, &rb)).await?;
 
     // 2. The source and the Kustomization that applies as the tenant.
-    shop.step("the first revision", Cause::Intent(vec![("Deployment".into(), NAME.into())]), FluxCause::Apply);
-    let repo: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-        "metadata": {"name": NAME, "namespace": ns},
-        "spec": {"url": "https://git.example.invalid/shop.git", "interval": "1h", "ref": {"branch": "main"}}
-    }))?;
-    let repos = shop.repos.clone();
-    shop.own("unowned", "admin creates the GitRepository", false, repos.create(&pp, &repo)).await?;
-    let first = shop.publish(1, &tree("hello", Some(80))).await?;
-    let ks: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-        "metadata": {"name": NAME, "namespace": ns},
-        "spec": {
-            "interval": format!("{INTERVAL_S}s"), "retryInterval": "5s", "timeout": "1m",
-            "path": "./shop", "prune": true, "targetNamespace": ns, "serviceAccountName": TENANT,
-            "sourceRef": {"kind": "GitRepository", "name": NAME}
-        }
-    }))?;
-    let kss = shop.kustomizations.clone();
-    shop.own("unowned", "admin creates the tenant's Kustomization", false, kss.create(&pp, &ks)).await?;
-    shop.applied(&first.revision, None).await?;
-    wait_rolled_out(&deploys, NAME).await?;
-    shop.s.settle().await?;
+    shop.first_revision(Some(TENANT)).await?;
 
     // 3. alice scales and edits; Flux, as the tenant, puts both back.
-    let mut changed = BTreeMap::new();
-    shop.step(
-        "alice scales and edits, Flux corrects the drift",
-        Cause::Intent(vec![("Deployment".into(), NAME.into())]),
-        FluxCause::Quiet,
-    );
-    let scale = json!({"spec": {"replicas": 4}});
-    let id = shop
-        .own(
-            "origin",
-            "alice scales the Deployment to 4",
-            true,
-            alice_deploys.patch_scale(NAME, &PatchParams::default(), &Patch::Merge(scale)),
-        )
-        .await?;
-    changed.insert(format!("Deployment/{NAME}"), id);
-    let edit = json!({"data": {"greeting": "hi from alice"}});
-    let id = shop
-        .own(
-            "origin",
-            "alice edits the ConfigMap",
-            true,
-            alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
-        )
-        .await?;
-    changed.insert(format!("ConfigMap/{CONFIG}"), id);
-    shop.flux.last_mut().expect("a step").1 = FluxCause::PersonChanged(changed);
-    wait::until("Flux to put the scale and the edit back", Duration::from_secs(4 * INTERVAL_S + 30), || {
-        let (deploys, configs) = (deploys.clone(), configs.clone());
-        async move {
-            let d = deploys.get(NAME).await?;
-            let c = configs.get(CONFIG).await?;
-            let back = d.spec.and_then(|s| s.replicas) == Some(2)
-                && c.data.and_then(|d| d.get("greeting").cloned()).as_deref() == Some("hello");
-            Ok(back.then_some(()))
-        }
-    })
-    .await?;
-    wait_rolled_out(&deploys, NAME).await?;
-    shop.s.settle().await?;
+    shop.alice_changes_and_flux_puts_back().await?;
     // The applies went out as the tenant: else this scenario tests nothing new.
     let lines = writes(shop.s.cluster.audit.namespace(ns)?);
     let tenant = format!("system:serviceaccount:{ns}:{TENANT}");
@@ -326,98 +359,20 @@ async fn run_tenant(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str
         lines.iter().any(|l| l.user() == tenant && l.str("/user/username") == Some(flux::USER)),
         "no write of kustomize-controller impersonating {tenant}"
     );
-    finish(shop, version).await
+    finish(shop, &version).await
 }
 
-async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Result<()> {
-    let repo_res = gvk("source.toolkit.fluxcd.io", "v1", "GitRepository", "gitrepositories");
-    let ks_res = gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization", "kustomizations");
-    let mut plan = Plan::new();
-    plan.step_from("setup", Cause::Setup, s.created.1);
-    plan.own(&s.created.0, "unowned", Role::Plain, "admin creates the namespace");
-    let mut shop = Shop {
-        repos: Api::namespaced_with(s.admin.client.clone(), ns, &repo_res),
-        kustomizations: Api::namespaced_with(s.admin.client.clone(), ns, &ks_res),
-        alice_kustomizations: Api::namespaced_with(s.alice.client.clone(), ns, &ks_res),
-        server: ArtifactServer::start(&dir.join("artifacts"))?,
-        s,
-        plan,
-        flux: vec![("setup".into(), FluxCause::Quiet)],
-    };
-    let pp = PostParams::default();
-    let deploys: Api<Deployment> = Api::namespaced(shop.s.admin.client.clone(), ns);
-    let alice_deploys: Api<Deployment> = Api::namespaced(shop.s.alice.client.clone(), ns);
+async fn run(mut shop: Shop<'_>, version: String) -> Result<()> {
+    let ns = &shop.s.ns.clone();
     let alice_configs: Api<ConfigMap> = Api::namespaced(shop.s.alice.client.clone(), ns);
     let services: Api<Service> = Api::namespaced(shop.s.admin.client.clone(), ns);
     let configs: Api<ConfigMap> = Api::namespaced(shop.s.admin.client.clone(), ns);
 
     // 1. The source and the Kustomization; Flux applies the first revision.
-    shop.step("the first revision", Cause::Intent(vec![("Deployment".into(), NAME.into())]), FluxCause::Apply);
-    let repo: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
-        "metadata": {"name": NAME, "namespace": ns},
-        "spec": {"url": "https://git.example.invalid/shop.git", "interval": "1h", "ref": {"branch": "main"}}
-    }))?;
-    let repos = shop.repos.clone();
-    shop.own("unowned", "admin creates the GitRepository", false, repos.create(&pp, &repo)).await?;
-    let first = shop.publish(1, &tree("hello", Some(80))).await?;
-    let ks: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
-        "metadata": {"name": NAME, "namespace": ns},
-        "spec": {
-            "interval": format!("{INTERVAL_S}s"), "retryInterval": "5s", "timeout": "1m",
-            "path": "./shop", "prune": true, "targetNamespace": ns,
-            "sourceRef": {"kind": "GitRepository", "name": NAME}
-        }
-    }))?;
-    let kss = shop.kustomizations.clone();
-    shop.own("unowned", "admin creates the Kustomization", false, kss.create(&pp, &ks)).await?;
-    shop.applied(&first.revision, None).await?;
-    wait_rolled_out(&deploys, NAME).await?;
-    shop.s.settle().await?;
+    shop.first_revision(None).await?;
 
-    // 2. alice scales the Deployment and edits the ConfigMap; Flux's next reconcile (at most
-    // an interval later) puts both back.
-    let mut changed = BTreeMap::new();
-    shop.step(
-        "alice scales and edits, Flux corrects the drift",
-        Cause::Intent(vec![("Deployment".into(), NAME.into())]),
-        FluxCause::Quiet,
-    );
-    let scale = json!({"spec": {"replicas": 4}});
-    let id = shop
-        .own(
-            "origin",
-            "alice scales the Deployment to 4",
-            true,
-            alice_deploys.patch_scale(NAME, &PatchParams::default(), &Patch::Merge(scale)),
-        )
-        .await?;
-    changed.insert(format!("Deployment/{NAME}"), id);
-    let edit = json!({"data": {"greeting": "hi from alice"}});
-    let id = shop
-        .own(
-            "origin",
-            "alice edits the ConfigMap",
-            true,
-            alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
-        )
-        .await?;
-    changed.insert(format!("ConfigMap/{CONFIG}"), id);
-    shop.flux.last_mut().expect("a step").1 = FluxCause::PersonChanged(changed);
-    wait::until("Flux to put the scale and the edit back", Duration::from_secs(4 * INTERVAL_S + 30), || {
-        let (deploys, configs) = (deploys.clone(), configs.clone());
-        async move {
-            let d = deploys.get(NAME).await?;
-            let c = configs.get(CONFIG).await?;
-            let back = d.spec.and_then(|s| s.replicas) == Some(2)
-                && c.data.and_then(|d| d.get("greeting").cloned()).as_deref() == Some("hello");
-            Ok(back.then_some(()))
-        }
-    })
-    .await?;
-    wait_rolled_out(&deploys, NAME).await?;
-    shop.s.settle().await?;
+    // 2. alice scales the Deployment and edits the ConfigMap; Flux puts both back.
+    shop.alice_changes_and_flux_puts_back().await?;
 
     // 3. A new commit: the ConfigMap's greeting and the Service's port change.
     shop.step("a new commit", Cause::Intent(Vec::new()), FluxCause::Apply);
@@ -516,7 +471,7 @@ async fn run(s: Scene<'_>, dir: &std::path::Path, ns: &str, version: &str) -> Re
     .await?;
     shop.s.settle().await?;
 
-    finish(shop, version).await
+    finish(shop, &version).await
 }
 
 /// The audit lines of the namespace that are writes: a dry run (Flux computes its diff with

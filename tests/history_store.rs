@@ -871,9 +871,9 @@ fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
     );
     // A store of a later schema is refused, saying so.
     drop(conn);
-    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'", []).unwrap();
+    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'", []).unwrap();
     let e = Store::open(&path, keep_all()).err().expect("refused").to_string();
-    assert!(e.contains("schema version 5") && e.contains("move the file aside"), "{e}");
+    assert!(e.contains("schema version 6") && e.contains("move the file aside"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1189,6 +1189,125 @@ INSERT INTO mutation_rows SELECT * FROM m3;
 DROP TABLE o3; DROP TABLE m3;
 CREATE VIEW objects AS SELECT o.id AS id, o.name AS name, o.first_us AS first_us FROM object_rows o;
 CREATE VIEW mutations AS SELECT m.id AS id, m.time_us AS time_us FROM mutation_rows m;
+";
+
+#[test]
+fn a_store_of_schema_4_is_converted_by_the_writer_with_every_row_as_it_was() {
+    let (dir, path) = temp_store("schema-4");
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (_, rs, pods) = tree(&mut api, &mut events);
+    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
+    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
+    let del = api.delete("carol@example.com", &pods[1], &[]);
+    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
+    events.extend([by_hand, back.clone(), del, replacement]);
+    let out = run(&events);
+    assert_eq!(class_of(&out, &back), Class::Drift);
+    let (old, new) = out.split_at(out.len() - 1);
+    let want = json_by_key(&out);
+    // Written by this build, then made a store of schema 4: whole times in the mutations'
+    // rows, the objects' (cluster, uid) unique, UIDs and auditIDs indexed whole.
+    let written = Store::open(&path, keep_all()).unwrap().write(&[old]).unwrap();
+    assert_eq!(written.mutations, old.len() as u64);
+    let rows_before = all_rows(&Connection::open(&path).unwrap());
+    Connection::open(&path).unwrap().execute_batch(SCHEMA_4_ROWS).unwrap();
+    {
+        // The store of schema 4 reads as before through its views (SQL by hand).
+        let c = Connection::open(&path).unwrap();
+        assert_eq!(all_rows(&c), rows_before);
+        assert_eq!(count(&c, "SELECT count(*) FROM pragma_table_info('mutation_rows') WHERE name = 'at_us'"), 0);
+    }
+    assert!(!rows_before.2.is_empty(), "a revert");
+    let (mut store, conn) = converted(&path, "4");
+    assert_eq!(all_rows(&conn), rows_before);
+    // Each time kept as its distance from the store's epoch, which is when it was converted.
+    let epoch: i64 =
+        conn.query_row("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'epoch_us'", [], |r| r.get(0)).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
+    assert!((now - epoch).abs() < 600_000_000, "epoch {epoch}, now {now}");
+    assert_eq!(count(&conn, &format!("SELECT count(*) FROM mutation_rows WHERE at_us + {epoch} != time_us")), 0);
+    let story = |conn: &Connection| {
+        let q = history::story::StoryQuery {
+            kind: "ReplicaSet".into(),
+            namespace: Some(rs.namespace.clone()),
+            name: Some(rs.name.clone()),
+            ..Default::default()
+        };
+        let s = history::story::build(conn, &q).unwrap();
+        (
+            s.writes.iter().map(|w| w.event.get().as_bytes().to_vec()).collect::<Vec<_>>(),
+            s.writes.iter().filter(|w| !w.reverted_by.is_empty()).count(),
+        )
+    };
+    let rs_events: Vec<Vec<u8>> = old
+        .iter()
+        .filter(|e| *e.object.uid == *rs.uid)
+        .map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].clone())
+        .collect();
+    assert_eq!(story(&conn), (rs_events, 1));
+    // The same events again add nothing, not even an object's row (looked up by its UID's last
+    // bytes); a new one reads back byte for byte after them.
+    let w = store.write(&[old]).unwrap();
+    assert_eq!((w.mutations, w.duplicates), (0, old.len() as u64));
+    assert_eq!(all_rows(&conn), rows_before);
+    store.write(&[new]).unwrap();
+    drop(store);
+    let after = all_rows(&conn);
+    assert_eq!(after.1.len(), old.len() + 1);
+    assert_eq!(after.1[..old.len()], rows_before.1[..]);
+    assert_eq!(
+        after.1.last().unwrap()[11],
+        rusqlite::types::Value::Blob(want[&(new[0].audit_id.to_string(), new[0].object.uid.to_string())].clone())
+    );
+    assert_eq!(
+        count(&conn, "SELECT count(*) FROM (SELECT 1 FROM object_rows GROUP BY cluster, uid HAVING count(*) > 1)"),
+        0
+    );
+    // An object written again by hand through `objects` is refused, as the unique index of
+    // schema 4 refused it.
+    let e = Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES (?1, ?2, 'v1', 'Pod', 'ns', 'x', 1, 2)",
+            rusqlite::params![&*new[0].cluster, &*new[0].object.uid],
+        )
+        .expect_err("a second row of one object")
+        .to_string();
+    assert!(e.contains("UNIQUE constraint failed"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A store of this build made one of schema 4: the mutations' rows with their whole times, the
+/// objects' with `UNIQUE (cluster, uid)`, the indexes of whole UIDs and auditIDs, no epoch (the
+/// views, the same text in both schemas, stay).
+const SCHEMA_4_ROWS: &str = "
+CREATE TABLE o4 AS SELECT id, cluster, uid, api_version, kind, namespace, name, owner FROM object_rows;
+CREATE TABLE m4 AS SELECT id, object_id, time_us, audit_id, act, event FROM mutation_rows;
+DROP TABLE object_rows; DROP TABLE mutation_rows;
+CREATE TABLE object_rows (
+    id INTEGER PRIMARY KEY, cluster INTEGER NOT NULL, uid BLOB NOT NULL, api_version INTEGER NOT NULL, kind INTEGER NOT NULL,
+    namespace INTEGER NOT NULL, name TEXT NOT NULL, owner INTEGER, UNIQUE (cluster, uid)
+);
+CREATE INDEX object_rows_by_name ON object_rows (kind, substr(CAST(name AS TEXT), -6));
+CREATE INDEX object_rows_by_owner ON object_rows (owner) WHERE owner IS NOT NULL;
+CREATE TABLE mutation_rows (
+    id INTEGER PRIMARY KEY, object_id INTEGER NOT NULL, time_us INTEGER NOT NULL, audit_id BLOB NOT NULL, act INTEGER NOT NULL,
+    event BLOB, class INTEGER GENERATED ALWAYS AS (act % 16) VIRTUAL
+);
+CREATE INDEX mutation_rows_by_object ON mutation_rows (object_id, time_us);
+CREATE INDEX mutation_rows_by_time ON mutation_rows (time_us) WHERE event IS NOT NULL;
+CREATE INDEX mutations_drift_seq ON mutation_rows (class) WHERE class = 1;
+CREATE INDEX mutations_origin_seq ON mutation_rows (class) WHERE class = 3;
+CREATE INDEX mutations_undetermined_seq ON mutation_rows (class) WHERE class = 7;
+CREATE INDEX mutations_unknown_parent_seq ON mutation_rows (class) WHERE class = 8;
+INSERT INTO object_rows SELECT * FROM o4;
+INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event) SELECT * FROM m4;
+DROP TABLE o4; DROP TABLE m4;
+DROP INDEX owners_by_uid; CREATE INDEX owners_by_uid ON owners (uid);
+DROP INDEX revert_rows_by_origin; CREATE INDEX revert_rows_by_origin ON revert_rows (origin_audit_id);
+DELETE FROM meta WHERE key = 'epoch_us';
+UPDATE meta SET value = '4' WHERE key = 'schema_version';
 ";
 
 /// An object's row tells its times and its tombstone from its mutations; retention that

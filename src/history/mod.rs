@@ -34,7 +34,7 @@ pub enum Error {
     /// The store's schema is one this build does not read (`found`): an earlier one, which
     /// the writer converts, or a later one.
     #[error(
-        "history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; a store of 1, 2 or 3 (an earlier build's) is converted when \
+        "history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; a store of 1 to 4 (an earlier build's) is converted when \
          the writer opens it (start `serve` with its history sink, or run `kausality-stream replay --history {path} LOG` once); \
          of another version: move the file aside or use a matching build"
     )]
@@ -182,13 +182,13 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
     match (mode, found) {
         (_, Some(v)) if v == SCHEMA_VERSION => {
             if mode == Mode::Write {
-                conn.execute_batch(schema::SQL).map_err(err)?;
+                schema::create(&conn).map_err(err)?;
             }
             Ok(conn)
         }
         // A new file (or one whose writer had not created the schema yet).
         (Mode::Write, None) => {
-            conn.execute_batch(schema::SQL).map_err(err)?;
+            schema::create(&conn).map_err(err)?;
             conn.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION])
                 .map_err(err)?;
             Ok(conn)
@@ -203,30 +203,33 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
     }
 }
 
-/// Converts a store of schema 1, 2 or 3 to [`SCHEMA_VERSION`] in one transaction. From 1 or 2:
+/// Converts a store of schema 1 to 4 to [`SCHEMA_VERSION`] in one transaction. From 1 or 2:
 /// its rows copied into the tables of [`schema::SQL`] with their ids, names interned, events
 /// kept as they were (TEXT or one compressed event each); the old tables dropped and their
 /// pages given back to the file system. From 3: the objects' rows copied without their times
 /// and tombstones, which come from their mutations now (kept in `object_past` where these say
-/// otherwise); its blocks are read as they are (their events whole, [`pack::restore`]).
+/// otherwise); its blocks are read as they are (their events whole, [`pack::restore`]). From 4:
+/// the objects' and the mutations' rows copied with their ids (each time as its distance from
+/// the store's epoch), the indexes of whole UIDs and auditIDs made anew on their last bytes.
 pub fn convert(conn: &Connection) -> rusqlite::Result<()> {
     let from: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))?;
-    let copied = from != "3";
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let done = (|| {
-        if copied {
-            conn.execute_batch(
-                "ALTER TABLE objects RENAME TO objects_old;
-                 ALTER TABLE mutations RENAME TO mutations_old;
-                 ALTER TABLE reverts RENAME TO reverts_old;",
-            )?;
-            conn.execute_batch(schema::DROPPED)?;
-        }
-        if !copied {
-            conn.execute_batch(schema::BEFORE_CONVERT_3)?;
-        }
-        conn.execute_batch(schema::SQL)?;
-        conn.execute_batch(if copied { schema::CONVERT } else { schema::CONVERT_3 })?;
+        let (before, after) = match from.as_str() {
+            "3" => (schema::BEFORE_CONVERT_3, schema::CONVERT_3),
+            "4" => (schema::BEFORE_CONVERT_4, schema::CONVERT_4),
+            _ => {
+                conn.execute_batch(
+                    "ALTER TABLE objects RENAME TO objects_old;
+                     ALTER TABLE mutations RENAME TO mutations_old;
+                     ALTER TABLE reverts RENAME TO reverts_old;",
+                )?;
+                (schema::DROPPED, schema::CONVERT)
+            }
+        };
+        conn.execute_batch(before)?;
+        schema::create(conn)?;
+        conn.execute_batch(after)?;
         conn.execute("UPDATE meta SET value = ?1 WHERE key = 'schema_version'", [SCHEMA_VERSION])?;
         conn.execute_batch("COMMIT")
     })();
@@ -278,7 +281,7 @@ mod tests {
             let c = Connection::open(&old).unwrap();
             c.execute_batch("PRAGMA page_size = 4096; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL;")
                 .unwrap();
-            c.execute_batch(schema::SQL).unwrap();
+            schema::create(&c).unwrap();
             c.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?1)", [SCHEMA_VERSION]).unwrap();
             c.execute(
                 "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 1)",

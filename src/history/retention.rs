@@ -289,7 +289,7 @@ mod tests {
     #[test]
     fn the_row_stored_last_stays_so_that_ids_are_never_given_twice() {
         let mut c = Connection::open_in_memory().unwrap();
-        c.execute_batch(crate::history::schema::SQL).unwrap();
+        crate::history::schema::create(&c).unwrap();
         c.execute(
             "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 2)",
             [],

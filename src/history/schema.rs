@@ -11,12 +11,14 @@
 /// Bumped on any change a reader of an older store could not take. 2: events compressed
 /// (`dictionaries`, [`super::pack`]). 3: names interned, events in blocks, the views. 4: the
 /// events in blocks without the auditID and the object's UID their rows hold
-/// ([`super::pack::LEFT_OUT_AUDIT_ID`]; a reader of schema 3 would give them without).
-pub const SCHEMA_VERSION: &str = "4";
+/// ([`super::pack::LEFT_OUT_AUDIT_ID`]; a reader of schema 3 would give them without). 5: UIDs
+/// and auditIDs indexed by their last 4 bytes, an object's UID no longer unique by an index of
+/// its own (the writer looks it up first).
+pub const SCHEMA_VERSION: &str = "5";
 
 /// The versions the writer converts to [`SCHEMA_VERSION`] when it opens a store
 /// ([`super::convert`]); a reader asks for the conversion.
-pub const CONVERTS: [&str; 3] = ["1", "2", "3"];
+pub const CONVERTS: [&str; 4] = ["1", "2", "3", "4"];
 
 /// The classes, by the integer a row holds (`classes.id`): the order of [`crate::classify::Class::ALL`].
 pub const CLASS_IDS: [(i64, &str); 8] = [
@@ -183,6 +185,13 @@ macro_rules! act_match {
     };
 }
 
+/// The store's epoch (`meta.epoch_us`), what `mutation_rows.at_us` counts from, in SQL.
+macro_rules! epoch {
+    () => {
+        "(SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'epoch_us')"
+    };
+}
+
 /// A mutation's row from the values of `$r` (`new` in the view's trigger, `x` when a store is
 /// converted), its act found among `acts` by the act columns of `x`.
 macro_rules! insert_mutation_row {
@@ -194,13 +203,15 @@ macro_rules! insert_mutation_row {
     };
     (@ $r:literal, $audit_id:literal) => {
         concat!(
-            "INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)\n    SELECT ",
+            "INSERT INTO mutation_rows (id, object_id, at_us, audit_id, act, event)\n    SELECT ",
             $r,
             ".id, ",
             $r,
             ".object_id, ",
             $r,
-            ".time_us, ",
+            ".time_us - ",
+            epoch!(),
+            ", ",
             uuid_value!($audit_id),
             ", (SELECT a.id FROM acts a WHERE ",
             act_match!(),
@@ -236,7 +247,8 @@ DROP INDEX IF EXISTS mutations_origin_seq; DROP INDEX IF EXISTS mutations_unowne
 DROP INDEX IF EXISTS mutations_unknown_parent_seq; DROP INDEX IF EXISTS objects_by_name; DROP INDEX IF EXISTS objects_by_parent; \
 DROP INDEX IF EXISTS reverts_by_origin; DROP INDEX IF EXISTS reverts_by_mutation;";
 
-/// Created when missing, by the writer only.
+/// Created when missing, by the writer only, through [`create`] (which puts the store's epoch
+/// in place of `__EPOCH_US__`).
 pub const SQL: &str = concat!(
     r#"
 CREATE TABLE IF NOT EXISTS meta (
@@ -244,7 +256,8 @@ CREATE TABLE IF NOT EXISTS meta (
     value TEXT NOT NULL
 ) WITHOUT ROWID;
 -- meta keys: schema_version; oldest_us (the history reaches back to this time: nothing older
--- was kept, or retention removed it); newest_us (the newest mutation written).
+-- was kept, or retention removed it); newest_us (the newest mutation written); epoch_us (what
+-- `mutation_rows.at_us` counts from: the wall clock when the store was made).
 
 -- Every name a row refers to by its integer: clusters, API versions, kinds, namespaces,
 -- users, verbs, subresources, resolutions, policies. Never removed (a few thousand).
@@ -269,8 +282,8 @@ CREATE TABLE IF NOT EXISTS owners (
     name             TEXT NOT NULL
 );
 -- An owner by its UID (one row per cluster, identity and UID: the writer looks it up before it
--- adds one).
-CREATE INDEX IF NOT EXISTS owners_by_uid ON owners (uid);
+-- adds one): the UID's last 4 bytes find the few rows to compare whole.
+CREATE INDEX IF NOT EXISTS owners_by_uid ON owners (substr(uid, -4));
 
 -- One row per object ever written, live or deleted: its identity and its controller owner.
 -- Its times and its tombstone are its mutations' (the view `object_facts`).
@@ -280,9 +293,11 @@ CREATE TABLE IF NOT EXISTS object_rows (
     r#"
     namespace        INTEGER NOT NULL,          -- strings.id ('' for cluster-scoped objects)
     name             TEXT NOT NULL,             -- or a BLOB: what follows its owner's name
-    owner            INTEGER,                   -- owners.id, when it has one
-    UNIQUE (cluster, uid)
+    owner            INTEGER                    -- owners.id, when it has one
 );
+-- By UID: its last 4 bytes find the few rows to compare whole (one row per cluster and UID:
+-- the writer looks it up before it adds one).
+CREATE INDEX IF NOT EXISTS object_rows_by_uid ON object_rows (substr(uid, -4));
 -- What an object's mutations no longer show: its oldest and newest time and its tombstone as
 -- they were before retention removed some of its mutations (or as written by hand through
 -- `objects`, or as a store of schema 1 to 3 held them where its mutations say otherwise).
@@ -307,12 +322,14 @@ CREATE INDEX IF NOT EXISTS object_rows_by_owner ON object_rows (owner) WHERE own
 CREATE TABLE IF NOT EXISTS mutation_rows (
     id             INTEGER PRIMARY KEY,
     object_id      INTEGER NOT NULL,           -- object_rows.id
-    time_us        INTEGER NOT NULL,
+    at_us          INTEGER NOT NULL,           -- time_us less the store's epoch (meta.epoch_us):
+                                               -- 6 bytes within 4.4 years of it, not 8
     audit_id       BLOB NOT NULL,              -- 16 bytes for a UUID, else its text
     act            INTEGER NOT NULL,           -- acts.id: its verb, user, class, ...
     event          BLOB,                       -- NULL: the event is in event_blocks; else a
                                                -- row of an earlier schema: its JSON (TEXT) or
                                                -- one compressed event (BLOB, src/history/pack.rs)
+    time_us        INTEGER GENERATED ALWAYS AS (at_us + __EPOCH_US__) VIRTUAL, -- µs since the Unix epoch (not stored)
     class          INTEGER GENERATED ALWAYS AS (act % 16) VIRTUAL -- classes.id (not stored)
 );
 -- What mutations did and how they were classified, one row for all that share it (a few
@@ -352,7 +369,8 @@ CREATE TABLE IF NOT EXISTS revert_rows (
     mutation_id     INTEGER NOT NULL,          -- mutation_rows.id
     origin_audit_id BLOB NOT NULL              -- 16 bytes for a UUID, else its text
 );
-CREATE INDEX IF NOT EXISTS revert_rows_by_origin ON revert_rows (origin_audit_id);
+-- By the origin's auditID: its last 4 bytes find the few rows to compare whole.
+CREATE INDEX IF NOT EXISTS revert_rows_by_origin ON revert_rows (substr(origin_audit_id, -4));
 CREATE INDEX IF NOT EXISTS revert_rows_by_mutation ON revert_rows (mutation_id);
 
 -- The zstd dictionaries the events are compressed with (trained on the store's first events);
@@ -455,22 +473,34 @@ CREATE TRIGGER IF NOT EXISTS objects_insert INSTEAD OF INSERT ON objects BEGIN
         SELECT (SELECT id FROM strings WHERE text = new.cluster) AS c,
                (SELECT id FROM strings WHERE text = coalesce(new.parent_api_version, '')) AS av,
                (SELECT id FROM strings WHERE text = coalesce(new.parent_kind, '')) AS k)
-    WHERE new.parent_uid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM owners w WHERE w.uid = "#,
+    WHERE new.parent_uid IS NOT NULL AND NOT EXISTS (SELECT 1 FROM owners w WHERE substr(w.uid, -4) = substr("#,
+    uuid_value!("new.parent_uid"),
+    r#", -4) AND w.uid = "#,
     uuid_value!("new.parent_uid"),
     r#" AND w.cluster = c
         AND w.api_version = av AND w.kind = k AND w.name = coalesce(new.parent_name, ''));
+    SELECT RAISE(ABORT, 'UNIQUE constraint failed: object_rows.cluster, object_rows.uid') WHERE EXISTS (
+        SELECT 1 FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = new.cluster) AND substr(uid, -4) = substr("#,
+    uuid_value!("new.uid"),
+    r#", -4) AND uid = "#,
+    uuid_value!("new.uid"),
+    r#");
     INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner)
     VALUES (new.id, (SELECT id FROM strings WHERE text = new.cluster), "#,
     uuid_value!("new.uid"),
     r#", (SELECT id FROM strings WHERE text = new.api_version),
             (SELECT id FROM strings WHERE text = new.kind), (SELECT id FROM strings WHERE text = new.namespace), new.name,
-            (SELECT id FROM owners WHERE cluster = (SELECT id FROM strings WHERE text = new.cluster) AND uid = "#,
+            (SELECT id FROM owners WHERE cluster = (SELECT id FROM strings WHERE text = new.cluster) AND substr(uid, -4) = substr("#,
+    uuid_value!("new.parent_uid"),
+    r#", -4) AND uid = "#,
     uuid_value!("new.parent_uid"),
     r#"
                 AND api_version = (SELECT id FROM strings WHERE text = coalesce(new.parent_api_version, ''))
                 AND kind = (SELECT id FROM strings WHERE text = coalesce(new.parent_kind, '')) AND name = coalesce(new.parent_name, '')));
     INSERT INTO object_past (object_id, first_us, last_us, deleted_us, deleted_by, deleted_audit_id)
-    VALUES ((SELECT id FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = new.cluster) AND uid = "#,
+    VALUES ((SELECT id FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = new.cluster) AND substr(uid, -4) = substr("#,
+    uuid_value!("new.uid"),
+    r#", -4) AND uid = "#,
     uuid_value!("new.uid"),
     r#"),
             new.first_us, new.last_us, new.deleted_us, (SELECT id FROM strings WHERE text = new.deleted_by), "#,
@@ -511,7 +541,9 @@ CREATE TRIGGER IF NOT EXISTS mutations_update INSTEAD OF UPDATE ON mutations BEG
     "#,
     intern_act!("new"),
     r#";
-    UPDATE mutation_rows SET time_us = new.time_us,
+    UPDATE mutation_rows SET at_us = new.time_us - "#,
+    epoch!(),
+    r#",
         act = (SELECT a.id FROM acts a, (SELECT "#,
     act_columns!("new"),
     r#") x WHERE "#,
@@ -603,7 +635,9 @@ INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, o
     uuid_value!("o.uid"),
     r#", (SELECT id FROM strings WHERE text = o.api_version),
            (SELECT id FROM strings WHERE text = o.kind), (SELECT id FROM strings WHERE text = o.namespace), o.name,
-           (SELECT w.id FROM owners w WHERE w.cluster = (SELECT id FROM strings WHERE text = o.cluster) AND w.uid = "#,
+           (SELECT w.id FROM owners w WHERE w.cluster = (SELECT id FROM strings WHERE text = o.cluster) AND substr(w.uid, -4) = substr("#,
+    uuid_value!("o.parent_uid"),
+    r#", -4) AND w.uid = "#,
     uuid_value!("o.parent_uid"),
     r#"
                 AND w.api_version = (SELECT id FROM strings WHERE text = coalesce(o.parent_api_version, ''))
@@ -652,6 +686,8 @@ DROP INDEX IF EXISTS mutations_drift_seq;
 DROP INDEX IF EXISTS mutations_origin_seq;
 DROP INDEX IF EXISTS mutations_undetermined_seq;
 DROP INDEX IF EXISTS mutations_unknown_parent_seq;
+DROP INDEX IF EXISTS owners_by_uid;
+DROP INDEX IF EXISTS revert_rows_by_origin;
 ALTER TABLE object_rows RENAME TO object_rows_old;
 ALTER TABLE mutation_rows RENAME TO mutation_rows_old;";
 
@@ -672,8 +708,10 @@ INSERT INTO acts (id, verb, subresource, user, class, resolution, policy, revert
     WHERE NOT EXISTS (SELECT 1 FROM acts a WHERE ",
     act_match!(),
     ");
-INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)
-    SELECT x.id, x.object_id, x.time_us, x.audit_id, (SELECT a.id FROM acts a WHERE ",
+INSERT INTO mutation_rows (id, object_id, at_us, audit_id, act, event)
+    SELECT x.id, x.object_id, x.time_us - ",
+    epoch!(),
+    ", x.audit_id, (SELECT a.id FROM acts a WHERE ",
     act_match!(),
     "), x.event
     FROM (SELECT id, object_id, time_us, audit_id, event, verb, coalesce(subresource, 0) AS subresource, user, class,
@@ -681,3 +719,52 @@ INSERT INTO mutation_rows (id, object_id, time_us, audit_id, act, event)
 DROP TABLE mutation_rows_old;",
     keep_past!()
 );
+
+/// Before [`SQL`], when a store of schema 4 is converted: its objects' rows (their table had
+/// an index of the whole UID, `UNIQUE (cluster, uid)`) and its mutations' rows (their time
+/// was stored whole) set aside, the views over them and the indexes whose names [`SQL`] uses
+/// dropped.
+pub const BEFORE_CONVERT_4: &str = "
+DROP VIEW IF EXISTS objects;
+DROP VIEW IF EXISTS mutations;
+DROP VIEW IF EXISTS object_facts;
+DROP INDEX IF EXISTS object_rows_by_name;
+DROP INDEX IF EXISTS object_rows_by_owner;
+DROP INDEX IF EXISTS owners_by_uid;
+DROP INDEX IF EXISTS revert_rows_by_origin;
+DROP INDEX IF EXISTS mutation_rows_by_object;
+DROP INDEX IF EXISTS mutation_rows_by_time;
+DROP INDEX IF EXISTS mutations_drift_seq;
+DROP INDEX IF EXISTS mutations_origin_seq;
+DROP INDEX IF EXISTS mutations_undetermined_seq;
+DROP INDEX IF EXISTS mutations_unknown_parent_seq;
+ALTER TABLE object_rows RENAME TO object_rows_old;
+ALTER TABLE mutation_rows RENAME TO mutation_rows_old;";
+
+/// Converts a store of schema 4 (after [`BEFORE_CONVERT_4`] and [`SQL`]), in the caller's
+/// transaction: the objects' and the mutations' rows copied with their ids, each time as its
+/// distance from the store's epoch.
+pub const CONVERT_4: &str = concat!(
+    "
+INSERT INTO object_rows (id, cluster, uid, api_version, kind, namespace, name, owner)
+    SELECT id, cluster, uid, api_version, kind, namespace, name, owner FROM object_rows_old;
+DROP TABLE object_rows_old;
+INSERT INTO mutation_rows (id, object_id, at_us, audit_id, act, event)
+    SELECT id, object_id, time_us - ",
+    epoch!(),
+    ", audit_id, act, event FROM mutation_rows_old;
+DROP TABLE mutation_rows_old;"
+);
+
+/// Creates what is missing of [`SQL`] on `conn`: a new store's epoch (`meta.epoch_us`, what
+/// `mutation_rows.at_us` counts from) is the wall clock when it is made.
+pub fn create(conn: &rusqlite::Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;")?;
+    conn.execute(
+        "INSERT OR IGNORE INTO meta (key, value) VALUES ('epoch_us', ?1)",
+        [crate::shell::now_us().to_string()],
+    )?;
+    let epoch: i64 =
+        conn.query_row("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'epoch_us'", [], |r| r.get(0))?;
+    conn.execute_batch(&SQL.replace("__EPOCH_US__", &epoch.to_string()))
+}

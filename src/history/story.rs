@@ -306,7 +306,7 @@ SELECT DISTINCT m.id, m.audit_id, m.time_us, m.user, m.class, o.kind, o.name, o.
 FROM revert_rows r
 JOIN mutations m ON m.id = r.mutation_id
 JOIN objects o ON o.id = m.object_id
-WHERE r.origin_audit_id IN (?1, ?4) AND o.cluster = ?2 AND (?3 IS NULL OR m.time_us <= ?3)
+WHERE substr(r.origin_audit_id, -4) IN (substr(?1, -4), substr(?4, -4)) AND r.origin_audit_id IN (?1, ?4) AND o.cluster = ?2 AND (?3 IS NULL OR m.time_us <= ?3)
 ORDER BY m.time_us, m.id";
 
 /// The event column of row `r` at `index`, when it holds a JSON object: `None` for one

@@ -27,29 +27,29 @@ use crate::classify::Class;
 use crate::decode::time::parse_rfc3339_micros;
 use crate::enriched::Enriched;
 
-/// An object's row whose identity or owner changed (or that the writer does not know): its
-/// times and tombstone are its mutations' (the view `object_facts`), never written here.
-const UPSERT_OBJECT: &str = "
-INSERT INTO object_rows (cluster, uid, api_version, kind, namespace, name, owner)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-ON CONFLICT (cluster, uid) DO UPDATE SET
-    api_version = excluded.api_version, kind = excluded.kind, namespace = excluded.namespace,
-    name = excluded.name,
-    owner = coalesce(excluded.owner, owner)
-RETURNING id";
+/// An object's row by its cluster and UID (`?1`, `?2`): found on `object_rows_by_uid`, the
+/// UID's last 4 bytes, then compared whole.
+const FIND_OBJECT: &str =
+    "SELECT id FROM object_rows WHERE substr(uid, -4) = substr(?2, -4) AND uid = ?2 AND cluster = ?1";
 
-/// A new object's row; nothing when the store already has it (then [`UPSERT_OBJECT`]).
+/// A new object's row. Its times and tombstone are its mutations' (the view `object_facts`),
+/// never written here.
 const INSERT_OBJECT: &str = "
 INSERT INTO object_rows (cluster, uid, api_version, kind, namespace, name, owner)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-ON CONFLICT (cluster, uid) DO NOTHING";
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)";
+
+/// An object's row (`?8`) whose identity or owner changed: it keeps an owner once it had one.
+const UPDATE_OBJECT: &str = "
+UPDATE object_rows SET api_version = ?3, kind = ?4, namespace = ?5, name = ?6, owner = coalesce(?7, owner)
+WHERE id = ?8 AND cluster = ?1 AND uid = ?2";
 
 /// Whether the store has this mutation: the same auditID (`?3`, or its text `?4` in a row of
 /// an earlier schema) at the same time on the same object.
 const FIND_MUTATION: &str =
     "SELECT count(*) FROM mutation_rows WHERE object_id = ?1 AND time_us = ?2 AND audit_id IN (?3, ?4)";
 
-const INSERT_MUTATION: &str = "INSERT INTO mutation_rows (object_id, time_us, audit_id, act) VALUES (?1, ?2, ?3, ?4)";
+/// A mutation's row: its time (`?2`) as its distance from the store's epoch (`at_us`).
+const INSERT_MUTATION: &str = "INSERT INTO mutation_rows (object_id, at_us, audit_id, act) VALUES (?1, ?2, ?3, ?4)";
 
 /// An act (`acts`): its verb, subresource, user, class, resolution, policy (names as their
 /// integers, 0 for none) and whether it reverts a person's write.
@@ -67,8 +67,9 @@ const INSERT_BLOCK: &str =
 
 const FIND_STRING: &str = "SELECT id FROM strings WHERE text = ?1";
 const INSERT_STRING: &str = "INSERT INTO strings (text) VALUES (?1)";
-const FIND_OWNER: &str =
-    "SELECT id FROM owners WHERE cluster = ?1 AND uid = ?2 AND api_version = ?3 AND kind = ?4 AND name = ?5";
+/// An owner, found on `owners_by_uid` (its UID's last 4 bytes), then compared whole.
+const FIND_OWNER: &str = "SELECT id FROM owners WHERE substr(uid, -4) = substr(?2, -4) AND uid = ?2 AND cluster = ?1 \
+    AND api_version = ?3 AND kind = ?4 AND name = ?5";
 const INSERT_OWNER: &str = "INSERT INTO owners (cluster, uid, api_version, kind, name) VALUES (?1, ?2, ?3, ?4, ?5)";
 
 /// `meta.oldest_us` is the oldest time written (retention moves it forward), `newest_us` the
@@ -109,6 +110,8 @@ pub struct Store {
     acts: HashMap<Act, i64>,
     /// Newest `stageTimestamp` written: the time of an event whose timestamp cannot be read.
     newest_us: i64,
+    /// What `mutation_rows.at_us` counts from (`meta.epoch_us`).
+    epoch_us: i64,
     /// Objects whose row the writer knows, by (cluster, UID): a write that changes nothing of
     /// its row (its times and tombstone are its mutations') skips the upsert, which rewrites
     /// the row and two index entries. Emptied when a transaction fails (its rows are gone),
@@ -178,6 +181,9 @@ impl Store {
             .optional()
             .map_err(err)?
             .unwrap_or(0);
+        let epoch_us = conn
+            .query_row("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'epoch_us'", [], |r| r.get(0))
+            .map_err(err)?;
         let packer = Packer::load(&conn).map_err(err)?;
         Ok(Store {
             conn,
@@ -190,6 +196,7 @@ impl Store {
             owners: HashMap::new(),
             acts: HashMap::new(),
             newest_us,
+            epoch_us,
             known: HashMap::new(),
         })
     }
@@ -243,6 +250,7 @@ impl Store {
                 strings: &mut self.strings,
                 owners: &mut self.owners,
                 acts: &mut self.acts,
+                epoch_us: self.epoch_us,
             };
             let mut oldest = i64::MAX;
             for batch in batches {
@@ -330,8 +338,9 @@ fn stored_name(name: &str, owner: Option<&str>) -> rusqlite::types::Value {
 /// its events: `prepare_cached` hashes and compares the whole SQL text each time it hands a
 /// statement out and takes it back (about 3,400 instructions per event, callgrind).
 struct Statements<'c> {
+    find_object: CachedStatement<'c>,
     insert_object: CachedStatement<'c>,
-    upsert_object: CachedStatement<'c>,
+    update_object: CachedStatement<'c>,
     find_mutation: CachedStatement<'c>,
     insert_mutation: CachedStatement<'c>,
     insert_revert: CachedStatement<'c>,
@@ -341,8 +350,9 @@ struct Statements<'c> {
 impl<'c> Statements<'c> {
     fn prepare(conn: &'c Connection) -> rusqlite::Result<Statements<'c>> {
         Ok(Statements {
+            find_object: conn.prepare_cached(FIND_OBJECT)?,
             insert_object: conn.prepare_cached(INSERT_OBJECT)?,
-            upsert_object: conn.prepare_cached(UPSERT_OBJECT)?,
+            update_object: conn.prepare_cached(UPDATE_OBJECT)?,
             find_mutation: conn.prepare_cached(FIND_MUTATION)?,
             insert_mutation: conn.prepare_cached(INSERT_MUTATION)?,
             insert_revert: conn.prepare_cached(INSERT_REVERT)?,
@@ -384,6 +394,8 @@ struct Rows<'a> {
     strings: &'a mut HashMap<String, i64>,
     owners: &'a mut HashMap<u128, i64>,
     acts: &'a mut HashMap<Act, i64>,
+    /// What `mutation_rows.at_us` counts from.
+    epoch_us: i64,
 }
 
 /// The fields, each followed by a 0 byte, in `buf` (emptied first): what an object's key,
@@ -420,7 +432,12 @@ impl Rows<'_> {
         let policy = e.policy.as_deref().map(|p| self.string(p)).transpose()?.unwrap_or(0);
         let class = schema::class_id(e.class.as_str()).expect("every class has its id");
         let act = self.act([verb, subresource, user, class, resolution, policy, i64::from(person)])?;
-        self.statements.insert_mutation.execute(params![object_id, time_us, audit_id, act])?;
+        self.statements.insert_mutation.execute(params![
+            object_id,
+            time_us.saturating_sub(self.epoch_us),
+            audit_id,
+            act
+        ])?;
         let mutation_id = self.conn.last_insert_rowid();
         for r in reverts {
             self.statements.insert_revert.execute(params![mutation_id, id_value(&r.audit_id)])?;
@@ -559,7 +576,7 @@ impl Rows<'_> {
                 return Ok(id);
             }
         }
-        // The row's identity and owner: INSERT_OBJECT's parameters, UPSERT_OBJECT's.
+        // The row's identity and owner: INSERT_OBJECT's parameters, UPDATE_OBJECT's.
         let cluster = self.string(&e.cluster)?;
         let api_version = self.string(&o.api_version)?;
         let kind = self.string(&o.kind)?;
@@ -567,15 +584,33 @@ impl Rows<'_> {
         let owner = p.map(|p| self.owner(cluster, p)).transpose()?;
         let uid_value = id_value(uid);
         let name = stored_name(&o.name, p.map(|p| p.name.as_str()));
-        let row: [&dyn ToSql; 7] = [&cluster, &uid_value, &api_version, &kind, &namespace, &name, &owner];
-        // Not known: most often a new object, inserted without the upsert's RETURNING (a
-        // result table per statement).
-        if known.is_none() && self.statements.insert_object.execute(&row[..])? == 1 {
-            let id = self.conn.last_insert_rowid();
-            self.remember(key, Known { id, identity, parent });
-            return Ok(id);
-        }
-        let id: i64 = self.statements.upsert_object.query_row(&row[..], |r| r.get(0))?;
+        let update = |statements: &mut Statements, id: i64| -> rusqlite::Result<bool> {
+            let row: [&dyn ToSql; 8] = [&cluster, &uid_value, &api_version, &kind, &namespace, &name, &owner, &id];
+            Ok(statements.update_object.execute(&row[..])? == 1)
+        };
+        // A known object's row by its id; else looked up (a store opened again, an object
+        // forgotten), and inserted when it is not there: most often a new object.
+        let id = match known {
+            Some(k) if update(&mut self.statements, k.id)? => k.id,
+            _ => match self
+                .statements
+                .find_object
+                .query_row(params![cluster, uid_value], |r| r.get::<_, i64>(0))
+                .optional()?
+            {
+                Some(id) => {
+                    update(&mut self.statements, id)?;
+                    id
+                }
+                None => {
+                    let row: [&dyn ToSql; 7] = [&cluster, &uid_value, &api_version, &kind, &namespace, &name, &owner];
+                    self.statements.insert_object.execute(&row[..])?;
+                    let id = self.conn.last_insert_rowid();
+                    self.remember(key, Known { id, identity, parent });
+                    return Ok(id);
+                }
+            },
+        };
         // The row keeps an owner once it had one (coalesce): so does what is known of it.
         let parent = parent.or_else(|| known.and_then(|k| k.parent));
         self.remember(key, Known { id, identity, parent });

@@ -349,7 +349,7 @@ mod tests {
     /// A store whose rows (ids 1, 2, ...) have these times, in µs.
     fn stored(times: &[i64]) -> Connection {
         let c = Connection::open_in_memory().unwrap();
-        c.execute_batch(crate::history::schema::SQL).unwrap();
+        crate::history::schema::create(&c).unwrap();
         c.execute(
             "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 2)",
             [],
@@ -409,7 +409,7 @@ mod tests {
     #[test]
     fn each_class_is_found_and_only_signal_classes_have_an_index() {
         let c = Connection::open_in_memory().unwrap();
-        c.execute_batch(crate::history::schema::SQL).unwrap();
+        crate::history::schema::create(&c).unwrap();
         c.execute(
             "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 2)",
             [],
@@ -447,7 +447,7 @@ mod tests {
     #[test]
     fn kinds_filter_by_name_and_group() {
         let c = Connection::open_in_memory().unwrap();
-        c.execute_batch(crate::history::schema::SQL).unwrap();
+        crate::history::schema::create(&c).unwrap();
         for (i, (av, kind)) in
             [("apps/v1", "Deployment"), ("example.com/v1", "Deployment"), ("v1", "Pod")].iter().enumerate()
         {

@@ -54,7 +54,7 @@ pub(super) fn one(conn: &Connection, q: &StoryQuery) -> Result<Found, StoryError
 /// Every object `q` names.
 fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
     if let Some(uid) = q.uid.as_deref().filter(|u| !u.is_empty()) {
-        // A UID is looked up per cluster on the `(cluster, uid)` index: alone it would scan it.
+        // A UID is looked up on `object_rows_by_uid` (its last 4 bytes), per cluster.
         let clusters: Vec<String> = match &q.cluster {
             Some(c) => vec![c.clone()],
             None => conn.prepare(&distinct("cluster"))?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?,
@@ -62,7 +62,7 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
         // The UID as rows keep it (16 bytes for a UUID), or as text (a row of an earlier schema).
         let mut stmt = conn.prepare(&format!(
             "SELECT {COLUMNS} FROM objects WHERE id IN
-             (SELECT id FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = ?1) AND uid IN (?2, ?3))"
+             (SELECT id FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = ?1) AND substr(uid, -4) IN (substr(?2, -4), substr(?3, -4)) AND uid IN (?2, ?3))"
         ))?;
         let mut rows = Vec::new();
         for cluster in &clusters {

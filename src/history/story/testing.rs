@@ -105,7 +105,7 @@ fn is_person(user: &str) -> bool {
 impl Store {
     pub(crate) fn new() -> Store {
         let conn = Connection::open_in_memory().expect("in-memory SQLite");
-        conn.execute_batch(schema::SQL).expect("schema");
+        schema::create(&conn).expect("schema");
         conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?1)", [schema::SCHEMA_VERSION])
             .expect("meta");
         Store { conn }

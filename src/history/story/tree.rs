@@ -19,7 +19,7 @@ const CHILDREN: &str = "
 SELECT id, api_version, kind, name, uid, deleted_us
 FROM objects
 WHERE id IN (SELECT o.id FROM owners w JOIN object_rows o ON o.owner = w.id
-             WHERE w.cluster = (SELECT id FROM strings WHERE text = ?2) AND w.uid IN (?1, ?4))
+             WHERE w.cluster = (SELECT id FROM strings WHERE text = ?2) AND substr(w.uid, -4) IN (substr(?1, -4), substr(?4, -4)) AND w.uid IN (?1, ?4))
   AND (?3 IS NULL OR first_us <= ?3)
 ORDER BY kind, name, first_us";
 

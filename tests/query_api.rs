@@ -370,6 +370,15 @@ async fn verdicts_drift_feed_and_objects_over_http() {
         (objects["objects"][0]["firstSeen"].as_str(), objects["truncated"].as_bool()),
         (Some("2024-05-01T10:00:01.000000Z"), Some(false))
     );
+    // By UID (its last bytes on an index, then whole), in any cluster.
+    let (code, objects) = api.get(&format!("/v1/objects?uid={DEPLOY_UID}")).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        (objects["objects"].as_array().unwrap().len(), objects["objects"][0]["name"].as_str()),
+        (1, Some("web"))
+    );
+    let (_, none) = api.get("/v1/objects?uid=0d0d0d0d-0000-4000-8000-00000000ffff").await;
+    assert_eq!(none["objects"], json!([]));
     let (_, objects) = api.get("/v1/objects?name=web&limit=1").await;
     assert_eq!((objects["objects"].as_array().unwrap().len(), objects["truncated"].as_bool()), (1, Some(true)));
     assert_eq!(

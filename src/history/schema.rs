@@ -415,6 +415,20 @@ LEFT JOIN mutation_rows d ON d.id = (
                      OR subresource = (SELECT id FROM strings WHERE text = 'eviction'))
     ORDER BY m.time_us, m.id LIMIT 1);
 
+-- An object's identity as text, without what its mutations tell (its times, its tombstone):
+-- what a listing filters and orders by before it reads `objects` for the rows it keeps.
+CREATE VIEW IF NOT EXISTS object_names AS
+SELECT o.id AS id, c.text AS cluster, "#,
+    uuid_text!("o.uid"),
+    r#" AS uid, av.text AS api_version, k.text AS kind, ns.text AS namespace,
+       CASE WHEN typeof(o.name) = 'blob' THEN w.name || CAST(o.name AS TEXT) ELSE o.name END AS name
+FROM object_rows o
+JOIN strings c ON c.id = o.cluster
+JOIN strings av ON av.id = o.api_version
+JOIN strings k ON k.id = o.kind
+JOIN strings ns ON ns.id = o.namespace
+LEFT JOIN owners w ON w.id = o.owner;
+
 -- The rows as text, with the columns of schemas 1 and 2 (for SQL by hand; docs/history.md).
 CREATE VIEW IF NOT EXISTS objects AS
 SELECT o.id AS id, c.text AS cluster, "#,
@@ -726,6 +740,7 @@ DROP TABLE mutation_rows_old;",
 /// dropped.
 pub const BEFORE_CONVERT_4: &str = "
 DROP VIEW IF EXISTS objects;
+DROP VIEW IF EXISTS object_names;
 DROP VIEW IF EXISTS mutations;
 DROP VIEW IF EXISTS object_facts;
 DROP INDEX IF EXISTS object_rows_by_name;

@@ -63,6 +63,9 @@ fn sql_error(e: rusqlite::Error) -> ApiError {
 struct Filter {
     clauses: Vec<String>,
     args: Vec<Sql>,
+    /// The drift feed's `since`: its rows start no earlier than the first that can be this
+    /// recent (its clause is among `clauses` too).
+    since_us: Option<i64>,
 }
 
 impl Filter {
@@ -105,6 +108,24 @@ pub(super) async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Respo
         let p = Params::parse(query.as_deref(), OBJECT_PARAMS)?;
         let limit = p.limit()?;
         let mut f = Filter::default();
+        // A UID and a name are looked up on the indexes of `object_rows` first: its UID's last
+        // 4 bytes; its kind and its name's last 6 characters (every kind the store has, one
+        // seek each, when no kind is asked for). The columns of `object_names` then hold.
+        if let Some(uid) = p.get("uid") {
+            f.add(
+                "o.id IN (SELECT id FROM object_rows WHERE substr(uid, -4) IN (substr(?, -4), substr(?, -4)) AND uid IN (?, ?))",
+                [history::schema::id_value(uid), Sql::Text(uid.to_string()), history::schema::id_value(uid), Sql::Text(uid.to_string())],
+            );
+        }
+        if let Some(name) = p.get("name") {
+            f.add(
+                "o.id IN (SELECT id FROM object_rows WHERE kind IN (WITH RECURSIVE seen(v) AS (
+                     SELECT (SELECT min(kind) FROM object_rows)
+                     UNION ALL SELECT (SELECT min(kind) FROM object_rows WHERE kind > seen.v) FROM seen WHERE seen.v IS NOT NULL)
+                   SELECT v FROM seen WHERE v IS NOT NULL) AND substr(CAST(name AS TEXT), -6) = substr(?, -6))",
+                [Sql::Text(name.to_string())],
+            );
+        }
         for (param, column) in [("cluster", "o.cluster"), ("name", "o.name"), ("uid", "o.uid")] {
             if let Some(v) = p.get(param) {
                 f.add(&format!("{column} = ?"), [Sql::Text(v.to_string())]);
@@ -128,9 +149,13 @@ pub(super) async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Respo
 
 /// The objects matching `f`, at most `limit`, and whether there were more.
 fn find_objects(c: &Connection, f: &Filter, limit: usize) -> Result<(Vec<ObjectRef>, bool), ApiError> {
+    // Filtered and ordered on the objects' names (`object_names`), then read whole (`objects`,
+    // whose times and tombstone come from each object's mutations) for the page's rows only.
     let sql = format!(
         "SELECT o.cluster, o.api_version, o.kind, o.namespace, o.name, o.uid, o.parent_api_version, o.parent_kind, o.parent_name, o.parent_uid, \
-         o.first_us, o.last_us, o.deleted_us, o.deleted_by, o.deleted_audit_id FROM objects o{} ORDER BY o.kind, o.namespace, o.name, o.id LIMIT {}",
+         o.first_us, o.last_us, o.deleted_us, o.deleted_by, o.deleted_audit_id FROM objects o \
+         WHERE o.id IN (SELECT o.id FROM object_names o{} ORDER BY o.kind, o.namespace, o.name, o.id LIMIT {}) \
+         ORDER BY o.kind, o.namespace, o.name, o.id",
         f.sql(),
         limit + 1
     );
@@ -212,6 +237,7 @@ fn drift_filter(p: &Params) -> Result<(Filter, Option<After>, usize), ApiError> 
     }
     if let Some(t) = since {
         f.add("m.time_us >= ?", [Sql::Integer(t)]);
+        f.since_us = Some(t);
     }
     if let Some(t) = until {
         f.add("m.time_us < ?", [Sql::Integer(t)]);
@@ -272,6 +298,16 @@ fn cursor(text: &str) -> Option<(i64, i64)> {
     Some((t.parse().ok()?, id.parse().ok()?))
 }
 
+/// The first row whose time can be `?1` or later: the first of the blocks whose newest time is
+/// (`event_blocks_by_max`), or of the rows that hold their own event (an earlier schema's,
+/// or written by hand: `mutation_rows_by_time`). A block's bounds are its rows' times as the
+/// writer wrote them (retention narrows them).
+/// On the indexes by name: by its id order SQLite would walk each table (the blocks' data,
+/// every mutation's row) up to the first match.
+const FIRST_SINCE: &str = "SELECT min(x) FROM (
+    SELECT min(id) AS x FROM event_blocks INDEXED BY event_blocks_by_max WHERE max_us >= ?1
+    UNION ALL SELECT min(id) FROM mutation_rows INDEXED BY mutation_rows_by_time WHERE event IS NOT NULL AND time_us >= ?1)";
+
 /// The page's query: in storage order, after a row (`?`, the last parameter).
 fn drift_sql(f: &Filter, limit: usize) -> String {
     let and = if f.clauses.is_empty() { " WHERE" } else { " AND" };
@@ -294,6 +330,18 @@ fn drift_page(c: &Connection, f: &Filter, after: Option<After>, limit: usize) ->
         Some(a) => a.row(&tx)?,
         None => 0,
     };
+    let newest = || -> Result<i64, ApiError> {
+        let id: Option<i64> = tx.query_row("SELECT max(id) FROM mutations", [], |r| r.get(0)).map_err(sql_error)?;
+        Ok(id.unwrap_or(0))
+    };
+    // With `since`, the rows before the first that can be that recent are not read.
+    let after = match f.since_us {
+        None => after,
+        Some(t) => match tx.query_row(FIRST_SINCE, [t], |r| r.get::<_, Option<i64>>(0)).map_err(sql_error)? {
+            Some(first) => after.max(first - 1),
+            None => after.max(newest()?),
+        },
+    };
     let sql = drift_sql(f, limit);
     let mut stmt = tx.prepare_cached(&sql).map_err(sql_error)?;
     let args = f.args.iter().cloned().chain([Sql::Integer(after)]);
@@ -309,11 +357,7 @@ fn drift_page(c: &Connection, f: &Filter, after: Option<After>, limit: usize) ->
         Some(id) if more => (Some(id), id),
         // The last page: every row stored up to the newest was looked at, matched or not, and
         // a row stored later has a higher id.
-        _ => {
-            let newest: Option<i64> =
-                tx.query_row("SELECT max(id) FROM mutations", [], |r| r.get(0)).map_err(sql_error)?;
-            (None, newest.unwrap_or(0).max(after))
-        }
+        _ => (None, newest()?.max(after)),
     };
     let read = rows.len();
     let events: Vec<_> = rows.into_iter().filter_map(|(_, event)| event).collect();
@@ -404,6 +448,74 @@ mod tests {
         let empty = stored(&[]);
         let empty = drift_page(&empty, &f, None, 1).unwrap();
         assert_eq!((empty.events.len(), empty.next, empty.cursor), (0, None, "s0".to_string()));
+    }
+
+    /// `since` starts the feed at the first row that can be that recent (the blocks' newest
+    /// times, the rows that hold their own event): the same pages as reading every row.
+    #[test]
+    fn since_skips_only_rows_that_cannot_be_that_recent() {
+        let c = Connection::open_in_memory().unwrap();
+        crate::history::schema::create(&c).unwrap();
+        c.execute(
+            "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 2)",
+            [],
+        )
+        .unwrap();
+        // Three blocks of two rows (the fourth row late: stored after 40, stamped 15), then a
+        // row that holds its own event.
+        let blocks: [&[i64]; 3] = [&[10, 20], &[40, 15], &[50, 60]];
+        let mut id = 0;
+        for times in blocks {
+            let mut data = Vec::new();
+            for t in times {
+                id += 1;
+                c.execute(
+                    "INSERT INTO mutations (id, object_id, time_us, audit_id, verb, user, class, event) VALUES (?1, 1, ?2, ?3, 'update', 'u', 'drift', NULL)",
+                    rusqlite::params![id, t, format!("a{id}")],
+                )
+                .unwrap();
+                data.extend_from_slice(format!("{{\"t\":{t}}}\n").as_bytes());
+            }
+            let frame = zstd::bulk::compress(&data, 3).unwrap();
+            c.execute(
+                "INSERT INTO event_blocks (id, last_id, min_us, max_us, dictionary, data) VALUES (?1, ?2, ?3, ?4, 0, ?5)",
+                rusqlite::params![id - 1, id, times.iter().min(), times.iter().max(), frame],
+            )
+            .unwrap();
+        }
+        c.execute(
+            "INSERT INTO mutations (object_id, time_us, audit_id, verb, user, class, event) VALUES (1, 30, 'a7', 'update', 'u', 'drift', '{\"t\":30}')",
+            [],
+        )
+        .unwrap();
+        for since in [0, 10, 11, 16, 21, 30, 35, 41, 45, 55, 60, 61, 100] {
+            let mut every = Filter::default();
+            every.add(&class_clause("drift"), []);
+            every.add("m.time_us >= ?", [Sql::Integer(since)]);
+            let floor = Filter { since_us: Some(since), clauses: every.clauses.clone(), args: every.args.clone() };
+            for limit in [1, 2, 10] {
+                let (mut a, mut b) = (None, None);
+                loop {
+                    let (pa, pb) =
+                        (drift_page(&c, &floor, a, limit).unwrap(), drift_page(&c, &every, b, limit).unwrap());
+                    assert_eq!((times(&pa), &pa.next), (times(&pb), &pb.next), "since {since}, limit {limit}");
+                    assert_eq!(pa.cursor, pb.cursor, "since {since}, limit {limit}");
+                    match pa.next {
+                        Some(n) => (a, b) = (After::parse(&n), After::parse(&n)),
+                        None => break,
+                    }
+                }
+            }
+        }
+        let mut f = Filter::default();
+        f.add(&class_clause("drift"), []);
+        f.add("m.time_us >= ?", [Sql::Integer(45)]);
+        f.since_us = Some(45);
+        let page = drift_page(&c, &f, None, 10).unwrap();
+        assert_eq!(
+            (times(&page), page.cursor.as_str()),
+            (vec![r#"{"t":50}"#.to_string(), r#"{"t":60}"#.to_string()], "s7")
+        );
     }
 
     #[test]

@@ -13,9 +13,8 @@ const COLUMNS: &str =
     "id, cluster, api_version, kind, namespace, name, uid, parent_api_version, parent_kind, parent_name, parent_uid,
                        first_us, last_us, deleted_us, deleted_by, deleted_audit_id";
 
-/// Every distinct value of `column` of `object_rows` (`kind`, on `object_rows_by_name`;
-/// `cluster`, on the `(cluster, uid)` index), by a loose index scan: one seek per value, each
-/// named by its text.
+/// Every distinct value of `column` of `object_rows` (`kind`, on `object_rows_by_name`), by a
+/// loose index scan: one seek per value, each named by its text.
 fn distinct(column: &str) -> String {
     format!(
         "
@@ -54,22 +53,17 @@ pub(super) fn one(conn: &Connection, q: &StoryQuery) -> Result<Found, StoryError
 /// Every object `q` names.
 fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
     if let Some(uid) = q.uid.as_deref().filter(|u| !u.is_empty()) {
-        // A UID is looked up on `object_rows_by_uid` (its last 4 bytes), per cluster.
-        let clusters: Vec<String> = match &q.cluster {
-            Some(c) => vec![c.clone()],
-            None => conn.prepare(&distinct("cluster"))?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?,
-        };
-        // The UID as rows keep it (16 bytes for a UUID), or as text (a row of an earlier schema).
+        // A UID is looked up on `object_rows_by_uid` (its last 4 bytes), in every cluster or
+        // the one asked for. The UID as rows keep it (16 bytes for a UUID), or as text (a row of
+        // an earlier schema).
         let mut stmt = conn.prepare(&format!(
             "SELECT {COLUMNS} FROM objects WHERE id IN
-             (SELECT id FROM object_rows WHERE cluster = (SELECT id FROM strings WHERE text = ?1) AND substr(uid, -4) IN (substr(?2, -4), substr(?3, -4)) AND uid IN (?2, ?3))"
+             (SELECT id FROM object_rows WHERE substr(uid, -4) IN (substr(?2, -4), substr(?3, -4)) AND uid IN (?2, ?3)
+                AND (?1 IS NULL OR cluster = (SELECT id FROM strings WHERE text = ?1)))"
         ))?;
-        let mut rows = Vec::new();
-        for cluster in &clusters {
-            for f in stmt.query_map(params![cluster, crate::history::schema::id_value(uid), uid], row)? {
-                rows.push(f?);
-            }
-        }
+        let rows = stmt
+            .query_map(params![q.cluster, crate::history::schema::id_value(uid), uid], row)?
+            .collect::<Result<Vec<_>, _>>()?;
         // Whatever else the question says must hold too.
         return Ok(rows
             .into_iter()

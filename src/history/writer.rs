@@ -733,8 +733,12 @@ impl SizePace {
     /// its index entries.
     const FIRST_GUESS: u64 = 2048;
 
-    fn new(max_bytes: u64) -> SizePace {
-        SizePace { max_bytes, per_event: Self::FIRST_GUESS, growth: max_bytes / Self::SHARE }
+    /// The first guess of a transaction's growth: its most events at [`Self::FIRST_GUESS`]
+    /// each, within its share of the bound (a pass at start leaves that much room: 41 MB of a
+    /// 10 GiB bound, not its twentieth).
+    fn new(max_bytes: u64, max_events: usize) -> SizePace {
+        let growth = (max_bytes / Self::SHARE).min(Self::FIRST_GUESS.saturating_mul(max_events as u64));
+        SizePace { max_bytes, per_event: Self::FIRST_GUESS, growth }
     }
 
     fn bounded(&self) -> bool {
@@ -787,7 +791,7 @@ where
 {
     std::thread::Builder::new().name("history-writer".into()).spawn(move || {
         let mut held: Vec<B> = Vec::new();
-        let mut due = Due { since: 0, last: Instant::now(), pace: SizePace::new(store.retention.max_bytes) };
+        let mut due = Due { since: 0, last: Instant::now(), pace: SizePace::new(store.retention.max_bytes, opts.max_events_per_transaction) };
         while let Some(first) = queue.next() {
             let mut events = first.len();
             held.push(first);

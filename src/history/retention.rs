@@ -373,8 +373,12 @@ mod tests {
             .unwrap();
             c
         };
-        let count = |c: &Connection| c.query_row("SELECT count(*) FROM mutation_rows", [], |r| r.get::<_, i64>(0)).unwrap();
-        let (slow, quick) = (Pace { time: std::time::Duration::from_secs(600), chunk_max: 100 }, Pace { time: std::time::Duration::ZERO, chunk_max: 100 });
+        let count =
+            |c: &Connection| c.query_row("SELECT count(*) FROM mutation_rows", [], |r| r.get::<_, i64>(0)).unwrap();
+        let (slow, quick) = (
+            Pace { time: std::time::Duration::from_secs(600), chunk_max: 100 },
+            Pace { time: std::time::Duration::ZERO, chunk_max: 100 },
+        );
         // By age: 1,000 rows older than the cutoff; a quick pass removes one chunk.
         let by_age = Retention { max_age: Duration::from_secs(1_000), max_bytes: 0 };
         let mut c = store(2_000);
@@ -396,7 +400,10 @@ mod tests {
         let (mut c, r, budget) = sized();
         let quick_done = paced(&mut c, &r, i64::MAX, 0, quick).unwrap().mutations;
         let left = used_bytes(&c).unwrap();
-        assert!(left <= budget && left > budget / 10 * 9, "within the bound, not cut to 90 % of it: {left} of {budget}");
+        assert!(
+            left <= budget && left > budget / 10 * 9,
+            "within the bound, not cut to 90 % of it: {left} of {budget}"
+        );
         let (mut c, r, budget) = sized();
         let slow_done = paced(&mut c, &r, i64::MAX, 0, slow).unwrap().mutations;
         let left = used_bytes(&c).unwrap();

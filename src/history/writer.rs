@@ -791,7 +791,11 @@ where
 {
     std::thread::Builder::new().name("history-writer".into()).spawn(move || {
         let mut held: Vec<B> = Vec::new();
-        let mut due = Due { since: 0, last: Instant::now(), pace: SizePace::new(store.retention.max_bytes, opts.max_events_per_transaction) };
+        let mut due = Due {
+            since: 0,
+            last: Instant::now(),
+            pace: SizePace::new(store.retention.max_bytes, opts.max_events_per_transaction),
+        };
         while let Some(first) = queue.next() {
             let mut events = first.len();
             held.push(first);

@@ -475,6 +475,51 @@ fn size_retention_holds_its_bound_under_load() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A writer whose queue closes before a pass was due (a short `replay`: fewer transactions
+/// than a pass waits for) still leaves the store as its age says.
+#[test]
+fn the_writer_runs_a_last_pass_when_its_queue_closes() {
+    use kausality_stream::history::writer::{self, Report, WriterOptions};
+    let (dir, path) = temp_store("last-pass");
+    let mut p = processor(ModelConfig::default(), 0);
+    let mut out = Vec::new();
+    feed(&mut p, &corpus_lines(3, 3_000), &mut out);
+    p.flush(0, &mut out);
+    let times: Vec<i64> = out.iter().map(|e| parse_rfc3339_micros(&e.stage_timestamp).unwrap()).collect();
+    let (oldest, newest) = (*times.iter().min().unwrap(), *times.iter().max().unwrap());
+    assert!(newest - oldest > 2_000_000, "the stream spans {} µs", newest - oldest);
+    let max_age = Duration::from_micros(((newest - oldest) / 2) as u64);
+    let cutoff = newest - (newest - oldest) / 2;
+    let older = times.iter().filter(|t| **t < cutoff).count();
+    assert!(older > 0 && older < times.len());
+    let store = Store::open(&path, Retention { max_age, max_bytes: 0 }).unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<Enriched>>(4);
+    tx.send(out.clone()).unwrap();
+    drop(tx);
+    let removed = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let seen = removed.clone();
+    writer::spawn(store, rx, WriterOptions::default(), move |r| {
+        if let Report::Retained(r) = r {
+            seen.fetch_add(r.mutations, std::sync::atomic::Ordering::Relaxed);
+        }
+    })
+    .unwrap()
+    .join()
+    .unwrap();
+    let conn = history::open(&path, Mode::Read).unwrap();
+    // One transaction, no pass due: the last one removed every mutation older than the
+    // cutoff (but the row stored last, which stays whatever its time).
+    let left_older = count(
+        &conn,
+        &format!("SELECT count(*) FROM mutations WHERE time_us < {cutoff} AND id < (SELECT max(id) FROM mutations)"),
+    );
+    assert_eq!(left_older, 0);
+    let kept_last = count(&conn, &format!("SELECT count(*) FROM mutations WHERE time_us < {cutoff}"));
+    assert_eq!(removed.load(std::sync::atomic::Ordering::Relaxed), (older as i64 - kept_last) as u64);
+    assert_eq!(count(&conn, "SELECT count(*) FROM mutations"), (times.len() - older) as i64 + kept_last);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn the_writer_thread_groups_queued_batches_and_reports_each_transaction() {
     use kausality_stream::history::writer::{self, Report, WriterOptions};

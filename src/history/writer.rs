@@ -777,7 +777,7 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Starts the writer thread: it takes batches from `queue` until it is closed, writes each
 /// group of waiting batches in one transaction, runs the retention now and then, and calls
-/// `report` after each step. Ends with a checkpoint once the queue is closed and drained.
+/// `report` after each step. Ends with a retention pass and a checkpoint once the queue is closed and drained.
 pub fn spawn<B, Q, R>(
     mut store: Store,
     mut queue: Q,
@@ -834,6 +834,13 @@ where
                 rest -= n;
                 due.wrote(&mut store, n, before, &opts, &mut report);
             }
+        }
+        // A last pass once the queue is closed: a short `replay` (fewer transactions than a
+        // pass waits for) leaves the store as its age and size say too, and so does a stop.
+        match store.retain_at(crate::shell::now_us(), 0) {
+            Ok(r) if r.mutations > 0 || r.objects > 0 => report(Report::Retained(r)),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "history store: retention failed"),
         }
         if let Err(e) = store.checkpoint() {
             tracing::debug!(error = %e, "history store: final checkpoint");

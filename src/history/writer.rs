@@ -699,6 +699,9 @@ pub struct WriterOptions {
     pub retry_after_stop: Duration,
     /// End the thread at the first failure (`replay`), reporting what is lost.
     pub give_up_at_once: bool,
+    /// Once the queue is closed, run passes until one removes nothing (`replay`: nothing is
+    /// waiting to be written); else one pass, as long as any (a stop).
+    pub retain_to_the_end: bool,
 }
 
 impl Default for WriterOptions {
@@ -709,6 +712,7 @@ impl Default for WriterOptions {
             retention_every: Duration::from_secs(10),
             retry_after_stop: Duration::from_secs(5),
             give_up_at_once: false,
+            retain_to_the_end: false,
         }
     }
 }
@@ -837,10 +841,19 @@ where
         }
         // A last pass once the queue is closed: a short `replay` (fewer transactions than a
         // pass waits for) leaves the store as its age and size say too, and so does a stop.
-        match store.retain_at(crate::shell::now_us(), 0) {
-            Ok(r) if r.mutations > 0 || r.objects > 0 => report(Report::Retained(r)),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "history store: retention failed"),
+        // A pass stops after 250 ms once the bound holds; `replay` goes on to the end.
+        loop {
+            match store.retain_at(crate::shell::now_us(), 0) {
+                Ok(r) if r.mutations > 0 || r.objects > 0 => {
+                    report(Report::Retained(r));
+                    if opts.retain_to_the_end {
+                        continue;
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "history store: retention failed"),
+            }
+            break;
         }
         if let Err(e) = store.checkpoint() {
             tracing::debug!(error = %e, "history store: final checkpoint");

@@ -66,7 +66,7 @@ impl HistoryOut {
                 Report::Failing(_) | Report::Recovered | Report::Retained(_) => {}
             }
         };
-        let opts = WriterOptions { give_up_at_once: true, ..WriterOptions::default() };
+        let opts = WriterOptions { give_up_at_once: true, retain_to_the_end: true, ..WriterOptions::default() };
         let thread = writer::spawn(store, rx, opts, report)?;
         Ok(HistoryOut { queue: Some(queue), pending: Vec::with_capacity(BATCH), thread: Some(thread), shared })
     }

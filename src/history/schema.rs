@@ -565,6 +565,9 @@ CREATE TRIGGER IF NOT EXISTS mutations_update INSTEAD OF UPDATE ON mutations BEG
     r#"),
         event = CASE WHEN new.event IS old.event THEN event ELSE new.event END
     WHERE id = old.id;
+    -- Its block's bounds hold its new time too (retention and the feed's `since` go by them).
+    UPDATE event_blocks SET min_us = min(min_us, new.time_us), max_us = max(max_us, new.time_us)
+    WHERE id = (SELECT max(id) FROM event_blocks WHERE id <= old.id) AND last_id >= old.id;
 END;
 CREATE TRIGGER IF NOT EXISTS mutations_delete INSTEAD OF DELETE ON mutations BEGIN
     DELETE FROM mutation_rows WHERE id = old.id;

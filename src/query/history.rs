@@ -300,8 +300,8 @@ fn cursor(text: &str) -> Option<(i64, i64)> {
 
 /// The first row whose time can be `?1` or later: the first of the blocks whose newest time is
 /// (`event_blocks_by_max`), or of the rows that hold their own event (an earlier schema's,
-/// or written by hand: `mutation_rows_by_time`). A block's bounds are its rows' times as the
-/// writer wrote them (retention narrows them).
+/// or written by hand: `mutation_rows_by_time`). A block's bounds hold its rows' times
+/// (retention narrows them; a time changed through the `mutations` view widens them).
 /// On the indexes by name: by its id order SQLite would walk each table (the blocks' data,
 /// every mutation's row) up to the first match.
 const FIRST_SINCE: &str = "SELECT min(x) FROM (
@@ -507,6 +507,24 @@ mod tests {
                 }
             }
         }
+        // A row of the first block given a later time by hand: its block's bounds follow, and
+        // a `since` after the block's old newest time still finds it.
+        c.execute("UPDATE mutations SET time_us = 70 WHERE id = 2", []).unwrap();
+        assert_eq!(
+            c.query_row("SELECT min_us, max_us FROM event_blocks WHERE id = 1", [], |r| Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?
+            )))
+            .unwrap(),
+            (10, 70)
+        );
+        let mut f = Filter::default();
+        f.add(&class_clause("drift"), []);
+        f.add("m.time_us >= ?", [Sql::Integer(65)]);
+        f.since_us = Some(65);
+        let page = drift_page(&c, &f, None, 10).unwrap();
+        assert_eq!(page.events.len(), 1, "the row moved to 70, in the first block");
+        c.execute("UPDATE mutations SET time_us = 20 WHERE id = 2", []).unwrap();
         let mut f = Filter::default();
         f.add(&class_clause("drift"), []);
         f.add("m.time_us >= ?", [Sql::Integer(45)]);

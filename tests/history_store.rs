@@ -1094,21 +1094,62 @@ fn a_store_of_schema_2_is_converted_by_the_writer_with_every_row_as_it_was() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// What the conversion tests write: a person's scale of a ReplicaSet put back by its
+/// controller (a drift, with its revert), a pod deleted and replaced by another.
+struct Converting {
+    rs: ObjRef,
+    out: Vec<Enriched>,
+    /// Each event's JSON as the jsonl sink writes it.
+    want: std::collections::HashMap<(String, String), Vec<u8>>,
+}
+
+impl Converting {
+    fn new() -> Converting {
+        let mut api = ApiServer::new();
+        let mut events = Vec::new();
+        let (_, rs, pods) = tree(&mut api, &mut events);
+        let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
+        let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
+        let del = api.delete("carol@example.com", &pods[1], &[]);
+        let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
+        events.extend([by_hand, back.clone(), del, replacement]);
+        let out = run(&events);
+        assert_eq!(class_of(&out, &back), Class::Drift);
+        let want = json_by_key(&out);
+        Converting { rs, out, want }
+    }
+
+    /// The JSON of the ReplicaSet's events among `events`.
+    fn rs_events(&self, events: &[Enriched]) -> Vec<Vec<u8>> {
+        events
+            .iter()
+            .filter(|e| *e.object.uid == *self.rs.uid)
+            .map(|e| self.want[&(e.audit_id.to_string(), e.object.uid.to_string())].clone())
+            .collect()
+    }
+
+    /// The ReplicaSet's story in the store: its writes' events, and how many were reverted.
+    fn rs_story(&self, conn: &Connection) -> (Vec<Vec<u8>>, usize) {
+        let q = history::story::StoryQuery {
+            kind: "ReplicaSet".into(),
+            namespace: Some(self.rs.namespace.clone()),
+            name: Some(self.rs.name.clone()),
+            ..Default::default()
+        };
+        let s = history::story::build(conn, &q).unwrap();
+        (
+            s.writes.iter().map(|w| w.event.get().as_bytes().to_vec()).collect(),
+            s.writes.iter().filter(|w| !w.reverted_by.is_empty()).count(),
+        )
+    }
+}
+
 #[test]
 fn a_store_of_schema_3_is_converted_by_the_writer_with_every_row_as_it_was() {
     let (dir, path) = temp_store("schema-3");
-    let mut api = ApiServer::new();
-    let mut events = Vec::new();
-    let (_, rs, pods) = tree(&mut api, &mut events);
-    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
-    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
-    let del = api.delete("carol@example.com", &pods[1], &[]);
-    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
-    events.extend([by_hand, back.clone(), del, replacement]);
-    let out = run(&events);
-    assert_eq!(class_of(&out, &back), Class::Drift);
-    let (old, new) = out.split_at(out.len() - 1);
-    let want = json_by_key(&out);
+    let c = Converting::new();
+    let (rs, want) = (&c.rs, &c.want);
+    let (old, new) = c.out.split_at(c.out.len() - 1);
     // Written by this build, then made a store of schema 3: the objects' rows held their times
     // and tombstone, the mutations' rows their names; the blocks each event whole, as the
     // jsonl sink writes it.
@@ -1155,22 +1196,7 @@ fn a_store_of_schema_3_is_converted_by_the_writer_with_every_row_as_it_was() {
     let (mut store, conn) = converted(&path, "3");
     // Every row as it was, with its id; every event byte for byte as schema 3 kept it.
     assert_eq!(all_rows(&conn), rows_before);
-    let rs_query = history::story::StoryQuery {
-        kind: "ReplicaSet".into(),
-        namespace: Some(rs.namespace.clone()),
-        name: Some(rs.name.clone()),
-        ..Default::default()
-    };
-    let rs_events = |events: &[Enriched]| -> Vec<Vec<u8>> {
-        events
-            .iter()
-            .filter(|e| *e.object.uid == *rs.uid)
-            .map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].clone())
-            .collect()
-    };
-    let story = history::story::build(&conn, &rs_query).unwrap();
-    assert_eq!(story.writes.iter().map(|w| w.event.get().as_bytes().to_vec()).collect::<Vec<_>>(), rs_events(old));
-    assert_eq!(story.writes.iter().filter(|w| !w.reverted_by.is_empty()).count(), 1);
+    assert_eq!(c.rs_story(&conn), (c.rs_events(old), 1));
     // The same events again add nothing; a new one goes into a block of schema 4 (its auditID
     // and its object's UID left out) and reads back byte for byte after the old ones.
     let w = store.write(&[old]).unwrap();
@@ -1239,18 +1265,9 @@ CREATE VIEW mutations AS SELECT m.id AS id, m.time_us AS time_us FROM mutation_r
 #[test]
 fn a_store_of_schema_4_is_converted_by_the_writer_with_every_row_as_it_was() {
     let (dir, path) = temp_store("schema-4");
-    let mut api = ApiServer::new();
-    let mut events = Vec::new();
-    let (_, rs, pods) = tree(&mut api, &mut events);
-    let by_hand = api.update("alice@example.com", &rs, |r| r["spec"]["replicas"] = json!(5));
-    let back = api.update(DEPLOYMENT_CONTROLLER, &rs, |r| r["spec"]["replicas"] = json!(3));
-    let del = api.delete("carol@example.com", &pods[1], &[]);
-    let (_, replacement) = api.create(REPLICASET_CONTROLLER, pod(&rs, "d", "web:1"));
-    events.extend([by_hand, back.clone(), del, replacement]);
-    let out = run(&events);
-    assert_eq!(class_of(&out, &back), Class::Drift);
-    let (old, new) = out.split_at(out.len() - 1);
-    let want = json_by_key(&out);
+    let c = Converting::new();
+    let want = &c.want;
+    let (old, new) = c.out.split_at(c.out.len() - 1);
     // Written by this build, then made a store of schema 4: whole times in the mutations'
     // rows, the objects' (cluster, uid) unique, UIDs and auditIDs indexed whole.
     let written = Store::open(&path, keep_all()).unwrap().write(&[old]).unwrap();
@@ -1272,25 +1289,7 @@ fn a_store_of_schema_4_is_converted_by_the_writer_with_every_row_as_it_was() {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_micros() as i64;
     assert!((now - epoch).abs() < 600_000_000, "epoch {epoch}, now {now}");
     assert_eq!(count(&conn, &format!("SELECT count(*) FROM mutation_rows WHERE at_us + {epoch} != time_us")), 0);
-    let story = |conn: &Connection| {
-        let q = history::story::StoryQuery {
-            kind: "ReplicaSet".into(),
-            namespace: Some(rs.namespace.clone()),
-            name: Some(rs.name.clone()),
-            ..Default::default()
-        };
-        let s = history::story::build(conn, &q).unwrap();
-        (
-            s.writes.iter().map(|w| w.event.get().as_bytes().to_vec()).collect::<Vec<_>>(),
-            s.writes.iter().filter(|w| !w.reverted_by.is_empty()).count(),
-        )
-    };
-    let rs_events: Vec<Vec<u8>> = old
-        .iter()
-        .filter(|e| *e.object.uid == *rs.uid)
-        .map(|e| want[&(e.audit_id.to_string(), e.object.uid.to_string())].clone())
-        .collect();
-    assert_eq!(story(&conn), (rs_events, 1));
+    assert_eq!(c.rs_story(&conn), (c.rs_events(old), 1));
     // The same events again add nothing, not even an object's row (looked up by its UID's last
     // bytes); a new one reads back byte for byte after them.
     let w = store.write(&[old]).unwrap();

@@ -216,8 +216,8 @@ pub fn convert(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let done = (|| {
         let (before, after) = match from.as_str() {
-            "3" => (schema::BEFORE_CONVERT_3, schema::CONVERT_3),
-            "4" => (schema::BEFORE_CONVERT_4, schema::CONVERT_4),
+            "3" => (schema::BEFORE_CONVERT, schema::CONVERT_3),
+            "4" => (schema::BEFORE_CONVERT, schema::CONVERT_4),
             _ => {
                 conn.execute_batch(
                     "ALTER TABLE objects RENAME TO objects_old;

@@ -72,7 +72,8 @@ const CHUNK_MIN: i64 = 64;
 /// A pass runs on the writer's thread, which writes nothing meanwhile; removing a mutation
 /// costs about twice writing it (31-37 µs on the 10-million-mutation store of
 /// docs/performance.md), so cutting a 10 GiB store to 90 % at once would stop the writer for
-/// minutes. Past this, the age pass and the cut toward 90 % go on at the next pass.
+/// minutes. Past this, the age pass leaves its next chunks to the next pass, and the size pass
+/// stops once within the bound instead of cutting to 90 % of it.
 const PASS_TIME: std::time::Duration = std::time::Duration::from_millis(250);
 
 /// How much one pass does: past `time`, only what keeps the bound; `chunk_max` mutations a

@@ -32,6 +32,13 @@ pub const CLASS_IDS: [(i64, &str); 8] = [
     (8, "unknown-parent"),
 ];
 
+/// Every kind of `object_rows` (`v`, its integer), by a loose index scan of
+/// `object_rows_by_name`: one seek per kind, not a read of every row.
+pub const KINDS: &str = "WITH RECURSIVE seen(v) AS (
+    SELECT (SELECT min(kind) FROM object_rows)
+    UNION ALL SELECT (SELECT min(kind) FROM object_rows WHERE kind > seen.v) FROM seen WHERE seen.v IS NOT NULL)
+SELECT v FROM seen WHERE v IS NOT NULL";
+
 /// The integer of a class (`classes.id`).
 pub fn class_id(class: &str) -> Option<i64> {
     CLASS_IDS.iter().find(|(_, c)| *c == class).map(|(id, _)| *id)
@@ -690,25 +697,29 @@ DROP TABLE objects_old;
     keep_past!()
 );
 
-/// Before [`SQL`], when a store of schema 3 is converted: what 4 made anew set aside (the
-/// objects' rows, which held their times and tombstone, renamed `object_rows_old`).
-pub const BEFORE_CONVERT_3: &str = "
+/// Before [`SQL`], when a store of schema 3 or 4 is converted: its objects' and mutations'
+/// rows set aside (renamed `*_old`: in 3 the objects' rows held their times and tombstone, in 4
+/// their table had an index of the whole UID and the mutations' rows their whole times), the
+/// views over them and the indexes whose names or keys [`SQL`] makes anew dropped.
+pub const BEFORE_CONVERT: &str = "
 DROP VIEW IF EXISTS objects;
+DROP VIEW IF EXISTS object_names;
 DROP VIEW IF EXISTS mutations;
+DROP VIEW IF EXISTS object_facts;
 DROP INDEX IF EXISTS object_rows_by_name;
 DROP INDEX IF EXISTS object_rows_by_owner;
+DROP INDEX IF EXISTS owners_by_uid;
+DROP INDEX IF EXISTS revert_rows_by_origin;
 DROP INDEX IF EXISTS mutation_rows_by_object;
 DROP INDEX IF EXISTS mutation_rows_by_time;
 DROP INDEX IF EXISTS mutations_drift_seq;
 DROP INDEX IF EXISTS mutations_origin_seq;
 DROP INDEX IF EXISTS mutations_undetermined_seq;
 DROP INDEX IF EXISTS mutations_unknown_parent_seq;
-DROP INDEX IF EXISTS owners_by_uid;
-DROP INDEX IF EXISTS revert_rows_by_origin;
 ALTER TABLE object_rows RENAME TO object_rows_old;
 ALTER TABLE mutation_rows RENAME TO mutation_rows_old;";
 
-/// Converts a store of schema 3 (after [`BEFORE_CONVERT_3`] and [`SQL`]), in the caller's
+/// Converts a store of schema 3 (after [`BEFORE_CONVERT`] and [`SQL`]), in the caller's
 /// transaction: the objects' rows copied with their ids, their times and tombstones kept in
 /// `object_past` where their mutations say otherwise.
 pub const CONVERT_3: &str = concat!(
@@ -737,29 +748,7 @@ DROP TABLE mutation_rows_old;",
     keep_past!()
 );
 
-/// Before [`SQL`], when a store of schema 4 is converted: its objects' rows (their table had
-/// an index of the whole UID, `UNIQUE (cluster, uid)`) and its mutations' rows (their time
-/// was stored whole) set aside, the views over them and the indexes whose names [`SQL`] uses
-/// dropped.
-pub const BEFORE_CONVERT_4: &str = "
-DROP VIEW IF EXISTS objects;
-DROP VIEW IF EXISTS object_names;
-DROP VIEW IF EXISTS mutations;
-DROP VIEW IF EXISTS object_facts;
-DROP INDEX IF EXISTS object_rows_by_name;
-DROP INDEX IF EXISTS object_rows_by_owner;
-DROP INDEX IF EXISTS owners_by_uid;
-DROP INDEX IF EXISTS revert_rows_by_origin;
-DROP INDEX IF EXISTS mutation_rows_by_object;
-DROP INDEX IF EXISTS mutation_rows_by_time;
-DROP INDEX IF EXISTS mutations_drift_seq;
-DROP INDEX IF EXISTS mutations_origin_seq;
-DROP INDEX IF EXISTS mutations_undetermined_seq;
-DROP INDEX IF EXISTS mutations_unknown_parent_seq;
-ALTER TABLE object_rows RENAME TO object_rows_old;
-ALTER TABLE mutation_rows RENAME TO mutation_rows_old;";
-
-/// Converts a store of schema 4 (after [`BEFORE_CONVERT_4`] and [`SQL`]), in the caller's
+/// Converts a store of schema 4 (after [`BEFORE_CONVERT`] and [`SQL`]), in the caller's
 /// transaction: the objects' and the mutations' rows copied with their ids, each time as its
 /// distance from the store's epoch.
 pub const CONVERT_4: &str = concat!(

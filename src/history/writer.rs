@@ -781,7 +781,8 @@ const RETRY_MAX: Duration = Duration::from_secs(2);
 
 /// Starts the writer thread: it takes batches from `queue` until it is closed, writes each
 /// group of waiting batches in one transaction, runs the retention now and then, and calls
-/// `report` after each step. Ends with a retention pass and a checkpoint once the queue is closed and drained.
+/// `report` after each step. Ends with retention and a checkpoint once the queue is closed and
+/// drained.
 pub fn spawn<B, Q, R>(
     mut store: Store,
     mut queue: Q,
@@ -842,19 +843,7 @@ where
         // A last pass once the queue is closed: a short `replay` (fewer transactions than a
         // pass waits for) leaves the store as its age and size say too, and so does a stop.
         // A pass stops after 250 ms once the bound holds; `replay` goes on to the end.
-        loop {
-            match store.retain_at(crate::shell::now_us(), 0) {
-                Ok(r) if r.mutations > 0 || r.objects > 0 => {
-                    report(Report::Retained(r));
-                    if opts.retain_to_the_end {
-                        continue;
-                    }
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "history store: retention failed"),
-            }
-            break;
-        }
+        while retention_pass(&mut store, 0, &mut report) && opts.retain_to_the_end {}
         if let Err(e) = store.checkpoint() {
             tracing::debug!(error = %e, "history store: final checkpoint");
         }
@@ -890,12 +879,23 @@ impl Due {
             self.last = Instant::now();
             // Room for the next transaction, as large as the last ones (the WAL included).
             let headroom = if self.pace.bounded() { self.pace.growth } else { 0 };
-            match store.retain_at(crate::shell::now_us(), headroom) {
-                Ok(r) if r.mutations > 0 || r.objects > 0 => report(Report::Retained(r)),
-                Ok(_) => {}
-                // Writing goes on; the next pass tries again.
-                Err(e) => tracing::warn!(error = %e, "history store: retention failed"),
-            }
+            retention_pass(store, headroom, report);
+        }
+    }
+}
+
+/// One retention pass leaving `headroom` bytes under the bound, reported when it removed
+/// something; whether it did. A failure is logged: writing goes on, the next pass tries again.
+fn retention_pass<R: FnMut(Report)>(store: &mut Store, headroom: u64, report: &mut R) -> bool {
+    match store.retain_at(crate::shell::now_us(), headroom) {
+        Ok(r) if r.mutations > 0 || r.objects > 0 => {
+            report(Report::Retained(r));
+            true
+        }
+        Ok(_) => false,
+        Err(e) => {
+            tracing::warn!(error = %e, "history store: retention failed");
+            false
         }
     }
 }

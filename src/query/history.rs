@@ -119,10 +119,10 @@ pub(super) async fn objects(State(s): State<Arc<QueryState>>, uri: Uri) -> Respo
         }
         if let Some(name) = p.get("name") {
             f.add(
-                "o.id IN (SELECT id FROM object_rows WHERE kind IN (WITH RECURSIVE seen(v) AS (
-                     SELECT (SELECT min(kind) FROM object_rows)
-                     UNION ALL SELECT (SELECT min(kind) FROM object_rows WHERE kind > seen.v) FROM seen WHERE seen.v IS NOT NULL)
-                   SELECT v FROM seen WHERE v IS NOT NULL) AND substr(CAST(name AS TEXT), -6) = substr(?, -6))",
+                &format!(
+                    "o.id IN (SELECT id FROM object_rows WHERE kind IN ({}) AND substr(CAST(name AS TEXT), -6) = substr(?, -6))",
+                    history::schema::KINDS
+                ),
                 [Sql::Text(name.to_string())],
             );
         }
@@ -390,8 +390,8 @@ mod tests {
         }
     }
 
-    /// A store whose rows (ids 1, 2, ...) have these times, in µs.
-    fn stored(times: &[i64]) -> Connection {
+    /// A store in memory that holds one pod (`objects.id` 1) and none of its writes.
+    fn one_pod() -> Connection {
         let c = Connection::open_in_memory().unwrap();
         crate::history::schema::create(&c).unwrap();
         c.execute(
@@ -399,6 +399,12 @@ mod tests {
             [],
         )
         .unwrap();
+        c
+    }
+
+    /// A store whose rows (ids 1, 2, ...) have these times, in µs.
+    fn stored(times: &[i64]) -> Connection {
+        let c = one_pod();
         for (i, t) in times.iter().enumerate() {
             c.execute(
                 "INSERT INTO mutations (object_id, time_us, audit_id, verb, user, class, event) VALUES (1, ?1, ?2, 'update', 'u', 'drift', ?3)",
@@ -454,13 +460,7 @@ mod tests {
     /// times, the rows that hold their own event): the same pages as reading every row.
     #[test]
     fn since_skips_only_rows_that_cannot_be_that_recent() {
-        let c = Connection::open_in_memory().unwrap();
-        crate::history::schema::create(&c).unwrap();
-        c.execute(
-            "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 2)",
-            [],
-        )
-        .unwrap();
+        let c = one_pod();
         // Three blocks of two rows (the fourth row late: stored after 40, stamped 15), then a
         // row that holds its own event.
         let blocks: [&[i64]; 3] = [&[10, 20], &[40, 15], &[50, 60]];
@@ -538,13 +538,7 @@ mod tests {
 
     #[test]
     fn each_class_is_found_and_only_signal_classes_have_an_index() {
-        let c = Connection::open_in_memory().unwrap();
-        crate::history::schema::create(&c).unwrap();
-        c.execute(
-            "INSERT INTO objects (cluster, uid, api_version, kind, namespace, name, first_us, last_us) VALUES ('c', 'u', 'v1', 'Pod', 'ns', 'p', 1, 2)",
-            [],
-        )
-        .unwrap();
+        let c = one_pod();
         for (i, class) in Class::ALL.iter().chain(Class::ALL.iter()).enumerate() {
             c.execute(
                 "INSERT INTO mutations (object_id, time_us, audit_id, verb, user, class, event) VALUES (1, ?1, ?2, 'update', 'u', ?3, ?4)",

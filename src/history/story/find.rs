@@ -13,18 +13,9 @@ const COLUMNS: &str =
     "id, cluster, api_version, kind, namespace, name, uid, parent_api_version, parent_kind, parent_name, parent_uid,
                        first_us, last_us, deleted_us, deleted_by, deleted_audit_id";
 
-/// Every distinct value of `column` of `object_rows` (`kind`, on `object_rows_by_name`), by a
-/// loose index scan: one seek per value, each named by its text.
-fn distinct(column: &str) -> String {
-    format!(
-        "
-WITH RECURSIVE seen(v) AS (
-    SELECT (SELECT min({column}) FROM object_rows)
-    UNION ALL
-    SELECT (SELECT min({column}) FROM object_rows WHERE {column} > seen.v) FROM seen WHERE seen.v IS NOT NULL
-)
-SELECT s.text FROM seen JOIN strings s ON s.id = seen.v"
-    )
+/// The store's kinds ([`crate::history::schema::KINDS`]), each named by its text.
+fn kind_names() -> String {
+    format!("SELECT s.text FROM ({}) k JOIN strings s ON s.id = k.v", crate::history::schema::KINDS)
 }
 
 /// The one object `q` names.
@@ -79,7 +70,7 @@ fn all(conn: &Connection, q: &StoryQuery) -> Result<Vec<Found>, StoryError> {
         Some(n) if !n.is_empty() && !q.kind.is_empty() => n,
         _ => return Err(StoryError::Invalid("name an object: a kind and a name (KIND/NAME), or a UID".into())),
     };
-    let kinds: Vec<String> = conn.prepare(&distinct("kind"))?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    let kinds: Vec<String> = conn.prepare(&kind_names())?.query_map([], |r| r.get(0))?.collect::<Result<_, _>>()?;
     // On `object_rows_by_name`: the kind's id and the name's last 6 characters, then the name
     // whole (a row may keep only what follows its owner's name).
     let sql = format!(

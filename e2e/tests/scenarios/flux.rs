@@ -183,7 +183,6 @@ impl<'a> Shop<'a> {
         let deploys: Api<Deployment> = Api::namespaced(self.s.admin.client.clone(), &ns);
         let configs: Api<ConfigMap> = Api::namespaced(self.s.admin.client.clone(), &ns);
         let alice_deploys: Api<Deployment> = Api::namespaced(self.s.alice.client.clone(), &ns);
-        let alice_configs: Api<ConfigMap> = Api::namespaced(self.s.alice.client.clone(), &ns);
         let mut changed = BTreeMap::new();
         self.step(
             "alice scales and edits, Flux corrects the drift",
@@ -200,15 +199,7 @@ impl<'a> Shop<'a> {
             )
             .await?;
         changed.insert(format!("Deployment/{NAME}"), id);
-        let edit = json!({"data": {"greeting": "hi from alice"}});
-        let id = self
-            .own(
-                "origin",
-                "alice edits the ConfigMap",
-                true,
-                alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
-            )
-            .await?;
+        let id = self.alice_edits_config("alice edits the ConfigMap", json!({"greeting": "hi from alice"})).await?;
         changed.insert(format!("ConfigMap/{CONFIG}"), id);
         self.flux.last_mut().expect("a step").1 = FluxCause::PersonChanged(changed);
         wait::until("Flux to put the scale and the edit back", Duration::from_secs(4 * INTERVAL_S + 30), || {
@@ -224,6 +215,27 @@ impl<'a> Shop<'a> {
         .await?;
         wait_rolled_out(&deploys, NAME).await?;
         self.s.settle().await
+    }
+
+    /// alice merges `data` into the ConfigMap: a write of hers the truth labels `origin`.
+    async fn alice_edits_config(&mut self, what: &str, data: serde_json::Value) -> Result<String> {
+        let alice_configs: Api<ConfigMap> = Api::namespaced(self.s.alice.client.clone(), &self.s.ns);
+        let edit = json!({ "data": data });
+        self.own("origin", what, true, alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit))).await
+    }
+
+    /// The ConfigMap's `key`, as it is now.
+    async fn config_value(&self, key: &str) -> Result<Option<String>> {
+        let configs: Api<ConfigMap> = Api::namespaced(self.s.admin.client.clone(), &self.s.ns);
+        Ok(configs.get(CONFIG).await?.data.and_then(|d| d.get(key).cloned()))
+    }
+
+    /// Waits until the ConfigMap's `key` is `value` (Flux put it back).
+    async fn wait_config(&self, what: &str, key: &str, value: &str) -> Result<()> {
+        wait::until(what, Duration::from_secs(60), || async move {
+            Ok((self.config_value(key).await?.as_deref() == Some(value)).then_some(()))
+        })
+        .await
     }
 
     fn step(&mut self, name: &str, cause: Cause, flux: FluxCause) {
@@ -364,9 +376,7 @@ async fn run_tenant(mut shop: Shop<'_>, version: String) -> Result<()> {
 
 async fn run(mut shop: Shop<'_>, version: String) -> Result<()> {
     let ns = &shop.s.ns.clone();
-    let alice_configs: Api<ConfigMap> = Api::namespaced(shop.s.alice.client.clone(), ns);
     let services: Api<Service> = Api::namespaced(shop.s.admin.client.clone(), ns);
-    let configs: Api<ConfigMap> = Api::namespaced(shop.s.admin.client.clone(), ns);
 
     // 1. The source and the Kustomization; Flux applies the first revision.
     shop.first_revision(None).await?;
@@ -384,15 +394,7 @@ async fn run(mut shop: Shop<'_>, version: String) -> Result<()> {
     // follows her request carries it out (one that came before it would be a drift).
     let mut changed = BTreeMap::new();
     shop.step("alice edits the ConfigMap", Cause::Intent(Vec::new()), FluxCause::Quiet);
-    let edit = json!({"data": {"greeting": "alice again"}});
-    let id = shop
-        .own(
-            "origin",
-            "alice edits the ConfigMap",
-            true,
-            alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
-        )
-        .await?;
+    let id = shop.alice_edits_config("alice edits the ConfigMap", json!({"greeting": "alice again"})).await?;
     changed.insert(format!("ConfigMap/{CONFIG}"), id);
     shop.flux.last_mut().expect("a step").1 = FluxCause::PersonChanged(changed);
     shop.step("alice requests a reconcile", Cause::Intent(Vec::new()), FluxCause::Apply);
@@ -404,15 +406,7 @@ async fn run(mut shop: Shop<'_>, version: String) -> Result<()> {
         .audited(shop.alice_kustomizations.patch(NAME, &PatchParams::default(), &Patch::Merge(annotate)))
         .await?;
     shop.applied(&second.revision, Some(&requested)).await?;
-    wait::until("Flux to put the greeting back", Duration::from_secs(60), || {
-        let configs = configs.clone();
-        async move {
-            Ok((configs.get(CONFIG).await?.data.and_then(|d| d.get("greeting").cloned()).as_deref()
-                == Some("hello again"))
-            .then_some(()))
-        }
-    })
-    .await?;
+    shop.wait_config("Flux to put the greeting back", "greeting", "hello again").await?;
     shop.s.settle().await?;
 
     // 5. Suspended: alice's edit stays, whatever the interval.
@@ -427,16 +421,9 @@ async fn run(mut shop: Shop<'_>, version: String) -> Result<()> {
     .await?;
     // A reconcile that started before the suspend was seen ends within a second or so.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let edit = json!({"data": {"color": "red"}});
-    shop.own(
-        "origin",
-        "alice edits the ConfigMap while suspended",
-        true,
-        alice_configs.patch(CONFIG, &PatchParams::default(), &Patch::Merge(edit)),
-    )
-    .await?;
+    shop.alice_edits_config("alice edits the ConfigMap while suspended", json!({"color": "red"})).await?;
     tokio::time::sleep(Duration::from_secs(2 * INTERVAL_S + 2)).await;
-    let color = configs.get(CONFIG).await?.data.and_then(|d| d.get("color").cloned());
+    let color = shop.config_value("color").await?;
     ensure!(color.as_deref() == Some("red"), "Flux changed the ConfigMap while suspended: color {color:?}");
     shop.s.settle().await?;
 
@@ -449,14 +436,7 @@ async fn run(mut shop: Shop<'_>, version: String) -> Result<()> {
         alice_ks.patch(NAME, &PatchParams::default(), &Patch::Merge(json!({"spec": {"suspend": false}}))),
     )
     .await?;
-    wait::until("Flux to put the color back", Duration::from_secs(60), || {
-        let configs = configs.clone();
-        async move {
-            Ok((configs.get(CONFIG).await?.data.and_then(|d| d.get("color").cloned()).as_deref() == Some("blue"))
-                .then_some(()))
-        }
-    })
-    .await?;
+    shop.wait_config("Flux to put the color back", "color", "blue").await?;
     shop.applied(&second.revision, None).await?;
     shop.s.settle().await?;
 

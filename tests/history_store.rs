@@ -552,6 +552,67 @@ fn the_writer_thread_groups_queued_batches_and_reports_each_transaction() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `replay --history` sends its writer packed batches (each event's facts and JSON in one
+/// buffer) instead of the enriched events: written by the writer thread in transactions that
+/// cut the batches in two, they must leave every row and every event as the enriched events
+/// written in one transaction do.
+#[test]
+fn packed_batches_leave_the_rows_the_enriched_events_leave() {
+    use kausality_stream::history::batch::{Batch, Packed};
+    use kausality_stream::history::writer::{self, WriterOptions};
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    put_back(&mut api, &mut events);
+    let mut out = run(&events);
+    let lines: Vec<String> =
+        corpus_lines(7, 6_000).into_iter().map(|l| String::from_utf8(l).expect("a JSON line")).collect();
+    out.extend(run(&lines));
+    let drift_of_a_person =
+        |e: &Enriched| e.class == Class::Drift && e.reverts.as_ref().is_some_and(|r| r.iter().any(|r| r.person));
+    assert!(out.iter().any(drift_of_a_person), "a drift reverting a person");
+    assert!(out.iter().any(|e| e.parent.is_none()), "an unowned write");
+    assert!(out.iter().any(|e| e.subresource.is_some()), "a write through a subresource");
+    assert!(out.len() > 2_000, "{} events: past the dictionary's samples", out.len());
+
+    let (dir, path) = temp_store("batches-ref");
+    let written = Store::open(&path, keep_all()).unwrap().write(&[out.as_slice()]).unwrap();
+
+    let (dir2, path2) = temp_store("batches");
+    let store = Store::open(&path2, keep_all()).unwrap();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Packed>(64);
+    for chunk in out.chunks(700) {
+        let mut packed = Packed::with_capacity(chunk.len());
+        for e in chunk {
+            packed.push(e);
+        }
+        assert_eq!(packed.len(), chunk.len());
+        tx.send(packed).unwrap();
+    }
+    drop(tx);
+    let opts = WriterOptions { max_events_per_transaction: 500, ..WriterOptions::default() };
+    let transactions = Arc::new(std::sync::Mutex::new(0));
+    let counted = transactions.clone();
+    writer::spawn(store, rx, opts, move |r| {
+        if let writer::Report::Written { .. } = r {
+            *counted.lock().unwrap() += 1;
+        }
+    })
+    .unwrap()
+    .join()
+    .unwrap();
+    assert!(*transactions.lock().unwrap() >= out.len() / 500, "batches cut into transactions of 500");
+
+    let want = all_rows(&history::open(&path, Mode::Read).unwrap());
+    let got = all_rows(&history::open(&path2, Mode::Read).unwrap());
+    assert_eq!(want.1.len() as u64, written.mutations);
+    assert!(!want.2.is_empty(), "reverts rows");
+    assert_eq!(got.0, want.0, "objects");
+    assert_eq!(got.1, want.1, "mutations and their events");
+    assert_eq!(got.2, want.2, "reverts");
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&dir2).unwrap();
+}
+
 #[test]
 fn a_store_that_cannot_write_keeps_no_part_of_the_batch() {
     let (dir, path) = temp_store("readonly");

@@ -5,6 +5,7 @@
 //! This module owns the schema and how the database is opened; the `history` sink writes it,
 //! `replay --history` fills it from a log, and the readers query it in SQL.
 
+pub mod batch;
 pub mod pack;
 pub mod retention;
 pub mod schema;

@@ -12,20 +12,18 @@
 //! twice, or a batch the API server sent again, adds nothing.
 
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, params_from_iter, CachedStatement, Connection, OptionalExtension, ToSql};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64};
 
+use super::batch::{Batch, Facts, Ident, Part};
 use super::pack::{self, Packer, BLOCK_EVENTS};
 use super::retention::{self, Retained, Retention};
 use super::schema::{self, id_value};
 use super::{Error, Mode, Result};
-use crate::classify::Class;
 use crate::decode::time::parse_rfc3339_micros;
-use crate::enriched::Enriched;
 
 /// An object's row by its cluster and UID (`?1`, `?2`): found on `object_rows_by_uid`, the
 /// UID's last 4 bytes, then compared whole.
@@ -96,8 +94,10 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     retention: Retention,
-    /// One enriched event's JSON, reused.
+    /// What an object's hashes are taken of, reused.
     json: Vec<u8>,
+    /// One enriched event's JSON, when the batch has to write it, reused.
+    event_json: Vec<u8>,
     /// The events of the block being filled ([`Pending`]).
     block: Pending,
     packer: Packer,
@@ -190,6 +190,7 @@ impl Store {
             path: path.to_path_buf(),
             retention,
             json: Vec::with_capacity(4096),
+            event_json: Vec::with_capacity(4096),
             block: Pending::default(),
             packer,
             strings: HashMap::new(),
@@ -216,7 +217,7 @@ impl Store {
     }
 
     /// Writes `batches` in one transaction: all of them, or (on an error) none.
-    pub fn write<B: Deref<Target = [Enriched]>>(&mut self, batches: &[B]) -> Result<Written> {
+    pub fn write<B: Batch>(&mut self, batches: &[B]) -> Result<Written> {
         if self.packer.ready_to_train() {
             // Its own transaction, before the rows that use it.
             self.packer.train(&self.conn).map_err(|e| sqlite_err(&self.path, e))?;
@@ -234,10 +235,11 @@ impl Store {
         result
     }
 
-    fn write_tx<B: Deref<Target = [Enriched]>>(&mut self, batches: &[B]) -> Result<Written> {
+    fn write_tx<B: Batch>(&mut self, batches: &[B]) -> Result<Written> {
         let mut written = Written::default();
         let mut newest = self.newest_us;
         let path = &self.path;
+        let event_json = &mut self.event_json;
         let tx = self.conn.transaction().map_err(|e| sqlite_err(path, e))?;
         let result = (|| -> rusqlite::Result<(i64, i64)> {
             let mut rows = Rows {
@@ -254,17 +256,18 @@ impl Store {
             };
             let mut oldest = i64::MAX;
             for batch in batches {
-                for e in batch.iter() {
-                    let time_us = parse_rfc3339_micros(&e.stage_timestamp).unwrap_or(newest);
+                batch.each(0..batch.len(), event_json, &mut |e, json| {
+                    let time_us = parse_rfc3339_micros(e.stage_timestamp).unwrap_or(newest);
                     oldest = oldest.min(time_us);
                     newest = newest.max(time_us);
                     written.events += 1;
-                    if rows.insert(e, time_us)? {
+                    if rows.insert(e, json, time_us)? {
                         written.mutations += 1;
                     } else {
                         written.duplicates += 1;
                     }
-                }
+                    Ok(())
+                })?;
             }
             rows.flush_block()?;
             Ok((oldest, newest))
@@ -386,7 +389,7 @@ struct Rows<'a> {
     /// Held for the whole transaction (see [`Statements`]).
     statements: Statements<'a>,
     known: &'a mut HashMap<u128, Known>,
-    /// One enriched event's JSON, and before it the fields of its object's hashes.
+    /// The fields of an object's hashes.
     json: &'a mut Vec<u8>,
     /// Compresses the blocks.
     packer: &'a mut Packer,
@@ -411,27 +414,26 @@ fn joined<'b>(buf: &'b mut Vec<u8>, fields: &[&str]) -> &'b [u8] {
 }
 
 impl Rows<'_> {
-    /// One enriched event's rows; false when the mutation was already in the store.
-    fn insert(&mut self, e: &Enriched, time_us: i64) -> rusqlite::Result<bool> {
+    /// One enriched event's rows (its facts `e`, its `json`); false when the mutation was
+    /// already in the store.
+    fn insert(&mut self, e: &Facts<'_>, json: &[u8], time_us: i64) -> rusqlite::Result<bool> {
         let object_id = self.object(e)?;
-        let audit_id = id_value(&e.audit_id);
+        let audit_id = id_value(e.audit_id);
         if self
             .statements
             .find_mutation
-            .query_row(params![object_id, time_us, audit_id, &*e.audit_id], |r| r.get::<_, i64>(0))?
+            .query_row(params![object_id, time_us, audit_id, e.audit_id], |r| r.get::<_, i64>(0))?
             > 0
         {
             return Ok(false);
         }
-        let reverts = e.reverts.as_deref().unwrap_or_default();
-        let person = e.class == Class::Drift && reverts.iter().any(|r| r.person);
-        let verb = self.string(e.verb.as_str())?;
+        let verb = self.string(e.verb)?;
         let subresource = e.subresource.map(|s| self.string(s)).transpose()?.unwrap_or(0);
-        let user = self.string(&e.user)?;
-        let resolution = e.resolution.map(|r| self.string(r.as_str())).transpose()?.unwrap_or(0);
-        let policy = e.policy.as_deref().map(|p| self.string(p)).transpose()?.unwrap_or(0);
+        let user = self.string(e.user)?;
+        let resolution = e.resolution.map(|r| self.string(r)).transpose()?.unwrap_or(0);
+        let policy = e.policy.map(|p| self.string(p)).transpose()?.unwrap_or(0);
         let class = schema::class_id(e.class.as_str()).expect("every class has its id");
-        let act = self.act([verb, subresource, user, class, resolution, policy, i64::from(person)])?;
+        let act = self.act([verb, subresource, user, class, resolution, policy, i64::from(e.reverts_person)])?;
         self.statements.insert_mutation.execute(params![
             object_id,
             time_us.saturating_sub(self.epoch_us),
@@ -439,8 +441,8 @@ impl Rows<'_> {
             act
         ])?;
         let mutation_id = self.conn.last_insert_rowid();
-        for r in reverts {
-            self.statements.insert_revert.execute(params![mutation_id, id_value(&r.audit_id)])?;
+        for origin in e.reverts.audit_ids() {
+            self.statements.insert_revert.execute(params![mutation_id, id_value(origin)])?;
         }
         // The event into the block: after the one before it, or a new block.
         if self.block.count > 0 && mutation_id != self.block.first + self.block.count as i64 {
@@ -452,12 +454,9 @@ impl Rows<'_> {
         }
         self.block.min_us = self.block.min_us.min(time_us);
         self.block.max_us = self.block.max_us.max(time_us);
-        let json = &mut *self.json;
-        json.clear();
-        e.write_json(json);
         // Without the auditID and the object's UID, which the rows hold (pack::restore).
         let start = self.block.events.len();
-        pack::strip_into(&mut self.block.events, json, &e.audit_id, &e.object.uid);
+        pack::strip_into(&mut self.block.events, json, e.audit_id, e.object.uid);
         self.packer.sample(&self.block.events[start..]);
         self.block.events.push(b'\n');
         self.block.count += 1;
@@ -529,15 +528,14 @@ impl Rows<'_> {
     }
 
     /// The id of an owner in `owners`, added when new.
-    fn owner(&mut self, cluster: i64, p: &crate::enriched::ParentOut) -> rusqlite::Result<i64> {
-        let key =
-            xxh3_128(joined(self.json, &[&cluster.to_string(), &p.uid, &p.api_version, &p.kind, p.name.as_str()]));
+    fn owner(&mut self, cluster: i64, p: &Ident<'_>) -> rusqlite::Result<i64> {
+        let key = xxh3_128(joined(self.json, &[&cluster.to_string(), p.uid, p.api_version, p.kind, p.name]));
         if let Some(&id) = self.owners.get(&key) {
             return Ok(id);
         }
-        let api_version = self.string(&p.api_version)?;
-        let kind = self.string(&p.kind)?;
-        let row = params![cluster, id_value(&p.uid), api_version, kind, p.name.as_str()];
+        let api_version = self.string(p.api_version)?;
+        let kind = self.string(p.kind)?;
+        let row = params![cluster, id_value(p.uid), api_version, kind, p.name];
         let found: Option<i64> = self.conn.prepare_cached(FIND_OWNER)?.query_row(row, |r| r.get(0)).optional()?;
         let id = match found {
             Some(id) => id,
@@ -555,7 +553,7 @@ impl Rows<'_> {
 
     /// The id of the event's object's row: a known object's whose identity and owner are what
     /// the row holds, as it is; else the row inserted (a new object) or upserted.
-    fn object(&mut self, e: &Enriched) -> rusqlite::Result<i64> {
+    fn object(&mut self, e: &Facts<'_>) -> rusqlite::Result<i64> {
         let o = &e.object;
         let p = e.parent.as_ref();
         // An object without a UID (an API server that left it out) is known by its name.
@@ -564,12 +562,12 @@ impl Rows<'_> {
             named_uid = format!("name:{}/{}/{}/{}", o.api_version, o.kind, o.namespace, o.name);
             &named_uid
         } else {
-            &o.uid
+            o.uid
         };
         let buf = &mut *self.json;
-        let key = xxh3_128(joined(buf, &[&e.cluster, uid]));
-        let identity = xxh3_64(joined(buf, &[&o.api_version, &o.kind, &o.namespace, o.name.as_str()]));
-        let parent = p.map(|p| xxh3_64(joined(buf, &[&p.uid, &p.api_version, &p.kind, p.name.as_str()])));
+        let key = xxh3_128(joined(buf, &[e.cluster, uid]));
+        let identity = xxh3_64(joined(buf, &[o.api_version, o.kind, o.namespace, o.name]));
+        let parent = p.map(|p| xxh3_64(joined(buf, &[p.uid, p.api_version, p.kind, p.name])));
         let known = self.known.get(&key).copied();
         if let Some(Known { id, identity: known_identity, parent: known_parent }) = known {
             if known_identity == identity && (parent.is_none() || parent == known_parent) {
@@ -577,13 +575,13 @@ impl Rows<'_> {
             }
         }
         // The row's identity and owner: INSERT_OBJECT's parameters, UPDATE_OBJECT's.
-        let cluster = self.string(&e.cluster)?;
-        let api_version = self.string(&o.api_version)?;
-        let kind = self.string(&o.kind)?;
-        let namespace = self.string(&o.namespace)?;
+        let cluster = self.string(e.cluster)?;
+        let api_version = self.string(o.api_version)?;
+        let kind = self.string(o.kind)?;
+        let namespace = self.string(o.namespace)?;
         let owner = p.map(|p| self.owner(cluster, p)).transpose()?;
         let uid_value = id_value(uid);
-        let name = stored_name(&o.name, p.map(|p| p.name.as_str()));
+        let name = stored_name(o.name, p.map(|p| p.name));
         let update = |statements: &mut Statements, id: i64| -> rusqlite::Result<bool> {
             let row: [&dyn ToSql; 8] = [&cluster, &uid_value, &api_version, &kind, &namespace, &name, &owner, &id];
             Ok(statements.update_object.execute(&row[..])? == 1)
@@ -790,7 +788,7 @@ pub fn spawn<B, Q, R>(
     mut report: R,
 ) -> std::io::Result<std::thread::JoinHandle<()>>
 where
-    B: Deref<Target = [Enriched]> + Send + 'static,
+    B: Batch + Send + 'static,
     Q: Queue<B> + 'static,
     R: FnMut(Report) + Send + 'static,
 {
@@ -823,7 +821,7 @@ where
             // past its bound by more than one slice (each batch is still written whole or
             // retried, in order, before the next is taken).
             let batches = std::mem::take(&mut held);
-            let mut rest = batches.iter().map(|b| b.len()).sum::<usize>();
+            let mut rest = batches.iter().map(Batch::len).sum::<usize>();
             for slice in slices(&batches, most) {
                 let n: usize = slice.iter().map(|s| s.len()).sum();
                 let before = store.disk_bytes();
@@ -901,20 +899,20 @@ fn retention_pass<R: FnMut(Report)>(store: &mut Store, headroom: u64, report: &m
 }
 
 /// The events of `batches` in slices of at most `most` (a batch may be cut in two).
-fn slices<B: Deref<Target = [Enriched]>>(batches: &[B], most: usize) -> Vec<Vec<&[Enriched]>> {
+fn slices<B: Batch>(batches: &[B], most: usize) -> Vec<Vec<Part<'_, B>>> {
     let mut out = vec![Vec::new()];
     let mut room = most;
-    for b in batches {
-        let mut events: &[Enriched] = b;
-        while !events.is_empty() {
+    for batch in batches {
+        let mut at = 0;
+        while at < batch.len() {
             if room == 0 {
                 out.push(Vec::new());
                 room = most;
             }
-            let (now, later) = events.split_at(events.len().min(room));
-            out.last_mut().expect("one slice at least").push(now);
-            room -= now.len();
-            events = later;
+            let n = (batch.len() - at).min(room);
+            out.last_mut().expect("one slice at least").push(Part { batch, range: at..at + n });
+            room -= n;
+            at += n;
         }
     }
     out
@@ -930,8 +928,8 @@ fn write_held<H, B, Q, R>(
     report: &mut R,
 ) -> bool
 where
-    H: Deref<Target = [Enriched]>,
-    B: Deref<Target = [Enriched]>,
+    H: Batch,
+    B: Batch,
     Q: Queue<B>,
     R: FnMut(Report),
 {

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::enriched::Enriched;
+use crate::history::batch::{Batch, Packed};
 use crate::history::writer::{self, Report, WriterOptions};
 use crate::history::{Retention, Store};
 
@@ -35,8 +36,9 @@ struct Shared {
 }
 
 pub(super) struct HistoryOut {
-    queue: Option<SyncSender<Vec<Enriched>>>,
-    pending: Vec<Enriched>,
+    queue: Option<SyncSender<Packed>>,
+    /// The events not sent yet, packed here: the writer thread never frees an event.
+    pending: Packed,
     thread: Option<JoinHandle<()>>,
     shared: Arc<Mutex<Shared>>,
 }
@@ -68,10 +70,10 @@ impl HistoryOut {
         };
         let opts = WriterOptions { give_up_at_once: true, retain_to_the_end: true, ..WriterOptions::default() };
         let thread = writer::spawn(store, rx, opts, report)?;
-        Ok(HistoryOut { queue: Some(queue), pending: Vec::with_capacity(BATCH), thread: Some(thread), shared })
+        Ok(HistoryOut { queue: Some(queue), pending: Packed::with_capacity(BATCH), thread: Some(thread), shared })
     }
 
-    pub(super) fn push(&mut self, e: Enriched) -> io::Result<()> {
+    pub(super) fn push(&mut self, e: &Enriched) -> io::Result<()> {
         self.pending.push(e);
         if self.pending.len() >= BATCH {
             self.send()?;
@@ -80,7 +82,7 @@ impl HistoryOut {
     }
 
     fn send(&mut self) -> io::Result<()> {
-        let batch = std::mem::replace(&mut self.pending, Vec::with_capacity(BATCH));
+        let batch = std::mem::replace(&mut self.pending, Packed::with_capacity(BATCH));
         let sent = self.queue.as_ref().is_some_and(|q| q.send(batch).is_ok());
         if !sent {
             // The writer gave up: its error says why.

@@ -240,7 +240,7 @@ fn write_batch(
     if let Some(h) = history {
         for e in batch.drain(..) {
             summary.record(&e);
-            h.push(e)?;
+            h.push(&e)?;
         }
         return Ok(());
     }

@@ -977,9 +977,9 @@ fn a_store_of_schema_1_is_converted_by_the_writer_and_reads_as_before() {
     );
     // A store of a later schema is refused, saying so.
     drop(conn);
-    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '6' WHERE key = 'schema_version'", []).unwrap();
+    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '7' WHERE key = 'schema_version'", []).unwrap();
     let e = Store::open(&path, keep_all()).err().expect("refused").to_string();
-    assert!(e.contains("schema version 6") && e.contains("move the file aside"), "{e}");
+    assert!(e.contains("schema version 7") && e.contains("move the file aside"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -1258,15 +1258,16 @@ fn a_store_of_schema_3_is_converted_by_the_writer_with_every_row_as_it_was() {
     // Every row as it was, with its id; every event byte for byte as schema 3 kept it.
     assert_eq!(all_rows(&conn), rows_before);
     assert_eq!(c.rs_story(&conn), (c.rs_events(old), 1));
-    // The same events again add nothing; a new one goes into a block of schema 4 (its auditID
-    // and its object's UID left out) and reads back byte for byte after the old ones.
+    // The same events again add nothing; a new one goes into a block of this schema (its
+    // auditID, its object's UID and its own last hop left out) and reads back byte for byte
+    // after the old ones.
     let w = store.write(&[old]).unwrap();
     assert_eq!((w.mutations, w.duplicates), (0, old.len() as u64));
     assert_eq!(all_rows(&conn), rows_before);
     store.write(&[new]).unwrap();
     drop(store);
     // The new event's block (the store has no dictionary yet: too few events) holds it
-    // without its auditID and its object's UID.
+    // without its auditID, its object's UID and the last hop of its trace (itself).
     let frame: Vec<u8> = conn
         .query_row(
             "SELECT data FROM event_blocks WHERE id = (SELECT max(id) FROM mutation_rows) AND dictionary = 0",
@@ -1275,7 +1276,10 @@ fn a_store_of_schema_3_is_converted_by_the_writer_with_every_row_as_it_was() {
         )
         .unwrap();
     let raw = zstd::bulk::decompress(&frame, 1 << 20).unwrap();
-    assert_eq!(raw[0], history::pack::LEFT_OUT_AUDIT_ID | history::pack::LEFT_OUT_UID);
+    assert_eq!(
+        raw[0],
+        history::pack::LEFT_OUT_AUDIT_ID | history::pack::LEFT_OUT_UID | history::pack::LEFT_OUT_LAST_HOP
+    );
     for id in [&*new[0].audit_id, &*new[0].object.uid] {
         assert!(!raw.windows(id.len()).any(|w| w == id.as_bytes()), "{id} left out");
     }
@@ -1380,6 +1384,101 @@ fn a_store_of_schema_4_is_converted_by_the_writer_with_every_row_as_it_was() {
         .expect_err("a second row of one object")
         .to_string();
     assert!(e.contains("UNIQUE constraint failed"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The events of every block as the block holds them (a first byte below `{`: what was left
+/// out of it), by block id.
+fn block_events(conn: &Connection) -> Vec<(i64, Vec<Vec<u8>>)> {
+    let dictionaries: std::collections::HashMap<i64, Vec<u8>> = conn
+        .prepare("SELECT id, dictionary FROM dictionaries")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    conn.prepare("SELECT id, dictionary, data FROM event_blocks ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, Vec<u8>>(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .map(|(id, dictionary, data)| {
+            let mut d = match dictionaries.get(&dictionary) {
+                Some(dict) => zstd::bulk::Decompressor::with_dictionary(dict).unwrap(),
+                None => zstd::bulk::Decompressor::new().unwrap(),
+            };
+            let events = d.decompress(&data, 64 << 20).unwrap();
+            (id, events.split(|&b| b == b'\n').filter(|e| !e.is_empty()).map(<[u8]>::to_vec).collect())
+        })
+        .collect()
+}
+
+/// Every block written again with its events whole, as an earlier build may have written them
+/// (schema 3 kept them so; 4 and 5 read such a block as it is).
+fn whole_blocks(path: &std::path::Path) {
+    let conn = Connection::open(path).unwrap();
+    let events = Unpacker::new(&conn);
+    let blocks: Vec<(i64, i64, i64)> = conn
+        .prepare("SELECT id, last_id, dictionary FROM event_blocks ORDER BY id")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    for (first, last, dictionary) in blocks {
+        let mut whole = Vec::new();
+        for id in first..=last {
+            whole.extend(events.json(rusqlite::types::ValueRef::Integer(id)).expect("an event"));
+            whole.push(b'\n');
+        }
+        let dict: Option<Vec<u8>> = conn
+            .query_row("SELECT dictionary FROM dictionaries WHERE id = ?1", [dictionary], |r| r.get(0))
+            .optional()
+            .unwrap();
+        let data = match dict {
+            Some(d) => zstd::bulk::Compressor::with_dictionary(9, &d).unwrap().compress(&whole).unwrap(),
+            None => zstd::bulk::compress(&whole, 9).unwrap(),
+        };
+        conn.execute("UPDATE event_blocks SET data = ?1 WHERE id = ?2", rusqlite::params![data, first]).unwrap();
+    }
+}
+
+/// A store of schema 5 is taken as it is: its blocks, whose events hold their trace's last
+/// hop, read as before, and new events after them leave the hop out.
+#[test]
+fn a_store_of_schema_5_is_taken_as_it_is_with_its_blocks_read_as_before() {
+    use kausality_stream::history::pack::LEFT_OUT_LAST_HOP;
+    let (dir, path) = temp_store("schema-5");
+    let c = Converting::new();
+    let (old, new) = c.out.split_at(c.out.len() - 1);
+    Store::open(&path, keep_all()).unwrap().write(&[old]).unwrap();
+    let rows_before = all_rows(&Connection::open(&path).unwrap());
+    let hop_left_out = |conn: &Connection| {
+        block_events(conn)
+            .into_iter()
+            .flat_map(|(_, e)| e)
+            .filter(|e| e[0] < b'{' && e[0] & LEFT_OUT_LAST_HOP != 0)
+            .count()
+    };
+    assert!(hop_left_out(&Connection::open(&path).unwrap()) > 0, "events without their own last hop");
+    whole_blocks(&path);
+    Connection::open(&path).unwrap().execute("UPDATE meta SET value = '5' WHERE key = 'schema_version'", []).unwrap();
+    {
+        let c = Connection::open(&path).unwrap();
+        assert!(block_events(&c).iter().all(|(_, e)| e.iter().all(|e| e[0] == b'{')), "whole events");
+    }
+    let (mut store, conn) = converted(&path, "5");
+    assert_eq!(all_rows(&conn), rows_before);
+    assert_eq!(c.rs_story(&conn), (c.rs_events(old), 1));
+    store.write(&[new]).unwrap();
+    drop(store);
+    let after = all_rows(&conn);
+    assert_eq!(after.1[..old.len()], rows_before.1[..]);
+    assert_eq!(
+        after.1.last().unwrap()[11],
+        rusqlite::types::Value::Blob(c.want[&(new[0].audit_id.to_string(), new[0].object.uid.to_string())].clone())
+    );
+    assert_eq!(hop_left_out(&conn), 1, "the new event, without its own last hop");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

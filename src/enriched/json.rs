@@ -314,7 +314,7 @@ fn needs_escape(b: u8) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::sync::Arc;
 
     use proptest::prelude::*;
@@ -338,7 +338,8 @@ mod tests {
         }
     }
 
-    fn event(text: &str) -> Enriched {
+    /// An event with every field present, every text `text`.
+    pub(crate) fn event(text: &str) -> Enriched {
         let t: Arc<str> = Arc::from(text);
         let mut labels = serde_json::Map::new();
         labels.insert("ticket".into(), serde_json::Value::String(text.into()));

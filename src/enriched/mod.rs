@@ -5,6 +5,12 @@
 mod json;
 mod vocabulary;
 
+/// Events for tests elsewhere in the crate.
+#[cfg(test)]
+pub(crate) mod testing {
+    pub(crate) use super::json::tests::event;
+}
+
 use std::sync::Arc;
 
 use serde::Serialize;

@@ -35,7 +35,7 @@ pub enum Error {
     /// The store's schema is one this build does not read (`found`): an earlier one, which
     /// the writer converts, or a later one.
     #[error(
-        "history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; a store of 1 to 4 (an earlier build's) is converted when \
+        "history store {path}: schema version {found}, this build reads {SCHEMA_VERSION}; a store of 1 to 5 (an earlier build's) is converted when \
          the writer opens it (start `serve` with its history sink, or run `kausality-stream replay --history {path} LOG` once); \
          of another version: move the file aside or use a matching build"
     )]
@@ -204,7 +204,7 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
     }
 }
 
-/// Converts a store of schema 1 to 4 to [`SCHEMA_VERSION`] in one transaction. From 1 or 2:
+/// Converts a store of schema 1 to 5 to [`SCHEMA_VERSION`] in one transaction. From 1 or 2:
 /// its rows copied into the tables of [`schema::SQL`] with their ids, names interned, events
 /// kept as they were (TEXT or one compressed event each); the old tables dropped and their
 /// pages given back to the file system. From 3: the objects' rows copied without their times
@@ -212,6 +212,7 @@ pub fn open(path: &Path, mode: Mode) -> Result<Connection> {
 /// otherwise); its blocks are read as they are (their events whole, [`pack::restore`]). From 4:
 /// the objects' and the mutations' rows copied with their ids (each time as its distance from
 /// the store's epoch), the indexes of whole UIDs and auditIDs made anew on their last bytes.
+/// From 5: nothing but its version (its blocks read as they are).
 pub fn convert(conn: &Connection) -> rusqlite::Result<()> {
     let from: String = conn.query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))?;
     conn.execute_batch("BEGIN IMMEDIATE")?;
@@ -219,6 +220,7 @@ pub fn convert(conn: &Connection) -> rusqlite::Result<()> {
         let (before, after) = match from.as_str() {
             "3" => (schema::BEFORE_CONVERT, schema::CONVERT_3),
             "4" => (schema::BEFORE_CONVERT, schema::CONVERT_4),
+            "5" => ("", ""),
             _ => {
                 conn.execute_batch(
                     "ALTER TABLE objects RENAME TO objects_old;

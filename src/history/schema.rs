@@ -13,12 +13,14 @@
 /// events in blocks without the auditID and the object's UID their rows hold
 /// ([`super::pack::LEFT_OUT_AUDIT_ID`]; a reader of schema 3 would give them without). 5: UIDs
 /// and auditIDs indexed by their last 4 bytes, an object's UID no longer unique by an index of
-/// its own (the writer looks it up first).
-pub const SCHEMA_VERSION: &str = "5";
+/// its own (the writer looks it up first). 6: the events in blocks also without the trace's
+/// last hop when it is made of the event's own fields ([`super::pack::LEFT_OUT_LAST_HOP`]; a
+/// reader of schema 5 would give them without it); a store of 5 is taken as it is.
+pub const SCHEMA_VERSION: &str = "6";
 
 /// The versions the writer converts to [`SCHEMA_VERSION`] when it opens a store
 /// ([`super::convert`]); a reader asks for the conversion.
-pub const CONVERTS: [&str; 4] = ["1", "2", "3", "4"];
+pub const CONVERTS: [&str; 5] = ["1", "2", "3", "4", "5"];
 
 /// The classes, by the integer a row holds (`classes.id`): the order of [`crate::classify::Class::ALL`].
 pub const CLASS_IDS: [(i64, &str); 8] = [

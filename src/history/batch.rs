@@ -9,6 +9,7 @@
 //! writer a tenth of its own in those frees) and never writes the JSON itself.
 
 use std::ops::{Deref, Range};
+use std::sync::{Arc, Mutex};
 
 use crate::enriched::{Class, Enriched, RevertOut};
 
@@ -190,6 +191,41 @@ pub struct Packed {
     bytes: Vec<u8>,
     /// Where each event starts in `bytes`.
     starts: Vec<usize>,
+    /// Where its buffers go back to when the writer is done with it.
+    pool: Option<Pool>,
+}
+
+/// Buffers of [`Packed`] batches the writer is done with, for the next ones: a batch's
+/// megabyte and a half is then not asked of the system and zeroed again for each batch.
+#[derive(Clone, Debug, Default)]
+pub struct Pool(Arc<Mutex<Vec<(Vec<u8>, Vec<usize>)>>>);
+
+impl Pool {
+    /// Most buffers kept: the writer's queue holds a few batches at a time.
+    const KEPT: usize = 8;
+
+    /// An empty batch: buffers that came back, or new ones with room for `events`.
+    pub fn take(&self, events: usize) -> Packed {
+        let spare = self.0.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut packed = match spare {
+            Some((bytes, starts)) => Packed { bytes, starts, pool: None },
+            None => Packed::with_capacity(events),
+        };
+        packed.pool = Some(self.clone());
+        packed
+    }
+}
+
+impl Drop for Packed {
+    fn drop(&mut self) {
+        let Some(pool) = self.pool.take() else { return };
+        let mut kept = pool.0.lock().unwrap_or_else(|e| e.into_inner());
+        if kept.len() < Pool::KEPT {
+            self.bytes.clear();
+            self.starts.clear();
+            kept.push((std::mem::take(&mut self.bytes), std::mem::take(&mut self.starts)));
+        }
+    }
 }
 
 /// A string's length when it is absent (`None`).
@@ -198,7 +234,7 @@ const ABSENT: u32 = u32::MAX;
 impl Packed {
     /// An empty batch with room for `events` of about a kilobyte and a half.
     pub fn with_capacity(events: usize) -> Packed {
-        Packed { bytes: Vec::with_capacity(events * 1536), starts: Vec::with_capacity(events) }
+        Packed { bytes: Vec::with_capacity(events * 1536), starts: Vec::with_capacity(events), pool: None }
     }
 
     /// Adds an event: its facts, then its JSON.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::enriched::Enriched;
-use crate::history::batch::{Batch, Packed};
+use crate::history::batch::{Batch, Packed, Pool};
 use crate::history::writer::{self, Report, WriterOptions};
 use crate::history::{Retention, Store};
 
@@ -39,6 +39,8 @@ pub(super) struct HistoryOut {
     queue: Option<SyncSender<Packed>>,
     /// The events not sent yet, packed here: the writer thread never frees an event.
     pending: Packed,
+    /// The buffers of the batches the writer is done with.
+    pool: Pool,
     thread: Option<JoinHandle<()>>,
     shared: Arc<Mutex<Shared>>,
 }
@@ -70,7 +72,8 @@ impl HistoryOut {
         };
         let opts = WriterOptions { give_up_at_once: true, retain_to_the_end: true, ..WriterOptions::default() };
         let thread = writer::spawn(store, rx, opts, report)?;
-        Ok(HistoryOut { queue: Some(queue), pending: Packed::with_capacity(BATCH), thread: Some(thread), shared })
+        let pool = Pool::default();
+        Ok(HistoryOut { queue: Some(queue), pending: pool.take(BATCH), pool, thread: Some(thread), shared })
     }
 
     pub(super) fn push(&mut self, e: &Enriched) -> io::Result<()> {
@@ -82,7 +85,7 @@ impl HistoryOut {
     }
 
     fn send(&mut self) -> io::Result<()> {
-        let batch = std::mem::replace(&mut self.pending, Packed::with_capacity(BATCH));
+        let batch = std::mem::replace(&mut self.pending, self.pool.take(BATCH));
         let sent = self.queue.as_ref().is_some_and(|q| q.send(batch).is_ok());
         if !sent {
             // The writer gave up: its error says why.

@@ -17,8 +17,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 pub const PACKED: u8 = 1;
 
 /// zstd's level for a block: in blocks, the levels above 3 find what repeats from one event to
-/// the next (docs/history.md has the measurements).
-pub const LEVEL: i32 = 9;
+/// the next; 9 keeps 2 bytes a mutation less than 7 but takes a tenth more CPU of the whole
+/// `replay` (docs/history.md has the measurements).
+pub const LEVEL: i32 = 7;
 
 /// Most events in one block: past a few dozen a block gains little, and a reader
 /// decompresses a whole block for one event.

@@ -417,13 +417,15 @@ impl Rows<'_> {
     /// One enriched event's rows (its facts `e`, its `json`); false when the mutation was
     /// already in the store.
     fn insert(&mut self, e: &Facts<'_>, json: &[u8], time_us: i64) -> rusqlite::Result<bool> {
-        let object_id = self.object(e)?;
+        let (object_id, new) = self.object(e)?;
         let audit_id = id_value(e.audit_id);
-        if self
-            .statements
-            .find_mutation
-            .query_row(params![object_id, time_us, audit_id, e.audit_id], |r| r.get::<_, i64>(0))?
-            > 0
+        // An object whose row was just made has no mutation yet: nothing to look up.
+        if !new
+            && self
+                .statements
+                .find_mutation
+                .query_row(params![object_id, time_us, audit_id, e.audit_id], |r| r.get::<_, i64>(0))?
+                > 0
         {
             return Ok(false);
         }
@@ -552,8 +554,9 @@ impl Rows<'_> {
     }
 
     /// The id of the event's object's row: a known object's whose identity and owner are what
-    /// the row holds, as it is; else the row inserted (a new object) or upserted.
-    fn object(&mut self, e: &Facts<'_>) -> rusqlite::Result<i64> {
+    /// the row holds, as it is; else the row inserted (a new object) or upserted. True when
+    /// the row was inserted now.
+    fn object(&mut self, e: &Facts<'_>) -> rusqlite::Result<(i64, bool)> {
         let o = &e.object;
         let p = e.parent.as_ref();
         // An object without a UID (an API server that left it out) is known by its name.
@@ -571,7 +574,7 @@ impl Rows<'_> {
         let known = self.known.get(&key).copied();
         if let Some(Known { id, identity: known_identity, parent: known_parent }) = known {
             if known_identity == identity && (parent.is_none() || parent == known_parent) {
-                return Ok(id);
+                return Ok((id, false));
             }
         }
         // The row's identity and owner: INSERT_OBJECT's parameters, UPDATE_OBJECT's.
@@ -605,14 +608,14 @@ impl Rows<'_> {
                     self.statements.insert_object.execute(&row[..])?;
                     let id = self.conn.last_insert_rowid();
                     self.remember(key, Known { id, identity, parent });
-                    return Ok(id);
+                    return Ok((id, true));
                 }
             },
         };
         // The row keeps an owner once it had one (coalesce): so does what is known of it.
         let parent = parent.or_else(|| known.and_then(|k| k.parent));
         self.remember(key, Known { id, identity, parent });
-        Ok(id)
+        Ok((id, false))
     }
 
     fn remember(&mut self, key: u128, known: Known) {

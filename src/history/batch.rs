@@ -198,7 +198,10 @@ pub struct Packed {
 /// Buffers of [`Packed`] batches the writer is done with, for the next ones: a batch's
 /// megabyte and a half is then not asked of the system and zeroed again for each batch.
 #[derive(Clone, Debug, Default)]
-pub struct Pool(Arc<Mutex<Vec<(Vec<u8>, Vec<usize>)>>>);
+pub struct Pool(Arc<Mutex<Vec<Buffers>>>);
+
+/// A batch's buffers: its bytes and where its events start.
+type Buffers = (Vec<u8>, Vec<usize>);
 
 impl Pool {
     /// Most buffers kept: the writer's queue holds a few batches at a time.

@@ -119,6 +119,9 @@ impl<'a> Facts<'a> {
     }
 }
 
+/// What takes each event of a batch: its facts and its JSON.
+pub type Each<'e> = dyn FnMut(&Facts<'_>, &[u8]) -> rusqlite::Result<()> + 'e;
+
 /// A batch of events for the writer: how many, and each one's facts and JSON.
 pub trait Batch {
     /// How many events it holds.
@@ -131,12 +134,7 @@ pub trait Batch {
 
     /// Calls `each` with the facts and the JSON of the events in `range`, in order, and stops
     /// at its first error. `json` is room for an event's JSON when it has to be written.
-    fn each(
-        &self,
-        range: Range<usize>,
-        json: &mut Vec<u8>,
-        each: &mut dyn FnMut(&Facts<'_>, &[u8]) -> rusqlite::Result<()>,
-    ) -> rusqlite::Result<()>;
+    fn each(&self, range: Range<usize>, json: &mut Vec<u8>, each: &mut Each<'_>) -> rusqlite::Result<()>;
 }
 
 impl<D: Deref<Target = [Enriched]>> Batch for D {
@@ -144,12 +142,7 @@ impl<D: Deref<Target = [Enriched]>> Batch for D {
         self.deref().len()
     }
 
-    fn each(
-        &self,
-        range: Range<usize>,
-        json: &mut Vec<u8>,
-        each: &mut dyn FnMut(&Facts<'_>, &[u8]) -> rusqlite::Result<()>,
-    ) -> rusqlite::Result<()> {
+    fn each(&self, range: Range<usize>, json: &mut Vec<u8>, each: &mut Each<'_>) -> rusqlite::Result<()> {
         for e in &self[range] {
             json.clear();
             e.write_json(json);
@@ -172,12 +165,7 @@ impl<B: Batch + ?Sized> Batch for Part<'_, B> {
         self.range.len()
     }
 
-    fn each(
-        &self,
-        range: Range<usize>,
-        json: &mut Vec<u8>,
-        each: &mut dyn FnMut(&Facts<'_>, &[u8]) -> rusqlite::Result<()>,
-    ) -> rusqlite::Result<()> {
+    fn each(&self, range: Range<usize>, json: &mut Vec<u8>, each: &mut Each<'_>) -> rusqlite::Result<()> {
         let from = self.range.start + range.start;
         let to = (self.range.start + range.end).min(self.range.end);
         self.batch.each(from..to, json, each)
@@ -316,12 +304,7 @@ impl Batch for Packed {
         self.starts.len()
     }
 
-    fn each(
-        &self,
-        range: Range<usize>,
-        _json: &mut Vec<u8>,
-        each: &mut dyn FnMut(&Facts<'_>, &[u8]) -> rusqlite::Result<()>,
-    ) -> rusqlite::Result<()> {
+    fn each(&self, range: Range<usize>, _json: &mut Vec<u8>, each: &mut Each<'_>) -> rusqlite::Result<()> {
         for i in range {
             let (facts, json) = self.get(i).ok_or_else(|| {
                 rusqlite::Error::ToSqlConversionFailure(format!("packed event {i} cannot be read").into())

@@ -57,7 +57,7 @@ fn uid_at(json: &[u8]) -> Option<usize> {
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
 }
 
 /// Where the value of `key` (`"name":`, quoted, with its colon) found first at or after `from`

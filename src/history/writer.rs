@@ -94,8 +94,8 @@ pub struct Store {
     conn: Connection,
     path: PathBuf,
     retention: Retention,
-    /// What an object's hashes are taken of, reused.
-    json: Vec<u8>,
+    /// The fields an object's and an owner's hashes are taken of, reused.
+    keys: Vec<u8>,
     /// One enriched event's JSON, when the batch has to write it, reused.
     event_json: Vec<u8>,
     /// The events of the block being filled ([`Pending`]).
@@ -189,7 +189,7 @@ impl Store {
             conn,
             path: path.to_path_buf(),
             retention,
-            json: Vec::with_capacity(4096),
+            keys: Vec::with_capacity(4096),
             event_json: Vec::with_capacity(4096),
             block: Pending::default(),
             packer,
@@ -246,7 +246,7 @@ impl Store {
                 conn: &tx,
                 statements: Statements::prepare(&tx)?,
                 known: &mut self.known,
-                json: &mut self.json,
+                keys: &mut self.keys,
                 packer: &mut self.packer,
                 block: &mut self.block,
                 strings: &mut self.strings,
@@ -389,8 +389,8 @@ struct Rows<'a> {
     /// Held for the whole transaction (see [`Statements`]).
     statements: Statements<'a>,
     known: &'a mut HashMap<u128, Known>,
-    /// The fields of an object's hashes.
-    json: &'a mut Vec<u8>,
+    /// The fields of an object's and an owner's hashes.
+    keys: &'a mut Vec<u8>,
     /// Compresses the blocks.
     packer: &'a mut Packer,
     block: &'a mut Pending,
@@ -456,7 +456,8 @@ impl Rows<'_> {
         }
         self.block.min_us = self.block.min_us.min(time_us);
         self.block.max_us = self.block.max_us.max(time_us);
-        // Without the auditID and the object's UID, which the rows hold (pack::restore).
+        // Without the auditID and the object's UID, which the rows hold, and the trace's last
+        // hop when it is the write itself (pack::restore puts them back).
         let start = self.block.events.len();
         pack::strip_into(&mut self.block.events, json, e.audit_id, e.object.uid);
         self.packer.sample(&self.block.events[start..]);
@@ -531,7 +532,7 @@ impl Rows<'_> {
 
     /// The id of an owner in `owners`, added when new.
     fn owner(&mut self, cluster: i64, p: &Ident<'_>) -> rusqlite::Result<i64> {
-        let key = xxh3_128(joined(self.json, &[&cluster.to_string(), p.uid, p.api_version, p.kind, p.name]));
+        let key = xxh3_128(joined(self.keys, &[&cluster.to_string(), p.uid, p.api_version, p.kind, p.name]));
         if let Some(&id) = self.owners.get(&key) {
             return Ok(id);
         }
@@ -567,7 +568,7 @@ impl Rows<'_> {
         } else {
             o.uid
         };
-        let buf = &mut *self.json;
+        let buf = &mut *self.keys;
         let key = xxh3_128(joined(buf, &[e.cluster, uid]));
         let identity = xxh3_64(joined(buf, &[o.api_version, o.kind, o.namespace, o.name]));
         let parent = p.map(|p| xxh3_64(joined(buf, &[p.uid, p.api_version, p.kind, p.name])));

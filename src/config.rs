@@ -7,6 +7,7 @@ pub mod appliers;
 pub mod labels;
 pub mod progress;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -255,8 +256,52 @@ impl ModelConfig {
 
 /// The key a kind is configured under: `Kind.group`, or `Kind` for the core group.
 pub fn kind_key(api_version: &str, kind: &str) -> String {
+    kind_key_in(api_version, kind, &mut [0; KIND_KEY_BYTES]).into_owned()
+}
+
+/// Room for a kind key written by [`kind_key_in`] without an allocation.
+pub const KIND_KEY_BYTES: usize = 128;
+
+/// [`kind_key`] written into `buf` when it fits (the key of every object decoded: no
+/// allocation for it), a new `String` when it does not.
+pub fn kind_key_in<'k>(api_version: &str, kind: &'k str, buf: &'k mut [u8; KIND_KEY_BYTES]) -> Cow<'k, str> {
     match api_version.split_once('/') {
-        Some((group, _)) if !group.is_empty() => format!("{kind}.{group}"),
-        _ => kind.to_string(),
+        Some((group, _)) if !group.is_empty() => {
+            let len = kind.len() + 1 + group.len();
+            if len > buf.len() {
+                return Cow::Owned(format!("{kind}.{group}"));
+            }
+            buf[..kind.len()].copy_from_slice(kind.as_bytes());
+            buf[kind.len()] = b'.';
+            buf[kind.len() + 1..len].copy_from_slice(group.as_bytes());
+            Cow::Borrowed(std::str::from_utf8(&buf[..len]).expect("two strings and a dot"))
+        }
+        _ => Cow::Borrowed(kind),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_key_is_the_same_in_a_buffer_or_not_whatever_its_length() {
+        let long_group = format!("{}.example.com/v1", "g".repeat(KIND_KEY_BYTES));
+        for (api_version, kind, key) in [
+            ("apps/v1", "Deployment", "Deployment.apps"),
+            ("v1", "Pod", "Pod"),
+            ("/v1", "Odd", "Odd"),
+            ("", "", ""),
+            ("kustomize.toolkit.fluxcd.io/v1", "Kustomization", "Kustomization.kustomize.toolkit.fluxcd.io"),
+        ] {
+            assert_eq!(kind_key(api_version, kind), key);
+            assert_eq!(kind_key_in(api_version, kind, &mut [0; KIND_KEY_BYTES]), key);
+        }
+        let mut buf = [0; KIND_KEY_BYTES];
+        let long = kind_key_in(&long_group, "Widget", &mut buf);
+        assert!(matches!(long, Cow::Owned(_)), "past the buffer: a string of its own");
+        assert_eq!(long, format!("Widget.{}.example.com", "g".repeat(KIND_KEY_BYTES)));
+        let exact = "k".repeat(KIND_KEY_BYTES - 2);
+        assert_eq!(kind_key_in("a/v1", &exact, &mut [0; KIND_KEY_BYTES]), format!("{exact}.a"), "filling it exactly");
     }
 }

@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
 use crate::config::appliers::{self, IntentFacts, Member, Membership, TargetCluster};
-use crate::config::{kind_key, ModelConfig};
+use crate::config::{kind_key_in, ModelConfig, KIND_KEY_BYTES};
 use crate::decode::time::parse_rfc3339_micros;
 use crate::decode::{
     in_progress, AuditEvent, Invalid, InvalidReason, Location, ObjectView, StatusView, ANNOTATION_PREFIX,
@@ -565,7 +565,8 @@ impl Extractor<'_> {
         let uid = md.uid.as_deref().filter(|u| !u.is_empty())?;
         let api_version = obj.api_version.as_deref().unwrap_or("");
         let kind = obj.kind.as_deref().unwrap_or("");
-        let key = kind_key(api_version, kind);
+        let mut key_bytes = [0; KIND_KEY_BYTES];
+        let key = kind_key_in(api_version, kind, &mut key_bytes);
         let status = StatusView::parse(obj.status);
         let observed = status
             .observed_generation
@@ -956,7 +957,7 @@ mod tests {
 
     fn hash_of(json: &str, cfg: &ModelConfig) -> u64 {
         let o: ObjectView = serde_json::from_str(json).unwrap();
-        let key = kind_key(o.api_version.as_deref().unwrap_or(""), o.kind.as_deref().unwrap_or(""));
+        let key = crate::config::kind_key(o.api_version.as_deref().unwrap_or(""), o.kind.as_deref().unwrap_or(""));
         content_hash(&o, cfg.ignored(&key))
     }
 

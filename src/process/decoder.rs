@@ -96,7 +96,9 @@ fn recycle<'a, 'b>(mut read: Vec<Read<'a>>) -> Vec<Read<'b>> {
 #[derive(Debug)]
 pub(super) struct Item {
     pub(super) dedupe_key: u128,
-    pub(super) write: Result<Write, Rejected>,
+    /// Boxed: a write is about 350 bytes, and moves from here to the reorder buffer, its
+    /// slot there and the writes released, each move a copy of all of it.
+    pub(super) write: Result<Box<Write>, Rejected>,
 }
 
 impl Decoded {
@@ -316,7 +318,7 @@ impl Decoder {
             partition: None,
             scope: cluster,
         };
-        into.items.push(Item { dedupe_key, write: Ok(write) });
+        into.items.push(Item { dedupe_key, write: Ok(Box::new(write)) });
     }
 
     /// Runs one decode so that a panic in it (a defect) costs only the rest of that body: the
@@ -356,7 +358,7 @@ impl Decoder {
         let dedupe_key = Dedupe::key(ev.audit_id.as_deref().unwrap_or(""));
         let extractor = self.engine.extractor();
         // The arrival seq is given by the processor, after dedupe.
-        let write = extractor.extract(ev, adm, cluster, 0, location);
+        let write = extractor.extract(ev, adm, cluster, 0, location).map(Box::new);
         into.items.push(Item { dedupe_key, write });
     }
 }

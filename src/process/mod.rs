@@ -94,14 +94,14 @@ pub struct Processor {
     dedupe: Dedupe,
     /// The reorder buffers, by scope ([`Write::scope`]): by cluster, or with a state kept per
     /// partition, by cluster and partition.
-    buffers: HashMap<Sym, ReorderBuffer<Write>, FastBuild>,
+    buffers: HashMap<Sym, ReorderBuffer<Box<Write>>, FastBuild>,
     /// The scopes whose buffer holds writes: the only ones the timer looks at, so idle
     /// clusters cost no CPU; a buffer that empties is trimmed to nothing when it leaves.
     active: HashSet<Sym, FastBuild>,
     seq: u64,
     /// Reused between bodies.
     decoded: Decoded,
-    released: Vec<Released<Write>>,
+    released: Vec<Released<Box<Write>>>,
     /// Which arrival seqs are still in a reorder buffer, from `held_base` on (`true`: held).
     /// Sources that commit positions (Kafka) must know the oldest write not yet applied; the
     /// front is always a held seq, so the oldest is `held_base`. Amortized O(1) per write.
@@ -572,7 +572,10 @@ impl Processor {
 
     /// Runs `release` on the buffer of every cluster that holds writes; a buffer left empty is
     /// trimmed and its cluster no longer active.
-    fn release_active(&mut self, mut release: impl FnMut(&mut ReorderBuffer<Write>, &mut Vec<Released<Write>>)) {
+    fn release_active(
+        &mut self,
+        mut release: impl FnMut(&mut ReorderBuffer<Box<Write>>, &mut Vec<Released<Box<Write>>>),
+    ) {
         let (buffers, released) = (&mut self.buffers, &mut self.released);
         self.active.retain(|c| {
             let Some(b) = buffers.get_mut(c) else { return false };

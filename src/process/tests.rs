@@ -196,7 +196,7 @@ fn a_write_the_engine_fails_on_is_skipped_and_counted_and_the_next_one_is_classi
         partition: None,
         scope: Sym::EMPTY,
     };
-    p.released.push(Released { item: broken, late: false, at: 5 });
+    p.released.push(Released { item: Box::new(broken), late: false, at: 5 });
     let mut out = Vec::new();
     p.apply_released(0, &mut out);
     assert!(out.is_empty());

@@ -3,6 +3,8 @@
 //! (a hash table keeps up to half of its entries empty after growing: a key and a state there
 //! would cost their whole size each, docs/performance.md §7); a state costs its own size, with
 //! no allocation of its own, and a page is never moved, so growing the store never copies it.
+//! A page's memory is reserved whole and written slot by slot as states come: the slots not
+//! used yet are never touched, so they take no resident memory.
 
 use std::hash::BuildHasher;
 use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -20,14 +22,14 @@ struct Shard {
     /// Slots (page * PAGE + offset) of the states, by the hash of their key.
     index: HashTable<u32>,
     /// Every slot ever handed out; `None` in a free one.
-    pages: Vec<Box<[Option<ObjectState>]>>,
+    pages: Vec<Vec<Option<ObjectState>>>,
     /// Free slots, reused first.
     free: Vec<u32>,
     /// Slots handed out so far, free ones included.
     slots: u32,
 }
 
-fn cell(pages: &[Box<[Option<ObjectState>]>], slot: u32) -> &ObjectState {
+fn cell(pages: &[Vec<Option<ObjectState>>], slot: u32) -> &ObjectState {
     let slot = slot as usize;
     pages[slot / PAGE][slot % PAGE].as_ref().expect("an indexed slot holds a state")
 }
@@ -58,12 +60,17 @@ impl Shard {
         }
         let slot = self.free.pop().unwrap_or_else(|| {
             if self.slots as usize == self.pages.len() * PAGE {
-                self.pages.push((0..PAGE).map(|_| None).collect());
+                self.pages.push(Vec::with_capacity(PAGE));
             }
             self.slots += 1;
             self.slots - 1
         });
-        self.pages[slot as usize / PAGE][slot as usize % PAGE] = Some(state);
+        // A new slot is the next of the last page; a freed one is within its page.
+        let cells = &mut self.pages[slot as usize / PAGE];
+        match slot as usize % PAGE {
+            at if at == cells.len() => cells.push(Some(state)),
+            at => cells[at] = Some(state),
+        }
         let Shard { index, pages, .. } = self;
         index.insert_unique(hash, slot, |&s| hasher.hash_one(cell(pages, s).key));
         self.at_mut(slot)

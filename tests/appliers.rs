@@ -845,3 +845,178 @@ fn a_namespaced_sveltos_profile_is_found_by_name_and_kind() {
         "the Profile in team-a, not the ClusterProfile of the same name"
     );
 }
+
+/// One step of a Flux day drawn at random: a person's change to a member, a new commit, a
+/// person's `flux reconcile`, or a sync of the Kustomization at its current revision.
+#[derive(Clone, Debug)]
+enum FluxStep {
+    /// A person (0: alice, 1: bob) scales the Deployment to 3 + n replicas (`/scale`).
+    Scale(u8, i64),
+    /// A person edits the ConfigMap's `mode` (to a value it does not hold).
+    EditConfig(u8),
+    /// A person sets the Deployment's image (to one it does not run).
+    EditImage(u8),
+    /// A new commit: the next revision changes the image and the mode.
+    Commit,
+    /// A person asks for a reconcile (`reconcile.fluxcd.io/requestedAt`).
+    Request,
+    /// A person suspends the Kustomization (`spec.suspend`), or resumes it: a spec change.
+    Suspend(bool),
+    /// kustomize-controller reconciles at the current revision: it applies each member whose
+    /// applied fields differ from the revision's (Flux diffs with a server-side dry run first).
+    Sync,
+}
+
+fn flux_step() -> impl proptest::strategy::Strategy<Value = FluxStep> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0u8..2, 0i64..4).prop_map(|(p, n)| FluxStep::Scale(p, n)),
+        (0u8..2).prop_map(FluxStep::EditConfig),
+        (0u8..2).prop_map(FluxStep::EditImage),
+        Just(FluxStep::Commit),
+        Just(FluxStep::Request),
+        proptest::bool::ANY.prop_map(FluxStep::Suspend),
+        Just(FluxStep::Sync),
+        Just(FluxStep::Sync),
+    ]
+}
+
+/// What the test did to one member since the applier last wrote it: the persons' writes.
+#[derive(Default)]
+struct Touched {
+    persons: Vec<String>,
+}
+
+/// The truth of an applier's write, from what the test did before it.
+enum FluxTruth {
+    /// A new revision, or a person's request since the last reconcile: an intent.
+    Expected,
+    /// The revision already applied, no request: a drift putting back these persons' writes.
+    PutsBack(Vec<String>),
+}
+
+/// Plays `steps` after the first revision and returns the events, the persons' writes and
+/// the applier's writes with their truth.
+fn flux_day(steps: &[FluxStep]) -> (Vec<String>, Vec<String>, Vec<(String, FluxTruth)>) {
+    const BOB: &str = "bob@example.com";
+    let mut f = flux();
+    let (deploy, config) = (f.deploy.clone(), f.config.clone());
+    let desired = |rev: u32| (format!("web:{rev}"), if rev == 1 { "normal".to_string() } else { format!("v{rev}") });
+    let (mut rev, mut applied_rev, mut requested) = (1u32, 1u32, false);
+    // A spec change of the Kustomization not yet reconciled, and whether it is suspended.
+    let (mut spec_changed, mut suspended) = (false, false);
+    let (mut touched_deploy, mut touched_config) = (Touched::default(), Touched::default());
+    let (mut persons, mut applier) = (Vec::new(), Vec::new());
+    // The first revision is flux()'s.
+    let revision = |rev: u32| if rev == 1 { "main@sha1:1111".to_string() } else { format!("main@sha1:{rev:04}") };
+    for (i, step) in steps.iter().enumerate() {
+        let person = |p: u8| if p == 0 { ALICE } else { BOB };
+        match step {
+            FluxStep::Scale(p, n) => {
+                let now = f.api.get(&deploy).unwrap()["spec"]["replicas"].as_i64().unwrap();
+                let to = if 3 + n == now { 3 + n + 1 } else { 3 + n };
+                let e = f.api.scale(person(*p), &deploy, to);
+                touched_deploy.persons.push(audit_id(&e).to_string());
+                persons.push(e.clone());
+                f.events.push(e);
+            }
+            FluxStep::EditImage(p) => {
+                let e = f.api.update(person(*p), &deploy, |o| {
+                    o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(format!("web:hand-{i}"))
+                });
+                touched_deploy.persons.push(audit_id(&e).to_string());
+                persons.push(e.clone());
+                f.events.push(e);
+            }
+            FluxStep::EditConfig(p) => {
+                let e = f.api.update(person(*p), &config, |o| o["data"]["mode"] = json!(format!("hand-{i}")));
+                touched_config.persons.push(audit_id(&e).to_string());
+                persons.push(e.clone());
+                f.events.push(e);
+            }
+            FluxStep::Commit => rev += 1,
+            FluxStep::Request => {
+                let at = format!("2026-11-26T10:{:02}:00Z", i % 60);
+                let e = f.api.update(ALICE, &f.ks.clone(), |o| {
+                    o["metadata"]["annotations"] = json!({"reconcile.fluxcd.io/requestedAt": at})
+                });
+                f.events.push(e);
+                requested = true;
+            }
+            FluxStep::Suspend(suspend) => {
+                let ks = f.ks.clone();
+                let generation = |api: &ApiServer| api.get(&ks).unwrap()["metadata"]["generation"].clone();
+                let before = generation(&f.api);
+                let e = f.api.update(ALICE, &ks, |o| o["spec"]["suspend"] = json!(*suspend));
+                f.events.push(e);
+                // A spec change is one the API server counts: `suspend: false` written where
+                // the field was absent is one too.
+                spec_changed |= generation(&f.api) != before;
+                suspended = *suspend;
+            }
+            // Flux does not reconcile a suspended Kustomization: a person's edit stands.
+            FluxStep::Sync if suspended => {}
+            FluxStep::Sync => {
+                f.attempt(&revision(rev));
+                let (image, mode) = desired(rev);
+                let intent = rev != applied_rev || requested || spec_changed;
+                let live = f.api.get(&deploy).unwrap().clone();
+                let spec = &live["spec"];
+                if spec["replicas"] != json!(2) || spec["template"]["spec"]["containers"][0]["image"] != json!(image) {
+                    let e = f.apply(&deploy, |o| {
+                        o["spec"]["replicas"] = json!(2);
+                        o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+                    });
+                    let truth =
+                        if intent { FluxTruth::Expected } else { FluxTruth::PutsBack(touched_deploy.persons.clone()) };
+                    applier.push((e, truth));
+                    touched_deploy = Touched::default();
+                }
+                if f.api.get(&config).unwrap()["data"]["mode"] != json!(mode) {
+                    let e = f.apply(&config, |o| o["data"]["mode"] = json!(mode));
+                    let truth =
+                        if intent { FluxTruth::Expected } else { FluxTruth::PutsBack(touched_config.persons.clone()) };
+                    applier.push((e, truth));
+                    touched_config = Touched::default();
+                }
+                f.applied(&revision(rev));
+                (applied_rev, requested, spec_changed) = (rev, false, false);
+            }
+        }
+    }
+    (f.events, persons, applier)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+    /// Days nobody scripted: any order of persons' changes, commits, requests, suspensions
+    /// and syncs. A person's write is an origin; an applier's write at a new revision, after a
+    /// request or after a change of the Kustomization's spec is expected; at the revision it had applied, it is a drift naming only persons' writes to
+    /// that object since the applier last wrote it, and at least one of them.
+    #[test]
+    fn any_flux_day_reads_as_what_was_done(steps in proptest::collection::vec(flux_step(), 1..14)) {
+        let (events, persons, applier) = flux_day(&steps);
+        let (_, out) = run(&events);
+        for e in &persons {
+            proptest::prop_assert_eq!(class_of(&out, e), Class::Origin, "{}", find(&out, e).unwrap().reason);
+        }
+        for (e, truth) in &applier {
+            let got = find(&out, e).expect("the applier's write is classified");
+            match truth {
+                FluxTruth::Expected => {
+                    proptest::prop_assert_eq!(got.class, Class::Expected, "{}", got.reason);
+                }
+                FluxTruth::PutsBack(by) => {
+                    proptest::prop_assert_eq!(got.class, Class::Drift, "{}", got.reason);
+                    let reverts = got.reverts.as_deref().unwrap_or_default();
+                    proptest::prop_assert!(!reverts.is_empty(), "a put-back names what it reverts: {}", got.reason);
+                    for r in reverts {
+                        proptest::prop_assert!(r.person, "{:?}", r);
+                        proptest::prop_assert!(by.iter().any(|a| **a == *r.audit_id), "{:?} not among {:?}", r, by);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -887,8 +887,8 @@ struct Touched {
     persons: Vec<String>,
 }
 
-/// The truth of an applier's write, from what the test did before it.
-enum FluxTruth {
+/// The truth of an applier's write, from what the test did before it (Flux, Argo CD).
+enum ApplierTruth {
     /// A new revision, or a person's request since the last reconcile: an intent.
     Expected,
     /// The revision already applied, no request: a drift putting back these persons' writes.
@@ -897,7 +897,7 @@ enum FluxTruth {
 
 /// Plays `steps` after the first revision and returns the events, the persons' writes and
 /// the applier's writes with their truth.
-fn flux_day(steps: &[FluxStep]) -> (Vec<String>, Vec<String>, Vec<(String, FluxTruth)>) {
+fn flux_day(steps: &[FluxStep]) -> (Vec<String>, Vec<String>, Vec<(String, ApplierTruth)>) {
     const BOB: &str = "bob@example.com";
     let mut f = flux();
     let (deploy, config) = (f.deploy.clone(), f.config.clone());
@@ -967,15 +967,21 @@ fn flux_day(steps: &[FluxStep]) -> (Vec<String>, Vec<String>, Vec<(String, FluxT
                         o["spec"]["replicas"] = json!(2);
                         o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
                     });
-                    let truth =
-                        if intent { FluxTruth::Expected } else { FluxTruth::PutsBack(touched_deploy.persons.clone()) };
+                    let truth = if intent {
+                        ApplierTruth::Expected
+                    } else {
+                        ApplierTruth::PutsBack(touched_deploy.persons.clone())
+                    };
                     applier.push((e, truth));
                     touched_deploy = Touched::default();
                 }
                 if f.api.get(&config).unwrap()["data"]["mode"] != json!(mode) {
                     let e = f.apply(&config, |o| o["data"]["mode"] = json!(mode));
-                    let truth =
-                        if intent { FluxTruth::Expected } else { FluxTruth::PutsBack(touched_config.persons.clone()) };
+                    let truth = if intent {
+                        ApplierTruth::Expected
+                    } else {
+                        ApplierTruth::PutsBack(touched_config.persons.clone())
+                    };
                     applier.push((e, truth));
                     touched_config = Touched::default();
                 }
@@ -997,26 +1003,161 @@ proptest::proptest! {
     #[test]
     fn any_flux_day_reads_as_what_was_done(steps in proptest::collection::vec(flux_step(), 1..14)) {
         let (events, persons, applier) = flux_day(&steps);
-        let (_, out) = run(&events);
-        for e in &persons {
-            proptest::prop_assert_eq!(class_of(&out, e), Class::Origin, "{}", find(&out, e).unwrap().reason);
-        }
-        for (e, truth) in &applier {
-            let got = find(&out, e).expect("the applier's write is classified");
-            match truth {
-                FluxTruth::Expected => {
-                    proptest::prop_assert_eq!(got.class, Class::Expected, "{}", got.reason);
+        check_day(&events, &persons, &applier)?;
+    }
+}
+
+/// One step of an Argo CD day drawn at random.
+#[derive(Clone, Debug)]
+enum ArgoStep {
+    /// A person (0: alice, 1: bob) scales the tracked Deployment to 3 + n replicas.
+    Scale(u8, i64),
+    /// A person sets the Deployment's image (to one it does not run).
+    EditImage(u8),
+    /// A new commit: the next revision changes the image.
+    Commit,
+    /// A person's sync (`argocd app sync`): an operation initiated by a username.
+    PersonSync,
+    /// The application controller syncs (self-heal when nothing else asked): the Deployment is
+    /// patched when it differs from the revision's.
+    Sync,
+}
+
+fn argo_step() -> impl proptest::strategy::Strategy<Value = ArgoStep> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0u8..2, 0i64..4).prop_map(|(p, n)| ArgoStep::Scale(p, n)),
+        (0u8..2).prop_map(ArgoStep::EditImage),
+        Just(ArgoStep::Commit),
+        Just(ArgoStep::PersonSync),
+        Just(ArgoStep::Sync),
+        Just(ArgoStep::Sync),
+    ]
+}
+
+/// Plays an Argo CD day after the first sync: the events, the persons' writes, and the
+/// application controller's writes with their truth.
+fn argo_day(steps: &[ArgoStep]) -> (Vec<String>, Vec<String>, Vec<(String, ApplierTruth)>) {
+    const BOB: &str = "bob@example.com";
+    let mut api = ApiServer::new();
+    let mut events = Vec::new();
+    let (app, e) = api.create(ADMIN, application("shop"));
+    events.push(e);
+    let auto = json!({"automated": true});
+    let revision = |rev: u32| format!("{rev:040x}");
+    events.push(argo_status(&mut api, &app, &revision(1), None, "Running", auto.clone()));
+    let (d, first) =
+        api.create(ARGOCD, tracked(deployment("shop", "web", 2, "web:1"), "shop:apps/Deployment:shop/web"));
+    events.push(first);
+    events.push(argo_status(&mut api, &app, &revision(1), Some(&revision(1)), "Succeeded", auto.clone()));
+    let (mut rev, mut synced, mut person_sync) = (1u32, 1u32, false);
+    let mut touched: Vec<String> = Vec::new();
+    let (mut persons, mut applier) = (Vec::new(), Vec::new());
+    for (i, step) in steps.iter().enumerate() {
+        let person = |p: u8| if p == 0 { ALICE } else { BOB };
+        match step {
+            ArgoStep::Scale(p, n) => {
+                let now = api.get(&d).unwrap()["spec"]["replicas"].as_i64().unwrap();
+                let to = if 3 + n == now { 3 + n + 1 } else { 3 + n };
+                let e = api.scale(person(*p), &d, to);
+                touched.push(audit_id(&e).to_string());
+                persons.push(e.clone());
+                events.push(e);
+            }
+            ArgoStep::EditImage(p) => {
+                let e = api.update(person(*p), &d, |o| {
+                    o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(format!("web:hand-{i}"))
+                });
+                touched.push(audit_id(&e).to_string());
+                persons.push(e.clone());
+                events.push(e);
+            }
+            ArgoStep::Commit => rev += 1,
+            ArgoStep::PersonSync => {
+                let r = revision(rev);
+                let e = api.update(ALICE, &app, |o| {
+                    o["operation"] = json!({"initiatedBy": {"username": ALICE}, "sync": {"revision": r}})
+                });
+                events.push(e);
+                person_sync = true;
+            }
+            ArgoStep::Sync => {
+                let by = if person_sync { json!({"username": ALICE}) } else { auto.clone() };
+                let r = revision(rev);
+                events.push(argo_status(&mut api, &app, &r, Some(&revision(synced)), "Running", by.clone()));
+                let image = format!("web:{rev}");
+                let spec = api.get(&d).unwrap()["spec"].clone();
+                if spec["replicas"] != json!(2) || spec["template"]["spec"]["containers"][0]["image"] != json!(image) {
+                    let e = api.patch(ARGOCD, &d, |o| {
+                        o["spec"]["replicas"] = json!(2);
+                        o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
+                    });
+                    let truth = if rev != synced || person_sync {
+                        ApplierTruth::Expected
+                    } else {
+                        ApplierTruth::PutsBack(std::mem::take(&mut touched))
+                    };
+                    touched.clear();
+                    applier.push((e.clone(), truth));
+                    events.push(e);
                 }
-                FluxTruth::PutsBack(by) => {
-                    proptest::prop_assert_eq!(got.class, Class::Drift, "{}", got.reason);
-                    let reverts = got.reverts.as_deref().unwrap_or_default();
-                    proptest::prop_assert!(!reverts.is_empty(), "a put-back names what it reverts: {}", got.reason);
-                    for r in reverts {
-                        proptest::prop_assert!(r.person, "{:?}", r);
-                        proptest::prop_assert!(by.iter().any(|a| **a == *r.audit_id), "{:?} not among {:?}", r, by);
-                    }
+                // The operation completes: Argo CD writes its state and clears a person's
+                // `operation` in one patch (`setOperationState` in its application
+                // controller): the status is set first, and the one event sent is the patch
+                // that also clears the operation.
+                let done = argo_status(&mut api, &app, &r, Some(&r), "Succeeded", by);
+                let done = match person_sync {
+                    true => api.patch(ARGOCD, &app, |o| {
+                        o.as_object_mut().unwrap().remove("operation");
+                    }),
+                    false => done,
+                };
+                events.push(done);
+                (synced, person_sync) = (rev, false);
+            }
+        }
+    }
+    (events, persons, applier)
+}
+
+/// The truth of each write of a drawn day, checked against what the service says.
+fn check_day(
+    events: &[String],
+    persons: &[String],
+    applier: &[(String, ApplierTruth)],
+) -> Result<(), proptest::test_runner::TestCaseError> {
+    let (_, out) = run(events);
+    for e in persons {
+        proptest::prop_assert_eq!(class_of(&out, e), Class::Origin, "{}", find(&out, e).unwrap().reason);
+    }
+    for (e, truth) in applier {
+        let got = find(&out, e).expect("the applier's write is classified");
+        match truth {
+            ApplierTruth::Expected => {
+                proptest::prop_assert_eq!(got.class, Class::Expected, "{}", got.reason);
+            }
+            ApplierTruth::PutsBack(by) => {
+                proptest::prop_assert_eq!(got.class, Class::Drift, "{}", got.reason);
+                let reverts = got.reverts.as_deref().unwrap_or_default();
+                proptest::prop_assert!(!reverts.is_empty(), "a put-back names what it reverts: {}", got.reason);
+                for r in reverts {
+                    proptest::prop_assert!(r.person, "{:?}", r);
+                    proptest::prop_assert!(by.iter().any(|a| **a == *r.audit_id), "{:?} not among {:?}", r, by);
                 }
             }
         }
+    }
+    Ok(())
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+    /// Days nobody scripted, under Argo CD: a sync at a new revision or one a person started
+    /// is expected; a self-heal at the revision synced is a drift naming persons' writes.
+    #[test]
+    fn any_argo_cd_day_reads_as_what_was_done(steps in proptest::collection::vec(argo_step(), 1..14)) {
+        let (events, persons, applier) = argo_day(&steps);
+        check_day(&events, &persons, &applier)?;
     }
 }

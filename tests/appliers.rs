@@ -1161,3 +1161,106 @@ proptest::proptest! {
         check_day(&events, &persons, &applier)?;
     }
 }
+
+/// One step of a Sveltos day drawn at random.
+#[derive(Clone, Debug)]
+enum SveltosStep {
+    /// A person (0: alice, 1: bob) edits the add-on's ConfigMap (to a level it does not hold).
+    Edit(u8),
+    /// The platform team changes the ClusterProfile's spec: a new generation, a new level.
+    ProfileChange,
+    /// Sveltos' addon-controller deploys: it writes the ConfigMap when it differs from what the
+    /// profile's generation asks, then the profile's status (which observes that generation).
+    Sync,
+}
+
+fn sveltos_step() -> impl proptest::strategy::Strategy<Value = SveltosStep> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0u8..2).prop_map(SveltosStep::Edit),
+        Just(SveltosStep::ProfileChange),
+        Just(SveltosStep::Sync),
+        Just(SveltosStep::Sync),
+    ]
+}
+
+/// Plays a Sveltos day after its first deployment: the events, the persons' writes, and
+/// Sveltos' writes with their truth (intent: a generation of the profile not yet observed).
+fn sveltos_day(steps: &[SveltosStep]) -> (Vec<String>, Vec<String>, Vec<(String, ApplierTruth)>) {
+    const BOB: &str = "bob@example.com";
+    let mut api = ApiServer::new();
+    let profile = |generation: i64| json!({"clusterSelector": {"matchLabels": {"env": "prod"}}, "helmCharts": [], "level": format!("l{generation}")});
+    let (cp, e) = api.create(
+        ADMIN,
+        json!({"apiVersion": "config.projectsveltos.io/v1beta1", "kind": "ClusterProfile",
+               "metadata": {"name": "addons"}, "spec": profile(1)}),
+    );
+    let mut events = vec![e];
+    let generation = |api: &ApiServer| api.get(&cp).unwrap()["metadata"]["generation"].as_i64().unwrap_or(1);
+    let mut cm = configmap("kube-system", "addon-config", &[("level", "l1")], None);
+    cm["metadata"]["annotations"] =
+        json!({"projectsveltos.io/owner-kind": "ClusterProfile", "projectsveltos.io/owner-name": "addons"});
+    let (cm, first) = api.create(SVELTOS, cm);
+    events.push(first);
+    // The status records, in a field of this test's own, the generation deployed, so a new
+    // generation always changes it. (A status write that changes nothing is answered with the resourceVersion
+    // the object already had, and is ordered by it: one observing a new generation that way
+    // would be taken in before the member's write it followed, which then reads as a drift.
+    // Not drawn here: see the stop's note.)
+    let status = |api: &mut ApiServer| {
+        let generation = api.get(&cp).unwrap()["metadata"]["generation"].clone();
+        api.update_status(SVELTOS, &cp, |st| {
+            st.insert("matchingClusterRefs".into(), json!([{"kind": "Cluster", "name": "prod-1"}]));
+            st.insert("deployedGeneration".into(), generation);
+        })
+    };
+    events.push(status(&mut api));
+    let mut observed = generation(&api);
+    let mut touched: Vec<String> = Vec::new();
+    let (mut persons, mut applier) = (Vec::new(), Vec::new());
+    for (i, step) in steps.iter().enumerate() {
+        match step {
+            SveltosStep::Edit(p) => {
+                let who = if *p == 0 { ALICE } else { BOB };
+                let e = api.update(who, &cm, |o| o["data"]["level"] = json!(format!("hand-{i}")));
+                touched.push(audit_id(&e).to_string());
+                persons.push(e.clone());
+                events.push(e);
+            }
+            SveltosStep::ProfileChange => {
+                let next = generation(&api) + 1;
+                events.push(api.update(ADMIN, &cp, |o| o["spec"] = profile(next)));
+            }
+            SveltosStep::Sync => {
+                let wanted = api.get(&cp).unwrap()["spec"]["level"].clone();
+                if api.get(&cm).unwrap()["data"]["level"] != wanted {
+                    let e = api.update(SVELTOS, &cm, |o| o["data"]["level"] = wanted);
+                    let truth = if generation(&api) != observed {
+                        ApplierTruth::Expected
+                    } else {
+                        ApplierTruth::PutsBack(std::mem::take(&mut touched))
+                    };
+                    touched.clear();
+                    applier.push((e.clone(), truth));
+                    events.push(e);
+                }
+                events.push(status(&mut api));
+                observed = generation(&api);
+            }
+        }
+    }
+    (events, persons, applier)
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+    /// Days nobody scripted, under Sveltos: a deployment for a generation of the profile not
+    /// yet observed is expected; one at the generation observed is a drift naming persons'
+    /// writes.
+    #[test]
+    fn any_sveltos_day_reads_as_what_was_done(steps in proptest::collection::vec(sveltos_step(), 1..14)) {
+        let (events, persons, applier) = sveltos_day(&steps);
+        check_day(&events, &persons, &applier)?;
+    }
+}

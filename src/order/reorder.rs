@@ -291,20 +291,6 @@ impl<T> ReorderBuffer<T> {
                 (placed, tie) = (true, placing.received_us);
                 at
             }
-            // A write of an object answered with the resourceVersion that an earlier write of
-            // that object made stored nothing (a status written as it was): its version says
-            // when the object last changed, not when it was written. It goes by its time, as a
-            // write without a version: taken in at its version, a status write that observes
-            // a new generation would come before the writes its controller made first.
-            Some(rv)
-                if event_us != 0
-                    && placing.object != 0
-                    && !(placing.removed || placing.marked || placing.marks)
-                    && self.recent.iter().any(|r| r.object == placing.object && r.rv == rv && r.done_us < event_us) =>
-            {
-                (placed, tie) = (true, event_us);
-                self.place(event_us, placing)
-            }
             Some(rv) => {
                 self.seen_rv = self.seen_rv.max(rv);
                 if event_us != 0 {
@@ -819,44 +805,6 @@ mod tests {
             items_str(out),
             vec![("untimed", false), ("update", false), ("no-op", false), ("placed delete", false)]
         );
-    }
-
-    #[test]
-    fn a_write_answered_with_the_version_its_object_already_had_goes_by_its_time() {
-        // A parent's spec change (version 10), its controller's write of a child (11), then the
-        // parent's status written as it was: answered with 10, the version its object had.
-        let run = |status: Placing| {
-            let mut b = ReorderBuffer::new(1000, 1000);
-            let mut out = Vec::new();
-            let parent = Placing { object: 7, done_us: 100, ..Placing::default() };
-            b.push_write("spec change", Some(10), 0, 100, parent, &mut out);
-            b.push_write(
-                "child",
-                Some(11),
-                1,
-                110,
-                Placing { object: 9, done_us: 110, ..Placing::default() },
-                &mut out,
-            );
-            b.push_write("status as it was", Some(10), 2, 120, status, &mut out);
-            b.flush(&mut out);
-            items_str(out)
-        };
-        let status = Placing { object: 7, done_us: 120, ..Placing::default() };
-        assert_eq!(
-            run(status),
-            vec![("spec change", false), ("child", false), ("status as it was", false)],
-            "it stored nothing: it goes by its time, after the child's write done before it"
-        );
-        // Of another object, or a deletion's mark (a pod's final delete answers with the
-        // version of its last write): by the version, as before.
-        for other in [Placing { object: 8, ..status }, Placing { marked: true, marks: true, ..status }] {
-            assert_eq!(
-                run(other),
-                vec![("spec change", false), ("status as it was", false), ("child", false)],
-                "{other:?}"
-            );
-        }
     }
 
     #[test]

@@ -310,8 +310,8 @@ pub fn parse_document<'a>(
             Ok(items) => into.extend(items),
             Err(e) => into.push((location, Err(e))),
         },
-        Shape::Event(ev) => into.push((location, validate(&ev, location).map(|()| ev))),
-        Shape::AksRecords(_) | Shape::AksRecord | Shape::CloudLogging => return false,
+        // A single event was taken above; an envelope is read by `decode_document`.
+        Shape::Event(_) | Shape::AksRecords(_) | Shape::AksRecord | Shape::CloudLogging => return false,
     }
     true
 }

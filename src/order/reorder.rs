@@ -11,6 +11,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 
+use hashbrown::HashTable;
+
 /// A write ready to apply, and whether it came too late to be put in order.
 #[derive(Debug)]
 pub struct Released<T> {
@@ -110,6 +112,15 @@ pub struct ReorderBuffer<T> {
     /// buffer was trimmed while idle, or more came than it keeps): a write without a
     /// resourceVersion whose time is past all of them still goes after them all.
     forgotten: Option<(i64, u64)>,
+    /// Of each object with a write in [`ReorderBuffer::recent`], its latest one there: (object
+    /// key, resourceVersion, completion). A write answered with that resourceVersion stored
+    /// nothing (see [`ReorderBuffer::push_write`]); found in one lookup where a search of the
+    /// recent writes took a scan of them for every write.
+    latest: HashTable<(u64, u64, i64)>,
+    /// The latest completion and the highest resourceVersion of every write taken into
+    /// [`ReorderBuffer::recent`] (kept or forgotten since): when no write done later than a
+    /// write's time has come, it goes after them all.
+    pushed: (i64, u64),
     seq: u64,
 }
 
@@ -186,6 +197,12 @@ const EVICTION_SKEW_US: i64 = 2_000_000;
 /// How many recent (time, resourceVersion) pairs place writes that have no resourceVersion.
 const RECENT: usize = 4096;
 
+/// An object key spread over 64 bits for [`ReorderBuffer::latest`] (keys are hashes already;
+/// this keeps a key made of a few bits from crowding one group).
+fn mix(object: u64) -> u64 {
+    object.wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26)
+}
+
 impl<T> ReorderBuffer<T> {
     /// A buffer that holds each write `window_us` of its clock, and at most `max_held` writes.
     pub fn new(window_us: i64, max_held: usize) -> Self {
@@ -206,6 +223,8 @@ impl<T> ReorderBuffer<T> {
             removed_names: VecDeque::new(),
             evictions: VecDeque::new(),
             forgotten: None,
+            latest: HashTable::new(),
+            pushed: (i64::MIN, 0),
             seq: 0,
         }
     }
@@ -278,6 +297,7 @@ impl<T> ReorderBuffer<T> {
                     // Not as a write of its pod: a delete of the pod answered without a
                     // resourceVersion that completed after it had marked the pod before it
                     // (it lost the race to remove it), and keeps its own place by receipt.
+                    self.note_pushed(event_us, rv, 0);
                     self.recent.push_back(Recent {
                         done_us: event_us,
                         rv,
@@ -291,12 +311,37 @@ impl<T> ReorderBuffer<T> {
                 (placed, tie) = (true, placing.received_us);
                 at
             }
+            // A write of an object answered with the resourceVersion of the latest write of
+            // that object, done before it, stored nothing (a status written as it was): its
+            // version says when the object last changed, not when it was written. It goes by
+            // its time: taken in at its version, a status write that observes a new
+            // generation would come before the writes its controller made first, and those
+            // would read as drift. Deletions keep their version (a pod's final delete answers
+            // with the version of its last write).
+            Some(rv)
+                if rv <= self.seen_rv
+                    && event_us != 0
+                    && placing.object != 0
+                    && self.stored_nothing(rv, event_us, placing) =>
+            {
+                tie = event_us;
+                match self.after_all_done_by(event_us, placing) {
+                    Some(at) => at.max(self.released_rv),
+                    // A write done after it came first (another API server's batch): the
+                    // search of the recent writes, and again as it comes up.
+                    None => {
+                        placed = true;
+                        self.place(event_us, placing)
+                    }
+                }
+            }
             Some(rv) => {
                 self.seen_rv = self.seen_rv.max(rv);
                 if event_us != 0 {
                     if self.recent.len() == RECENT {
                         self.forget_oldest();
                     }
+                    self.note_pushed(event_us, rv, placing.object);
                     self.recent.push_back(Recent {
                         done_us: event_us,
                         rv,
@@ -647,7 +692,59 @@ impl<T> ReorderBuffer<T> {
         if let Some(w) = self.recent.pop_front() {
             let (done, rv) = self.forgotten.unwrap_or((i64::MIN, 0));
             self.forgotten = Some((done.max(w.done_us), rv.max(w.rv)));
+            if w.object != 0 {
+                if let Ok(e) = self.latest.find_entry(mix(w.object), |&(o, rv, _)| o == w.object && rv == w.rv) {
+                    e.remove();
+                }
+            }
         }
+    }
+
+    /// Counts a write taken into [`ReorderBuffer::recent`]: the latest of its object, done at
+    /// `done_us` with `rv`.
+    fn note_pushed(&mut self, done_us: i64, rv: u64, object: u64) {
+        self.pushed = (self.pushed.0.max(done_us), self.pushed.1.max(rv));
+        if object != 0 {
+            match self.latest.entry(mix(object), |&(o, _, _)| o == object, |&(o, _, _)| mix(o)) {
+                hashbrown::hash_table::Entry::Occupied(mut e) => {
+                    let latest = e.get_mut();
+                    if rv >= latest.1 {
+                        *latest = (object, rv, done_us);
+                    }
+                }
+                hashbrown::hash_table::Entry::Vacant(e) => {
+                    e.insert((object, rv, done_us));
+                }
+            }
+        }
+    }
+
+    /// Whether a write done at `event_us` with `rv` stored nothing: the latest write of its
+    /// object kept had that resourceVersion and was done before it. Not a deletion's write.
+    fn stored_nothing(&self, rv: u64, event_us: i64, placing: Placing) -> bool {
+        !(placing.removed || placing.marked || placing.marks || placing.evicts)
+            && self
+                .latest
+                .find(mix(placing.object), |&(o, _, _)| o == placing.object)
+                .is_some_and(|&(_, latest, done_us)| latest == rv && done_us < event_us)
+    }
+
+    /// Where [`ReorderBuffer::place_by_time`] puts a write of an object done at `event_us`
+    /// that neither removes nor marks it, when every write taken in so far was done by then:
+    /// after them all (and after a deletecollection of its object received by then). `None`
+    /// when one was done later: the search of the recent writes tells.
+    fn after_all_done_by(&self, event_us: i64, placing: Placing) -> Option<u64> {
+        if self.pushed.0 > event_us {
+            return None;
+        }
+        let listed = self
+            .listed
+            .iter()
+            .filter(|&&(_, o, r)| o == placing.object && r != 0 && r <= event_us)
+            .map(|&(rv, _, _)| rv)
+            .max()
+            .unwrap_or(0);
+        Some(self.pushed.1.max(listed))
     }
 
     /// Frees what an empty buffer holds, so an idle cluster costs the struct alone. The recent
@@ -665,6 +762,7 @@ impl<T> ReorderBuffer<T> {
                 self.forget_oldest();
             }
             self.recent = VecDeque::new();
+            self.latest = HashTable::new();
             self.placed_of = HashMap::new();
             self.listed = VecDeque::new();
             self.removed_names = VecDeque::new();
@@ -684,6 +782,7 @@ impl<T> ReorderBuffer<T> {
             + self.free.capacity() * 4
             + self.arrivals.capacity() * std::mem::size_of::<Reverse<(i64, u64, bool)>>()
             + self.recent.capacity() * std::mem::size_of::<Recent>()
+            + self.latest.capacity() * std::mem::size_of::<(u64, u64, i64)>()
             + self.placed_of.capacity() * std::mem::size_of::<(u32, Placing)>()
             + self.listed.capacity() * std::mem::size_of::<(u64, u64)>()
             + self.removed_names.capacity() * std::mem::size_of::<(i64, u64, u64)>()
@@ -805,6 +904,81 @@ mod tests {
             items_str(out),
             vec![("untimed", false), ("update", false), ("no-op", false), ("placed delete", false)]
         );
+    }
+
+    #[test]
+    fn a_write_answered_with_the_version_its_object_already_had_goes_by_its_time() {
+        // A parent's spec change (version 10), its controller's write of a child (11), then the
+        // parent's status written as it was: answered with 10, the version its object had.
+        let run = |status: Placing| {
+            let mut b = ReorderBuffer::new(1000, 1000);
+            let mut out = Vec::new();
+            let parent = Placing { object: 7, done_us: 100, ..Placing::default() };
+            b.push_write("spec change", Some(10), 0, 100, parent, &mut out);
+            b.push_write(
+                "child",
+                Some(11),
+                1,
+                110,
+                Placing { object: 9, done_us: 110, ..Placing::default() },
+                &mut out,
+            );
+            b.push_write("status as it was", Some(10), 2, 120, status, &mut out);
+            b.flush(&mut out);
+            items_str(out)
+        };
+        let status = Placing { object: 7, done_us: 120, ..Placing::default() };
+        assert_eq!(
+            run(status),
+            vec![("spec change", false), ("child", false), ("status as it was", false)],
+            "it stored nothing: it goes by its time, after the child's write done before it"
+        );
+        // Of another object, or a deletion's mark (a pod's final delete answers with the
+        // version of its last write): by the version, as before.
+        for other in [Placing { object: 8, ..status }, Placing { marked: true, marks: true, ..status }] {
+            assert_eq!(
+                run(other),
+                vec![("spec change", false), ("status as it was", false), ("child", false)],
+                "{other:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_write_that_stored_nothing_goes_before_a_write_done_after_it_that_came_first() {
+        // As above, but a write of another object done after the status write (130, version
+        // 12) came first, in another API server's batch: the status write goes by its time,
+        // after the child's write and before that one.
+        let mut b = ReorderBuffer::new(1000, 1000);
+        let mut out = Vec::new();
+        let write = |object: u64, done_us: i64| Placing { object, done_us, ..Placing::default() };
+        b.push_write("spec change", Some(10), 0, 100, write(7, 100), &mut out);
+        b.push_write("child", Some(11), 1, 110, write(9, 110), &mut out);
+        b.push_write("later write", Some(12), 2, 130, write(8, 130), &mut out);
+        b.push_write("status as it was", Some(10), 3, 120, write(7, 120), &mut out);
+        b.flush(&mut out);
+        assert_eq!(
+            items_str(out),
+            vec![("spec change", false), ("child", false), ("status as it was", false), ("later write", false)]
+        );
+    }
+
+    #[test]
+    fn a_write_with_the_version_of_a_forgotten_write_goes_by_its_version() {
+        // Its object's write with that version is no longer among the recent writes (more came
+        // than the buffer keeps): nothing tells it stored nothing, and it goes by its version,
+        // released late.
+        let mut b = ReorderBuffer::new(0, 1);
+        let mut out = Vec::new();
+        let write = |object: u64, done_us: i64| Placing { object, done_us, ..Placing::default() };
+        b.push_write("first", Some(1), 0, 1, write(7, 1), &mut out);
+        for i in 0..RECENT as u64 {
+            b.push_write("other", Some(2 + i), 1, 2 + i as i64, write(100 + i, 2 + i as i64), &mut out);
+        }
+        assert!(b.latest.find(mix(7), |&(o, _, _)| o == 7).is_none(), "forgotten with its write");
+        b.push_write("again", Some(1), 2, 10_000, write(7, 10_000), &mut out);
+        b.flush(&mut out);
+        assert_eq!(out.last().map(|r| (r.item, r.late)), Some(("again", true)));
     }
 
     #[test]

@@ -322,11 +322,11 @@ impl Write {
             Target::Trace { prev, .. } => {
                 let mut cur = Some(prev);
                 while let Some(n) = cur {
-                    m.ty(n.hop.ty);
-                    if let Some(u) = n.hop.user {
+                    m.ty(n.head().ty);
+                    if let Some(u) = n.head().user {
                         m.sym(u);
                     }
-                    cur = n.prev.as_ref();
+                    cur = n.prev();
                 }
             }
         }

@@ -41,7 +41,7 @@ impl Engine {
         let uid = f.uid;
         self.note_owner_kind(s.ty);
         if s.name().is_none() && !f.name.is_empty() {
-            s.set_name(f.name.clone());
+            s.set_name(&f.name);
         }
         let Some(name) = s.name() else { return };
         let cluster = self.interner.resolve(scope);
@@ -49,9 +49,9 @@ impl Engine {
             true => Arc::from(""),
             false => self.interner.resolve(s.namespace),
         };
-        let at: ParentAt = (cluster.clone(), profile, namespace, name.clone());
+        let at: ParentAt = (cluster.clone(), profile, namespace, Name::from(name));
         if let Some(target) = f.target_cluster.as_ref().filter(|t| t[..] != cluster[..]) {
-            let remote: ParentAt = (target.clone(), profile, at.2.clone(), name.clone());
+            let remote: ParentAt = (target.clone(), profile, at.2.clone(), Name::from(name));
             if self.remote_parents.get(&remote).is_none_or(|p| p.1 != uid || p.0 != cluster) {
                 self.remote_parents.insert(remote, (cluster, uid));
             }

@@ -12,8 +12,8 @@ use crate::decode::time::rfc3339_micros_arc;
 use crate::enriched::{user_hash, ActorOut, ApplierOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::policy::{ChildRef, Policy, Resolution};
 use crate::state::{Intent, ObjKey, ObjectState, OwnerKey, Recent, Sym, TraceState, Ty};
-use crate::trace::{self, Hop, Labels, Trace};
-use crate::write::{OwnerLink, Uid, Write};
+use crate::trace::{self, Hop, HopName, Labels, Trace};
+use crate::write::{Name, OwnerLink, Uid, Write};
 
 /// A copy of the parent's state, taken so no two map entries are ever locked at once.
 pub(super) struct ParentView {
@@ -107,7 +107,8 @@ impl Engine {
     /// ownerReferences: scale, Status-answered deletes); its name from the owner's own state.
     pub(super) fn owner_link(&self, cluster: Sym, o: OwnerKey) -> OwnerLink {
         let uid = o.uid();
-        let name = self.store.read(&ObjKey::new(cluster, uid), |p| p.name().cloned()).flatten().unwrap_or_default();
+        let name =
+            self.store.read(&ObjKey::new(cluster, uid), |p| p.name().map(Name::from)).flatten().unwrap_or_default();
         OwnerLink { uid, uid_text: Arc::from(format_uid(uid)), ty: o.ty, name }
     }
 
@@ -119,7 +120,7 @@ impl Engine {
         // its producing write.
         self.store.update(key, |p| {
             if p.name().is_none() {
-                p.set_name(owner.name.clone());
+                p.set_name(&owner.name);
             }
             let view = ParentView::of(p);
             let labels = view.labels.clone();
@@ -128,7 +129,7 @@ impl Engine {
                 TraceState::Write { prev, user, time_us } if !user.is_empty() => {
                     let hop = Hop {
                         ty: p.ty,
-                        name: p.name().cloned().unwrap_or_else(|| owner.name.clone()),
+                        name: p.name().map_or_else(|| owner.name.clone(), Name::from),
                         generation: NonZeroI64::new(p.generation()),
                         user: Some(user),
                         timestamp: NonZeroI64::new(time_us),
@@ -472,11 +473,12 @@ impl Engine {
             .into_iter()
             .enumerate()
             .map(|(i, h)| {
+                let (name, h) = (HopName::Node(h.clone()), h.head());
                 let (api_version, kind) = self.interner.parts(h.ty);
                 HopOut {
                     api_version: self.interner.resolve(api_version),
                     kind: self.interner.resolve(kind),
-                    name: h.name.clone(),
+                    name,
                     generation: h.generation.map(NonZeroI64::get),
                     user: h.user.map(|u| self.interner.resolve(u)),
                     timestamp: if i == head {

@@ -332,11 +332,9 @@ impl Engine {
             return;
         }
         match s.name() {
-            Some(kept) if **kept == **name => {}
-            Some(_) => s.set_name(name.clone()),
-            None if self.owner_kinds.contains_key(&s.ty) || self.is_namespace(s.namespace, s.ty) => {
-                s.set_name(name.clone())
-            }
+            Some(kept) if kept == &**name => {}
+            Some(_) => s.set_name(name),
+            None if self.owner_kinds.contains_key(&s.ty) || self.is_namespace(s.namespace, s.ty) => s.set_name(name),
             None => {}
         }
     }
@@ -383,7 +381,8 @@ impl Engine {
             let Some(name) = s.name() else { return };
             if let Some(profile) = self.applier_of_parent(s.ty) {
                 // The newest incarnation of a name wins, as it does when written.
-                let at = (self.interner.resolve(k.cluster), profile, self.interner.resolve(s.namespace), name.clone());
+                let at =
+                    (self.interner.resolve(k.cluster), profile, self.interner.resolve(s.namespace), Name::from(name));
                 let newest = (s.last_resource_version, k.uid());
                 parents.entry(at).and_modify(|p| *p = (*p).max(newest)).or_insert(newest);
             }
@@ -393,7 +392,7 @@ impl Engine {
             }
             let newest = (s.last_resource_version, s.deleting() || s.deleted(), s.last_seen_us());
             namespaces
-                .entry((self.interner.resolve(k.cluster), name.clone()))
+                .entry((self.interner.resolve(k.cluster), Name::from(name)))
                 .and_modify(|n| {
                     if newest.0 >= n.0 {
                         *n = newest;

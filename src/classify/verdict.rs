@@ -430,7 +430,7 @@ impl Engine {
         found
             .into_iter()
             .map(|(key, _)| key)
-            .filter(|key| self.store.read(key, |s| keep(s) && s.name().is_none_or(|n| &**n == name)).unwrap_or(false))
+            .filter(|key| self.store.read(key, |s| keep(s) && s.name().is_none_or(|n| n == name)).unwrap_or(false))
             .collect()
     }
 

@@ -330,7 +330,7 @@ pub(super) mod tests {
         HopOut {
             api_version: Arc::from("apps/v1"),
             kind: Arc::from("Deployment"),
-            name: Name::from(name),
+            name: name.into(),
             generation: Some(3),
             user: Some(Arc::from("alice")),
             timestamp: Some(Arc::from("2026-11-23T17:00:00.123456Z")),

@@ -267,8 +267,8 @@ pub struct HopOut {
     pub api_version: Arc<str>,
     /// The object's kind.
     pub kind: Arc<str>,
-    /// The object's name.
-    pub name: Name,
+    /// The object's name (the trace node's, not copied).
+    pub name: crate::trace::HopName,
     /// The object's generation after the write; `None` when unknown or the kind keeps none.
     pub generation: Option<i64>,
     /// Who wrote; `None` when unknown (a parent whose producing write was never seen).

@@ -542,7 +542,7 @@ mod tests {
                 e.trace.push(crate::enriched::HopOut {
                     api_version: e.object.api_version.clone(),
                     kind: e.object.kind.clone(),
-                    name: e.object.name.clone(),
+                    name: e.object.name.clone().into(),
                     generation: e.object.generation,
                     user: Some(e.user.clone()),
                     timestamp: Some(e.stage_timestamp.clone()),

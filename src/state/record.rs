@@ -16,7 +16,7 @@ use xxhash_rust::xxh3::Xxh3;
 use super::snapshot::{get_object, put_object, Dec, Enc, Get, Put};
 use super::{Interner, ObjKey, ObjectState, SnapshotError, Sym};
 use crate::state::policy::PolicyCache;
-use crate::trace::{Hop, Trace, TraceNode};
+use crate::trace::{HopRef, Trace};
 use crate::write::{Name, Uid};
 
 /// The record format: its first byte. Format 2's fields are those of snapshot format 8 (with
@@ -104,19 +104,19 @@ impl Put for Inline<'_> {
         let mut hops = Vec::new();
         let mut cur = t;
         while let Some(n) = cur {
-            hops.push(&n.hop);
-            cur = n.prev.as_ref();
+            hops.push(n.hop());
+            cur = n.prev();
         }
         e.uint(hops.len() as u64);
         for h in hops.into_iter().rev() {
             let (api_version, kind) = self.interner.parts(h.ty);
             self.sym(e, api_version);
             self.sym(e, kind);
-            e.str(&h.name);
+            e.str(h.name);
             e.opt_int(h.generation.map(NonZeroI64::get));
             self.opt_sym(e, h.user);
             e.opt_int(h.timestamp.map(NonZeroI64::get));
-            let labels = h.labels.as_deref().map_or(&[][..], Vec::as_slice);
+            let labels = h.labels.map_or(&[][..], |l| l.as_slice());
             e.uint(labels.len() as u64);
             for (k, v) in labels {
                 e.str(k);
@@ -213,7 +213,10 @@ impl Get for RecordReader<'_> {
             chain = h.digest();
             let labels = (!labels.is_empty()).then(|| Arc::new(labels));
             let node = self.nodes.entry(chain).or_insert_with(|| {
-                Trace::new(TraceNode { hop: Hop { ty, name, generation, user, timestamp, labels }, prev: prev.take() })
+                Trace::new(
+                    HopRef { ty, name: &name, generation, user, timestamp, labels: labels.as_ref() },
+                    prev.take(),
+                )
             });
             prev = Some(node.clone());
         }
@@ -229,17 +232,17 @@ mod tests {
     fn hop(interner: &Interner, kind: &str, name: &str, user: Option<&str>, prev: Option<Trace>) -> Trace {
         let ty = interner.ty(interner.intern("apps/v1"), interner.intern(kind));
         let labels = Some(Arc::new(vec![(Box::from("team"), Box::from("a"))]));
-        Trace::new(TraceNode {
-            hop: Hop {
+        Trace::new(
+            HopRef {
                 ty,
-                name: Name::from(name),
+                name,
                 generation: NonZeroI64::new(3),
                 user: user.map(|u| interner.intern(u)),
                 timestamp: NonZeroI64::new(7),
-                labels,
+                labels: labels.as_ref(),
             },
             prev,
-        })
+        )
     }
 
     #[test]
@@ -290,7 +293,7 @@ mod tests {
         let interner = Interner::new();
         let ty = interner.ty(interner.intern("kustomize.toolkit.fluxcd.io/v1"), interner.intern("Kustomization"));
         let mut s = ObjectState::new(ty, interner.intern("flux-system"));
-        s.set_name(Name::from("apps"));
+        s.set_name("apps");
         let intent = crate::state::Intent {
             key: 5,
             epoch: 2,
@@ -326,7 +329,7 @@ mod tests {
         let (hops, truncated) = crate::trace::hops(&m.prev);
         assert!(!truncated);
         assert_eq!(
-            hops.iter().map(|h| (&*h.name, h.user.map(|u| other.resolve(u).to_string()))).collect::<Vec<_>>(),
+            hops.iter().map(|h| (h.name(), h.head().user.map(|u| other.resolve(u).to_string()))).collect::<Vec<_>>(),
             vec![("web", Some("alice".to_string()))]
         );
         assert_eq!(

@@ -16,7 +16,7 @@ use xxhash_rust::xxh3::Xxh3;
 use super::{Interner, ObjKey, ObjectState, OwnerKey, Parts, Recent, Store, Sym, TraceState};
 use crate::decode::time::{format_rfc3339_micros, parse_rfc3339_micros};
 use crate::state::policy::PolicyCache;
-use crate::trace::{Hop, Trace, TraceNode};
+use crate::trace::{HopRef, Trace};
 use crate::write::{Annotations, Name, ObservedSource};
 
 /// The first line of a snapshot, before its format version.
@@ -158,7 +158,7 @@ fn write_format(
             (string_list.len() - 1) as u32
         })
     };
-    let mut nodes: HashMap<*const TraceNode, u32> = HashMap::new();
+    let mut nodes: HashMap<*const crate::trace::NodeHead, u32> = HashMap::new();
     let mut node_list: Vec<Trace> = Vec::new();
     for (k, s) in objects {
         let (api_version, kind) = interner.parts(s.ty);
@@ -186,13 +186,13 @@ fn write_format(
                     break;
                 }
                 chain.push(n.clone());
-                cur = n.prev.as_ref();
+                cur = n.prev();
             }
             for n in chain.into_iter().rev() {
-                let (api_version, kind) = interner.parts(n.hop.ty);
+                let (api_version, kind) = interner.parts(n.head().ty);
                 sym(api_version, &mut strings);
                 sym(kind, &mut strings);
-                if let Some(u) = n.hop.user {
+                if let Some(u) = n.head().user {
                     sym(u, &mut strings);
                 }
                 nodes.insert(Trace::as_ptr(&n), node_list.len() as u32);
@@ -227,12 +227,12 @@ fn write_format(
     }
     buf.uint(node_list.len() as u64);
     for n in &node_list {
-        let h = &n.hop;
-        buf.uint(n.prev.as_ref().map_or(0, |p| nodes[&Trace::as_ptr(p)] as u64 + 1));
+        let h = n.hop();
+        buf.uint(n.prev().map_or(0, |p| nodes[&Trace::as_ptr(p)] as u64 + 1));
         let (api_version, kind) = interner.parts(h.ty);
         buf.uint(id(api_version));
         buf.uint(id(kind));
-        buf.str(&h.name);
+        buf.str(h.name);
         buf.opt_int(h.generation.map(NonZeroI64::get));
         buf.uint(h.user.map_or(0, |u| id(u) + 1));
         match h.timestamp {
@@ -242,7 +242,7 @@ fn write_format(
             }
             None => buf.uint(0),
         }
-        let labels = h.labels.as_deref().map_or(&[][..], Vec::as_slice);
+        let labels = h.labels.map_or(&[][..], |l| l.as_slice());
         buf.uint(labels.len() as u64);
         for (k, v) in labels {
             buf.str(k);
@@ -374,7 +374,7 @@ fn read_format(
             labels.push((Box::from(d.str()?), Box::from(d.str()?)));
         }
         let labels = (!labels.is_empty()).then(|| Arc::new(labels));
-        nodes.push(Trace::new(TraceNode { hop: Hop { ty, name, generation, user, timestamp, labels }, prev }));
+        nodes.push(Trace::new(HopRef { ty, name: &name, generation, user, timestamp, labels: labels.as_ref() }, prev));
     }
     let policies = PolicyCache::default();
     let n = d.len()?;
@@ -441,7 +441,7 @@ pub(super) trait Get {
 /// The snapshot's string and trace-node tables, by index (0: none, else index + 1).
 struct Table<'a> {
     ids: &'a HashMap<Sym, u32>,
-    nodes: &'a HashMap<*const TraceNode, u32>,
+    nodes: &'a HashMap<*const crate::trace::NodeHead, u32>,
 }
 
 impl Put for Table<'_> {
@@ -567,7 +567,7 @@ pub(super) fn get_object(
     let uid = d.u128()?;
     let ty = interner.ty(g.sym(d)?, g.sym(d)?);
     let mut s = ObjectState::new(ty, g.sym(d)?);
-    s.set_name(Name::from(d.str()?));
+    s.set_name(d.str()?);
     s.set_generation(d.int()?);
     s.set_observed(match d.uint()? {
         0 => None,

@@ -330,7 +330,7 @@ mod tests {
 
     fn named(name: &str) -> ObjectState {
         let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
-        s.set_name(crate::write::Name::from(name));
+        s.set_name(name);
         s
     }
 
@@ -360,7 +360,7 @@ mod tests {
         }
         assert_eq!(store.len(), 150);
         assert_eq!(
-            store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name().cloned()).flatten().as_deref(),
+            store.read(&ObjKey::new(Sym::EMPTY, 1_059), |s| s.name().map(str::to_string)).flatten().as_deref(),
             Some("y"),
             "written after an eviction"
         );
@@ -428,9 +428,12 @@ mod tests {
         store.insert(key, named("b"));
         assert_eq!(store.len(), 1);
         let mut seen = Vec::new();
-        store.for_each(|k, s| seen.push((k.uid(), s.name().cloned())));
+        store.for_each(|k, s| seen.push((k.uid(), s.name().map(crate::write::Name::from))));
         assert_eq!(seen, vec![(uid, Some(crate::write::Name::from("b")))]);
-        assert_eq!(store.remove(&key).and_then(|s| s.name().cloned()), Some(crate::write::Name::from("b")));
+        assert_eq!(
+            store.remove(&key).and_then(|s| s.name().map(crate::write::Name::from)),
+            Some(crate::write::Name::from("b"))
+        );
         assert!(store.is_empty() && store.remove(&key).is_none());
     }
 

@@ -118,7 +118,7 @@ fn same_hops(a: &Trace, b: &Trace) -> bool {
         match (a, b) {
             (None, None) => return true,
             (Some(x), Some(y)) if Trace::ptr_eq(x, y) => return true,
-            (Some(x), Some(y)) if x.hop == y.hop => (a, b) = (x.prev.as_ref(), y.prev.as_ref()),
+            (Some(x), Some(y)) if x.hop() == y.hop() => (a, b) = (x.prev(), y.prev()),
             _ => return false,
         }
     }
@@ -165,7 +165,7 @@ impl Engine {
             }
             match s.trace() {
                 TraceState::Write { prev: Some(p), .. } if same_hops(&p, prev) => Completion::Already,
-                TraceState::Node(node) if node.prev.as_ref().is_some_and(|p| same_hops(p, prev)) => Completion::Already,
+                TraceState::Node(node) if node.prev().is_some_and(|p| same_hops(p, prev)) => Completion::Already,
                 TraceState::Write { .. } | TraceState::Node(_) => Completion::Applied,
                 TraceState::Unknown => Completion::Stale,
             }
@@ -180,7 +180,7 @@ impl Engine {
                 s.set_trace(TraceState::Write { prev: Some(prev.clone()), user, time_us })
             }
             TraceState::Node(node) => {
-                let hop = node.hop.clone();
+                let hop = node.hop().to_hop();
                 s.set_trace(TraceState::Node(trace::extend(trace::bounded(prev, &hop, self.max_trace_hops), hop)));
             }
             TraceState::Unknown => {}

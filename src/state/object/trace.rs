@@ -5,8 +5,7 @@ use std::num::NonZeroI64;
 
 use super::ObjectState;
 use crate::state::{Marks, Sym};
-use crate::trace::{Hop, Trace, TraceNode};
-use crate::write::Name;
+use crate::trace::{HopRef, NodeHead, Trace};
 
 /// `trace_time` of an own node that is not built yet: only the name and the producing write
 /// are in it (an own node that is built keeps no time there).
@@ -50,7 +49,7 @@ impl ObjectState {
     /// key's cluster, type, namespace, updaters, owner's type, its origin writes' users and
     /// types, and its trace's (each trace node
     /// once: `seen` holds those marked already, shared prefixes are walked once).
-    pub fn mark(&self, m: &mut Marks, seen: &mut HashSet<*const TraceNode>) {
+    pub fn mark(&self, m: &mut Marks, seen: &mut HashSet<*const NodeHead>) {
         m.sym(self.key.cluster);
         m.ty(self.ty);
         m.sym(self.namespace);
@@ -69,11 +68,11 @@ impl ObjectState {
             if !seen.insert(Trace::as_ptr(n)) {
                 break;
             }
-            m.ty(n.hop.ty);
-            if let Some(u) = n.hop.user {
+            m.ty(n.head().ty);
+            if let Some(u) = n.head().user {
                 m.sym(u);
             }
-            cur = n.prev.as_ref();
+            cur = n.prev();
         }
     }
 
@@ -91,35 +90,35 @@ impl ObjectState {
     }
 
     /// The name, when the object keeps it (see `trace_ptr`).
-    pub fn name(&self) -> Option<&Name> {
+    pub fn name(&self) -> Option<&str> {
         match (&self.trace_ptr, self.trace_user) {
-            (Some(node), None) if !node.hop.name.is_empty() => Some(&node.hop.name),
+            (Some(node), None) if !node.name().is_empty() => Some(node.name()),
             _ => None,
         }
     }
 
     /// Keeps `name` (an empty one is no name). The trace stays as it was; an own node already
     /// built is copied with the new name, so children that extended the old one keep it.
-    pub fn set_name(&mut self, name: Name) {
-        if name.is_empty() || self.name() == Some(&name) {
+    pub fn set_name(&mut self, name: &str) {
+        if name.is_empty() || self.name() == Some(name) {
             return;
         }
         match (&self.trace_ptr, self.trace_user) {
             (Some(node), None) => {
-                let renamed = TraceNode { hop: Hop { name, ..node.hop.clone() }, prev: node.prev.clone() };
-                self.trace_ptr = Some(Trace::new(renamed));
+                let renamed = Trace::new(HopRef { name, ..node.hop() }, node.prev().cloned());
+                self.trace_ptr = Some(renamed);
             }
             _ => self.pending(name, self.trace()),
         }
     }
 
     /// Keeps `name` and `trace` (a producing write, or none) in an own node not built yet.
-    fn pending(&mut self, name: Name, trace: TraceState) {
+    fn pending(&mut self, name: &str, trace: TraceState) {
         let (prev, user, time_us) = match trace {
             TraceState::Write { prev, user, time_us } => (prev, user, time_us),
             TraceState::Unknown | TraceState::Node(_) => (None, Sym::EMPTY, 0),
         };
-        let hop = Hop {
+        let hop = HopRef {
             ty: self.ty,
             name,
             generation: None,
@@ -127,14 +126,34 @@ impl ObjectState {
             timestamp: NonZeroI64::new(time_us),
             labels: None,
         };
+        (self.trace_ptr, self.trace_user, self.trace_time) = (Some(Trace::new(hop, prev)), None, PENDING);
+    }
+
+    /// [`ObjectState::pending`] with the name the state keeps: the node not built yet is this
+    /// state's alone (nothing extends it), and is changed in place when it is not shared.
+    fn pending_again(&mut self, trace: TraceState) {
+        let (prev, user, time_us) = match trace {
+            TraceState::Write { prev, user, time_us } => (prev, user, time_us),
+            TraceState::Unknown | TraceState::Node(_) => (None, Sym::EMPTY, 0),
+        };
+        let (user, timestamp) = (Some(user).filter(|u| !u.is_empty()), NonZeroI64::new(time_us));
+        let Some(node) = self.trace_ptr.as_mut() else { return };
         if self.trace_time == PENDING {
-            // The node not built yet is this state's alone (nothing extends it): reused.
-            if let Some(node) = self.trace_ptr.as_mut().and_then(Trace::get_mut) {
-                *node = TraceNode { hop, prev };
+            let mut prev = Some(prev);
+            let reused = node.update_if_unique(|h| {
+                (h.generation, h.user, h.timestamp, h.labels, h.prev) =
+                    (None, user, timestamp, None, prev.take().flatten())
+            });
+            if reused {
                 return;
             }
+            let hop = HopRef { ty: self.ty, generation: None, user, timestamp, labels: None, ..node.hop() };
+            *node = Trace::new(hop, prev.flatten());
+            return;
         }
-        (self.trace_ptr, self.trace_user, self.trace_time) = (Some(Trace::new(TraceNode { hop, prev })), None, PENDING);
+        let hop = HopRef { ty: self.ty, generation: None, user, timestamp, labels: None, ..node.hop() };
+        let built = Trace::new(hop, prev);
+        (self.trace_ptr, self.trace_user, self.trace_time) = (Some(built), None, PENDING);
     }
 
     /// The producing write's (extended trace, user, time in µs) whichever way it is kept;
@@ -143,7 +162,7 @@ impl ObjectState {
         match (&self.trace_ptr, self.trace_user) {
             (prev, Some(user)) => (prev.as_ref(), user, self.trace_time_us()),
             (Some(n), None) => {
-                (n.prev.as_ref(), n.hop.user.unwrap_or(Sym::EMPTY), n.hop.timestamp.map_or(0, |t| t.get()))
+                (n.prev(), n.head().user.unwrap_or(Sym::EMPTY), n.head().timestamp.map_or(0, |t| t.get()))
             }
             (None, None) => (None, Sym::EMPTY, 0),
         }
@@ -157,8 +176,8 @@ impl ObjectState {
     /// Sets how the current generation came about; a kept name stays (a producing write then
     /// waits in an own node not built yet).
     pub fn set_trace(&mut self, trace: TraceState) {
-        if let (Some(name), TraceState::Write { .. } | TraceState::Unknown) = (self.name().cloned(), &trace) {
-            self.pending(name, trace);
+        if let (Some(_), TraceState::Write { .. } | TraceState::Unknown) = (self.name(), &trace) {
+            self.pending_again(trace);
             return;
         }
         (self.trace_ptr, self.trace_user, self.trace_time) = match trace {
@@ -175,6 +194,7 @@ impl ObjectState {
 mod tests {
     use super::*;
     use crate::state::Ty;
+    use crate::write::Name;
 
     #[test]
     fn a_trace_kept_in_three_fields_comes_back_as_it_was_set() {
@@ -236,15 +256,15 @@ mod tests {
 
         // A leaf keeps no name, and an empty name is none.
         let mut s = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
-        s.set_name(Name::from(""));
+        s.set_name("");
         assert_eq!(s.name(), None);
         s.set_trace(TraceState::Write { prev: Some(parent.clone()), user: u, time_us: 7 });
         assert_eq!(s.name(), None);
         assert_eq!(write(&s), (Some(Trace::as_ptr(&parent)), u, 7));
 
         // Named after its producing write: the write comes back unchanged.
-        s.set_name(Name::from("rs"));
-        assert_eq!(s.name().map(|n| &**n), Some("rs"));
+        s.set_name("rs");
+        assert_eq!(s.name(), Some("rs"));
         assert_eq!(write(&s), (Some(Trace::as_ptr(&parent)), u, 7));
         assert_eq!(s.trace_parts(), (Some(&parent), u, 7));
 
@@ -252,7 +272,7 @@ mod tests {
         for time_us in [0, 1, -1, i64::MAX, i64::MIN] {
             for (prev, user) in [(None, u), (Some(parent.clone()), Sym::EMPTY), (Some(parent.clone()), v)] {
                 s.set_trace(TraceState::Write { prev: prev.clone(), user, time_us });
-                assert_eq!(s.name().map(|n| &**n), Some("rs"));
+                assert_eq!(s.name(), Some("rs"));
                 if prev.is_none() && user.is_empty() && time_us == 0 {
                     assert!(matches!(s.trace(), TraceState::Unknown));
                 } else {
@@ -265,30 +285,30 @@ mod tests {
         // No producing write: unknown, the name kept.
         s.set_trace(TraceState::Unknown);
         assert!(matches!(s.trace(), TraceState::Unknown));
-        assert_eq!(s.name().map(|n| &**n), Some("rs"));
+        assert_eq!(s.name(), Some("rs"));
         let mut unknown = ObjectState::new(Ty::EMPTY, Sym::EMPTY);
-        unknown.set_name(Name::from("deploy"));
+        unknown.set_name("deploy");
         assert!(matches!(unknown.trace(), TraceState::Unknown));
         assert_eq!(unknown.trace_parts(), (None, Sym::EMPTY, 0));
-        assert_eq!(unknown.name().map(|n| &**n), Some("deploy"));
+        assert_eq!(unknown.name(), Some("deploy"));
 
         // The node built on first use as a parent is the trace, and holds the name.
         s.set_trace(TraceState::Write { prev: Some(parent.clone()), user: u, time_us: 9 });
         let own = extend(parent.clone(), hop("rs", u));
         s.set_trace(TraceState::Node(own.clone()));
         assert!(matches!(s.trace(), TraceState::Node(n) if Trace::ptr_eq(&n, &own)));
-        assert_eq!(s.name().map(|n| &**n), Some("rs"));
+        assert_eq!(s.name(), Some("rs"));
 
         // A new name: a child that extended the built node keeps it as it was; the state's
         // node is a copy with the new name and the same hop otherwise.
         let child = extend(own.clone(), hop("pod", u));
-        s.set_name(Name::from("rs-renamed"));
-        assert_eq!(s.name().map(|n| &**n), Some("rs-renamed"));
-        assert_eq!(&*child.prev.as_ref().unwrap().hop.name, "rs");
+        s.set_name("rs-renamed");
+        assert_eq!(s.name(), Some("rs-renamed"));
+        assert_eq!(child.prev().unwrap().name(), "rs");
         match s.trace() {
             TraceState::Node(n) => {
                 assert!(!Trace::ptr_eq(&n, &own));
-                assert_eq!((n.hop.user, n.prev.as_ref().map(Trace::as_ptr)), (Some(u), Some(Trace::as_ptr(&parent))));
+                assert_eq!((n.head().user, n.prev().map(Trace::as_ptr)), (Some(u), Some(Trace::as_ptr(&parent))));
             }
             other => panic!("expected the node, got {other:?}"),
         }
@@ -296,7 +316,7 @@ mod tests {
         // The next producing write replaces the built node (still the children's) and keeps the name.
         s.set_trace(TraceState::Write { prev: None, user: v, time_us: 11 });
         assert_eq!(write(&s), (None, v, 11));
-        assert_eq!(s.name().map(|n| &**n), Some("rs-renamed"));
-        assert_eq!(&*child.prev.as_ref().unwrap().hop.name, "rs");
+        assert_eq!(s.name(), Some("rs-renamed"));
+        assert_eq!(child.prev().unwrap().name(), "rs");
     }
 }

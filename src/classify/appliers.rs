@@ -64,10 +64,8 @@ impl Engine {
     /// Where the owner `uid` of a write in `scope` is kept: in the write's cluster, unless it
     /// is an applier's parent found in another cluster (DESIGN §1.9, across clusters).
     pub(super) fn owner_key(&self, scope: Sym, uid: crate::write::Uid) -> ObjKey {
-        if !self.remote_owners.is_empty() {
-            if let Some(cluster) = self.remote_owners.get(&ObjKey::new(scope, uid)) {
-                return ObjKey::new(self.interner.intern(&cluster), uid);
-            }
+        if let Some(cluster) = self.remote_owners.get(&ObjKey::new(scope, uid)) {
+            return ObjKey::new(self.interner.intern(&cluster), uid);
         }
         ObjKey::new(scope, uid)
     }

@@ -4,6 +4,7 @@
 
 mod appliers;
 mod child;
+mod counted;
 mod decide;
 mod engine_state;
 pub mod forward;
@@ -118,7 +119,7 @@ pub struct Engine {
     /// seen: every child write in them is teardown (`deleting`). Kept by name, not by symbol,
     /// so sweeping the interner cannot make an entry name another namespace; forgotten when the
     /// namespace is created again or after the tombstone TTL.
-    terminating_namespaces: DashMap<(Arc<str>, Arc<str>), i64, FastBuild>,
+    terminating_namespaces: counted::Counted<(Arc<str>, Arc<str>), i64>,
     tombstone_ttl_us: i64,
     /// The Kafka partitions each cluster's state is kept by (`cluster#pN` scopes, with a state
     /// changelog), by cluster name: the readers of the live state by cluster (the verdict, the
@@ -131,10 +132,10 @@ pub struct Engine {
     applier_parents: DashMap<appliers::ParentAt, Uid, FastBuild>,
     /// Appliers' parents that apply to another cluster, by where their members there name
     /// them (the target cluster's name, `*` for any): the parent's own cluster and UID.
-    remote_parents: DashMap<appliers::ParentAt, (Arc<str>, Uid), FastBuild>,
+    remote_parents: counted::Counted<appliers::ParentAt, (Arc<str>, Uid)>,
     /// The parents found in another cluster than their members': their cluster, by the
     /// members' cluster and the parent's UID.
-    remote_owners: DashMap<ObjKey, Arc<str>, FastBuild>,
+    remote_owners: counted::Counted<ObjKey, Arc<str>>,
     /// The applier profile of each type of parent, `None` for the other types; once per type.
     applier_kinds: DashMap<Ty, Option<u16>, FastBuild>,
 }
@@ -153,13 +154,13 @@ impl Engine {
             max_trace_hops: options.max_trace_hops.max(2),
             contents: Contents::new(options.contents_max_entries, options.contents_max_bytes),
             revert_horizon_us: options.revert_horizon_us,
-            terminating_namespaces: DashMap::with_hasher(FastBuild::default()),
+            terminating_namespaces: counted::Counted::new(),
             tombstone_ttl_us: options.tombstone_ttl_us,
             partition_scopes: DashMap::with_hasher(FastBuild::default()),
             forwards: forward::Forwards::default(),
             applier_parents: DashMap::with_hasher(FastBuild::default()),
-            remote_parents: DashMap::with_hasher(FastBuild::default()),
-            remote_owners: DashMap::with_hasher(FastBuild::default()),
+            remote_parents: counted::Counted::new(),
+            remote_owners: counted::Counted::new(),
             applier_kinds: DashMap::with_hasher(FastBuild::default()),
         }
     }
@@ -217,7 +218,7 @@ impl Engine {
         if f.deleting || f.gone {
             let horizon = w.time_us.saturating_sub(self.tombstone_ttl_us);
             self.terminating_namespaces.retain(|_, since| *since >= horizon);
-            self.terminating_namespaces.entry(key).or_insert(w.time_us);
+            self.terminating_namespaces.insert_if_absent(key, w.time_us);
         } else if w.verb == Verb::Create {
             self.terminating_namespaces.remove(&key);
         }
@@ -406,7 +407,7 @@ impl Engine {
         for ((scope, name), (_, deleting, since)) in namespaces {
             let key = (scope, Arc::<str>::from(&*name));
             if deleting {
-                self.terminating_namespaces.entry(key).or_insert(since);
+                self.terminating_namespaces.insert_if_absent(key, since);
             } else {
                 self.terminating_namespaces.remove(&key);
             }

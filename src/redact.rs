@@ -32,11 +32,19 @@ pub struct Sensitive {
     fields: Vec<(String, Vec<Vec<String>>)>,
     /// Key names whose scalar values are redacted in every kind.
     keys: Vec<String>,
+    /// Of the keys: which bytes one ends with, and the longest's length (kept as keys are
+    /// added, for [`Sensitive::names_a_key`]).
+    key_ends: [bool; 256],
+    longest_key: usize,
 }
+
+/// The end of a JSON key, `":`, searched for in every content text.
+static KEY_END: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+    std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\":"));
 
 impl Default for Sensitive {
     fn default() -> Self {
-        let mut s = Sensitive { fields: Vec::new(), keys: Vec::new() };
+        let mut s = Sensitive::none();
         for (kind, paths) in DEFAULT_FIELDS {
             for p in *paths {
                 s.add_field(kind, p);
@@ -52,7 +60,7 @@ impl Default for Sensitive {
 impl Sensitive {
     /// Nothing is sensitive (only for tests and measurements).
     pub fn none() -> Self {
-        Sensitive { fields: Vec::new(), keys: Vec::new() }
+        Sensitive { fields: Vec::new(), keys: Vec::new(), key_ends: [false; 256], longest_key: 0 }
     }
 
     /// Marks `path` (dotted: `data`, `spec.credentials.password`) of `kind_key` sensitive: every
@@ -70,22 +78,23 @@ impl Sensitive {
     pub fn add_key(&mut self, name: &str) {
         if !self.keys.iter().any(|k| k == name) {
             self.keys.push(name.to_string());
+            // (An empty key ends at its opening quote.)
+            self.key_ends[*name.as_bytes().last().unwrap_or(&b'"') as usize] = true;
+            self.longest_key = self.longest_key.max(name.len());
         }
     }
 
     /// Whether `text` holds `"key":` for a sensitive key: one pass over its colons, each
     /// checked against the keys (a text without any needs no parsing).
     fn names_a_key(&self, text: &[u8]) -> bool {
-        let longest = self.keys.iter().map(String::len).max().unwrap_or(0);
+        let longest = self.longest_key;
         if longest == 0 {
             return false;
         }
         // The last byte of every key, and their lengths: most keys of a text end otherwise or
         // are longer, and are passed over without looking for their opening quote.
-        let mut last = [false; 256];
-        // (An empty key ends at its opening quote.)
-        self.keys.iter().map(|k| k.as_bytes().last().unwrap_or(&b'"')).for_each(|&b| last[b as usize] = true);
-        memchr::memmem::find_iter(text, b"\":").any(|end| {
+        let last = &self.key_ends;
+        KEY_END.find_iter(text).any(|end| {
             if end == 0 || !last[text[end - 1] as usize] {
                 return false;
             }

@@ -641,6 +641,115 @@ fn a_helm_release_is_a_trace_label_not_a_parent() {
     assert_eq!(e.trace[0].labels.get("helm-release"), Some(&json!("shop/shop")));
 }
 
+const HELM: &str = "system:serviceaccount:flux-system:helm-controller";
+
+/// helm-controller (Flux' `v2` API) reports an attempt: the chart version and the values'
+/// digest, before it installs or upgrades.
+fn helm_attempt(api: &mut ApiServer, hr: &ObjRef, chart: &str, values: &str) -> String {
+    api.update_status(HELM, hr, |st| {
+        st.insert("lastAttemptedRevision".into(), json!(chart));
+        st.insert("lastAttemptedConfigDigest".into(), json!(values));
+        st.insert(
+            "conditions".into(),
+            json!([{"type": "Reconciling", "status": "True"}, {"type": "Ready", "status": "Unknown"}]),
+        );
+    })
+}
+
+/// helm-controller finishes a release: the newest first in `history`, the older superseded
+/// (it writes no `lastAppliedRevision` in `v2`).
+fn helm_released(api: &mut ApiServer, hr: &ObjRef, chart: &str, values: &str) -> String {
+    let generation = api.get(hr).unwrap()["metadata"]["generation"].clone();
+    let mut history: Vec<Value> = api.get(hr).unwrap()["status"]["history"].as_array().cloned().unwrap_or_default();
+    for h in &mut history {
+        h["status"] = json!("superseded");
+    }
+    let version = history.len() + 1;
+    history.insert(
+        0,
+        json!({"version": version, "status": "deployed", "name": "web", "namespace": "shop", "chartName": "web",
+               "chartVersion": chart, "configDigest": values, "digest": format!("sha256:{version}"),
+               "firstDeployed": "2026-11-28T00:00:00Z", "lastDeployed": "2026-11-28T00:00:00Z"}),
+    );
+    api.update_status(HELM, hr, |st| {
+        st.insert("observedGeneration".into(), generation.clone());
+        st.insert("lastAttemptedGeneration".into(), generation);
+        st.insert("history".into(), json!(history));
+        st.insert("conditions".into(), json!([{"type": "Ready", "status": "True", "reason": "UpgradeSucceeded"}]));
+    })
+}
+
+/// helm-controller's drift correction (`spec.driftDetection.mode: enabled`) puts a person's
+/// change back at the release it made; a new chart version and new values (from `valuesFrom`,
+/// no new generation) are intents.
+#[test]
+fn helm_controller_v2_puts_back_a_persons_scale_at_the_release_it_made() {
+    let mut api = ApiServer::new();
+    let (hr, e) = api.create(
+        ADMIN,
+        json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+               "metadata": {"name": "web", "namespace": "flux-system"},
+               "spec": {"interval": "10m", "releaseName": "web", "targetNamespace": "shop",
+                        "chart": {"spec": {"chart": "web", "version": "1.x", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}},
+                        "driftDetection": {"mode": "enabled"}, "valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}]}}),
+    );
+    let mut events = vec![e, helm_attempt(&mut api, &hr, "1.0.0", "sha256:aaa")];
+    let mut d = deployment("shop", "web", 2, "web:1");
+    d["metadata"]["labels"] =
+        json!({"helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "flux-system"});
+    d["metadata"]["annotations"] =
+        json!({"meta.helm.sh/release-name": "web", "meta.helm.sh/release-namespace": "shop"});
+    let (deploy, e) = api.create(HELM, d);
+    let install = e.clone();
+    events.push(e);
+    events.push(helm_released(&mut api, &hr, "1.0.0", "sha256:aaa"));
+    // A person scales; the drift correction puts it back at the same release.
+    let scale = api.scale(ALICE, &deploy, 5);
+    events.push(scale.clone());
+    let correction = ssa(api.patch(HELM, &deploy, |o| o["spec"]["replicas"] = json!(2)), "helm-controller");
+    events.push(correction.clone());
+    // A new chart version: an upgrade.
+    events.push(helm_attempt(&mut api, &hr, "1.1.0", "sha256:aaa"));
+    let upgrade =
+        api.patch(HELM, &deploy, |o| o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2"));
+    events.push(upgrade.clone());
+    events.push(helm_released(&mut api, &hr, "1.1.0", "sha256:aaa"));
+    // New values from the ConfigMap `valuesFrom` names: the same chart, no new generation.
+    events.push(helm_attempt(&mut api, &hr, "1.1.0", "sha256:bbb"));
+    let new_values = api.patch(HELM, &deploy, |o| o["spec"]["replicas"] = json!(3));
+    events.push(new_values.clone());
+    events.push(helm_released(&mut api, &hr, "1.1.0", "sha256:bbb"));
+    // A person's edit put back at that release.
+    let edit =
+        api.patch(ALICE, &deploy, |o| o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:debug"));
+    events.push(edit.clone());
+    let correction2 = ssa(
+        api.patch(HELM, &deploy, |o| o["spec"]["template"]["spec"]["containers"][0]["image"] = json!("web:2")),
+        "helm-controller",
+    );
+    events.push(correction2.clone());
+
+    let (_, out) = run(&events);
+    let writes = [&install, &scale, &correction, &upgrade, &new_values, &edit, &correction2];
+    let got: Vec<Class> = writes.iter().map(|e| class_of(&out, e)).collect();
+    use Class::*;
+    assert_eq!(
+        got,
+        [Expected, Origin, Drift, Expected, Expected, Origin, Drift],
+        "{:#?}",
+        writes.iter().map(|e| &find(&out, e).unwrap().reason).collect::<Vec<_>>()
+    );
+    for (drift, origin, release) in [(&correction, &scale, "1.0.0"), (&correction2, &edit, "1.1.0")] {
+        let e = find(&out, drift).unwrap();
+        let reverts = e.reverts.as_deref().unwrap();
+        assert_eq!((reverts.len(), &*reverts[0].user, &*reverts[0].audit_id), (1, ALICE, &*audit_id(origin)));
+        let parent = e.parent.as_ref().unwrap();
+        assert_eq!((&*parent.kind, &*parent.name), ("HelmRelease", "web"));
+        let applier = parent.applier.as_deref().expect("an applier's parent");
+        assert_eq!((&*applier.name, applier.revision.as_deref()), ("flux-helm", Some(release)));
+    }
+}
+
 #[test]
 fn deleting_a_kustomization_takes_its_members_down_as_teardown() {
     let mut f = flux();

@@ -29,6 +29,50 @@ struct FluxStatus {
     last_attempted_revision: Option<String>,
     last_handled_reconcile_at: Option<String>,
     observed_generation: Option<i64>,
+    /// A HelmRelease of Flux' `v2` API: the digest of the values of the last attempt, and the
+    /// releases made (it writes no `lastAppliedRevision`).
+    last_attempted_config_digest: Option<String>,
+    history: Option<Vec<HelmSnapshot>>,
+}
+
+/// One release of a HelmRelease's `status.history` (Flux' `v2` API).
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct HelmSnapshot {
+    version: i64,
+    status: Option<String>,
+    chart_version: Option<String>,
+    config_digest: Option<String>,
+}
+
+impl FluxStatus {
+    /// The revision applied last and whether it is the attempted one, with the attempted
+    /// values: a Kustomization's `lastAppliedRevision`; for a HelmRelease of the `v2` API, the
+    /// chart version of its newest `deployed` release, the attempt carried out when no newer
+    /// release exists (a failed or pending one) and chart and values are the attempted ones
+    /// (helm-controller keeps the newest first; versions are compared whatever the order). An
+    /// OCI chart's attempted revision carries a digest after a `+`.
+    fn applied_revision(&self) -> (Option<&str>, bool) {
+        if let Some(applied) = self.last_applied_revision.as_deref() {
+            return (Some(applied), self.last_attempted_revision.as_deref() == Some(applied));
+        }
+        let history = self.history.as_deref().unwrap_or_default();
+        let deployed = history.iter().filter(|s| s.status.as_deref() == Some("deployed")).max_by_key(|s| s.version);
+        let Some((latest, chart)) = deployed.and_then(|s| Some((s, s.chart_version.as_deref()?))) else {
+            return (None, false);
+        };
+        // A newer release that failed (or is pending): the attempt is not carried out.
+        if history.iter().any(|s| s.version > latest.version) {
+            return (Some(chart), false);
+        }
+        let attempted = self
+            .last_attempted_revision
+            .as_deref()
+            .is_some_and(|a| a == chart || a.strip_prefix(chart).is_some_and(|rest| rest.starts_with('+')));
+        let values = self.last_attempted_config_digest.is_none()
+            || self.last_attempted_config_digest.as_deref() == latest.config_digest.as_deref();
+        (Some(chart), attempted && values)
+    }
 }
 
 #[derive(Default, Deserialize)]
@@ -101,17 +145,17 @@ pub fn intent(
         IntentRule::Flux => {
             let s: FluxStatus = status.and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
             let generation_text = generation.map(|g| g.to_string());
-            let key = hash_parts(&[generation_text.as_deref(), s.last_attempted_revision.as_deref(), requested_at]);
-            let applied = s.last_applied_revision.is_some()
-                && s.last_applied_revision == s.last_attempted_revision
+            let attempted = s.last_attempted_revision.as_deref();
+            // New values (a HelmRelease's `valuesFrom` changed) are a new intent too.
+            let key = match s.last_attempted_config_digest.as_deref() {
+                None => hash_parts(&[generation_text.as_deref(), attempted, requested_at]),
+                Some(values) => hash_parts(&[generation_text.as_deref(), attempted, requested_at, Some(values)]),
+            };
+            let (revision, at_attempted) = s.applied_revision();
+            let applied = at_attempted
                 && (generation.is_none() || s.observed_generation == generation)
                 && requested_at.is_none_or(|r| s.last_handled_reconcile_at.as_deref() == Some(r));
-            Some(IntentFacts {
-                key,
-                applied,
-                revision: s.last_applied_revision.map(Arc::from),
-                target: s.last_attempted_revision.map(Arc::from),
-            })
+            Some(IntentFacts { key, applied, revision: revision.map(Arc::from), target: attempted.map(Arc::from) })
         }
         IntentRule::ArgoCd => {
             let s: ArgoStatus = status.and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
@@ -158,6 +202,54 @@ mod tests {
         assert!(
             !intent(IntentRule::Flux, Some(st), Some(2), None, None).unwrap().applied,
             "a spec change not yet observed"
+        );
+    }
+
+    #[test]
+    fn a_v2_helm_release_shows_its_intent_applied_by_its_latest_release() {
+        let s = |st: &str| intent(IntentRule::Flux, Some(st), Some(1), None, None).unwrap();
+        let release = |version: i64, status: &str, chart: &str, values: &str| {
+            format!(
+                r#"{{"version":{version},"status":"{status}","chartName":"web","chartVersion":"{chart}","configDigest":"{values}","digest":"sha256:x","name":"web","namespace":"shop"}}"#
+            )
+        };
+        let status = |attempted: &str, values: &str, history: &[String]| {
+            format!(
+                r#"{{"observedGeneration":1,"lastAttemptedRevision":"{attempted}","lastAttemptedConfigDigest":"{values}","history":[{}]}}"#,
+                history.join(",")
+            )
+        };
+        let v1 = release(1, "deployed", "1.0.0", "sha256:a");
+        let installing = s(&status("1.0.0", "sha256:a", &[]));
+        let installed = s(&status("1.0.0", "sha256:a", std::slice::from_ref(&v1)));
+        assert!(!installing.applied && installed.applied);
+        assert_eq!(installing.key, installed.key, "the same intent, carried out");
+        assert_eq!((installed.revision.as_deref(), installed.target.as_deref()), (Some("1.0.0"), Some("1.0.0")));
+        // A new chart version, then new values at the same version: each a new intent.
+        let upgrading = s(&status("1.1.0", "sha256:a", std::slice::from_ref(&v1)));
+        assert!(!upgrading.applied && upgrading.key != installed.key);
+        assert_eq!(upgrading.revision.as_deref(), Some("1.0.0"));
+        let new_values = s(&status("1.0.0", "sha256:b", std::slice::from_ref(&v1)));
+        assert!(!new_values.applied && new_values.key != installed.key);
+        let v2 = release(2, "deployed", "1.1.0", "sha256:a");
+        let upgraded = s(&status("1.1.0", "sha256:a", &[v2, release(1, "superseded", "1.0.0", "sha256:a")]));
+        assert!(upgraded.applied && upgraded.key == upgrading.key);
+        // The newest release failed: not applied; the revision applied is the one still deployed.
+        let failed = s(&status("1.1.0", "sha256:a", &[release(2, "failed", "1.1.0", "sha256:a"), v1.clone()]));
+        assert!(!failed.applied);
+        assert_eq!(failed.revision.as_deref(), Some("1.0.0"));
+        let retried = s(&status("1.0.0", "sha256:a", &[release(2, "failed", "1.0.0", "sha256:a"), v1.clone()]));
+        assert!(!retried.applied, "a newer release than the deployed one failed");
+        // An OCI chart's attempted revision carries the digest after a `+`.
+        let oci = s(&status("1.0.0+0123456789ab", "sha256:a", std::slice::from_ref(&v1)));
+        assert!(oci.applied);
+        let other = s(&status("1.0.01+0123456789ab", "sha256:a", std::slice::from_ref(&v1)));
+        assert!(!other.applied);
+        // A Kustomization's key is as it was (no values digest): restored states keep theirs.
+        let ks = r#"{"lastAttemptedRevision":"r","lastAppliedRevision":"r","observedGeneration":1}"#;
+        assert_eq!(
+            intent(IntentRule::Flux, Some(ks), Some(1), None, None).unwrap().key,
+            hash_parts(&[Some("1"), Some("r"), None])
         );
     }
 

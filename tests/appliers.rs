@@ -1364,4 +1364,115 @@ proptest::proptest! {
         let (events, drawn) = sveltos_day(&steps);
         drawn.check(&events)?;
     }
+
+    /// Days nobody scripted, under Flux' helm-controller (`v2` API, drift correction on): a
+    /// release of a new chart or new values is expected; a correction at the release made is a
+    /// drift naming persons' writes.
+    #[test]
+    fn any_helm_controller_day_reads_as_what_was_done(steps in proptest::collection::vec(helm_step(), 1..14)) {
+        let (events, drawn) = helm_day(&steps);
+        drawn.check(&events)?;
+    }
+}
+
+/// One step of a helm-controller day drawn at random.
+#[derive(Clone, Debug)]
+enum HelmStep {
+    /// A person (0: alice, 1: bob) scales the Deployment to 3 + n replicas (`/scale`).
+    Scale(u8, i64),
+    /// A person sets the Deployment's image (to one it does not run).
+    EditImage(u8),
+    /// A new chart version in the repository (its image changes).
+    NewChart,
+    /// New values in the ConfigMap `valuesFrom` names (the replicas change; no new generation).
+    NewValues,
+    /// helm-controller reconciles: a release when the chart or the values are new (an attempt
+    /// in the status, the Deployment written, the release in `history`); else, drift
+    /// correction: the Deployment put back when it differs from the release, then the status
+    /// written as it was.
+    Reconcile,
+}
+
+fn helm_step() -> impl proptest::strategy::Strategy<Value = HelmStep> {
+    use proptest::prelude::*;
+    prop_oneof![
+        (0u8..2, 0i64..3).prop_map(|(p, n)| HelmStep::Scale(p, n)),
+        (0u8..2).prop_map(HelmStep::EditImage),
+        Just(HelmStep::NewChart),
+        Just(HelmStep::NewValues),
+        Just(HelmStep::Reconcile),
+        Just(HelmStep::Reconcile),
+    ]
+}
+
+/// Plays a helm-controller day after its first release: the events, and what they did.
+fn helm_day(steps: &[HelmStep]) -> (Vec<String>, Drawn) {
+    let mut api = ApiServer::new();
+    let (hr, e) = api.create(
+        ADMIN,
+        json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
+               "metadata": {"name": "web", "namespace": "flux-system"},
+               "spec": {"interval": "10m", "releaseName": "web", "targetNamespace": "shop",
+                        "chart": {"spec": {"chart": "web", "version": "1.x", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}},
+                        "driftDetection": {"mode": "enabled"}, "valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}]}}),
+    );
+    // What the repository and the values hold now, and what the last release made.
+    let (mut chart, mut values) = (0u32, 0u32);
+    let chart_version = |c: u32| format!("1.{c}.0");
+    let digest = |v: u32| format!("sha256:{v:04}");
+    let wanted = |c: u32, v: u32| (2 + (v % 2) as i64, format!("web:{c}"));
+    let mut events = vec![e, helm_attempt(&mut api, &hr, &chart_version(0), &digest(0))];
+    let (replicas, image) = wanted(0, 0);
+    let mut d = deployment("shop", "web", replicas, &image);
+    d["metadata"]["labels"] =
+        json!({"helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "flux-system"});
+    let (deploy, e) = api.create(HELM, d);
+    events.push(e);
+    events.push(helm_released(&mut api, &hr, &chart_version(0), &digest(0)));
+    let mut released = (0u32, 0u32);
+    let differs = |api: &ApiServer, (replicas, image): &(i64, String)| {
+        let spec = &api.get(&deploy).unwrap()["spec"];
+        spec["replicas"] != json!(replicas) || spec["template"]["spec"]["containers"][0]["image"] != json!(image)
+    };
+    let mut touched = Vec::new();
+    let mut drawn = Drawn::default();
+    for (i, step) in steps.iter().enumerate() {
+        match step {
+            HelmStep::Scale(p, n) => {
+                let e = scale_by_hand(&mut api, &deploy, *p, *n);
+                drawn.person(&mut events, &mut touched, e);
+            }
+            HelmStep::EditImage(p) => {
+                let e = image_by_hand(&mut api, &deploy, *p, i);
+                drawn.person(&mut events, &mut touched, e);
+            }
+            HelmStep::NewChart => chart += 1,
+            HelmStep::NewValues => values += 1,
+            HelmStep::Reconcile => {
+                let want = wanted(chart, values);
+                let release = (chart, values) != released;
+                if release {
+                    events.push(helm_attempt(&mut api, &hr, &chart_version(chart), &digest(values)));
+                }
+                if differs(&api, &want) {
+                    let e = ssa(
+                        api.patch(HELM, &deploy, |o| {
+                            o["spec"]["replicas"] = json!(want.0);
+                            o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(want.1);
+                        }),
+                        "helm-controller",
+                    );
+                    drawn.applier(&mut events, &mut touched, e, release);
+                }
+                if release {
+                    events.push(helm_released(&mut api, &hr, &chart_version(chart), &digest(values)));
+                    released = (chart, values);
+                } else {
+                    // Its status after a correction, as it was: a write that stores nothing.
+                    events.push(api.update_status(HELM, &hr, |_| {}));
+                }
+            }
+        }
+    }
+    (events, drawn)
 }

@@ -118,8 +118,8 @@ pub struct ReorderBuffer<T> {
     /// recent writes took a scan of them for every write.
     latest: HashTable<(u64, u64, i64)>,
     /// The latest completion and the highest resourceVersion of every write taken into
-    /// [`ReorderBuffer::recent`] (kept or forgotten since): when no write done later than a
-    /// write's time has come, it goes after them all.
+    /// [`ReorderBuffer::recent`] (kept or forgotten since): when none was done after a write's
+    /// time, [`ReorderBuffer::place_by_time`] puts it after them all without a search.
     pushed: (i64, u64),
     seq: u64,
 }
@@ -324,16 +324,10 @@ impl<T> ReorderBuffer<T> {
                     && placing.object != 0
                     && self.stored_nothing(rv, event_us, placing) =>
             {
-                tie = event_us;
-                match self.after_all_done_by(event_us, placing) {
-                    Some(at) => at.max(self.released_rv),
-                    // A write done after it came first (another API server's batch): the
-                    // search of the recent writes, and again as it comes up.
-                    None => {
-                        placed = true;
-                        self.place(event_us, placing)
-                    }
-                }
+                // Placed again as it comes up only when a write done after it came first
+                // (another API server's batch): a write done before it can come later still.
+                (placed, tie) = (self.pushed.0 > event_us, event_us);
+                self.place(event_us, placing)
             }
             Some(rv) => {
                 self.seen_rv = self.seen_rv.max(rv);
@@ -611,26 +605,33 @@ impl<T> ReorderBuffer<T> {
                 && placing.done_us != 0
                 && w.done_us <= placing.done_us
         };
-        let mut at = self
-            .recent
-            .iter()
-            .filter(|w| {
-                below_own(w.rv)
-                    && (w.done_us <= event_us
-                        || earlier(w)
-                        || (same(w.object)
-                            && (w.done_us <= placing.done_us || marked_first(w))
-                            && before_own(w.marked_at())))
-            })
-            .map(|w| w.rv)
-            .max()
-            .unwrap_or(0);
-        // The writes no longer kept: all of them completed by this write's time, so it goes
-        // after them all (an eviction after a quiet spell is placed where it belongs, not at
-        // 0, which would take it for one that came late: classify's eviction rule).
-        if let Some((_, rv)) = self.forgotten.filter(|&(done, rv)| done <= event_us && below_own(rv)) {
-            at = at.max(rv);
-        }
+        let mut at = if placing.own_rv == 0 && self.pushed.0 <= event_us {
+            // Every write taken in was done by this write's time (one API server, or batches
+            // that came in order): it goes after them all, found without a search.
+            self.pushed.1
+        } else {
+            let kept = self
+                .recent
+                .iter()
+                .filter(|w| {
+                    below_own(w.rv)
+                        && (w.done_us <= event_us
+                            || earlier(w)
+                            || (same(w.object)
+                                && (w.done_us <= placing.done_us || marked_first(w))
+                                && before_own(w.marked_at())))
+                })
+                .map(|w| w.rv)
+                .max()
+                .unwrap_or(0);
+            // The writes no longer kept: all of them completed by this write's time, so it
+            // goes after them all (an eviction after a quiet spell is placed where it belongs,
+            // not at 0, which would take it for one that came late: classify's eviction rule).
+            match self.forgotten.filter(|&(done, rv)| done <= event_us && below_own(rv)) {
+                Some((_, rv)) => kept.max(rv),
+                None => kept,
+            }
+        };
         if placing.evicts && placing.name != 0 {
             // Within the skew two API servers' clocks may have, never more than the window: a
             // window of a day (`replay` of a whole log) would take the removal of an earlier
@@ -729,24 +730,6 @@ impl<T> ReorderBuffer<T> {
                 .is_some_and(|&(_, latest, done_us)| latest == rv && done_us < event_us)
     }
 
-    /// Where [`ReorderBuffer::place_by_time`] puts a write of an object done at `event_us`
-    /// that neither removes nor marks it, when every write taken in so far was done by then:
-    /// after them all (and after a deletecollection of its object received by then). `None`
-    /// when one was done later: the search of the recent writes tells.
-    fn after_all_done_by(&self, event_us: i64, placing: Placing) -> Option<u64> {
-        if self.pushed.0 > event_us {
-            return None;
-        }
-        let listed = self
-            .listed
-            .iter()
-            .filter(|&&(_, o, r)| o == placing.object && r != 0 && r <= event_us)
-            .map(|&(rv, _, _)| rv)
-            .max()
-            .unwrap_or(0);
-        Some(self.pushed.1.max(listed))
-    }
-
     /// Frees what an empty buffer holds, so an idle cluster costs the struct alone. The recent
     /// (time, resourceVersion) pairs go too: with nothing held, every one of them is at most
     /// the highest resourceVersion released, which places a write without one anyway. Where
@@ -825,6 +808,11 @@ mod tests {
 
     fn items(out: Vec<Released<u32>>) -> Vec<(u32, bool)> {
         out.into_iter().map(|r| (r.item, r.late)).collect()
+    }
+
+    /// A write of `object` done at `done_us`.
+    fn write(object: u64, done_us: i64) -> Placing {
+        Placing { object, done_us, ..Placing::default() }
     }
 
     fn items_str(out: Vec<Released<&str>>) -> Vec<(&str, bool)> {
@@ -913,21 +901,13 @@ mod tests {
         let run = |status: Placing| {
             let mut b = ReorderBuffer::new(1000, 1000);
             let mut out = Vec::new();
-            let parent = Placing { object: 7, done_us: 100, ..Placing::default() };
-            b.push_write("spec change", Some(10), 0, 100, parent, &mut out);
-            b.push_write(
-                "child",
-                Some(11),
-                1,
-                110,
-                Placing { object: 9, done_us: 110, ..Placing::default() },
-                &mut out,
-            );
+            b.push_write("spec change", Some(10), 0, 100, write(7, 100), &mut out);
+            b.push_write("child", Some(11), 1, 110, write(9, 110), &mut out);
             b.push_write("status as it was", Some(10), 2, 120, status, &mut out);
             b.flush(&mut out);
             items_str(out)
         };
-        let status = Placing { object: 7, done_us: 120, ..Placing::default() };
+        let status = write(7, 120);
         assert_eq!(
             run(status),
             vec![("spec change", false), ("child", false), ("status as it was", false)],
@@ -951,7 +931,6 @@ mod tests {
         // after the child's write and before that one.
         let mut b = ReorderBuffer::new(1000, 1000);
         let mut out = Vec::new();
-        let write = |object: u64, done_us: i64| Placing { object, done_us, ..Placing::default() };
         b.push_write("spec change", Some(10), 0, 100, write(7, 100), &mut out);
         b.push_write("child", Some(11), 1, 110, write(9, 110), &mut out);
         b.push_write("later write", Some(12), 2, 130, write(8, 130), &mut out);
@@ -970,7 +949,6 @@ mod tests {
         // released late.
         let mut b = ReorderBuffer::new(0, 1);
         let mut out = Vec::new();
-        let write = |object: u64, done_us: i64| Placing { object, done_us, ..Placing::default() };
         b.push_write("first", Some(1), 0, 1, write(7, 1), &mut out);
         for i in 0..RECENT as u64 {
             b.push_write("other", Some(2 + i), 1, 2 + i as i64, write(100 + i, 2 + i as i64), &mut out);

@@ -87,20 +87,6 @@ pub struct HopRef<'a> {
     pub labels: Option<&'a Labels>,
 }
 
-impl HopRef<'_> {
-    /// The hop as a value of its own (its name copied).
-    pub fn to_hop(&self) -> Hop {
-        Hop {
-            ty: self.ty,
-            name: Name::from(self.name),
-            generation: self.generation,
-            user: self.user,
-            timestamp: self.timestamp,
-            labels: self.labels.cloned(),
-        }
-    }
-}
-
 impl Hop {
     /// The hop, borrowed.
     pub fn as_ref(&self) -> HopRef<'_> {
@@ -259,8 +245,8 @@ fn is_cut(n: &Trace) -> bool {
 /// The same object (a hop keeps no UID: within one trace, type and name tell objects apart,
 /// since an owner is in the namespace of its child or cluster-scoped). An unnamed hop matches
 /// nothing.
-fn same_object(a: &Trace, b: &Hop) -> bool {
-    a.head().ty == b.ty && !b.name.is_empty() && a.name() == &*b.name
+fn same_object(a: &Trace, b: HopRef<'_>) -> bool {
+    a.head().ty == b.ty && !b.name.is_empty() && a.name() == b.name
 }
 
 /// `prev` as `hop` may extend it: without `hop`'s object (an ownership cycle: cut at the
@@ -268,7 +254,7 @@ fn same_object(a: &Trace, b: &Hop) -> bool {
 /// oldest go). `prev` itself, shared, when nothing is cut; else a copy of the hops kept on the
 /// [`cut`] root (at most `max_hops` nodes per write, whose old copies are freed as they are
 /// replaced: a cycle costs no memory per write).
-pub fn bounded(prev: &Trace, hop: &Hop, max_hops: usize) -> Trace {
+pub fn bounded(prev: &Trace, hop: HopRef<'_>, max_hops: usize) -> Trace {
     let keep = max_hops.max(2) - 1;
     let mut kept: Vec<&Trace> = Vec::new();
     let mut cur = Some(prev);
@@ -316,8 +302,9 @@ mod tests {
         assert!(std::mem::size_of::<NodeHead>() <= 40, "{}", std::mem::size_of::<NodeHead>());
         assert_eq!(std::mem::size_of::<Option<Trace>>(), 8, "one pointer");
         let i = crate::intern::Interner::new();
-        let t = origin(hop(&i, "ReplicaSet", "web-6d4cf56db6"));
-        assert_eq!((t.name(), t.hop().to_hop()), ("web-6d4cf56db6", hop(&i, "ReplicaSet", "web-6d4cf56db6")));
+        let h = hop(&i, "ReplicaSet", "web-6d4cf56db6");
+        let t = origin(h.clone());
+        assert_eq!((t.name(), t.hop()), ("web-6d4cf56db6", h.as_ref()));
     }
 
     fn hop(i: &crate::intern::Interner, kind: &str, name: &str) -> Hop {
@@ -341,7 +328,7 @@ mod tests {
     fn a_short_trace_without_the_object_is_extended_as_it_is() {
         let i = crate::intern::Interner::new();
         let t = extend(origin(hop(&i, "Deployment", "web")), hop(&i, "ReplicaSet", "web-1"));
-        let b = bounded(&t, &hop(&i, "Pod", "web-1-a"), DEFAULT_MAX_HOPS);
+        let b = bounded(&t, hop(&i, "Pod", "web-1-a").as_ref(), DEFAULT_MAX_HOPS);
         assert!(Trace::ptr_eq(&b, &t), "shared, not copied");
         assert_eq!(
             names(&extend(b, hop(&i, "Pod", "web-1-a"))),
@@ -349,9 +336,9 @@ mod tests {
         );
         // A hop of another kind with the same name, or an unnamed one, is another object.
         let t = origin(hop(&i, "Deployment", "x"));
-        assert!(Trace::ptr_eq(&bounded(&t, &hop(&i, "Pod", "x"), 32), &t));
+        assert!(Trace::ptr_eq(&bounded(&t, hop(&i, "Pod", "x").as_ref(), 32), &t));
         let t = origin(hop(&i, "Pod", ""));
-        assert!(Trace::ptr_eq(&bounded(&t, &hop(&i, "Pod", ""), 32), &t));
+        assert!(Trace::ptr_eq(&bounded(&t, hop(&i, "Pod", "").as_ref(), 32), &t));
     }
 
     #[test]
@@ -360,14 +347,14 @@ mod tests {
         let (a, b, c) = (hop(&i, "Widget", "a"), hop(&i, "Widget", "b"), hop(&i, "Widget", "c"));
         // A → B → C → A: C's trace holds A; A extending it cuts A and everything before it.
         let t = extend(extend(origin(a.clone()), b.clone()), c.clone());
-        let prev = bounded(&t, &a, 32);
+        let prev = bounded(&t, a.as_ref(), 32);
         assert_eq!(names(&prev), (vec!["b".into(), "c".into()], true));
         let mut trace = extend(prev, a.clone());
         assert_eq!(names(&trace), (vec!["b".into(), "c".into(), "a".into()], true));
         // Round after round the cycle stays three hops, one per object.
         for round in 0..100 {
             for h in [&b, &c, &a] {
-                trace = extend(bounded(&trace, h, 32), h.clone());
+                trace = extend(bounded(&trace, h.as_ref(), 32), h.clone());
                 let (hops, truncated) = names(&trace);
                 assert_eq!(hops.len(), 3, "round {round}: {hops:?}");
                 assert!(truncated);
@@ -376,7 +363,7 @@ mod tests {
         }
         // An object that is its own parent's head: only the cut root is left before it.
         let own = origin(a.clone());
-        assert_eq!(names(&extend(bounded(&own, &a, 32), a.clone())), (vec!["a".into()], true));
+        assert_eq!(names(&extend(bounded(&own, a.as_ref(), 32), a.clone())), (vec!["a".into()], true));
     }
 
     #[test]
@@ -385,7 +372,7 @@ mod tests {
         let mut t = origin(hop(&i, "Widget", "w0"));
         for k in 1..100 {
             let h = hop(&i, "Widget", &format!("w{k}"));
-            t = extend(bounded(&t, &h, 8), h);
+            t = extend(bounded(&t, h.as_ref(), 8), h);
             let (hops, truncated) = names(&t);
             assert_eq!(hops.len(), (k + 1).min(8));
             assert_eq!(truncated, k >= 8, "{k}");
@@ -393,7 +380,7 @@ mod tests {
             assert_eq!(hops[0], format!("w{}", (k + 1).saturating_sub(8)), "the oldest went");
         }
         // Already within the bound: shared as it is.
-        let within = bounded(&t, &hop(&i, "Widget", "w-next"), 9);
+        let within = bounded(&t, hop(&i, "Widget", "w-next").as_ref(), 9);
         assert!(Trace::ptr_eq(&within, &t));
         // The cut root is no hop, and reads as one after a snapshot (same content, another node).
         let copy = Trace::new(cut().hop(), None);

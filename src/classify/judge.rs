@@ -12,7 +12,7 @@ use crate::decode::time::rfc3339_micros_arc;
 use crate::enriched::{user_hash, ActorOut, ApplierOut, Enriched, HopOut, ObjectOut, ParentOut, Phase};
 use crate::state::policy::{ChildRef, Policy, Resolution};
 use crate::state::{Intent, ObjKey, ObjectState, OwnerKey, Recent, Sym, TraceState, Ty};
-use crate::trace::{self, Hop, HopName, Labels, Trace};
+use crate::trace::{self, Hop, HopName, HopRef, Labels, Trace};
 use crate::write::{Name, OwnerLink, Uid, Write};
 
 /// A copy of the parent's state, taken so no two map entries are ever locked at once.
@@ -127,18 +127,15 @@ impl Engine {
             let trace = match p.trace() {
                 TraceState::Node(node) => Some(node),
                 TraceState::Write { prev, user, time_us } if !user.is_empty() => {
-                    let hop = Hop {
+                    let hop = HopRef {
                         ty: p.ty,
-                        name: p.name().map_or_else(|| owner.name.clone(), Name::from),
+                        name: p.name().unwrap_or(&owner.name),
                         generation: NonZeroI64::new(p.generation()),
                         user: Some(user),
                         timestamp: NonZeroI64::new(time_us),
-                        labels: labels.clone(),
+                        labels: labels.as_ref(),
                     };
-                    let node = match prev {
-                        Some(prev) => trace::extend(trace::bounded(&prev, &hop, self.max_trace_hops), hop),
-                        None => trace::origin(hop),
-                    };
+                    let node = Trace::new(hop, prev.map(|prev| trace::bounded(&prev, hop, self.max_trace_hops)));
                     p.set_trace(TraceState::Node(node.clone()));
                     Some(node)
                 }
@@ -289,7 +286,7 @@ impl Engine {
                 })
             });
             // Without this object (an ownership cycle) and within the bound on hops.
-            let parent_trace = trace::bounded(&parent_trace, &hop, self.max_trace_hops);
+            let parent_trace = trace::bounded(&parent_trace, hop.as_ref(), self.max_trace_hops);
             let state = TraceState::Write { prev: Some(parent_trace.clone()), user: w.user, time_us: w.time_us };
             (trace::extend(parent_trace, hop), state)
         } else {

@@ -180,8 +180,8 @@ impl Engine {
                 s.set_trace(TraceState::Write { prev: Some(prev.clone()), user, time_us })
             }
             TraceState::Node(node) => {
-                let hop = node.hop().to_hop();
-                s.set_trace(TraceState::Node(trace::extend(trace::bounded(prev, &hop, self.max_trace_hops), hop)));
+                let hop = node.hop();
+                s.set_trace(TraceState::Node(Trace::new(hop, Some(trace::bounded(prev, hop, self.max_trace_hops)))));
             }
             TraceState::Unknown => {}
         });

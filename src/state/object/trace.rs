@@ -35,6 +35,17 @@ pub enum TraceState {
 }
 
 impl TraceState {
+    /// The producing write's (extended trace, user, time) as an own node not built yet keeps
+    /// them: none of them for an unknown write or a built node.
+    fn pending_parts(self) -> (Option<Trace>, Option<Sym>, Option<NonZeroI64>) {
+        match self {
+            TraceState::Write { prev, user, time_us } => {
+                (prev, Some(user).filter(|u| !u.is_empty()), NonZeroI64::new(time_us))
+            }
+            TraceState::Unknown | TraceState::Node(_) => (None, None, None),
+        }
+    }
+
     /// Kept from its parts (a restore): unknown when all three are.
     pub fn of_parts(prev: Option<Trace>, user: Sym, time_us: i64) -> Self {
         if prev.is_none() && user.is_empty() && time_us == 0 {
@@ -114,46 +125,29 @@ impl ObjectState {
 
     /// Keeps `name` and `trace` (a producing write, or none) in an own node not built yet.
     fn pending(&mut self, name: &str, trace: TraceState) {
-        let (prev, user, time_us) = match trace {
-            TraceState::Write { prev, user, time_us } => (prev, user, time_us),
-            TraceState::Unknown | TraceState::Node(_) => (None, Sym::EMPTY, 0),
-        };
-        let hop = HopRef {
-            ty: self.ty,
-            name,
-            generation: None,
-            user: Some(user).filter(|u| !u.is_empty()),
-            timestamp: NonZeroI64::new(time_us),
-            labels: None,
-        };
+        let (prev, user, timestamp) = trace.pending_parts();
+        let hop = HopRef { ty: self.ty, name, generation: None, user, timestamp, labels: None };
         (self.trace_ptr, self.trace_user, self.trace_time) = (Some(Trace::new(hop, prev)), None, PENDING);
     }
 
-    /// [`ObjectState::pending`] with the name the state keeps: the node not built yet is this
-    /// state's alone (nothing extends it), and is changed in place when it is not shared.
+    /// [`ObjectState::pending`] with the name the state keeps in its own node. A node not
+    /// built yet is this state's alone (nothing extends it): changed in place when nothing
+    /// else holds it at the moment.
     fn pending_again(&mut self, trace: TraceState) {
-        let (prev, user, time_us) = match trace {
-            TraceState::Write { prev, user, time_us } => (prev, user, time_us),
-            TraceState::Unknown | TraceState::Node(_) => (None, Sym::EMPTY, 0),
-        };
-        let (user, timestamp) = (Some(user).filter(|u| !u.is_empty()), NonZeroI64::new(time_us));
         let Some(node) = self.trace_ptr.as_mut() else { return };
-        if self.trace_time == PENDING {
-            let mut prev = Some(prev);
-            let reused = node.update_if_unique(|h| {
+        let (prev, user, timestamp) = trace.pending_parts();
+        let mut prev = Some(prev);
+        if self.trace_time == PENDING
+            && node.update_if_unique(|h| {
                 (h.generation, h.user, h.timestamp, h.labels, h.prev) =
                     (None, user, timestamp, None, prev.take().flatten())
-            });
-            if reused {
-                return;
-            }
-            let hop = HopRef { ty: self.ty, generation: None, user, timestamp, labels: None, ..node.hop() };
-            *node = Trace::new(hop, prev.flatten());
+            })
+        {
             return;
         }
         let hop = HopRef { ty: self.ty, generation: None, user, timestamp, labels: None, ..node.hop() };
-        let built = Trace::new(hop, prev);
-        (self.trace_ptr, self.trace_user, self.trace_time) = (Some(built), None, PENDING);
+        *node = Trace::new(hop, prev.flatten());
+        self.trace_time = PENDING;
     }
 
     /// The producing write's (extended trace, user, time in µs) whichever way it is kept;

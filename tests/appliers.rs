@@ -679,11 +679,11 @@ fn helm_released(api: &mut ApiServer, hr: &ObjRef, chart: &str, values: &str) ->
     })
 }
 
-/// helm-controller's drift correction (`spec.driftDetection.mode: enabled`) puts a person's
-/// change back at the release it made; a new chart version and new values (from `valuesFrom`,
-/// no new generation) are intents.
-#[test]
-fn helm_controller_v2_puts_back_a_persons_scale_at_the_release_it_made() {
+/// A `v2` HelmRelease with drift correction on, installed by helm-controller: its first
+/// attempt, the Deployment it made (`replicas` of `image`, with helm-controller's labels and
+/// Helm's annotations) and the release in its status. The events (create, attempt, the
+/// Deployment's create, the release), the HelmRelease and the Deployment.
+fn helm_installed(chart: &str, values: &str, replicas: i64, image: &str) -> (ApiServer, Vec<String>, ObjRef, ObjRef) {
     let mut api = ApiServer::new();
     let (hr, e) = api.create(
         ADMIN,
@@ -693,16 +693,25 @@ fn helm_controller_v2_puts_back_a_persons_scale_at_the_release_it_made() {
                         "chart": {"spec": {"chart": "web", "version": "1.x", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}},
                         "driftDetection": {"mode": "enabled"}, "valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}]}}),
     );
-    let mut events = vec![e, helm_attempt(&mut api, &hr, "1.0.0", "sha256:aaa")];
-    let mut d = deployment("shop", "web", 2, "web:1");
+    let mut events = vec![e, helm_attempt(&mut api, &hr, chart, values)];
+    let mut d = deployment("shop", "web", replicas, image);
     d["metadata"]["labels"] =
         json!({"helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "flux-system"});
     d["metadata"]["annotations"] =
         json!({"meta.helm.sh/release-name": "web", "meta.helm.sh/release-namespace": "shop"});
     let (deploy, e) = api.create(HELM, d);
-    let install = e.clone();
     events.push(e);
-    events.push(helm_released(&mut api, &hr, "1.0.0", "sha256:aaa"));
+    events.push(helm_released(&mut api, &hr, chart, values));
+    (api, events, hr, deploy)
+}
+
+/// helm-controller's drift correction (`spec.driftDetection.mode: enabled`) puts a person's
+/// change back at the release it made; a new chart version and new values (from `valuesFrom`,
+/// no new generation) are intents.
+#[test]
+fn helm_controller_v2_puts_back_a_persons_scale_at_the_release_it_made() {
+    let (mut api, mut events, hr, deploy) = helm_installed("1.0.0", "sha256:aaa", 2, "web:1");
+    let install = events[2].clone();
     // A person scales; the drift correction puts it back at the same release.
     let scale = api.scale(ALICE, &deploy, 5);
     events.push(scale.clone());
@@ -1044,15 +1053,15 @@ fn image_by_hand(api: &mut ApiServer, d: &ObjRef, p: u8, step: usize) -> String 
     })
 }
 
-/// Whether the Deployment `d` differs from what a revision applies: 2 replicas of `image`.
-fn differs(api: &ApiServer, d: &ObjRef, image: &str) -> bool {
+/// Whether the Deployment `d` differs from what a revision applies: `replicas` of `image`.
+fn differs(api: &ApiServer, d: &ObjRef, replicas: i64, image: &str) -> bool {
     let spec = &api.get(d).unwrap()["spec"];
-    spec["replicas"] != json!(2) || spec["template"]["spec"]["containers"][0]["image"] != json!(image)
+    spec["replicas"] != json!(replicas) || spec["template"]["spec"]["containers"][0]["image"] != json!(image)
 }
 
-/// What a revision applies to the Deployment: 2 replicas of `image`.
-fn revision_spec(o: &mut Value, image: &str) {
-    o["spec"]["replicas"] = json!(2);
+/// What a revision applies to the Deployment: `replicas` of `image`.
+fn revision_spec(o: &mut Value, replicas: i64, image: &str) {
+    o["spec"]["replicas"] = json!(replicas);
     o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(image);
 }
 
@@ -1142,8 +1151,9 @@ fn flux_day(steps: &[FluxStep]) -> (Vec<String>, Drawn) {
                 f.attempt(&revision(rev));
                 let (image, mode) = (format!("web:{rev}"), mode(rev));
                 let intent = rev != applied_rev || requested || spec_changed;
-                if differs(&f.api, &deploy, &image) {
-                    let e = ssa(f.api.patch(KUSTOMIZE, &deploy, |o| revision_spec(o, &image)), "kustomize-controller");
+                if differs(&f.api, &deploy, 2, &image) {
+                    let e =
+                        ssa(f.api.patch(KUSTOMIZE, &deploy, |o| revision_spec(o, 2, &image)), "kustomize-controller");
                     drawn.applier(&mut f.events, &mut touched_deploy, e, intent);
                 }
                 if f.api.get(&config).unwrap()["data"]["mode"] != json!(mode) {
@@ -1229,8 +1239,8 @@ fn argo_day(steps: &[ArgoStep]) -> (Vec<String>, Drawn) {
                 let r = revision(rev);
                 events.push(argo_status(&mut api, &app, &r, Some(&revision(synced)), "Running", by.clone()));
                 let image = format!("web:{rev}");
-                if differs(&api, &d, &image) {
-                    let e = api.patch(ARGOCD, &d, |o| revision_spec(o, &image));
+                if differs(&api, &d, 2, &image) {
+                    let e = api.patch(ARGOCD, &d, |o| revision_spec(o, 2, &image));
                     drawn.applier(&mut events, &mut touched, e, rev != synced || person_sync);
                 }
                 // The operation completes: Argo CD writes its state and clears a person's
@@ -1407,33 +1417,14 @@ fn helm_step() -> impl proptest::strategy::Strategy<Value = HelmStep> {
 
 /// Plays a helm-controller day after its first release: the events, and what they did.
 fn helm_day(steps: &[HelmStep]) -> (Vec<String>, Drawn) {
-    let mut api = ApiServer::new();
-    let (hr, e) = api.create(
-        ADMIN,
-        json!({"apiVersion": "helm.toolkit.fluxcd.io/v2", "kind": "HelmRelease",
-               "metadata": {"name": "web", "namespace": "flux-system"},
-               "spec": {"interval": "10m", "releaseName": "web", "targetNamespace": "shop",
-                        "chart": {"spec": {"chart": "web", "version": "1.x", "sourceRef": {"kind": "HelmRepository", "name": "charts"}}},
-                        "driftDetection": {"mode": "enabled"}, "valuesFrom": [{"kind": "ConfigMap", "name": "web-values"}]}}),
-    );
     // What the repository and the values hold now, and what the last release made.
     let (mut chart, mut values) = (0u32, 0u32);
     let chart_version = |c: u32| format!("1.{c}.0");
     let digest = |v: u32| format!("sha256:{v:04}");
     let wanted = |c: u32, v: u32| (2 + (v % 2) as i64, format!("web:{c}"));
-    let mut events = vec![e, helm_attempt(&mut api, &hr, &chart_version(0), &digest(0))];
     let (replicas, image) = wanted(0, 0);
-    let mut d = deployment("shop", "web", replicas, &image);
-    d["metadata"]["labels"] =
-        json!({"helm.toolkit.fluxcd.io/name": "web", "helm.toolkit.fluxcd.io/namespace": "flux-system"});
-    let (deploy, e) = api.create(HELM, d);
-    events.push(e);
-    events.push(helm_released(&mut api, &hr, &chart_version(0), &digest(0)));
+    let (mut api, mut events, hr, deploy) = helm_installed(&chart_version(0), &digest(0), replicas, &image);
     let mut released = (0u32, 0u32);
-    let differs = |api: &ApiServer, (replicas, image): &(i64, String)| {
-        let spec = &api.get(&deploy).unwrap()["spec"];
-        spec["replicas"] != json!(replicas) || spec["template"]["spec"]["containers"][0]["image"] != json!(image)
-    };
     let mut touched = Vec::new();
     let mut drawn = Drawn::default();
     for (i, step) in steps.iter().enumerate() {
@@ -1454,14 +1445,8 @@ fn helm_day(steps: &[HelmStep]) -> (Vec<String>, Drawn) {
                 if release {
                     events.push(helm_attempt(&mut api, &hr, &chart_version(chart), &digest(values)));
                 }
-                if differs(&api, &want) {
-                    let e = ssa(
-                        api.patch(HELM, &deploy, |o| {
-                            o["spec"]["replicas"] = json!(want.0);
-                            o["spec"]["template"]["spec"]["containers"][0]["image"] = json!(want.1);
-                        }),
-                        "helm-controller",
-                    );
+                if differs(&api, &deploy, want.0, &want.1) {
+                    let e = ssa(api.patch(HELM, &deploy, |o| revision_spec(o, want.0, &want.1)), "helm-controller");
                     drawn.applier(&mut events, &mut touched, e, release);
                 }
                 if release {
